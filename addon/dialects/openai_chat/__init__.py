@@ -1,0 +1,20 @@
+"""The OpenAI ``chat/completions`` dialect, Cursor's variants included (see ``request``)."""
+
+from addon.dialects.base import Dialect
+
+from .request import NAME, decode_request, encode_request
+from .response import decode_response, encode_error, encode_response
+from .stream import OpenAIChatStreamDecoder, OpenAIChatStreamEncoder
+
+DIALECT = Dialect(
+    name=NAME,
+    decode_request=decode_request,
+    encode_request=encode_request,
+    decode_response=decode_response,
+    encode_response=encode_response,
+    stream_decoder=OpenAIChatStreamDecoder,
+    stream_encoder=OpenAIChatStreamEncoder,
+    encode_error=encode_error,
+)
+
+__all__ = ["DIALECT", "NAME"]

@@ -1,0 +1,454 @@
+"""OpenAI ``chat/completions`` requests, with Cursor's variants, ↔ unified ``Request``.
+
+Contract: JSON object in, ``Request`` out (and back). Lenient on input: every
+field this codec does not model is kept in ``extra`` and written back by
+``encode_request`` unchanged. Raises ``UnsupportedShape`` for JSON it cannot
+read (the caller passes the body through) and ``ClientError`` for a client's
+mistake (the caller answers 400 in OpenAI's error shape).
+
+Cursor variants handled here (seen when Cursor talks to a custom base URL with
+a Claude model name): flat tools ``{name, description, input_schema}``,
+assistant content arrays holding ``tool_use`` and ``thinking`` blocks, user
+content arrays holding ``tool_result`` blocks, Anthropic-style ``tool_choice``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from addon.model import (
+    JSON,
+    ClientError,
+    Image,
+    Message,
+    Notes,
+    Opaque,
+    OpaqueTool,
+    Part,
+    Request,
+    Role,
+    Text,
+    Thinking,
+    Tool,
+    ToolCall,
+    ToolChoice,
+    ToolResult,
+    UnsupportedShape,
+)
+
+NAME = "openai_chat"
+EMPTY_RESULT = "(empty result)"
+"""Sent instead of an empty tool result: several backends reject empty tool content."""
+
+# Anthropic server tools (web search, code execution, computer use ...) carry a
+# versioned ``type`` and no schema; an OpenAI-compatible upstream cannot run them.
+_FUNCTION_TOOL_TYPES = {None, "function", "custom"}
+
+
+class _WireMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Role
+    content: str | list[Any] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class _WireRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str
+    messages: list[_WireMessage]
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    stream: bool | None = None
+
+
+_MODELLED = frozenset(_WireRequest.model_fields)
+_MESSAGE_MODELLED = frozenset(_WireMessage.model_fields)
+
+
+# --------------------------------------------------------------------------- decode
+
+
+def decode_request(body: JSON, notes: Notes) -> Request:
+    try:
+        wire = _WireRequest.model_validate(body)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise UnsupportedShape(f"not an OpenAI chat request: {where}: {first['msg']}") from e
+    extra = {k: v for k, v in body.items() if k not in _MODELLED}
+    tool_choice = None
+    if wire.tool_choice is not None:
+        tool_choice = _decode_tool_choice(wire.tool_choice, notes)
+        if tool_choice is None:  # an OpenAI form we do not model (e.g. allowed_tools): keep it
+            extra["tool_choice"] = wire.tool_choice
+    return Request(
+        origin=NAME,
+        model=wire.model,
+        messages=tuple(_decode_message(i, m, notes) for i, m in enumerate(wire.messages)),
+        tools=None if wire.tools is None else _decode_tools(wire.tools, notes),
+        tool_choice=tool_choice,
+        stream=bool(wire.stream),
+        extra=extra,
+    )
+
+
+def _decode_message(i: int, m: _WireMessage, notes: Notes) -> Message:
+    extra = {k: v for k, v in (m.model_extra or {}).items() if k not in _MESSAGE_MODELLED}
+    parts: list[Part] = []
+    if m.role == "assistant" and m.reasoning_content:
+        parts.append(Thinking(m.reasoning_content))
+    if isinstance(m.content, str):
+        content_parts: list[Part] = [Text(m.content)]
+    elif m.content is None:
+        content_parts = []
+    else:
+        content_parts = [_decode_block(i, j, b, notes) for j, b in enumerate(m.content)]
+    if m.role == "tool":
+        if m.tool_call_id is None:
+            raise ClientError(
+                f"messages[{i}] has role 'tool' but no tool_call_id",
+                param=f"messages[{i}].tool_call_id",
+            )
+        content: str | tuple[Part, ...] = (
+            m.content if isinstance(m.content, str) else tuple(content_parts)
+        )
+        name = extra.pop("name", None)
+        result = ToolResult(m.tool_call_id, content, name=name if isinstance(name, str) else None)
+        return Message("tool", (result,), string_content=isinstance(m.content, str), extra=extra)
+    parts.extend(content_parts)
+    if m.tool_calls:
+        seen = {p.id for p in parts if isinstance(p, ToolCall)}
+        for k, call in enumerate(m.tool_calls):
+            decoded = _decode_tool_call(i, k, call)
+            if decoded.id not in seen:
+                parts.append(decoded)
+    # Cursor's assistant arrays with tool_use/thinking blocks: the remaining text goes out as
+    # a string, which gateways accept far more often than an array in assistant turns.
+    as_string = isinstance(m.content, str) or (
+        m.role == "assistant" and any(not isinstance(p, Text | Image | Opaque) for p in content_parts)
+    )
+    return Message(m.role, tuple(parts), string_content=as_string, extra=extra)
+
+
+def _decode_tool_call(i: int, k: int, call: dict[str, Any]) -> ToolCall:
+    fn = call.get("function")
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise ClientError(
+            f"messages[{i}].tool_calls[{k}] has no function name",
+            param=f"messages[{i}].tool_calls[{k}].function.name",
+        )
+    args = fn.get("arguments")
+    if not isinstance(args, str):  # some clients send the object itself
+        args = json.dumps(args if args is not None else {}, ensure_ascii=False)
+    extra = {key: v for key, v in call.items() if key not in ("id", "type", "function")}
+    fn_extra = {key: v for key, v in fn.items() if key not in ("name", "arguments")}
+    if fn_extra:
+        extra["function"] = fn_extra
+    return ToolCall(str(call.get("id") or f"call_{i}_{k}"), fn["name"], args, extra=extra)
+
+
+def _decode_block(i: int, j: int, block: Any, notes: Notes) -> Part:
+    if isinstance(block, str):  # seen from hand-written clients: a bare string in the array
+        return Text(block)
+    if not isinstance(block, dict):
+        raise UnsupportedShape(f"messages[{i}].content[{j}] is not an object")
+    kind = block.get("type")
+    rest = {k: v for k, v in block.items() if k not in ("type", kind)}
+    match kind:
+        case "text" if isinstance(block.get("text"), str):
+            return Text(block["text"], extra={k: v for k, v in rest.items() if k != "text"})
+        case "image_url" if isinstance(block.get("image_url"), dict | str):
+            ref = block["image_url"]
+            if isinstance(ref, str):
+                return Image(ref)
+            return Image(str(ref.get("url", "")), detail=ref.get("detail"))
+        case "image" if isinstance(block.get("source"), dict):  # Anthropic-style image block
+            notes["Anthropic image blocks → image_url"] += 1
+            return Image(_image_source_url(block["source"]))
+        case "tool_use":
+            notes["tool_use blocks → tool_calls"] += 1
+            name = block.get("name")
+            if not isinstance(name, str) or not name:
+                raise ClientError(
+                    f"messages[{i}].content[{j}] is a tool_use block without a name",
+                    param=f"messages[{i}].content[{j}].name",
+                )
+            args = block.get("input", {})
+            return ToolCall(
+                str(block.get("id") or f"toolu_{i}_{j}"),
+                name,
+                args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+            )
+        case "tool_result":
+            notes["tool_result blocks → tool messages"] += 1
+            raw = block.get("content")
+            content: str | tuple[Part, ...]
+            if raw is None:
+                content = ""
+            elif isinstance(raw, str):
+                content = raw
+            elif isinstance(raw, list):
+                content = tuple(_decode_block(i, j, b, notes) for b in raw)
+            else:
+                content = json.dumps(raw, ensure_ascii=False)
+            return ToolResult(
+                str(block.get("tool_use_id", "")), content, is_error=bool(block.get("is_error"))
+            )
+        case "thinking":
+            notes["thinking blocks → reasoning_content"] += 1
+            sig = block.get("signature")
+            return Thinking(str(block.get("thinking", "")), signature=sig if sig else None)
+        case "redacted_thinking":
+            notes["redacted_thinking blocks kept aside"] += 1
+            return Thinking(str(block.get("data", "")), redacted=True)
+        case _:
+            return Opaque(NAME, block)
+
+
+def _image_source_url(source: dict[str, Any]) -> str:
+    if source.get("type") == "base64":
+        return f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
+    return str(source.get("url", ""))
+
+
+def _decode_tools(tools: list[Any], notes: Notes) -> tuple[Tool | OpaqueTool, ...]:
+    out: list[Tool | OpaqueTool] = []
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict):
+            raise ClientError(f"tools[{i}] is not an object", param=f"tools[{i}]")
+        kind = t.get("type")
+        fn = t.get("function")
+        if kind == "function" and isinstance(fn, dict):
+            name = fn.get("name")
+            if not isinstance(name, str) or not name:
+                raise ClientError(f"tools[{i}] has no name", param=f"tools[{i}].function.name")
+            extra: JSON = {}
+            fn_extra = {
+                k: v
+                for k, v in fn.items()
+                if k not in ("name", "description", "parameters", "strict")
+            }
+            tool_extra = {k: v for k, v in t.items() if k not in ("type", "function")}
+            if fn_extra:
+                extra["function"] = fn_extra
+            if tool_extra:
+                extra["tool"] = tool_extra
+            out.append(
+                Tool(
+                    name,
+                    fn.get("description"),
+                    _parameters(fn.get("parameters")),
+                    strict=fn.get("strict"),
+                    extra=extra,
+                )
+            )
+            continue
+        name = t.get("name")
+        if kind is not None and isinstance(t.get(kind), dict):
+            # OpenAI's nested non-function tools (e.g. {"type": "custom", "custom": {...}}):
+            # only an OpenAI upstream can carry them, so they stay opaque.
+            inner_name = t[kind].get("name")
+            out.append(
+                OpaqueTool(NAME, inner_name if isinstance(inner_name, str) else None, kind, t)
+            )
+            continue
+        if not isinstance(name, str) or not name:
+            raise ClientError(f"tools[{i}] has no name", param=f"tools[{i}].name")
+        if kind not in _FUNCTION_TOOL_TYPES:
+            raise ClientError(
+                f"tool '{name}' has type '{kind}', a server tool that an OpenAI-compatible "
+                "upstream cannot run; remove it from the request",
+                param=f"tools[{i}].type",
+                code="unsupported_tool",
+            )
+        # Cursor's flat Anthropic-style tool, or the Responses API's flat function tool.
+        notes["flat tools → OpenAI"] += 1
+        schema = t.get("input_schema", t.get("parameters"))
+        out.append(Tool(name, t.get("description"), _parameters(schema), strict=t.get("strict")))
+    return tuple(out)
+
+
+def _parameters(schema: Any) -> JSON:
+    if isinstance(schema, dict):
+        return schema
+    return {"type": "object", "properties": {}}
+
+
+def _decode_tool_choice(raw: str | dict[str, Any], notes: Notes) -> ToolChoice | None:
+    if isinstance(raw, str):
+        match raw:
+            case "auto" | "none" | "required":
+                return ToolChoice(raw)
+            case "any":
+                notes["Anthropic tool_choice → OpenAI"] += 1
+                return ToolChoice("required")
+        raise ClientError(
+            f"tool_choice '{raw}' is not one of auto, none, required", param="tool_choice"
+        )
+    kind = raw.get("type")
+    disable = raw.get("disable_parallel_tool_use")
+    disable_parallel = bool(disable) if disable is not None else None
+    fn = raw.get("function")
+    if kind == "function" and isinstance(fn, dict) and isinstance(fn.get("name"), str):
+        return ToolChoice("tool", fn["name"])
+    mode: Literal["auto", "none", "required", "tool"]
+    match kind:
+        case "auto":
+            mode = "auto"
+        case "any":
+            mode = "required"
+        case "none":
+            mode = "none"
+        case "tool" if isinstance(raw.get("name"), str):
+            notes["Anthropic tool_choice → OpenAI"] += 1
+            return ToolChoice("tool", raw["name"], disable_parallel=disable_parallel)
+        case "tool":
+            raise ClientError("tool_choice of type 'tool' needs a name", param="tool_choice.name")
+        case _:
+            return None
+    notes["Anthropic tool_choice → OpenAI"] += 1
+    return ToolChoice(mode, disable_parallel=disable_parallel)
+
+
+# --------------------------------------------------------------------------- encode
+
+
+def encode_request(req: Request, notes: Notes) -> JSON:
+    body: JSON = {"model": req.model, "messages": _encode_messages(req.messages)}
+    if req.origin == NAME:
+        body.update(req.extra)
+    if req.tools is not None:
+        body["tools"] = [_encode_tool(t) for t in req.tools]
+    if req.tool_choice is not None:
+        body["tool_choice"] = _encode_tool_choice(req.tool_choice)
+        if req.tool_choice.disable_parallel and "parallel_tool_calls" not in body:
+            body["parallel_tool_calls"] = False
+    if req.stream:
+        body["stream"] = True
+    return body
+
+
+def _encode_tool(t: Tool | OpaqueTool) -> JSON:
+    if isinstance(t, OpaqueTool):
+        if t.origin == NAME:
+            return t.data
+        raise ClientError(f"tool '{t.name}' of type '{t.type}' cannot be sent to this upstream")
+    fn: JSON = {"name": t.name}
+    if t.description is not None:
+        fn["description"] = t.description
+    fn["parameters"] = t.parameters
+    if t.strict is not None:
+        fn["strict"] = t.strict
+    fn.update(t.extra.get("function", {}))
+    out: JSON = {"type": "function", "function": fn}
+    out.update(t.extra.get("tool", {}))
+    return out
+
+
+def _encode_tool_choice(c: ToolChoice) -> str | JSON:
+    if c.mode == "tool":
+        return {"type": "function", "function": {"name": c.name}}
+    return c.mode
+
+
+def _encode_messages(messages: tuple[Message, ...]) -> list[JSON]:
+    out: list[JSON] = []
+    for m in messages:
+        if m.role == "tool" or any(isinstance(p, ToolResult) for p in m.parts):
+            out.extend(_encode_tool_results(m))
+        elif m.role == "assistant":
+            out.append(_encode_assistant(m))
+        else:
+            msg: JSON = {"role": m.role, "content": _encode_content(m.parts, m.string_content)}
+            msg.update(m.extra)
+            out.append(msg)
+    return out
+
+
+def _encode_assistant(m: Message) -> JSON:
+    content = [p for p in m.parts if not isinstance(p, ToolCall | Thinking)]
+    calls = [p for p in m.parts if isinstance(p, ToolCall)]
+    thinking = [p.text for p in m.parts if isinstance(p, Thinking) and not p.redacted]
+    msg: JSON = {"role": "assistant"}
+    if not content:
+        msg["content"] = None if calls else ""
+    else:
+        msg["content"] = _encode_content(tuple(content), m.string_content)
+    if thinking:
+        msg["reasoning_content"] = "".join(thinking)
+    if calls:
+        msg["tool_calls"] = [_encode_tool_call(c) for c in calls]
+    msg.update(m.extra)
+    return msg
+
+
+def _encode_tool_call(c: ToolCall) -> JSON:
+    fn: JSON = {"name": c.name, "arguments": c.arguments}
+    fn.update(c.extra.get("function", {}))
+    out: JSON = {"id": c.id, "type": "function", "function": fn}
+    out.update({k: v for k, v in c.extra.items() if k != "function"})
+    return out
+
+
+def _encode_tool_results(m: Message) -> list[JSON]:
+    """Tool results become ``tool`` messages; the message's other parts follow as one user turn."""
+    out: list[JSON] = []
+    rest: list[Part] = []
+    for p in m.parts:
+        if not isinstance(p, ToolResult):
+            rest.append(p)
+            continue
+        content: str | list[JSON]
+        if isinstance(p.content, str):
+            content = p.content
+        elif m.role == "tool" and not m.string_content:  # a native tool message: keep its array
+            content = [_encode_part(q) for q in p.content]
+        else:
+            content = "\n".join(q.text for q in p.content if isinstance(q, Text))
+            rest.extend(
+                q for q in p.content if isinstance(q, Image)
+            )  # tool messages carry no images
+        if content == "" or content == []:
+            content = EMPTY_RESULT
+        if p.is_error and isinstance(content, str) and m.role != "tool":
+            content = f"[tool error] {content}"
+        msg: JSON = {"role": "tool", "tool_call_id": p.tool_call_id, "content": content}
+        if p.name is not None:
+            msg["name"] = p.name
+        if m.role == "tool":
+            msg.update(m.extra)
+        out.append(msg)
+    if rest:
+        user: JSON = {"role": "user", "content": _encode_content(tuple(rest), False)}
+        if m.role != "tool":
+            user.update(m.extra)
+        out.append(user)
+    return out
+
+
+def _encode_content(parts: tuple[Part, ...], string_content: bool) -> str | list[JSON] | None:
+    if string_content and all(isinstance(p, Text) and not p.extra for p in parts):
+        return "".join(p.text for p in parts if isinstance(p, Text))
+    return [_encode_part(p) for p in parts]
+
+
+def _encode_part(p: Part) -> JSON:
+    match p:
+        case Text():
+            return {"type": "text", "text": p.text, **p.extra}
+        case Image():
+            ref: JSON = {"url": p.url}
+            if p.detail is not None:
+                ref["detail"] = p.detail
+            return {"type": "image_url", "image_url": ref, **p.extra}
+        case Opaque():
+            return p.data
+        case Thinking():
+            return {"type": "text", "text": p.text}
+        case ToolCall() | ToolResult():
+            raise AssertionError(f"{p.kind} parts are encoded by their message")

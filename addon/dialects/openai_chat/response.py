@@ -1,0 +1,170 @@
+"""OpenAI ``chat.completion`` objects (non-streamed answers) and errors ↔ unified.
+
+Contract: JSON in, ``Response`` out and back. Only the first choice is
+modelled; an answer with several choices (``n > 1``) raises
+``UnsupportedShape`` and is passed through untouched. Fields not modelled are
+kept per level (top, choice, message) and written back for OpenAI clients.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from addon.model import (
+    JSON,
+    ClientError,
+    FinishReason,
+    Part,
+    Response,
+    Text,
+    Thinking,
+    ToolCall,
+    UnsupportedShape,
+    Usage,
+)
+
+from .request import NAME
+
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+    "error": "error",
+}
+_TOP = frozenset({"id", "model", "created", "choices", "usage"})
+_CHOICE = frozenset({"index", "message", "finish_reason"})
+_MESSAGE = frozenset({"role", "content", "tool_calls", "reasoning_content"})
+
+
+def finish_reason(raw: str) -> FinishReason:
+    return _FINISH.get(raw, "other")
+
+
+def decode_usage(raw: JSON) -> Usage:
+    def num(key: str) -> int | None:
+        v = raw.get(key)
+        return v if isinstance(v, int) else None
+
+    return Usage(
+        input_tokens=num("prompt_tokens"),
+        output_tokens=num("completion_tokens"),
+        total_tokens=num("total_tokens"),
+        origin=NAME,
+        raw=raw,
+    )
+
+
+def encode_usage(u: Usage) -> JSON:
+    if u.origin == NAME and u.raw:
+        return u.raw
+    out: JSON = {"prompt_tokens": u.input_tokens or 0, "completion_tokens": u.output_tokens or 0}
+    out["total_tokens"] = (
+        u.total_tokens
+        if u.total_tokens is not None
+        else out["prompt_tokens"] + out["completion_tokens"]
+    )
+    return out
+
+
+def decode_response(body: JSON) -> Response:
+    choices = body.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        raise UnsupportedShape("not a single-choice chat.completion")
+    choice: JSON = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise UnsupportedShape("chat.completion choice without a message")
+    parts: list[Part] = []
+    reasoning = message.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        parts.append(Thinking(reasoning))
+    content = message.get("content")
+    if isinstance(content, str) and content:
+        parts.append(Text(content))
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        args = fn.get("arguments", "")
+        parts.append(
+            ToolCall(
+                str(call.get("id", "")),
+                str(fn.get("name", "")),
+                args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+                extra={k: v for k, v in call.items() if k not in ("id", "type", "function")},
+            )
+        )
+    raw_finish = choice.get("finish_reason")
+    usage = body.get("usage")
+    created = body.get("created")
+    return Response(
+        origin=NAME,
+        id=body.get("id"),
+        model=body.get("model"),
+        parts=tuple(parts),
+        finish=finish_reason(raw_finish) if isinstance(raw_finish, str) else None,
+        finish_raw=raw_finish if isinstance(raw_finish, str) else None,
+        usage=decode_usage(usage) if isinstance(usage, dict) else None,
+        created=created if isinstance(created, int) else None,
+        extra={
+            "top": {k: v for k, v in body.items() if k not in _TOP},
+            "choice": {k: v for k, v in choice.items() if k not in _CHOICE},
+            "message": {k: v for k, v in message.items() if k not in _MESSAGE},
+            "content_null": content is None,
+        },
+    )
+
+
+def encode_response(r: Response) -> JSON:
+    same = r.origin == NAME
+    extra: dict[str, Any] = r.extra if same else {}
+    text = "".join(p.text for p in r.parts if isinstance(p, Text))
+    calls = [p for p in r.parts if isinstance(p, ToolCall)]
+    thinking = "".join(p.text for p in r.parts if isinstance(p, Thinking) and not p.redacted)
+    message: JSON = {"role": "assistant"}
+    message["content"] = None if not text and (calls or extra.get("content_null")) else text
+    if thinking:
+        message["reasoning_content"] = thinking
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+                **(c.extra if same else {}),
+            }
+            for c in calls
+        ]
+    message.update(extra.get("message", {}))
+    choice: JSON = {"index": 0, "message": message}
+    choice.update(extra.get("choice", {}))
+    choice["finish_reason"] = (r.finish_raw if same else None) or _encode_finish(r.finish)
+    body: JSON = {
+        "id": r.id or "chatcmpl-bridge",
+        "object": "chat.completion",
+        "created": r.created or 0,
+        "model": r.model or "",
+    }
+    body.update(extra.get("top", {}))
+    body["choices"] = [choice]
+    if r.usage is not None:
+        body["usage"] = encode_usage(r.usage)
+    return body
+
+
+def _encode_finish(reason: FinishReason | None) -> str | None:
+    if reason is None:
+        return None
+    return "stop" if reason in ("other", "error") else reason
+
+
+def encode_error(err: ClientError) -> JSON:
+    return {
+        "error": {
+            "message": err.message,
+            "type": "invalid_request_error",
+            "param": err.param,
+            "code": err.code,
+        }
+    }

@@ -1,0 +1,298 @@
+"""OpenAI ``chat.completion.chunk`` streams ↔ unified stream events.
+
+Contract: the decoder takes the ``data`` of one SSE event at a time and returns
+unified events; the encoder takes unified events and returns ``(event, data)``
+pairs for the SSE encoder. Neither sees bytes, lines or sockets.
+
+Fidelity for OpenAI → OpenAI: the envelope (``id``, ``created``, ``model``,
+``system_fingerprint``) is stamped on every chunk, and the fields of a source
+chunk that are not modelled (chunk, choice and delta level, e.g. ``logprobs``,
+``usage: null``, ``obfuscation``) ride on the first event made from that chunk,
+so the client gets them back. Tool-call argument fragments are never merged or
+re-split. Only choice 0 is modelled: ``n > 1`` raises ``UnsupportedShape`` and
+the stream is passed through from there on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from addon.model import (
+    JSON,
+    Event,
+    Finish,
+    MessageStart,
+    RawEvent,
+    StreamEnd,
+    StreamError,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    UnsupportedShape,
+    UsageEvent,
+)
+
+from .request import NAME
+from .response import decode_usage, encode_usage, finish_reason
+
+_ENVELOPE = ("id", "object", "created", "model", "system_fingerprint")
+_CHOICE_KNOWN = frozenset({"index", "delta", "finish_reason"})
+_DELTA_KNOWN = frozenset({"role", "content", "tool_calls", "reasoning_content", "reasoning"})
+_NO_EXTRA: JSON = {}
+
+
+class OpenAIChatStreamDecoder:
+    def __init__(self) -> None:
+        self._started = False
+        self._envelope: JSON = {}
+        self._calls: dict[int, str] = {}  # wire index -> id, for calls already started
+        self._last_index: int | None = None
+        self._finished = False
+
+    def feed(self, data: str, event: str | None) -> list[Event]:
+        if data == "[DONE]":
+            return [*self._end_calls(), StreamEnd()]
+        try:
+            chunk = json.loads(data)
+        except ValueError as e:
+            raise UnsupportedShape(f"chunk is not JSON: {data[:60]!r}") from e
+        if not isinstance(chunk, dict):
+            raise UnsupportedShape("chunk is not a JSON object")
+        if "error" in chunk and "choices" not in chunk:
+            err = chunk["error"]
+            message = err.get("message") if isinstance(err, dict) else str(err)
+            kind = err.get("type") if isinstance(err, dict) else None
+            return [StreamError(str(message), kind, origin=NAME, raw=chunk)]
+        out: list[Event] = []
+        chunk_extra = {
+            k: v for k, v in chunk.items() if k not in ("choices", "usage") and k not in _ENVELOPE
+        }
+        if chunk.get("usage") is None and "usage" in chunk:
+            chunk_extra["usage"] = None
+        if not self._started:
+            self._started = True
+            self._envelope = {k: chunk[k] for k in _ENVELOPE if k in chunk}
+            out.append(
+                MessageStart(
+                    NAME,
+                    id=chunk.get("id"),
+                    model=chunk.get("model"),
+                    created=chunk.get("created"),
+                    envelope=self._envelope,
+                )
+            )
+        else:
+            # Some gateways change the envelope mid-stream; keep what they sent.
+            for k in _ENVELOPE:
+                if k in chunk and chunk[k] != self._envelope.get(k):
+                    chunk_extra[k] = chunk[k]
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise UnsupportedShape("chunk choices is not a list")
+        choice_extra: JSON = {}
+        delta_extra: JSON = {}
+        for choice in choices:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                raise UnsupportedShape("chunk with more than one choice (n > 1)")
+            choice_extra = {k: v for k, v in choice.items() if k not in _CHOICE_KNOWN}
+            delta = choice.get("delta") or {}
+            delta_extra = {k: v for k, v in delta.items() if k not in _DELTA_KNOWN}
+            self._decode_delta(delta, out)
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str):
+                out.extend(self._end_calls())
+                out.append(Finish(finish_reason(reason), raw=reason))
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            out.append(UsageEvent(decode_usage(usage)))
+        extra: JSON = {}
+        if chunk_extra:
+            extra["chunk"] = chunk_extra
+        if choice_extra:
+            extra["choice"] = choice_extra
+        if delta_extra:
+            extra["delta"] = delta_extra
+        if not out:
+            # Nothing the model understands (empty deltas, keep-alives, provider notes).
+            return [RawEvent(NAME, chunk)] if extra or not choices else []
+        if extra:
+            for i, event in enumerate(out):
+                if not isinstance(event, ToolCallEnd):
+                    out[i] = _with_extra(event, extra)
+                    break
+        return out
+
+    def _decode_delta(self, delta: JSON, out: list[Event]) -> None:
+        for key in ("reasoning_content", "reasoning"):  # DeepSeek/Grok; OpenRouter/vLLM
+            text = delta.get(key)
+            if isinstance(text, str) and text:
+                out.append(
+                    ThinkingDelta(
+                        text, extra={"field": key} if key != "reasoning_content" else _NO_EXTRA
+                    )
+                )
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            out.append(TextDelta(content))
+        for pos, call in enumerate(delta.get("tool_calls") or []):
+            if isinstance(call, dict):
+                self._decode_call(pos, call, out)
+
+    def _decode_call(self, pos: int, call: JSON, out: list[Event]) -> None:
+        index = call.get("index")
+        if not isinstance(index, int):
+            # Some providers omit the index: a new id starts a call, otherwise continue the last.
+            if call.get("id") and call["id"] not in self._calls.values():
+                index = len(self._calls) + pos
+            else:
+                index = self._last_index if self._last_index is not None else pos
+        self._last_index = index
+        fn = call.get("function") or {}
+        args = fn.get("arguments")
+        if not isinstance(args, str):
+            args = "" if args is None else json.dumps(args, ensure_ascii=False)
+        call_extra = {k: v for k, v in call.items() if k not in ("index", "id", "type", "function")}
+        if index not in self._calls:
+            call_id = str(call.get("id") or f"call_{index}")
+            self._calls[index] = call_id
+            out.append(
+                ToolCallStart(index, call_id, str(fn.get("name") or ""), args, extra=call_extra)
+            )
+        elif args:
+            # GLM repeats "type" and an empty name on follow-up fragments: both are ignored.
+            out.append(ToolCallArgsDelta(index, args, extra=call_extra))
+
+    def _end_calls(self) -> list[Event]:
+        ended: list[Event] = [ToolCallEnd(i) for i in self._calls]
+        self._calls = {}
+        return ended
+
+    def finish(self) -> list[Event]:
+        if self._finished:
+            return []
+        self._finished = True
+        return self._end_calls()
+
+
+def _with_extra(event: Event, extra: JSON) -> Event:
+    """A copy of ``event`` with the wire extras of its source chunk attached."""
+    if isinstance(event, ToolCallEnd | StreamEnd | RawEvent | StreamError):
+        return event
+    return dataclasses.replace(event, extra={**event.extra, "wire": extra})
+
+
+class OpenAIChatStreamEncoder:
+    """Unified events → ``chat.completion.chunk`` payloads (and the final ``[DONE]``)."""
+
+    def __init__(self) -> None:
+        self._envelope: JSON = {
+            "id": "chatcmpl-bridge",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "",
+        }
+        self._same = False
+        self._done = False
+        self._started = False
+
+    def _chunk(self, delta: JSON | None, extra: JSON, finish: str | None = None) -> str:
+        wire: JSON = extra.get("wire", _NO_EXTRA) if self._same else _NO_EXTRA
+        chunk: JSON = dict(self._envelope)
+        if wire:
+            chunk.update(wire.get("chunk", _NO_EXTRA))
+        if delta is None:
+            chunk["choices"] = []
+        else:
+            if wire:
+                delta.update(wire.get("delta", _NO_EXTRA))
+            choice: JSON = {"index": 0, "delta": delta}
+            if wire:
+                choice.update(wire.get("choice", _NO_EXTRA))
+            choice["finish_reason"] = finish
+            chunk["choices"] = [choice]
+        return json.dumps(chunk, ensure_ascii=False, separators=(",", ":"))
+
+    def feed(self, event: Event) -> list[tuple[str | None, str]]:
+        match event:
+            case MessageStart():
+                self._same = event.origin == NAME
+                if self._same:
+                    self._envelope = {**self._envelope, **event.envelope}
+                else:
+                    self._envelope["id"] = _chat_id(event.id)
+                    self._envelope["model"] = event.model or ""
+                    self._envelope["created"] = event.created or 0
+                self._started = True
+                return [(None, self._chunk({"role": "assistant"}, event.extra))]
+            case TextDelta():
+                return [(None, self._chunk({"content": event.text}, event.extra))]
+            case ThinkingDelta():
+                field = (
+                    event.extra.get("field", "reasoning_content")
+                    if self._same
+                    else "reasoning_content"
+                )
+                return [(None, self._chunk({field: event.text}, event.extra))]
+            case ToolCallStart():
+                call = {
+                    "index": event.index,
+                    "id": event.id,
+                    "type": "function",
+                    "function": {"name": event.name, "arguments": event.arguments},
+                }
+                if self._same:
+                    call.update({k: v for k, v in event.extra.items() if k != "wire"})
+                return [(None, self._chunk({"tool_calls": [call]}, event.extra))]
+            case ToolCallArgsDelta():
+                call = {"index": event.index, "function": {"arguments": event.delta}}
+                if self._same:
+                    call.update({k: v for k, v in event.extra.items() if k != "wire"})
+                return [(None, self._chunk({"tool_calls": [call]}, event.extra))]
+            case ToolCallEnd():
+                return []
+            case Finish():
+                reason = event.raw if self._same and event.raw else _finish_str(event.reason)
+                return [(None, self._chunk({}, event.extra, finish=reason))]
+            case UsageEvent():
+                chunk = dict(self._envelope)
+                wire = event.extra.get("wire", _NO_EXTRA) if self._same else _NO_EXTRA
+                chunk.update(wire.get("chunk", _NO_EXTRA))
+                chunk["choices"] = []
+                chunk["usage"] = encode_usage(event.usage)
+                return [(None, json.dumps(chunk, ensure_ascii=False, separators=(",", ":")))]
+            case StreamError():
+                body = (
+                    event.raw
+                    if event.origin == NAME and event.raw
+                    else {
+                        "error": {"message": event.message, "type": event.type or "upstream_error"}
+                    }
+                )
+                return [(None, json.dumps(body, ensure_ascii=False, separators=(",", ":")))]
+            case RawEvent():
+                if event.origin == NAME:
+                    return [
+                        (None, json.dumps(event.data, ensure_ascii=False, separators=(",", ":")))
+                    ]
+                return []
+            case StreamEnd():
+                return self.finish()
+
+    def finish(self) -> list[tuple[str | None, str]]:
+        if self._done:
+            return []
+        self._done = True
+        return [(None, "[DONE]")]
+
+
+def _finish_str(reason: str) -> str:
+    return "stop" if reason in ("other", "error") else reason
+
+
+def _chat_id(upstream_id: str | None) -> str:
+    if not upstream_id:
+        return "chatcmpl-bridge"
+    return upstream_id if upstream_id.startswith("chatcmpl-") else f"chatcmpl-{upstream_id}"

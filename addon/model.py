@@ -1,0 +1,337 @@
+"""The unified conversation: what every dialect decodes into and encodes from.
+
+Contract: plain data only. Nothing here knows a wire format, mitmproxy,
+sockets or asyncio. N client dialects and M upstream dialects meet here, so the
+project needs N + M codecs instead of N x M converters.
+
+Wire fields a codec does not model are kept in ``extra`` dicts together with
+the name of the dialect they came from (``origin``): an encoder of the same
+dialect puts them back, an encoder of another dialect ignores them. That is how
+an OpenAI -> OpenAI route keeps ``system_fingerprint``, ``logprobs`` or a
+provider's own fields without the model having to know them.
+
+Parts and events are frozen dataclasses with slots: they are created once per
+stream delta, so they must be cheap (pydantic is used for wire shapes and
+configuration, where validation is the point).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+type JSON = dict[str, Any]
+"""A decoded JSON object."""
+
+type Notes = Counter[str]
+"""What codecs and transforms changed, counted by description: shown in mitmweb's flow comment."""
+
+
+# --------------------------------------------------------------------------- parts
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """Visible text."""
+
+    text: str
+    extra: JSON = field(default_factory=dict)
+    """Unmodelled fields of the wire part (e.g. ``cache_control``)."""
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """An image, as a URL (``https:`` or ``data:`` URL)."""
+
+    url: str
+    detail: str | None = None
+    """OpenAI's ``detail`` hint (``low`` / ``high`` / ``auto``), when given."""
+    extra: JSON = field(default_factory=dict)
+    kind: Literal["image"] = "image"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call the assistant made."""
+
+    id: str
+    name: str
+    arguments: str
+    """The arguments as JSON text, exactly as the model produced them."""
+    extra: JSON = field(default_factory=dict)
+    kind: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """The result of one tool call, sent back by the client."""
+
+    tool_call_id: str
+    content: str | tuple[Part, ...]
+    """A string, or parts (text, images) when the client sent blocks."""
+    name: str | None = None
+    """The tool's name, when the client says it (OpenAI's ``name`` on tool messages)."""
+    is_error: bool = False
+    extra: JSON = field(default_factory=dict)
+    kind: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(frozen=True, slots=True)
+class Thinking:
+    """The model's reasoning, possibly with a provider signature."""
+
+    text: str
+    signature: str | None = None
+    """Anthropic/Gemini signature proving the reasoning is the model's own; kept, never invented."""
+    redacted: bool = False
+    """Anthropic ``redacted_thinking``: ``text`` holds the opaque ``data``."""
+    extra: JSON = field(default_factory=dict)
+    kind: Literal["thinking"] = "thinking"
+
+
+@dataclass(frozen=True, slots=True)
+class Opaque:
+    """A wire part the unified model does not understand, kept verbatim for its dialect."""
+
+    origin: str
+    """The dialect the part came from; only that dialect's encoder re-emits it."""
+    data: JSON
+    kind: Literal["opaque"] = "opaque"
+
+
+type Part = Text | Image | ToolCall | ToolResult | Thinking | Opaque
+
+type Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One turn of the conversation."""
+
+    role: Role
+    parts: tuple[Part, ...]
+    string_content: bool = False
+    """The content arrived as a plain string; encode it as one again where possible."""
+    extra: JSON = field(default_factory=dict)
+    """Unmodelled message fields (``name``, provider extras)."""
+
+
+# --------------------------------------------------------------------------- tools
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A function the model may call."""
+
+    name: str
+    description: str | None
+    parameters: JSON
+    """JSON Schema of the arguments object."""
+    strict: bool | None = None
+    extra: JSON = field(default_factory=dict)
+    """Unmodelled fields of the function definition."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueTool:
+    """A tool of a kind only its own dialect can carry (e.g. OpenAI ``custom`` tools)."""
+
+    origin: str
+    name: str | None
+    type: str
+    data: JSON
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChoice:
+    """Whether and which tool the model must call."""
+
+    mode: Literal["auto", "none", "required", "tool"]
+    name: str | None = None
+    """The tool to call when ``mode == "tool"``."""
+    disable_parallel: bool | None = None
+    """Anthropic's ``disable_parallel_tool_use``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A chat request in no particular dialect."""
+
+    origin: str
+    """The dialect it was decoded from; ``extra`` belongs to that dialect."""
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[Tool | OpaqueTool, ...] | None = None
+    tool_choice: ToolChoice | None = None
+    stream: bool = False
+    extra: JSON = field(default_factory=dict)
+    """Top-level fields no codec models (temperature, stream_options, user, provider extras)."""
+
+
+# --------------------------------------------------------------------------- settings
+
+type SchemaProfile = Literal["none", "strict"]
+"""How tool parameter schemas are cleaned for the upstream (see ``addon.transforms.schema``)."""
+SCHEMA_PROFILES: tuple[SchemaProfile, ...] = ("none", "strict")
+
+type ToolMode = Literal["native"]
+"""How tools reach the upstream: ``native`` = the upstream's own tool calling."""
+TOOL_MODES: tuple[ToolMode, ...] = ("native",)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ClientError(Exception):
+    """A mistake in the client's request that the proxy answers itself (no upstream call)."""
+
+    def __init__(
+        self, message: str, *, param: str | None = None, code: str | None = None, status: int = 400
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+        self.status = status
+
+
+class UnsupportedShape(Exception):
+    """A body or event we cannot read: the caller passes the original through untouched."""
+
+
+# --------------------------------------------------------------------------- responses
+
+type FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "error", "other"]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts; ``raw`` is the upstream's own usage object when ``origin`` matches."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    origin: str = ""
+    raw: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A whole (non-streamed) answer."""
+
+    origin: str
+    id: str | None
+    model: str | None
+    parts: tuple[Part, ...]
+    finish: FinishReason | None
+    finish_raw: str | None = None
+    """The upstream's own finish reason string."""
+    usage: Usage | None = None
+    created: int | None = None
+    extra: JSON = field(default_factory=dict)
+    """Unmodelled fields by level, e.g. ``{"top": {...}, "choice": {...}, "message": {...}}``."""
+
+
+# --------------------------------------------------------------------------- stream events
+
+
+@dataclass(frozen=True, slots=True)
+class MessageStart:
+    """The answer begins; carries the envelope every later chunk repeats."""
+
+    origin: str
+    id: str | None = None
+    model: str | None = None
+    created: int | None = None
+    envelope: JSON = field(default_factory=dict)
+    """Envelope fields of ``origin`` repeated on every chunk (e.g. ``system_fingerprint``)."""
+    extra: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+    extra: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingDelta:
+    text: str
+    signature: str | None = None
+    """A signature for the thinking so far (Anthropic ``signature_delta``)."""
+    extra: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStart:
+    index: int
+    """Position of the call in this answer, as the upstream numbered it."""
+    id: str
+    name: str
+    arguments: str = ""
+    """A first fragment of the arguments that arrived together with the start."""
+    extra: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallArgsDelta:
+    index: int
+    delta: str
+    extra: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEnd:
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class UsageEvent:
+    usage: Usage
+    extra: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    reason: FinishReason
+    raw: str | None = None
+    """The upstream's own reason string (e.g. ``tool_calls``, ``end_turn``)."""
+    extra: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamError:
+    message: str
+    type: str | None = None
+    origin: str = ""
+    raw: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RawEvent:
+    """A wire event with nothing the model understands; re-emitted only to its own dialect."""
+
+    origin: str
+    data: JSON
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """The upstream said the answer is complete (OpenAI ``[DONE]``, Anthropic ``message_stop``)."""
+
+
+type Event = (
+    MessageStart
+    | TextDelta
+    | ThinkingDelta
+    | ToolCallStart
+    | ToolCallArgsDelta
+    | ToolCallEnd
+    | UsageEvent
+    | Finish
+    | StreamError
+    | RawEvent
+    | StreamEnd
+)

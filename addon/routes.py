@@ -1,0 +1,119 @@
+"""Routes: which flows the bridge rewrites, and how.
+
+Contract: parse and validate a routes file (TOML, checked by pydantic; an error
+names the bad key), build the built-in default route, and match a request's
+host, path and method to the first route that fits. No mitmproxy here: the
+shell passes plain strings.
+
+A routes file::
+
+    [[routes]]
+    name = "cursor"                    # shown in logs and mitmweb comments
+    host = "*.example.com"             # glob over the request host (default "*")
+    path = "*/chat/completions"        # glob over the path, query string excluded
+    methods = ["POST"]                 # default ["POST"]
+    client = "openai_chat"             # dialect the client speaks
+    upstream = "openai_chat"           # dialect the upstream speaks
+    tool_mode = "native"               # default: the bridge_tool_mode option
+    schema = "strict"                  # default: the bridge_schema option
+    upstream_path = "/v1/chat/completions"   # optional: rewrite the path sent upstream
+"""
+
+from __future__ import annotations
+
+import tomllib
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from addon.model import SchemaProfile, ToolMode
+
+type DialectName = Literal["openai_chat"]
+
+
+class RoutesError(ValueError):
+    """A routes file that cannot be used; the message names the file and the key."""
+
+
+class Route(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str
+    host: str = "*"
+    path: str = "*/chat/completions"
+    methods: tuple[str, ...] = ("POST",)
+    client: DialectName = "openai_chat"
+    upstream: DialectName = "openai_chat"
+    tool_mode: ToolMode | None = None
+    schema_profile: SchemaProfile | None = Field(default=None, alias="schema")
+    upstream_path: str | None = None
+
+    @field_validator("methods")
+    @classmethod
+    def _upper(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(m.upper() for m in v)
+
+    @field_validator("upstream_path")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise ValueError("must start with '/'")
+        return v
+
+    def matches(self, host: str, path: str, method: str) -> bool:
+        return (
+            method.upper() in self.methods
+            and fnmatchcase(host.lower(), self.host.lower())
+            and fnmatchcase(path.split("?", 1)[0], self.path)
+        )
+
+
+class _RoutesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    routes: list[Route] = Field(min_length=1)
+
+
+DEFAULT_ROUTES: tuple[Route, ...] = (Route(name="default"),)
+"""POST …/chat/completions on any host, OpenAI client and upstream."""
+
+
+def load_routes(path: str | Path) -> tuple[Route, ...]:
+    p = Path(path).expanduser()
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise RoutesError(f"routes file '{p}': cannot read it: {e.strerror or e}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise RoutesError(f"routes file '{p}': not valid TOML: {e}") from e
+    try:
+        parsed = _RoutesFile.model_validate(data)
+    except ValidationError as e:
+        raise RoutesError(f"routes file '{p}': {_describe(e)}") from e
+    names = [r.name for r in parsed.routes]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise RoutesError(f"routes file '{p}': route names must be unique: {', '.join(dupes)}")
+    return tuple(parsed.routes)
+
+
+def match(routes: tuple[Route, ...], host: str, path: str, method: str) -> Route | None:
+    for route in routes:
+        if route.matches(host, path, method):
+            return route
+    return None
+
+
+def _describe(e: ValidationError) -> str:
+    problems = []
+    for err in e.errors():
+        where = ""
+        for part in err["loc"]:
+            where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+        got = (
+            f" (got {err['input']!r})" if err["type"] not in ("missing", "extra_forbidden") else ""
+        )
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        problems.append(f"{where or 'top level'}: {msg}{got}")
+    return "; ".join(problems)
