@@ -42,9 +42,7 @@ def as_sse(name: str) -> bytes:
     return b"".join(f"data: {line}\n\n".encode() for line in [*lines, "[DONE]"])
 
 
-OPENAI_STREAMS = [
-    n for n in fixture_names("openai-chat-") if n.endswith((".sse", ".chunks.txt"))
-]
+OPENAI_STREAMS = [n for n in fixture_names("openai-chat-") if n.endswith((".sse", ".chunks.txt"))]
 
 
 def cursor_byok_body() -> dict[str, Any]:
@@ -54,8 +52,10 @@ def cursor_byok_body() -> dict[str, Any]:
     were replaced by ``{"_redacted": true, "type": ...}`` placeholders; both are
     undone here the least inventive way (a closing brace, short texts).
     """
-    text = read("cursor-byok-chat-completions-request-tool_calls-and-tool-message."
-                "TencentDB-Agent-Memory.EXCERPT.json.txt").decode()
+    text = read(
+        "cursor-byok-chat-completions-request-tool_calls-and-tool-message."
+        "TencentDB-Agent-Memory.EXCERPT.json.txt"
+    ).decode()
     text = text.rstrip().rstrip(",") + "\n}}"
     body: dict[str, Any] = json.loads(text)["body"]
     for message in body["messages"]:
@@ -63,8 +63,6 @@ def cursor_byok_body() -> dict[str, Any]:
         if isinstance(content, dict) and content.get("_redacted"):
             placeholder = f"(redacted {content['length']} {content['type']})"
             message["content"] = (
-                placeholder
-                if content["type"] == "str"
-                else [{"type": "text", "text": placeholder}]
+                placeholder if content["type"] == "str" else [{"type": "text", "text": placeholder}]
             )
     return body

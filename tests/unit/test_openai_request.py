@@ -31,7 +31,10 @@ def test_standard_openai_body_is_unchanged() -> None:
         "model": "gpt-4o",
         "messages": [
             {"role": "system", "content": "be brief"},
-            {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}],
+            },
             {
                 "role": "assistant",
                 "content": None,
@@ -44,7 +47,12 @@ def test_standard_openai_body_is_unchanged() -> None:
         "tools": [
             {
                 "type": "function",
-                "function": {"name": "f", "description": "d", "parameters": {"type": "object"}, "strict": True},
+                "function": {
+                    "name": "f",
+                    "description": "d",
+                    "parameters": {"type": "object"},
+                    "strict": True,
+                },
             }
         ],
         "tool_choice": {"type": "function", "function": {"name": "f"}},
@@ -70,11 +78,19 @@ def test_flat_cursor_tools_become_nested_function_tools() -> None:
     assert out["tools"] == [
         {
             "type": "function",
-            "function": {"name": "Read", "description": "Read a file", "parameters": TOOL_READ["input_schema"]},
+            "function": {
+                "name": "Read",
+                "description": "Read a file",
+                "parameters": TOOL_READ["input_schema"],
+            },
         },
         {
             "type": "function",
-            "function": {"name": "Write", "description": "Read a file", "parameters": TOOL_READ["input_schema"]},
+            "function": {
+                "name": "Write",
+                "description": "Read a file",
+                "parameters": TOOL_READ["input_schema"],
+            },
         },
     ]
     assert notes["flat tools → OpenAI"] == 2
@@ -90,8 +106,18 @@ def test_tool_use_and_tool_result_history_becomes_tool_calls_and_tool_messages()
                 "content": [
                     {"type": "thinking", "thinking": "two reads", "signature": "sig-1"},
                     {"type": "text", "text": "Reading."},
-                    {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "a.txt"}},
-                    {"type": "tool_use", "id": "toolu_2", "name": "Read", "input": {"path": "b.txt"}},
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_1",
+                        "name": "Read",
+                        "input": {"path": "a.txt"},
+                    },
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_2",
+                        "name": "Read",
+                        "input": {"path": "b.txt"},
+                    },
                 ],
             },
             {
@@ -99,7 +125,11 @@ def test_tool_use_and_tool_result_history_becomes_tool_calls_and_tool_messages()
                 "content": [
                     {"type": "text", "text": "here you go"},
                     {"type": "tool_result", "tool_use_id": "toolu_1", "content": "A"},
-                    {"type": "tool_result", "tool_use_id": "toolu_2", "content": [{"type": "text", "text": "B"}]},
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_2",
+                        "content": [{"type": "text", "text": "B"}],
+                    },
                     {"type": "text", "text": "now summarize"},
                 ],
             },
@@ -114,15 +144,26 @@ def test_tool_use_and_tool_result_history_becomes_tool_calls_and_tool_messages()
             "content": "Reading.",
             "reasoning_content": "two reads",
             "tool_calls": [
-                {"id": "toolu_1", "type": "function", "function": {"name": "Read", "arguments": '{"path": "a.txt"}'}},
-                {"id": "toolu_2", "type": "function", "function": {"name": "Read", "arguments": '{"path": "b.txt"}'}},
+                {
+                    "id": "toolu_1",
+                    "type": "function",
+                    "function": {"name": "Read", "arguments": '{"path": "a.txt"}'},
+                },
+                {
+                    "id": "toolu_2",
+                    "type": "function",
+                    "function": {"name": "Read", "arguments": '{"path": "b.txt"}'},
+                },
             ],
         },
         {"role": "tool", "tool_call_id": "toolu_1", "content": "A"},
         {"role": "tool", "tool_call_id": "toolu_2", "content": "B"},
         {
             "role": "user",
-            "content": [{"type": "text", "text": "here you go"}, {"type": "text", "text": "now summarize"}],
+            "content": [
+                {"type": "text", "text": "here you go"},
+                {"type": "text", "text": "now summarize"},
+            ],
         },
     ]
     assert notes["tool_use blocks → tool_calls"] == 2
@@ -135,7 +176,10 @@ def test_thinking_signature_is_kept_in_the_unified_model_but_not_sent() -> None:
     body = {
         "model": "m",
         "messages": [
-            {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "sig-9"}]}
+            {
+                "role": "assistant",
+                "content": [{"type": "thinking", "thinking": "t", "signature": "sig-9"}],
+            }
         ],
     }
     req = OPENAI.decode_request(body, notes)
@@ -152,7 +196,13 @@ def test_empty_content_array_beside_tool_calls_becomes_null() -> None:
                 {
                     "role": "assistant",
                     "content": [],
-                    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                    "tool_calls": [
+                        {
+                            "id": "c",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                        }
+                    ],
                 }
             ],
         }
@@ -170,8 +220,16 @@ def test_tool_use_blocks_and_existing_tool_calls_merge_in_order() -> None:
                     "role": "assistant",
                     "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {}}],
                     "tool_calls": [
-                        {"id": "b", "type": "function", "function": {"name": "g", "arguments": "{}"}},
-                        {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                        {
+                            "id": "b",
+                            "type": "function",
+                            "function": {"name": "g", "arguments": "{}"},
+                        },
+                        {
+                            "id": "a",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                        },
                     ],
                 }
             ],
@@ -187,7 +245,9 @@ def test_tool_use_blocks_and_existing_tool_calls_merge_in_order() -> None:
         pytest.param("", "(empty result)", id="empty-string"),
         pytest.param([], "(empty result)", id="empty-blocks"),
         pytest.param(None, "(empty result)", id="missing"),
-        pytest.param([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "a\nb", id="blocks"),
+        pytest.param(
+            [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "a\nb", id="blocks"
+        ),
     ],
 )
 def test_tool_result_content_becomes_a_string(content: Any, expected: str) -> None:
@@ -204,7 +264,11 @@ def test_tool_result_content_becomes_a_string(content: Any, expected: str) -> No
         pytest.param({"type": "auto"}, "auto", id="auto"),
         pytest.param({"type": "any"}, "required", id="any"),
         pytest.param({"type": "none"}, "none", id="none"),
-        pytest.param({"type": "tool", "name": "Read"}, {"type": "function", "function": {"name": "Read"}}, id="tool"),
+        pytest.param(
+            {"type": "tool", "name": "Read"},
+            {"type": "function", "function": {"name": "Read"}},
+            id="tool",
+        ),
         pytest.param("required", "required", id="openai-required"),
         pytest.param(
             {"type": "function", "function": {"name": "Read"}},
@@ -220,7 +284,12 @@ def test_tool_result_content_becomes_a_string(content: Any, expected: str) -> No
 )
 def test_tool_choice_forms(choice: Any, expected: Any) -> None:
     out, _ = roundtrip(
-        {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [TOOL_READ], "tool_choice": choice}
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [TOOL_READ],
+            "tool_choice": choice,
+        }
     )
     assert out["tool_choice"] == expected
 
@@ -241,8 +310,15 @@ def test_disable_parallel_tool_use_becomes_parallel_tool_calls_false() -> None:
 @pytest.mark.parametrize(
     ("tools", "message", "param"),
     [
-        pytest.param([TOOL_READ, TOOL_READ], "tool name 'Read' is declared twice", "tools[1]", id="duplicate"),
-        pytest.param([{"description": "x", "input_schema": {}}], "tools[0] has no name", "tools[0].name", id="no-name"),
+        pytest.param(
+            [TOOL_READ, TOOL_READ], "tool name 'Read' is declared twice", "tools[1]", id="duplicate"
+        ),
+        pytest.param(
+            [{"description": "x", "input_schema": {}}],
+            "tools[0] has no name",
+            "tools[0].name",
+            id="no-name",
+        ),
         pytest.param(
             [{"type": "function", "function": {"description": "x"}}],
             "tools[0] has no name",
@@ -272,7 +348,9 @@ def test_client_mistakes_in_tools_are_refused(tools: list[Any], message: str, pa
     [
         pytest.param({"prompt": "hello"}, id="legacy-completions"),
         pytest.param({"model": "m", "messages": "hi"}, id="messages-not-a-list"),
-        pytest.param({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, id="unknown-role"),
+        pytest.param(
+            {"model": "m", "messages": [{"role": "robot", "content": "x"}]}, id="unknown-role"
+        ),
     ],
 )
 def test_shapes_we_cannot_read_are_unsupported(body: dict[str, Any]) -> None:
@@ -288,8 +366,14 @@ def test_images_anthropic_style_become_image_url_parts() -> None:
                 {
                     "role": "user",
                     "content": [
-                        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAA="}},
-                        {"type": "image_url", "image_url": {"url": "https://x/y.png", "detail": "low"}},
+                        {
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": "image/png", "data": "AAA="},
+                        },
+                        {
+                            "type": "image_url",
+                            "image_url": {"url": "https://x/y.png", "detail": "low"},
+                        },
                     ],
                 }
             ],

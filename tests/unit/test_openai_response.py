@@ -26,8 +26,16 @@ COMPLETION: dict[str, Any] = {
                 "refusal": None,
                 "annotations": [],
                 "tool_calls": [
-                    {"id": "call_1", "type": "function", "function": {"name": "Read", "arguments": '{"path":"a"}'}},
-                    {"id": "call_2", "type": "function", "function": {"name": "Read", "arguments": '{"path":"b"}'}},
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "Read", "arguments": '{"path":"a"}'},
+                    },
+                    {
+                        "id": "call_2",
+                        "type": "function",
+                        "function": {"name": "Read", "arguments": '{"path":"b"}'},
+                    },
                 ],
             },
             "logprobs": None,
@@ -53,7 +61,11 @@ COMPLETION: dict[str, Any] = {
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": "Hi", "reasoning_content": "think"},
+                        "message": {
+                            "role": "assistant",
+                            "content": "Hi",
+                            "reasoning_content": "think",
+                        },
                         "finish_reason": "stop",
                     }
                 ],
@@ -100,7 +112,9 @@ def test_decoded_parts() -> None:
     [
         pytest.param({**COMPLETION, "choices": COMPLETION["choices"] * 2}, id="n-2"),
         pytest.param({"object": "list", "data": []}, id="not-a-completion"),
-        pytest.param({**COMPLETION, "choices": [{"index": 0, "text": "legacy"}]}, id="legacy-completion"),
+        pytest.param(
+            {**COMPLETION, "choices": [{"index": 0, "text": "legacy"}]}, id="legacy-completion"
+        ),
     ],
 )
 def test_answers_we_do_not_model_are_unsupported(body: dict[str, Any]) -> None:

@@ -29,9 +29,7 @@ from tests.realdata import OPENAI_STREAMS, as_sse
 
 def payloads(sse: bytes) -> list[str]:
     return [
-        line[len("data: ") :]
-        for line in sse.decode().splitlines()
-        if line.startswith("data: ")
+        line[len("data: ") :] for line in sse.decode().splitlines() if line.startswith("data: ")
     ]
 
 
@@ -49,7 +47,13 @@ def transcode(datas: list[str]) -> list[str]:
 
 def accumulate(datas: list[str]) -> dict[str, Any]:
     """What an SDK's stream accumulator would build, plus the raw fragments."""
-    acc: dict[str, Any] = {"content": "", "reasoning": "", "calls": {}, "finish": None, "usage": None}
+    acc: dict[str, Any] = {
+        "content": "",
+        "reasoning": "",
+        "calls": {},
+        "finish": None,
+        "usage": None,
+    }
     for data in datas:
         if data == "[DONE]":
             continue
@@ -61,7 +65,9 @@ def accumulate(datas: list[str]) -> dict[str, Any]:
             acc["content"] += delta.get("content") or ""
             acc["reasoning"] += delta.get("reasoning_content") or delta.get("reasoning") or ""
             for call in delta.get("tool_calls") or []:
-                slot = acc["calls"].setdefault(call["index"], {"id": None, "name": "", "fragments": []})
+                slot = acc["calls"].setdefault(
+                    call["index"], {"id": None, "name": "", "fragments": []}
+                )
                 slot["id"] = slot["id"] or call.get("id")
                 fn = call.get("function") or {}
                 if fn.get("name"):
@@ -130,12 +136,29 @@ def test_unknown_chunk_level_extras_and_keepalive_chunks_pass() -> None:
     base = {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m"}
     source = [
         json.dumps({**base, "choices": [], "prompt_filter_results": [{"prompt_index": 0}]}),
-        json.dumps({**base, "choices": [{"index": 0, "delta": {"content": "hi"}, "logprobs": None, "finish_reason": None}], "obfuscation": "abc"}),
-        json.dumps({**base, "choices": [{"index": 0, "delta": {"refusal": "no"}, "finish_reason": None}]}),
+        json.dumps(
+            {
+                **base,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"content": "hi"},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ],
+                "obfuscation": "abc",
+            }
+        ),
+        json.dumps(
+            {**base, "choices": [{"index": 0, "delta": {"refusal": "no"}, "finish_reason": None}]}
+        ),
         "[DONE]",
     ]
     out = [json.loads(d) for d in transcode(source)[:-1]]
-    assert out[0]["prompt_filter_results"] == [{"prompt_index": 0}] or out[1]["prompt_filter_results"]
+    assert (
+        out[0]["prompt_filter_results"] == [{"prompt_index": 0}] or out[1]["prompt_filter_results"]
+    )
     text_chunk = next(c for c in out if c["choices"] and c["choices"][0]["delta"].get("content"))
     assert text_chunk["obfuscation"] == "abc"
     assert text_chunk["choices"][0]["logprobs"] is None
@@ -148,16 +171,45 @@ def test_decoder_events_for_a_tool_call_stream() -> None:
     events = []
     for delta, finish in [
         ({"role": "assistant", "content": "Hi"}, None),
-        ({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a"}}]}, None),
-        ({"tool_calls": [{"index": 0, "function": {"arguments": "\":1}"}}]}, None),
+        (
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": '{"a'},
+                    }
+                ]
+            },
+            None,
+        ),
+        ({"tool_calls": [{"index": 0, "function": {"arguments": '":1}'}}]}, None),
         ({}, "tool_calls"),
     ]:
-        events += dec.feed(json.dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}), None)
+        events += dec.feed(
+            json.dumps(
+                {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            ),
+            None,
+        )
     events += dec.feed("[DONE]", None)
     kinds = [type(e) for e in events]
-    assert kinds == [MessageStart, TextDelta, ToolCallStart, ToolCallArgsDelta, ToolCallEnd, Finish, StreamEnd]
+    assert kinds == [
+        MessageStart,
+        TextDelta,
+        ToolCallStart,
+        ToolCallArgsDelta,
+        ToolCallEnd,
+        Finish,
+        StreamEnd,
+    ]
     start = events[2]
-    assert isinstance(start, ToolCallStart) and (start.id, start.name, start.arguments) == ("c1", "f", '{"a')
+    assert isinstance(start, ToolCallStart) and (start.id, start.name, start.arguments) == (
+        "c1",
+        "f",
+        '{"a',
+    )
     finish = events[5]
     assert isinstance(finish, Finish) and finish.reason == "tool_calls"
 

@@ -19,7 +19,13 @@ def write(tmp_path: Path, text: str) -> Path:
     ("host", "path", "method", "matched"),
     [
         pytest.param("api.openai.com", "/v1/chat/completions", "POST", True, id="openai"),
-        pytest.param("gw.local", "/openai/deployments/x/chat/completions?api-version=1", "POST", True, id="azure-like"),
+        pytest.param(
+            "gw.local",
+            "/openai/deployments/x/chat/completions?api-version=1",
+            "POST",
+            True,
+            id="azure-like",
+        ),
         pytest.param("api.openai.com", "/v1/chat/completions", "GET", False, id="get"),
         pytest.param("api.openai.com", "/v1/models", "GET", False, id="models"),
         pytest.param("api.openai.com", "/v1/chat/completions/x", "POST", False, id="suffix"),
@@ -58,12 +64,32 @@ methods = ["post"]
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        pytest.param('[[routes]]\nname = "a"\nschema = "strct"\n', "routes[0].schema: Input should be 'none' or 'strict'", id="bad-schema"),
-        pytest.param('[[routes]]\nname = "a"\ncolour = "red"\n', "routes[0].colour: unknown key", id="unknown-key"),
-        pytest.param('[[routes]]\nhost = "*"\n', "routes[0].name: Field required", id="missing-name"),
-        pytest.param('[[routes]]\nname = "a"\nclient = "soap"\n', "routes[0].client", id="bad-dialect"),
-        pytest.param('[[routes]]\nname = "a"\nupstream_path = "v1/x"\n', "routes[0].upstream_path", id="relative-path"),
-        pytest.param('[[routes]]\nname = "a"\n[[routes]]\nname = "a"\n', "route names must be unique: a", id="dupe"),
+        pytest.param(
+            '[[routes]]\nname = "a"\nschema = "strct"\n',
+            "routes[0].schema: Input should be 'none' or 'strict'",
+            id="bad-schema",
+        ),
+        pytest.param(
+            '[[routes]]\nname = "a"\ncolour = "red"\n',
+            "routes[0].colour: unknown key",
+            id="unknown-key",
+        ),
+        pytest.param(
+            '[[routes]]\nhost = "*"\n', "routes[0].name: Field required", id="missing-name"
+        ),
+        pytest.param(
+            '[[routes]]\nname = "a"\nclient = "soap"\n', "routes[0].client", id="bad-dialect"
+        ),
+        pytest.param(
+            '[[routes]]\nname = "a"\nupstream_path = "v1/x"\n',
+            "routes[0].upstream_path",
+            id="relative-path",
+        ),
+        pytest.param(
+            '[[routes]]\nname = "a"\n[[routes]]\nname = "a"\n',
+            "route names must be unique: a",
+            id="dupe",
+        ),
         pytest.param("routes = []\n", "routes: List should have at least 1 item", id="empty"),
         pytest.param("[[routes]\n", "not valid TOML", id="toml-syntax"),
     ],

@@ -24,7 +24,12 @@ def test_strict_drops_keywords_recursively_but_keeps_fields_named_like_them() ->
             "default": {"type": "integer", "default": 3},
             "items": {
                 "type": "array",
-                "items": {"type": "object", "additionalProperties": False, "required": [], "properties": {}},
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": [],
+                    "properties": {},
+                },
             },
         },
     }
@@ -59,7 +64,12 @@ def test_strict_drops_keywords_recursively_but_keeps_fields_named_like_them() ->
             id="nested",
         ),
         pytest.param(
-            {"type": "object", "properties": {"a": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}], "default": None}}},
+            {
+                "type": "object",
+                "properties": {
+                    "a": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}], "default": None}
+                },
+            },
             {"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}}},
             id="pydantic-optional",
         ),
@@ -76,11 +86,15 @@ def test_none_profile_returns_the_schema_as_written() -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(
-        st.sampled_from(["type", "title", "default", "anyOf", "properties", "items", "required", "x"]),
-        inner,
-        max_size=5,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                ["type", "title", "default", "anyOf", "properties", "items", "required", "x"]
+            ),
+            inner,
+            max_size=5,
+        )
     ),
     max_leaves=30,
 )

@@ -130,7 +130,8 @@ def _decode_message(i: int, m: _WireMessage, notes: Notes) -> Message:
     # Cursor's assistant arrays with tool_use/thinking blocks: the remaining text goes out as
     # a string, which gateways accept far more often than an array in assistant turns.
     as_string = isinstance(m.content, str) or (
-        m.role == "assistant" and any(not isinstance(p, Text | Image | Opaque) for p in content_parts)
+        m.role == "assistant"
+        and any(not isinstance(p, Text | Image | Opaque) for p in content_parts)
     )
     return Message(m.role, tuple(parts), string_content=as_string, extra=extra)
 

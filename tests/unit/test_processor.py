@@ -1,0 +1,106 @@
+"""StreamProcessor: the whole pipeline over bytes, split anywhere."""
+
+from __future__ import annotations
+
+import gzip
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from addon.dialects.openai_chat import DIALECT as OPENAI
+from addon.stream.decompress import make_decompressor
+from addon.stream.processor import StreamProcessor
+from tests.realdata import OPENAI_STREAMS, as_sse
+
+
+def processor(encoding: str | None = None) -> StreamProcessor:
+    return StreamProcessor(
+        OPENAI.stream_decoder(), OPENAI.stream_encoder(), decompressor=make_decompressor(encoding)
+    )
+
+
+def run(data: bytes, cuts: list[int], encoding: str | None = None) -> bytes:
+    p = processor(encoding)
+    out: list[bytes] = []
+    start = 0
+    for cut in [*sorted(set(cuts)), len(data)]:
+        piece = data[start:cut]
+        start = cut
+        chunks = p.feed(piece)
+        assert all(chunks), "an empty chunk would end an HTTP/1 body"
+        out += chunks
+    out += p.finish()
+    assert p.finish() == []
+    assert p.error is None, p.error
+    return b"".join(out)
+
+
+WHOLE = {name: run(as_sse(name), []) for name in OPENAI_STREAMS}
+
+
+@pytest.mark.parametrize("name", OPENAI_STREAMS)
+def test_byte_by_byte_equals_whole(name: str) -> None:
+    data = as_sse(name)
+    assert run(data, list(range(1, len(data)))) == WHOLE[name]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(name=st.sampled_from(OPENAI_STREAMS), seed=st.integers(0, 2**32 - 1), n=st.integers(0, 60))
+def test_any_split_of_a_recorded_stream_gives_the_same_client_bytes(
+    name: str, seed: int, n: int
+) -> None:
+    data = as_sse(name)
+    cuts = random.Random(seed).sample(range(1, len(data)), min(n, len(data) - 1))
+    assert run(data, cuts) == WHOLE[name]
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 40))
+def test_any_split_of_a_gzipped_stream_gives_the_same_client_bytes(seed: int, n: int) -> None:
+    name = "openai-chat-sse-parallel-2-tool_calls-args-split.openai-python.sse"
+    data = gzip.compress(as_sse(name))
+    cuts = random.Random(seed).sample(range(1, len(data)), min(n, len(data) - 1))
+    assert run(data, cuts, "gzip") == WHOLE[name]
+
+
+@pytest.mark.parametrize(
+    ("sep", "name"),
+    [pytest.param(b"\r\n", "crlf", id="crlf"), pytest.param(b"\r", "cr", id="cr")],
+)
+def test_line_endings_do_not_matter(sep: bytes, name: str) -> None:
+    source = "openai-chat-stream-groq-tool_call.vercel-ai.chunks.txt"
+    data = as_sse(source).replace(b"\n", sep)
+    assert run(data, list(range(1, len(data), 3))) == WHOLE[source]
+
+
+def test_comments_are_forwarded_to_keep_the_connection_alive() -> None:
+    p = processor()
+    assert p.feed(b": OPENROUTER PROCESSING\n\n") == [b": OPENROUTER PROCESSING\n\n"]
+
+
+def test_a_failure_returns_the_unsent_raw_bytes_and_passes_the_rest() -> None:
+    p = processor()
+    good = b'data: {"id":"a","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}]}\n\n'
+    bad = b"data: {broken\n\n"
+    tail = b"data: [DONE"
+    out = p.feed(good + bad + tail)
+    assert p.passthrough and p.error and "not JSON" in p.error
+    assert b"".join(out).endswith(bad + tail)
+    assert p.feed(b"]\n\n") == [b"]\n\n"]
+    assert p.finish() == []
+
+
+def test_unterminated_last_event_is_still_delivered() -> None:
+    p = processor()
+    out = b"".join(p.feed(b'data: {"id":"a","choices":[{"index":0,"delta":{"content":"end"}}]}'))
+    out += b"".join(p.finish())
+    assert b'"content":"end"' in out and out.endswith(b"data: [DONE]\n\n")
+
+
+def test_corrupt_gzip_falls_back_to_raw() -> None:
+    p = processor("gzip")
+    out = p.feed(b"definitely not gzip")
+    assert p.passthrough and p.error and "decompress" in p.error
+    assert out == [b"definitely not gzip"]

@@ -1,0 +1,283 @@
+"""The mitmproxy shell, hook by hook, with mitmproxy's own test helpers."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mitmproxy import exceptions, http
+from mitmproxy.test import taddons, tflow, tutils
+
+from addon.proxy import META_KEY, Bridge
+from tests.realdata import as_sse
+
+SECRET = "sk-live-SECRET-never-log-me"
+CURSOR_BODY: dict[str, Any] = {
+    "model": "claude-sonnet-4.6",
+    "stream": True,
+    "messages": [
+        {"role": "user", "content": "read a"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "a"}}
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "A"}],
+        },
+    ],
+    "tools": [{"name": "Read", "description": "read", "input_schema": {"type": "object"}}],
+}
+
+
+@pytest.fixture
+def bridge() -> Iterator[tuple[Bridge, taddons.context]]:
+    addon = Bridge()
+    with taddons.context(addon) as tctx:
+        yield addon, tctx
+
+
+def chat_flow(body: bytes | dict[str, Any], path: str = "/v1/chat/completions") -> http.HTTPFlow:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = tutils.treq(
+        host="api.example.com",
+        port=443,
+        scheme=b"https",
+        method=b"POST",
+        path=path.encode(),
+        headers=http.Headers(
+            (
+                (b"content-type", b"application/json"),
+                (b"authorization", f"Bearer {SECRET}".encode()),
+            )
+        ),
+        content=content,
+    )
+    return tflow.tflow(req=req)
+
+
+def sse_response(body: bytes = b"", **headers: str) -> http.Response:
+    fields = [(b"content-type", b"text/event-stream"), (b"content-length", str(len(body)).encode())]
+    fields += [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()]
+    return tutils.tresp(headers=http.Headers(fields), content=None)
+
+
+# --------------------------------------------------------------------------- options
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        pytest.param(
+            "bridge_tool_mode", "invoke", "not available in this version", id="invoke-later"
+        ),
+        pytest.param("bridge_tool_mode", "magic", "must be one of native", id="tool-mode"),
+        pytest.param("bridge_schema", "loose", "must be one of none, strict", id="schema"),
+        pytest.param(
+            "bridge_routes", "/nonexistent/routes.toml", "cannot read it", id="routes-missing"
+        ),
+    ],
+)
+def test_bad_option_values_are_refused_with_a_clear_message(
+    bridge: tuple[Bridge, taddons.context], option: str, value: str, message: str
+) -> None:
+    _, tctx = bridge
+    with pytest.raises(exceptions.OptionsError, match=message):
+        tctx.configure(tctx.master.addons.get("cursor_bridge"), **{option: value})
+
+
+def test_routes_file_option_loads_routes(
+    bridge: tuple[Bridge, taddons.context], tmp_path: Path
+) -> None:
+    addon, tctx = bridge
+    routes = tmp_path / "routes.toml"
+    routes.write_text('[[routes]]\nname = "gw"\npath = "/gw/*"\nschema = "strict"\n')
+    tctx.configure(addon, bridge_routes=str(routes))
+    assert [r.name for r in addon.routes] == ["gw"]
+    flow = chat_flow(CURSOR_BODY)
+    addon.request(flow)
+    assert META_KEY not in flow.metadata  # /v1/chat/completions is no longer routed
+
+
+# --------------------------------------------------------------------------- request
+
+
+def test_cursor_request_is_rewritten_and_recorded_without_secrets(
+    bridge: tuple[Bridge, taddons.context], caplog: pytest.LogCaptureFixture
+) -> None:
+    addon, _ = bridge
+    flow = chat_flow(CURSOR_BODY)
+    addon.request(flow)
+    sent = json.loads(flow.request.content or b"")
+    assert sent["tools"][0]["type"] == "function"
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "tool"]
+    assert flow.request.headers["accept-encoding"] == "identity"
+    assert flow.request.headers["content-length"] == str(len(flow.request.content or b""))
+    assert "1 flat tools → OpenAI" in flow.comment
+    assert "1 tool_result blocks → tool messages" in flow.comment
+    meta = flow.metadata[META_KEY]
+    assert meta["action"] == "rewritten" and meta["stream"] is True
+    json.dumps(meta)  # plain data only
+    assert SECRET not in json.dumps(meta) + flow.comment + caplog.text
+
+
+def test_duplicate_tool_names_are_answered_with_an_openai_400(
+    bridge: tuple[Bridge, taddons.context],
+) -> None:
+    addon, _ = bridge
+    body = {**CURSOR_BODY, "tools": CURSOR_BODY["tools"] * 2}
+    flow = chat_flow(body)
+    addon.request(flow)
+    assert flow.response is not None and flow.response.status_code == 400
+    error = json.loads(flow.response.content or b"")["error"]
+    assert "'Read' is declared twice" in error["message"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == "tools[1]"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"this is not json", id="not-json"),
+        pytest.param(b"[1,2,3]", id="not-an-object"),
+        pytest.param(b'{"prompt": "legacy"}', id="unknown-shape"),
+        pytest.param(b"", id="empty"),
+    ],
+)
+def test_bodies_we_cannot_read_pass_through_untouched(
+    bridge: tuple[Bridge, taddons.context], body: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    addon, _ = bridge
+    flow = chat_flow(body)
+    before = flow.request.copy()
+    addon.request(flow)
+    assert flow.request.content == before.content
+    assert flow.request.headers == before.headers
+    assert flow.response is None
+    assert "passed through" in flow.comment
+    assert flow.metadata[META_KEY]["action"] == "passthrough"
+    assert len([r for r in caplog.records if r.name == "cursor_bridge"]) == 1
+
+
+def test_other_paths_are_not_touched(bridge: tuple[Bridge, taddons.context]) -> None:
+    addon, _ = bridge
+    flow = chat_flow(CURSOR_BODY, path="/v1/embeddings")
+    before = flow.request.copy()
+    addon.request(flow)
+    assert flow.request.content == before.content and flow.request.headers == before.headers
+    assert flow.comment == "" and META_KEY not in flow.metadata
+
+
+# --------------------------------------------------------------------------- response
+
+
+def stream_all(flow: http.HTTPFlow, body: bytes, size: int = 7) -> bytes:
+    stream = flow.response.stream if flow.response else None
+    assert callable(stream)
+    out = b""
+    for i in range(0, len(body), size):
+        chunks = stream(body[i : i + size])
+        assert isinstance(chunks, list) and all(chunks), "never an empty chunk mid-stream"
+        out += b"".join(chunks)
+    out += b"".join(stream(b""))
+    assert stream(b"") == []  # HTTP/2 may end twice
+    return out
+
+
+def test_sse_answer_is_streamed_through_the_processor(
+    bridge: tuple[Bridge, taddons.context],
+) -> None:
+    addon, _ = bridge
+    flow = chat_flow(CURSOR_BODY)
+    addon.request(flow)
+    flow.response = sse_response()
+    addon.responseheaders(flow)
+    assert "content-length" not in flow.response.headers
+    assert flow.response.headers["transfer-encoding"] == "chunked"
+    body = as_sse("openai-chat-sse-parallel-2-tool_calls-args-split.openai-python.sse")
+    out = stream_all(flow, body)
+    assert out.endswith(b"data: [DONE]\n\n")
+    assert b"get_stock_price" in out and b"GetWeatherArgs" in out
+    addon.response(flow)
+    assert flow.metadata[META_KEY]["stream_fallback"] is None
+    assert flow.id not in addon._plans
+
+
+def test_gzipped_sse_is_decompressed_and_rewritten(bridge: tuple[Bridge, taddons.context]) -> None:
+    addon, _ = bridge
+    flow = chat_flow(CURSOR_BODY)
+    addon.request(flow)
+    flow.response = sse_response(content_encoding="gzip")
+    addon.responseheaders(flow)
+    assert "content-encoding" not in flow.response.headers
+    body = as_sse("openai-chat-stream-groq-tool_call.vercel-ai.chunks.txt")
+    out = stream_all(flow, gzip.compress(body), size=5)
+    assert out.startswith(b"data: {") and out.endswith(b"data: [DONE]\n\n")
+
+
+def test_broken_stream_falls_back_to_the_raw_bytes(
+    bridge: tuple[Bridge, taddons.context], caplog: pytest.LogCaptureFixture
+) -> None:
+    addon, _ = bridge
+    flow = chat_flow(CURSOR_BODY)
+    addon.request(flow)
+    flow.response = sse_response()
+    addon.responseheaders(flow)
+    good = b'data: {"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
+    bad = b"data: {this is not json}\n\ndata: more\n\n"
+    out = stream_all(flow, good + bad, size=10)
+    assert out.endswith(bad)
+    assert b'"content":"hi"' in out
+    assert "stream passed through from here on" in caplog.text
+    addon.response(flow)
+    assert "not JSON" in (flow.metadata[META_KEY]["stream_fallback"] or "")
+
+
+def test_non_2xx_and_non_sse_answers_are_not_streamed(
+    bridge: tuple[Bridge, taddons.context],
+) -> None:
+    addon, _ = bridge
+    flow = chat_flow(CURSOR_BODY)
+    addon.request(flow)
+    flow.response = tutils.tresp(
+        status_code=429, headers=http.Headers(((b"content-type", b"text/event-stream"),))
+    )
+    addon.responseheaders(flow)
+    assert flow.response.stream is False
+
+
+def test_json_answer_is_rewritten_whole(bridge: tuple[Bridge, taddons.context]) -> None:
+    addon, _ = bridge
+    flow = chat_flow({**CURSOR_BODY, "stream": False})
+    addon.request(flow)
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+        ],
+    }
+    flow.response = tutils.tresp(
+        headers=http.Headers(((b"content-type", b"application/json"),)),
+        content=json.dumps(answer).encode(),
+    )
+    addon.responseheaders(flow)
+    addon.response(flow)
+    assert json.loads(flow.response.content or b"") == answer
+
+
+def test_error_frees_the_flow_state(bridge: tuple[Bridge, taddons.context]) -> None:
+    addon, _ = bridge
+    flow = chat_flow(CURSOR_BODY)
+    addon.request(flow)
+    assert flow.id in addon._plans
+    addon.error(flow)
+    assert flow.id not in addon._plans
