@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,7 @@ def test_duplicate_tool_names_are_answered_with_an_openai_400(
 def test_bodies_we_cannot_read_pass_through_untouched(
     bridge: tuple[Bridge, taddons.context], body: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="cursor_bridge")
     addon, _ = bridge
     flow = chat_flow(body)
     before = flow.request.copy()

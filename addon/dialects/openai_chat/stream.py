@@ -119,9 +119,9 @@ class OpenAIChatStreamDecoder:
             # Nothing the model understands (empty deltas, keep-alives, provider notes).
             return [RawEvent(NAME, chunk)] if extra or not choices else []
         if extra:
-            for i, event in enumerate(out):
-                if not isinstance(event, ToolCallEnd):
-                    out[i] = _with_extra(event, extra)
+            for i, ev in enumerate(out):
+                if not isinstance(ev, ToolCallEnd):
+                    out[i] = _with_extra(ev, extra)
                     break
         return out
 
