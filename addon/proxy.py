@@ -23,8 +23,9 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from mitmproxy import ctx, exceptions, http
+from mitmproxy import contentviews, ctx, exceptions, http
 
+from addon.contentview import BridgeContentview
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import describe
 from addon.model import (
@@ -74,6 +75,7 @@ class Bridge:
     # ------------------------------------------------------------------ options
 
     def load(self, loader: object) -> None:
+        contentviews.add(BridgeContentview(self.state.originals))
         add = loader.add_option  # type: ignore[attr-defined]
         add(
             name="bridge_routes",
@@ -154,7 +156,8 @@ class Bridge:
         client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
         label = f"cursor-bridge [{route.name}]"
         try:
-            body = json.loads(req.get_content(strict=False) or b"")
+            original = req.get_content(strict=False) or b""
+            body = json.loads(original)
             if not isinstance(body, dict):
                 raise UnsupportedShape("the body is JSON but not an object")
         except (ValueError, UnsupportedShape) as e:
@@ -185,6 +188,7 @@ class Bridge:
             }
             return
 
+        summary = describe(notes) or "no changes needed"
         req.content = json.dumps(out, ensure_ascii=False).encode()
         req.headers["accept-encoding"] = "identity"
         if route.upstream_path:
@@ -192,7 +196,7 @@ class Bridge:
             req.path = route.upstream_path + (f"?{query}" if query else "")
         self._remember(flow.id, _FlowPlan(route, client, upstream, notes))
         self.state.count("requests rewritten")
-        summary = describe(notes) or "no changes needed"
+        self.state.originals.put(flow.id, "request", original, summary)
         flow.comment = _append(flow.comment, f"{label}: {summary}")
         flow.metadata[META_KEY] = {
             "route": route.name,
@@ -270,6 +274,12 @@ class Bridge:
             log.exception("%s: answer passed through after an internal error", label)
             flow.comment = _append(flow.comment, f"answer not rewritten (internal error: {e})")
             return
+        self.state.originals.put(
+            flow.id,
+            "response",
+            resp.get_content(strict=False) or b"",
+            "answer re-encoded for the client",
+        )
         resp.content = json.dumps(out, ensure_ascii=False).encode()
         self.state.count("answers rewritten")
 

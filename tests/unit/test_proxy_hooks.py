@@ -283,3 +283,40 @@ def test_error_frees_the_flow_state(bridge: tuple[Bridge, taddons.context]) -> N
     assert flow.id in addon._plans
     addon.error(flow)
     assert flow.id not in addon._plans
+
+
+def test_content_view_shows_original_and_rewritten(bridge: tuple[Bridge, taddons.context]) -> None:
+    from mitmproxy import contentviews
+
+    from addon.contentview import BridgeContentview
+
+    addon, _ = bridge
+    flow = chat_flow(CURSOR_BODY)
+    addon.request(flow)
+    view = BridgeContentview(addon.state.originals)
+    meta = contentviews.Metadata(flow=flow, http_message=flow.request)
+    data = flow.request.content or b""
+    assert view.render_priority(data, meta) > 1
+    text = view.prettify(data, meta)
+    assert "1 flat tools → OpenAI" in text
+    assert '"input_schema"' in text  # the client's original
+    assert '"function"' in text  # what the upstream got
+    assert SECRET not in text
+    other = chat_flow(CURSOR_BODY, path="/v1/embeddings")
+    other_meta = contentviews.Metadata(flow=other, http_message=other.request)
+    assert view.render_priority(b"{}", other_meta) < 0
+    with pytest.raises(ValueError):
+        view.prettify(b"{}", other_meta)
+
+
+def test_original_store_is_bounded() -> None:
+    from addon.state import OriginalStore
+
+    store = OriginalStore(max_items=3, max_bytes=100)
+    for i in range(5):
+        store.put(str(i), "request", b"x" * 30, "s")
+    assert len(store) == 3 and store.get("0", "request") is None and store.get("4", "request")
+    store.put("big", "request", b"x" * 101, "s")
+    assert store.get("big", "request") is None
+    store.put("a", "request", b"x" * 90, "s")
+    assert len(store) == 1
