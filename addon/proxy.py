@@ -173,21 +173,12 @@ class Bridge:
             self._passthrough(flow, route, f"request not understood ({_short(e)})")
             return
         except ClientError as e:
-            self.state.count("rejected")
-            log.warning("%s: %s %s → %d: %s", label, req.method, req.path, e.status, e.message)
-            flow.response = http.Response.make(
-                e.status,
-                json.dumps(client.encode_error(e), ensure_ascii=False),
-                {"content-type": "application/json"},
-            )
-            flow.comment = _append(flow.comment, f"{label}: answered {e.status}: {e.message}")
-            flow.metadata[META_KEY] = {
-                "route": route.name,
-                "action": "rejected",
-                "error": e.message,
-            }
+            self._reject(flow, route, client, e)
             return
-
+        except Exception as e:  # a bug of ours must not cost the user the request
+            log.debug("%s: internal error", label, exc_info=True)
+            self._passthrough(flow, route, f"internal error {type(e).__name__}: {_short(e)}")
+            return
         summary = describe(notes) or "no changes needed"
         req.content = json.dumps(out, ensure_ascii=False).encode()
         req.headers["accept-encoding"] = "identity"
@@ -291,6 +282,24 @@ class Bridge:
             log.info("cursor-bridge: %s", self.state.summary())
 
     # ------------------------------------------------------------------ helpers
+
+    def _reject(self, flow: http.HTTPFlow, route: Route, client: Dialect, e: ClientError) -> None:
+        """Answer a client mistake ourselves, in the client's dialect; the upstream is not called."""
+        label = f"cursor-bridge [{route.name}]"
+        req = flow.request
+        self.state.count("rejected")
+        log.warning("%s: %s %s → %d: %s", label, req.method, req.path, e.status, e.message)
+        flow.response = http.Response.make(
+            e.status,
+            json.dumps(client.encode_error(e), ensure_ascii=False),
+            {"content-type": "application/json"},
+        )
+        flow.comment = _append(flow.comment, f"{label}: answered {e.status}: {e.message}")
+        flow.metadata[META_KEY] = {
+            "route": route.name,
+            "action": "rejected",
+            "error": e.message,
+        }
 
     def _passthrough(self, flow: http.HTTPFlow, route: Route, why: str) -> None:
         self.state.count("passed through")

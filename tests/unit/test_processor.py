@@ -104,3 +104,37 @@ def test_corrupt_gzip_falls_back_to_raw() -> None:
     out = p.feed(b"definitely not gzip")
     assert p.passthrough and p.error and "decompress" in p.error
     assert out == [b"definitely not gzip"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.lists(
+        st.sampled_from(
+            [
+                b"data: ",
+                b"[DONE]",
+                b"\n",
+                b"\r\n",
+                b": c\n",
+                b'{"choices":[{"index":0,"delta":{"content":"x"}}]}',
+                b'{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{"}}]}}]}',
+                b'{"choices":[{"index":0,"finish_reason":"stop","delta":{}}],"usage":{"total_tokens":1}}',
+                b'{"choices":[{"index":1}]}',
+                b'{"error":{"message":"e"}}',
+                b"{nope",
+                b"event: x\n",
+                "é".encode(),
+                b"\xff",
+            ]
+        ),
+        max_size=30,
+    ),
+    cut=st.integers(0, 10_000),
+)
+def test_arbitrary_input_never_raises(data: list[bytes], cut: int) -> None:
+    raw = b"".join(data)
+    p = processor()
+    point = cut % (len(raw) + 1)
+    chunks = p.feed(raw[:point]) + p.feed(raw[point:]) + p.finish()
+    assert all(chunks)
+    assert p.passthrough == (p.error is not None)

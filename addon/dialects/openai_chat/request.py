@@ -108,7 +108,23 @@ def _decode_message(i: int, m: _WireMessage, notes: Notes) -> Message:
         content_parts = []
     else:
         content_parts = [_decode_block(i, j, b, notes) for j, b in enumerate(m.content)]
+    for j, p in enumerate(content_parts):
+        if isinstance(p, ToolCall) and m.role != "assistant":
+            raise ClientError(
+                f"messages[{i}].content[{j}]: tool_use blocks belong in assistant messages",
+                param=f"messages[{i}].content[{j}]",
+            )
+        if isinstance(p, ToolResult) and m.role not in ("user", "tool"):
+            raise ClientError(
+                f"messages[{i}].content[{j}]: tool_result blocks belong in user messages",
+                param=f"messages[{i}].content[{j}]",
+            )
     if m.role == "tool":
+        if any(isinstance(p, ToolCall | ToolResult) for p in content_parts):
+            raise ClientError(
+                f"messages[{i}] is a tool message holding tool_use/tool_result blocks",
+                param=f"messages[{i}].content",
+            )
         if m.tool_call_id is None:
             raise ClientError(
                 f"messages[{i}] has role 'tool' but no tool_call_id",
@@ -195,6 +211,11 @@ def _decode_block(i: int, j: int, block: Any, notes: Notes) -> Part:
                 content = raw
             elif isinstance(raw, list):
                 content = tuple(_decode_block(i, j, b, notes) for b in raw)
+                if any(isinstance(p, ToolCall | ToolResult) for p in content):
+                    raise ClientError(
+                        f"messages[{i}].content[{j}]: a tool_result cannot hold tool blocks",
+                        param=f"messages[{i}].content[{j}].content",
+                    )
             else:
                 content = json.dumps(raw, ensure_ascii=False)
             return ToolResult(
@@ -223,6 +244,8 @@ def _decode_tools(tools: list[Any], notes: Notes) -> tuple[Tool | OpaqueTool, ..
         if not isinstance(t, dict):
             raise ClientError(f"tools[{i}] is not an object", param=f"tools[{i}]")
         kind = t.get("type")
+        if kind is not None and not isinstance(kind, str):
+            raise ClientError(f"tools[{i}].type must be a string", param=f"tools[{i}].type")
         fn = t.get("function")
         if kind == "function" and isinstance(fn, dict):
             name = fn.get("name")
