@@ -166,8 +166,31 @@ class Request:
     tools: tuple[Tool | OpaqueTool, ...] | None = None
     tool_choice: ToolChoice | None = None
     stream: bool = False
+    params: Params = field(default_factory=lambda: Params())
+    thinking: ThinkingConfig | None = None
+    """Whether the client asked for reasoning (Anthropic ``thinking``, a ``-thinking`` model)."""
     extra: JSON = field(default_factory=dict)
-    """Top-level fields no codec models (temperature, stream_options, user, provider extras)."""
+    """Top-level fields no codec models (stream_options, provider extras), for ``origin`` only."""
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """Sampling and limit parameters that every dialect has in some form."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    """Anthropic/Gemini only; OpenAI-compatible upstreams that take it get it as an extra."""
+    stop: tuple[str, ...] | None = None
+    user: str | None = None
+    """An end-user id (OpenAI ``user``, Anthropic ``metadata.user_id``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingConfig:
+    enabled: bool = True
+    budget_tokens: int | None = None
 
 
 # --------------------------------------------------------------------------- settings

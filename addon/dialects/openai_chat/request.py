@@ -27,6 +27,7 @@ from addon.model import (
     Notes,
     Opaque,
     OpaqueTool,
+    Params,
     Part,
     Request,
     Role,
@@ -81,6 +82,7 @@ def decode_request(body: JSON, notes: Notes) -> Request:
         where = ".".join(str(x) for x in first["loc"])
         raise UnsupportedShape(f"not an OpenAI chat request: {where}: {first['msg']}") from e
     extra = {k: v for k, v in body.items() if k not in _MODELLED}
+    params = _decode_params(extra)
     tool_choice = None
     if wire.tool_choice is not None:
         tool_choice = _decode_tool_choice(wire.tool_choice, notes)
@@ -93,7 +95,33 @@ def decode_request(body: JSON, notes: Notes) -> Request:
         tools=None if wire.tools is None else _decode_tools(wire.tools, notes),
         tool_choice=tool_choice,
         stream=bool(wire.stream),
+        params=params,
         extra=extra,
+    )
+
+
+def _decode_params(extra: JSON) -> Params:
+    """Move the parameters every dialect shares out of ``extra`` (when they have a usable type)."""
+
+    def take(key: str, kind: type | tuple[type, ...]) -> Any:
+        value = extra.get(key)
+        if isinstance(value, kind) and not isinstance(value, bool):
+            return extra.pop(key)
+        return None
+
+    stop = extra.get("stop")
+    stops: tuple[str, ...] | None = None
+    if isinstance(stop, str):
+        stops = (extra.pop("stop"),)
+    elif isinstance(stop, list) and all(isinstance(x, str) for x in stop):
+        stops = tuple(extra.pop("stop"))
+    return Params(
+        max_tokens=take("max_tokens", int),
+        temperature=take("temperature", (int, float)),
+        top_p=take("top_p", (int, float)),
+        top_k=take("top_k", int),
+        stop=stops,
+        user=take("user", str),
     )
 
 
@@ -344,6 +372,18 @@ def _decode_tool_choice(raw: str | dict[str, Any], notes: Notes) -> ToolChoice |
 
 def encode_request(req: Request, notes: Notes) -> JSON:
     body: JSON = {"model": req.model, "messages": _encode_messages(req.messages)}
+    p = req.params
+    for key, value in (
+        ("max_tokens", p.max_tokens),
+        ("temperature", p.temperature),
+        ("top_p", p.top_p),
+        ("top_k", p.top_k),
+        ("user", p.user),
+    ):
+        if value is not None:
+            body[key] = value
+    if p.stop is not None:
+        body["stop"] = list(p.stop)
     if req.origin == NAME:
         body.update(req.extra)
     if req.tools is not None:
