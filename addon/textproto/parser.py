@@ -1,0 +1,358 @@
+"""Incremental parser: model text → text, thinking and tool-call events.
+
+Contract: sans-IO. ``feed(text) -> list[Event]`` takes text split anywhere
+(inside a tag, a trigger or a JSON string); ``finish() -> list[Event]``
+flushes and is idempotent. Plain text leaves at once; only a suffix that could
+still begin a marker is held back (bounded by the longest marker), and a call
+is held until it is complete and valid. Linear in the input: every character
+is scanned a bounded number of times.
+
+Markers (see ``invoke`` and ``bracket`` for how the model is told about them):
+
+- thinking: ``<thinking>…</thinking>`` and ``<think>…</think>`` (DeepSeek/Qwen
+  style models emit the latter on their own) → ``ThinkingDelta``;
+- ``invoke`` calls: this request's trigger ``<<CALL_xxxxxxxx>>``, then
+  ``<invoke name="TOOL">{json}</invoke>``; a trigger with another nonce is
+  text;
+- ``bracket`` calls: ``[Calling tool: TOOL]`` then ``Input: {json}``.
+
+Nothing is lost: a call whose tag never closes, whose JSON does not parse or
+whose tool the request did not declare is emitted as the text it was (and
+counted in ``rejected`` with the reason, for the shell to log). An unfinished
+thinking block at the end of the stream stays thinking: it was streamed as
+thinking while it arrived, and turning it into text afterwards is impossible.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from enum import Enum, auto
+from typing import Literal
+
+from addon.model import Event, TextDelta, ThinkingDelta, ToolCallEnd, ToolCallStart
+
+type Protocol = Literal["invoke", "bracket"]
+
+THINK_TAGS = {"<thinking>": "</thinking>", "<think>": "</think>"}
+BRACKET_OPEN = "[Calling tool: "
+MAX_NAME = 200
+"""Longest tool name (plus attribute syntax) the header of a call may hold before it is text."""
+
+
+class State(Enum):
+    TEXT = auto()
+    THINK = auto()
+    HEADER = auto()  # after a call marker, until the arguments' "{"
+    ARGS = auto()  # inside the JSON arguments
+    CLOSE = auto()  # invoke only: after the JSON, until </invoke>
+
+
+@dataclass
+class _Call:
+    raw: list[str] = field(default_factory=list)  # everything since the marker, for fallback
+    header: str = ""
+    name: str = ""
+    args: list[str] = field(default_factory=list)
+    depth: int = 0
+    in_string: bool = False
+    escape: bool = False
+    close: str = ""
+
+
+def default_ids(n: int) -> str:
+    """A fresh OpenAI-style call id (``call_`` + 24 hex digits)."""
+    return f"call_{secrets.token_hex(12)}"
+
+
+class TextProtocolParser:
+    def __init__(
+        self,
+        protocol: Protocol | None,
+        *,
+        trigger: str | None = None,
+        tools: Collection[str] = (),
+        thinking_tags: bool = True,
+        ids: Callable[[int], str] = default_ids,
+    ) -> None:
+        if protocol == "invoke" and not trigger:
+            raise ValueError("the invoke protocol needs this request's trigger")
+        self.protocol = protocol
+        self.trigger = trigger
+        self.tools = frozenset(tools)
+        self.ids = ids
+        self.calls = 0
+        """How many tool calls were emitted."""
+        self.rejected: list[str] = []
+        """Why candidate calls were emitted as text (for the shell's log)."""
+        self._markers: list[str] = []
+        if thinking_tags:
+            self._markers += list(THINK_TAGS)
+        if protocol == "invoke" and trigger:
+            self._markers.append(trigger)
+        elif protocol == "bracket":
+            self._markers.append(BRACKET_OPEN)
+        self._longest = max((len(m) for m in self._markers), default=0)
+        self._state = State.TEXT
+        self._held = ""  # TEXT/THINK: a suffix that may begin a marker
+        self._closer = ""  # THINK: the closing tag we wait for
+        self._call: _Call | None = None
+        self._after_call_ws = ""  # whitespace right after a call: dropped if another call follows
+        self._finished = False
+
+    # ------------------------------------------------------------------ public
+
+    def feed(self, text: str) -> list[Event]:
+        out: list[Event] = []
+        if text and not self._finished:
+            self._run(text, out)
+        return _merge(out)
+
+    def finish(self) -> list[Event]:
+        if self._finished:
+            return []
+        self._finished = True
+        out: list[Event] = []
+        if self._state is State.THINK:
+            if self._held:
+                out.append(ThinkingDelta(self._held))
+        elif self._state is State.TEXT:
+            self._text(self._held, out)
+        else:
+            # A call still open at the end: it never closed, so it is text.
+            # (bracket calls end with their JSON, so an open one is incomplete too.)
+            self._reject("the call was not complete when the answer ended", out, refeed=False)
+        self._held = ""
+        self._state = State.TEXT
+        return _merge(out)
+
+    # ------------------------------------------------------------------ states
+
+    def _run(self, text: str, out: list[Event]) -> None:
+        # Each state handler consumes a prefix of ``text`` and returns the rest.
+        while text:
+            match self._state:
+                case State.TEXT:
+                    text = self._in_text(text, out)
+                case State.THINK:
+                    text = self._in_think(text, out)
+                case State.HEADER:
+                    text = self._in_header(text, out)
+                case State.ARGS:
+                    text = self._in_args(text, out)
+                case State.CLOSE:
+                    text = self._in_close(text, out)
+
+    def _in_text(self, text: str, out: list[Event]) -> str:
+        buf = self._held + text
+        self._held = ""
+        best = -1
+        marker = ""
+        for m in self._markers:
+            i = buf.find(m)
+            if i != -1 and (best == -1 or i < best):
+                best, marker = i, m
+        if best == -1:
+            keep = _partial_suffix(buf, self._markers, self._longest)
+            self._text(buf[: len(buf) - keep], out)
+            self._held = buf[len(buf) - keep :]
+            return ""
+        self._text(buf[:best], out)
+        rest = buf[best + len(marker) :]
+        if marker in THINK_TAGS:
+            self._flush_ws(out)
+            self._state = State.THINK
+            self._closer = THINK_TAGS[marker]
+        else:
+            self._call = _Call(raw=[marker])
+            self._state = State.HEADER
+        return rest
+
+    def _in_think(self, text: str, out: list[Event]) -> str:
+        buf = self._held + text
+        self._held = ""
+        i = buf.find(self._closer)
+        if i == -1:
+            keep = _partial_suffix(buf, (self._closer,), len(self._closer))
+            if len(buf) > keep:
+                out.append(ThinkingDelta(buf[: len(buf) - keep]))
+            self._held = buf[len(buf) - keep :]
+            return ""
+        if i:
+            out.append(ThinkingDelta(buf[:i]))
+        self._state = State.TEXT
+        return buf[i + len(self._closer) :]
+
+    def _in_header(self, text: str, out: list[Event]) -> str:
+        call = self._call
+        assert call is not None
+        brace = text.find("{")
+        part = text if brace == -1 else text[:brace]
+        call.header += part
+        call.raw.append(part)
+        rest = "" if brace == -1 else text[brace:]
+        if len(call.header) > MAX_NAME + 40:
+            self._reject("no arguments after the call marker", out)
+            return rest
+        if brace == -1:
+            return ""
+        name = self._parse_header(call.header)
+        if name is None:
+            self._reject(f"malformed call header {call.header.strip()[:60]!r}", out)
+            return rest
+        call.name = name
+        self._state = State.ARGS
+        return text[brace:]
+
+    def _parse_header(self, header: str) -> str | None:
+        if self.protocol == "invoke":
+            # \n<invoke name="TOOL">  (whitespace around is tolerated)
+            h = header.strip()
+            prefix = '<invoke name="'
+            if not (h.startswith(prefix) and h.endswith('">')):
+                return None
+            name = h[len(prefix) : -2]
+            return name if name and '"' not in name else None
+        # bracket: NAME]\nInput:
+        name, sep, after = header.partition("]")
+        if not sep or "\n" in name.strip() or not name.strip():
+            return None
+        if after.strip() not in ("Input:", "Input"):
+            return None
+        return name.strip()
+
+    def _in_args(self, text: str, out: list[Event]) -> str:
+        call = self._call
+        assert call is not None
+        depth, in_string, escape = call.depth, call.in_string, call.escape
+        end = -1
+        for i, ch in enumerate(text):
+            if in_string:
+                if escape:
+                    escape = False
+                elif ch == "\\":
+                    escape = True
+                elif ch == '"':
+                    in_string = False
+            elif ch == '"':
+                in_string = True
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    end = i + 1
+                    break
+        call.depth, call.in_string, call.escape = depth, in_string, escape
+        part = text if end == -1 else text[:end]
+        call.args.append(part)
+        call.raw.append(part)
+        if end == -1:
+            return ""
+        if self.protocol == "invoke":
+            self._state = State.CLOSE
+        else:
+            self._complete(out)
+        return text[end:]
+
+    def _in_close(self, text: str, out: list[Event]) -> str:
+        call = self._call
+        assert call is not None
+        want = "</invoke>"
+        for i, ch in enumerate(text):
+            if not call.close and ch.isspace():
+                call.raw.append(ch)
+                continue
+            call.close += ch
+            call.raw.append(ch)
+            if not want.startswith(call.close):
+                self._reject("the <invoke> tag was not closed", out)
+                return text[i + 1 :]
+            if call.close == want:
+                self._complete(out)
+                return text[i + 1 :]
+        return ""
+
+    # ------------------------------------------------------------------ outcomes
+
+    def _complete(self, out: list[Event]) -> None:
+        call = self._call
+        assert call is not None
+        args = "".join(call.args)
+        try:
+            parsed = json.loads(args)
+        except ValueError:
+            self._reject(f"arguments of {call.name!r} are not valid JSON", out, refeed=False)
+            return
+        if not isinstance(parsed, dict):
+            self._reject(f"arguments of {call.name!r} are not an object", out, refeed=False)
+            return
+        if call.name not in self.tools:
+            self._reject(f"tool {call.name!r} was not declared in the request", out, refeed=False)
+            return
+        self._after_call_ws = ""  # whitespace between calls is layout, not content
+        index = self.calls
+        self.calls += 1
+        out.append(ToolCallStart(index, self.ids(index), call.name, args))
+        out.append(ToolCallEnd(index))
+        self._call = None
+        self._state = State.TEXT
+
+    def _reject(self, why: str, out: list[Event], refeed: bool = True) -> None:
+        """Emit the would-be call as text and go on parsing after its marker."""
+        call = self._call
+        assert call is not None
+        self.rejected.append(why)
+        raw = "".join(call.raw)
+        self._call = None
+        self._state = State.TEXT
+        marker, rest = raw[: len(call.raw[0])], raw[len(call.raw[0]) :]
+        self._text(marker, out)
+        if refeed and rest:
+            # What followed the marker may hold real text or another marker: parse it again.
+            self._run(rest, out)
+        else:
+            self._text(rest, out)
+
+    def _text(self, text: str, out: list[Event]) -> None:
+        if not text:
+            return
+        if self.calls and not text.strip():
+            self._after_call_ws += text
+            return
+        self._flush_ws(out)
+        out.append(TextDelta(text))
+
+    def _flush_ws(self, out: list[Event]) -> None:
+        if self._after_call_ws:
+            out.append(TextDelta(self._after_call_ws))
+            self._after_call_ws = ""
+
+
+def _partial_suffix(buf: str, markers: Collection[str], longest: int) -> int:
+    """Length of the longest suffix of ``buf`` that is a proper prefix of a marker."""
+    start = max(0, len(buf) - longest + 1)
+    for i in range(start, len(buf)):
+        tail = buf[i:]
+        for m in markers:
+            if m.startswith(tail):
+                return len(buf) - i
+    return 0
+
+
+def _merge(events: list[Event]) -> list[Event]:
+    """Adjacent text (or thinking) deltas of one feed become one delta."""
+    out: list[Event] = []
+    for e in events:
+        last = out[-1] if out else None
+        if isinstance(e, TextDelta) and isinstance(last, TextDelta):
+            out[-1] = TextDelta(last.text + e.text)
+        elif (
+            isinstance(e, ThinkingDelta) and isinstance(last, ThinkingDelta) and not last.signature
+        ):
+            out[-1] = ThinkingDelta(last.text + e.text, e.signature)
+        else:
+            out.append(e)
+    return out

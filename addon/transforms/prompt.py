@@ -1,0 +1,50 @@
+"""Prompt surgery on unified messages: add to the system prompt, merge same-role neighbours.
+
+Contract: pure functions over ``addon.model`` messages; return new tuples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from addon.model import Message, Part, Text
+
+SEPARATOR = "\n\n"
+
+
+def append_system(messages: tuple[Message, ...], text: str) -> tuple[Message, ...]:
+    """Append ``text`` to the first system message, or insert one at the front."""
+    for i, m in enumerate(messages):
+        if m.role == "system":
+            parts: tuple[Part, ...] = (
+                (*m.parts, Text(SEPARATOR + text)) if m.parts else (Text(text),)
+            )
+            return (*messages[:i], dataclasses.replace(m, parts=parts), *messages[i + 1 :])
+    return (Message("system", (Text(text),), string_content=True), *messages)
+
+
+def append_to_users(messages: tuple[Message, ...], text: str) -> tuple[Message, ...]:
+    """Append ``text`` to every user message."""
+    return tuple(
+        dataclasses.replace(m, parts=(*m.parts, Text(SEPARATOR + text if m.parts else text)))
+        if m.role == "user"
+        else m
+        for m in messages
+    )
+
+
+def merge_same_role(messages: tuple[Message, ...]) -> tuple[Message, ...]:
+    """Join consecutive user (or assistant) messages, for upstreams that need alternation."""
+    out: list[Message] = []
+    for m in messages:
+        last = out[-1] if out else None
+        if last is not None and m.role == last.role and m.role in ("user", "assistant"):
+            out[-1] = dataclasses.replace(
+                last,
+                parts=(*last.parts, Text(SEPARATOR), *m.parts),
+                string_content=last.string_content and m.string_content,
+                extra={**m.extra, **last.extra},
+            )
+        else:
+            out.append(m)
+    return tuple(out)
