@@ -199,9 +199,9 @@ type SchemaProfile = Literal["none", "strict"]
 """How tool parameter schemas are cleaned for the upstream (see ``addon.transforms.schema``)."""
 SCHEMA_PROFILES: tuple[SchemaProfile, ...] = ("none", "strict")
 
-type ToolMode = Literal["native"]
-"""How tools reach the upstream: ``native`` = the upstream's own tool calling."""
-TOOL_MODES: tuple[ToolMode, ...] = ("native",)
+type ToolMode = Literal["native", "invoke", "bracket"]
+"""How tools reach the upstream: its own tool calling, or a text protocol in the prompt."""
+TOOL_MODES: tuple[ToolMode, ...] = ("native", "invoke", "bracket")
 
 
 # --------------------------------------------------------------------------- errors

@@ -1,13 +1,17 @@
-"""The mitmproxy shell: the only module (with ``main``) that imports mitmproxy.
+"""The mitmproxy shell: the only modules (with ``main`` and ``contentview``) that import mitmproxy.
 
 Hooks only apply what the sans-IO layers decide:
 
 - ``request``: match a route; decode the body with the client dialect, run the
-  transforms, encode for the upstream, set the body; or answer a client mistake
-  with a 400 in the client's dialect; or leave a body we cannot read untouched.
+  transforms (tool checks, schema profile, ``-thinking`` models, text tool
+  protocol), encode for the upstream and set the body; or answer a client
+  mistake with a 400 in the client's dialect; or leave a body we cannot read
+  untouched. ``GET …/models`` is marked for the model catalogue.
 - ``responseheaders``: a 2xx SSE answer gets a ``StreamProcessor`` behind
   ``flow.response.stream``; anything else is buffered.
-- ``response``: a buffered JSON answer is decoded and re-encoded whole.
+- ``response``: a buffered JSON answer is decoded, parsed for text tool calls
+  when the route uses a text protocol, re-encoded whole; a required tool call
+  that did not come is retried once (httpx); model lists are merged.
 - ``error``: the flow's state is freed.
 
 Problems met while handling a flow are logged, one line each, never raised.
@@ -17,30 +21,31 @@ the user's API keys.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+import httpx
 from mitmproxy import contentviews, ctx, exceptions, http
 
+from addon.config import OPTIONS, ConfigError, Settings, parse_settings
 from addon.contentview import BridgeContentview
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import describe
-from addon.model import (
-    SCHEMA_PROFILES,
-    TOOL_MODES,
-    ClientError,
-    Notes,
-    SchemaProfile,
-    ToolMode,
-    UnsupportedShape,
-)
-from addon.routes import DEFAULT_ROUTES, Route, RoutesError, load_routes, match
+from addon.model import ClientError, Notes, Request, Response, Thinking, ToolCall, UnsupportedShape
+from addon.routes import Route, match
 from addon.state import BridgeState
 from addon.stream.decompress import UnsupportedEncoding, make_decompressor
-from addon.stream.processor import StreamProcessor
+from addon.stream.processor import Stage, StreamProcessor
+from addon.stream.stages import HideThinkingStage, TextToolStage
+from addon.textproto.invoke import make_trigger
+from addon.textproto.parser import Protocol, TextProtocolParser
+from addon.transforms.text_tools import TextToolSettings, apply_text_tools, parse_text_tools
+from addon.transforms.thinking import apply_thinking_prompt, catalogue_models, resolve_model
 from addon.transforms.tools import check_tools, sanitize_tool_schemas
 
 log = logging.getLogger("cursor_bridge")
@@ -49,6 +54,11 @@ META_KEY = "cursor_bridge"
 """``flow.metadata`` key holding what the bridge did (plain JSON data, no secrets)."""
 MAX_TRACKED_FLOWS = 10_000
 """Flows whose answer is still awaited; the oldest are forgotten past this (a leak guard)."""
+RETRY_TIMEOUT = httpx.Timeout(300.0, connect=15.0)
+_HOP_BY_HOP = frozenset(
+    {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
+     "proxy-connection", "proxy-authorization", "trailer"}
+)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -59,90 +69,57 @@ class _FlowPlan:
     client: Dialect
     upstream: Dialect
     notes: Notes = field(default_factory=Counter)
+    protocol: Protocol | None = None
+    trigger: str | None = None
+    tools: tuple[str, ...] = ()
+    parse_text: bool = False
+    """Parse the answer's text for tool calls and/or thinking tags."""
+    tool_required: bool = False
+    hide_thinking: bool = False
     processor: StreamProcessor | None = None
+    parser: TextProtocolParser | None = None
+
+    def new_parser(self) -> TextProtocolParser:
+        self.parser = TextProtocolParser(self.protocol, trigger=self.trigger, tools=self.tools)
+        return self.parser
 
 
 class Bridge:
     name = "cursor_bridge"
 
     def __init__(self) -> None:
-        self.routes: tuple[Route, ...] = DEFAULT_ROUTES
-        self.tool_mode: ToolMode = "native"
-        self.schema: SchemaProfile = "none"
+        self.settings = Settings()
         self.state = BridgeState()
         self._plans: OrderedDict[str, _FlowPlan] = OrderedDict()
+        self._model_flows: set[str] = set()
+        self._http: httpx.AsyncClient | None = None
 
     # ------------------------------------------------------------------ options
 
-    def load(self, loader: object) -> None:
+    def load(self, loader: Any) -> None:
         contentviews.add(BridgeContentview(self.state.originals))
-        add = loader.add_option  # type: ignore[attr-defined]
-        add(
-            name="bridge_routes",
-            typespec=str,
-            default="",
-            help=(
-                "Path to a TOML routes file saying which requests cursor-bridge rewrites and "
-                "how (host glob, path glob, client and upstream dialect, tool mode, schema "
-                "profile, upstream path). Empty: the built-in default route, POST "
-                "…/chat/completions on any host, OpenAI dialect on both sides."
-            ),
-        )
-        add(
-            name="bridge_tool_mode",
-            typespec=str,
-            default="native",
-            choices=list(TOOL_MODES),
-            help=(
-                "How tools reach the upstream on routes that do not set tool_mode: "
-                "'native' sends them as the upstream's own tool definitions."
-            ),
-        )
-        add(
-            name="bridge_schema",
-            typespec=str,
-            default="none",
-            choices=list(SCHEMA_PROFILES),
-            help=(
-                "Tool-schema profile for routes that do not set one: 'none' sends schemas as "
-                "the client wrote them; 'strict' removes additionalProperties, $schema, title "
-                "and default, collapses anyOf to its first non-null option and drops an empty "
-                "required list, for upstreams that reject those keywords."
-            ),
-        )
+        for spec in OPTIONS:
+            loader.add_option(
+                name=spec.name,
+                typespec=spec.typespec,
+                default=spec.default,
+                help=spec.help,
+                choices=list(spec.choices) if spec.choices else None,
+            )
 
     def configure(self, updated: set[str]) -> None:
-        opts = ctx.options
-        if "bridge_tool_mode" in updated:
-            value = opts.bridge_tool_mode
-            if value not in TOOL_MODES:
-                raise _options_error(
-                    f"bridge_tool_mode must be one of {', '.join(TOOL_MODES)}, not {value!r}"
-                    + (
-                        " (the text tool protocols 'invoke' and 'bracket' are not available "
-                        "in this version)"
-                        if value in ("invoke", "bracket")
-                        else ""
-                    )
-                )
-            self.tool_mode = value
-        if "bridge_schema" in updated:
-            value = opts.bridge_schema
-            if value not in SCHEMA_PROFILES:
-                raise _options_error(
-                    f"bridge_schema must be one of {', '.join(SCHEMA_PROFILES)}, not {value!r}"
-                )
-            self.schema = value
-        if "bridge_routes" in updated:
-            path = opts.bridge_routes
-            if not path:
-                self.routes = DEFAULT_ROUTES
-            else:
-                try:
-                    self.routes = load_routes(path)
-                except RoutesError as e:
-                    raise _options_error(str(e)) from e
-                log.info("cursor-bridge: %d route(s) from %s", len(self.routes), path)
+        if not any(name.startswith("bridge_") for name in updated):
+            return
+        try:
+            self.settings = parse_settings(lambda name: getattr(ctx.options, name))
+        except ConfigError as e:
+            raise _options_error(str(e)) from e
+        if "bridge_routes" in updated and ctx.options.bridge_routes:
+            log.info(
+                "cursor-bridge: %d route(s) from %s",
+                len(self.settings.routes),
+                ctx.options.bridge_routes,
+            )
 
     # ------------------------------------------------------------------ request
 
@@ -150,7 +127,11 @@ class Bridge:
         if flow.response is not None or flow.error is not None or not flow.live:
             return
         req = flow.request
-        route = match(self.routes, req.host, req.path, req.method)
+        path = req.path.split("?", 1)[0]
+        if self.settings.models and req.method == "GET" and path.endswith("/models"):
+            self._model_flows.add(flow.id)
+            return
+        route = match(self.settings.routes, req.host, req.path, req.method)
         if route is None:
             return
         client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
@@ -164,10 +145,9 @@ class Bridge:
             self._passthrough(flow, route, f"request body is not a JSON object ({_short(e)})")
             return
         notes: Notes = Counter()
+        plan = _FlowPlan(route, client, upstream, notes)
         try:
-            unified = client.decode_request(body, notes)
-            check_tools(unified)
-            unified = sanitize_tool_schemas(unified, route.schema_profile or self.schema, notes)
+            unified = self._transform(client.decode_request(body, notes), plan)
             out = upstream.encode_request(unified, notes)
         except UnsupportedShape as e:
             self._passthrough(flow, route, f"request not understood ({_short(e)})")
@@ -179,17 +159,18 @@ class Bridge:
             log.debug("%s: internal error", label, exc_info=True)
             self._passthrough(flow, route, f"internal error {type(e).__name__}: {_short(e)}")
             return
+
         summary = describe(notes) or "no changes needed"
         req.content = json.dumps(out, ensure_ascii=False).encode()
         req.headers["accept-encoding"] = "identity"
         if route.upstream_path:
             query = req.path.partition("?")[2]
             req.path = route.upstream_path + (f"?{query}" if query else "")
-        self._remember(flow.id, _FlowPlan(route, client, upstream, notes))
+        self._remember(flow.id, plan)
         self.state.count("requests rewritten")
         self.state.originals.put(flow.id, "request", original, summary)
         flow.comment = _append(flow.comment, f"{label}: {summary}")
-        flow.metadata[META_KEY] = {
+        meta: dict[str, Any] = {
             "route": route.name,
             "action": "rewritten",
             "client": client.name,
@@ -197,6 +178,40 @@ class Bridge:
             "stream": unified.stream,
             "changes": dict(notes),
         }
+        if plan.protocol:
+            meta["tool_protocol"] = plan.protocol
+            if plan.trigger:
+                meta["trigger"] = plan.trigger
+        flow.metadata[META_KEY] = meta
+
+    def _transform(self, req: Request, plan: _FlowPlan) -> Request:
+        """The route's transforms, in order; decisions go to ``plan``."""
+        s, notes = self.settings, plan.notes
+        model, thinking = resolve_model(req.model, s.models)
+        if thinking:
+            notes[f"{req.model} → {model} with thinking"] += 1
+            req = dataclasses.replace(req, model=model)
+        check_tools(req)
+        req = sanitize_tool_schemas(req, plan.route.schema_profile or s.schema, notes)
+        mode = plan.route.tool_mode or s.tool_mode
+        tools = [t.name for t in req.tools or () if t.name]
+        choice = req.tool_choice
+        if mode != "native":
+            plan.protocol = mode
+            plan.trigger = make_trigger() if mode == "invoke" else None
+            plan.tools = tuple(tools)
+            plan.parse_text = True
+            plan.tool_required = bool(tools) and (
+                (choice is not None and choice.mode in ("required", "tool"))
+                or (s.tool_strict and (choice is None or choice.mode != "none"))
+            )
+            settings = TextToolSettings(mode, plan.trigger, s.desc_limit, s.param_limit)
+            req = apply_text_tools(req, settings, notes)
+        if thinking:
+            plan.parse_text = True
+            req = apply_thinking_prompt(req, notes)
+        plan.hide_thinking = s.thinking_output == "hidden"
+        return req
 
     # ------------------------------------------------------------------ response
 
@@ -218,8 +233,16 @@ class Bridge:
             resp.stream = True  # still stream it: SSE must never be buffered
             self._plans.pop(flow.id, None)
             return
+        stages: list[Stage] = []
+        if plan.parse_text:
+            stages.append(TextToolStage(plan.new_parser()))
+        if plan.hide_thinking:
+            stages.append(HideThinkingStage())
         processor = StreamProcessor(
-            plan.upstream.stream_decoder(), plan.client.stream_encoder(), decompressor=decompressor
+            plan.upstream.stream_decoder(),
+            plan.client.stream_encoder(),
+            stages=stages,
+            decompressor=decompressor,
         )
         plan.processor = processor
         if decompressor is not None:
@@ -230,33 +253,28 @@ class Bridge:
             resp.headers["transfer-encoding"] = "chunked"
         resp.stream = _stream_callable(processor, label)
 
-    def response(self, flow: http.HTTPFlow) -> None:
+    async def response(self, flow: http.HTTPFlow) -> None:
+        if flow.id in self._model_flows:
+            self._model_flows.discard(flow.id)
+            self._merge_models(flow)
+            return
         plan = self._plans.pop(flow.id, None)
         resp = flow.response
         if plan is None or resp is None:
             return
-        label = f"cursor-bridge [{plan.route.name}]"
-        meta = flow.metadata.get(META_KEY)
         if plan.processor is not None:
-            p = plan.processor
-            if isinstance(meta, dict):
-                meta["stream_events"] = p.events_in
-                meta["stream_fallback"] = p.error
-            if p.error:
-                self.state.count("stream fallbacks")
-                flow.comment = _append(flow.comment, f"stream passed through after: {p.error}")
-            else:
-                self.state.count("streams rewritten")
+            self._stream_done(flow, plan)
             return
-        if not (200 <= resp.status_code < 300):
+        if not (200 <= resp.status_code < 300) or not _is_json(resp):
             return
-        if not resp.headers.get("content-type", "").lower().startswith("application/json"):
-            return
+        label = f"cursor-bridge [{plan.route.name}]"
         try:
-            body = json.loads(resp.get_content(strict=False) or b"")
-            if not isinstance(body, dict):
-                raise UnsupportedShape("the answer is JSON but not an object")
-            out = plan.client.encode_response(plan.upstream.decode_response(body))
+            answer = self._decode_answer(resp, plan)
+            if plan.tool_required and not any(isinstance(p, ToolCall) for p in answer.parts):
+                retried = await self._retry(flow, plan, label)
+                if retried is not None:
+                    answer = retried
+            out = plan.client.encode_response(answer)
         except (ValueError, UnsupportedShape) as e:
             log.info("%s: answer passed through unchanged: %s", label, _short(e))
             flow.comment = _append(flow.comment, f"answer not rewritten ({_short(e)})")
@@ -265,19 +283,139 @@ class Bridge:
             log.exception("%s: answer passed through after an internal error", label)
             flow.comment = _append(flow.comment, f"answer not rewritten (internal error: {e})")
             return
+        if plan.parser is not None and plan.parser.calls:
+            flow.comment = _append(
+                flow.comment, f"{plan.parser.calls} text tool calls → tool_calls"
+            )
+        self._log_rejected(plan, label)
         self.state.originals.put(
-            flow.id,
-            "response",
-            resp.get_content(strict=False) or b"",
-            "answer re-encoded for the client",
+            flow.id, "response", resp.get_content(strict=False) or b"", "answer re-encoded"
         )
         resp.content = json.dumps(out, ensure_ascii=False).encode()
         self.state.count("answers rewritten")
 
+    def _decode_answer(self, resp: http.Response, plan: _FlowPlan) -> Response:
+        body = json.loads(resp.get_content(strict=False) or b"")
+        if not isinstance(body, dict):
+            raise UnsupportedShape("the answer is JSON but not an object")
+        answer = plan.upstream.decode_response(body)
+        if plan.parse_text:
+            answer = parse_text_tools(answer, plan.new_parser())
+        if plan.hide_thinking:
+            answer = dataclasses.replace(
+                answer, parts=tuple(p for p in answer.parts if not isinstance(p, Thinking))
+            )
+        return answer
+
+    async def _retry(self, flow: http.HTTPFlow, plan: _FlowPlan, label: str) -> Response | None:
+        """Ask the upstream once more when a required tool call did not come."""
+        req = flow.request
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in req.headers.fields
+            if k.decode("latin-1").lower() not in _HOP_BY_HOP
+        ]
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=RETRY_TIMEOUT, verify=not _ssl_insecure())
+        try:
+            answer = await self._http.request(
+                req.method, req.url, headers=headers, content=req.content
+            )
+        except httpx.HTTPError as e:
+            log.warning("%s: retry for a required tool call failed: %s", label, _short(e))
+            flow.comment = _append(flow.comment, f"retry failed ({type(e).__name__})")
+            return None
+        if not (200 <= answer.status_code < 300):
+            log.warning("%s: retry for a required tool call got HTTP %d", label, answer.status_code)
+            flow.comment = _append(flow.comment, f"retry got HTTP {answer.status_code}")
+            return None
+        try:
+            body = answer.json()
+            if not isinstance(body, dict):
+                raise UnsupportedShape("not an object")
+            retried = plan.upstream.decode_response(body)
+            if plan.parse_text:
+                retried = parse_text_tools(retried, plan.new_parser())
+        except (ValueError, UnsupportedShape) as e:
+            log.warning("%s: retry answer not understood: %s", label, _short(e))
+            return None
+        self.state.count("required-tool retries")
+        made = any(isinstance(p, ToolCall) for p in retried.parts)
+        flow.comment = _append(
+            flow.comment,
+            "no tool call although one was required: retried once"
+            + (" → got one" if made else " → still none"),
+        )
+        return retried
+
+    def _stream_done(self, flow: http.HTTPFlow, plan: _FlowPlan) -> None:
+        p = plan.processor
+        assert p is not None
+        label = f"cursor-bridge [{plan.route.name}]"
+        meta = flow.metadata.get(META_KEY)
+        if isinstance(meta, dict):
+            meta["stream_events"] = p.events_in
+            meta["stream_fallback"] = p.error
+            if plan.parser is not None:
+                meta["text_tool_calls"] = plan.parser.calls
+        if plan.parser is not None and plan.parser.calls:
+            flow.comment = _append(
+                flow.comment, f"{plan.parser.calls} text tool calls → tool_calls"
+            )
+        self._log_rejected(plan, label)
+        if p.error:
+            self.state.count("stream fallbacks")
+            flow.comment = _append(flow.comment, f"stream passed through after: {p.error}")
+        else:
+            self.state.count("streams rewritten")
+
+    def _log_rejected(self, plan: _FlowPlan, label: str) -> None:
+        if plan.parser is not None and plan.parser.rejected:
+            log.info(
+                "%s: %d would-be tool call(s) kept as text: %s",
+                label,
+                len(plan.parser.rejected),
+                "; ".join(plan.parser.rejected[:3]),
+            )
+
+    def _merge_models(self, flow: http.HTTPFlow) -> None:
+        """``GET …/models``: add the catalogue (and -thinking variants) to the upstream's list."""
+        resp = flow.response
+        if resp is None:
+            return
+        ours = catalogue_models(self.settings.models)
+        listed: list[Any] = []
+        if 200 <= resp.status_code < 300 and _is_json(resp):
+            try:
+                body = json.loads(resp.get_content(strict=False) or b"")
+                if isinstance(body, dict) and isinstance(body.get("data"), list):
+                    listed = body["data"]
+            except ValueError:
+                listed = []
+        known = {m.get("id") for m in listed if isinstance(m, dict)}
+        added = [
+            {"id": m, "object": "model", "created": 0, "owned_by": "cursor-bridge"}
+            for m in ours
+            if m not in known
+        ]
+        how = "merged with the upstream's" if listed else "answered by cursor-bridge"
+        if not listed and resp.status_code >= 300:
+            how += f" (upstream said HTTP {resp.status_code})"
+        flow.response = http.Response.make(
+            200,
+            json.dumps({"object": "list", "data": [*listed, *added]}, ensure_ascii=False),
+            {"content-type": "application/json"},
+        )
+        flow.comment = _append(flow.comment, f"cursor-bridge: {len(added)} models {how}")
+
     def error(self, flow: http.HTTPFlow) -> None:
         self._plans.pop(flow.id, None)
+        self._model_flows.discard(flow.id)
 
-    def done(self) -> None:
+    async def done(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
         if self.state.counters:
             log.info("cursor-bridge: %s", self.state.summary())
 
@@ -295,11 +433,7 @@ class Bridge:
             {"content-type": "application/json"},
         )
         flow.comment = _append(flow.comment, f"{label}: answered {e.status}: {e.message}")
-        flow.metadata[META_KEY] = {
-            "route": route.name,
-            "action": "rejected",
-            "error": e.message,
-        }
+        flow.metadata[META_KEY] = {"route": route.name, "action": "rejected", "error": e.message}
 
     def _passthrough(self, flow: http.HTTPFlow, route: Route, why: str) -> None:
         self.state.count("passed through")
@@ -340,6 +474,18 @@ def _stream_callable(processor: StreamProcessor, label: str) -> Callable[[bytes]
         return out
 
     return stream
+
+
+def _is_json(resp: http.Response) -> bool:
+    ctype = resp.headers.get("content-type", "").lower()
+    return ctype.startswith("application/json") or "+json" in ctype
+
+
+def _ssl_insecure() -> bool:
+    try:
+        return bool(ctx.options.ssl_insecure)
+    except (AttributeError, KeyError):
+        return False
 
 
 def _options_error(message: str) -> exceptions.OptionsError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import logging
@@ -44,6 +45,10 @@ def bridge() -> Iterator[tuple[Bridge, taddons.context]]:
         yield addon, tctx
 
 
+def respond(addon: Bridge, flow: http.HTTPFlow) -> None:
+    asyncio.run(addon.response(flow))
+
+
 def chat_flow(body: bytes | dict[str, Any], path: str = "/v1/chat/completions") -> http.HTTPFlow:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     req = tutils.treq(
@@ -76,9 +81,13 @@ def sse_response(body: bytes = b"", **headers: str) -> http.Response:
     ("option", "value", "message"),
     [
         pytest.param(
-            "bridge_tool_mode", "invoke", "not available in this version", id="invoke-later"
+            "bridge_tool_mode", "magic", "must be one of native, invoke, bracket", id="tool-mode"
         ),
-        pytest.param("bridge_tool_mode", "magic", "must be one of native", id="tool-mode"),
+        pytest.param(
+            "bridge_thinking_output", "shown", "must be one of reasoning, hidden", id="thinking"
+        ),
+        pytest.param("bridge_models", "a,b,a", "lists a more than once", id="models-dupe"),
+        pytest.param("bridge_tool_desc_max_chars", 0, "at least 1", id="limit"),
         pytest.param("bridge_schema", "loose", "must be one of none, strict", id="schema"),
         pytest.param(
             "bridge_routes", "/nonexistent/routes.toml", "cannot read it", id="routes-missing"
@@ -86,7 +95,7 @@ def sse_response(body: bytes = b"", **headers: str) -> http.Response:
     ],
 )
 def test_bad_option_values_are_refused_with_a_clear_message(
-    bridge: tuple[Bridge, taddons.context], option: str, value: str, message: str
+    bridge: tuple[Bridge, taddons.context], option: str, value: object, message: str
 ) -> None:
     _, tctx = bridge
     with pytest.raises(exceptions.OptionsError, match=message):
@@ -100,7 +109,7 @@ def test_routes_file_option_loads_routes(
     routes = tmp_path / "routes.toml"
     routes.write_text('[[routes]]\nname = "gw"\npath = "/gw/*"\nschema = "strict"\n')
     tctx.configure(addon, bridge_routes=str(routes))
-    assert [r.name for r in addon.routes] == ["gw"]
+    assert [r.name for r in addon.settings.routes] == ["gw"]
     flow = chat_flow(CURSOR_BODY)
     addon.request(flow)
     assert META_KEY not in flow.metadata  # /v1/chat/completions is no longer routed
@@ -206,7 +215,7 @@ def test_sse_answer_is_streamed_through_the_processor(
     out = stream_all(flow, body)
     assert out.endswith(b"data: [DONE]\n\n")
     assert b"get_stock_price" in out and b"GetWeatherArgs" in out
-    addon.response(flow)
+    respond(addon, flow)
     assert flow.metadata[META_KEY]["stream_fallback"] is None
     assert flow.id not in addon._plans
 
@@ -237,7 +246,7 @@ def test_broken_stream_falls_back_to_the_raw_bytes(
     assert out.endswith(bad)
     assert b'"content":"hi"' in out
     assert "stream passed through from here on" in caplog.text
-    addon.response(flow)
+    respond(addon, flow)
     assert "not JSON" in (flow.metadata[META_KEY]["stream_fallback"] or "")
 
 
@@ -272,7 +281,7 @@ def test_json_answer_is_rewritten_whole(bridge: tuple[Bridge, taddons.context]) 
         content=json.dumps(answer).encode(),
     )
     addon.responseheaders(flow)
-    addon.response(flow)
+    respond(addon, flow)
     assert json.loads(flow.response.content or b"") == answer
 
 

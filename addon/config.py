@@ -1,0 +1,157 @@
+"""The bridge's options: declarations, validation and the parsed ``Settings``.
+
+Contract: no mitmproxy here. ``OPTIONS`` lists every option (name, type,
+default, help text: the help is the user's documentation); the shell registers
+them and calls ``parse_settings`` with a getter over mitmproxy's options. A
+bad value raises ``ConfigError`` naming the option and what it accepts
+(mitmproxy does not enforce ``choices`` itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, cast, get_args
+
+from addon.model import SCHEMA_PROFILES, TOOL_MODES, SchemaProfile, ToolMode
+from addon.routes import DEFAULT_ROUTES, Route, RoutesError, load_routes
+
+type ThinkingOutput = Literal["reasoning", "hidden"]
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class OptionSpec:
+    name: str
+    typespec: type
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None = None
+
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec(
+        "bridge_routes",
+        str,
+        "",
+        "Path to a TOML routes file saying which requests cursor-bridge rewrites and how (host "
+        "glob, path glob, methods, client and upstream dialect, tool mode, schema profile, "
+        "upstream path). Empty: the built-in default route, POST …/chat/completions on any "
+        "host, OpenAI dialect on both sides.",
+    ),
+    OptionSpec(
+        "bridge_tool_mode",
+        str,
+        "native",
+        "How tools reach the upstream on routes that do not set tool_mode: 'native' sends "
+        "them as the upstream's own tool definitions; 'invoke' (a per-request trigger plus "
+        "<invoke name=…>{json}</invoke>) and 'bracket' ([Calling tool: NAME] / Input: {json}) "
+        "describe them in the system prompt for upstreams without tool calling, and turn the "
+        "model's text back into tool calls.",
+        TOOL_MODES,
+    ),
+    OptionSpec(
+        "bridge_schema",
+        str,
+        "none",
+        "Tool-schema profile for routes that do not set one: 'none' sends schemas as the client "
+        "wrote them; 'strict' removes additionalProperties, $schema, title and default, "
+        "collapses anyOf to its first non-null option and drops an empty required list, for "
+        "upstreams that reject those keywords.",
+        SCHEMA_PROFILES,
+    ),
+    OptionSpec(
+        "bridge_models",
+        str,
+        "",
+        "Comma-separated base models (e.g. 'claude-sonnet-4.6,gpt-5'). GET …/models then lists "
+        "each of them plus a 'BASE-thinking' variant (merged with the upstream's own list when "
+        "it answers); a request for BASE-thinking goes upstream as BASE with thinking on "
+        "(the model is asked to reason inside <thinking> tags, which come back as reasoning).",
+    ),
+    OptionSpec(
+        "bridge_thinking_output",
+        str,
+        "reasoning",
+        "What OpenAI clients get of the model's reasoning: 'reasoning' sends it as "
+        "reasoning_content, 'hidden' drops it.",
+        get_args(ThinkingOutput.__value__),
+    ),
+    OptionSpec(
+        "bridge_tool_strict",
+        bool,
+        False,
+        "Treat tools as required whenever a request declares any: with a text protocol, a "
+        "non-streamed answer without a tool call is retried once.",
+    ),
+    OptionSpec(
+        "bridge_tool_desc_max_chars",
+        int,
+        8000,
+        "bracket protocol: tool descriptions longer than this are cut (with '...').",
+    ),
+    OptionSpec(
+        "bridge_tool_param_desc_max_chars",
+        int,
+        4000,
+        "bracket protocol: parameter descriptions longer than this are cut (with '...').",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    routes: tuple[Route, ...] = DEFAULT_ROUTES
+    tool_mode: ToolMode = "native"
+    schema: SchemaProfile = "none"
+    models: tuple[str, ...] = ()
+    thinking_output: ThinkingOutput = "reasoning"
+    tool_strict: bool = False
+    desc_limit: int = 8000
+    param_limit: int = 4000
+
+
+def _choice(spec: OptionSpec, value: Any) -> str:
+    assert spec.choices is not None
+    if value not in spec.choices:
+        raise ConfigError(f"{spec.name} must be one of {', '.join(spec.choices)}, not {value!r}")
+    return str(value)
+
+
+def parse_models(value: str) -> tuple[str, ...]:
+    models = tuple(m.strip() for m in value.split(",") if m.strip())
+    dupes = sorted({m for m in models if models.count(m) > 1})
+    if dupes:
+        raise ConfigError(f"bridge_models lists {', '.join(dupes)} more than once")
+    return models
+
+
+def parse_settings(get: Callable[[str], Any]) -> Settings:
+    by_name = {s.name: s for s in OPTIONS}
+    routes_path = get("bridge_routes")
+    try:
+        routes = load_routes(routes_path) if routes_path else DEFAULT_ROUTES
+    except RoutesError as e:
+        raise ConfigError(str(e)) from e
+    limits = {}
+    for name in ("bridge_tool_desc_max_chars", "bridge_tool_param_desc_max_chars"):
+        value = get(name)
+        if value < 1:
+            raise ConfigError(f"{name} must be at least 1, not {value}")
+        limits[name] = value
+    return Settings(
+        routes=routes,
+        tool_mode=cast(ToolMode, _choice(by_name["bridge_tool_mode"], get("bridge_tool_mode"))),
+        schema=cast(SchemaProfile, _choice(by_name["bridge_schema"], get("bridge_schema"))),
+        models=parse_models(get("bridge_models")),
+        thinking_output=cast(
+            ThinkingOutput,
+            _choice(by_name["bridge_thinking_output"], get("bridge_thinking_output")),
+        ),
+        tool_strict=bool(get("bridge_tool_strict")),
+        desc_limit=limits["bridge_tool_desc_max_chars"],
+        param_limit=limits["bridge_tool_param_desc_max_chars"],
+    )
