@@ -50,6 +50,20 @@ class State(Enum):
     CLOSE = auto()  # invoke only: after the JSON, until </invoke>
 
 
+# Every legal transition, in one place; anything else is a bug and raises.
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.TEXT: frozenset({State.THINK, State.HEADER, State.TEXT}),
+    State.THINK: frozenset({State.TEXT}),
+    State.HEADER: frozenset({State.ARGS, State.TEXT}),  # TEXT: not a call after all
+    State.ARGS: frozenset({State.CLOSE, State.TEXT}),  # TEXT: bracket call done, or rejected
+    State.CLOSE: frozenset({State.TEXT}),
+}
+
+
+class IllegalTransition(RuntimeError):
+    pass
+
+
 @dataclass
 class _Call:
     raw: list[str] = field(default_factory=list)  # everything since the marker, for fallback
@@ -125,10 +139,15 @@ class TextProtocolParser:
             # (bracket calls end with their JSON, so an open one is incomplete too.)
             self._reject("the call was not complete when the answer ended", out, refeed=False)
         self._held = ""
-        self._state = State.TEXT
+        self._state = State.TEXT  # the end: whatever was open is closed
         return _merge(out)
 
     # ------------------------------------------------------------------ states
+
+    def _goto(self, new: State) -> None:
+        if new not in TRANSITIONS[self._state]:
+            raise IllegalTransition(f"text protocol parser: {self._state.name} → {new.name}")
+        self._state = new
 
     def _run(self, text: str, out: list[Event]) -> None:
         # Each state handler consumes a prefix of ``text`` and returns the rest.
@@ -163,11 +182,11 @@ class TextProtocolParser:
         rest = buf[best + len(marker) :]
         if marker in THINK_TAGS:
             self._flush_ws(out)
-            self._state = State.THINK
+            self._goto(State.THINK)
             self._closer = THINK_TAGS[marker]
         else:
             self._call = _Call(raw=[marker])
-            self._state = State.HEADER
+            self._goto(State.HEADER)
         return rest
 
     def _in_think(self, text: str, out: list[Event]) -> str:
@@ -182,7 +201,7 @@ class TextProtocolParser:
             return ""
         if i:
             out.append(ThinkingDelta(buf[:i]))
-        self._state = State.TEXT
+        self._goto(State.TEXT)
         return buf[i + len(self._closer) :]
 
     def _in_header(self, text: str, out: list[Event]) -> str:
@@ -203,7 +222,7 @@ class TextProtocolParser:
             self._reject(f"malformed call header {call.header.strip()[:60]!r}", out)
             return rest
         call.name = name
-        self._state = State.ARGS
+        self._goto(State.ARGS)
         return text[brace:]
 
     def _parse_header(self, header: str) -> str | None:
@@ -252,7 +271,7 @@ class TextProtocolParser:
         if end == -1:
             return ""
         if self.protocol == "invoke":
-            self._state = State.CLOSE
+            self._goto(State.CLOSE)
         else:
             self._complete(out)
         return text[end:]
@@ -298,7 +317,7 @@ class TextProtocolParser:
         out.append(ToolCallStart(index, self.ids(index), call.name, args))
         out.append(ToolCallEnd(index))
         self._call = None
-        self._state = State.TEXT
+        self._goto(State.TEXT)
 
     def _reject(self, why: str, out: list[Event], refeed: bool = True) -> None:
         """Emit the would-be call as text and go on parsing after its marker."""
@@ -307,7 +326,7 @@ class TextProtocolParser:
         self.rejected.append(why)
         raw = "".join(call.raw)
         self._call = None
-        self._state = State.TEXT
+        self._goto(State.TEXT)
         marker, rest = raw[: len(call.raw[0])], raw[len(call.raw[0]) :]
         self._text(marker, out)
         if refeed and rest:

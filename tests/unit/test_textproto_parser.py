@@ -221,3 +221,20 @@ def test_any_split_gives_the_events_of_the_whole_and_loses_nothing(
         else:
             expected.append(TextDelta(src))
     assert whole == normalize(expected)
+
+
+def test_illegal_transitions_raise_naming_the_states() -> None:
+    from addon.textproto.parser import IllegalTransition, State
+
+    p = parser()
+    with pytest.raises(IllegalTransition, match="TEXT → CLOSE"):
+        p._goto(State.CLOSE)
+
+
+def test_hidden_thinking_stage_drops_reasoning_only() -> None:
+    from addon.stream.stages import HideThinkingStage
+
+    stage = HideThinkingStage()
+    assert stage.feed(ThinkingDelta("secret")) == []
+    assert stage.feed(TextDelta("shown")) == [TextDelta("shown")]
+    assert stage.finish() == []
