@@ -46,6 +46,7 @@ from addon.textproto.invoke import make_trigger
 from addon.textproto.parser import Protocol, TextProtocolParser
 from addon.transforms.text_tools import TextToolSettings, apply_text_tools, parse_text_tools
 from addon.transforms.thinking import apply_thinking_prompt, catalogue_models, resolve_model
+from addon.transforms.tokens import estimate_input_tokens
 from addon.transforms.tools import check_tools, sanitize_tool_schemas
 
 log = logging.getLogger("cursor_bridge")
@@ -92,6 +93,7 @@ class Bridge:
         self.state = BridgeState()
         self._plans: OrderedDict[str, _FlowPlan] = OrderedDict()
         self._model_flows: set[str] = set()
+        self._count_flows: dict[str, int] = {}
         self._http: httpx.AsyncClient | None = None
 
     # ------------------------------------------------------------------ options
@@ -131,6 +133,9 @@ class Bridge:
         if self.settings.models and req.method == "GET" and path.endswith("/models"):
             self._model_flows.add(flow.id)
             return
+        if req.method == "POST" and path.endswith("/messages/count_tokens"):
+            self._count_tokens_request(flow)
+            return
         route = match(self.settings.routes, req.host, req.path, req.method)
         if route is None:
             return
@@ -163,9 +168,12 @@ class Bridge:
         summary = describe(notes) or "no changes needed"
         req.content = json.dumps(out, ensure_ascii=False).encode()
         req.headers["accept-encoding"] = "identity"
+        query = req.path.partition("?")[2]
         if route.upstream_path:
-            query = req.path.partition("?")[2]
             req.path = route.upstream_path + (f"?{query}" if query else "")
+        elif client.path != upstream.path and path.endswith(client.path):
+            # e.g. /v1/messages → /v1/chat/completions
+            req.path = path[: -len(client.path)] + upstream.path + (f"?{query}" if query else "")
         self._remember(flow.id, plan)
         self.state.count("requests rewritten")
         self.state.originals.put(flow.id, "request", original, summary)
@@ -207,7 +215,10 @@ class Bridge:
             )
             settings = TextToolSettings(mode, plan.trigger, s.desc_limit, s.param_limit)
             req = apply_text_tools(req, settings, notes)
-        if thinking:
+        # Thinking asked for by name (BASE-thinking), or by an Anthropic client, on an upstream
+        # that only has text: ask for <thinking> tags and parse them.
+        asked = req.thinking is not None and req.thinking.enabled and mode != "native"
+        if thinking or asked:
             plan.parse_text = True
             req = apply_thinking_prompt(req, notes)
         plan.hide_thinking = s.thinking_output == "hidden"
@@ -258,6 +269,9 @@ class Bridge:
             self._model_flows.discard(flow.id)
             self._merge_models(flow)
             return
+        if flow.id in self._count_flows:
+            self._count_tokens_response(flow, self._count_flows.pop(flow.id))
+            return
         plan = self._plans.pop(flow.id, None)
         resp = flow.response
         if plan is None or resp is None:
@@ -265,9 +279,13 @@ class Bridge:
         if plan.processor is not None:
             self._stream_done(flow, plan)
             return
-        if not (200 <= resp.status_code < 300) or not _is_json(resp):
-            return
         label = f"cursor-bridge [{plan.route.name}]"
+        if not (200 <= resp.status_code < 300):
+            if plan.client.name != plan.upstream.name:
+                self._translate_error(flow, plan, label)
+            return
+        if not _is_json(resp):
+            return
         try:
             answer = self._decode_answer(resp, plan)
             if plan.tool_required and not any(isinstance(p, ToolCall) for p in answer.parts):
@@ -378,6 +396,70 @@ class Bridge:
                 "; ".join(plan.parser.rejected[:3]),
             )
 
+    def _translate_error(self, flow: http.HTTPFlow, plan: _FlowPlan, label: str) -> None:
+        """An upstream error, re-shaped for a client of another dialect (status kept)."""
+        resp = flow.response
+        assert resp is not None
+        raw = resp.get_content(strict=False) or b""
+        message = None
+        try:
+            body = json.loads(raw)
+            err = body.get("error") if isinstance(body, dict) else None
+            if isinstance(err, dict):
+                message = err.get("message")
+            elif isinstance(err, str):
+                message = err
+            elif isinstance(body, dict):
+                message = body.get("message") or body.get("detail")
+        except ValueError:
+            pass
+        if not isinstance(message, str) or not message:
+            text = raw.decode("utf-8", "replace").strip()
+            message = f"upstream answered HTTP {resp.status_code}" + (
+                f": {text[:500]}" if text else ""
+            )
+        out = plan.client.encode_error(ClientError(message, status=resp.status_code))
+        resp.content = json.dumps(out, ensure_ascii=False).encode()
+        resp.headers["content-type"] = "application/json"
+        flow.comment = _append(
+            flow.comment, f"upstream error {resp.status_code} → {plan.client.name} shape"
+        )
+        log.info(
+            "%s: upstream answered HTTP %d: %s",
+            label,
+            resp.status_code,
+            _short(ValueError(message)),
+        )
+
+    def _count_tokens_request(self, flow: http.HTTPFlow) -> None:
+        try:
+            body = json.loads(flow.request.get_content(strict=False) or b"")
+        except ValueError:
+            return  # not ours to judge: the upstream answers
+        self._count_flows[flow.id] = estimate_input_tokens(body)
+
+    def _count_tokens_response(self, flow: http.HTTPFlow, estimate: int) -> None:
+        """``count_tokens``: the upstream's answer when it has one, otherwise an estimate."""
+        resp = flow.response
+        if resp is None:
+            return
+        if 200 <= resp.status_code < 300 and _is_json(resp):
+            try:
+                body = json.loads(resp.get_content(strict=False) or b"")
+                if isinstance(body, dict) and isinstance(body.get("input_tokens"), int):
+                    return
+            except ValueError:
+                pass
+        flow.response = http.Response.make(
+            200, json.dumps({"input_tokens": estimate}), {"content-type": "application/json"}
+        )
+        flow.comment = _append(
+            flow.comment,
+            f"cursor-bridge: count_tokens estimated ({estimate}; upstream answered "
+            f"HTTP {resp.status_code})",
+        )
+        self.state.count("token counts estimated")
+
     def _merge_models(self, flow: http.HTTPFlow) -> None:
         """``GET …/models``: add the catalogue (and -thinking variants) to the upstream's list."""
         resp = flow.response
@@ -411,6 +493,7 @@ class Bridge:
     def error(self, flow: http.HTTPFlow) -> None:
         self._plans.pop(flow.id, None)
         self._model_flows.discard(flow.id)
+        self._count_flows.pop(flow.id, None)
 
     async def done(self) -> None:
         if self._http is not None:

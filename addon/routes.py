@@ -12,11 +12,13 @@ A routes file::
     host = "*.example.com"             # glob over the request host (default "*")
     path = "*/chat/completions"        # glob over the path, query string excluded
     methods = ["POST"]                 # default ["POST"]
-    client = "openai_chat"             # dialect the client speaks
-    upstream = "openai_chat"           # dialect the upstream speaks
+    client = "openai_chat"             # dialect the client speaks: openai_chat | anthropic
+    upstream = "openai_chat"           # dialect the upstream speaks: openai_chat | anthropic
     tool_mode = "native"               # default: the bridge_tool_mode option
     schema = "strict"                  # default: the bridge_schema option
-    upstream_path = "/v1/chat/completions"   # optional: rewrite the path sent upstream
+    upstream_path = "/v1/chat/completions"   # optional: the path sent upstream; by default a
+                                       # client path ending in its dialect's endpoint
+                                       # (/messages) gets the upstream's (/chat/completions)
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from addon.model import SchemaProfile, ToolMode
 
-type DialectName = Literal["openai_chat"]
+type DialectName = Literal["openai_chat", "anthropic"]
 
 
 class RoutesError(ValueError):
@@ -75,8 +77,12 @@ class _RoutesFile(BaseModel):
     routes: list[Route] = Field(min_length=1)
 
 
-DEFAULT_ROUTES: tuple[Route, ...] = (Route(name="default"),)
-"""POST …/chat/completions on any host, OpenAI client and upstream."""
+DEFAULT_ROUTES: tuple[Route, ...] = (
+    Route(name="default"),
+    Route(name="messages", path="*/v1/messages", client="anthropic", upstream="openai_chat"),
+)
+"""POST …/chat/completions (OpenAI client) and POST …/v1/messages (Anthropic client, e.g.
+Claude Code) on any host, both to an OpenAI-compatible upstream."""
 
 
 def load_routes(path: str | Path) -> tuple[Route, ...]:

@@ -32,6 +32,8 @@ class StreamEncoder(Protocol):
 @dataclass(frozen=True, slots=True)
 class Dialect:
     name: str
+    path: str
+    """The end of the chat endpoint's path (``/chat/completions``, ``/messages``)."""
     decode_request: Callable[[JSON, Notes], Request]
     encode_request: Callable[[Request, Notes], JSON]
     decode_response: Callable[[JSON], Response]

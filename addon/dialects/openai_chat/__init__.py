@@ -8,6 +8,7 @@ from .stream import OpenAIChatStreamDecoder, OpenAIChatStreamEncoder
 
 DIALECT = Dialect(
     name=NAME,
+    path="/chat/completions",
     decode_request=decode_request,
     encode_request=encode_request,
     decode_response=decode_response,

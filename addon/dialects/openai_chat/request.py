@@ -377,7 +377,8 @@ def encode_request(req: Request, notes: Notes) -> JSON:
         ("max_tokens", p.max_tokens),
         ("temperature", p.temperature),
         ("top_p", p.top_p),
-        ("top_k", p.top_k),
+        # OpenAI itself rejects top_k; only a client that sent it in this dialect gets it back.
+        ("top_k", p.top_k if req.origin == NAME else None),
         ("user", p.user),
     ):
         if value is not None:
@@ -394,6 +395,10 @@ def encode_request(req: Request, notes: Notes) -> JSON:
             body["parallel_tool_calls"] = False
     if req.stream:
         body["stream"] = True
+        if req.origin != NAME:
+            # Clients of other dialects expect usage at the end of a stream (Anthropic's
+            # message_delta); OpenAI only sends it when asked.
+            body.setdefault("stream_options", {"include_usage": True})
     return body
 
 
@@ -401,7 +406,12 @@ def _encode_tool(t: Tool | OpaqueTool) -> JSON:
     if isinstance(t, OpaqueTool):
         if t.origin == NAME:
             return t.data
-        raise ClientError(f"tool '{t.name}' of type '{t.type}' cannot be sent to this upstream")
+        raise ClientError(
+            f"tool '{t.name}' has type '{t.type}', a server tool that an OpenAI-compatible "
+            "upstream cannot run; remove it from the request",
+            param="tools",
+            code="unsupported_tool",
+        )
     fn: JSON = {"name": t.name}
     if t.description is not None:
         fn["description"] = t.description

@@ -1,0 +1,21 @@
+"""The Anthropic Messages dialect (``/v1/messages``): Claude Code and the anthropic SDK."""
+
+from addon.dialects.base import Dialect
+
+from .request import NAME, decode_request, encode_request
+from .response import decode_response, encode_error, encode_response
+from .stream import AnthropicStreamDecoder, AnthropicStreamEncoder
+
+DIALECT = Dialect(
+    name=NAME,
+    path="/messages",
+    decode_request=decode_request,
+    encode_request=encode_request,
+    decode_response=decode_response,
+    encode_response=encode_response,
+    stream_decoder=AnthropicStreamDecoder,
+    stream_encoder=AnthropicStreamEncoder,
+    encode_error=encode_error,
+)
+
+__all__ = ["DIALECT", "NAME"]
