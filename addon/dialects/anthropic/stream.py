@@ -134,6 +134,12 @@ class AnthropicStreamEncoder:
         out: Out = []
         match event:
             case MessageStart():
+                if self._started:
+                    # A second message_start: the upstream started over (a retry spliced into
+                    # the stream, see anthropic-…-spliced-EDGECASE). Mirror it: the SDKs then
+                    # discard the partial first message exactly as they would upstream.
+                    self._close(out)
+                    self._started, self._next_index, self._tool_blocks = False, 0, {}
                 self._same = event.origin == NAME
                 if self._same:
                     self._message = dict(event.envelope)
