@@ -150,6 +150,8 @@ class Bridge:
             self._passthrough(flow, route, f"request body is not a JSON object ({_short(e)})")
             return
         notes: Notes = Counter()
+        if client.name != upstream.name:
+            notes[f"request {client.name} → {upstream.name}"] += 1
         plan = _FlowPlan(route, client, upstream, notes)
         try:
             unified = self._transform(client.decode_request(body, notes), plan)

@@ -1,14 +1,23 @@
 """Incremental ``Content-Encoding`` decoders for streamed answers.
 
-Contract: bytes in, bytes out, chunk by chunk; ``finish`` flushes and is
-idempotent. Some upstreams compress an SSE answer even when the request said
-``Accept-Encoding: identity``; the processor must read it as it arrives, so
-whole-body decoding (mitmproxy's ``get_content``) cannot be used. No I/O here.
+Contract: bytes in, bytes out, chunk by chunk, the chunks split anywhere;
+``finish`` flushes, raises ``DecompressError`` if the stream stopped before its
+end marker, and is idempotent (a second call returns ``b""``). Corrupt input
+raises ``DecompressError`` (a ``ValueError``), an encoding we cannot undo
+raises ``UnsupportedEncoding`` (also a ``ValueError``); the caller then passes
+the stream through. Some upstreams compress an SSE answer even when the request
+said ``Accept-Encoding: identity``, and the answer must be read as it arrives,
+so whole-body decoding (mitmproxy's ``get_content``) cannot be used.
+
+Must not know: mitmproxy, sockets, asyncio, HTTP headers other than the
+``Content-Encoding`` value handed to ``make_decompressor``, or what the bytes
+mean.
 
 Supported: ``gzip`` / ``x-gzip`` (concatenated members too), ``deflate``
-(zlib-wrapped, or raw as some servers send it), ``br`` (the ``brotli``
-package) and ``zstd`` (the ``zstandard`` package), both of which mitmproxy
-itself depends on. ``gzip, br`` is undone in reverse order.
+(zlib-wrapped, or raw as some servers send it: told apart by the first two
+bytes), ``br`` (the ``brotli`` package) and ``zstd`` (the ``zstandard``
+package, several frames too); mitmproxy itself depends on both packages.
+``gzip, br`` is undone in reverse order: br first, then gzip.
 """
 
 from __future__ import annotations
@@ -18,11 +27,11 @@ from typing import Protocol
 
 
 class UnsupportedEncoding(ValueError):
-    """A Content-Encoding we cannot undo incrementally; the stream is passed through as is."""
+    """A Content-Encoding we cannot undo incrementally."""
 
 
 class DecompressError(ValueError):
-    """The compressed bytes are corrupt."""
+    """The compressed bytes are corrupt or cut short."""
 
 
 class Decompressor(Protocol):
@@ -30,106 +39,173 @@ class Decompressor(Protocol):
     def finish(self) -> bytes: ...
 
 
-class _Zlib:
-    """gzip (``wbits=31``) or deflate (zlib-wrapped, falling back to raw)."""
+def _truncated(name: str) -> DecompressError:
+    return DecompressError(f"{name}: the stream ends before its end marker (truncated)")
 
-    def __init__(self, gzip: bool) -> None:
-        self._gzip = gzip
-        self._wbits = 31 if gzip else 15
-        self._obj = zlib.decompressobj(self._wbits)
-        self._started = False
+
+class _Gzip:
+    """gzip members, one after the other; zero padding between or after them is skipped."""
+
+    def __init__(self) -> None:
+        self._obj: zlib._Decompress | None = None  # None between members
         self._done = False
 
     def feed(self, chunk: bytes) -> bytes:
+        out: list[bytes] = []
         try:
-            if not self._gzip and not self._started and chunk:
-                self._started = True
-                try:
-                    return self._loop(chunk)
-                except zlib.error:
-                    # Raw deflate without the zlib header (seen from some servers).
-                    self._wbits = -15
-                    self._obj = zlib.decompressobj(self._wbits)
-            self._started = True
-            return self._loop(chunk)
+            while chunk:
+                if self._obj is None:
+                    chunk = chunk.lstrip(b"\0")
+                    if not chunk:
+                        break
+                    self._obj = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                out.append(self._obj.decompress(chunk))
+                if not self._obj.eof:
+                    break
+                chunk = self._obj.unused_data
+                self._obj = None
         except zlib.error as e:
-            raise DecompressError(str(e)) from e
-
-    def _loop(self, chunk: bytes) -> bytes:
-        out = [self._obj.decompress(chunk)]
-        # A gzip body may hold several members back to back.
-        while self._obj.eof and self._obj.unused_data:
-            rest = self._obj.unused_data
-            self._obj = zlib.decompressobj(self._wbits)
-            out.append(self._obj.decompress(rest))
+            raise DecompressError(f"gzip: {e}") from e
         return b"".join(out)
 
     def finish(self) -> bytes:
         if self._done:
             return b""
         self._done = True
+        if self._obj is not None:  # inside a member
+            raise _truncated("gzip")
+        return b""
+
+
+# The first byte of a zlib stream: compression method 8 (deflate), window size up to 32 KiB.
+_ZLIB_CMF = frozenset(range(0x08, 0x80, 0x10))
+
+
+def _is_zlib_header(head: bytes) -> bool:
+    cmf, flg = head[0], head[1]
+    return cmf in _ZLIB_CMF and (cmf << 8 | flg) % 31 == 0 and not flg & 0x20  # no preset dict
+
+
+class _Deflate:
+    """deflate: zlib-wrapped (RFC 9110), or raw deflate as some servers send it.
+
+    The first two bytes tell them apart: a raw stream practically never starts
+    with a valid zlib header (it would have to open with a non-final stored
+    block and a set padding bit). Bytes after the end of the stream are ignored,
+    as ``zlib.decompress`` does.
+    """
+
+    def __init__(self) -> None:
+        self._head = b""  # the first byte, while waiting for the second
+        self._obj: zlib._Decompress | None = None
+        self._done = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._obj is None:
+            chunk = self._head + chunk
+            if len(chunk) < 2:
+                self._head = chunk
+                return b""
+            self._head = b""
+            self._obj = zlib.decompressobj(zlib.MAX_WBITS if _is_zlib_header(chunk) else -15)
+        if self._obj.eof:
+            return b""
         try:
-            return self._obj.flush()
+            return self._obj.decompress(chunk)
         except zlib.error as e:
-            raise DecompressError(str(e)) from e
+            raise DecompressError(f"deflate: {e}") from e
+
+    def finish(self) -> bytes:
+        if self._done:
+            return b""
+        self._done = True
+        if self._head or (self._obj is not None and not self._obj.eof):
+            raise _truncated("deflate")
+        return b""
 
 
 class _Brotli:
     def __init__(self) -> None:
         import brotli
 
+        self._error: type[Exception] = brotli.error
         self._obj = brotli.Decompressor()
+        self._started = False
+        self._done = False
 
     def feed(self, chunk: bytes) -> bytes:
+        if not chunk:
+            return b""
+        self._started = True
         try:
             out: bytes = self._obj.process(chunk)
-        except Exception as e:  # brotli.error is not a stable name across versions
-            raise DecompressError(f"brotli: {e}") from e
+        except self._error as e:
+            raise DecompressError(f"br: {e}") from e
         return out
 
     def finish(self) -> bytes:
+        if self._done:
+            return b""
+        self._done = True
+        if self._started and not self._obj.is_finished():
+            raise _truncated("br")
         return b""
 
 
 class _Zstd:
+    """zstd frames, one after the other."""
+
     def __init__(self) -> None:
         import zstandard
 
-        self._module = zstandard
-        self._obj = zstandard.ZstdDecompressor().decompressobj()
+        self._new = zstandard.ZstdDecompressor().decompressobj
+        self._error: type[Exception] = zstandard.ZstdError
+        self._obj = self._new()
+        self._in_frame = False
         self._done = False
 
     def feed(self, chunk: bytes) -> bytes:
-        out = []
+        out: list[bytes] = []
         try:
             while chunk:
+                if self._obj.eof:  # a decompressobj stops at the end of its frame
+                    self._obj = self._new()
+                self._in_frame = True
                 out.append(self._obj.decompress(chunk))
-                # A zstd body may hold several frames; the object stops at the first end.
-                chunk = self._obj.unused_data if self._obj.eof else b""
-                if chunk:
-                    self._obj = self._module.ZstdDecompressor().decompressobj()
-        except self._module.ZstdError as e:
+                if not self._obj.eof:
+                    break
+                self._in_frame = False
+                chunk = self._obj.unused_data
+        except self._error as e:
             raise DecompressError(f"zstd: {e}") from e
         return b"".join(out)
 
     def finish(self) -> bytes:
+        if self._done:
+            return b""
+        self._done = True
+        if self._in_frame:
+            raise _truncated("zstd")
         return b""
 
 
 class _Chain:
+    """Several decoders, the output of each fed to the next."""
+
     def __init__(self, steps: list[Decompressor]) -> None:
         self._steps = steps
 
     def feed(self, chunk: bytes) -> bytes:
         for step in self._steps:
+            if not chunk:
+                break
             chunk = step.feed(chunk)
         return chunk
 
     def finish(self) -> bytes:
         data = b""
         for step in self._steps:
-            data = step.feed(data) if data else b""
-            data += step.finish()
+            data = (step.feed(data) if data else b"") + step.finish()
         return data
 
 
@@ -138,22 +214,22 @@ def _one(name: str) -> Decompressor | None:
         case "" | "identity":
             return None
         case "gzip" | "x-gzip":
-            return _Zlib(gzip=True)
+            return _Gzip()
         case "deflate":
-            return _Zlib(gzip=False)
+            return _Deflate()
         case "br":
             return _Brotli()
         case "zstd":
             return _Zstd()
-    raise UnsupportedEncoding(f"Content-Encoding {name!r} cannot be decoded incrementally")
+    raise UnsupportedEncoding(f"Content-Encoding {name!r} cannot be decoded")
 
 
 def make_decompressor(content_encoding: str | None) -> Decompressor | None:
-    """A decoder for the header's value, or None when the body is not encoded."""
+    """A decoder for a ``Content-Encoding`` value, or None when the body is not encoded."""
     if not content_encoding:
         return None
-    names = [n.strip().lower() for n in content_encoding.split(",")]
-    steps = [s for s in (_one(n) for n in reversed(names)) if s is not None]
+    names = [name.strip().lower() for name in content_encoding.split(",")]
+    steps = [step for step in map(_one, reversed(names)) if step is not None]
     if not steps:
         return None
     return steps[0] if len(steps) == 1 else _Chain(steps)

@@ -1,16 +1,17 @@
 """Server-sent events: bytes ↔ lines ↔ events, per the WHATWG event-stream rules.
 
 Contract: sans-IO and incremental. ``LineDecoder`` turns byte chunks split
-anywhere into complete lines, decoding UTF-8 only on whole lines (so a
-character cut across two chunks survives) and holding back only the
-unfinished line; lines end at LF, CR or CRLF, and a CRLF split across two
-chunks is one terminator. ``EventDecoder`` turns lines into events and
-comments. ``encode_event`` / ``encode_data`` write events back with LF
-endings. Nothing here knows JSON, dialects, mitmproxy or sockets.
+anywhere into complete lines, decoding UTF-8 only on whole lines (a character
+cut across two chunks survives) and holding back only the unfinished line;
+lines end at LF, CR or CRLF, and a CRLF split across two chunks is one
+terminator. Each line comes with its raw bytes, terminator included, so the
+caller can give back the exact original bytes if it has to give up: the raw
+parts of all lines returned so far plus ``pending()`` always equal the input.
+``EventDecoder`` turns lines into events and comments. ``encode_event`` /
+``encode_data`` write them back with LF endings.
 
-Each decoded line comes with its raw bytes (terminator included), so the
-stream processor can hand back the exact original bytes if it has to give up:
-the raw parts of all lines plus ``pending()`` always equal the input.
+Must not know: mitmproxy, sockets, asyncio, JSON or any dialect. Only bytes,
+str and the event-stream grammar.
 """
 
 from __future__ import annotations
@@ -29,71 +30,83 @@ class SSEEvent:
 @dataclass(frozen=True, slots=True)
 class SSEComment:
     text: str
-    """Everything after the leading ``:``, verbatim."""
+    """Everything after the leading ``:``, verbatim (a leading space is kept)."""
 
 
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace")
+_LINE_ENDS = "\r\n"
+_BOM = "\ufeff"
 
 
 class LineDecoder:
-    """bytes → ``(line, raw)`` pairs, ``raw`` being the line's bytes with its terminator."""
+    """bytes → ``(line, raw)`` pairs, ``raw`` being the line's bytes with its terminator.
+
+    A byte-order mark at the very start of the stream is dropped from the first
+    line's text (WHATWG), never from its raw bytes.
+    """
+
+    __slots__ = ("_held", "_started")
 
     def __init__(self) -> None:
-        # The unfinished line, in pieces: joined once, when its terminator arrives, so a
-        # long line fed in small chunks costs linear time. Only the last piece may end in
-        # CR (a terminator whose LF may still follow); no piece holds any other terminator.
+        # The unfinished line, in pieces, joined once when its terminator arrives: a long
+        # line fed in small chunks costs linear time. No piece holds a terminator, except
+        # that the last one may end in CR (the first half of a CRLF, perhaps).
         self._held: list[bytes] = []
+        self._started = False
 
     def feed(self, chunk: bytes) -> list[tuple[str, bytes]]:
         if not chunk:
             return []
-        if self._held:
-            if not self._held[-1].endswith(b"\r") and b"\n" not in chunk and b"\r" not in chunk:
-                self._held.append(chunk)
+        held = self._held
+        if held:
+            if b"\n" not in chunk and b"\r" not in chunk and not held[-1].endswith(b"\r"):
+                held.append(chunk)
                 return []
-            data = b"".join(self._held) + chunk
-            self._held = []
+            held.append(chunk)
+            data = b"".join(held)
+            held.clear()
         else:
             data = chunk
-        out: list[tuple[str, bytes]] = []
-        pos = 0
-        n = len(data)
-        has_cr = b"\r" in data
-        while pos < n:
-            lf = data.find(b"\n", pos)
-            if has_cr:
-                cr = data.find(b"\r", pos, n if lf == -1 else lf)
-                if cr != -1:
-                    if cr + 1 == n:
-                        break  # CR at the very end: it may be the first half of a CRLF
-                    stop = cr + 2 if data[cr + 1] == 0x0A else cr + 1
-                    out.append((_text(data[pos:cr]), data[pos:stop]))
-                    pos = stop
-                    continue
-            if lf == -1:
-                break
-            out.append((_text(data[pos:lf]), data[pos : lf + 1]))
-            pos = lf + 1
-        if pos < n:
-            self._held.append(data[pos:])
-        return out
+        # bytes.splitlines splits at exactly LF, CR and CRLF, in C.
+        raws = data.splitlines(keepends=True)
+        if raws[-1][-1] != 0x0A:  # unterminated, or ending in a CR whose LF may follow
+            held.append(raws.pop())
+        # A line's content holds no CR or LF, so stripping them removes just the terminator.
+        lines = [(raw.decode("utf-8", "replace").rstrip(_LINE_ENDS), raw) for raw in raws]
+        if not self._started and lines:
+            self._started = True
+            lines[0] = (lines[0][0].removeprefix(_BOM), lines[0][1])
+        return lines
 
     def finish(self) -> list[tuple[str, bytes]]:
         """The last line if the input did not end with a terminator; idempotent."""
         if not self._held:
             return []
         raw = b"".join(self._held)
-        self._held = []
-        return [(_text(raw[:-1] if raw.endswith(b"\r") else raw), raw)]
+        self._held.clear()
+        text = raw.decode("utf-8", "replace").rstrip(_LINE_ENDS)
+        if not self._started:
+            self._started = True
+            text = text.removeprefix(_BOM)
+        return [(text, raw)]
 
     def pending(self) -> bytes:
         """The raw bytes held back, not yet returned as a line."""
-        return b"".join(self._held)
+        held = self._held
+        if len(held) > 1:
+            held[:] = [b"".join(held)]
+        return held[0] if held else b""
 
 
 class EventDecoder:
-    """Lines → events. ``data:`` lines join with LF; a blank line dispatches."""
+    """Lines → events and comments. ``data:`` lines join with LF; a blank line dispatches.
+
+    A block with neither data lines nor an event name is not dispatched; an
+    ``id`` or ``retry`` it set is kept for the next event that is, so that
+    re-encoding loses neither. ``SSEEvent.id`` is the id set since the previous
+    event, not the persistent last-event-id of the WHATWG processing model.
+    """
+
+    __slots__ = ("_data", "_event", "_id", "_retry")
 
     def __init__(self) -> None:
         self._data: list[str] = []
@@ -106,8 +119,8 @@ class EventDecoder:
             return self._dispatch()
         if line[0] == ":":
             return SSEComment(line[1:])
-        name, colon, value = line.partition(":")
-        if colon and value[:1] == " ":
+        name, _, value = line.partition(":")  # no colon: the whole line names the field
+        if value[:1] == " ":
             value = value[1:]
         if name == "data":
             self._data.append(value)
@@ -116,19 +129,21 @@ class EventDecoder:
         elif name == "id":
             if "\0" not in value:
                 self._id = value
-        elif name == "retry" and value.isascii() and value.isdigit():
-            self._retry = int(value)
-        # Any other field is ignored, as the spec says.
+        elif name == "retry":
+            if value.isascii() and value.isdigit():
+                self._retry = int(value)
+        # Any other field is ignored.
         return None
 
     def finish(self) -> SSEEvent | None:
-        """An event the upstream closed without its blank line is still delivered; idempotent."""
-        return self._dispatch()
+        """The event the upstream closed without its blank line, if any; idempotent."""
+        event = self._dispatch()
+        self._id = self._retry = None
+        return event
 
     def _dispatch(self) -> SSEEvent | None:
-        if not self._data:
-            # No data: nothing is dispatched (WHATWG), and the event name is reset.
-            self._event = self._id = self._retry = None
+        if not self._data and not self._event:
+            self._event = None
             return None
         event = SSEEvent("\n".join(self._data), self._event, self._id, self._retry)
         self._data = []
@@ -136,24 +151,28 @@ class EventDecoder:
         return event
 
 
+def _one_line_breaks(text: str) -> str:
+    """CR and CRLF as LF, so that splitting at LF finds every line the decoder would."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
 def encode_event(item: SSEEvent | SSEComment) -> bytes:
+    """The item as SSE bytes: fields, one ``data:`` line per line of data, a blank line."""
     if isinstance(item, SSEComment):
-        return f":{item.text}\n\n".encode()
-    lines = []
+        return (":" + _one_line_breaks(item.text).replace("\n", "\n:") + "\n\n").encode()
+    head = ""
     if item.event is not None:
-        lines.append(f"event: {item.event}\n")
+        head = f"event: {item.event}\n"
     if item.id is not None:
-        lines.append(f"id: {item.id}\n")
+        head += f"id: {item.id}\n"
     if item.retry is not None:
-        lines.append(f"retry: {item.retry}\n")
-    for part in item.data.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
-        lines.append(f"data: {part}\n")
-    lines.append("\n")
-    return "".join(lines).encode()
+        head += f"retry: {item.retry}\n"
+    data = _one_line_breaks(item.data).replace("\n", "\ndata: ")
+    return f"{head}data: {data}\n\n".encode()
 
 
 def encode_data(data: str) -> bytes:
-    """``data: …`` plus a blank line: the common case of an unnamed single-line event."""
+    """``data: …`` and a blank line: the common unnamed event, fast when ``data`` is one line."""
     if "\n" in data or "\r" in data:
         return encode_event(SSEEvent(data))
-    return b"data: " + data.encode() + b"\n\n"
+    return f"data: {data}\n\n".encode()

@@ -114,6 +114,7 @@ class TextProtocolParser:
         self._closer = ""  # THINK: the closing tag we wait for
         self._call: _Call | None = None
         self._after_call_ws = ""  # whitespace right after a call: dropped if another call follows
+        self._just_called = False
         self._finished = False
 
     # ------------------------------------------------------------------ public
@@ -312,6 +313,7 @@ class TextProtocolParser:
             self._reject(f"tool {call.name!r} was not declared in the request", out, refeed=False)
             return
         self._after_call_ws = ""  # whitespace between calls is layout, not content
+        self._just_called = True
         index = self.calls
         self.calls += 1
         out.append(ToolCallStart(index, self.ids(index), call.name, args))
@@ -338,13 +340,14 @@ class TextProtocolParser:
     def _text(self, text: str, out: list[Event]) -> None:
         if not text:
             return
-        if self.calls and not text.strip():
+        if self._just_called and not text.strip():
             self._after_call_ws += text
             return
         self._flush_ws(out)
         out.append(TextDelta(text))
 
     def _flush_ws(self, out: list[Event]) -> None:
+        self._just_called = False
         if self._after_call_ws:
             out.append(TextDelta(self._after_call_ws))
             self._after_call_ws = ""

@@ -238,3 +238,11 @@ def test_hidden_thinking_stage_drops_reasoning_only() -> None:
     assert stage.feed(ThinkingDelta("secret")) == []
     assert stage.feed(TextDelta("shown")) == [TextDelta("shown")]
     assert stage.finish() == []
+
+
+def test_whitespace_is_dropped_only_right_after_a_call() -> None:
+    """Found by hypothesis: a trailing space of later text, arriving alone, was dropped."""
+    source = "[Calling tool: Shell]\nInput: {}€😀0 "
+    expected = [*call(0, "Shell", {}), TextDelta("€😀0 ")]
+    assert run([source[:34], source[34:]], "bracket") == expected
+    assert run([source], "bracket") == expected

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+from addon.dialects.anthropic.blocks import decode_block
 from addon.model import (
     JSON,
     ClientError,
@@ -130,51 +131,10 @@ def _decode_message(i: int, m: Any) -> Message:
 def _decode_block(where: str, block: Any) -> Part:
     if not isinstance(block, dict):
         raise UnsupportedShape(f"{where} is not an object")
-    kind = block.get("type")
-    match kind:
-        case "text":
-            return _text_block(block, where)
-        case "image" if isinstance(block.get("source"), dict):
-            source = block["source"]
-            if source.get("type") == "base64":
-                media = source.get("media_type", "image/png")
-                return Image(f"data:{media};base64,{source.get('data', '')}")
-            return Image(str(source.get("url", "")))
-        case "tool_use":
-            name = block.get("name")
-            if not isinstance(name, str) or not name:
-                raise ClientError(f"{where}: a tool_use block needs a name", param=where)
-            args = block.get("input", {})
-            return ToolCall(
-                str(block.get("id", "")),
-                name,
-                args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
-            )
-        case "tool_result":
-            raw = block.get("content")
-            content: str | tuple[Part, ...]
-            if raw is None:
-                content = ""
-            elif isinstance(raw, str):
-                content = raw
-            elif isinstance(raw, list):
-                content = tuple(_decode_block(f"{where}.content", b) for b in raw)
-                if any(isinstance(p, ToolCall | ToolResult) for p in content):
-                    raise ClientError(
-                        f"{where}: a tool_result cannot hold tool blocks", param=where
-                    )
-            else:
-                content = json.dumps(raw, ensure_ascii=False)
-            return ToolResult(
-                str(block.get("tool_use_id", "")), content, is_error=bool(block.get("is_error"))
-            )
-        case "thinking":
-            sig = block.get("signature")
-            return Thinking(str(block.get("thinking", "")), signature=sig or None)
-        case "redacted_thinking":
-            return Thinking(str(block.get("data", "")), redacted=True)
-        case _:
-            return Opaque(NAME, block)
+    if block.get("type") == "text":
+        return _text_block(block, where)
+    part = decode_block(where, block, _decode_block)
+    return part if part is not None else Opaque(NAME, block)
 
 
 def _decode_tools(tools: list[Any]) -> tuple[Tool | OpaqueTool, ...]:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from addon.dialects.anthropic.blocks import decode_block
 from addon.model import (
     JSON,
     ClientError,
@@ -47,6 +48,13 @@ EMPTY_RESULT = "(empty result)"
 # Anthropic server tools (web search, code execution, computer use ...) carry a
 # versioned ``type`` and no schema; an OpenAI-compatible upstream cannot run them.
 _FUNCTION_TOOL_TYPES = {None, "function", "custom"}
+_BLOCK_NOTES = {
+    "image": "Anthropic image blocks → image_url",
+    "tool_use": "tool_use blocks → tool_calls",
+    "tool_result": "tool_result blocks → tool messages",
+    "thinking": "thinking blocks → reasoning_content",
+    "redacted_thinking": "redacted_thinking blocks kept aside",
+}
 
 
 class _WireMessage(BaseModel):
@@ -212,58 +220,17 @@ def _decode_block(i: int, j: int, block: Any, notes: Notes) -> Part:
             if isinstance(ref, str):
                 return Image(ref)
             return Image(str(ref.get("url", "")), detail=ref.get("detail"))
-        case "image" if isinstance(block.get("source"), dict):  # Anthropic-style image block
-            notes["Anthropic image blocks → image_url"] += 1
-            return Image(_image_source_url(block["source"]))
-        case "tool_use":
-            notes["tool_use blocks → tool_calls"] += 1
-            name = block.get("name")
-            if not isinstance(name, str) or not name:
-                raise ClientError(
-                    f"messages[{i}].content[{j}] is a tool_use block without a name",
-                    param=f"messages[{i}].content[{j}].name",
-                )
-            args = block.get("input", {})
-            return ToolCall(
-                str(block.get("id") or f"toolu_{i}_{j}"),
-                name,
-                args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+        case "image" | "tool_use" | "tool_result" | "thinking" | "redacted_thinking":
+            # Cursor puts Anthropic blocks into OpenAI messages.
+            part = decode_block(
+                f"messages[{i}].content[{j}]", block, lambda _, b: _decode_block(i, j, b, notes)
             )
-        case "tool_result":
-            notes["tool_result blocks → tool messages"] += 1
-            raw = block.get("content")
-            content: str | tuple[Part, ...]
-            if raw is None:
-                content = ""
-            elif isinstance(raw, str):
-                content = raw
-            elif isinstance(raw, list):
-                content = tuple(_decode_block(i, j, b, notes) for b in raw)
-                if any(isinstance(p, ToolCall | ToolResult) for p in content):
-                    raise ClientError(
-                        f"messages[{i}].content[{j}]: a tool_result cannot hold tool blocks",
-                        param=f"messages[{i}].content[{j}].content",
-                    )
-            else:
-                content = json.dumps(raw, ensure_ascii=False)
-            return ToolResult(
-                str(block.get("tool_use_id", "")), content, is_error=bool(block.get("is_error"))
-            )
-        case "thinking":
-            notes["thinking blocks → reasoning_content"] += 1
-            sig = block.get("signature")
-            return Thinking(str(block.get("thinking", "")), signature=sig if sig else None)
-        case "redacted_thinking":
-            notes["redacted_thinking blocks kept aside"] += 1
-            return Thinking(str(block.get("data", "")), redacted=True)
+            if part is not None:
+                notes[_BLOCK_NOTES[kind]] += 1
+                return part
+            return Opaque(NAME, block)
         case _:
             return Opaque(NAME, block)
-
-
-def _image_source_url(source: dict[str, Any]) -> str:
-    if source.get("type") == "base64":
-        return f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
-    return str(source.get("url", ""))
 
 
 def _decode_tools(tools: list[Any], notes: Notes) -> tuple[Tool | OpaqueTool, ...]:
