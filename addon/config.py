@@ -76,8 +76,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "bridge_thinking_output",
         str,
         "reasoning",
-        "What OpenAI clients get of the model's reasoning: 'reasoning' sends it as "
-        "reasoning_content, 'hidden' drops it.",
+        "What clients get of the model's reasoning: 'reasoning' sends it (reasoning_content "
+        "to OpenAI clients, thinking blocks to Anthropic clients), 'hidden' drops it.",
         get_args(ThinkingOutput.__value__),
     ),
     OptionSpec(
