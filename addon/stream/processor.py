@@ -145,7 +145,20 @@ class StreamProcessor:
         self.passthrough = True
         self.error = why
         self._pending_raw.clear()
-        return self._out([*done, raw, self._lines.pending()])
+        return self._out([*done, *self._drain_stages(), raw, self._lines.pending()])
+
+    def _drain_stages(self) -> list[bytes]:
+        """What stages still hold (e.g. text the parser kept back) goes out before the raw rest."""
+        out: list[bytes] = []
+        try:
+            for i, stage in enumerate(self._stages):
+                events = stage.finish()
+                for later in self._stages[i + 1 :]:
+                    events = _feed_all(later, events)
+                out.extend(self._encode(events))
+        except Exception:  # already failing: keep what could be drained
+            pass
+        return out
 
     def _out(self, parts: Sequence[bytes]) -> list[bytes]:
         data = b"".join(parts)

@@ -138,3 +138,19 @@ def test_arbitrary_input_never_raises(data: list[bytes], cut: int) -> None:
     chunks = p.feed(raw[:point]) + p.feed(raw[point:]) + p.finish()
     assert all(chunks)
     assert p.passthrough == (p.error is not None)
+
+
+def test_text_held_by_a_stage_is_not_lost_when_the_stream_breaks() -> None:
+    from addon.stream.stages import TextToolStage
+    from addon.textproto.parser import TextProtocolParser
+
+    parser = TextProtocolParser("invoke", trigger="<<CALL_abcdefgh>>", tools=("Read",))
+    p = StreamProcessor(
+        OPENAI.stream_decoder(), OPENAI.stream_encoder(), stages=[TextToolStage(parser)]
+    )
+    held = b'data: {"id":"a","choices":[{"index":0,"delta":{"content":"see <<CALL_ab"}}]}\n\n'
+    out = b"".join(p.feed(held))
+    assert b"<<CALL_ab" not in out  # could still be the trigger: held back
+    out += b"".join(p.feed(b"data: {broken\n\n"))
+    assert p.passthrough
+    assert b'"content":"<<CALL_ab"' in out and out.endswith(b"data: {broken\n\n")
