@@ -42,6 +42,7 @@ from addon.state import BridgeState
 from addon.stream.decompress import UnsupportedEncoding, make_decompressor
 from addon.stream.processor import Stage, StreamProcessor
 from addon.stream.stages import HideThinkingStage, TextToolStage
+from addon.stream.whole import sse_from_response
 from addon.textproto.invoke import make_trigger
 from addon.textproto.parser import Protocol, TextProtocolParser
 from addon.transforms.text_tools import TextToolSettings, apply_text_tools, parse_text_tools
@@ -77,6 +78,8 @@ class _FlowPlan:
     """Parse the answer's text for tool calls and/or thinking tags."""
     tool_required: bool = False
     hide_thinking: bool = False
+    stream: bool = False
+    """The client asked for a stream."""
     processor: StreamProcessor | None = None
     parser: TextProtocolParser | None = None
 
@@ -176,6 +179,7 @@ class Bridge:
         elif client.path != upstream.path and path.endswith(client.path):
             # e.g. /v1/messages → /v1/chat/completions
             req.path = path[: -len(client.path)] + upstream.path + (f"?{query}" if query else "")
+        plan.stream = unified.stream
         self._remember(flow.id, plan)
         self.state.count("requests rewritten")
         self.state.originals.put(flow.id, "request", original, summary)
@@ -294,7 +298,11 @@ class Bridge:
                 retried = await self._retry(flow, plan, label)
                 if retried is not None:
                     answer = retried
-            out = plan.client.encode_response(answer)
+            if plan.stream:
+                # The client asked for a stream and the upstream answered whole: stream it.
+                body = sse_from_response(answer, plan.client.stream_encoder())
+            else:
+                body = json.dumps(plan.client.encode_response(answer), ensure_ascii=False).encode()
         except (ValueError, UnsupportedShape) as e:
             log.info("%s: answer passed through unchanged: %s", label, _short(e))
             flow.comment = _append(flow.comment, f"answer not rewritten ({_short(e)})")
@@ -311,7 +319,12 @@ class Bridge:
         self.state.originals.put(
             flow.id, "response", resp.get_content(strict=False) or b"", "answer re-encoded"
         )
-        resp.content = json.dumps(out, ensure_ascii=False).encode()
+        if plan.stream:
+            resp.headers["content-type"] = "text/event-stream; charset=utf-8"
+            flow.comment = _append(
+                flow.comment, "whole answer sent as a stream (client asked for one)"
+            )
+        resp.content = body
         self.state.count("answers rewritten")
 
     def _decode_answer(self, resp: http.Response, plan: _FlowPlan) -> Response:

@@ -328,3 +328,18 @@ def test_count_tokens_answer_of_the_upstream_is_kept(
         model="m", messages=[{"role": "user", "content": "hi"}]
     )
     assert counted.input_tokens == 1234
+
+
+def test_a_whole_answer_reaches_a_streaming_client_as_a_stream(
+    proxy: Proxy, upstream: ScriptedUpstream
+) -> None:
+    """Some gateways ignore stream: true; the SDK waiting for SSE must still get one."""
+    upstream.enqueue(JSONReply(completion_with_calls()))
+    message = final(proxy, True, messages=[{"role": "user", "content": "weather and stock"}])
+    assert upstream.requests[0].json()["stream"] is True
+    assert message.stop_reason == "tool_use"
+    assert [(name, args) for _, name, args in tool_uses(message)] == [
+        ("GetWeatherArgs", {"city": "Edinburgh", "country": "GB"}),
+        ("get_stock_price", {"ticker": "AAPL"}),
+    ]
+    assert message.usage.output_tokens == 20

@@ -286,3 +286,33 @@ def test_gzipped_sse_is_rewritten_anyway(proxy: Proxy, upstream: ScriptedUpstrea
 def test_gzip_check_is_real() -> None:
     """Guard for the test above: the recording really is different once gzipped."""
     assert gzip.compress(as_sse(PARALLEL)) != as_sse(PARALLEL)
+
+
+def test_a_whole_answer_reaches_a_streaming_openai_client_as_a_stream(
+    proxy: Proxy, upstream: ScriptedUpstream
+) -> None:
+    upstream.enqueue(
+        JSONReply(
+            {
+                "id": "chatcmpl-w",
+                "object": "chat.completion",
+                "created": 5,
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "whole"},
+                        "finish_reason": "stop",
+                    }
+                ],
+            }
+        )
+    )
+    chunks = list(
+        client(proxy).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}], stream=True
+        )
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "whole"
+    assert {c.id for c in chunks} == {"chatcmpl-w"}
+    assert chunks[-1].choices[0].finish_reason == "stop"

@@ -220,7 +220,9 @@ class OpenAIChatStreamEncoder:
             case MessageStart():
                 self._same = event.origin == NAME
                 if self._same:
-                    self._envelope = {**self._envelope, **event.envelope}
+                    known = {"id": event.id, "model": event.model, "created": event.created}
+                    fields = {k: v for k, v in known.items() if v is not None}
+                    self._envelope = {**self._envelope, **fields, **event.envelope}
                 else:
                     self._envelope["id"] = _chat_id(event.id)
                     self._envelope["model"] = event.model or ""

@@ -1,0 +1,57 @@
+"""A whole answer as a stream: for clients that asked to stream from an upstream that did not.
+
+Contract: sans-IO. ``response_events`` lists the unified events a stream of
+this answer would have carried; ``sse_from_response`` runs them through a
+client encoder and the SSE encoder. Some gateways ignore ``stream: true`` and
+answer with one JSON object; an SDK waiting for SSE would fail on it.
+"""
+
+from __future__ import annotations
+
+from addon.dialects.base import StreamEncoder
+from addon.model import (
+    Event,
+    Finish,
+    MessageStart,
+    Response,
+    StreamEnd,
+    Text,
+    TextDelta,
+    Thinking,
+    ThinkingDelta,
+    ToolCall,
+    ToolCallEnd,
+    ToolCallStart,
+    UsageEvent,
+)
+from addon.stream.sse import SSEEvent, encode_data, encode_event
+
+
+def response_events(resp: Response) -> list[Event]:
+    events: list[Event] = [
+        MessageStart(resp.origin, id=resp.id, model=resp.model, created=resp.created)
+    ]
+    calls = 0
+    for part in resp.parts:
+        if isinstance(part, Thinking) and not part.redacted:
+            events.append(ThinkingDelta(part.text, signature=part.signature))
+        elif isinstance(part, Text) and part.text:
+            events.append(TextDelta(part.text))
+        elif isinstance(part, ToolCall):
+            events += [ToolCallStart(calls, part.id, part.name, part.arguments), ToolCallEnd(calls)]
+            calls += 1
+    events.append(Finish(resp.finish or ("tool_calls" if calls else "stop"), raw=resp.finish_raw))
+    if resp.usage is not None:
+        events.append(UsageEvent(resp.usage))
+    events.append(StreamEnd())
+    return events
+
+
+def sse_from_response(resp: Response, encoder: StreamEncoder) -> bytes:
+    out: list[bytes] = []
+    for event in response_events(resp):
+        for name, data in encoder.feed(event):
+            out.append(encode_data(data) if name is None else encode_event(SSEEvent(data, name)))
+    for name, data in encoder.finish():
+        out.append(encode_data(data) if name is None else encode_event(SSEEvent(data, name)))
+    return b"".join(out)
