@@ -83,7 +83,7 @@ _ZLIB_CMF = frozenset(range(0x08, 0x80, 0x10))
 
 def _is_zlib_header(head: bytes) -> bool:
     cmf, flg = head[0], head[1]
-    return cmf in _ZLIB_CMF and (cmf << 8 | flg) % 31 == 0 and not flg & 0x20  # no preset dict
+    return cmf in _ZLIB_CMF and (cmf << 8 | flg) % 31 == 0
 
 
 class _Deflate:
@@ -91,8 +91,7 @@ class _Deflate:
 
     The first two bytes tell them apart: a raw stream practically never starts
     with a valid zlib header (it would have to open with a non-final stored
-    block and a set padding bit). Bytes after the end of the stream are ignored,
-    as ``zlib.decompress`` does.
+    block and a set padding bit).
     """
 
     def __init__(self) -> None:
@@ -108,12 +107,13 @@ class _Deflate:
                 return b""
             self._head = b""
             self._obj = zlib.decompressobj(zlib.MAX_WBITS if _is_zlib_header(chunk) else -15)
-        if self._obj.eof:
-            return b""
         try:
-            return self._obj.decompress(chunk)
+            out = self._obj.decompress(chunk)
         except zlib.error as e:
             raise DecompressError(f"deflate: {e}") from e
+        if self._obj.unused_data:
+            raise DecompressError("deflate: bytes after the end of the stream")
+        return out
 
     def finish(self) -> bytes:
         if self._done:

@@ -115,6 +115,9 @@ class EventDecoder:
         self._retry: int | None = None
 
     def feed_line(self, line: str) -> SSEEvent | SSEComment | None:
+        if line.startswith("data: "):  # the common case, first
+            self._data.append(line[6:])
+            return None
         if not line:
             return self._dispatch()
         if line[0] == ":":
@@ -126,12 +129,10 @@ class EventDecoder:
             self._data.append(value)
         elif name == "event":
             self._event = value
-        elif name == "id":
-            if "\0" not in value:
-                self._id = value
-        elif name == "retry":
-            if value.isascii() and value.isdigit():
-                self._retry = int(value)
+        elif name == "id" and "\0" not in value:
+            self._id = value
+        elif name == "retry" and value.isascii() and value.isdigit():
+            self._retry = int(value)
         # Any other field is ignored.
         return None
 
