@@ -316,3 +316,27 @@ def test_a_whole_answer_reaches_a_streaming_openai_client_as_a_stream(
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "whole"
     assert {c.id for c in chunks} == {"chatcmpl-w"}
     assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_routes_file_rewrites_the_upstream_path_and_applies_its_profile(
+    start_proxy: Any, upstream: ScriptedUpstream, tmp_path: Any
+) -> None:
+    routes = tmp_path / "routes.toml"
+    routes.write_text(
+        '[[routes]]\nname = "gw"\npath = "/v1/chat/completions"\nschema = "strict"\n'
+        'upstream_path = "/openai/v1/chat/completions"\n'
+    )
+    proxy = start_proxy(bridge_routes=str(routes))
+    upstream.enqueue(SSEReply(as_sse(PARALLEL), seed=2))
+    list(
+        client(proxy).chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "x"}],
+            tools=cast(Any, CURSOR_TOOLS),
+            stream=True,
+        )
+    )
+    (rec,) = upstream.requests
+    assert rec.path == "/openai/v1/chat/completions"
+    assert "additionalProperties" not in json.dumps(rec.json()["tools"])
+    assert "cursor-bridge: 1 route(s) from" in proxy.log_text()
