@@ -30,8 +30,8 @@ from addon.stream.sse import (
     LineDecoder,
     SSEComment,
     SSEEvent,
-    encode_data,
     encode_event,
+    encode_pairs,
 )
 
 
@@ -122,7 +122,7 @@ class StreamProcessor:
                 for stage in self._stages:
                     events = _feed_all(stage, events) + stage.finish()
                 out.extend(self._encode(events))
-                out.extend(_sse(self._encoder.finish()))
+                out.extend(encode_pairs(self._encoder.finish()))
             except Exception as e:
                 return self._fail(f"{type(e).__name__}: {e}", bytes(self._pending_raw), out)
         return self._out(out)
@@ -138,7 +138,7 @@ class StreamProcessor:
     def _encode(self, events: Iterable[Event]) -> list[bytes]:
         out: list[bytes] = []
         for event in events:
-            out.extend(_sse(self._encoder.feed(event)))
+            out.extend(encode_pairs(self._encoder.feed(event)))
         return out
 
     def _fail(self, why: str, raw: bytes, done: Sequence[bytes] = ()) -> list[bytes]:
@@ -173,10 +173,3 @@ def _feed_all(stage: Stage, events: list[Event]) -> list[Event]:
     for event in events:
         out.extend(stage.feed(event))
     return out
-
-
-def _sse(pairs: list[tuple[str | None, str]]) -> list[bytes]:
-    return [
-        encode_data(data) if name is None else encode_event(SSEEvent(data=data, event=name))
-        for name, data in pairs
-    ]

@@ -177,3 +177,11 @@ def encode_data(data: str) -> bytes:
     if "\n" in data or "\r" in data:
         return encode_event(SSEEvent(data))
     return f"data: {data}\n\n".encode()
+
+
+def encode_pairs(pairs: list[tuple[str | None, str]]) -> list[bytes]:
+    """What dialect stream encoders return — ``(event name or None, data)`` — as SSE bytes."""
+    return [
+        encode_data(data) if name is None else encode_event(SSEEvent(data=data, event=name))
+        for name, data in pairs
+    ]

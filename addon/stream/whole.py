@@ -24,7 +24,7 @@ from addon.model import (
     ToolCallStart,
     UsageEvent,
 )
-from addon.stream.sse import SSEEvent, encode_data, encode_event
+from addon.stream.sse import encode_pairs
 
 
 def response_events(resp: Response) -> list[Event]:
@@ -50,8 +50,6 @@ def response_events(resp: Response) -> list[Event]:
 def sse_from_response(resp: Response, encoder: StreamEncoder) -> bytes:
     out: list[bytes] = []
     for event in response_events(resp):
-        for name, data in encoder.feed(event):
-            out.append(encode_data(data) if name is None else encode_event(SSEEvent(data, name)))
-    for name, data in encoder.finish():
-        out.append(encode_data(data) if name is None else encode_event(SSEEvent(data, name)))
+        out += encode_pairs(encoder.feed(event))
+    out += encode_pairs(encoder.finish())
     return b"".join(out)
