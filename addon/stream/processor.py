@@ -128,6 +128,10 @@ class StreamProcessor:
         return self._out(out)
 
     def _dispatch(self, item: SSEEvent, out: list[bytes]) -> None:
+        if not item.data:
+            # A named event without data carries nothing a dialect could decode.
+            self._pending_raw.clear()
+            return
         self.events_in += 1
         events = self._decoder.feed(item.data, item.event)
         for stage in self._stages:

@@ -154,3 +154,12 @@ def test_text_held_by_a_stage_is_not_lost_when_the_stream_breaks() -> None:
     out += b"".join(p.feed(b"data: {broken\n\n"))
     assert p.passthrough
     assert b'"content":"<<CALL_ab"' in out and out.endswith(b"data: {broken\n\n")
+
+
+def test_a_named_event_without_data_is_skipped_not_a_failure() -> None:
+    p = processor()
+    out = p.feed(
+        b"event: ping\n\n" + as_sse("openai-chat-stream-groq-tool_call.vercel-ai.chunks.txt")
+    )
+    out += p.finish()
+    assert p.error is None and b"".join(out).endswith(b"data: [DONE]\n\n")
