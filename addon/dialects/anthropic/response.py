@@ -1,10 +1,25 @@
 """Anthropic ``message`` objects (non-streamed answers) and errors ↔ unified.
 
-Contract: JSON in, ``Response`` out and back. Content blocks come out in the
-order Anthropic uses: thinking, text, tool_use. Tool arguments that are not a
-JSON object (a model's broken output) are not dropped: the block's input is
-``{"_raw_arguments": "<text>"}`` so the client's tool reports the problem to
-the model, which can try again.
+Contract: JSON in, ``Response`` out and back; no I/O. ``decode_response``
+reads an Anthropic upstream's answer (unknown blocks such as
+``server_tool_use`` become ``Opaque`` parts, block fields such as
+``citations`` stay in the part's ``extra``). ``encode_response`` writes a
+complete ``message`` the anthropic SDK and Claude Code accept:
+
+- content blocks in the order Anthropic uses — thinking, text, tool_use — for
+  an answer from another dialect; an Anthropic answer keeps its own order;
+- a tool call's ``input`` is its parsed arguments. Arguments that are not a
+  JSON object (a model's broken output) are not dropped and not replaced by
+  ``{}``: the input is ``{"_raw_arguments": "<text>"}``, so the client's tool
+  reports the problem to the model, which can try again;
+- ``stop_reason`` mapped from the unified finish (``tool_calls`` →
+  ``tool_use``, ``length`` → ``max_tokens``, ``content_filter`` → ``refusal``,
+  everything else → ``end_turn``), or the upstream's own when it is Anthropic;
+- the upstream's id is kept (the SDK does not check the ``msg_`` prefix),
+  ``msg_bridge`` when there is none.
+
+``encode_error`` writes Anthropic's error body; the HTTP status stays on the
+``ClientError``.
 """
 
 from __future__ import annotations
@@ -16,17 +31,21 @@ from addon.model import (
     JSON,
     ClientError,
     FinishReason,
+    Image,
+    Opaque,
     Part,
     Response,
     Text,
     Thinking,
     ToolCall,
+    ToolResult,
     UnsupportedShape,
     Usage,
 )
 
 from .request import NAME
 
+DEFAULT_ID = "msg_bridge"
 _STOP_TO_FINISH: dict[str, FinishReason] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -53,6 +72,7 @@ _ERROR_TYPES = {
     429: "rate_limit_error",
     529: "overloaded_error",
 }
+_TOP = frozenset({"id", "type", "role", "model", "content", "stop_reason", "usage"})
 
 
 def finish_reason(stop_reason: str) -> FinishReason:
@@ -66,6 +86,7 @@ def stop_reason(reason: FinishReason | None, raw: str | None, same_dialect: bool
 
 
 def tool_input(arguments: str) -> JSON:
+    """The ``input`` object of a tool_use block; broken arguments kept as ``_raw_arguments``."""
     try:
         parsed = json.loads(arguments or "{}")
     except ValueError:
@@ -83,13 +104,13 @@ def decode_usage(raw: JSON) -> Usage:
     )
 
 
-def encode_usage(u: Usage | None, *, output_only: bool = False) -> JSON:
+def encode_usage(u: Usage | None) -> JSON:
     if u is not None and u.origin == NAME and u.raw:
         return dict(u.raw)
-    out: JSON = {"output_tokens": (u.output_tokens if u else None) or 0}
-    if not output_only or (u is not None and u.input_tokens is not None):
-        out = {"input_tokens": (u.input_tokens if u else None) or 0, **out}
-    return out
+    return {
+        "input_tokens": (u.input_tokens if u else None) or 0,
+        "output_tokens": (u.output_tokens if u else None) or 0,
+    }
 
 
 def decode_response(body: JSON) -> Response:
@@ -98,78 +119,74 @@ def decode_response(body: JSON) -> Response:
         raise UnsupportedShape("not an Anthropic message")
     parts: list[Part] = []
     for block in content:
-        if not isinstance(block, dict):
-            continue
-        match block.get("type"):
-            case "text":
-                parts.append(Text(str(block.get("text", ""))))
-            case "thinking":
-                parts.append(
-                    Thinking(str(block.get("thinking", "")), block.get("signature") or None)
-                )
-            case "redacted_thinking":
-                parts.append(Thinking(str(block.get("data", "")), redacted=True))
-            case "tool_use":
-                parts.append(
-                    ToolCall(
-                        str(block.get("id", "")),
-                        str(block.get("name", "")),
-                        json.dumps(block.get("input", {}), ensure_ascii=False),
-                    )
-                )
+        if isinstance(block, dict):
+            parts.append(_decode_block(block))
     raw_stop = body.get("stop_reason")
     usage = body.get("usage")
     return Response(
         origin=NAME,
-        id=body.get("id"),
-        model=body.get("model"),
+        id=body.get("id") if isinstance(body.get("id"), str) else None,
+        model=body.get("model") if isinstance(body.get("model"), str) else None,
         parts=tuple(parts),
         finish=finish_reason(raw_stop) if isinstance(raw_stop, str) else None,
         finish_raw=raw_stop if isinstance(raw_stop, str) else None,
         usage=decode_usage(usage) if isinstance(usage, dict) else None,
-        extra={
-            "top": {
-                k: v
-                for k, v in body.items()
-                if k not in ("id", "model", "content", "stop_reason", "usage", "type", "role")
-            }
-        },
+        extra={"top": {k: v for k, v in body.items() if k not in _TOP}},
     )
+
+
+def _decode_block(block: JSON) -> Part:
+    def rest(*known: str) -> JSON:
+        return {k: v for k, v in block.items() if k not in ("type", *known)}
+
+    match block.get("type"):
+        case "text" if isinstance(block.get("text"), str):
+            return Text(block["text"], extra=rest("text"))  # citations, …
+        case "thinking" if isinstance(block.get("thinking"), str):
+            signature = block.get("signature")
+            return Thinking(
+                block["thinking"],
+                signature if isinstance(signature, str) and signature else None,
+                extra=rest("thinking", "signature"),
+            )
+        case "redacted_thinking" if isinstance(block.get("data"), str):
+            return Thinking(block["data"], redacted=True, extra=rest("data"))
+        case "tool_use" if isinstance(block.get("name"), str):
+            args = block.get("input", {})
+            return ToolCall(
+                str(block.get("id", "")),
+                block["name"],
+                args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+            )
+    # server_tool_use, web_search_tool_result, …: only an Anthropic client can read them.
+    return Opaque(NAME, block)
 
 
 def encode_response(r: Response) -> JSON:
     same = r.origin == NAME
-    thinking: list[JSON] = []
-    text: list[JSON] = []
-    tools: list[JSON] = []
-    for p in r.parts:
-        match p:
-            case Thinking(redacted=True):
-                thinking.append({"type": "redacted_thinking", "data": p.text})
-            case Thinking():
-                thinking.append(
-                    {"type": "thinking", "thinking": p.text, "signature": p.signature or ""}
-                )
-            case Text():
-                if text:
-                    text[-1]["text"] += p.text
-                else:
-                    text.append({"type": "text", "text": p.text})
-            case ToolCall():
-                tools.append(
-                    {
-                        "type": "tool_use",
-                        "id": p.id,
-                        "name": p.name,
-                        "input": tool_input(p.arguments),
-                    }
-                )
+    content: list[JSON]
+    if same:
+        content = [b for p in r.parts if (b := _encode_block(p, same))]
+    else:
+        order = {"thinking": 0, "text": 1, "tool_call": 2}
+        ordered = sorted(
+            (p for p in r.parts if p.kind in order), key=lambda p: order.get(p.kind, 3)
+        )
+        content = []
+        for p in ordered:
+            block = _encode_block(p, same)
+            if not block:
+                continue
+            if content and block["type"] == "text" and content[-1]["type"] == "text":
+                content[-1]["text"] += block["text"]  # one text block, as Anthropic sends
+            else:
+                content.append(block)
     body: JSON = {
-        "id": r.id or "msg_bridge",
+        "id": r.id or DEFAULT_ID,
         "type": "message",
         "role": "assistant",
         "model": r.model or "",
-        "content": [*thinking, *text, *tools],
+        "content": content,
         "stop_reason": stop_reason(r.finish, r.finish_raw, same),
         "stop_sequence": None,
         "usage": encode_usage(r.usage),
@@ -177,6 +194,30 @@ def encode_response(r: Response) -> JSON:
     if same:
         body.update(r.extra.get("top", {}))
     return body
+
+
+def _encode_block(p: Part, same: bool) -> JSON:
+    """One part as a response content block; ``{}`` for nothing to send."""
+    extra = p.extra if same and not isinstance(p, Opaque) else {}
+    match p:
+        case Thinking(redacted=True):
+            return {"type": "redacted_thinking", "data": p.text, **extra}
+        case Thinking():
+            # Reasoning from another dialect has no signature: "" is what the SDK types allow.
+            return {"type": "thinking", "thinking": p.text, "signature": p.signature or "", **extra}
+        case Text():
+            return {"type": "text", "text": p.text, **extra} if p.text or same else {}
+        case ToolCall():
+            return {
+                "type": "tool_use",
+                "id": p.id,
+                "name": p.name,
+                "input": tool_input(p.arguments),
+            }
+        case Opaque():
+            return p.data if p.origin == NAME else {}
+        case Image() | ToolResult():
+            return {}  # not something an assistant answer holds
 
 
 def encode_error(err: ClientError) -> JSON:

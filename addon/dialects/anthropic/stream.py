@@ -1,31 +1,49 @@
 """Anthropic Messages SSE ↔ unified stream events.
 
-Contract: the encoder turns unified events into ``(event name, JSON data)``
-pairs exactly as the Anthropic API sends them — ``message_start``, per block
-``content_block_start`` / ``content_block_delta`` (``text_delta``,
-``thinking_delta``, ``signature_delta``, ``input_json_delta``) /
-``content_block_stop``, then ``message_delta`` (stop reason, output usage) and
-``message_stop`` — which is what the anthropic SDKs' accumulators and Claude
-Code expect. The decoder does the reverse for an Anthropic upstream. No bytes,
-lines or sockets here.
+Contract: sans-IO. ``AnthropicStreamEncoder`` turns unified events into
+``(event name, JSON data)`` pairs exactly as the Anthropic API sends them —
+``message_start``; per content block ``content_block_start`` /
+``content_block_delta`` (``text_delta``, ``thinking_delta``,
+``signature_delta``, ``input_json_delta``) / ``content_block_stop``; then
+``message_delta`` (stop reason, usage) and ``message_stop`` — which is what the
+anthropic SDKs' accumulators and Claude Code expect. ``finish()`` is
+idempotent and closes whatever is open. ``AnthropicStreamDecoder`` does the
+reverse for an Anthropic upstream. No bytes, lines or sockets here.
 
-Block numbering is the encoder's own (0, 1, 2 … in the order blocks open):
-upstream tool-call indexes are mapped, since OpenAI-compatible gateways number
-calls their own way (e.g. from 1 after text, see the recording
-``openai-chat-stream-claude-text-then-tool_call-index1.vercel-ai.sse``). One
-block is open at a time, as with Anthropic. An argument fragment that arrives
-for a call whose block was already closed (an upstream interleaving parallel
-calls) is still sent, addressed to that block's index: the SDKs accumulate
-deltas by index, and dropping it would corrupt the call.
+Encoder rules:
 
-``message_delta`` / ``message_stop`` go out at the end of the stream, not on
-the upstream's finish reason, because OpenAI sends usage in a chunk after it.
+- Block indexes are the encoder's own, 0, 1, 2 … in the order blocks open.
+  Unified tool-call indexes are the upstream's numbering and are mapped:
+  OpenAI-compatible gateways in front of Claude number calls from 1 after
+  text (recording ``openai-chat-stream-claude-text-then-tool_call-index1``).
+- One block is open at a time, as with Anthropic: a block of another kind
+  closes the open one, and a tool block closes on its ``ToolCallEnd``.
+- Parallel tool calls whose argument fragments interleave (a call starts
+  while the open call's arguments are not yet a complete JSON value) are not
+  cut: the later call is held back, its start and fragments buffered, and
+  sent — start, all buffered arguments as one ``input_json_delta``, then live —
+  as soon as the open call is complete (its arguments parse, or it ended).
+  Claude Code reads a tool block's input at ``content_block_stop``, so a
+  fragment sent after that would be lost. Calls that arrive one after the
+  other (the usual case) are streamed live without delay. A fragment for a
+  call whose block was closed anyway (text came in between) is still sent to
+  that block's index rather than dropped: the SDKs accumulate by index.
+- ``message_delta`` / ``message_stop`` go out at ``StreamEnd`` or
+  ``finish()``, not at ``Finish``: OpenAI sends usage in a chunk after the
+  finish reason. Without a ``Finish`` the stop reason is ``end_turn``.
+- ``StreamError`` becomes Anthropic's ``error`` event, which ends an Anthropic
+  stream: nothing is sent after it.
+- ``RawEvent`` of Anthropic origin is re-emitted (content blocks the unified
+  model does not know — ``redacted_thinking``, ``server_tool_use``, web search
+  results — renumbered into the encoder's indexes); other origins' are dropped.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal, assert_never
 
 from addon.model import (
     JSON,
@@ -47,27 +65,123 @@ from addon.model import (
 )
 
 from .request import NAME
-from .response import decode_usage, finish_reason, stop_reason
+from .response import DEFAULT_ID, decode_usage, finish_reason, stop_reason
 
 type Out = list[tuple[str | None, str]]
+type BlockKind = Literal["text", "thinking", "tool", "raw"]
 
 
 def _pair(name: str, data: JSON) -> tuple[str | None, str]:
     return name, json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
+_STRUCTURAL = re.compile(r'["\\{}\[\]]')
+"""The characters that change a JSON text's nesting: quotes, backslashes, brackets."""
+
+
+@dataclass(slots=True)
+class _Call:
+    """A tool call of the answer, by unified index.
+
+    Whether its arguments are complete is followed incrementally (nesting depth,
+    inside a string or not), scanning each fragment once and only when asked
+    (a call that starts while this one is open): never a re-parse of everything
+    received, which interleaving upstreams would make quadratic.
+    """
+
+    id: str
+    name: str
+    wire: JSON
+    """Fields of an Anthropic tool_use block the model does not know (``caller``)."""
+    parts: list[str] = field(default_factory=list)
+    """Argument fragments received so far (kept as a list: joining per fragment is quadratic)."""
+    block: int | None = None
+    """Its block index once sent; None while held back."""
+    ended: bool = False
+    depth: int = 0
+    opened: bool = False
+    in_string: bool = False
+    escape: bool = False
+    blank: bool = True
+    unscanned: list[str] = field(default_factory=list)
+
+    def add(self, fragment: str) -> None:
+        self.parts.append(fragment)
+        self.unscanned.append(fragment)
+
+    def _scan(self, fragment: str) -> None:
+        if self.blank and fragment.strip():
+            self.blank = False
+        skip = 0
+        if self.escape and fragment:
+            self.escape, skip = False, 1
+        for m in _STRUCTURAL.finditer(fragment, skip):
+            pos = m.start()
+            if pos < skip:
+                continue
+            c = m.group()
+            if self.in_string:
+                if c == "\\":
+                    if pos + 1 >= len(fragment):
+                        self.escape = True
+                    skip = pos + 2
+                elif c == '"':
+                    self.in_string = False
+            elif c == '"':
+                self.in_string = True
+            elif c in "{[":
+                self.depth += 1
+                self.opened = True
+            else:
+                self.depth -= 1
+
+    def arguments(self) -> str:
+        if len(self.parts) > 1:
+            self.parts[:] = ["".join(self.parts)]
+        return self.parts[0] if self.parts else ""
+
+    def complete(self) -> bool:
+        """Ended, or its arguments are a whole JSON value (no more fragments can follow)."""
+        if self.ended:
+            return True
+        for fragment in self.unscanned:
+            self._scan(fragment)
+        self.unscanned.clear()
+        if self.opened:
+            return self.depth <= 0 and not self.in_string
+        if self.blank or self.in_string:
+            return False
+        try:  # a bare scalar (not an object): rare, parse it
+            json.loads(self.arguments())
+        except ValueError:
+            return False
+        return True
+
+
 class AnthropicStreamEncoder:
+    """Unified events → Anthropic SSE ``(event, data)`` pairs (see the module docstring)."""
+
     def __init__(self) -> None:
-        self._started = False
         self._done = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self._started = False
         self._same = False
         self._message: JSON = {}
         self._next_index = 0
-        self._open: tuple[Literal["text", "thinking", "tool"], int, int] | None = None
-        """The open block: (kind, block index, unified tool index or -1)."""
-        self._tool_blocks: dict[int, int] = {}
+        self._open: tuple[BlockKind, int] | None = None
+        """The open block: its kind and index."""
+        self._live: int | None = None
+        """The unified index of the tool call whose block is open."""
+        self._calls: dict[int, _Call] = {}
+        self._held: list[int] = []
+        """Unified indexes of tool calls held back, in the order they started."""
+        self._raw_blocks: dict[int, int] = {}
+        """Upstream index → our index, for raw (Anthropic-only) blocks."""
         self._finish: FinishReason | None = None
         self._finish_raw: str | None = None
+        self._finish_extra: JSON = {}
         self._usage: Usage | None = None
 
     # ------------------------------------------------------------------ blocks
@@ -77,7 +191,7 @@ class AnthropicStreamEncoder:
             return
         self._started = True
         message: JSON = {
-            "id": "msg_bridge",
+            "id": DEFAULT_ID,
             "type": "message",
             "role": "assistant",
             "model": "",
@@ -95,15 +209,14 @@ class AnthropicStreamEncoder:
                 _pair("content_block_stop", {"type": "content_block_stop", "index": self._open[1]})
             )
             self._open = None
+            self._live = None
 
-    def _open_block(
-        self, kind: Literal["text", "thinking", "tool"], block: JSON, out: Out, tool: int = -1
-    ) -> int:
+    def _open_block(self, kind: BlockKind, block: JSON, out: Out) -> int:
         self._start(out)
         self._close(out)
         index = self._next_index
         self._next_index += 1
-        self._open = (kind, index, tool)
+        self._open = (kind, index)
         out.append(
             _pair(
                 "content_block_start",
@@ -112,83 +225,175 @@ class AnthropicStreamEncoder:
         )
         return index
 
-    def _ensure(self, kind: Literal["text", "thinking"], out: Out) -> int:
-        if self._open is not None and self._open[0] == kind:
-            return self._open[1]
-        block: JSON = (
-            {"type": "text", "text": ""}
-            if kind == "text"
-            else {"type": "thinking", "thinking": "", "signature": ""}
-        )
-        return self._open_block(kind, block, out)
-
     @staticmethod
     def _delta(index: int, delta: JSON) -> tuple[str | None, str]:
         return _pair(
             "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
         )
 
+    def _args(self, index: int, fragment: str) -> tuple[str | None, str]:
+        return self._delta(index, {"type": "input_json_delta", "partial_json": fragment})
+
+    def _ensure(self, kind: Literal["text", "thinking"], extra: JSON, out: Out) -> int:
+        if self._open is not None and self._open[0] == kind:
+            return self._open[1]
+        self._flush_tools(out)
+        block: JSON = (
+            {"type": "text", "text": ""}
+            if kind == "text"
+            else {"type": "thinking", "thinking": "", "signature": ""}
+        )
+        if self._same:  # the upstream block's own fields (e.g. citations); its text comes as deltas
+            block = {**block, **extra.get(NAME, {}).get("block", {}), kind: ""}
+        return self._open_block(kind, block, out)
+
+    # ------------------------------------------------------------------ tool calls
+
+    def _send_call(self, index: int, out: Out) -> None:
+        """Open the block of a call (held back until now): start, buffered arguments."""
+        call = self._calls[index]
+        block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}, **call.wire}
+        call.block = self._open_block("tool", block, out)
+        self._live = index
+        arguments = call.arguments()
+        if arguments:
+            out.append(self._args(call.block, arguments))
+
+    def _live_complete(self) -> bool:
+        if self._live is None:
+            return True
+        return self._calls[self._live].complete()
+
+    def _advance(self, out: Out) -> None:
+        """Send held-back calls while the open call is complete (each one becomes the open one)."""
+        while self._held and self._live_complete():
+            self._send_call(self._held.pop(0), out)
+        if self._live is not None and self._calls[self._live].ended:
+            self._close(out)
+
+    def _flush_tools(self, out: Out) -> None:
+        """Close the open tool block and send every held-back call whole (a non-tool block comes)."""
+        if self._open is not None and self._open[0] == "tool":
+            self._close(out)
+        while self._held:
+            self._send_call(self._held.pop(0), out)
+            self._close(out)
+
+    def _tool_start(self, event: ToolCallStart, out: Out) -> None:
+        if event.index in self._calls:  # a repeated start: keep the first, use its fragment
+            if event.arguments:
+                self._tool_args(ToolCallArgsDelta(event.index, event.arguments), out)
+            return
+        wire = event.extra.get(NAME, {}) if self._same else {}
+        call = self._calls[event.index] = _Call(event.id, event.name, wire)
+        if event.arguments:
+            call.add(event.arguments)
+        if self._live is not None and not self._live_complete():
+            self._held.append(event.index)  # interleaving upstream: hold this call back
+            return
+        self._flush_tools(out)
+        self._send_call(event.index, out)
+
+    def _tool_args(self, event: ToolCallArgsDelta, out: Out) -> None:
+        call = self._calls.get(event.index)
+        if call is None or not event.delta:
+            return  # a fragment of a call never started: nothing to address it to
+        call.add(event.delta)
+        if call.block is None:
+            return  # held back: sent with its start
+        if self._live != event.index and not event.delta.strip():
+            return  # whitespace after the block closed changes nothing
+        out.append(self._args(call.block, event.delta))
+        if self._live == event.index and self._held:
+            self._advance(out)
+
+    def _tool_end(self, event: ToolCallEnd, out: Out) -> None:
+        call = self._calls.get(event.index)
+        if call is None or call.ended:
+            return
+        call.ended = True
+        if self._live == event.index:
+            self._close(out)
+            self._advance(out)
+
+    # ------------------------------------------------------------------ raw blocks
+
+    def _raw(self, data: JSON, out: Out) -> None:
+        kind = data.get("type")
+        if not isinstance(kind, str):
+            return
+        upstream = data.get("index")
+        if kind == "content_block_start" and isinstance(upstream, int):
+            self._flush_tools(out)
+            block = data.get("content_block")
+            self._raw_blocks[upstream] = self._open_block(
+                "raw", block if isinstance(block, dict) else {}, out
+            )
+            return
+        if kind in ("content_block_delta", "content_block_stop") and isinstance(upstream, int):
+            index = self._raw_blocks.get(upstream)
+            if index is None:
+                # A block decoded into unified events: a delta the model does not know
+                # (citations_delta) or the end of a text/thinking block. Anthropic has one
+                # block open at a time, so it is the block open now. (Tool blocks end with
+                # ToolCallEnd.)
+                if self._open is None or self._open[0] not in ("text", "thinking"):
+                    return
+                index = self._open[1]
+            if kind == "content_block_stop":
+                if self._open is not None and self._open[1] == index:
+                    self._close(out)
+                return
+            out.append(_pair(kind, {**data, "index": index}))
+            return
+        self._start(out)
+        out.append(_pair(kind, data))
+
     # ------------------------------------------------------------------ events
 
     def feed(self, event: Event) -> Out:
         out: Out = []
+        if self._done:
+            return out
         match event:
             case MessageStart():
                 if self._started:
                     # A second message_start: the upstream started over (a retry spliced into
-                    # the stream, see anthropic-…-spliced-EDGECASE). Mirror it: the SDKs then
-                    # discard the partial first message exactly as they would upstream.
+                    # the stream, see anthropic-…-spliced-EDGECASE). Mirror it: the client
+                    # then treats the partial first message as it would from Anthropic.
+                    self._flush_tools(out)
                     self._close(out)
-                    self._started, self._next_index, self._tool_blocks = False, 0, {}
+                    self._reset()
                 self._same = event.origin == NAME
                 if self._same:
                     self._message = dict(event.envelope)
                 else:
-                    self._message = {"id": event.id or "msg_bridge", "model": event.model or ""}
+                    self._message = {"id": event.id or DEFAULT_ID, "model": event.model or ""}
                 self._start(out)
             case TextDelta():
                 if event.text:
-                    out.append(
-                        self._delta(
-                            self._ensure("text", out), {"type": "text_delta", "text": event.text}
-                        )
-                    )
+                    index = self._ensure("text", event.extra, out)
+                    out.append(self._delta(index, {"type": "text_delta", "text": event.text}))
             case ThinkingDelta():
-                index = self._ensure("thinking", out)
-                if event.text:
-                    out.append(
-                        self._delta(index, {"type": "thinking_delta", "thinking": event.text})
-                    )
-                if event.signature:
-                    out.append(
-                        self._delta(
-                            index, {"type": "signature_delta", "signature": event.signature}
-                        )
-                    )
+                if event.text or event.signature:
+                    index = self._ensure("thinking", event.extra, out)
+                    if event.text:
+                        delta = {"type": "thinking_delta", "thinking": event.text}
+                        out.append(self._delta(index, delta))
+                    if event.signature:
+                        delta = {"type": "signature_delta", "signature": event.signature}
+                        out.append(self._delta(index, delta))
             case ToolCallStart():
-                block = {"type": "tool_use", "id": event.id, "name": event.name, "input": {}}
-                index = self._open_block("tool", block, out, tool=event.index)
-                self._tool_blocks[event.index] = index
-                if event.arguments:
-                    out.append(
-                        self._delta(
-                            index, {"type": "input_json_delta", "partial_json": event.arguments}
-                        )
-                    )
+                self._tool_start(event, out)
             case ToolCallArgsDelta():
-                index_or_none = self._tool_blocks.get(event.index)
-                if index_or_none is not None and event.delta:
-                    out.append(
-                        self._delta(
-                            index_or_none, {"type": "input_json_delta", "partial_json": event.delta}
-                        )
-                    )
+                self._tool_args(event, out)
             case ToolCallEnd():
-                pass  # closed when the next block opens or the message ends
+                self._tool_end(event, out)
             case UsageEvent():
                 self._usage = event.usage
             case Finish():
                 self._finish, self._finish_raw = event.reason, event.raw
+                self._finish_extra = dict(event.extra.get(NAME, {}))
             case StreamError():
                 error: JSON = (
                     event.raw
@@ -196,11 +401,14 @@ class AnthropicStreamEncoder:
                     else {"type": "error", "error": {"type": "api_error", "message": event.message}}
                 )
                 out.append(_pair("error", error))
+                self._done = True  # Anthropic ends a stream with its error event
             case RawEvent():
-                if event.origin == NAME and isinstance(event.data.get("type"), str):
-                    out.append(_pair(event.data["type"], event.data))
+                if event.origin == NAME:
+                    self._raw(event.data, out)
             case StreamEnd():
                 out.extend(self.finish())
+            case _:
+                assert_never(event)
         return out
 
     def finish(self) -> Out:
@@ -209,34 +417,58 @@ class AnthropicStreamEncoder:
         self._done = True
         out: Out = []
         self._start(out)
+        # An upstream cut at max_tokens leaves its last block without content_block_stop
+        # (recording anthropic-…-tool_use-truncated-max_tokens-padded): closed here.
+        self._flush_tools(out)
         self._close(out)
-        usage: JSON = {"output_tokens": 0}
         u = self._usage
-        if u is not None:
-            usage = (
-                dict(u.raw)
-                if u.origin == NAME and u.raw
-                else {"output_tokens": u.output_tokens or 0}
-            )
-            if u.origin != NAME and u.input_tokens is not None:
+        usage: JSON
+        if u is not None and u.origin == NAME and u.raw:
+            usage = dict(u.raw)
+            usage.setdefault("output_tokens", 0)
+        else:
+            usage = {"output_tokens": (u.output_tokens if u else None) or 0}
+            if u is not None and u.input_tokens is not None:
                 usage["input_tokens"] = u.input_tokens
-        delta = {
+        delta: JSON = {
             "stop_reason": stop_reason(self._finish, self._finish_raw, self._same),
             "stop_sequence": None,
         }
-        out.append(
-            _pair("message_delta", {"type": "message_delta", "delta": delta, "usage": usage})
-        )
+        event: JSON = {"type": "message_delta", "delta": delta, "usage": usage}
+        if self._same:
+            delta.update(self._finish_extra.get("delta", {}))
+            event.update(self._finish_extra.get("event", {}))
+        out.append(_pair("message_delta", event))
         out.append(_pair("message_stop", {"type": "message_stop"}))
         return out
 
 
+_BLOCK_FIELDS = {
+    "tool_use": ("type", "id", "name", "input"),
+    "text": ("type", "text"),
+    "thinking": ("type", "thinking", "signature"),
+}
+
+
 class AnthropicStreamDecoder:
-    """Anthropic upstream SSE → unified events (tool indexes are the block indexes)."""
+    """Anthropic upstream SSE → unified events (tool indexes are the block indexes).
+
+    Blocks the unified model knows (text, thinking, tool_use) become deltas and
+    tool-call events; other blocks (``redacted_thinking``, ``server_tool_use``,
+    ``web_search_tool_result`` …) and unknown events become ``RawEvent``s that
+    only the Anthropic encoder re-emits. ``ping`` carries nothing.
+    """
 
     def __init__(self) -> None:
         self._blocks: dict[int, str] = {}
-        self._finished = False
+        self._block_extra: JSON = {}
+        """Unknown fields of the text/thinking block just started, for its first delta."""
+
+    def _extra(self) -> JSON:
+        if not self._block_extra:
+            return {}
+        extra, self._block_extra = {NAME: {"block": self._block_extra}}, {}
+        return extra
 
     def feed(self, data: str, event: str | None) -> list[Event]:
         try:
@@ -248,61 +480,132 @@ class AnthropicStreamDecoder:
         kind = payload.get("type", event)
         match kind:
             case "message_start":
-                message = payload.get("message") or {}
+                message = payload.get("message")
+                if not isinstance(message, dict):
+                    raise UnsupportedShape("message_start without a message")
+                self._blocks = {}  # a spliced second message_start numbers blocks from 0 again
                 out: list[Event] = [
                     MessageStart(
-                        NAME, id=message.get("id"), model=message.get("model"), envelope=message
+                        NAME,
+                        id=message.get("id") if isinstance(message.get("id"), str) else None,
+                        model=message.get("model")
+                        if isinstance(message.get("model"), str)
+                        else None,
+                        envelope=message,
                     )
                 ]
                 if isinstance(message.get("usage"), dict):
                     out.append(UsageEvent(decode_usage(message["usage"])))
                 return out
             case "content_block_start":
-                index, block = payload.get("index", 0), payload.get("content_block") or {}
-                self._blocks[index] = str(block.get("type"))
-                if block.get("type") == "tool_use":
-                    return [
-                        ToolCallStart(index, str(block.get("id", "")), str(block.get("name", "")))
-                    ]
-                if block.get("type") == "text" and block.get("text"):
-                    return [TextDelta(block["text"])]
-                return []
+                return self._block_start(payload)
             case "content_block_delta":
-                index, delta = payload.get("index", 0), payload.get("delta") or {}
-                match delta.get("type"):
-                    case "text_delta":
-                        return [TextDelta(str(delta.get("text", "")))]
-                    case "thinking_delta":
-                        return [ThinkingDelta(str(delta.get("thinking", "")))]
-                    case "signature_delta":
-                        return [ThinkingDelta("", signature=str(delta.get("signature", "")))]
-                    case "input_json_delta":
-                        return [ToolCallArgsDelta(index, str(delta.get("partial_json", "")))]
-                return [RawEvent(NAME, payload)]
+                return self._block_delta(payload)
             case "content_block_stop":
-                index = payload.get("index", 0)
-                return [ToolCallEnd(index)] if self._blocks.get(index) == "tool_use" else []
+                self._block_extra = {}
+                index = payload.get("index")
+                match self._blocks.get(index) if isinstance(index, int) else None:
+                    case "tool_use":
+                        return [ToolCallEnd(index)] if isinstance(index, int) else []
+                    case _:
+                        # Text and thinking blocks too: an Anthropic encoder keeps the
+                        # boundary between two text blocks (web search answers have many).
+                        return [RawEvent(NAME, payload)]
             case "message_delta":
                 out = []
-                delta = payload.get("delta") or {}
+                delta = payload.get("delta")
+                delta = delta if isinstance(delta, dict) else {}
                 if isinstance(payload.get("usage"), dict):
                     out.append(UsageEvent(decode_usage(payload["usage"])))
                 reason = delta.get("stop_reason")
                 if isinstance(reason, str):
-                    out.append(Finish(finish_reason(reason), raw=reason))
+                    # stop_sequence, container, context_management (the vercel-ai thinking
+                    # recordings), …: written back by the Anthropic encoder only.
+                    wire = {
+                        "delta": {k: v for k, v in delta.items() if k != "stop_reason"},
+                        "event": {
+                            k: v for k, v in payload.items() if k not in ("type", "delta", "usage")
+                        },
+                    }
+                    out.append(Finish(finish_reason(reason), raw=reason, extra={NAME: wire}))
                 return out
             case "message_stop":
                 return [StreamEnd()]
             case "ping":
                 return []
             case "error":
-                err = payload.get("error") or {}
+                err = payload.get("error")
+                err = err if isinstance(err, dict) else {}
+                err_type = err.get("type")
                 return [
                     StreamError(
-                        str(err.get("message", "")), err.get("type"), origin=NAME, raw=payload
+                        str(err.get("message", "")),
+                        err_type if isinstance(err_type, str) else None,
+                        origin=NAME,
+                        raw=payload,
                     )
                 ]
         return [RawEvent(NAME, payload)]
+
+    def _block_start(self, payload: JSON) -> list[Event]:
+        index, block = payload.get("index"), payload.get("content_block")
+        if not isinstance(index, int) or not isinstance(block, dict):
+            raise UnsupportedShape("content_block_start without an index or a block")
+        kind = str(block.get("type"))
+        self._blocks[index] = kind
+        rest = {k: v for k, v in block.items() if k not in _BLOCK_FIELDS.get(kind, ())}
+        self._block_extra = {}
+        match kind:
+            case "tool_use":
+                tool_input = block.get("input")
+                args = ""
+                if isinstance(tool_input, dict) and tool_input:  # input given whole at start
+                    args = json.dumps(tool_input, ensure_ascii=False)
+                return [
+                    ToolCallStart(
+                        index,
+                        str(block.get("id", "")),
+                        str(block.get("name", "")),
+                        args,
+                        # ``caller`` (recording anthropic-…-text-then-tool_use-input_json_delta)
+                        extra={NAME: rest} if rest else {},
+                    )
+                ]
+            case "text":
+                self._block_extra = rest
+                text = block.get("text")
+                return (
+                    [TextDelta(text, extra=self._extra())] if isinstance(text, str) and text else []
+                )
+            case "thinking":
+                self._block_extra = rest
+                thinking, signature = block.get("thinking"), block.get("signature")
+                text = thinking if isinstance(thinking, str) else ""
+                sig = signature if isinstance(signature, str) and signature else None
+                if not text and not sig:
+                    return []
+                return [ThinkingDelta(text, signature=sig, extra=self._extra())]
+            case _:
+                return [RawEvent(NAME, payload)]
+
+    def _block_delta(self, payload: JSON) -> list[Event]:
+        index, delta = payload.get("index"), payload.get("delta")
+        if not isinstance(index, int) or not isinstance(delta, dict):
+            raise UnsupportedShape("content_block_delta without an index or a delta")
+        match self._blocks.get(index), delta.get("type"):
+            case "text", "text_delta":
+                return [TextDelta(str(delta.get("text", "")), extra=self._extra())]
+            case "thinking", "thinking_delta":
+                return [ThinkingDelta(str(delta.get("thinking", "")), extra=self._extra())]
+            case "thinking", "signature_delta":
+                signature = str(delta.get("signature", ""))
+                return [ThinkingDelta("", signature=signature, extra=self._extra())]
+            case "tool_use", "input_json_delta":
+                # Anthropic opens every tool block with partial_json "" (same recording);
+                # the encoder sends no empty fragments.
+                return [ToolCallArgsDelta(index, str(delta.get("partial_json", "")))]
+            case _:
+                return [RawEvent(NAME, payload)]
 
     def finish(self) -> list[Event]:
         return []
