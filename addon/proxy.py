@@ -293,7 +293,7 @@ class Bridge:
         if not _is_json(resp):
             return
         try:
-            answer = self._decode_answer(resp, plan)
+            answer = self._decode_answer(resp.get_content(strict=False) or b"", plan)
             if plan.tool_required and not any(isinstance(p, ToolCall) for p in answer.parts):
                 retried = await self._retry(flow, plan, label)
                 if retried is not None:
@@ -327,8 +327,9 @@ class Bridge:
         resp.content = body
         self.state.count("answers rewritten")
 
-    def _decode_answer(self, resp: http.Response, plan: _FlowPlan) -> Response:
-        body = json.loads(resp.get_content(strict=False) or b"")
+    def _decode_answer(self, raw: bytes, plan: _FlowPlan) -> Response:
+        """A whole upstream answer → unified, parsed and filtered as the route says."""
+        body = json.loads(raw or b"")
         if not isinstance(body, dict):
             raise UnsupportedShape("the answer is JSON but not an object")
         answer = plan.upstream.decode_response(body)
@@ -363,12 +364,7 @@ class Bridge:
             flow.comment = _append(flow.comment, f"retry got HTTP {answer.status_code}")
             return None
         try:
-            body = answer.json()
-            if not isinstance(body, dict):
-                raise UnsupportedShape("not an object")
-            retried = plan.upstream.decode_response(body)
-            if plan.parse_text:
-                retried = parse_text_tools(retried, plan.new_parser())
+            retried = self._decode_answer(answer.content, plan)
         except (ValueError, UnsupportedShape) as e:
             log.warning("%s: retry answer not understood: %s", label, _short(e))
             return None
@@ -416,19 +412,11 @@ class Bridge:
         resp = flow.response
         assert resp is not None
         raw = resp.get_content(strict=False) or b""
-        message = None
         try:
-            body = json.loads(raw)
-            err = body.get("error") if isinstance(body, dict) else None
-            if isinstance(err, dict):
-                message = err.get("message")
-            elif isinstance(err, str):
-                message = err
-            elif isinstance(body, dict):
-                message = body.get("message") or body.get("detail")
+            message = plan.upstream.error_message(json.loads(raw))
         except ValueError:
-            pass
-        if not isinstance(message, str) or not message:
+            message = None
+        if not message:
             text = raw.decode("utf-8", "replace").strip()
             message = f"upstream answered HTTP {resp.status_code}" + (
                 f": {text[:500]}" if text else ""

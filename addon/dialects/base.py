@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from addon.model import JSON, ClientError, Event, Notes, Request, Response
 
@@ -41,6 +41,8 @@ class Dialect:
     stream_decoder: Callable[[], StreamDecoder]
     stream_encoder: Callable[[], StreamEncoder]
     encode_error: Callable[[ClientError], JSON]
+    error_message: Callable[[Any], str | None]
+    """The message of an error body the upstream sent in this dialect, if there is one."""
 
 
 def describe(notes: Notes) -> str:

@@ -120,3 +120,17 @@ def test_decoded_parts() -> None:
 def test_answers_we_do_not_model_are_unsupported(body: dict[str, Any]) -> None:
     with pytest.raises(UnsupportedShape):
         OPENAI.decode_response(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        pytest.param({"error": {"message": "Rate limit", "type": "x"}}, "Rate limit", id="openai"),
+        pytest.param({"error": "bad key"}, "bad key", id="bare-string"),
+        pytest.param({"detail": "Not found"}, "Not found", id="detail"),
+        pytest.param({"ok": True}, None, id="no-message"),
+        pytest.param(["x"], None, id="not-an-object"),
+    ],
+)
+def test_error_message_of_upstream_error_bodies(body: Any, message: str | None) -> None:
+    assert OPENAI.error_message(body) == message

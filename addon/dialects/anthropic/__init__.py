@@ -3,7 +3,7 @@
 from addon.dialects.base import Dialect
 
 from .request import NAME, decode_request, encode_request
-from .response import decode_response, encode_error, encode_response
+from .response import decode_response, encode_error, encode_response, error_message
 from .stream import AnthropicStreamDecoder, AnthropicStreamEncoder
 
 DIALECT = Dialect(
@@ -16,6 +16,7 @@ DIALECT = Dialect(
     stream_decoder=AnthropicStreamDecoder,
     stream_encoder=AnthropicStreamEncoder,
     encode_error=encode_error,
+    error_message=error_message,
 )
 
 __all__ = ["DIALECT", "NAME"]

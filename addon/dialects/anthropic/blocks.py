@@ -14,8 +14,6 @@ from typing import Any
 
 from addon.model import JSON, ClientError, Image, Part, Thinking, ToolCall, ToolResult
 
-BLOCK_KINDS = frozenset({"image", "tool_use", "tool_result", "thinking", "redacted_thinking"})
-
 
 def image_source_url(source: JSON) -> str:
     if source.get("type") == "base64":

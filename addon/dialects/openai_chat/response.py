@@ -168,3 +168,15 @@ def encode_error(err: ClientError) -> JSON:
             "code": err.code,
         }
     }
+
+
+def error_message(body: Any) -> str | None:
+    """``{"error": {"message": …}}`` as OpenAI sends it; gateways also use a bare
+    ``{"error": "…"}`` or ``{"message": …}`` / ``{"detail": …}``."""
+    if not isinstance(body, dict):
+        return None
+    err = body.get("error")
+    if isinstance(err, dict):
+        err = err.get("message")
+    message = err if err is not None else body.get("message") or body.get("detail")
+    return message if isinstance(message, str) and message else None
