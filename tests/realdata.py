@@ -8,12 +8,18 @@ files are raw SSE bytes; ``*.chunks.txt`` files hold one JSON payload per line
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+FIXTURES = Path(
+    os.environ.get("CURSOR_BRIDGE_FIXTURES")
+    or Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+)
+"""``../shared/fixtures/real`` beside the checkout, or ``$CURSOR_BRIDGE_FIXTURES``; tests that
+replay recordings skip when it is missing."""
 
 
 def fixture_names(prefix: str) -> list[str]:
@@ -66,3 +72,8 @@ def cursor_byok_body() -> dict[str, Any]:
                 placeholder if content["type"] == "str" else [{"type": "text", "text": placeholder}]
             )
     return body
+
+
+needs_recordings = pytest.mark.skipif(
+    not OPENAI_STREAMS, reason=f"recordings not available ({FIXTURES})"
+)

@@ -204,7 +204,10 @@ def comparable(pairs: Pairs) -> list[dict[str, Any]]:
 def test_spliced_second_message_start_is_mirrored() -> None:
     """A retry spliced into the stream (vercel-ai's EDGECASE fixture): the client gets the
     second message_start too, with block numbering restarted as upstream did."""
-    [name] = [n for n in ANTHROPIC_RECORDINGS if "spliced" in n]
+    names = [n for n in ANTHROPIC_RECORDINGS if "spliced" in n]
+    if not names:
+        pytest.skip("the spliced Anthropic recording is not available")
+    [name] = names
     rebuilt = encode_all(decode_all(recorded(name)))
     types = kinds(rebuilt)
     assert types.count("message_start") == 2 and types[-1] == "message_stop"
