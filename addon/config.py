@@ -9,7 +9,7 @@ bad value raises ``ConfigError`` naming the option and what it accepts
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
@@ -32,7 +32,7 @@ class OptionSpec:
     choices: tuple[str, ...] | None = None
 
 
-OPTIONS: tuple[OptionSpec, ...] = (
+REWRITE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "bridge_routes",
         str,
@@ -40,7 +40,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Path to a TOML routes file saying which requests cursor-bridge rewrites and how (host "
         "glob, path glob, methods, client and upstream dialect, tool mode, schema profile, "
         "upstream path). Empty: the built-in default route, POST …/chat/completions on any "
-        "host, OpenAI dialect on both sides.",
+        "host and POST …/v1/messages and …/responses (Anthropic and Responses clients), "
+        "to an OpenAI-compatible upstream.",
     ),
     OptionSpec(
         "bridge_tool_mode",
@@ -62,15 +63,6 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "collapses anyOf to its first non-null option and drops an empty required list, for "
         "upstreams that reject those keywords.",
         SCHEMA_PROFILES,
-    ),
-    OptionSpec(
-        "bridge_models",
-        str,
-        "",
-        "Comma-separated base models (e.g. 'claude-sonnet-4.6,gpt-5'). GET …/models then lists "
-        "each of them plus a 'BASE-thinking' variant (merged with the upstream's own list when "
-        "it answers); a request for BASE-thinking goes upstream as BASE with thinking on "
-        "(the model is asked to reason inside <thinking> tags, which come back as reasoning).",
     ),
     OptionSpec(
         "bridge_thinking_output",
@@ -100,6 +92,36 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "bracket protocol: parameter descriptions longer than this are cut (with '...').",
     ),
 )
+"""Options of the rewrite addon (``addon.shell.rewrite``)."""
+
+CATALOGUE_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec(
+        "bridge_models",
+        str,
+        "",
+        "Comma-separated base models (e.g. 'claude-sonnet-4.6,gpt-5'). GET …/models then lists "
+        "each of them plus a 'BASE-thinking' variant (merged with the upstream's own list when "
+        "it answers); a request for BASE-thinking goes upstream as BASE with thinking on "
+        "(the model is asked to reason inside <thinking> tags, which come back as reasoning).",
+    ),
+)
+"""Options of the model catalogue addon (``addon.shell.catalogue``); the rewrite reads
+``bridge_models`` too, for ``BASE-thinking`` requests."""
+
+RETRY_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec(
+        "bridge_retry_timeout",
+        int,
+        300,
+        "Seconds the bridge waits for the upstream when it asks again itself (a required "
+        "tool call that did not come).",
+    ),
+)
+"""Options of the retry addon (``addon.shell.retry``)."""
+
+OPTIONS: tuple[OptionSpec, ...] = REWRITE_OPTIONS + CATALOGUE_OPTIONS + RETRY_OPTIONS
+"""Every option the bridge declares."""
+DEFAULTS: dict[str, Any] = {spec.name: spec.default for spec in OPTIONS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +151,28 @@ def parse_models(value: str) -> tuple[str, ...]:
     return models
 
 
-def parse_settings(get: Callable[[str], Any]) -> Settings:
+def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settings:
+    """``read(name)`` reads an option (one no loaded addon declares reads as its default);
+    ``env`` is the environment, for routes that take their key from it."""
     by_name = {s.name: s for s in OPTIONS}
+
+    def get(name: str) -> Any:
+        try:
+            return read(name)
+        except (AttributeError, KeyError):
+            return DEFAULTS[name]
+
     routes_path = get("bridge_routes")
     try:
         routes = load_routes(routes_path) if routes_path else DEFAULT_ROUTES
     except RoutesError as e:
         raise ConfigError(str(e)) from e
+    for route in routes:
+        if route.api_key_env is not None and route.api_key_env not in env:
+            raise ConfigError(
+                f"route '{route.name}': api_key_env names the environment variable "
+                f"{route.api_key_env}, which is not set"
+            )
     limits = {}
     for name in ("bridge_tool_desc_max_chars", "bridge_tool_param_desc_max_chars"):
         value = get(name)
@@ -155,3 +192,11 @@ def parse_settings(get: Callable[[str], Any]) -> Settings:
         desc_limit=limits["bridge_tool_desc_max_chars"],
         param_limit=limits["bridge_tool_param_desc_max_chars"],
     )
+
+
+def parse_retry_timeout(value: Any) -> float:
+    if not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"bridge_retry_timeout must be a whole number of seconds >= 1, not {value!r}"
+        )
+    return float(value)

@@ -1,4 +1,4 @@
-"""Entry point for ``mitmdump -s addon/main.py`` (and mitmweb / mitmproxy).
+"""Entry point for ``mitmdump -s addon/main.py`` (and mitmweb / mitmproxy): the addon list.
 
 mitmproxy loads this file as ``__mitmproxy_script__.main`` with ``addon/`` on
 ``sys.path``, so relative imports cannot work here. The package is imported as
@@ -6,13 +6,13 @@ mitmproxy loads this file as ``__mitmproxy_script__.main`` with ``addon/`` on
 used without that install, from the repository root added below.
 """
 
+import importlib.util
 import sys
 from pathlib import Path
 
-try:
-    import addon.proxy
-except ModuleNotFoundError:  # run from a checkout without `pip install -e .`
+if importlib.util.find_spec("addon.shell") is None:  # a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    import addon.proxy
 
-addons = [addon.proxy.Bridge()]
+from addon.shell.addons import make_addons  # noqa: E402 - after the path fix above
+
+addons = make_addons().all

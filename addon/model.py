@@ -59,8 +59,11 @@ class ToolCall:
     id: str
     name: str
     arguments: str
-    """The arguments as JSON text, exactly as the model produced them."""
+    """The arguments as JSON text, exactly as the model produced them; for a ``custom`` call
+    (OpenAI freeform tools such as Codex's ``apply_patch``) the raw input text."""
     extra: JSON = field(default_factory=dict)
+    custom: bool = False
+    """A call of a custom (freeform) tool: ``arguments`` is raw text, not JSON."""
     kind: Literal["tool_call"] = "tool_call"
 
 
@@ -75,6 +78,8 @@ class ToolResult:
     """The tool's name, when the client says it (OpenAI's ``name`` on tool messages)."""
     is_error: bool = False
     extra: JSON = field(default_factory=dict)
+    custom: bool = False
+    """The output of a custom (freeform) tool call (Responses ``custom_tool_call_output``)."""
     kind: Literal["tool_result"] = "tool_result"
 
 
@@ -132,6 +137,11 @@ class Tool:
     strict: bool | None = None
     extra: JSON = field(default_factory=dict)
     """Unmodelled fields of the function definition."""
+    format: JSON | None = None
+    """Set for a custom (freeform) tool: its input format (``{"type": "text"}`` or
+    ``{"type": "grammar", "syntax": "lark", "definition": …}``); ``parameters`` is then
+    unused. Upstreams without custom tools get it as a function with one string
+    parameter (``addon.transforms.custom_tools``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,10 +197,18 @@ class Params:
     """An end-user id (OpenAI ``user``, Anthropic ``metadata.user_id``)."""
 
 
+type Effort = Literal["minimal", "low", "medium", "high", "xhigh"]
+
+
 @dataclass(frozen=True, slots=True)
 class ThinkingConfig:
     enabled: bool = True
     budget_tokens: int | None = None
+    effort: Effort | None = None
+    """How hard to think, when the client said (Anthropic ``output_config.effort``, OpenAI
+    ``reasoning_effort`` / Responses ``reasoning.effort``)."""
+    adaptive: bool = False
+    """Anthropic ``{"type": "adaptive"}``: the model decides whether and how much to think."""
 
 
 # --------------------------------------------------------------------------- settings
@@ -296,6 +314,8 @@ class ToolCallStart:
     arguments: str = ""
     """A first fragment of the arguments that arrived together with the start."""
     extra: JSON = field(default_factory=dict)
+    custom: bool = False
+    """A custom (freeform) tool call: its argument fragments are raw input text."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,17 +12,23 @@ A routes file::
     host = "*.example.com"             # glob over the request host (default "*")
     path = "*/chat/completions"        # glob over the path, query string excluded
     methods = ["POST"]                 # default ["POST"]
-    client = "openai_chat"             # dialect the client speaks: openai_chat | anthropic
-    upstream = "openai_chat"           # dialect the upstream speaks: openai_chat | anthropic
+    client = "openai_chat"             # dialect the client speaks: openai_chat | anthropic |
+                                       # openai_responses
+    upstream = "openai_chat"           # dialect the upstream speaks (same choices)
     tool_mode = "native"               # default: the bridge_tool_mode option
     schema = "strict"                  # default: the bridge_schema option
-    upstream_path = "/v1/chat/completions"   # optional: the path sent upstream; by default a
-                                       # client path ending in its dialect's endpoint
-                                       # (/messages) gets the upstream's (/chat/completions)
+    upstream_path = "/v1/chat/completions"   # optional: the path (and query) sent upstream;
+                                       # by default a client path ending in its dialect's
+                                       # endpoint (/messages) gets the upstream's
+                                       # (/chat/completions), without the client's query
+    api_key_env = "GATEWAY_KEY"        # optional: send this variable's value as the key
+    cache_control = "drop"             # drop | keep: Anthropic cache_control to other dialects
+    reasoning = "auto"                 # auto | off: thinking requests → reasoning_effort
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -32,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from addon.model import SchemaProfile, ToolMode
 
-type DialectName = Literal["openai_chat", "anthropic"]
+type DialectName = Literal["openai_chat", "anthropic", "openai_responses"]
 
 
 class RoutesError(ValueError):
@@ -51,6 +57,22 @@ class Route(BaseModel):
     tool_mode: ToolMode | None = None
     schema_profile: SchemaProfile | None = Field(default=None, alias="schema")
     upstream_path: str | None = None
+    api_key_env: str | None = None
+    """Send the value of this environment variable as the upstream's API key (in the
+    upstream dialect's header) instead of the client's key."""
+    cache_control: Literal["drop", "keep"] = "drop"
+    """Anthropic ``cache_control`` markers reach an upstream of another dialect only with
+    ``keep``."""
+    reasoning: Literal["auto", "off"] = "auto"
+    """``auto``: a client's thinking request (Anthropic ``thinking`` / ``output_config.effort``,
+    Responses ``reasoning``) becomes the upstream's reasoning switch; ``off``: not sent."""
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError("must be an environment variable name (letters, digits, _)")
+        return v
 
     @field_validator("methods")
     @classmethod
@@ -80,9 +102,11 @@ class _RoutesFile(BaseModel):
 DEFAULT_ROUTES: tuple[Route, ...] = (
     Route(name="default"),
     Route(name="messages", path="*/v1/messages", client="anthropic", upstream="openai_chat"),
+    Route(name="responses", path="*/responses", client="openai_responses", upstream="openai_chat"),
 )
-"""POST …/chat/completions (OpenAI client) and POST …/v1/messages (Anthropic client, e.g.
-Claude Code) on any host, both to an OpenAI-compatible upstream."""
+"""POST …/chat/completions (OpenAI client), POST …/v1/messages (Anthropic client, e.g.
+Claude Code) and POST …/responses (OpenAI Responses client, e.g. Codex CLI) on any host,
+all to an OpenAI-compatible upstream."""
 
 
 def load_routes(path: str | Path) -> tuple[Route, ...]:

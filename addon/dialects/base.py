@@ -9,7 +9,7 @@ encoders produce what the wire's official clients accept.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from addon.model import JSON, ClientError, Event, Notes, Request, Response
@@ -29,6 +29,54 @@ class StreamEncoder(Protocol):
     def finish(self) -> list[tuple[str | None, str]]: ...
 
 
+type Query = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where the client sent its request, as plain values, for the upstream dialect to place its
+    own request (``Dialect.place``)."""
+
+    path: str
+    """The client's path, without the query string."""
+    query: Query
+    client_suffix: str
+    """The end of the client dialect's endpoint path (``/messages``, ``/responses``)."""
+    same_dialect: bool
+    upstream_path: str | None = None
+    """A route's ``upstream_path`` (it may carry a query of its own); it always wins."""
+
+
+def suffix_placement(suffix: str) -> Callable[[Request, Target], tuple[str, Query]]:
+    """The usual placement: same dialect → the client's path and query; another dialect → the
+    client's path with its endpoint swapped for ``suffix`` (``/v1/messages`` →
+    ``/v1/chat/completions``) and without the client dialect's query (``?beta=true``)."""
+
+    def place(req: Request, t: Target) -> tuple[str, Query]:
+        if t.upstream_path is not None:
+            return split_path(t.upstream_path, t.query if t.same_dialect else ())
+        if t.same_dialect:
+            return t.path, t.query
+        path = t.path
+        if t.client_suffix and path.endswith(t.client_suffix):
+            path = path[: -len(t.client_suffix)] + suffix
+        elif not path.endswith(suffix):
+            path = path.rstrip("/") + suffix
+        return path, ()
+
+    return place
+
+
+def split_path(path: str, fallback_query: Query) -> tuple[str, Query]:
+    """``/a/b?x=1`` → ``("/a/b", (("x", "1"),))``; no query in ``path`` → ``fallback_query``."""
+    from urllib.parse import parse_qsl
+
+    base, sep, query = path.partition("?")
+    if not sep:
+        return base, fallback_query
+    return base, tuple(parse_qsl(query, keep_blank_values=True))
+
+
 @dataclass(frozen=True, slots=True)
 class Dialect:
     name: str
@@ -43,6 +91,37 @@ class Dialect:
     encode_error: Callable[[ClientError], JSON]
     error_message: Callable[[Any], str | None]
     """The message of an error body the upstream sent in this dialect, if there is one."""
+    place: Callable[[Request, Target], tuple[str, Query]] | None = None
+    """Path and query of the upstream request; ``None``: ``suffix_placement(path)``."""
+    key_headers: tuple[str, ...] = ("authorization",)
+    """Where a client of this dialect puts its API key, in the order they are read
+    (``authorization`` values lose their ``Bearer`` prefix)."""
+    auth_header: str = "authorization"
+    """Where this dialect's upstream wants the key (``authorization`` gets ``Bearer``)."""
+    fixed_headers: tuple[tuple[str, str], ...] = ()
+    """Headers an upstream of this dialect needs, set when the client did not send them."""
+    own_headers: tuple[str, ...] = ()
+    """Name prefixes of headers only this dialect understands (``anthropic-``): removed when the
+    request goes to an upstream of another dialect."""
+    stream_framing: str = "sse"
+    """How the upstream frames a streamed answer (``sse``; other framings come with their
+    dialects)."""
+
+    def placement(self, req: Request, target: Target) -> tuple[str, Query]:
+        return (self.place or suffix_placement(self.path))(req, target)
+
+
+@dataclass(frozen=True, slots=True)
+class WireRequest:
+    """Everything the shell sets on the upstream request: it decides nothing itself."""
+
+    body: JSON = field(repr=False)
+    path: str
+    query: Query
+    set_headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """Set (replacing) on the request; may hold the API key, so never shown."""
+    drop_headers: tuple[str, ...] = ()
+    """Removed from the request (lower-case names)."""
 
 
 def describe(notes: Notes) -> str:

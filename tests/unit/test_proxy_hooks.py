@@ -14,7 +14,9 @@ import pytest
 from mitmproxy import exceptions, http
 from mitmproxy.test import taddons, tflow, tutils
 
-from addon.proxy import META_KEY, Bridge
+from addon.shell.addons import make_addons
+from addon.shell.common import META_KEY
+from addon.shell.rewrite import RewriteAddon as Bridge
 from tests.realdata import as_sse
 
 SECRET = "sk-live-SECRET-never-log-me"
@@ -40,9 +42,9 @@ CURSOR_BODY: dict[str, Any] = {
 
 @pytest.fixture
 def bridge() -> Iterator[tuple[Bridge, taddons.context]]:
-    addon = Bridge()
-    with taddons.context(addon) as tctx:
-        yield addon, tctx
+    bundle = make_addons()
+    with taddons.context(*bundle.all) as tctx:
+        yield bundle.rewrite, tctx
 
 
 def respond(addon: Bridge, flow: http.HTTPFlow) -> None:
@@ -99,7 +101,7 @@ def test_bad_option_values_are_refused_with_a_clear_message(
 ) -> None:
     _, tctx = bridge
     with pytest.raises(exceptions.OptionsError, match=message):
-        tctx.configure(tctx.master.addons.get("cursor_bridge"), **{option: value})
+        tctx.options.update(**{option: value})
 
 
 def test_routes_file_option_loads_routes(
@@ -250,7 +252,7 @@ def test_broken_stream_falls_back_to_the_raw_bytes(
     assert "not JSON" in (flow.metadata[META_KEY]["stream_fallback"] or "")
 
 
-def test_non_2xx_and_non_sse_answers_are_not_streamed(
+def test_error_answers_stream_untouched_on_the_same_dialect_and_buffer_for_another(
     bridge: tuple[Bridge, taddons.context],
 ) -> None:
     addon, _ = bridge
@@ -260,7 +262,17 @@ def test_non_2xx_and_non_sse_answers_are_not_streamed(
         status_code=429, headers=http.Headers(((b"content-type", b"text/event-stream"),))
     )
     addon.responseheaders(flow)
-    assert flow.response.stream is False
+    assert flow.response.stream is True  # the client reads its own dialect's error
+    other = chat_flow(
+        {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+        path="/v1/messages",
+    )
+    addon.request(other)
+    other.response = tutils.tresp(
+        status_code=429, headers=http.Headers(((b"content-type", b"text/event-stream"),))
+    )
+    addon.responseheaders(other)
+    assert other.response.stream is False  # kept whole, to be re-shaped for Anthropic
 
 
 def test_json_answer_is_rewritten_whole(bridge: tuple[Bridge, taddons.context]) -> None:
@@ -297,7 +309,7 @@ def test_error_frees_the_flow_state(bridge: tuple[Bridge, taddons.context]) -> N
 def test_content_view_shows_original_and_rewritten(bridge: tuple[Bridge, taddons.context]) -> None:
     from mitmproxy import contentviews
 
-    from addon.contentview import BridgeContentview
+    from addon.shell.contentview import BridgeContentview
 
     addon, _ = bridge
     flow = chat_flow(CURSOR_BODY)

@@ -17,6 +17,12 @@ DIALECT = Dialect(
     stream_encoder=AnthropicStreamEncoder,
     encode_error=encode_error,
     error_message=error_message,
+    # Claude Code sends x-api-key (ANTHROPIC_API_KEY) or Authorization: Bearer
+    # (ANTHROPIC_AUTH_TOKEN); an Anthropic upstream wants x-api-key and a version.
+    key_headers=("x-api-key", "authorization"),
+    auth_header="x-api-key",
+    fixed_headers=(("anthropic-version", "2023-06-01"),),
+    own_headers=("anthropic-",),
 )
 
 __all__ = ["DIALECT", "NAME"]

@@ -1,0 +1,398 @@
+"""What to do with a flow, decided with plain values: the shell only applies it.
+
+Contract: sans-IO (no mitmproxy, no sockets). The request side is one call,
+``decide(settings, incoming, env)``, returning one of
+
+- ``Pass``: leave the flow alone (not routed, or routed but not readable on a
+  same-dialect route — then with a reason to log and show);
+- ``Reject``: answer the client ourselves, in its dialect (a client mistake, a
+  body another dialect cannot take, a key the route needs and lacks);
+- ``Rewrite``: the ``WireRequest`` to send upstream and the ``FlowPlan`` that
+  says how to rewrite the answer.
+
+The answer side works on the ``FlowPlan``: ``stream_processor`` builds the
+stream pipeline for an SSE answer, ``decode_answer`` / ``encode_answer`` turn a
+whole answer around, ``needs_retry`` says whether a required tool call is
+missing, ``error_body`` re-shapes an upstream error for a client of another
+dialect. Nothing here logs; the shell does, from what these return.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from addon.config import Settings
+from addon.dialects import DIALECTS, Dialect
+from addon.dialects.base import Query, WireRequest, describe
+from addon.model import (
+    ClientError,
+    Notes,
+    Request,
+    Response,
+    Thinking,
+    ToolCall,
+    UnsupportedShape,
+)
+from addon.routes import Route, match
+from addon.stream.decompress import make_decompressor
+from addon.stream.processor import Stage, StreamProcessor
+from addon.stream.stages import HideThinkingStage, TextToolStage
+from addon.stream.whole import sse_from_response
+from addon.textproto.invoke import make_trigger
+from addon.textproto.parser import Protocol, TextProtocolParser
+from addon.transforms.text_tools import TextToolSettings, apply_text_tools, parse_text_tools
+from addon.transforms.thinking import apply_thinking_prompt, resolve_model
+from addon.transforms.tools import check_tools, sanitize_tool_schemas
+from addon.wire import build_wire
+
+MAX_REASON = 200
+"""Reasons and messages quoted from input are cut to this many characters."""
+
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """The client's request as plain values. ``headers`` may hold keys: never shown."""
+
+    method: str
+    host: str
+    path: str
+    """Path and query, as sent."""
+    headers: Mapping[str, str] = field(repr=False)
+    """Names lower-case."""
+    body: bytes = field(repr=False, default=b"")
+
+    @property
+    def bare_path(self) -> str:
+        return self.path.split("?", 1)[0]
+
+    @property
+    def query(self) -> Query:
+        from urllib.parse import parse_qsl
+
+        q = self.path.partition("?")[2]
+        return tuple(parse_qsl(q, keep_blank_values=True)) if q else ()
+
+
+@dataclass(slots=True)
+class FlowPlan:
+    """What ``decide`` settled for one flow; kept until its answer has been rewritten."""
+
+    route: Route
+    client: Dialect
+    upstream: Dialect
+    notes: Notes = field(default_factory=Counter)
+    protocol: Protocol | None = None
+    trigger: str | None = None
+    tools: tuple[str, ...] = ()
+    parse_text: bool = False
+    """Parse the answer's text for tool calls and/or thinking tags."""
+    tool_required: bool = False
+    hide_thinking: bool = False
+    stream: bool = False
+    """The client asked for a stream."""
+    custom_tools: frozenset[str] = frozenset()
+    """Custom (freeform) tools carried as function tools: their calls are unwrapped."""
+    processor: StreamProcessor | None = None
+    parser: TextProtocolParser | None = None
+
+    @property
+    def label(self) -> str:
+        return f"cursor-bridge [{self.route.name}]"
+
+    @property
+    def same_dialect(self) -> bool:
+        return self.client.name == self.upstream.name
+
+    def new_parser(self) -> TextProtocolParser:
+        self.parser = TextProtocolParser(self.protocol, trigger=self.trigger, tools=self.tools)
+        return self.parser
+
+    def meta(self) -> dict[str, Any]:
+        """Plain data for ``flow.metadata`` (never a header, never a key)."""
+        out: dict[str, Any] = {
+            "route": self.route.name,
+            "action": "rewritten",
+            "client": self.client.name,
+            "upstream": self.upstream.name,
+            "stream": self.stream,
+            "changes": dict(self.notes),
+        }
+        if self.protocol:
+            out["tool_protocol"] = self.protocol
+            if self.trigger:
+                out["trigger"] = self.trigger
+        return out
+
+    # ------------------------------------------------------------------ answers
+
+    def stream_processor(self, content_encoding: str | None) -> StreamProcessor:
+        """The pipeline for a 2xx SSE answer. Raises ``UnsupportedEncoding``."""
+        decompressor = make_decompressor(content_encoding)
+        stages: list[Stage] = []
+        if self.parse_text:
+            stages.append(TextToolStage(self.new_parser()))
+        if self.custom_tools:
+            stages.append(_custom_stage(self.custom_tools))
+        if self.hide_thinking:
+            stages.append(HideThinkingStage())
+        self.processor = StreamProcessor(
+            self.upstream.stream_decoder(),
+            self.client.stream_encoder(),
+            stages=stages,
+            decompressor=decompressor,
+        )
+        return self.processor
+
+    def decode_answer(self, raw: bytes) -> Response:
+        """A whole upstream answer → unified, parsed and filtered as the route says.
+
+        Raises ``ValueError`` / ``UnsupportedShape`` for an answer it cannot read."""
+        body = json.loads(raw or b"")
+        if not isinstance(body, dict):
+            raise UnsupportedShape("the answer is JSON but not an object")
+        answer = self.upstream.decode_response(body)
+        if self.parse_text:
+            answer = parse_text_tools(answer, self.new_parser())
+        if self.custom_tools:
+            answer = _unwrap_custom(answer, self.custom_tools)
+        if self.hide_thinking:
+            answer = dataclasses.replace(
+                answer, parts=tuple(p for p in answer.parts if not isinstance(p, Thinking))
+            )
+        return answer
+
+    def needs_retry(self, answer: Response) -> bool:
+        return self.tool_required and not any(isinstance(p, ToolCall) for p in answer.parts)
+
+    def encode_answer(self, answer: Response) -> bytes:
+        """The client's body: its dialect's whole answer, or a stream when it asked for one."""
+        if self.stream:
+            return sse_from_response(answer, self.client.stream_encoder())
+        return dump(self.client.encode_response(answer))
+
+    def error_body(self, status: int, raw: bytes) -> tuple[bytes, str]:
+        """An upstream error re-shaped for the client's dialect: ``(body, message)``."""
+        try:
+            message = self.upstream.error_message(json.loads(raw))
+        except ValueError:
+            message = None
+        if not message:
+            text = raw.decode("utf-8", "replace").strip()
+            message = f"upstream answered HTTP {status}" + (f": {text[:500]}" if text else "")
+        body = dump(self.client.encode_error(ClientError(message, status=status)))
+        return body, message
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """Leave the flow alone. ``reason`` set: it was routed, say why it was not rewritten."""
+
+    route: Route | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """Answer the client ourselves (the upstream is not called)."""
+
+    route: Route
+    status: int
+    body: bytes
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    plan: FlowPlan
+    wire: WireRequest
+    summary: str
+    original: bytes = field(repr=False)
+
+
+type Decision = Pass | Reject | Rewrite
+
+
+# --------------------------------------------------------------------------- request
+
+
+def route_for(settings: Settings, method: str, host: str, path: str) -> Route | None:
+    """The first route that matches, or None: the flow is not the bridge's."""
+    return match(settings.routes, host, path, method)
+
+
+def decide(
+    settings: Settings, route: Route, incoming: Incoming, env: Mapping[str, str]
+) -> Decision:
+    """Decode, transform and encode one routed request (see the module docstring)."""
+    client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
+    plan = FlowPlan(route, client, upstream)
+    try:
+        body = json.loads(incoming.body or b"")
+        if not isinstance(body, dict):
+            raise UnsupportedShape("the body is JSON but not an object")
+    except (ValueError, UnsupportedShape) as e:
+        return _not_understood(plan, f"request body is not a JSON object ({short(e)})")
+    except RecursionError:
+        return _not_understood(plan, "request body is nested too deeply")
+    notes = plan.notes
+    if not plan.same_dialect:
+        notes[f"request {client.name} → {upstream.name}"] += 1
+    env_key: str | None = None
+    if route.api_key_env is not None:
+        env_key = env.get(route.api_key_env) or None
+        if env_key is None:
+            return _reject(
+                plan,
+                ClientError(
+                    f"the bridge's route '{route.name}' takes its API key from the environment "
+                    f"variable {route.api_key_env}, which is not set",
+                    status=500,
+                    code="bridge_configuration",
+                ),
+            )
+    try:
+        unified = transform(client.decode_request(body, notes), plan, settings)
+        wire = build_wire(
+            unified,
+            client,
+            upstream,
+            path=incoming.bare_path,
+            query=incoming.query,
+            headers=incoming.headers,
+            notes=notes,
+            upstream_path=route.upstream_path,
+            env_key=env_key,
+        )
+    except UnsupportedShape as e:
+        return _not_understood(plan, f"request not understood ({short(e)})")
+    except ClientError as e:
+        return _reject(plan, e)
+    except RecursionError:
+        return _not_understood(plan, "request body is nested too deeply")
+    plan.stream = unified.stream
+    return Rewrite(plan, wire, describe(notes) or "no changes needed", incoming.body)
+
+
+def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
+    """The route's transforms, in order; decisions go to ``plan``."""
+    notes, route = plan.notes, plan.route
+    model, thinking = resolve_model(req.model, s.models)
+    if thinking:
+        notes[f"{req.model} → {model} with thinking"] += 1
+        req = dataclasses.replace(req, model=model)
+    check_tools(req)
+    if req.origin != plan.upstream.name:
+        req = _foreign_extras(req, plan.upstream, notes)
+        if route.cache_control != "keep":
+            req = _strip_cache_control(req, notes)
+    if route.reasoning == "off" and req.thinking is not None and not thinking:
+        notes["reasoning request not sent (route: reasoning = off)"] += 1
+        req = dataclasses.replace(req, thinking=None)
+    req = sanitize_tool_schemas(req, route.schema_profile or s.schema, notes)
+    mode = route.tool_mode or s.tool_mode
+    if mode == "native" and plan.upstream.name != "openai_responses":
+        req, plan.custom_tools = _wrap_custom(req, notes)
+    tools = [t.name for t in req.tools or () if t.name]
+    choice = req.tool_choice
+    if mode != "native":
+        plan.protocol = mode
+        plan.trigger = make_trigger() if mode == "invoke" else None
+        plan.tools = tuple(tools)
+        plan.parse_text = True
+        plan.tool_required = bool(tools) and (
+            (choice is not None and choice.mode in ("required", "tool"))
+            or (s.tool_strict and (choice is None or choice.mode != "none"))
+        )
+        settings = TextToolSettings(mode, plan.trigger, s.desc_limit, s.param_limit)
+        req = apply_text_tools(req, settings, notes)
+    # Thinking asked for by name (BASE-thinking), or by an Anthropic client, on an upstream
+    # that only has text: ask for <thinking> tags and parse them.
+    asked = req.thinking is not None and req.thinking.enabled and mode != "native"
+    if thinking or asked:
+        plan.parse_text = True
+        req = apply_thinking_prompt(req, notes)
+    plan.hide_thinking = s.thinking_output == "hidden"
+    return req
+
+
+def _foreign_extras(req: Request, upstream: Dialect, notes: Notes) -> Request:
+    """Fields only the client's dialect has are not sent to another: name them."""
+    if req.extra and req.origin != upstream.name:
+        names = ", ".join(sorted(req.extra))
+        notes[f"{req.origin}-only fields not sent: {names}"] += 1
+    return req
+
+
+def _strip_cache_control(req: Request, notes: Notes) -> Request:
+    try:
+        from addon.transforms.cache import strip_cache_control
+    except ImportError:  # pragma: no cover - the transform lands with the Claude Code work
+        return req
+    return strip_cache_control(req, notes)
+
+
+def _wrap_custom(req: Request, notes: Notes) -> tuple[Request, frozenset[str]]:
+    if not any(getattr(t, "format", None) is not None for t in req.tools or ()):
+        return req, frozenset()
+    from addon.transforms.custom_tools import wrap_custom_tools
+
+    return wrap_custom_tools(req, notes)
+
+
+def _unwrap_custom(answer: Response, names: frozenset[str]) -> Response:
+    from addon.transforms.custom_tools import unwrap_custom_calls
+
+    return unwrap_custom_calls(answer, names)
+
+
+def _custom_stage(names: frozenset[str]) -> Stage:
+    from addon.stream.custom_tools import CustomToolStage
+
+    return CustomToolStage(names)
+
+
+def _not_understood(plan: FlowPlan, why: str) -> Pass | Reject:
+    """Same dialect: the upstream can read what we could not, pass it. Otherwise the upstream
+    cannot either (another dialect, another path): say so in the client's dialect."""
+    if plan.same_dialect:
+        return Pass(plan.route, why)
+    return _reject(
+        plan,
+        ClientError(
+            f"cursor-bridge could not translate this {plan.client.name} request for the "
+            f"{plan.upstream.name} upstream: {why}",
+            code="untranslatable_request",
+        ),
+    )
+
+
+def _reject(plan: FlowPlan, e: ClientError) -> Reject:
+    return Reject(plan.route, e.status, dump(plan.client.encode_error(e)), e.message)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def dump(body: Any) -> bytes:
+    """JSON for the wire: UTF-8, compact. A lone surrogate (``"\\ud83d"`` in the input) cannot
+    be UTF-8: then the whole body is written with ASCII escapes, still valid JSON."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(body, separators=(",", ":")).encode()
+
+
+def short(e: BaseException | str) -> str:
+    """A message cut to ``MAX_REASON`` characters, safe to log whatever it holds."""
+    text = e if isinstance(e, str) else str(e)
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."

@@ -1,0 +1,307 @@
+"""The rewrite addon: chat requests and their answers, on the routes.
+
+Hooks only apply what ``addon.plan`` decides:
+
+- ``request``: ``plan.decide`` → leave the flow, answer it ourselves (a 400 in the
+  client's dialect), or set the upstream request (body, path, query, headers);
+- ``responseheaders``: a 2xx SSE answer gets the plan's ``StreamProcessor`` behind
+  ``flow.response.stream``; a routed answer the bridge cannot rewrite still streams;
+- ``response``: a whole answer is re-encoded for the client (retried once through
+  the ``Retry`` addon when a required tool call is missing); an upstream error is
+  re-shaped for a client of another dialect;
+- ``error``: the flow's state is freed.
+
+Problems are logged one line each, never raised. Headers are never logged nor
+copied into ``flow.metadata``: they carry the user's API keys.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import urlencode
+
+from mitmproxy import contentviews, ctx, http
+
+from addon.config import REWRITE_OPTIONS, ConfigError, Settings, parse_settings
+from addon.model import UnsupportedShape
+from addon.plan import FlowPlan, Incoming, Pass, Reject, Rewrite, decide, dump, route_for, short
+from addon.shell.common import (
+    META_KEY,
+    add_options,
+    append_comment,
+    environment,
+    header_map,
+    is_json,
+    json_response,
+    log,
+    options_error,
+)
+from addon.shell.contentview import BridgeContentview
+from addon.shell.retry import Retry
+from addon.state import BridgeState
+from addon.stream.decompress import UnsupportedEncoding
+from addon.stream.processor import StreamProcessor
+
+MAX_TRACKED_FLOWS = 10_000
+"""Flows whose answer is still awaited; the oldest are forgotten past this (a leak guard)."""
+
+
+class RewriteAddon:
+    name = "cursor_bridge"
+
+    def __init__(self, state: BridgeState | None = None, retry: Retry | None = None) -> None:
+        self.settings = Settings()
+        self.state = state or BridgeState()
+        self.retry = retry
+        self._plans: OrderedDict[str, FlowPlan] = OrderedDict()
+
+    # ------------------------------------------------------------------ options
+
+    def load(self, loader: Any) -> None:
+        contentviews.add(BridgeContentview(self.state.originals))
+        add_options(loader, REWRITE_OPTIONS)
+
+    def configure(self, updated: set[str]) -> None:
+        if not any(name.startswith("bridge_") for name in updated):
+            return
+        try:
+            self.settings = parse_settings(lambda name: getattr(ctx.options, name), environment())
+        except ConfigError as e:
+            raise options_error(str(e)) from e
+        if "bridge_routes" in updated and ctx.options.bridge_routes:
+            log.info(
+                "cursor-bridge: %d route(s) from %s",
+                len(self.settings.routes),
+                ctx.options.bridge_routes,
+            )
+
+    # ------------------------------------------------------------------ request
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response is not None or flow.error is not None or not flow.live:
+            return
+        req = flow.request
+        route = route_for(self.settings, req.method, req.host, req.path)
+        if route is None:
+            return
+        incoming = Incoming(
+            req.method,
+            req.host,
+            req.path,
+            header_map(req.headers),
+            req.get_content(strict=False) or b"",
+        )
+        decision = decide(self.settings, route, incoming, environment())
+        match decision:
+            case Pass(reason=None):
+                return
+            case Pass():
+                self._passthrough(flow, decision)
+            case Reject():
+                self._reject(flow, decision)
+            case Rewrite():
+                self._rewrite(flow, incoming, decision)
+
+    def _rewrite(self, flow: http.HTTPFlow, incoming: Incoming, d: Rewrite) -> None:
+        req, wire, plan = flow.request, d.wire, d.plan
+        req.content = dump(wire.body)
+        if (wire.path, wire.query) != (incoming.bare_path, incoming.query):
+            req.path = wire.path + (f"?{urlencode(wire.query)}" if wire.query else "")
+        for name in wire.drop_headers:
+            req.headers.pop(name, None)
+        for name, value in wire.set_headers:
+            req.headers[name] = value
+        req.headers["accept-encoding"] = "identity"
+        self._remember(flow.id, plan)
+        self.state.count("requests rewritten")
+        self.state.originals.put(flow.id, "request", d.original, d.summary)
+        append_comment(flow, f"{plan.label}: {d.summary}")
+        flow.metadata[META_KEY] = plan.meta()
+
+    # ------------------------------------------------------------------ response
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        plan = self._plans.get(flow.id)
+        resp = flow.response
+        if resp is None:
+            return
+        if not resp.headers.get("content-type", "").lower().startswith("text/event-stream"):
+            return
+        if plan is None:
+            meta = flow.metadata.get(META_KEY)
+            if isinstance(meta, dict) and meta.get("action") == "passthrough":
+                resp.stream = True  # passed through untouched: it still streams
+            return
+        if not (200 <= resp.status_code < 300):
+            if plan.same_dialect:
+                resp.stream = True  # the client reads this error itself: never buffered
+            return  # another dialect: buffered, re-shaped in ``response``
+        try:
+            processor = plan.stream_processor(resp.headers.get("content-encoding"))
+        except UnsupportedEncoding as e:
+            log.warning("%s: stream passed through unchanged: %s", plan.label, e)
+            append_comment(flow, f"{plan.label}: stream not rewritten ({e})")
+            resp.stream = True  # still stream it: SSE must never be buffered
+            self._plans.pop(flow.id, None)
+            return
+        if resp.headers.get("content-encoding"):
+            del resp.headers["content-encoding"]
+            append_comment(flow, "stream decompressed")
+        resp.headers.pop("content-length", None)
+        if flow.request.http_version.startswith("HTTP/1"):
+            resp.headers["transfer-encoding"] = "chunked"
+        resp.stream = stream_callable(processor, plan.label)
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        plan = self._plans.pop(flow.id, None)
+        resp = flow.response
+        if plan is None or resp is None:
+            return
+        if plan.processor is not None:
+            self._stream_done(flow, plan)
+            return
+        if not (200 <= resp.status_code < 300):
+            if not plan.same_dialect:
+                self._translate_error(flow, plan)
+            return
+        if not is_json(resp):
+            return
+        raw = resp.get_content(strict=False) or b""
+        try:
+            answer = plan.decode_answer(raw)
+            if plan.needs_retry(answer) and self.retry is not None:
+                again = await self.retry.resend(flow, plan.label)
+                if again is not None:
+                    retried = plan.decode_answer(again)
+                    self.state.count("required-tool retries")
+                    got = "got one" if not plan.needs_retry(retried) else "still none"
+                    append_comment(
+                        flow, f"no tool call although one was required: retried once → {got}"
+                    )
+                    answer = retried
+            body = plan.encode_answer(answer)
+        except (ValueError, UnsupportedShape, RecursionError) as e:
+            log.info("%s: answer passed through unchanged: %s", plan.label, short(e))
+            append_comment(flow, f"answer not rewritten ({short(e)})")
+            return
+        except Exception as e:  # a rewrite bug must not cost the user the answer
+            log.error("%s: answer passed through after an internal error: %r", plan.label, e)
+            append_comment(flow, f"answer not rewritten (internal error: {type(e).__name__})")
+            return
+        self._note_text_calls(flow, plan)
+        self.state.originals.put(flow.id, "response", raw, "answer re-encoded")
+        if plan.stream:
+            resp.headers["content-type"] = "text/event-stream; charset=utf-8"
+            append_comment(flow, "whole answer sent as a stream (client asked for one)")
+        else:
+            resp.headers["content-type"] = "application/json"
+        resp.content = body
+        self.state.count("answers rewritten")
+
+    def _stream_done(self, flow: http.HTTPFlow, plan: FlowPlan) -> None:
+        p = plan.processor
+        assert p is not None
+        meta = flow.metadata.get(META_KEY)
+        if isinstance(meta, dict):
+            meta["stream_events"] = p.events_in
+            meta["stream_fallback"] = p.error
+            if plan.parser is not None:
+                meta["text_tool_calls"] = plan.parser.calls
+        self._note_text_calls(flow, plan)
+        if p.error:
+            self.state.count("stream fallbacks")
+            append_comment(flow, f"stream passed through after: {p.error}")
+        else:
+            self.state.count("streams rewritten")
+
+    def _note_text_calls(self, flow: http.HTTPFlow, plan: FlowPlan) -> None:
+        parser = plan.parser
+        if parser is None:
+            return
+        if parser.calls:
+            append_comment(flow, f"{parser.calls} text tool calls → tool_calls")
+        if parser.rejected:
+            log.info(
+                "%s: %d would-be tool call(s) kept as text: %s",
+                plan.label,
+                len(parser.rejected),
+                short("; ".join(parser.rejected[:3])),
+            )
+
+    def _translate_error(self, flow: http.HTTPFlow, plan: FlowPlan) -> None:
+        """An upstream error, re-shaped for a client of another dialect (status kept)."""
+        resp = flow.response
+        assert resp is not None
+        body, message = plan.error_body(resp.status_code, resp.get_content(strict=False) or b"")
+        resp.content = body
+        resp.headers["content-type"] = "application/json"
+        append_comment(flow, f"upstream error {resp.status_code} → {plan.client.name} shape")
+        log.info("%s: upstream answered HTTP %d: %s", plan.label, resp.status_code, short(message))
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._plans.pop(flow.id, None)
+
+    def done(self) -> None:
+        if self.state.counters:
+            log.info("cursor-bridge: %s", self.state.summary())
+
+    # ------------------------------------------------------------------ helpers
+
+    def _reject(self, flow: http.HTTPFlow, d: Reject) -> None:
+        """Answer the client ourselves, in its dialect; the upstream is not called."""
+        label = f"cursor-bridge [{d.route.name}]"
+        req = flow.request
+        self.state.count("rejected")
+        log.warning(
+            "%s: %s %s → %d: %s", label, req.method, short(req.path), d.status, short(d.message)
+        )
+        flow.response = json_response(d.status, d.body)
+        append_comment(flow, f"{label}: answered {d.status}: {short(d.message)}")
+        flow.metadata[META_KEY] = {
+            "route": d.route.name,
+            "action": "rejected",
+            "error": short(d.message),
+        }
+
+    def _passthrough(self, flow: http.HTTPFlow, d: Pass) -> None:
+        assert d.route is not None and d.reason is not None
+        label = f"cursor-bridge [{d.route.name}]"
+        req = flow.request
+        self.state.count("passed through")
+        log.info("%s: %s %s passed through: %s", label, req.method, short(req.path), d.reason)
+        append_comment(flow, f"{label}: passed through: {d.reason}")
+        flow.metadata[META_KEY] = {
+            "route": d.route.name,
+            "action": "passthrough",
+            "reason": d.reason,
+        }
+
+    def _remember(self, flow_id: str, plan: FlowPlan) -> None:
+        self._plans[flow_id] = plan
+        while len(self._plans) > MAX_TRACKED_FLOWS:
+            self._plans.popitem(last=False)
+
+
+def stream_callable(processor: StreamProcessor, label: str) -> Callable[[bytes], Sequence[bytes]]:
+    """The ``flow.response.stream`` callable: ``b""`` ends the body, anything else is fed."""
+    reported = False
+
+    def stream(data: bytes) -> Sequence[bytes]:
+        nonlocal reported
+        try:
+            out = processor.finish() if data == b"" else processor.feed(data)
+        except Exception as e:
+            # A bug in the processor itself: never eat the user's stream.
+            log.error("%s: stream rewrite failed (%r); passing the rest through", label, e)
+            processor.passthrough = True
+            processor.error = processor.error or f"internal error {type(e).__name__}"
+            reported = True
+            return [data] if data else []
+        if processor.error and not reported:
+            reported = True
+            log.warning("%s: stream passed through from here on: %s", label, short(processor.error))
+        return out
+
+    return stream

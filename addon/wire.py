@@ -1,0 +1,121 @@
+"""The upstream request on the wire: body, path, query and headers, credentials included.
+
+Contract: sans-IO. ``build_wire`` takes the unified request, both dialects, the
+client's path, query and headers as plain values, and returns a
+``WireRequest`` the shell applies as it is. The upstream dialect encodes the
+body and places the request (``Dialect.placement``); this module moves the
+client's API key from its dialect's header to the upstream's and removes the
+headers only the client's dialect understands.
+
+Credentials rule: on a dialect change the key is read from the client
+dialect's header (``Authorization: Bearer``, ``x-api-key``, …) and sent in the
+upstream dialect's; every other credential header is removed. A route may
+name an environment variable (``api_key_env``) whose value is sent instead,
+whatever the dialects. Same dialect and no ``api_key_env``: the client's
+headers are left as they are. Keys live only in ``WireRequest.set_headers``
+(hidden from ``repr``); nothing here logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from addon.dialects import DIALECTS
+from addon.dialects.base import Dialect, Query, Target, WireRequest
+from addon.model import JSON, Notes, Request
+
+CREDENTIAL_HEADERS: frozenset[str] = frozenset(
+    {"authorization", "x-api-key", "x-goog-api-key", "api-key"}
+    | {h for d in DIALECTS.values() for h in (*d.key_headers, d.auth_header)}
+)
+"""Every header a dialect reads or writes an API key in (``api-key``: Azure OpenAI)."""
+
+
+class MissingKey(Exception):
+    """A route names an environment variable for the key that is not set."""
+
+
+def read_key(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str, str] | None:
+    """``(header, key)``: the client's API key from its dialect's headers (names lower-case)."""
+    for name in dialect.key_headers:
+        value = headers.get(name, "").strip()
+        if name == "authorization":
+            scheme, _, token = value.partition(" ")
+            value = token.strip() if scheme.lower() == "bearer" else ""
+        if value:
+            return name, value
+    return None
+
+
+def auth_value(dialect: Dialect, key: str) -> tuple[str, str]:
+    if dialect.auth_header == "authorization":
+        return "authorization", f"Bearer {key}"
+    return dialect.auth_header, key
+
+
+def credentials(
+    client: Dialect,
+    upstream: Dialect,
+    headers: Mapping[str, str],
+    env_key: str | None,
+    notes: Notes,
+) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """``(headers to set, headers to drop)`` for the key, following the rule above."""
+    if env_key is not None:
+        key = env_key
+        notes["API key from the route's environment variable"] += 1
+    elif client.name == upstream.name:
+        return (), ()
+    else:
+        found = read_key(client, headers)
+        if found is None:
+            return (), ()
+        source, key = found
+    name, value = auth_value(upstream, key)
+    drop = tuple(sorted(h for h in CREDENTIAL_HEADERS if h != name and h in headers))
+    if env_key is None and source != name:
+        notes[f"API key moved from {source} to {name}"] += 1
+    return ((name, value),), drop
+
+
+def build_wire(
+    req: Request,
+    client: Dialect,
+    upstream: Dialect,
+    *,
+    path: str,
+    query: Query,
+    headers: Mapping[str, str],
+    notes: Notes,
+    upstream_path: str | None = None,
+    env_key: str | None = None,
+    body: JSON | None = None,
+) -> WireRequest:
+    """The whole upstream request. ``headers`` are the client's, names lower-case.
+
+    ``body`` is the encoded body when the caller already has it (the retry path);
+    otherwise the upstream dialect encodes ``req``.
+    """
+    same = client.name == upstream.name
+    out = upstream.encode_request(req, notes) if body is None else body
+    target = Target(path, query, client.path, same, upstream_path)
+    new_path, new_query = upstream.placement(req, target)
+    if not same and query and new_query != query:
+        notes[f"query parameters of the {client.name} client dropped"] += 1
+    set_headers, drop = credentials(client, upstream, headers, env_key, notes)
+    setting = {k for k, _ in set_headers}
+    if not same:
+        for k, v in upstream.fixed_headers:
+            if k not in headers and k not in setting:
+                set_headers += ((k, v),)
+        own = tuple(
+            h
+            for h in headers
+            if any(h.startswith(p) for p in client.own_headers) and h not in setting
+        )
+        upstream_own = {k for k, _ in upstream.fixed_headers}
+        own = tuple(h for h in own if h not in upstream_own)
+        if own:
+            notes[f"{client.name} headers removed"] += len(own)
+        drop += own
+    return WireRequest(out, new_path, new_query, set_headers, tuple(dict.fromkeys(drop)))
