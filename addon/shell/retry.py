@@ -51,8 +51,12 @@ class Retry:
             if k.decode("latin-1").lower() not in _HOP_BY_HOP
         ]
         if self._http is None:
+            # trust_env=False: the retry and its key never go to a proxy named by the
+            # environment (HTTPS_PROXY where the bridge runs), only where the request went.
             self._http = httpx.AsyncClient(
-                timeout=httpx.Timeout(self._timeout, connect=15.0), verify=not _ssl_insecure()
+                timeout=httpx.Timeout(self._timeout, connect=15.0),
+                verify=not _ssl_insecure(),
+                trust_env=False,
             )
         try:
             answer = await self._http.request(
