@@ -38,7 +38,8 @@ def response_events(resp: Response) -> list[Event]:
         elif isinstance(part, Text) and part.text:
             events.append(TextDelta(part.text))
         elif isinstance(part, ToolCall):
-            events += [ToolCallStart(calls, part.id, part.name, part.arguments), ToolCallEnd(calls)]
+            start = ToolCallStart(calls, part.id, part.name, part.arguments, custom=part.custom)
+            events += [start, ToolCallEnd(calls)]
             calls += 1
     events.append(Finish(resp.finish or ("tool_calls" if calls else "stop"), raw=resp.finish_raw))
     if resp.usage is not None:

@@ -10,6 +10,17 @@ Cursor variants handled here (seen when Cursor talks to a custom base URL with
 a Claude model name): flat tools ``{name, description, input_schema}``,
 assistant content arrays holding ``tool_use`` and ``thinking`` blocks, user
 content arrays holding ``tool_result`` blocks, Anthropic-style ``tool_choice``.
+Cursor's agent mode for GPT-named models posts Responses-shaped bodies (``input``,
+``instructions``, flat tools) here: those are decoded by the Responses dialect
+(``openai_responses.request.decode_chat_hybrid``, origin ``openai_responses``), and
+answered in Chat Completions. Ask mode's flat custom tools (``{"type": "custom", "name",
+"format"}``) next to nested function tools become custom tools (``Tool.format``).
+
+Custom (freeform) tools reach a chat upstream as function tools with one string
+parameter ``input`` when no transform rewrote them before (``_encode_tool``), and the
+calls of such a tool in the history get their raw input wrapped the same way.
+Responses-only tools (``web_search``, ``tool_search`` … of an ``openai_responses``
+request: Codex always sends them) are dropped with a note rather than refused.
 """
 
 from __future__ import annotations
@@ -20,6 +31,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from addon.dialects.anthropic.blocks import decode_block
+from addon.dialects.openai_responses.request import NAME as RESPONSES
+from addon.dialects.openai_responses.request import decode_chat_hybrid, decode_tools
 from addon.model import (
     JSON,
     ClientError,
@@ -83,6 +96,14 @@ _MESSAGE_MODELLED = frozenset(_WireMessage.model_fields)
 
 
 def decode_request(body: JSON, notes: Notes) -> Request:
+    if isinstance(body.get("input"), str | list):
+        # Cursor agent mode: a Responses request on /chat/completions (with or without
+        # ``messages``; how both are merged is documented in decode_chat_hybrid).
+        return decode_chat_hybrid(body, notes, _decode_chat_request)
+    return _decode_chat_request(body, notes)
+
+
+def _decode_chat_request(body: JSON, notes: Notes) -> Request:
     try:
         wire = _WireRequest.model_validate(body)
     except ValidationError as e:
@@ -278,6 +299,12 @@ def _decode_tools(tools: list[Any], notes: Notes) -> tuple[Tool | OpaqueTool, ..
             continue
         if not isinstance(name, str) or not name:
             raise ClientError(f"tools[{i}] has no name", param=f"tools[{i}].name")
+        if kind == "custom" and "input_schema" not in t and "parameters" not in t:
+            # A flat OpenAI custom (freeform) tool, as Cursor's Ask mode sends it next to
+            # nested function tools (Anthropic's custom tools carry an input_schema).
+            notes["flat custom tools → custom tools"] += 1
+            out.extend(decode_tools([t], notes))
+            continue
         if kind not in _FUNCTION_TOOL_TYPES:
             raise ClientError(
                 f"tool '{name}' has type '{kind}', a server tool that an OpenAI-compatible "
@@ -355,8 +382,18 @@ def encode_request(req: Request, notes: Notes) -> JSON:
     if req.origin == NAME:
         body.update(req.extra)
     if req.tools is not None:
-        body["tools"] = [_encode_tool(t) for t in req.tools]
-    if req.tool_choice is not None:
+        kept = [t for t in req.tools if not _responses_only(t)]
+        if len(kept) < len(req.tools):
+            names = ", ".join(
+                t.name or t.type
+                for t in req.tools
+                if isinstance(t, OpaqueTool) and _responses_only(t)
+            )
+            notes[f"Responses-only tools dropped: {names}"] += 1
+        if kept or not req.tools:
+            body["tools"] = [_encode_tool(t) for t in kept]
+        _wrap_custom_calls(body, req)
+    if req.tool_choice is not None and (req.tools is None or "tools" in body):
         body["tool_choice"] = _encode_tool_choice(req.tool_choice)
         if req.tool_choice.disable_parallel and "parallel_tool_calls" not in body:
             body["parallel_tool_calls"] = False
@@ -369,7 +406,46 @@ def encode_request(req: Request, notes: Notes) -> JSON:
     return body
 
 
+_CUSTOM_INPUT: JSON = {
+    "type": "object",
+    "properties": {"input": {"type": "string"}},
+    "required": ["input"],
+}
+"""Parameters of a custom tool sent as a function tool (when no transform did it before)."""
+
+
+def _responses_only(t: Tool | OpaqueTool) -> bool:
+    """A hosted tool of a Responses request (web_search, tool_search, …): only a Responses
+    upstream runs it. Codex declares some on every request, so they are dropped, not refused."""
+    return isinstance(t, OpaqueTool) and t.origin == RESPONSES
+
+
+def _wrap_custom_calls(body: JSON, req: Request) -> None:
+    """History calls of a custom tool sent as a function tool: raw input → ``{"input": …}``."""
+    fallback = {t.name for t in req.tools or () if isinstance(t, Tool) and t.format is not None}
+    custom = {
+        p.id
+        for m in req.messages
+        for p in m.parts
+        if isinstance(p, ToolCall) and p.custom and p.name in fallback
+    }
+    if not custom:
+        return
+    for msg in body["messages"]:
+        for call in msg.get("tool_calls") or ():
+            if call.get("id") in custom:
+                fn = call["function"]
+                fn["arguments"] = json.dumps({"input": fn["arguments"]}, ensure_ascii=False)
+
+
 def _encode_tool(t: Tool | OpaqueTool) -> JSON:
+    if isinstance(t, Tool) and t.format is not None:
+        # A custom (freeform) tool that no transform rewrote: a function with one string.
+        custom: JSON = {"name": t.name}
+        if t.description is not None:
+            custom["description"] = t.description
+        custom["parameters"] = json.loads(json.dumps(_CUSTOM_INPUT))  # schema stages edit in place
+        return {"type": "function", "function": custom}
     if isinstance(t, OpaqueTool):
         if t.origin == NAME:
             return t.data

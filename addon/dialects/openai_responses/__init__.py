@@ -1,0 +1,26 @@
+"""The OpenAI Responses dialect (``/v1/responses``): Codex CLI and the openai SDK's
+``responses`` API, as a client and as an upstream (see ``request``, ``response``, ``stream``)."""
+
+from addon.dialects.base import Dialect
+
+from .request import NAME, decode_request, encode_request
+from .response import decode_response, encode_error, encode_response, error_message
+from .stream import OpenAIResponsesStreamDecoder, OpenAIResponsesStreamEncoder
+
+DIALECT = Dialect(
+    name=NAME,
+    path="/responses",
+    decode_request=decode_request,
+    encode_request=encode_request,
+    decode_response=decode_response,
+    encode_response=encode_response,
+    stream_decoder=OpenAIResponsesStreamDecoder,
+    stream_encoder=OpenAIResponsesStreamEncoder,
+    encode_error=encode_error,
+    error_message=error_message,
+    # Codex's own headers (x-codex-turn-metadata holds installation and session ids) mean
+    # nothing to another dialect's upstream.
+    own_headers=("x-codex-",),
+)
+
+__all__ = ["DIALECT", "NAME"]

@@ -1,0 +1,359 @@
+"""OpenAI Responses ``response`` objects (non-streamed answers) and errors ↔ unified.
+
+Contract: JSON in, ``Response`` out and back; no I/O. ``decode_response``
+reads a Responses upstream's answer: ``message`` items (``output_text`` and
+``refusal`` parts) → ``Text``, ``reasoning`` → ``Thinking`` (summary text,
+``encrypted_content`` as the signature, the item in ``extra[NAME]``),
+``function_call`` → ``ToolCall``, ``custom_tool_call`` →
+``ToolCall(custom=True)`` with the raw input, other items (``web_search_call``
+…) → ``Opaque``. The finish is ``tool_calls`` when there is a call,
+``length`` for ``incomplete_details.reason == "max_output_tokens"``,
+``content_filter`` for a filtered answer, ``error`` for a failed one.
+
+``encode_response`` writes a complete ``response`` object the openai SDK
+(``Response.model_validate``) and Codex accept: consecutive text parts in one
+``message`` item, ``Thinking`` as a ``reasoning`` item (summary text, and the
+signature as ``encrypted_content``: a Responses upstream's own, or another
+dialect's signature that the client will send back to it), calls as
+``function_call`` / ``custom_tool_call`` items; ids ``resp_…``, ``msg_…``,
+``rs_…``, ``fc_…``, ``ctc_…`` unless the upstream's ids are known; usage in the
+Responses shape (input/output token details included). An answer cut at the
+token limit has ``status: "incomplete"``.
+
+``encode_error`` writes OpenAI's error body ``{"error": {message, type, param,
+code}}``; the HTTP status stays on the ``ClientError``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from addon.model import (
+    JSON,
+    ClientError,
+    FinishReason,
+    Opaque,
+    Part,
+    Response,
+    Text,
+    Thinking,
+    ToolCall,
+    UnsupportedShape,
+    Usage,
+)
+
+from .request import NAME, decode_reasoning_item
+
+DEFAULT_ID = "resp_bridge"
+_TOP = frozenset(
+    {"id", "object", "created_at", "model", "output", "usage", "status", "incomplete_details",
+     "error", "output_text"}
+)  # fmt: skip
+_INCOMPLETE: dict[str, FinishReason] = {
+    "max_output_tokens": "length",
+    "content_filter": "content_filter",
+}
+_ERROR_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+}
+
+
+# --------------------------------------------------------------------------- usage
+
+
+def decode_usage(raw: JSON) -> Usage:
+    def num(key: str) -> int | None:
+        v = raw.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    return Usage(
+        input_tokens=num("input_tokens"),
+        output_tokens=num("output_tokens"),
+        total_tokens=num("total_tokens"),
+        origin=NAME,
+        raw=raw,
+    )
+
+
+def encode_usage(u: Usage | None) -> JSON:
+    """Responses usage; another dialect's details (cached / reasoning tokens) are carried over."""
+    if u is not None and u.origin == NAME and u.raw:
+        return dict(u.raw)
+    raw = u.raw if u is not None else {}
+
+    def detail(*path: str) -> int:
+        value: Any = raw
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    cached = detail("prompt_tokens_details", "cached_tokens") or detail("cache_read_input_tokens")
+    # Anthropic counts cache reads and writes apart from input_tokens; Responses includes them.
+    extra_input = detail("cache_read_input_tokens") + detail("cache_creation_input_tokens")
+    input_tokens = ((u.input_tokens if u else None) or 0) + extra_input
+    output_tokens = (u.output_tokens if u else None) or 0
+    total = u.total_tokens if u is not None and u.total_tokens is not None else None
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {
+            "cached_tokens": cached,
+            "cache_write_tokens": detail("cache_creation_input_tokens"),
+        },
+        "output_tokens": output_tokens,
+        "output_tokens_details": {
+            "reasoning_tokens": detail("completion_tokens_details", "reasoning_tokens")
+        },
+        "total_tokens": total
+        if total is not None and not extra_input
+        else input_tokens + output_tokens,
+    }
+
+
+# --------------------------------------------------------------------------- decode
+
+
+def finish_reason(status: str | None, incomplete: Any, has_calls: bool) -> tuple[FinishReason, str]:
+    """The unified finish and the raw one (the status, or the reason it is incomplete)."""
+    reason = incomplete.get("reason") if isinstance(incomplete, dict) else None
+    if status == "incomplete":
+        raw = reason if isinstance(reason, str) else "incomplete"
+        return _INCOMPLETE.get(raw, "other"), raw
+    if status in ("failed", "cancelled"):
+        return "error", status
+    return ("tool_calls" if has_calls else "stop"), status or "completed"
+
+
+def decode_response(body: JSON) -> Response:
+    output = body.get("output")
+    if body.get("object") != "response" or not isinstance(output, list):
+        raise UnsupportedShape("not a Responses response object")
+    parts: list[Part] = []
+    for item in output:
+        if isinstance(item, dict):
+            parts.extend(decode_output_item(item))
+    has_calls = any(isinstance(p, ToolCall) for p in parts)
+    status = body.get("status")
+    finish, raw = finish_reason(
+        status if isinstance(status, str) else None, body.get("incomplete_details"), has_calls
+    )
+    usage = body.get("usage")
+    created = body.get("created_at")
+    return Response(
+        origin=NAME,
+        id=body.get("id") if isinstance(body.get("id"), str) else None,
+        model=body.get("model") if isinstance(body.get("model"), str) else None,
+        parts=tuple(parts),
+        finish=finish,
+        finish_raw=raw,
+        usage=decode_usage(usage) if isinstance(usage, dict) else None,
+        created=int(created) if isinstance(created, int | float) else None,
+        extra={
+            "top": {k: v for k, v in body.items() if k not in _TOP},
+            "status": status,
+            "incomplete_details": body.get("incomplete_details"),
+            "error": body.get("error"),
+        },
+    )
+
+
+def decode_output_item(item: JSON) -> list[Part]:
+    """One output item → parts. Item fields ride in the parts' ``extra[NAME]`` (safe there: other
+    dialects' answer encoders ignore the extras of a foreign answer)."""
+    kind = item.get("type")
+    if kind == "message":
+        meta = {k: v for k, v in item.items() if k != "content"}
+        parts: list[Part] = []
+        for c in item.get("content") or []:
+            if not isinstance(c, dict):
+                continue
+            rest = {k: v for k, v in c.items() if k not in ("text", "refusal")}
+            if c.get("type") == "output_text" and isinstance(c.get("text"), str):
+                parts.append(Text(c["text"], extra={NAME: {"item": meta, "part": rest}}))
+            elif c.get("type") == "refusal" and isinstance(c.get("refusal"), str):
+                parts.append(Text(c["refusal"], extra={NAME: {"item": meta, "part": rest}}))
+            else:
+                parts.append(Opaque(NAME, c))
+        return parts
+    if kind == "reasoning":
+        return [decode_reasoning_item(item)]
+    if kind in ("function_call", "custom_tool_call") and isinstance(item.get("name"), str):
+        custom = kind == "custom_tool_call"
+        raw = item.get("input" if custom else "arguments")
+        if not isinstance(raw, str):
+            raw = "" if raw is None else json.dumps(raw, ensure_ascii=False)
+        known = ("call_id", "name", "input" if custom else "arguments")
+        meta = {k: v for k, v in item.items() if k not in known}
+        call_id = item.get("call_id")
+        return [
+            ToolCall(
+                call_id if isinstance(call_id, str) else str(item.get("id", "")),
+                item["name"],
+                raw,
+                extra={NAME: meta},
+                custom=custom,
+            )
+        ]
+    return [Opaque(NAME, item)]
+
+
+# --------------------------------------------------------------------------- encode
+
+
+def response_id(upstream_id: str | None) -> str:
+    if not upstream_id:
+        return DEFAULT_ID
+    return upstream_id if upstream_id.startswith("resp_") else f"resp_{upstream_id}"
+
+
+def item_suffix(resp_id: str) -> str:
+    """A short stem for the ids of a response's items (``msg_<stem>_<n>``)."""
+    return hashlib.sha256(resp_id.encode()).hexdigest()[:16]
+
+
+def call_item(c: ToolCall, item_id: str, same: bool, done: bool = True) -> JSON:
+    """A ``function_call`` / ``custom_tool_call`` output item."""
+    meta: JSON = c.extra.get(NAME, {}) if same else {}
+    if c.custom:
+        item: JSON = {
+            "type": "custom_tool_call",
+            "id": meta.get("id", item_id),
+            "status": "completed" if done else "in_progress",
+            "call_id": c.id,
+            "name": c.name,
+            "input": c.arguments,
+        }
+    else:
+        item = {
+            "type": "function_call",
+            "id": meta.get("id", item_id),
+            "status": "completed" if done else "in_progress",
+            "call_id": c.id,
+            "name": c.name,
+            "arguments": c.arguments,
+        }
+    if same:
+        item.update({k: v for k, v in meta.items() if k not in ("type", "id", "status")})
+    return item
+
+
+def reasoning_item(p: Thinking, item_id: str, same: bool) -> JSON:
+    """A ``reasoning`` output item: the upstream's own when known, else summary + signature."""
+    stored = p.extra.get(NAME) if same else None
+    if isinstance(stored, dict):
+        item = dict(stored)
+    else:
+        item = {
+            "id": item_id,
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": p.text}] if p.text else [],
+        }
+    if p.signature:
+        item["encrypted_content"] = p.signature
+    return item
+
+
+def encode_response(r: Response) -> JSON:
+    same = r.origin == NAME
+    rid = response_id(r.id)
+    stem = item_suffix(rid)
+    output: list[JSON] = []
+    text: list[Text] = []
+
+    def flush() -> None:
+        if not text:
+            return
+        meta: JSON = text[0].extra.get(NAME, {}).get("item", {}) if same else {}
+        content = []
+        for t in text:
+            part_meta: JSON = t.extra.get(NAME, {}).get("part", {}) if same else {}
+            if part_meta.get("type") == "refusal":
+                content.append({**part_meta, "refusal": t.text})
+            else:
+                content.append(
+                    {"type": "output_text", "text": t.text, "annotations": [], **part_meta}
+                )
+        item: JSON = {
+            "id": f"msg_{stem}_{len(output)}",
+            "type": "message",
+            "status": "completed",
+            "role": "assistant",
+            "content": content,
+        }
+        item.update(meta)
+        output.append(item)
+        text.clear()
+
+    for p in r.parts:
+        match p:
+            case Text():
+                if p.text or same:
+                    text.append(p)
+            case Thinking() if not p.redacted:
+                flush()
+                output.append(reasoning_item(p, f"rs_{stem}_{len(output)}", same))
+            case ToolCall():
+                flush()
+                prefix = "ctc" if p.custom else "fc"
+                output.append(call_item(p, f"{prefix}_{stem}_{len(output)}", same))
+            case Opaque() if p.origin == NAME:
+                flush()
+                output.append(p.data)
+            case _:
+                pass  # redacted thinking, images, tool results, foreign opaque parts
+    flush()
+    status, incomplete = encode_status(r.finish, r.finish_raw, r.extra if same else {})
+    body: JSON = {
+        "id": rid,
+        "object": "response",
+        "created_at": r.created or 0,
+        "status": status,
+        "error": r.extra.get("error") if same else None,
+        "incomplete_details": incomplete,
+        "model": r.model or "",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": encode_usage(r.usage),
+    }
+    if same:
+        body.update(r.extra.get("top", {}))
+    return body
+
+
+def encode_status(
+    finish: FinishReason | None, raw: str | None, same_extra: JSON
+) -> tuple[str, JSON | None]:
+    """``status`` and ``incomplete_details`` for a finish reason."""
+    if same_extra.get("status") in ("completed", "incomplete", "failed", "cancelled"):
+        details = same_extra.get("incomplete_details")
+        return same_extra["status"], details if isinstance(details, dict) else None
+    if finish == "length":
+        return "incomplete", {"reason": "max_output_tokens"}
+    if finish == "content_filter":
+        return "incomplete", {"reason": "content_filter"}
+    return "completed", None
+
+
+def encode_error(err: ClientError) -> JSON:
+    kind = _ERROR_TYPES.get(
+        err.status, "server_error" if err.status >= 500 else "invalid_request_error"
+    )
+    return {"error": {"message": err.message, "type": kind, "param": err.param, "code": err.code}}
+
+
+def error_message(body: Any) -> str | None:
+    """``{"error": {"message": …}}`` as OpenAI sends it; gateways also use a bare
+    ``{"error": "…"}``, ``{"message": …}`` or ``{"detail": …}``."""
+    if not isinstance(body, dict):
+        return None
+    err = body.get("error")
+    if isinstance(err, dict):
+        err = err.get("message")
+    message = err if err is not None else body.get("message") or body.get("detail")
+    return message if isinstance(message, str) and message else None
