@@ -13,6 +13,6 @@ from pathlib import Path
 if importlib.util.find_spec("addon.shell") is None:  # a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from addon.shell.addons import make_addons  # noqa: E402 - after the path fix above
+from addon.shell.addons import make_addons
 
 addons = make_addons().all

@@ -39,12 +39,15 @@ from addon.model import (
     UnsupportedShape,
 )
 from addon.routes import Route, match
+from addon.stream.custom_tools import CustomToolStage
 from addon.stream.decompress import make_decompressor
 from addon.stream.processor import Stage, StreamProcessor
 from addon.stream.stages import HideThinkingStage, TextToolStage
 from addon.stream.whole import sse_from_response
 from addon.textproto.invoke import make_trigger
 from addon.textproto.parser import Protocol, TextProtocolParser
+from addon.transforms.cache import strip_cache_control
+from addon.transforms.custom_tools import unwrap_custom_calls, wrap_custom_tools
 from addon.transforms.text_tools import TextToolSettings, apply_text_tools, parse_text_tools
 from addon.transforms.thinking import apply_thinking_prompt, resolve_model
 from addon.transforms.tools import check_tools, sanitize_tool_schemas
@@ -140,7 +143,7 @@ class FlowPlan:
         if self.parse_text:
             stages.append(TextToolStage(self.new_parser()))
         if self.custom_tools:
-            stages.append(_custom_stage(self.custom_tools))
+            stages.append(CustomToolStage(self.custom_tools))
         if self.hide_thinking:
             stages.append(HideThinkingStage())
         self.processor = StreamProcessor(
@@ -162,7 +165,7 @@ class FlowPlan:
         if self.parse_text:
             answer = parse_text_tools(answer, self.new_parser())
         if self.custom_tools:
-            answer = _unwrap_custom(answer, self.custom_tools)
+            answer = unwrap_custom_calls(answer, self.custom_tools)
         if self.hide_thinking:
             answer = dataclasses.replace(
                 answer, parts=tuple(p for p in answer.parts if not isinstance(p, Thinking))
@@ -292,14 +295,21 @@ def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
     if req.origin != plan.upstream.name:
         req = _foreign_extras(req, plan.upstream, notes)
         if route.cache_control != "keep":
-            req = _strip_cache_control(req, notes)
+            req = strip_cache_control(req, notes)
     if route.reasoning == "off" and req.thinking is not None and not thinking:
         notes["reasoning request not sent (route: reasoning = off)"] += 1
         req = dataclasses.replace(req, thinking=None)
     req = sanitize_tool_schemas(req, route.schema_profile or s.schema, notes)
     mode = route.tool_mode or s.tool_mode
-    if mode == "native" and plan.upstream.name != "openai_responses":
-        req, plan.custom_tools = _wrap_custom(req, notes)
+    # Thinking asked for by name (BASE-thinking), or by a client's switch on an upstream that
+    # only has text: ask for <thinking> tags and parse them. Before the text protocol renders
+    # tool results as user text, so the hint never lands after a tool result.
+    asked = req.thinking is not None and req.thinking.enabled and mode != "native"
+    if thinking or asked:
+        plan.parse_text = True
+        req = apply_thinking_prompt(req, notes)
+    if mode != "native" or plan.upstream.name != "openai_responses":
+        req, plan.custom_tools = wrap_custom_tools(req, notes)
     tools = [t.name for t in req.tools or () if t.name]
     choice = req.tool_choice
     if mode != "native":
@@ -313,12 +323,6 @@ def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
         )
         settings = TextToolSettings(mode, plan.trigger, s.desc_limit, s.param_limit)
         req = apply_text_tools(req, settings, notes)
-    # Thinking asked for by name (BASE-thinking), or by an Anthropic client, on an upstream
-    # that only has text: ask for <thinking> tags and parse them.
-    asked = req.thinking is not None and req.thinking.enabled and mode != "native"
-    if thinking or asked:
-        plan.parse_text = True
-        req = apply_thinking_prompt(req, notes)
     plan.hide_thinking = s.thinking_output == "hidden"
     return req
 
@@ -329,34 +333,6 @@ def _foreign_extras(req: Request, upstream: Dialect, notes: Notes) -> Request:
         names = ", ".join(sorted(req.extra))
         notes[f"{req.origin}-only fields not sent: {names}"] += 1
     return req
-
-
-def _strip_cache_control(req: Request, notes: Notes) -> Request:
-    try:
-        from addon.transforms.cache import strip_cache_control
-    except ImportError:  # pragma: no cover - the transform lands with the Claude Code work
-        return req
-    return strip_cache_control(req, notes)
-
-
-def _wrap_custom(req: Request, notes: Notes) -> tuple[Request, frozenset[str]]:
-    if not any(getattr(t, "format", None) is not None for t in req.tools or ()):
-        return req, frozenset()
-    from addon.transforms.custom_tools import wrap_custom_tools
-
-    return wrap_custom_tools(req, notes)
-
-
-def _unwrap_custom(answer: Response, names: frozenset[str]) -> Response:
-    from addon.transforms.custom_tools import unwrap_custom_calls
-
-    return unwrap_custom_calls(answer, names)
-
-
-def _custom_stage(names: frozenset[str]) -> Stage:
-    from addon.stream.custom_tools import CustomToolStage
-
-    return CustomToolStage(names)
 
 
 def _not_understood(plan: FlowPlan, why: str) -> Pass | Reject:

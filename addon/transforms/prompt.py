@@ -23,14 +23,19 @@ def append_system(messages: tuple[Message, ...], text: str) -> tuple[Message, ..
     return (Message("system", (Text(text),), string_content=True), *messages)
 
 
-def append_to_users(messages: tuple[Message, ...], text: str) -> tuple[Message, ...]:
-    """Append ``text`` to every user message."""
-    return tuple(
-        dataclasses.replace(m, parts=(*m.parts, Text(SEPARATOR + text if m.parts else text)))
-        if m.role == "user"
-        else m
-        for m in messages
-    )
+def append_to_last_user(messages: tuple[Message, ...], text: str) -> tuple[Message, ...]:
+    """Append ``text`` to the last user message that has text of its own.
+
+    A user message holding only tool results (Anthropic's ``tool_result`` turns) is skipped:
+    a text after a tool result reads to a model as a new request, and it starts over (a
+    loop). Text inside a tool result does not count. Without such a message, unchanged.
+    """
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m.role == "user" and any(isinstance(p, Text) and p.text for p in m.parts):
+            added = dataclasses.replace(m, parts=(*m.parts, Text(SEPARATOR + text)))
+            return (*messages[:i], added, *messages[i + 1 :])
+    return messages
 
 
 def merge_same_role(messages: tuple[Message, ...]) -> tuple[Message, ...]:

@@ -1,8 +1,11 @@
 """Thinking policy for upstreams reached through a ``-thinking`` model name (unified → unified).
 
 Contract: pure. When thinking is on for a model that has no reasoning switch of
-its own, the system prompt gets the thinking rule and every user message a
-short hint; the answer's ``<thinking>`` / ``<think>`` blocks are turned into
+its own, the system prompt gets the thinking rule and the last user message
+with text of its own a short hint (``prompt.append_to_last_user``: never a
+message of tool results only, where a new text part reads as a new request and
+makes the model start over, and once per request, not on every turn of the
+history); the answer's ``<thinking>`` / ``<think>`` blocks are turned into
 reasoning by ``addon.textproto.parser``.
 """
 
@@ -10,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from addon.model import ClientError, Notes, Request, ThinkingConfig
-from addon.transforms.prompt import append_system, append_to_users
+from addon.model import ClientError, Notes, Request
+from addon.transforms.prompt import append_system, append_to_last_user
 
 THINKING_SUFFIX = "-thinking"
 THINKING_RULE = (
@@ -65,7 +68,6 @@ def catalogue_models(catalogue: tuple[str, ...]) -> list[str]:
 
 def apply_thinking_prompt(req: Request, notes: Notes) -> Request:
     notes["thinking prompt added"] += 1
-    messages = append_to_users(append_system(req.messages, THINKING_RULE), THINKING_HINT)
-    return dataclasses.replace(
-        req, messages=messages, thinking=req.thinking or ThinkingConfig(enabled=True)
-    )
+    messages = append_to_last_user(append_system(req.messages, THINKING_RULE), THINKING_HINT)
+    # The prompt takes the place of a reasoning switch the model does not have: none is sent.
+    return dataclasses.replace(req, messages=messages, thinking=None)

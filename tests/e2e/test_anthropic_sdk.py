@@ -128,9 +128,8 @@ def test_native_upstream_parallel_tool_calls(
     body = rec.json()
     assert body["messages"][0] == {
         "role": "system",
-        "content": [
-            {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}
-        ],
+        # Anthropic's cache_control is not sent to an OpenAI upstream (route default: drop).
+        "content": [{"type": "text", "text": "You are Claude Code."}],
     }
     assert body["tools"][0] == {
         "type": "function",
@@ -274,6 +273,60 @@ def test_reasoning_content_becomes_thinking_blocks(
     assert message.content[0].thinking.startswith("The user is asking")
     assert message.stop_reason == "tool_use"
     assert message.usage.output_tokens > 0
+
+
+def test_claude_code_2x_system_in_place_thinking_effort_and_foreign_ids(
+    proxy: Proxy, upstream: ScriptedUpstream
+) -> None:
+    """What Claude Code 2.x sends: a system message inside ``messages`` (kept in place),
+    adaptive thinking with ``output_config.effort`` (→ ``reasoning_effort``), and a tool id a
+    Kimi gateway made (``functions.Read:0``) that Anthropic's pattern refuses: the client gets
+    an id it accepts and, sent back, the upstream gets its own id again."""
+    body = completion_with_calls()
+    body["choices"][0]["message"]["tool_calls"] = [
+        {
+            "id": "functions.Read:0",
+            "type": "function",
+            "function": {"name": "Read", "arguments": '{"path": "a.txt"}'},
+        }
+    ]
+    upstream.enqueue(JSONReply(body))
+    message = final(
+        proxy,
+        False,
+        messages=[
+            {"role": "user", "content": "read a.txt"},
+            {"role": "system", "content": "The user switched to plan mode."},
+            {"role": "user", "content": "go on"},
+        ],
+        extra_body={"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}},
+    )
+    ((tool_id, name, args),) = tool_uses(message)
+    assert name == "Read" and args == {"path": "a.txt"}
+    assert tool_id.startswith("toolu_") and ":" not in tool_id and "." not in tool_id
+    sent = upstream.requests[0].json()
+    assert [m["role"] for m in sent["messages"]] == ["system", "user", "system", "user"]
+    assert "plan mode" in json.dumps(sent["messages"][2])
+    assert sent["reasoning_effort"] == "high"
+    assert "thinking" not in sent and "output_config" not in sent
+
+    upstream.enqueue(JSONReply(openai_json("a.txt says hi")))
+    reply = final(
+        proxy,
+        False,
+        messages=[
+            {"role": "user", "content": "read a.txt"},
+            {"role": "assistant", "content": [b.model_dump() for b in message.content]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": "hi"}],
+            },
+        ],
+    )
+    assert reply.content[0].type == "text" and reply.content[0].text == "a.txt says hi"
+    again = upstream.requests[1].json()["messages"]
+    assert again[2]["tool_calls"][0]["id"] == "functions.Read:0"
+    assert again[3] == {"role": "tool", "tool_call_id": "functions.Read:0", "content": "hi"}
 
 
 def test_server_tools_are_refused_in_anthropics_error_shape(

@@ -260,7 +260,7 @@ def test_other_paths_pass_through_byte_for_byte(proxy: Proxy, upstream: Scripted
     sse = as_sse(PARALLEL)
     upstream.enqueue(SSEReply(sse, seed=3))
     status, _, got = raw_request(
-        proxy.port, "POST", "/v1/responses", body, {"content-type": "application/json"}
+        proxy.port, "POST", "/v1/completions", body, {"content-type": "application/json"}
     )
     assert status == 200
     assert got == sse

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 from collections import Counter
@@ -262,6 +263,7 @@ def test_claude_code_body_becomes_the_openai_body() -> None:
         "parallel_tool_calls": False,
         "stream": True,
         "stream_options": {"include_usage": True},
+        "reasoning_effort": "medium",  # from the thinking budget of 10000
     }
 
 
@@ -298,9 +300,12 @@ def test_string_system_and_content_round_trip_as_strings() -> None:
         pytest.param(
             {"type": "enabled", "budget_tokens": 2000}, ThinkingConfig(True, 2000), None, id="on"
         ),
-        pytest.param({"type": "disabled"}, None, None, id="off"),
+        pytest.param({"type": "disabled"}, None, {"type": "disabled"}, id="off"),
         pytest.param(
-            {"type": "adaptive"}, ThinkingConfig(True, None), {"type": "adaptive"}, id="adaptive"
+            {"type": "adaptive"},
+            ThinkingConfig(True, None, adaptive=True),
+            {"type": "adaptive"},
+            id="adaptive",
         ),
         pytest.param({"type": "future"}, None, {"type": "future"}, id="unknown-kept"),
     ],
@@ -428,7 +433,11 @@ def test_client_mistakes(body: dict[str, Any], param: str) -> None:
         pytest.param({"messages": []}, id="no-model"),
         pytest.param({"model": "m", "messages": {}}, id="messages-not-a-list"),
         pytest.param(
-            {"model": "m", "messages": [{"role": "system", "content": "x"}]}, id="system-role"
+            {"model": "m", "messages": [{"role": "system", "content": 3}]}, id="system-content"
+        ),
+        pytest.param(
+            {"model": "m", "messages": [{"role": "system", "content": [{"type": "image"}]}]},
+            id="system-block",
         ),
         pytest.param({"model": "m", "messages": [{"role": "tool", "content": "x"}]}, id="tool"),
         pytest.param({"model": "m", "messages": [{"role": "user", "content": 3}]}, id="content"),
@@ -505,7 +514,7 @@ def test_openai_body_becomes_an_anthropic_body() -> None:
             {
                 "role": "assistant",
                 "content": [
-                    {"type": "tool_use", "id": "functions_Read_0", "name": "Read",
+                    {"type": "tool_use", "id": "toolu_b64_ZnVuY3Rpb25zLlJlYWQ6MA", "name": "Read",
                      "input": {"path": "a"}},
                     {"type": "tool_use", "id": "call_2", "name": "Read",
                      "input": {"_raw_arguments": "{broken"}},
@@ -514,7 +523,8 @@ def test_openai_body_becomes_an_anthropic_body() -> None:
             {
                 "role": "user",
                 "content": [
-                    {"type": "tool_result", "tool_use_id": "functions_Read_0", "content": "A"},
+                    {"type": "tool_result", "tool_use_id": "toolu_b64_ZnVuY3Rpb25zLlJlYWQ6MA",
+                     "content": "A"},
                     {"type": "tool_result", "tool_use_id": "call_2", "content": ""},
                     {"type": "text", "text": "thanks"},
                 ],
@@ -696,3 +706,185 @@ def test_any_conversation_gives_alternating_non_empty_turns(messages: list[Messa
             if b["type"] == "thinking":
                 assert b["signature"]
     json.dumps(out)  # plain JSON
+
+
+# --------------------------------------------------------------------------- Claude Code 2.x
+
+MID_SYSTEM: dict[str, Any] = {
+    "model": "claude-opus-4-8",
+    "max_tokens": 64000,
+    "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": CACHE}],
+    "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "read a"}]},
+        {"role": "system", "content": "Reminder: be careful."},
+        {"role": "assistant", "content": "ok"},
+        {"role": "system", "content": [{"type": "text", "text": "Two.", "cache_control": CACHE}]},
+        {"role": "user", "content": "go"},
+    ],
+}
+
+
+def test_system_messages_inside_messages_decode_in_place() -> None:
+    req = decode(copy.deepcopy(MID_SYSTEM))
+    assert [m.role for m in req.messages] == [
+        "system",
+        "user",
+        "system",
+        "assistant",
+        "system",
+        "user",
+    ]
+    assert req.messages[2] == Message("system", (Text("Reminder: be careful."),), True)
+    assert req.messages[4] == Message("system", (Text("Two.", extra={"cache_control": CACHE}),))
+
+
+def test_system_messages_reach_an_openai_upstream_in_order() -> None:
+    out = to_openai(copy.deepcopy(MID_SYSTEM))
+    assert [(m["role"], m["content"]) for m in out["messages"]][1:] == [
+        ("user", [{"type": "text", "text": "read a"}]),
+        ("system", "Reminder: be careful."),
+        ("assistant", "ok"),
+        ("system", [{"type": "text", "text": "Two.", "cache_control": CACHE}]),  # see cache.py
+        ("user", "go"),
+    ]
+
+
+def test_an_anthropic_client_keeps_its_system_messages_in_place() -> None:
+    notes: Notes = Counter()
+    assert to_anthropic(decode(copy.deepcopy(MID_SYSTEM), notes), notes) == MID_SYSTEM
+    assert not notes
+
+
+def test_other_clients_system_messages_still_move_to_the_top() -> None:
+    notes: Notes = Counter()
+    req = Request(
+        "openai_chat",
+        "m",
+        (
+            Message("system", (Text("A"),), True),
+            Message("user", (Text("x"),), True),
+            Message("system", (Text("B"),), True),
+        ),
+    )
+    out = to_anthropic(req, notes)
+    assert out["system"] == "A\n\nB"
+    assert out["messages"] == [{"role": "user", "content": "x"}]
+    assert notes["system message moved to the top (Anthropic has one system prompt)"] == 1
+
+
+def test_an_empty_system_message_in_place_is_dropped_with_a_note() -> None:
+    notes: Notes = Counter()
+    body = minimal(messages=[{"role": "user", "content": "x"}, {"role": "system", "content": ""}])
+    assert to_anthropic(decode(body), notes)["messages"] == [{"role": "user", "content": "x"}]
+    assert notes["empty message dropped"] == 1
+
+
+@pytest.mark.parametrize(
+    ("thinking", "output_config", "expected", "effort"),
+    [
+        pytest.param(
+            {"type": "adaptive"},
+            {"effort": "high"},
+            ThinkingConfig(True, None, effort="high", adaptive=True),
+            "high",
+            id="claude-code",
+        ),
+        pytest.param(
+            {"type": "adaptive"},
+            None,
+            ThinkingConfig(True, None, adaptive=True),
+            "medium",
+            id="adaptive",
+        ),
+        pytest.param(
+            {"type": "adaptive"},
+            {"effort": "max"},
+            ThinkingConfig(True, None, effort="xhigh", adaptive=True),
+            "high",
+            id="max",
+        ),
+        pytest.param(
+            {"type": "enabled", "budget_tokens": 8000},
+            {"effort": "low"},
+            ThinkingConfig(True, 8000, effort="low"),
+            "low",
+            id="effort-wins-over-budget",
+        ),
+        pytest.param(
+            {"type": "enabled", "budget_tokens": 4096},
+            {"effort": "unknown"},
+            ThinkingConfig(True, 4096),
+            "low",
+            id="budget-low",
+        ),
+        pytest.param(
+            {"type": "enabled", "budget_tokens": 16384},
+            None,
+            ThinkingConfig(True, 16384),
+            "medium",
+            id="budget-medium",
+        ),
+        pytest.param(
+            {"type": "enabled", "budget_tokens": 16385},
+            None,
+            ThinkingConfig(True, 16385),
+            "high",
+            id="budget-high",
+        ),
+        pytest.param(None, {"effort": "high"}, None, None, id="effort-alone-is-not-thinking"),
+        pytest.param({"type": "disabled"}, {"effort": "low"}, None, None, id="disabled"),
+    ],
+)
+def test_reasoning_switch(
+    thinking: Any, output_config: Any, expected: ThinkingConfig | None, effort: str | None
+) -> None:
+    fields: dict[str, Any] = {}
+    if thinking is not None:
+        fields["thinking"] = thinking
+    if output_config is not None:
+        fields["output_config"] = output_config
+    body = minimal(**fields)
+    req = decode(copy.deepcopy(body))
+    assert req.thinking == expected
+    assert req.extra.get("output_config") == output_config  # for an Anthropic upstream
+    assert to_openai(copy.deepcopy(body)).get("reasoning_effort") == effort
+    assert to_anthropic(req) == body  # the same dialect gets it back as it was
+
+
+@pytest.mark.parametrize(
+    ("config", "effort"),
+    [
+        pytest.param(ThinkingConfig(True, effort="minimal"), "minimal", id="minimal"),
+        pytest.param(ThinkingConfig(True, effort="xhigh"), "high", id="xhigh"),
+        pytest.param(ThinkingConfig(True), "medium", id="on"),
+        pytest.param(ThinkingConfig(False, effort="high"), None, id="off"),
+    ],
+)
+def test_reasoning_effort_for_an_openai_upstream(
+    config: ThinkingConfig, effort: str | None
+) -> None:
+    req = Request("openai_responses", "m", (Message("user", (Text("x"),)),), thinking=config)
+    assert OPENAI.encode_request(req, Counter()).get("reasoning_effort") == effort
+
+
+def test_an_openai_clients_own_reasoning_effort_is_left_alone() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "reasoning_effort": "low"}
+    req = OPENAI.decode_request(copy.deepcopy(body), Counter())
+    req = dataclasses.replace(req, thinking=ThinkingConfig(True, effort="high"))
+    assert OPENAI.encode_request(req, Counter())["reasoning_effort"] == "low"
+    assert "reasoning_effort" not in OPENAI.encode_request(
+        OPENAI.decode_request({"model": "m", "messages": []}, Counter()), Counter()
+    )
+
+
+def test_effort_without_budget_from_another_dialect_gets_the_default_budget() -> None:
+    req = Request(
+        "openai_responses",
+        "m",
+        (Message("user", (Text("x"),)),),
+        params=Params(max_tokens=8000),
+        thinking=ThinkingConfig(True, effort="high"),
+    )
+    out = to_anthropic(req)
+    assert out["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert "output_config" not in out

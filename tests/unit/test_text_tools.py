@@ -7,12 +7,29 @@ from typing import Any
 
 import pytest
 
+from addon.dialects.anthropic import DIALECT as ANTHROPIC
 from addon.dialects.openai_chat import DIALECT as OPENAI
-from addon.model import ClientError, Notes, Request, Response, Text, Thinking, ToolCall
+from addon.model import (
+    ClientError,
+    Message,
+    Notes,
+    Request,
+    Response,
+    Text,
+    Thinking,
+    ToolCall,
+)
 from addon.textproto.invoke import make_trigger
 from addon.textproto.parser import TextProtocolParser
+from addon.transforms.prompt import SEPARATOR
 from addon.transforms.text_tools import TextToolSettings, apply_text_tools, parse_text_tools
-from addon.transforms.thinking import catalogue_models, resolve_model
+from addon.transforms.thinking import (
+    THINKING_HINT,
+    THINKING_RULE,
+    apply_thinking_prompt,
+    catalogue_models,
+    resolve_model,
+)
 
 TOOLS = [
     {
@@ -181,3 +198,82 @@ def test_unknown_thinking_models_are_refused(model: str) -> None:
 
 def test_catalogue_never_doubles_the_suffix() -> None:
     assert catalogue_models(("a", "b-thinking")) == ["a", "a-thinking", "b-thinking"]
+
+
+# --------------------------------------------------------------------------- thinking hint
+
+HINT = Text(SEPARATOR + THINKING_HINT)
+CALL = {"id": "c1", "type": "function", "function": {"name": "Read", "arguments": "{}"}}
+
+
+def test_thinking_prompt_rule_in_system_hint_on_the_last_user_text_only() -> None:
+    req = request(
+        {
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "second"},
+            ]
+        }
+    )
+    notes: Notes = Counter()
+    out = apply_thinking_prompt(req, notes)
+    assert out.thinking is None  # the prompt replaces the switch: no reasoning_effort
+    assert out.messages[0].parts[-1] == Text(SEPARATOR + THINKING_RULE)
+    assert out.messages[1] == req.messages[1]  # not on every user message any more
+    assert out.messages[3].parts == (Text("second"), HINT)
+    body = OPENAI.encode_request(out, notes)
+    assert body["messages"][-1]["content"] == f"second{SEPARATOR}{THINKING_HINT}"
+
+
+def test_thinking_hint_never_follows_a_turn_of_tool_results_only() -> None:
+    """Anthropic-style user turns of tool_result blocks, and OpenAI tool messages: the hint goes
+    to the last user message with text of its own, never after a tool result."""
+    anthropic = ANTHROPIC.decode_request(
+        {
+            "model": "m",
+            "max_tokens": 10,
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "read a"}]},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "t1",
+                            "content": [{"type": "text", "text": "A"}],
+                        }
+                    ],
+                },
+            ],
+        },
+        Counter(),
+    )
+    out = apply_thinking_prompt(anthropic, Counter())
+    assert out.messages[0] == Message("system", (Text(THINKING_RULE),), True)
+    assert out.messages[1].parts == (Text("read a"), HINT)
+    assert out.messages[2:] == anthropic.messages[1:]
+
+    openai = request(
+        {
+            "messages": [
+                {"role": "user", "content": "read a"},
+                {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "c1", "content": "A"},
+            ]
+        }
+    )
+    out = apply_thinking_prompt(openai, Counter())
+    assert out.messages[1].parts == (Text("read a"), HINT)
+    assert out.messages[2:] == openai.messages[1:]
+
+
+def test_thinking_hint_with_no_user_text_changes_no_message() -> None:
+    req = request({"messages": [{"role": "user", "content": ""}]})
+    out = apply_thinking_prompt(req, Counter())
+    assert out.messages[1:] == req.messages  # only the system rule was added

@@ -14,25 +14,48 @@ Server tools (``web_search_20250305``, ``bash_20250124``, ``text_editor_…``,
 as ``OpaqueTool`` so that an Anthropic upstream still gets them; every other
 dialect's encoder refuses them with a ``ClientError`` naming the tool.
 
-``encode_request`` writes what the Messages API accepts: system text blocks
-in ``system``; strictly alternating turns (consecutive same-role messages are
-merged, tool results go into the following user turn, first in its content);
-no empty text blocks, no unsigned thinking; tool ids restricted to the
-characters Anthropic allows; ``max_tokens`` always present. Every such change
-is counted in ``notes``.
+System messages inside ``messages`` (Claude Code's default model, beta
+``mid-conversation-system-2026-04-07``: ``{"role": "system", "content": str |
+text blocks}`` at any index) are decoded in place as ``Message("system", …)``;
+other dialects' encoders write them where they are (OpenAI chat does).
+
+Reasoning: ``thinking`` (``enabled`` with ``budget_tokens``, ``adaptive``) and
+``output_config.effort`` become one ``ThinkingConfig`` (``effort`` ``max`` is
+the unified ``xhigh``, the highest level the model has); ``output_config`` and
+an ``adaptive`` ``thinking`` object also stay in ``extra``, so an Anthropic
+upstream gets them back as they were. Effort alone (no ``thinking``) does not
+turn reasoning on for other dialects: Anthropic applies it to the whole answer.
+
+Tool ids: the ids a client sends back (``tool_use.id``, ``tool_result.tool_use_id``)
+are un-escaped with ``ids.from_anthropic``: answers from other upstreams reach
+the client with ids escaped by ``ids.to_anthropic``, so the upstream gets its own
+ids (``functions.Read:0``) again.
+
+``encode_request`` writes what the Messages API accepts: leading system
+messages as ``system`` text blocks; strictly alternating turns (consecutive
+same-role messages are merged, tool results go into the following user turn,
+first in its content); no empty text blocks, no unsigned thinking; tool ids
+escaped with ``ids.to_anthropic`` (reversible, unlike a character
+replacement); ``max_tokens`` always present. System messages after the first
+turn stay in place for an Anthropic client (it sent them so, with the beta
+header that allows them, and the same-dialect route forwards its headers); for
+other dialects' clients they are moved into ``system`` as before, since an
+Anthropic upstream without that beta refuses a ``system`` role in ``messages``.
+Every such change is counted in ``notes``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from typing import Any, Literal
 
 from addon.dialects.anthropic.blocks import decode_block
+from addon.dialects.anthropic.ids import from_anthropic, to_anthropic
 from addon.model import (
     JSON,
     ClientError,
+    Effort,
     Image,
     Message,
     Notes,
@@ -63,8 +86,15 @@ _MODELLED = frozenset(
      "top_p", "top_k", "stop_sequences", "thinking"}
 )  # fmt: skip
 _FUNCTION_TOOL_TYPES = (None, "custom")
-_TOOL_ID = re.compile(r"[^a-zA-Z0-9_-]")
-"""Characters Anthropic refuses in ``tool_use.id`` (its pattern is ``^[a-zA-Z0-9_-]+$``)."""
+_EFFORTS: dict[str, Effort] = {
+    "minimal": "minimal",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "xhigh",
+    "max": "xhigh",
+}
+"""``output_config.effort`` → unified effort; ``max`` is the highest level the model has."""
 _NOT_EXTRA: dict[str, frozenset[str]] = {
     "tool_result": frozenset({"type", "tool_use_id", "content", "is_error"}),
     "thinking": frozenset({"type", "thinking", "signature"}),
@@ -121,28 +151,39 @@ def decode_request(body: JSON, notes: Notes) -> Request:
             stop=tuple(s for s in stops if isinstance(s, str)) if isinstance(stops, list) else None,
             user=user if isinstance(user, str) else None,
         ),
-        thinking=_decode_thinking(body.get("thinking"), extra),
+        thinking=_decode_thinking(body.get("thinking"), _effort(extra.get("output_config")), extra),
         extra=extra,
     )
 
 
-def _decode_thinking(raw: Any, extra: JSON) -> ThinkingConfig | None:
-    """``enabled`` → on with its budget; ``disabled`` → None; other kinds also kept in ``extra``.
+def _effort(output_config: Any) -> Effort | None:
+    """``output_config.effort`` (``low`` … ``max``) as a unified effort; unknown values: None."""
+    if not isinstance(output_config, dict):
+        return None
+    effort = output_config.get("effort")
+    return _EFFORTS.get(effort) if isinstance(effort, str) else None
+
+
+def _decode_thinking(raw: Any, effort: Effort | None, extra: JSON) -> ThinkingConfig | None:
+    """``enabled`` → on with its budget; ``disabled`` → None; other kinds (and ``disabled``)
+    also kept in ``extra``.
 
     ``adaptive`` (the model decides, no budget) is "on" for other dialects; the
     original object stays in ``extra`` so that an Anthropic upstream gets it back
-    as it was rather than as ``enabled`` with a made-up budget.
+    as it was rather than as ``enabled`` with a made-up budget. ``effort`` (from
+    ``output_config``, which stays in ``extra``) rides along when thinking is on.
     """
     if not isinstance(raw, dict):
         return None
     match raw.get("type"):
         case "enabled":
-            return ThinkingConfig(True, _num(raw.get("budget_tokens"), int))
+            return ThinkingConfig(True, _num(raw.get("budget_tokens"), int), effort=effort)
         case "disabled":
+            extra["thinking"] = raw  # said explicitly: an Anthropic upstream gets it back
             return None
         case "adaptive":
             extra["thinking"] = raw
-            return ThinkingConfig(True, None)
+            return ThinkingConfig(True, None, effort=effort, adaptive=True)
         case _:
             extra["thinking"] = raw
             return None
@@ -167,11 +208,18 @@ def _text_block(block: Any, where: str) -> Text:
 
 
 def _decode_message(i: int, m: Any) -> Message:
-    if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
-        raise UnsupportedShape(f"messages[{i}] is not a user or assistant message")
-    role: Literal["user", "assistant"] = m["role"]
+    if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
+        raise UnsupportedShape(f"messages[{i}] is not a user, assistant or system message")
     extra = {k: v for k, v in m.items() if k not in ("role", "content")}
     content = m.get("content")
+    if m["role"] == "system":  # mid-conversation system message (beta): text only
+        if isinstance(content, str):
+            return Message("system", (Text(content),), string_content=True, extra=extra)
+        if not isinstance(content, list):
+            raise UnsupportedShape(f"messages[{i}].content is neither a string nor text blocks")
+        texts = tuple(_text_block(b, f"messages[{i}].content[{j}]") for j, b in enumerate(content))
+        return Message("system", texts, extra=extra)
+    role: Literal["user", "assistant"] = m["role"]
     if isinstance(content, str):
         return Message(role, (Text(content),), string_content=True, extra=extra)
     if not isinstance(content, list):
@@ -200,6 +248,10 @@ def _decode_block(where: str, block: Any) -> Part:
     part = decode_block(where, block, _decode_block)
     if part is None:  # document, search_result, server_tool_use, … : only Anthropic reads them
         return Opaque(NAME, block)
+    if isinstance(part, ToolCall):  # ids escaped for this client on the way out: un-escape
+        return dataclasses.replace(part, id=from_anthropic(part.id))
+    if isinstance(part, ToolResult):
+        part = dataclasses.replace(part, tool_call_id=from_anthropic(part.tool_call_id))
     modelled = _NOT_EXTRA.get(str(kind))
     if modelled is not None and isinstance(part, ToolResult | Thinking):
         extra = {k: v for k, v in block.items() if k not in modelled}
@@ -274,6 +326,10 @@ def encode_request(req: Request, notes: Notes) -> JSON:
     system_string = True
     turns: list[JSON] = []
     for m in req.messages:
+        if m.role == "system" and turns and same:
+            # A mid-conversation system message of an Anthropic client: kept where it is.
+            _system_turn(m, turns, notes)
+            continue
         if m.role in ("system", "developer"):
             if turns:
                 notes["system message moved to the top (Anthropic has one system prompt)"] += 1
@@ -368,6 +424,26 @@ def encode_request(req: Request, notes: Notes) -> JSON:
 _THINKING_TYPES = ("thinking", "redacted_thinking")
 
 
+def _system_turn(m: Message, turns: list[JSON], notes: Notes) -> None:
+    """A system message after the first turn, as a ``system`` entry of ``messages`` (beta
+    ``mid-conversation-system-2026-04-07``); it takes text only."""
+    blocks: list[JSON] = []
+    for p in m.parts:
+        if isinstance(p, Text):
+            if p.text:
+                blocks.append(_encode_text(p))
+        else:
+            notes[f"{p.kind} part of a system message dropped (system takes text)"] += 1
+    if not blocks:
+        notes["empty message dropped"] += 1
+        return
+    turn: JSON = {"role": "system", "content": blocks}
+    if m.string_content:
+        turn["_string"] = True
+    turn.update(m.extra)
+    turns.append(turn)
+
+
 def _tool_loop_without_thinking(turns: list[JSON]) -> bool:
     last = next((t for t in reversed(turns) if t["role"] == "assistant"), None)
     if last is None or not isinstance(last["content"], list):
@@ -397,11 +473,12 @@ def _encode_text(p: Text) -> JSON:
 
 
 def _tool_id(raw: str, notes: Notes) -> str:
-    clean = _TOOL_ID.sub("_", raw) or "toolu_bridge"
+    clean = to_anthropic(raw)
     if clean != raw:
         # Ids with dots and colons come from some OpenAI-compatible servers (Kimi K2 uses
         # ``functions.Read:0``; no recording of it here, see the test with that id). The
-        # same mapping applies to the tool_use and its tool_result, so they still match.
+        # same mapping applies to the tool_use and its tool_result, so they still match,
+        # and it is reversible (``ids``), unlike a character replacement.
         notes["tool ids made Anthropic-safe"] += 1
     return clean
 

@@ -16,7 +16,10 @@ complete ``message`` the anthropic SDK and Claude Code accept:
   ``tool_use``, ``length`` → ``max_tokens``, ``content_filter`` → ``refusal``,
   everything else → ``end_turn``), or the upstream's own when it is Anthropic;
 - the upstream's id is kept (the SDK does not check the ``msg_`` prefix),
-  ``msg_bridge`` when there is none.
+  ``msg_bridge`` when there is none;
+- every ``tool_use`` id goes through ``ids.to_anthropic``: ids Anthropic would
+  refuse (``functions.Read:0``) are escaped, reversibly, and un-escaped when the
+  client sends them back (``request.decode_request``).
 
 ``encode_error`` writes Anthropic's error body; the HTTP status stays on the
 ``ClientError``.
@@ -43,6 +46,7 @@ from addon.model import (
     Usage,
 )
 
+from .ids import to_anthropic
 from .request import NAME
 
 DEFAULT_ID = "msg_bridge"
@@ -210,7 +214,7 @@ def _encode_block(p: Part, same: bool) -> JSON:
         case ToolCall():
             return {
                 "type": "tool_use",
-                "id": p.id,
+                "id": to_anthropic(p.id),
                 "name": p.name,
                 "input": tool_input(p.arguments),
             }

@@ -33,6 +33,9 @@ Encoder rules:
   finish reason. Without a ``Finish`` the stop reason is ``end_turn``.
 - ``StreamError`` becomes Anthropic's ``error`` event, which ends an Anthropic
   stream: nothing is sent after it.
+- Tool-call ids go through ``ids.to_anthropic``: an id Anthropic would refuse
+  (Kimi K2's ``functions.Read:0`` from an OpenAI-compatible gateway) is escaped,
+  reversibly; the request decoder un-escapes it when the client sends it back.
 - ``RawEvent`` of Anthropic origin is re-emitted (content blocks the unified
   model does not know — ``redacted_thinking``, ``server_tool_use``, web search
   results — renumbered into the encoder's indexes); other origins' are dropped.
@@ -64,6 +67,7 @@ from addon.model import (
     UsageEvent,
 )
 
+from .ids import to_anthropic
 from .request import NAME
 from .response import DEFAULT_ID, decode_usage, finish_reason, stop_reason
 
@@ -285,7 +289,7 @@ class AnthropicStreamEncoder:
                 self._tool_args(ToolCallArgsDelta(event.index, event.arguments), out)
             return
         wire = event.extra.get(NAME, {}) if self._same else {}
-        call = self._calls[event.index] = _Call(event.id, event.name, wire)
+        call = self._calls[event.index] = _Call(to_anthropic(event.id), event.name, wire)
         if event.arguments:
             call.add(event.arguments)
         if self._live is not None and not self._live_complete():

@@ -381,6 +381,27 @@ def encode_request(req: Request, notes: Notes) -> JSON:
         body["stop"] = list(p.stop)
     if req.origin == NAME:
         body.update(req.extra)
+    thinking = req.thinking
+    if req.origin != NAME and thinking is not None and thinking.enabled:
+        # Another dialect's reasoning switch (Anthropic ``thinking`` / ``output_config.effort``,
+        # Responses ``reasoning.effort``) as ``reasoning_effort``, in the values chat upstreams
+        # take (minimal | low | medium | high; only an OpenAI client says minimal, so it
+        # stays): ``xhigh`` (Anthropic's ``max``) → high; without an effort, a thinking budget
+        # ≤ 4096 → low, ≤ 16384 → medium, more → high (the same steps as the Responses
+        # encoder); adaptive or no budget → medium. A route turns this off by clearing
+        # ``Request.thinking`` (plan, ``reasoning = "off"``).
+        effort: str = (
+            ("high" if thinking.effort == "xhigh" else thinking.effort)
+            if thinking.effort is not None
+            else "medium"
+            if thinking.budget_tokens is None
+            else "low"
+            if thinking.budget_tokens <= 4096
+            else "medium"
+            if thinking.budget_tokens <= 16384
+            else "high"
+        )
+        body.setdefault("reasoning_effort", effort)
     if req.tools is not None:
         kept = [t for t in req.tools if not _responses_only(t)]
         if len(kept) < len(req.tools):
