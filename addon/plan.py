@@ -28,7 +28,7 @@ from typing import Any
 
 from addon.config import Settings
 from addon.dialects import DIALECTS, Dialect
-from addon.dialects.base import Query, WireRequest, describe
+from addon.dialects.base import Framing, Query, WireRequest, describe
 from addon.model import (
     ClientError,
     Notes,
@@ -103,6 +103,10 @@ class FlowPlan:
     """The client asked for a stream."""
     custom_tools: frozenset[str] = frozenset()
     """Custom (freeform) tools carried as function tools: their calls are unwrapped."""
+    upstream_framing: Framing = "sse"
+    """How the upstream frames its stream (from the upstream request's query)."""
+    client_framing: Framing = "sse"
+    """How the client wants its stream framed (from the client's query)."""
     processor: StreamProcessor | None = None
     parser: TextProtocolParser | None = None
 
@@ -151,6 +155,8 @@ class FlowPlan:
             self.client.stream_encoder(),
             stages=stages,
             decompressor=decompressor,
+            framing_in=self.upstream_framing,
+            framing_out=self.client_framing,
         )
         return self.processor
 
@@ -262,7 +268,12 @@ def decide(
                 ),
             )
     try:
-        unified = transform(client.decode_request(body, notes), plan, settings)
+        decoded = client.decode_request(body, notes)
+        if client.from_path is not None:
+            decoded = dataclasses.replace(
+                decoded, **client.from_path(incoming.bare_path, incoming.query)
+            )
+        unified = transform(decoded, plan, settings)
         wire = build_wire(
             unified,
             client,
@@ -273,6 +284,7 @@ def decide(
             notes=notes,
             upstream_path=route.upstream_path,
             env_key=env_key,
+            project=route.project,
         )
     except UnsupportedShape as e:
         return _not_understood(plan, f"request not understood ({short(e)})")
@@ -281,6 +293,8 @@ def decide(
     except RecursionError:
         return _not_understood(plan, "request body is nested too deeply")
     plan.stream = unified.stream
+    plan.upstream_framing = upstream.framing_for(wire.query)
+    plan.client_framing = client.framing_for(incoming.query)
     return Rewrite(plan, wire, describe(notes) or "no changes needed", incoming.body)
 
 

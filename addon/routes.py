@@ -24,6 +24,7 @@ A routes file::
     api_key_env = "GATEWAY_KEY"        # optional: send this variable's value as the key
     cache_control = "drop"             # drop | keep: Anthropic cache_control to other dialects
     reasoning = "auto"                 # auto | off: thinking requests → reasoning_effort
+    project = "my-gcp-project"         # gemini_code_assist upstreams: the project to bill
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ class Route(BaseModel):
     cache_control: Literal["drop", "keep"] = "drop"
     """Anthropic ``cache_control`` markers reach an upstream of another dialect only with
     ``keep``."""
+    project: str | None = None
+    """The Google Cloud project a ``gemini_code_assist`` upstream bills (its body names it)."""
     reasoning: Literal["auto", "off"] = "auto"
     """``auto``: a client's thinking request (Anthropic ``thinking`` / ``output_config.effort``,
     Responses ``reasoning``) becomes the upstream's reasoning switch; ``off``: not sent."""

@@ -90,15 +90,20 @@ def build_wire(
     upstream_path: str | None = None,
     env_key: str | None = None,
     body: JSON | None = None,
+    project: str | None = None,
 ) -> WireRequest:
     """The whole upstream request. ``headers`` are the client's, names lower-case.
 
     ``body`` is the encoded body when the caller already has it (the retry path);
-    otherwise the upstream dialect encodes ``req``.
+    otherwise the upstream dialect encodes ``req`` (and wraps it: ``Dialect.envelope``).
     """
     same = client.name == upstream.name
-    out = upstream.encode_request(req, notes) if body is None else body
-    target = Target(path, query, client.path, same, upstream_path)
+    target = Target(path, query, client.path, same, upstream_path, project)
+    if body is None:
+        body = upstream.encode_request(req, notes)
+        if upstream.envelope is not None:
+            body = upstream.envelope(body, req, target)
+    out = body
     new_path, new_query = upstream.placement(req, target)
     if not same and query and new_query != query:
         notes[f"query parameters of the {client.name} client dropped"] += 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 from addon.model import JSON, ClientError, Event, Notes, Request, Response
 
@@ -31,6 +31,17 @@ class StreamEncoder(Protocol):
 
 type Query = tuple[tuple[str, str], ...]
 
+type Framing = Literal["sse", "json_array"]
+"""How a streamed body is cut into events: server-sent events, or the items of one JSON array
+(Gemini without ``alt=sse``)."""
+
+
+class PathFields(TypedDict, total=False):
+    """Request fields a client dialect carries in its path (``Dialect.from_path``)."""
+
+    model: str
+    stream: bool
+
 
 @dataclass(frozen=True, slots=True)
 class Target:
@@ -45,6 +56,8 @@ class Target:
     same_dialect: bool
     upstream_path: str | None = None
     """A route's ``upstream_path`` (it may carry a query of its own); it always wins."""
+    project: str | None = None
+    """A route's ``project`` (Gemini Code Assist wraps the body with it)."""
 
 
 def suffix_placement(suffix: str) -> Callable[[Request, Target], tuple[str, Query]]:
@@ -103,12 +116,21 @@ class Dialect:
     own_headers: tuple[str, ...] = ()
     """Name prefixes of headers only this dialect understands (``anthropic-``): removed when the
     request goes to an upstream of another dialect."""
-    stream_framing: str = "sse"
-    """How the upstream frames a streamed answer (``sse``; other framings come with their
-    dialects)."""
+    framing: Callable[[Query], Framing] | None = None
+    """How a streamed body of this dialect is framed, given the query of its request (Gemini:
+    ``sse`` with ``alt=sse``, else one JSON array); ``None``: always ``sse``."""
+    envelope: Callable[[JSON, Request, Target], JSON] | None = None
+    """Wraps the encoded body for an upstream of this dialect (Code Assist's
+    ``{model, project, user_prompt_id, request}``); ``None``: sent as encoded."""
+    from_path: Callable[[str, Query], PathFields] | None = None
+    """What a client of this dialect says in its path and query rather than its body (Gemini:
+    the model, and whether it streams), read after ``decode_request``."""
 
     def placement(self, req: Request, target: Target) -> tuple[str, Query]:
         return (self.place or suffix_placement(self.path))(req, target)
+
+    def framing_for(self, query: Query) -> Framing:
+        return "sse" if self.framing is None else self.framing(query)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from addon.dialects.base import StreamDecoder, StreamEncoder
+from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
 from addon.model import Event
 from addon.stream.decompress import Decompressor
 from addon.stream.sse import (
@@ -49,7 +49,11 @@ class StreamProcessor:
         encoder: StreamEncoder,
         stages: Sequence[Stage] = (),
         decompressor: Decompressor | None = None,
+        framing_in: Framing = "sse",
+        framing_out: Framing = "sse",
     ) -> None:
+        if framing_in != "sse" or framing_out != "sse":
+            raise NotImplementedError("only SSE framing so far")
         self._decoder = decoder
         self._encoder = encoder
         self._stages = tuple(stages)
