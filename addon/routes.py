@@ -13,7 +13,7 @@ A routes file::
     path = "*/chat/completions"        # glob over the path, query string excluded
     methods = ["POST"]                 # default ["POST"]
     client = "openai_chat"             # dialect the client speaks: openai_chat | anthropic |
-                                       # openai_responses
+                                       # openai_responses | gemini | gemini_code_assist
     upstream = "openai_chat"           # dialect the upstream speaks (same choices)
     tool_mode = "native"               # default: the bridge_tool_mode option
     schema = "strict"                  # default: the bridge_schema option
@@ -39,7 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from addon.model import SchemaProfile, ToolMode
 
-type DialectName = Literal["openai_chat", "anthropic", "openai_responses"]
+type DialectName = Literal[
+    "openai_chat", "anthropic", "openai_responses", "gemini", "gemini_code_assist"
+]
 
 
 class RoutesError(ValueError):

@@ -1,0 +1,72 @@
+"""Gemini: the public API (``gemini``) and Code Assist / Antigravity (``gemini_code_assist``).
+
+Both speak the same ``contents`` / ``parts`` JSON; Code Assist wraps the request as
+``{model, project, user_prompt_id, request: {…}}`` and every answer as ``{"response": {…}}``,
+and takes a Bearer token where the public API takes ``x-goog-api-key``. As clients: Gemini CLI
+(``/v1beta/models/{model}:streamGenerateContent?alt=sse``), whose model and streaming live in
+the path (``from_path``). Streams are SSE with ``alt=sse`` and one JSON array without it
+(``framing``).
+"""
+
+from addon.dialects.base import Dialect
+
+from .request import (
+    CODE_ASSIST,
+    NAME,
+    code_assist_envelope,
+    decode_request,
+    encode_request,
+    framing,
+    from_path,
+    place_code_assist,
+    place_public,
+)
+from .response import (
+    decode_response,
+    encode_code_assist_response,
+    encode_error,
+    encode_response,
+    error_message,
+)
+from .stream import CodeAssistStreamEncoder, GeminiStreamDecoder, GeminiStreamEncoder
+
+DIALECT = Dialect(
+    name=NAME,
+    path=":generateContent",
+    decode_request=decode_request,
+    encode_request=encode_request,
+    decode_response=decode_response,
+    encode_response=encode_response,
+    stream_decoder=GeminiStreamDecoder,
+    stream_encoder=GeminiStreamEncoder,
+    encode_error=encode_error,
+    error_message=error_message,
+    place=place_public,
+    key_headers=("x-goog-api-key", "authorization"),
+    auth_header="x-goog-api-key",
+    own_headers=("x-goog-",),
+    framing=framing,
+    from_path=from_path,
+)
+
+CODE_ASSIST_DIALECT = Dialect(
+    name=CODE_ASSIST,
+    path=":generateContent",
+    decode_request=decode_request,
+    encode_request=encode_request,
+    decode_response=decode_response,
+    encode_response=encode_code_assist_response,
+    stream_decoder=GeminiStreamDecoder,
+    stream_encoder=CodeAssistStreamEncoder,
+    encode_error=encode_error,
+    error_message=error_message,
+    place=place_code_assist,
+    key_headers=("authorization",),
+    auth_header="authorization",
+    own_headers=("x-goog-",),
+    framing=framing,
+    envelope=code_assist_envelope,
+    from_path=from_path,
+)
+
+__all__ = ["CODE_ASSIST", "CODE_ASSIST_DIALECT", "DIALECT", "NAME"]
