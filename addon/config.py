@@ -9,6 +9,7 @@ bad value raises ``ConfigError`` naming the option and what it accepts
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
@@ -61,7 +62,10 @@ REWRITE_OPTIONS: tuple[OptionSpec, ...] = (
         "Tool-schema profile for routes that do not set one: 'none' sends schemas as the client "
         "wrote them; 'strict' removes additionalProperties, $schema, title and default, "
         "collapses anyOf to its first non-null option and drops an empty required list, for "
-        "upstreams that reject those keywords.",
+        "upstreams that reject those keywords; 'gemini' keeps only what Gemini's function "
+        "declarations accept: $ref/$defs inlined, null options as nullable, const as enum, "
+        "non-string enums described in text, unsupported keywords and formats dropped, every "
+        "change counted in the flow's notes.",
         SCHEMA_PROFILES,
     ),
     OptionSpec(
@@ -122,6 +126,50 @@ RETRY_OPTIONS: tuple[OptionSpec, ...] = (
 OPTIONS: tuple[OptionSpec, ...] = REWRITE_OPTIONS + CATALOGUE_OPTIONS + RETRY_OPTIONS
 """Every option the bridge declares."""
 DEFAULTS: dict[str, Any] = {spec.name: spec.default for spec in OPTIONS}
+_BY_NAME: dict[str, OptionSpec] = {spec.name: spec for spec in OPTIONS}
+
+
+def check_deferred_option(name: str, value: Any, *, from_text: bool) -> Any:
+    """A ``bridge_*`` value given before the bridge declared its options, typed the way
+    mitmproxy types ``--set NAME=VALUE`` (``from_text``: ``value`` is the list of strings
+    given) or checked when it came typed (a config file). ``ConfigError`` names the option
+    and what it takes; an unknown name gets the closest known one."""
+    spec = _BY_NAME.get(name)
+    if spec is None:
+        close = difflib.get_close_matches(name, list(_BY_NAME), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(
+            f"unknown option {name}{hint}; cursor-bridge's options are "
+            f"{', '.join(sorted(_BY_NAME))}"
+        )
+    what = {bool: "true or false", int: "a whole number", str: "text"}[spec.typespec]
+    if not from_text:
+        ok = isinstance(value, spec.typespec) and (
+            spec.typespec is bool or not isinstance(value, bool)
+        )
+        if not ok:
+            raise ConfigError(f"{name} takes {what}, not {value!r}")
+        return value
+    values = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    if len(values) > 1:
+        raise ConfigError(f"{name} was given more than once: {', '.join(map(repr, values))}")
+    text = values[0] if values else None
+    if spec.typespec is bool:
+        if text is None or text == "true":
+            return True
+        if text == "false":
+            return False
+        if text == "toggle":
+            return not spec.default
+        raise ConfigError(f"{name} takes true or false, not {text!r}")
+    if text is None:
+        raise ConfigError(f"{name} needs a value ({name}=…): {what}")
+    if spec.typespec is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"{name} takes a whole number, not {text!r}") from None
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,9 +224,14 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
     limits = {}
     for name in ("bridge_tool_desc_max_chars", "bridge_tool_param_desc_max_chars"):
         value = get(name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{name} takes a whole number, not {value!r}")
         if value < 1:
             raise ConfigError(f"{name} must be at least 1, not {value}")
         limits[name] = value
+    strict = get("bridge_tool_strict")
+    if not isinstance(strict, bool):
+        raise ConfigError(f"bridge_tool_strict takes true or false, not {strict!r}")
     return Settings(
         routes=routes,
         tool_mode=cast(ToolMode, _choice(by_name["bridge_tool_mode"], get("bridge_tool_mode"))),
@@ -188,14 +241,14 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
             ThinkingOutput,
             _choice(by_name["bridge_thinking_output"], get("bridge_thinking_output")),
         ),
-        tool_strict=bool(get("bridge_tool_strict")),
+        tool_strict=strict,
         desc_limit=limits["bridge_tool_desc_max_chars"],
         param_limit=limits["bridge_tool_param_desc_max_chars"],
     )
 
 
 def parse_retry_timeout(value: Any) -> float:
-    if not isinstance(value, int) or value < 1:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigError(
             f"bridge_retry_timeout must be a whole number of seconds >= 1, not {value!r}"
         )

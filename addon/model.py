@@ -213,9 +213,9 @@ class ThinkingConfig:
 
 # --------------------------------------------------------------------------- settings
 
-type SchemaProfile = Literal["none", "strict"]
+type SchemaProfile = Literal["none", "strict", "gemini"]
 """How tool parameter schemas are cleaned for the upstream (see ``addon.transforms.schema``)."""
-SCHEMA_PROFILES: tuple[SchemaProfile, ...] = ("none", "strict")
+SCHEMA_PROFILES: tuple[SchemaProfile, ...] = ("none", "strict", "gemini")
 
 type ToolMode = Literal["native", "invoke", "bracket"]
 """How tools reach the upstream: its own tool calling, or a text protocol in the prompt."""

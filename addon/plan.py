@@ -15,12 +15,22 @@ stream pipeline for an SSE answer, ``decode_answer`` / ``encode_answer`` turn a
 whole answer around, ``needs_retry`` says whether a required tool call is
 missing, ``error_body`` re-shapes an upstream error for a client of another
 dialect. Nothing here logs; the shell does, from what these return.
+
+Strict JSON both ways: ``load_json`` refuses ``NaN``, ``Infinity`` and numbers
+that overflow a float (``1e400``), ``dump`` never writes them. A body the bridge
+cannot read or cannot write strictly is passed on untouched when client and
+upstream speak the same dialect, and answered with an error in the client's
+dialect otherwise (``_not_understood``, ``FlowPlan.unreadable_answer``); an
+exception nobody expected becomes the same kind of decision
+(``internal_error``). Text quoted from input into reasons and messages goes
+through ``short`` (redacted, escaped, cut).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +40,7 @@ from addon.config import Settings
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import Framing, Query, WireRequest, describe
 from addon.model import (
+    JSON,
     ClientError,
     Notes,
     Request,
@@ -38,6 +49,7 @@ from addon.model import (
     ToolCall,
     UnsupportedShape,
 )
+from addon.redact import clean
 from addon.routes import Route, match
 from addon.stream.custom_tools import CustomToolStage
 from addon.stream.decompress import make_decompressor
@@ -55,6 +67,12 @@ from addon.wire import build_wire
 
 MAX_REASON = 200
 """Reasons and messages quoted from input are cut to this many characters."""
+SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError)
+"""What a lenient codec raises on a shape it did not foresee (a value of another type
+where it expected an object): the body is not understood, like ``UnsupportedShape`` —
+passed on (same dialect) or a 400 (another), never a traceback."""
+MAX_ERROR_QUOTE = 500
+"""Characters of an upstream's unreadable error body quoted in the client's error."""
 
 
 # --------------------------------------------------------------------------- values
@@ -81,7 +99,8 @@ class Incoming:
         from urllib.parse import parse_qsl
 
         q = self.path.partition("?")[2]
-        return tuple(parse_qsl(q, keep_blank_values=True)) if q else ()
+        # surrogateescape: a %FF (not UTF-8) survives the trip back (the shell encodes alike)
+        return tuple(parse_qsl(q, keep_blank_values=True, errors="surrogateescape")) if q else ()
 
 
 @dataclass(slots=True)
@@ -163,10 +182,22 @@ class FlowPlan:
     def decode_answer(self, raw: bytes) -> Response:
         """A whole upstream answer → unified, parsed and filtered as the route says.
 
-        Raises ``ValueError`` / ``UnsupportedShape`` for an answer it cannot read."""
-        body = json.loads(raw or b"")
+        Raises ``ValueError`` / ``UnsupportedShape`` / ``RecursionError`` for an answer it
+        cannot read."""
+        try:
+            body = load_json(raw)
+        except ValueError as e:
+            raise UnsupportedShape(f"the answer is not strict JSON ({short(e)})") from None
         if not isinstance(body, dict):
             raise UnsupportedShape("the answer is JSON but not an object")
+        try:
+            return self._decode_answer(body)
+        except SHAPE_ERRORS as e:
+            raise UnsupportedShape(
+                f"unexpected answer shape ({type(e).__name__}: {short(e)})"
+            ) from None
+
+    def _decode_answer(self, body: JSON) -> Response:
         answer = self.upstream.decode_response(body)
         if self.parse_text:
             answer = parse_text_tools(answer, self.new_parser())
@@ -182,22 +213,47 @@ class FlowPlan:
         return self.tool_required and not any(isinstance(p, ToolCall) for p in answer.parts)
 
     def encode_answer(self, answer: Response) -> bytes:
-        """The client's body: its dialect's whole answer, or a stream when it asked for one."""
+        """The client's body: its dialect's whole answer, or a stream when it asked for one.
+        Raises ``UnsupportedShape`` (a value of an unforeseen type in the answer),
+        ``ValueError`` (no strict JSON for it) or ``RecursionError``."""
+        try:
+            return self._encode_answer(answer)
+        except SHAPE_ERRORS as e:
+            raise UnsupportedShape(
+                f"unexpected answer shape ({type(e).__name__}: {short(e)})"
+            ) from None
+
+    def _encode_answer(self, answer: Response) -> bytes:
         if self.stream:
-            return sse_from_response(answer, self.client.stream_encoder())
+            return sse_from_response(answer, self.client.stream_encoder(), self.client_framing)
         return dump(self.client.encode_response(answer))
 
     def error_body(self, status: int, raw: bytes) -> tuple[bytes, str]:
-        """An upstream error re-shaped for the client's dialect: ``(body, message)``."""
+        """An upstream error re-shaped for the client's dialect: ``(body, message)``. Any
+        body works: one that is not a readable error object is quoted (cut)."""
         try:
-            message = self.upstream.error_message(json.loads(raw))
-        except ValueError:
+            message = self.upstream.error_message(load_json(raw))
+        except (ValueError, RecursionError, UnsupportedShape):
             message = None
         if not message:
-            text = raw.decode("utf-8", "replace").strip()
-            message = f"upstream answered HTTP {status}" + (f": {text[:500]}" if text else "")
-        body = dump(self.client.encode_error(ClientError(message, status=status)))
-        return body, message
+            text = raw[: MAX_ERROR_QUOTE * 4].decode("utf-8", "replace").strip()
+            message = f"upstream answered HTTP {status}" + (
+                f": {text[:MAX_ERROR_QUOTE]}" if text else ""
+            )
+        return _error_bytes(self.client, ClientError(message, status=status)), message
+
+    def unreadable_answer(self, why: str) -> bytes:
+        """A 502 body in the client's dialect for an upstream answer the bridge cannot turn
+        into the client's dialect (on a same-dialect route the answer is passed on instead)."""
+        return _error_bytes(
+            self.client,
+            ClientError(
+                f"cursor-bridge could not translate the {self.upstream.name} upstream's answer "
+                f"for this {self.client.name} client: {why}",
+                status=502,
+                code="untranslatable_answer",
+            ),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +280,8 @@ class Rewrite:
     wire: WireRequest
     summary: str
     original: bytes = field(repr=False)
+    body: bytes = field(repr=False, default=b"")
+    """``wire.body`` as strict JSON: what the upstream gets."""
 
 
 type Decision = Pass | Reject | Rewrite
@@ -244,7 +302,7 @@ def decide(
     client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
     plan = FlowPlan(route, client, upstream)
     try:
-        body = json.loads(incoming.body or b"")
+        body = load_json(incoming.body)
         if not isinstance(body, dict):
             raise UnsupportedShape("the body is JSON but not an object")
     except (ValueError, UnsupportedShape) as e:
@@ -286,16 +344,59 @@ def decide(
             env_key=env_key,
             project=route.project,
         )
+        if plan.same_dialect and decoded.origin == upstream.name:
+            _keep_explicit_empties(body, wire.body)
+        encoded = dump(wire.body)
     except UnsupportedShape as e:
         return _not_understood(plan, f"request not understood ({short(e)})")
     except ClientError as e:
         return _reject(plan, e)
     except RecursionError:
         return _not_understood(plan, "request body is nested too deeply")
+    except SHAPE_ERRORS as e:  # a codec met a value of a type it did not foresee
+        return _not_understood(
+            plan, f"request not understood (unexpected shape: {type(e).__name__}: {short(e)})"
+        )
+    except ValueError as e:  # dump: a value JSON has no room for
+        return _not_understood(plan, f"request cannot be written as strict JSON ({short(e)})")
     plan.stream = unified.stream
     plan.upstream_framing = upstream.framing_for(wire.query)
     plan.client_framing = client.framing_for(incoming.query)
-    return Rewrite(plan, wire, describe(notes) or "no changes needed", incoming.body)
+    summary = describe(notes) or "no changes needed"
+    return Rewrite(plan, wire, summary, incoming.body, encoded)
+
+
+def internal_error(route: Route, e: BaseException) -> Pass | Reject:
+    """What the client gets when the bridge itself failed on its request (a bug): the request
+    untouched on a same-dialect route, else a 500 in the client's dialect. Never raises."""
+    plan = FlowPlan(route, DIALECTS[route.client], DIALECTS[route.upstream])
+    why = f"internal error ({type(e).__name__}: {short(e)})"
+    if plan.same_dialect:
+        return Pass(route, why)
+    return _reject(
+        plan,
+        ClientError(
+            f"cursor-bridge failed on this {plan.client.name} request: {why}",
+            status=500,
+            code="bridge_internal_error",
+        ),
+    )
+
+
+_EMPTY: tuple[Any, ...] = (None, False, "", [], {})
+
+
+def _keep_explicit_empties(original: JSON, body: JSON) -> None:
+    """Top-level fields the client set to an explicit nothing (``"stream": false``,
+    ``"tool_choice": null``, ``"system": ""``, ``"stop_sequences": []`` …) that the codec
+    left out: the upstream gets them as sent. Only for a same-dialect route whose body was
+    decoded as that dialect (a Cursor Responses-shaped body on /chat/completions is not)."""
+    for key, value in original.items():
+        if key not in body and any(value == e and type(value) is type(e) for e in _EMPTY):
+            body[key] = value
+
+
+GEMINI_DIALECTS = frozenset({"gemini", "gemini_code_assist"})
 
 
 def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
@@ -313,7 +414,10 @@ def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
     if route.reasoning == "off" and req.thinking is not None and not thinking:
         notes["reasoning request not sent (route: reasoning = off)"] += 1
         req = dataclasses.replace(req, thinking=None)
-    req = sanitize_tool_schemas(req, route.schema_profile or s.schema, notes)
+    # Gemini refuses much of JSON Schema: its upstreams get the gemini profile unless the
+    # route names one.
+    auto = "gemini" if plan.upstream.name in GEMINI_DIALECTS else s.schema
+    req = sanitize_tool_schemas(req, route.schema_profile or auto, notes)
     mode = route.tool_mode or s.tool_mode
     # Thinking asked for by name (BASE-thinking), or by a client's switch on an upstream that
     # only has text: ask for <thinking> tags and parse them. Before the text protocol renders
@@ -343,9 +447,10 @@ def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
 
 def _foreign_extras(req: Request, upstream: Dialect, notes: Notes) -> Request:
     """Fields only the client's dialect has are not sent to another: name them."""
-    if req.extra and req.origin != upstream.name:
-        names = ", ".join(sorted(req.extra))
-        notes[f"{req.origin}-only fields not sent: {names}"] += 1
+    # ``__…__`` keys are a codec's private tables (items, turn layout), not the client's fields.
+    fields = sorted(k for k in req.extra if not (k.startswith("__") and k.endswith("__")))
+    if fields and req.origin != upstream.name:
+        notes[f"{req.origin}-only fields not sent: {', '.join(fields)}"] += 1
     return req
 
 
@@ -365,24 +470,56 @@ def _not_understood(plan: FlowPlan, why: str) -> Pass | Reject:
 
 
 def _reject(plan: FlowPlan, e: ClientError) -> Reject:
-    return Reject(plan.route, e.status, dump(plan.client.encode_error(e)), e.message)
+    return Reject(plan.route, e.status, _error_bytes(plan.client, e), e.message)
+
+
+def _error_bytes(client: Dialect, e: ClientError) -> bytes:
+    """The client dialect's error body; its own shape always (a message that will not encode
+    is replaced by one that does)."""
+    try:
+        return dump(client.encode_error(e))
+    except (ValueError, RecursionError):
+        plain = ClientError(clean(e.message, MAX_ERROR_QUOTE), status=e.status, code=e.code)
+        return dump(client.encode_error(plain))
 
 
 # --------------------------------------------------------------------------- helpers
 
 
 def dump(body: Any) -> bytes:
-    """JSON for the wire: UTF-8, compact. A lone surrogate (``"\\ud83d"`` in the input) cannot
-    be UTF-8: then the whole body is written with ASCII escapes, still valid JSON."""
-    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    """Strict JSON for the wire: UTF-8, compact. A lone surrogate (``"\\ud83d"`` in the input)
+    cannot be UTF-8: then the whole body is written with ASCII escapes, still valid JSON.
+    Raises ``ValueError`` for ``NaN`` / ``Infinity`` (strict JSON has no room for them) and
+    ``RecursionError`` for data nested too deeply."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     try:
         return text.encode()
     except UnicodeEncodeError:
-        return json.dumps(body, separators=(",", ":")).encode()
+        return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]} does not fit in a float")
+    return value
+
+
+def load_json(raw: bytes | str) -> Any:
+    """Strict JSON: UTF-8 only (RFC 8259; ``json.loads`` alone would take UTF-16/32 and
+    surrogates encoded as UTF-8 bytes), no ``NaN``, ``Infinity``, ``-Infinity`` or floats
+    that overflow (``1e400``): ``ValueError``, as for anything else ``json.loads`` refuses.
+    Nesting too deep raises ``RecursionError``. Empty input is not JSON. A leading UTF-8
+    byte order mark is ignored (RFC 8259 allows it)."""
+    text = raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw
+    return json.loads(text.removeprefix("\ufeff"), parse_constant=_no_constant, parse_float=_finite)
 
 
 def short(e: BaseException | str) -> str:
-    """A message cut to ``MAX_REASON`` characters, safe to log whatever it holds."""
-    text = e if isinstance(e, str) else str(e)
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
+    """A message cut to ``MAX_REASON`` characters, safe to log and show whatever it holds:
+    credentials redacted, surrogates and control characters escaped (``addon.redact``)."""
+    return clean(e, MAX_REASON)

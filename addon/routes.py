@@ -25,13 +25,19 @@ A routes file::
     cache_control = "drop"             # drop | keep: Anthropic cache_control to other dialects
     reasoning = "auto"                 # auto | off: thinking requests → reasoning_effort
     project = "my-gcp-project"         # gemini_code_assist upstreams: the project to bill
+
+``load_routes`` raises ``RoutesError`` with one line naming the file, the key
+and what it takes. ``proxy_excludes`` applies mitmproxy's ``allow_hosts`` /
+``ignore_hosts`` to a request (the shell passes the option values).
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Sequence
 from fnmatch import fnmatchcase
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -82,7 +88,26 @@ class Route(BaseModel):
     @field_validator("methods")
     @classmethod
     def _upper(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError('must list at least one HTTP method (e.g. ["POST"])')
+        for m in v:
+            if not re.fullmatch(r"[A-Za-z]+", m):
+                raise ValueError(f'{m!r} is not an HTTP method (letters only, e.g. "POST")')
         return tuple(m.upper() for m in v)
+
+    @field_validator("name", "host", "path")
+    @classmethod
+    def _not_empty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v
+
+    @field_validator("path")
+    @classmethod
+    def _path_glob(cls, v: str) -> str:
+        if v[0] not in "/*?[":
+            raise ValueError("must be a glob over the path, starting with '/' or '*'")
+        return v
 
     @field_validator("upstream_path")
     @classmethod
@@ -108,10 +133,17 @@ DEFAULT_ROUTES: tuple[Route, ...] = (
     Route(name="default"),
     Route(name="messages", path="*/v1/messages", client="anthropic", upstream="openai_chat"),
     Route(name="responses", path="*/responses", client="openai_responses", upstream="openai_chat"),
+    Route(
+        name="gemini", path="*/models/*:*enerateContent", client="gemini", upstream="openai_chat"
+    ),
 )
 """POST …/chat/completions (OpenAI client), POST …/v1/messages (Anthropic client, e.g.
-Claude Code) and POST …/responses (OpenAI Responses client, e.g. Codex CLI) on any host,
-all to an OpenAI-compatible upstream."""
+Claude Code), POST …/responses (OpenAI Responses client, e.g. Codex CLI) and POST
+…/models/{model}:generateContent / :streamGenerateContent (Gemini client, e.g. Gemini CLI)
+on any host, all to an OpenAI-compatible upstream."""
+
+
+_ROUTE_KEYS: tuple[str, ...] = tuple(f.alias or n for n, f in Route.model_fields.items())
 
 
 def load_routes(path: str | Path) -> tuple[Route, ...]:
@@ -119,13 +151,17 @@ def load_routes(path: str | Path) -> tuple[Route, ...]:
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except OSError as e:
-        raise RoutesError(f"routes file '{p}': cannot read it: {e.strerror or e}") from e
+        raise RoutesError(f"routes file '{p}': cannot read it: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise RoutesError(
+            f"routes file '{p}': not UTF-8 text (byte {e.start}); TOML files are UTF-8"
+        ) from None
     except tomllib.TOMLDecodeError as e:
-        raise RoutesError(f"routes file '{p}': not valid TOML: {e}") from e
+        raise RoutesError(f"routes file '{p}': not valid TOML: {e}") from None
     try:
         parsed = _RoutesFile.model_validate(data)
     except ValidationError as e:
-        raise RoutesError(f"routes file '{p}': {_describe(e)}") from e
+        raise RoutesError(f"routes file '{p}': {_describe(e)}") from None
     names = [r.name for r in parsed.routes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -140,6 +176,32 @@ def match(routes: tuple[Route, ...], host: str, path: str, method: str) -> Route
     return None
 
 
+def proxy_excludes(names: Sequence[str], allow: Sequence[str], ignore: Sequence[str]) -> bool:
+    """Whether mitmproxy's ``allow_hosts`` / ``ignore_hosts`` leave a request alone.
+
+    ``names`` are the request's ``host:port`` forms (host, Host header, server address).
+    Matched as mitmproxy matches connections (``addons/next_layer.py``): each option value
+    is a regex searched case-insensitively; with ``allow`` set, one must match one of the
+    names; any ``ignore`` match excludes. A regex that does not compile matches nothing
+    (mitmproxy itself refuses it at start)."""
+    if allow and not any(_search(rex, n) for rex in allow for n in names):
+        return True
+    return any(_search(rex, n) for rex in ignore for n in names)
+
+
+@lru_cache(maxsize=256)
+def _compiled(rex: str) -> re.Pattern[str] | None:
+    try:
+        return re.compile(rex, re.IGNORECASE)
+    except re.error:
+        return None
+
+
+def _search(rex: str, name: str) -> bool:
+    pattern = _compiled(rex)
+    return pattern is not None and pattern.search(name) is not None
+
+
 def _describe(e: ValidationError) -> str:
     problems = []
     for err in e.errors():
@@ -149,6 +211,10 @@ def _describe(e: ValidationError) -> str:
         got = (
             f" (got {err['input']!r})" if err["type"] not in ("missing", "extra_forbidden") else ""
         )
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        if err["type"] == "extra_forbidden":
+            allowed = _ROUTE_KEYS if len(err["loc"]) > 1 else ("routes",)
+            msg = f"unknown key (allowed: {', '.join(allowed)})"
+        else:
+            msg = err["msg"].removeprefix("Value error, ").replace("a valid tuple", "a list")
         problems.append(f"{where or 'top level'}: {msg}{got}")
     return "; ".join(problems)

@@ -8,12 +8,15 @@ client's API key from its dialect's header to the upstream's and removes the
 headers only the client's dialect understands.
 
 Credentials rule: on a dialect change the key is read from the client
-dialect's header (``Authorization: Bearer``, ``x-api-key``, …) and sent in the
-upstream dialect's; every other credential header is removed. A route may
-name an environment variable (``api_key_env``) whose value is sent instead,
-whatever the dialects. Same dialect and no ``api_key_env``: the client's
-headers are left as they are. Keys live only in ``WireRequest.set_headers``
-(hidden from ``repr``); nothing here logs.
+dialect's header (``Authorization: Bearer``, ``x-api-key``, …), or from its
+query parameter (Gemini's ``?key=``), and sent in the upstream dialect's
+header; every other credential header is removed, and so is the client's key
+parameter from the query. A route may name an environment variable
+(``api_key_env``) whose value is sent instead, whatever the dialects (the
+client's key parameter is then removed too). Same dialect and no
+``api_key_env``: the client's headers and query are left as they are. Keys
+live only in ``WireRequest.set_headers`` (hidden from ``repr``); nothing here
+logs, and notes name where a key came from, never its value.
 """
 
 from __future__ import annotations
@@ -35,8 +38,11 @@ class MissingKey(Exception):
     """A route names an environment variable for the key that is not set."""
 
 
-def read_key(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str, str] | None:
-    """``(header, key)``: the client's API key from its dialect's headers (names lower-case)."""
+def read_key(
+    dialect: Dialect, headers: Mapping[str, str], query: Query = ()
+) -> tuple[str, str] | None:
+    """``(source, key)``: the client's API key from its dialect's headers (names lower-case),
+    else from its dialect's query parameter (``source`` is then ``query parameter 'key'``)."""
     for name in dialect.key_headers:
         value = headers.get(name, "").strip()
         if name == "authorization":
@@ -44,6 +50,10 @@ def read_key(dialect: Dialect, headers: Mapping[str, str]) -> tuple[str, str] | 
             value = token.strip() if scheme.lower() == "bearer" else ""
         if value:
             return name, value
+    if dialect.key_query is not None:
+        for name, value in query:
+            if name == dialect.key_query and value.strip():
+                return f"query parameter '{name}'", value.strip()
     return None
 
 
@@ -59,6 +69,7 @@ def credentials(
     headers: Mapping[str, str],
     env_key: str | None,
     notes: Notes,
+    query: Query = (),
 ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
     """``(headers to set, headers to drop)`` for the key, following the rule above."""
     if env_key is not None:
@@ -67,7 +78,7 @@ def credentials(
     elif client.name == upstream.name:
         return (), ()
     else:
-        found = read_key(client, headers)
+        found = read_key(client, headers, query)
         if found is None:
             return (), ()
         source, key = found
@@ -98,16 +109,23 @@ def build_wire(
     otherwise the upstream dialect encodes ``req`` (and wraps it: ``Dialect.envelope``).
     """
     same = client.name == upstream.name
-    target = Target(path, query, client.path, same, upstream_path, project)
+    base = client.path_base(path) if client.path_base is not None else None
+    target = Target(path, query, client.path, same, upstream_path, project, base)
     if body is None:
         body = upstream.encode_request(req, notes)
         if upstream.envelope is not None:
             body = upstream.envelope(body, req, target)
     out = body
     new_path, new_query = upstream.placement(req, target)
+    if client.key_query is not None and (not same or env_key is not None):
+        # The client's key travels in a header of the upstream's dialect (or is replaced by
+        # the route's): its own query parameter must not reach the upstream. A parameter the
+        # route's upstream_path sets itself is the route's, and stays.
+        theirs = {(k, v) for k, v in query if k == client.key_query}
+        new_query = tuple(kv for kv in new_query if kv not in theirs)
     if not same and query and new_query != query:
         notes[f"query parameters of the {client.name} client dropped"] += 1
-    set_headers, drop = credentials(client, upstream, headers, env_key, notes)
+    set_headers, drop = credentials(client, upstream, headers, env_key, notes, query)
     setting = {k for k, _ in set_headers}
     if not same:
         for k, v in upstream.fixed_headers:

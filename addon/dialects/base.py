@@ -8,6 +8,7 @@ encoders produce what the wire's official clients accept.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict
@@ -58,18 +59,43 @@ class Target:
     """A route's ``upstream_path`` (it may carry a query of its own); it always wins."""
     project: str | None = None
     """A route's ``project`` (Gemini Code Assist wraps the body with it)."""
+    client_base: str | None = None
+    """The client's path before its dialect's endpoint and API version, when the client
+    dialect can tell (``Dialect.path_base``): ``/proxy`` of
+    ``/proxy/v1beta/models/m:streamGenerateContent``."""
+
+
+_VERSION = re.compile(r"/v\d+[a-z]*\d*$")
+"""A trailing API version segment: ``/v1``, ``/v1beta``, ``/v1internal``."""
+
+
+def endpoint_base(t: Target) -> str:
+    """The client's path without its dialect's endpoint and a trailing API version segment:
+    ``""`` of ``/v1/chat/completions``, ``/proxy`` of ``/proxy/v1/messages``; a path that does
+    not end with the endpoint is kept whole (``/proxy/anthropic``). For upstream dialects
+    whose paths carry their own version (Gemini's ``/v1beta/models/…``)."""
+    if t.client_base is not None:
+        return t.client_base
+    path = t.path
+    if t.client_suffix and path.endswith(t.client_suffix):
+        path = path[: -len(t.client_suffix)]
+    return _VERSION.sub("", path.rstrip("/"))
 
 
 def suffix_placement(suffix: str) -> Callable[[Request, Target], tuple[str, Query]]:
     """The usual placement: same dialect → the client's path and query; another dialect → the
     client's path with its endpoint swapped for ``suffix`` (``/v1/messages`` →
-    ``/v1/chat/completions``) and without the client dialect's query (``?beta=true``)."""
+    ``/v1/chat/completions``) and without the client dialect's query (``?beta=true``). A client
+    dialect that knows where its endpoint starts (``Target.client_base``: Gemini's
+    ``/v1beta/models/{model}:streamGenerateContent``) gets ``{base}/v1{suffix}``."""
 
     def place(req: Request, t: Target) -> tuple[str, Query]:
         if t.upstream_path is not None:
             return split_path(t.upstream_path, t.query if t.same_dialect else ())
         if t.same_dialect:
             return t.path, t.query
+        if t.client_base is not None:
+            return f"{t.client_base}/v1{suffix}", ()
         path = t.path
         if t.client_suffix and path.endswith(t.client_suffix):
             path = path[: -len(t.client_suffix)] + suffix
@@ -109,6 +135,9 @@ class Dialect:
     key_headers: tuple[str, ...] = ("authorization",)
     """Where a client of this dialect puts its API key, in the order they are read
     (``authorization`` values lose their ``Bearer`` prefix)."""
+    key_query: str | None = None
+    """A query parameter a client of this dialect may carry its key in instead (Gemini:
+    ``?key=``), read after ``key_headers`` and never sent to another dialect's upstream."""
     auth_header: str = "authorization"
     """Where this dialect's upstream wants the key (``authorization`` gets ``Bearer``)."""
     fixed_headers: tuple[tuple[str, str], ...] = ()
@@ -125,6 +154,10 @@ class Dialect:
     from_path: Callable[[str, Query], PathFields] | None = None
     """What a client of this dialect says in its path and query rather than its body (Gemini:
     the model, and whether it streams), read after ``decode_request``."""
+    path_base: Callable[[str], str | None] | None = None
+    """Where this dialect's endpoint starts in a client's path: the part before it and its API
+    version (Gemini: ``/proxy`` of ``/proxy/v1beta/models/m:generateContent``), or None when
+    the path does not show it. Without the hook the endpoint is found as the ``path`` suffix."""
 
     def placement(self, req: Request, target: Target) -> tuple[str, Query]:
         return (self.place or suffix_placement(self.path))(req, target)

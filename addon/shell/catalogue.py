@@ -1,25 +1,39 @@
 """The model catalogue addon: ``GET …/models`` lists the configured models and their
 ``-thinking`` variants, merged with the upstream's own list when it has one.
 
-Its option is ``bridge_models``; only hosts that a route covers are touched.
+Its option is ``bridge_models``; only ``GET`` paths ending ``/models`` whose
+``…/chat/completions`` (or ``…/messages``, ``…/responses``) sibling a route takes are
+touched, never a host outside mitmproxy's ``allow_hosts`` / ``ignore_hosts``. An
+upstream list it cannot read as strict JSON is replaced by the configured models.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from fnmatch import fnmatchcase
 from typing import Any
 
 from mitmproxy import ctx, http
 
 from addon.config import CATALOGUE_OPTIONS, ConfigError, Settings, parse_models
-from addon.plan import dump
-from addon.shell.common import add_options, append_comment, is_json, json_response, options_error
+from addon.plan import dump, load_json
+from addon.routes import match
+from addon.shell.common import (
+    OptionChecks,
+    add_options,
+    append_comment,
+    internal_error,
+    is_json,
+    json_response,
+    outside_proxy_hosts,
+)
 from addon.transforms.thinking import catalogue_models
 
+SUFFIX = "/models"
+CHAT_PATHS = ("/chat/completions", "/messages", "/responses")
+"""``BASE/models`` is answered when a route takes ``POST BASE`` + one of these."""
 
-class ModelCatalogue:
+
+class ModelCatalogue(OptionChecks):
     name = "cursor_bridge_models"
 
     def __init__(self, settings: Callable[[], Settings]) -> None:
@@ -35,31 +49,44 @@ class ModelCatalogue:
             try:
                 self.models = parse_models(ctx.options.bridge_models)
             except ConfigError as e:
-                raise options_error(str(e)) from e
+                self.refuse(str(e))
 
     def request(self, flow: http.HTTPFlow) -> None:
         if not self.models or flow.response is not None or not flow.live:
             return
-        req = flow.request
-        if req.method != "GET" or not req.path.split("?", 1)[0].endswith("/models"):
-            return
-        host = req.host.lower()
-        if any(fnmatchcase(host, r.host.lower()) for r in self._settings().routes):
-            self._flows.add(flow.id)
+        try:
+            req = flow.request
+            path = req.path.split("?", 1)[0]
+            if req.method != "GET" or not path.endswith(SUFFIX):
+                return
+            base, routes = path[: -len(SUFFIX)], self._settings().routes
+            if any(
+                match(routes, req.host, base + chat, "POST") for chat in CHAT_PATHS
+            ) and not outside_proxy_hosts(flow):
+                self._flows.add(flow.id)
+        except Exception as e:
+            internal_error("cursor-bridge: models request", e)
 
     def response(self, flow: http.HTTPFlow) -> None:
         if flow.id not in self._flows:
             return
         self._flows.discard(flow.id)
+        try:
+            self._answer(flow)
+        except Exception as e:  # the upstream's answer goes on as it is
+            internal_error("cursor-bridge: models answer", e)
+
+    def _answer(self, flow: http.HTTPFlow) -> None:
         resp = flow.response
         if resp is None:
             return
         listed: list[Any] = []
         if 200 <= resp.status_code < 300 and is_json(resp):
             try:
-                body = json.loads(resp.get_content(strict=False) or b"")
+                body = load_json(resp.get_content(strict=False) or b"")
                 if isinstance(body, dict) and isinstance(body.get("data"), list):
                     listed = body["data"]
+                dump(listed)  # what cannot be written back strictly is not kept
             except (ValueError, RecursionError):
                 listed = []
         known = {m.get("id") for m in listed if isinstance(m, dict)}

@@ -1,4 +1,10 @@
-"""What the shell's addons share: the metadata key, flow comments, logging and headers."""
+"""What the shell's addons share: the metadata key, flow comments, logging, headers, the
+proxy's own host filters, and how option errors are reported.
+
+Everything the bridge writes about a flow (log lines, comments, metadata) goes
+through ``addon.redact``: credentials redacted, surrogates and control characters
+escaped, so writing it can never raise and never shows a key.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +13,62 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mitmproxy import exceptions, http
+from mitmproxy import ctx, exceptions, http
 
-from addon.config import OptionSpec
+from addon.config import ConfigError, OptionSpec, check_deferred_option
+from addon.redact import clean, clean_data
+from addon.routes import proxy_excludes
 
 log = logging.getLogger("cursor_bridge")
 
 META_KEY = "cursor_bridge"
 """``flow.metadata`` key holding what the bridge did (plain JSON data, no secrets)."""
+MAX_COMMENT_LINE = 2000
 
 
 def append_comment(flow: http.HTTPFlow, line: str) -> None:
+    line = clean(line, MAX_COMMENT_LINE)
     flow.comment = f"{flow.comment}\n{line}" if flow.comment else line
+
+
+def set_meta(flow: http.HTTPFlow, meta: Mapping[str, Any]) -> None:
+    """``flow.metadata[META_KEY]``: plain data, every string cleaned (see ``addon.redact``)."""
+    flow.metadata[META_KEY] = clean_data(dict(meta))
+
+
+def internal_error(where: str, e: BaseException) -> None:
+    """One log line for an exception nobody expected (a bug): never a traceback."""
+    log.error("%s: internal error (%s: %s)", clean(where, 200), type(e).__name__, clean(e, 300))
+
+
+def outside_proxy_hosts(flow: http.HTTPFlow) -> bool:
+    """True when mitmproxy's ``allow_hosts`` / ``ignore_hosts`` leave this flow alone.
+
+    mitmproxy applies them to connections (TLS interception, reverse targets), but a
+    plain-HTTP request through a regular proxy reaches addons whatever they say; the
+    bridge applies them itself, matched the way mitmproxy matches (``next_layer``: a
+    regex searched, case-insensitively, in ``host:port`` of the request's host, its
+    Host header and the server's address)."""
+    try:
+        allow, ignore = ctx.options.allow_hosts, ctx.options.ignore_hosts
+    except (AttributeError, KeyError):
+        return False
+    if not allow and not ignore:
+        return False
+    req = flow.request
+    names = [f"{req.host}:{req.port}"]
+    host_header = req.host_header
+    if host_header:
+        names.append(host_header if _has_port(host_header) else f"{host_header}:{req.port}")
+    address = flow.server_conn.peername or flow.server_conn.address
+    if address:
+        names.append(f"{address[0]}:{address[1]}")
+    return proxy_excludes(names, tuple(allow), tuple(ignore))
+
+
+def _has_port(host: str) -> bool:
+    head, sep, port = host.rpartition(":")
+    return bool(sep) and port.isdigit() and not head.endswith(":")
 
 
 def header_map(headers: http.Headers) -> dict[str, str]:
@@ -44,6 +94,51 @@ def is_json(resp: http.Response) -> bool:
 
 def json_response(status: int, body: bytes) -> http.Response:
     return http.Response.make(status, body, {"content-type": "application/json"})
+
+
+class OptionChecks:
+    """How an addon reports a bad option value.
+
+    While mitmproxy starts (before ``running``), one error line naming the option: mitmdump
+    then exits non-zero ("Error logged during startup") instead of a chained traceback.
+    Later (``--set`` in mitmweb or the console), an ``OptionsError``: mitmproxy refuses the
+    change and keeps the previous value."""
+
+    _running = False
+
+    def running(self) -> None:
+        self._running = True
+        _REFUSED.clear()
+
+    def refuse(self, message: str) -> None:
+        if self._running:
+            raise options_error(message) from None
+        if message not in _REFUSED:  # two addons may read the same option: said once
+            _REFUSED.add(message)
+            log.error("cursor-bridge: %s", clean(message, 2000))
+
+
+_REFUSED: set[str] = set()
+
+
+def check_deferred_options(options: Any) -> None:
+    """``--set bridge_…=…`` given before the bridge declared its options waits in mitmproxy's
+    ``deferred``; mitmproxy would later drop a misspelt name silently and, on a malformed
+    value, stop loading the whole script without a word. Check them first: a bad one is
+    one error line naming it (mitmdump then exits), a good one is handed over typed."""
+    deferred = getattr(options, "deferred", None)
+    if not isinstance(deferred, dict):
+        return
+    for name in [n for n in deferred if isinstance(n, str) and n.startswith("bridge_")]:
+        value = deferred[name]
+        raw = getattr(value, "val", None)
+        try:
+            deferred[name] = check_deferred_option(
+                name, raw if isinstance(raw, list) else value, from_text=isinstance(raw, list)
+            )
+        except ConfigError as e:
+            del deferred[name]
+            log.error("cursor-bridge: %s", clean(e, 2000))
 
 
 def add_options(loader: Any, specs: Sequence[OptionSpec]) -> None:

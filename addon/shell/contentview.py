@@ -5,6 +5,8 @@ shows the summary, the client's original body and the body the upstream got;
 for a rewritten whole answer, the upstream's original and what the client got.
 Streamed answers are rewritten on the fly and not kept twice; start mitmweb
 with ``--set store_streamed_bodies=true`` to see what the client received.
+What it shows goes through ``addon.redact`` (keys and credential parameters
+redacted; long tokens such as thinking signatures are left to see).
 """
 
 from __future__ import annotations
@@ -13,14 +15,25 @@ import json
 
 from mitmproxy import contentviews, http
 
+from addon.redact import clean, escape, redact
 from addon.state import OriginalStore
 
 
 def _pretty(body: bytes) -> str:
     try:
-        return json.dumps(json.loads(body), indent=2, ensure_ascii=False)
-    except ValueError:
-        return body.decode("utf-8", "replace")
+        text = json.dumps(json.loads(body), indent=2, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        text = body.decode("utf-8", "replace")
+    # Lone surrogates (from "\ud83d" in the JSON) cannot be shown: escaped.
+    return redact(escape_surrogates(text), tokens=False)
+
+
+def escape_surrogates(text: str) -> str:
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return "\n".join(escape(line) for line in text.split("\n"))
 
 
 class BridgeContentview(contentviews.Contentview):
@@ -49,7 +62,7 @@ class BridgeContentview(contentviews.Contentview):
             else ("upstream sent", "client got")
         )
         return (
-            f"# cursor-bridge: {found.summary}\n\n"
+            f"# cursor-bridge: {clean(found.summary, 2000)}\n\n"
             f"# ── {after} (rewritten) ──\n{_pretty(data)}\n\n"
             f"# ── {before} (original) ──\n{_pretty(found.body)}\n"
         )

@@ -5,13 +5,16 @@ Claude Code calls it to decide when to compact a conversation. The request goes
 upstream as it is; only when the upstream lacks the endpoint (404, 405, 501) does
 the bridge answer ``{"input_tokens": N}`` with an estimate (about four characters a
 token), and say so in the flow comment. An auth, rate-limit or server error is the
-client's to see. Only paths whose ``…/messages`` a route takes from Anthropic clients
-are touched.
+client's to see. On a Gemini route the count is Gemini's own: the conversation goes to
+its ``countTokens`` (``addon.dialects.gemini.tokens``) and ``totalTokens`` comes back as
+``input_tokens``; its errors reach the client in Anthropic's shape. Only paths whose
+``…/messages`` a route takes from Anthropic clients
+are touched, never a host outside mitmproxy's ``allow_hosts`` / ``ignore_hosts``; a
+body that is not strict JSON goes upstream as it is, without an estimate.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable
 
@@ -19,9 +22,19 @@ from mitmproxy import http
 
 from addon.config import Settings
 from addon.dialects import DIALECTS
-from addon.plan import dump
+from addon.dialects.base import Target
+from addon.dialects.gemini.tokens import count_answer, count_request
+from addon.model import ClientError, UnsupportedShape
+from addon.plan import GEMINI_DIALECTS, dump, load_json
 from addon.routes import match
-from addon.shell.common import append_comment, environment, header_map, json_response
+from addon.shell.common import (
+    append_comment,
+    environment,
+    header_map,
+    internal_error,
+    json_response,
+    outside_proxy_hosts,
+)
 from addon.state import BridgeState
 from addon.transforms.tokens import estimate_input_tokens
 from addon.wire import credentials
@@ -37,39 +50,95 @@ class CountTokens:
         self._settings = settings
         self._state = state
         self._estimates: dict[str, int] = {}
+        self._gemini: set[str] = set()
+        """Flows whose count was asked of Gemini's ``countTokens``."""
 
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None or not flow.live:
             return
+        try:
+            self._request(flow)
+        except Exception as e:  # the request goes upstream as the client sent it
+            self._estimates.pop(flow.id, None)
+            internal_error("cursor-bridge: count_tokens request", e)
+
+    def _request(self, flow: http.HTTPFlow) -> None:
         req = flow.request
         path = req.path.split("?", 1)[0]
         if req.method != "POST" or not path.endswith("/messages" + SUFFIX):
             return
         route = match(self._settings().routes, req.host, path[: -len(SUFFIX)], "POST")
-        if route is None or route.client != "anthropic":
+        if route is None or route.client != "anthropic" or outside_proxy_hosts(flow):
             return
         try:
-            body = json.loads(req.get_content(strict=False) or b"")
+            body = load_json(req.get_content(strict=False) or b"")
         except (ValueError, RecursionError):
             return  # not ours to judge: the upstream answers
-        self._estimates[flow.id] = estimate_input_tokens(body)
+        estimate = estimate_input_tokens(body)
         # The key follows the upstream's dialect here too (a Bearer gateway would say 401).
         env_key = environment().get(route.api_key_env) if route.api_key_env else None
         set_headers, drop = credentials(
             DIALECTS[route.client], DIALECTS[route.upstream], header_map(req.headers),
             env_key or None, Counter(),
         )  # fmt: skip
+        if route.upstream in GEMINI_DIALECTS and isinstance(body, dict):
+            notes: Counter[str] = Counter()
+            try:
+                unified = DIALECTS["anthropic"].decode_request(body, notes)
+            except (ClientError, UnsupportedShape, ValueError, TypeError, KeyError):
+                unified = None  # Gemini has no count_tokens path: the estimate answers its 404
+        else:
+            unified = None
+        if unified is not None:
+            target = Target(
+                path[: -len(SUFFIX)], (), "/messages", same_dialect=False, project=route.project
+            )
+            new_path, _, new_body = count_request(unified, target, route.upstream, notes)
+            req.path = new_path
+            req.content = dump(new_body)
+            req.headers["content-type"] = "application/json"
+            self._gemini.add(flow.id)
         for name in drop:
             req.headers.pop(name, None)
         for name, value in set_headers:
             req.headers[name] = value
+        self._estimates[flow.id] = estimate
 
     def response(self, flow: http.HTTPFlow) -> None:
         estimate = self._estimates.pop(flow.id, None)
+        gemini = flow.id in self._gemini
+        self._gemini.discard(flow.id)
         resp = flow.response
-        if estimate is None or resp is None or resp.status_code not in MISSING_ENDPOINT:
+        if estimate is None or resp is None:
             return
-        status = resp.status_code
+        try:
+            if resp.status_code in MISSING_ENDPOINT:
+                self._answer(flow, resp.status_code, estimate)
+            elif gemini:
+                self._from_gemini(flow, resp)
+        except Exception as e:  # the upstream's answer goes on as it is
+            internal_error("cursor-bridge: count_tokens answer", e)
+
+    def _from_gemini(self, flow: http.HTTPFlow, resp: http.Response) -> None:
+        """Gemini's ``totalTokens`` as Anthropic's ``input_tokens``; its errors re-shaped."""
+        try:
+            body = load_json(resp.get_content(strict=False) or b"")
+        except (ValueError, RecursionError):
+            body = None
+        total = count_answer(body) if 200 <= resp.status_code < 300 else None
+        if total is not None:
+            flow.response = json_response(200, dump({"input_tokens": total}))
+            append_comment(flow, f"cursor-bridge: count_tokens from Gemini's countTokens ({total})")
+            return
+        message = DIALECTS["gemini"].error_message(body) or (
+            f"the upstream's countTokens answered HTTP {resp.status_code} without a count"
+        )
+        status = resp.status_code if resp.status_code >= 400 else 502
+        error = DIALECTS["anthropic"].encode_error(ClientError(message, status=status))
+        flow.response = json_response(status, dump(error))
+        append_comment(flow, f"cursor-bridge: count_tokens error from Gemini (HTTP {status})")
+
+    def _answer(self, flow: http.HTTPFlow, status: int, estimate: int) -> None:
         flow.response = json_response(200, dump({"input_tokens": estimate}))
         append_comment(
             flow,
@@ -80,3 +149,4 @@ class CountTokens:
 
     def error(self, flow: http.HTTPFlow) -> None:
         self._estimates.pop(flow.id, None)
+        self._gemini.discard(flow.id)

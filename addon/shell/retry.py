@@ -1,9 +1,13 @@
 """The retry addon: asks the upstream once more, when the rewrite says so.
 
-It owns the HTTP client (httpx) and its option (``bridge_retry_timeout``). The
+It owns the HTTP clients (httpx) and its option (``bridge_retry_timeout``). The
 request is sent again exactly as the upstream got it (rewritten body, path and
-headers, hop-by-hop headers removed), through the same upstream address. The
-retried answer is delivered whole: a stream cannot be restarted mid-way.
+headers, hop-by-hop headers removed), to the same address and the way mitmproxy
+sent it: through the upstream proxy of ``--mode upstream:…`` (with
+``upstream_auth`` as ``Proxy-Authorization``, as mitmproxy's ``upstream_auth``
+addon sends it), directly otherwise. The environment is never read
+(``HTTPS_PROXY`` where the bridge runs is not where the request went). The retried
+answer is delivered whole: a stream cannot be restarted mid-way.
 """
 
 from __future__ import annotations
@@ -12,10 +16,12 @@ from typing import Any
 
 import httpx
 from mitmproxy import ctx, http
+from mitmproxy.addons.upstream_auth import parse_upstream_auth
+from mitmproxy.proxy import mode_specs
 
 from addon.config import RETRY_OPTIONS, ConfigError, parse_retry_timeout
 from addon.plan import short
-from addon.shell.common import add_options, append_comment, log, options_error
+from addon.shell.common import OptionChecks, add_options, append_comment, log
 
 _HOP_BY_HOP = frozenset(
     {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
@@ -23,11 +29,12 @@ _HOP_BY_HOP = frozenset(
 )  # fmt: skip
 
 
-class Retry:
+class Retry(OptionChecks):
     name = "cursor_bridge_retry"
 
     def __init__(self) -> None:
-        self._http: httpx.AsyncClient | None = None
+        self._clients: dict[tuple[str, str] | None, httpx.AsyncClient] = {}
+        """One client per way out: ``None`` direct, else (upstream proxy URL, its auth)."""
         self._timeout = float(RETRY_OPTIONS[0].default)
 
     def load(self, loader: Any) -> None:
@@ -38,9 +45,10 @@ class Retry:
             try:
                 self._timeout = parse_retry_timeout(ctx.options.bridge_retry_timeout)
             except ConfigError as e:
-                raise options_error(str(e)) from e
-            if self._http is not None:
-                self._http.timeout = httpx.Timeout(self._timeout, connect=15.0)
+                self.refuse(str(e))
+                return
+            for client in self._clients.values():
+                client.timeout = httpx.Timeout(self._timeout, connect=15.0)
 
     async def resend(self, flow: http.HTTPFlow, label: str) -> bytes | None:
         """The body of a 2xx answer to the same request, or None (logged, commented)."""
@@ -50,19 +58,11 @@ class Retry:
             for k, v in req.headers.fields
             if k.decode("latin-1").lower() not in _HOP_BY_HOP
         ]
-        if self._http is None:
-            # trust_env=False: the retry and its key never go to a proxy named by the
-            # environment (HTTPS_PROXY where the bridge runs), only where the request went.
-            self._http = httpx.AsyncClient(
-                timeout=httpx.Timeout(self._timeout, connect=15.0),
-                verify=not _ssl_insecure(),
-                trust_env=False,
-            )
         try:
-            answer = await self._http.request(
+            answer = await self._client(flow).request(
                 req.method, req.url, headers=headers, content=req.content
             )
-        except httpx.HTTPError as e:
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as e:
             log.warning("%s: retry failed: %s", label, short(f"{type(e).__name__}: {e}"))
             append_comment(flow, f"retry failed ({type(e).__name__})")
             return None
@@ -72,10 +72,45 @@ class Retry:
             return None
         return answer.content
 
+    def _client(self, flow: http.HTTPFlow) -> httpx.AsyncClient:
+        via = _upstream_proxy(flow)
+        client = self._clients.get(via)
+        if client is None:
+            proxy = None
+            if via is not None:
+                url, auth = via
+                proxy = httpx.Proxy(url, headers={"Proxy-Authorization": auth} if auth else None)
+            # trust_env=False: the retry and its key never go to a proxy named by the
+            # environment (HTTPS_PROXY where the bridge runs), only where the request went.
+            client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self._timeout, connect=15.0),
+                verify=not _ssl_insecure(),
+                trust_env=False,
+                proxy=proxy,
+            )
+            self._clients[via] = client
+        return client
+
     async def done(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+
+
+def _upstream_proxy(flow: http.HTTPFlow) -> tuple[str, str] | None:
+    """``(proxy URL, Proxy-Authorization value or "")`` when the flow came in through
+    ``--mode upstream:…``: mitmproxy sent it through that proxy, so does the retry."""
+    mode = flow.client_conn.proxy_mode
+    if not isinstance(mode, mode_specs.UpstreamMode):
+        return None
+    host, port = mode.address
+    host = f"[{host}]" if ":" in host else host
+    try:
+        auth_spec = ctx.options.upstream_auth
+    except (AttributeError, KeyError):
+        auth_spec = None
+    auth = parse_upstream_auth(auth_spec).decode("latin-1") if auth_spec else ""
+    return f"{mode.scheme}://{host}:{port}", auth
 
 
 def _ssl_insecure() -> bool:

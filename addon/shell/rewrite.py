@@ -11,8 +11,13 @@ Hooks only apply what ``addon.plan`` decides:
   re-shaped for a client of another dialect;
 - ``error``: the flow's state is freed.
 
-Problems are logged one line each, never raised. Headers are never logged nor
-copied into ``flow.metadata``: they carry the user's API keys.
+Problems are logged one line each, never raised: every hook catches what nobody
+expected (one ``internal error`` line, no traceback) and the client still gets an
+answer — its request or the upstream's answer passed on untouched when both sides
+speak the same dialect, else an error in the client's dialect. Headers are never
+logged nor copied into ``flow.metadata``: they carry the user's API keys; whatever
+else is written (log lines, comments, metadata) goes through ``addon.redact``.
+mitmproxy's ``allow_hosts`` / ``ignore_hosts`` bind the bridge too.
 """
 
 from __future__ import annotations
@@ -26,18 +31,34 @@ from mitmproxy import contentviews, ctx, http
 
 from addon.config import REWRITE_OPTIONS, ConfigError, Settings, parse_settings
 from addon.model import UnsupportedShape
-from addon.plan import FlowPlan, Incoming, Pass, Reject, Rewrite, decide, dump, route_for, short
+from addon.plan import (
+    Decision,
+    FlowPlan,
+    Incoming,
+    Pass,
+    Reject,
+    Rewrite,
+    decide,
+    internal_error,
+    route_for,
+    short,
+)
+from addon.redact import clean
 from addon.shell.common import (
     META_KEY,
+    OptionChecks,
     add_options,
     append_comment,
+    check_deferred_options,
     environment,
     header_map,
     is_json,
     json_response,
     log,
-    options_error,
+    outside_proxy_hosts,
+    set_meta,
 )
+from addon.shell.common import internal_error as log_internal_error
 from addon.shell.contentview import BridgeContentview
 from addon.shell.retry import Retry
 from addon.state import BridgeState
@@ -48,7 +69,7 @@ MAX_TRACKED_FLOWS = 10_000
 """Flows whose answer is still awaited; the oldest are forgotten past this (a leak guard)."""
 
 
-class RewriteAddon:
+class RewriteAddon(OptionChecks):
     name = "cursor_bridge"
 
     def __init__(self, state: BridgeState | None = None, retry: Retry | None = None) -> None:
@@ -62,6 +83,8 @@ class RewriteAddon:
     def load(self, loader: Any) -> None:
         contentviews.add(BridgeContentview(self.state.originals))
         add_options(loader, REWRITE_OPTIONS)
+        # The last of the bridge's addons to load: every bridge option is declared now.
+        check_deferred_options(getattr(getattr(loader, "master", None), "options", None))
 
     def configure(self, updated: set[str]) -> None:
         if not any(name.startswith("bridge_") for name in updated):
@@ -69,12 +92,13 @@ class RewriteAddon:
         try:
             self.settings = parse_settings(lambda name: getattr(ctx.options, name), environment())
         except ConfigError as e:
-            raise options_error(str(e)) from e
+            self.refuse(str(e))
+            return
         if "bridge_routes" in updated and ctx.options.bridge_routes:
             log.info(
                 "cursor-bridge: %d route(s) from %s",
                 len(self.settings.routes),
-                ctx.options.bridge_routes,
+                clean(ctx.options.bridge_routes, 1000),
             )
 
     # ------------------------------------------------------------------ request
@@ -82,33 +106,51 @@ class RewriteAddon:
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None or flow.error is not None or not flow.live:
             return
-        req = flow.request
-        route = route_for(self.settings, req.method, req.host, req.path)
-        if route is None:
-            return
-        incoming = Incoming(
-            req.method,
-            req.host,
-            req.path,
-            header_map(req.headers),
-            req.get_content(strict=False) or b"",
-        )
-        decision = decide(self.settings, route, incoming, environment())
-        match decision:
-            case Pass(reason=None):
+        route = None
+        try:
+            req = flow.request
+            route = route_for(self.settings, req.method, req.host, req.path)
+            if route is None or outside_proxy_hosts(flow):
                 return
-            case Pass():
-                self._passthrough(flow, decision)
-            case Reject():
-                self._reject(flow, decision)
-            case Rewrite():
+            incoming = Incoming(
+                req.method,
+                req.host,
+                req.path,
+                header_map(req.headers),
+                req.get_content(strict=False) or b"",
+            )
+            decision: Decision = decide(self.settings, route, incoming, environment())
+            if isinstance(decision, Rewrite):
+                # Everything that could fail is done: the flow is changed only from here on.
                 self._rewrite(flow, incoming, decision)
+                return
+        except Exception as e:
+            if route is None:
+                log_internal_error("cursor-bridge: request", e)
+                return
+            log_internal_error(f"cursor-bridge [{route.name}]: request", e)
+            decision = internal_error(route, e)
+        try:
+            match decision:
+                case Pass(reason=None):
+                    return
+                case Pass():
+                    self._passthrough(flow, decision)
+                case Reject():
+                    self._reject(flow, decision)
+        except Exception as e:
+            log_internal_error(f"cursor-bridge [{route.name}]: request", e)
 
     def _rewrite(self, flow: http.HTTPFlow, incoming: Incoming, d: Rewrite) -> None:
         req, wire, plan = flow.request, d.wire, d.plan
-        req.content = dump(wire.body)
+        path = None
         if (wire.path, wire.query) != (incoming.bare_path, incoming.query):
-            req.path = wire.path + (f"?{urlencode(wire.query)}" if wire.query else "")
+            # surrogateescape: bytes of the client's query that are not UTF-8 go back as sent
+            query = urlencode(wire.query, encoding="utf-8", errors="surrogateescape")
+            path = wire.path + (f"?{query}" if wire.query else "")
+        req.content = d.body
+        if path is not None:
+            req.path = path
         for name in wire.drop_headers:
             req.headers.pop(name, None)
         for name, value in wire.set_headers:
@@ -118,16 +160,37 @@ class RewriteAddon:
         self.state.count("requests rewritten")
         self.state.originals.put(flow.id, "request", d.original, d.summary)
         append_comment(flow, f"{plan.label}: {d.summary}")
-        flow.metadata[META_KEY] = plan.meta()
+        set_meta(flow, plan.meta())
 
     # ------------------------------------------------------------------ response
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
+        try:
+            self._responseheaders(flow)
+        except Exception as e:
+            plan = self._plans.get(flow.id)
+            log_internal_error(plan.label if plan else "cursor-bridge", e)
+            if flow.response is not None and (plan is None or plan.same_dialect):
+                # Same dialect: the answer is passed on as it comes (a stream still streams).
+                self._plans.pop(flow.id, None)
+                if (
+                    flow.response.headers.get("content-type", "")
+                    .lower()
+                    .startswith("text/event-stream")
+                ):
+                    flow.response.stream = True
+            # Another dialect: buffered; ``response`` turns it into the client's dialect or
+            # into an error in it.
+
+    def _responseheaders(self, flow: http.HTTPFlow) -> None:
         plan = self._plans.get(flow.id)
         resp = flow.response
         if resp is None:
             return
-        if not resp.headers.get("content-type", "").lower().startswith("text/event-stream"):
+        sse = resp.headers.get("content-type", "").lower().startswith("text/event-stream")
+        # Gemini without ``alt=sse`` streams one JSON array as ``application/json``.
+        array = plan is not None and plan.stream and plan.upstream_framing == "json_array"
+        if not (sse or (array and is_json(resp))):
             return
         if plan is None:
             meta = flow.metadata.get(META_KEY)
@@ -141,8 +204,8 @@ class RewriteAddon:
         try:
             processor = plan.stream_processor(resp.headers.get("content-encoding"))
         except UnsupportedEncoding as e:
-            log.warning("%s: stream passed through unchanged: %s", plan.label, e)
-            append_comment(flow, f"{plan.label}: stream not rewritten ({e})")
+            log.warning("%s: stream passed through unchanged: %s", plan.label, short(e))
+            append_comment(flow, f"{plan.label}: stream not rewritten ({short(e)})")
             resp.stream = True  # still stream it: SSE must never be buffered
             self._plans.pop(flow.id, None)
             return
@@ -152,6 +215,8 @@ class RewriteAddon:
         resp.headers.pop("content-length", None)
         if flow.request.http_version.startswith("HTTP/1"):
             resp.headers["transfer-encoding"] = "chunked"
+        if plan.client_framing != plan.upstream_framing:
+            resp.headers["content-type"] = FRAMING_TYPES[plan.client_framing]
         resp.stream = stream_callable(processor, plan.label)
 
     async def response(self, flow: http.HTTPFlow) -> None:
@@ -159,6 +224,15 @@ class RewriteAddon:
         resp = flow.response
         if plan is None or resp is None:
             return
+        try:
+            await self._response(flow, plan, resp)
+        except Exception as e:
+            log_internal_error(f"{plan.label}: answer", e)
+            if plan.same_dialect or plan.processor is not None:
+                return  # passed on as the upstream sent it (a stream is already on its way)
+            self._unreadable(flow, plan, f"internal error ({type(e).__name__})")
+
+    async def _response(self, flow: http.HTTPFlow, plan: FlowPlan, resp: http.Response) -> None:
         if plan.processor is not None:
             self._stream_done(flow, plan)
             return
@@ -166,8 +240,8 @@ class RewriteAddon:
             if not plan.same_dialect:
                 self._translate_error(flow, plan)
             return
-        if not is_json(resp):
-            return
+        if plan.same_dialect and not is_json(resp):
+            return  # not JSON: the client reads it itself
         raw = resp.get_content(strict=False) or b""
         try:
             answer = plan.decode_answer(raw)
@@ -183,17 +257,17 @@ class RewriteAddon:
                     answer = retried
             body = plan.encode_answer(answer)
         except (ValueError, UnsupportedShape, RecursionError) as e:
-            log.info("%s: answer passed through unchanged: %s", plan.label, short(e))
-            append_comment(flow, f"answer not rewritten ({short(e)})")
-            return
-        except Exception as e:  # a rewrite bug must not cost the user the answer
-            log.error("%s: answer passed through after an internal error: %r", plan.label, e)
-            append_comment(flow, f"answer not rewritten (internal error: {type(e).__name__})")
+            why = "nested too deeply" if isinstance(e, RecursionError) else short(e)
+            if not plan.same_dialect:
+                self._unreadable(flow, plan, why)
+                return
+            log.info("%s: answer passed through unchanged: %s", plan.label, why)
+            append_comment(flow, f"answer not rewritten ({why})")
             return
         self._note_text_calls(flow, plan)
         self.state.originals.put(flow.id, "response", raw, "answer re-encoded")
         if plan.stream:
-            resp.headers["content-type"] = "text/event-stream; charset=utf-8"
+            resp.headers["content-type"] = FRAMING_TYPES[plan.client_framing]
             append_comment(flow, "whole answer sent as a stream (client asked for one)")
         else:
             resp.headers["content-type"] = "application/json"
@@ -206,13 +280,13 @@ class RewriteAddon:
         meta = flow.metadata.get(META_KEY)
         if isinstance(meta, dict):
             meta["stream_events"] = p.events_in
-            meta["stream_fallback"] = p.error
+            meta["stream_fallback"] = short(p.error) if p.error else p.error
             if plan.parser is not None:
                 meta["text_tool_calls"] = plan.parser.calls
         self._note_text_calls(flow, plan)
         if p.error:
             self.state.count("stream fallbacks")
-            append_comment(flow, f"stream passed through after: {p.error}")
+            append_comment(flow, f"stream passed through after: {short(p.error)}")
         else:
             self.state.count("streams rewritten")
 
@@ -230,6 +304,16 @@ class RewriteAddon:
                 short("; ".join(parser.rejected[:3])),
             )
 
+    def _unreadable(self, flow: http.HTTPFlow, plan: FlowPlan, why: str) -> None:
+        """An answer that cannot reach a client of another dialect: a 502 in its dialect."""
+        resp = flow.response
+        assert resp is not None
+        status = resp.status_code
+        self.state.count("answers not translatable")
+        log.warning("%s: upstream answer (HTTP %d) not translatable: %s", plan.label, status, why)
+        append_comment(flow, f"upstream answer (HTTP {status}) not translatable: {why} → 502")
+        flow.response = json_response(502, plan.unreadable_answer(why))
+
     def _translate_error(self, flow: http.HTTPFlow, plan: FlowPlan) -> None:
         """An upstream error, re-shaped for a client of another dialect (status kept)."""
         resp = flow.response
@@ -244,8 +328,11 @@ class RewriteAddon:
         self._plans.pop(flow.id, None)
 
     def done(self) -> None:
-        if self.state.counters:
-            log.info("cursor-bridge: %s", self.state.summary())
+        try:
+            if self.state.counters:
+                log.info("cursor-bridge: %s", self.state.summary())
+        except Exception as e:
+            log_internal_error("cursor-bridge: done", e)
 
     # ------------------------------------------------------------------ helpers
 
@@ -255,33 +342,35 @@ class RewriteAddon:
         req = flow.request
         self.state.count("rejected")
         log.warning(
-            "%s: %s %s → %d: %s", label, req.method, short(req.path), d.status, short(d.message)
+            "%s: %s %s → %d: %s",
+            label,
+            short(req.method),
+            short(req.path),
+            d.status,
+            short(d.message),
         )
         flow.response = json_response(d.status, d.body)
         append_comment(flow, f"{label}: answered {d.status}: {short(d.message)}")
-        flow.metadata[META_KEY] = {
-            "route": d.route.name,
-            "action": "rejected",
-            "error": short(d.message),
-        }
+        set_meta(flow, {"route": d.route.name, "action": "rejected", "error": short(d.message)})
 
     def _passthrough(self, flow: http.HTTPFlow, d: Pass) -> None:
         assert d.route is not None and d.reason is not None
         label = f"cursor-bridge [{d.route.name}]"
         req = flow.request
         self.state.count("passed through")
-        log.info("%s: %s %s passed through: %s", label, req.method, short(req.path), d.reason)
-        append_comment(flow, f"{label}: passed through: {d.reason}")
-        flow.metadata[META_KEY] = {
-            "route": d.route.name,
-            "action": "passthrough",
-            "reason": d.reason,
-        }
+        reason = short(d.reason)
+        log.info("%s: %s %s passed through: %s", label, short(req.method), short(req.path), reason)
+        append_comment(flow, f"{label}: passed through: {reason}")
+        set_meta(flow, {"route": d.route.name, "action": "passthrough", "reason": reason})
 
     def _remember(self, flow_id: str, plan: FlowPlan) -> None:
         self._plans[flow_id] = plan
         while len(self._plans) > MAX_TRACKED_FLOWS:
             self._plans.popitem(last=False)
+
+
+FRAMING_TYPES = {"sse": "text/event-stream; charset=utf-8", "json_array": "application/json"}
+"""The content type of a stream in each framing."""
 
 
 def stream_callable(processor: StreamProcessor, label: str) -> Callable[[bytes], Sequence[bytes]]:
@@ -294,7 +383,12 @@ def stream_callable(processor: StreamProcessor, label: str) -> Callable[[bytes],
             out = processor.finish() if data == b"" else processor.feed(data)
         except Exception as e:
             # A bug in the processor itself: never eat the user's stream.
-            log.error("%s: stream rewrite failed (%r); passing the rest through", label, e)
+            log.error(
+                "%s: stream rewrite failed (%s: %s); passing the rest through",
+                label,
+                type(e).__name__,
+                short(e),
+            )
             processor.passthrough = True
             processor.error = processor.error or f"internal error {type(e).__name__}"
             reported = True

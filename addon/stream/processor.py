@@ -15,6 +15,13 @@ the unfinished tail. Bytes fed after that are returned as they come.
 
 SSE comments (``: keep-alive``) are forwarded as they are, so that idle
 connections stay open through the proxy.
+
+Framings (``addon.stream.framing``): the upstream's body is read as SSE (``framing_in="sse"``)
+or as one JSON array whose items are the events (``"json_array"``, Gemini without
+``alt=sse``: each item goes to the decoder as ``feed(item, None)``); the client's body is
+written as SSE or as one JSON array of the encoder's data (``[`` item ``,\r\n`` item … ``]``,
+closed by ``finish()``). SSE comments have no JSON-array form and are dropped there. On a
+failure the raw bytes given back are the upstream's, whatever the framings.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Protocol
 from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
 from addon.model import Event
 from addon.stream.decompress import Decompressor
+from addon.stream.framing import JsonArraySplitter, JsonArrayWriter
 from addon.stream.sse import (
     EventDecoder,
     LineDecoder,
@@ -52,8 +60,8 @@ class StreamProcessor:
         framing_in: Framing = "sse",
         framing_out: Framing = "sse",
     ) -> None:
-        if framing_in != "sse" or framing_out != "sse":
-            raise NotImplementedError("only SSE framing so far")
+        if framing_in not in ("sse", "json_array") or framing_out not in ("sse", "json_array"):
+            raise ValueError(f"unknown framing {framing_in!r} → {framing_out!r}")
         self._decoder = decoder
         self._encoder = encoder
         self._stages = tuple(stages)
@@ -61,6 +69,9 @@ class StreamProcessor:
         self._lines = LineDecoder()
         self._events = EventDecoder()
         self._pending_raw = bytearray()  # raw lines of the SSE event being assembled
+        self._items = JsonArraySplitter() if framing_in == "json_array" else None
+        self._writer = JsonArrayWriter() if framing_out == "json_array" else None
+        self._frame = encode_pairs if self._writer is None else self._writer.pairs
         self._finished = False
         self.passthrough = False
         self.error: str | None = None
@@ -82,6 +93,8 @@ class StreamProcessor:
         self.bytes_in += len(chunk)
         if self.passthrough or self._finished:
             return self._out([chunk])
+        if self._items is not None:
+            return self._run_items(self._items.feed(chunk), final=False)
         lines = self._lines.feed(chunk)
         return self._run(lines, final=False)
 
@@ -97,6 +110,11 @@ class StreamProcessor:
                 self.error = self.error or f"cannot decompress the end of the stream: {e}"
         if self.passthrough:
             return self._out([tail])
+        if self._items is not None:
+            items = self._items.feed(tail) if tail else []
+            if self._items.error is None:
+                items += self._items.finish()
+            return self._run_items(items, final=True)
         lines = self._lines.feed(tail) if tail else []
         lines += self._lines.finish()
         return self._run(lines, final=True)
@@ -111,7 +129,8 @@ class StreamProcessor:
                 item = self._events.feed_line(line)
                 if isinstance(item, SSEComment):
                     del self._pending_raw[len(self._pending_raw) - len(raw) :]
-                    out.append(encode_event(item))
+                    if self._writer is None:
+                        out.append(encode_event(item))
                 elif item is not None:
                     self._dispatch(item, out)
             except Exception as e:
@@ -122,14 +141,43 @@ class StreamProcessor:
                 last = self._events.finish()
                 if last is not None:
                     self._dispatch(last, out)
-                events = self._decoder.finish()
-                for stage in self._stages:
-                    events = _feed_all(stage, events) + stage.finish()
-                out.extend(self._encode(events))
-                out.extend(encode_pairs(self._encoder.finish()))
+                self._end(out)
             except Exception as e:
                 return self._fail(f"{type(e).__name__}: {e}", bytes(self._pending_raw), out)
         return self._out(out)
+
+    def _run_items(self, items: list[tuple[str, bytes]], final: bool) -> list[bytes]:
+        """JSON-array framing: each item is one event's data."""
+        out: list[bytes] = []
+        for i, (text, raw) in enumerate(items):
+            try:
+                self.events_in += 1
+                events = self._decoder.feed(text, None)
+                for stage in self._stages:
+                    events = _feed_all(stage, events)
+                out.extend(self._encode(events))
+            except Exception as e:
+                rest = b"".join(r for _, r in items[i + 1 :])
+                return self._fail(f"{type(e).__name__}: {e}", raw + rest, out)
+        assert self._items is not None
+        if self._items.error is not None:
+            return self._fail(f"cannot read the JSON array: {self._items.error}", b"", out)
+        if final:
+            try:
+                self._end(out)
+            except Exception as e:
+                return self._fail(f"{type(e).__name__}: {e}", b"", out)
+        return self._out(out)
+
+    def _end(self, out: list[bytes]) -> None:
+        """The body ended: flush the decoder, the stages and the encoder; close the framing."""
+        events = self._decoder.finish()
+        for stage in self._stages:
+            events = _feed_all(stage, events) + stage.finish()
+        out.extend(self._encode(events))
+        out.extend(self._frame(self._encoder.finish()))
+        if self._writer is not None:
+            out.append(self._writer.close())
 
     def _dispatch(self, item: SSEEvent, out: list[bytes]) -> None:
         if not item.data:
@@ -145,15 +193,19 @@ class StreamProcessor:
 
     def _encode(self, events: Iterable[Event]) -> list[bytes]:
         out: list[bytes] = []
+        feed, frame = self._encoder.feed, self._frame
         for event in events:
-            out.extend(encode_pairs(self._encoder.feed(event)))
+            pairs = feed(event)
+            if pairs:
+                out.extend(frame(pairs))
         return out
 
     def _fail(self, why: str, raw: bytes, done: Sequence[bytes] = ()) -> list[bytes]:
         self.passthrough = True
         self.error = why
         self._pending_raw.clear()
-        return self._out([*done, *self._drain_stages(), raw, self._lines.pending()])
+        held = self._lines.pending() if self._items is None else self._items.pending()
+        return self._out([*done, *self._drain_stages(), raw, held])
 
     def _drain_stages(self) -> list[bytes]:
         """What stages still hold (e.g. text the parser kept back) goes out before the raw rest."""

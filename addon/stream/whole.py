@@ -8,7 +8,7 @@ answer with one JSON object; an SDK waiting for SSE would fail on it.
 
 from __future__ import annotations
 
-from addon.dialects.base import StreamEncoder
+from addon.dialects.base import Framing, StreamEncoder
 from addon.model import (
     Event,
     Finish,
@@ -24,6 +24,7 @@ from addon.model import (
     ToolCallStart,
     UsageEvent,
 )
+from addon.stream.framing import JsonArrayWriter
 from addon.stream.sse import encode_pairs
 
 
@@ -48,9 +49,13 @@ def response_events(resp: Response) -> list[Event]:
     return events
 
 
-def sse_from_response(resp: Response, encoder: StreamEncoder) -> bytes:
-    out: list[bytes] = []
+def sse_from_response(resp: Response, encoder: StreamEncoder, framing: Framing = "sse") -> bytes:
+    """The answer as the client's stream: SSE, or one JSON array (Gemini without ``alt=sse``)."""
+    pairs: list[tuple[str | None, str]] = []
     for event in response_events(resp):
-        out += encode_pairs(encoder.feed(event))
-    out += encode_pairs(encoder.finish())
-    return b"".join(out)
+        pairs += encoder.feed(event)
+    pairs += encoder.finish()
+    if framing == "json_array":
+        writer = JsonArrayWriter()
+        return b"".join([*writer.pairs(pairs), writer.close()])
+    return b"".join(encode_pairs(pairs))

@@ -28,13 +28,18 @@ def check_tools(req: Request) -> None:
         seen[tool.name] = i
 
 
-def sanitize_tool_schemas(req: Request, profile: SchemaProfile, notes: Notes) -> Request:
+def sanitize_tool_schemas(
+    req: Request, profile: SchemaProfile, notes: Notes, *, upper_types: bool = False
+) -> Request:
+    """Each tool's parameter schema cleaned for ``profile``; ``gemini`` also counts each change
+    it made (``schema … (gemini)``) besides the number of tools it changed, and writes Gemini's
+    upper-case type names (``STRING``) with ``upper_types``."""
     if profile == "none" or not req.tools:
         return req
     tools = []
     for tool in req.tools:
         if isinstance(tool, Tool):
-            clean = sanitize_schema(tool.parameters, profile)
+            clean = sanitize_schema(tool.parameters, profile, notes, upper_types=upper_types)
             if clean != tool.parameters:
                 notes[f"tool schemas sanitized ({profile})"] += 1
                 tool = dataclasses.replace(tool, parameters=clean)

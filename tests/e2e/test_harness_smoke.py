@@ -224,21 +224,25 @@ def proxies() -> Iterator[Callable[..., Proxy]]:
 
 
 def test_unknown_addon_option_is_refused_before_start(upstream: ScriptedUpstream) -> None:
-    # mitmdump itself keeps unknown --set options as "deferred" and never complains.
     with pytest.raises(ValueError, match=r"bridge_nonexistent.*ignore them silently"):
         Proxy(upstream.port, {"bridge_nonexistent": "1"})
 
 
-def test_mitmdump_ignores_unknown_options(
+def test_mitmdump_ignores_unknown_options_but_the_bridge_refuses_its_own(
     proxies: Callable[..., Proxy], upstream: ScriptedUpstream
 ) -> None:
-    p = proxies(upstream.port, {"bridge_nonexistent": "1"}, check_options=False).start()
+    # mitmdump itself keeps unknown --set options as "deferred" and never complains ...
+    p = proxies(upstream.port, {"nonexistent_option": "1"}, check_options=False).start()
     upstream.enqueue(RawReply(b"fine"))
     assert raw_request(p.port, "GET", "/healthz")[::2] == (200, b"fine")
-    assert p.alive and "bridge_nonexistent" not in p.log_text()
+    assert p.alive and "nonexistent_option" not in p.log_text()
     log_before_stop = p.log_text()
     assert p.stop() == 0 and not p.alive
     assert p.log_text().startswith(log_before_stop)
+    # ... but a bridge_* name the bridge does not declare stops the start, naming it.
+    bad = proxies(upstream.port, {"bridge_nonexistent": "1"}, check_options=False)
+    with pytest.raises(ProxyStartError, match="unknown option bridge_nonexistent"):
+        bad.start()
 
 
 def test_bad_addon_option_value_fails_start(

@@ -1,7 +1,7 @@
 """End to end: every request recorded from a real client program, replayed through mitmdump.
 
 The recordings in ``../shared/fixtures/real/clients/`` are what Claude Code,
-Codex CLI, OpenCode and the Vercel AI SDK really sent (headers and body), with
+Codex CLI, OpenCode, the Vercel AI SDK and Gemini CLI really sent (headers and body), with
 the scripted answers they got. Each request is sent as recorded (its key
 replaced by a test key) to a proxy in front of an OpenAI-compatible upstream.
 The upstream checks it got a valid Chat Completions request with the key as a
@@ -39,9 +39,10 @@ CLIENT_DIALECTS = {
     "codex-": "openai_responses",
     "opencode-": "openai_chat",
     "ai-sdk-6.0.326-openai-compatible-": "openai_chat",
+    "gemini-cli-": "gemini",
 }
 _SKIP_HEADERS = {"host", "content-length", "accept-encoding", "connection"}
-_KEY_HEADERS = {"authorization", "x-api-key"}
+_KEY_HEADERS = {"authorization", "x-api-key", "x-goog-api-key"}
 
 
 def recordings() -> list[str]:
@@ -122,7 +123,7 @@ def test_recorded_request_through_the_proxy(
     def reply(rec: Recorded) -> SSEReply:
         assert rec.path == "/v1/chat/completions", rec.path
         assert rec.headers.get("authorization") == f"Bearer {TEST_KEY}"
-        assert "x-api-key" not in rec.headers
+        assert "x-api-key" not in rec.headers and "x-goog-api-key" not in rec.headers
         body = rec.json()
         seen.append(body)
         check_chat_body(body)
@@ -130,7 +131,7 @@ def test_recorded_request_through_the_proxy(
 
     upstream.script = reply
     headers = {
-        k: (TEST_KEY if k.lower() == "x-api-key" else f"Bearer {TEST_KEY}")
+        k: (TEST_KEY if k.lower() in ("x-api-key", "x-goog-api-key") else f"Bearer {TEST_KEY}")
         if k.lower() in _KEY_HEADERS
         else v
         for k, v in recorded["headers"].items()

@@ -8,7 +8,18 @@ from typing import Any
 import pytest
 
 from addon.config import Settings
-from addon.plan import Incoming, Pass, Reject, Rewrite, decide, dump, route_for
+from addon.model import UnsupportedShape
+from addon.plan import (
+    Incoming,
+    Pass,
+    Reject,
+    Rewrite,
+    decide,
+    dump,
+    internal_error,
+    load_json,
+    route_for,
+)
 from addon.routes import Route
 
 KEY = "sk-SECRET-route-key"
@@ -115,3 +126,125 @@ def test_a_lone_surrogate_still_gives_an_answer() -> None:
 def test_dump_writes_strict_utf8_json() -> None:
     assert dump({"a": "é"}) == '{"a":"é"}'.encode()
     assert dump({"a": "\ud83d"}) == b'{"a":"\\ud83d"}'
+
+
+# --------------------------------------------------------------------------- strict JSON (issue 8)
+
+NON_STRICT = [
+    pytest.param(b'{"model":"m","temperature":NaN,"messages":[]}', id="NaN"),
+    pytest.param(b'{"model":"m","temperature":Infinity,"messages":[]}', id="Infinity"),
+    pytest.param(b'{"model":"m","temperature":-Infinity,"messages":[]}', id="-Infinity"),
+    pytest.param(b'{"model":"m","temperature":1e400,"messages":[]}', id="1e400"),
+    pytest.param(b'{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}],'
+                 b'"metadata":{"a":[-1e999]}}', id="deep-1e999"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("raw", NON_STRICT)
+def test_a_body_that_is_not_strict_json_passes_on_the_same_dialect(raw: bytes) -> None:
+    d = run(incoming("/v1/chat/completions", raw))
+    assert isinstance(d, Pass) and d.reason and "not a JSON object" in d.reason
+
+
+@pytest.mark.parametrize("raw", NON_STRICT)
+def test_a_body_that_is_not_strict_json_is_a_400_on_a_dialect_change(raw: bytes) -> None:
+    d = run(incoming("/v1/messages", raw))
+    assert isinstance(d, Reject) and d.status == 400
+    assert json.loads(d.body)["error"]["type"] == "invalid_request_error"
+
+
+def test_load_json_is_strict_and_dump_never_writes_non_strict_json() -> None:
+    for raw in (b"NaN", b"[Infinity]", b'{"a": -Infinity}', b"1e400", b"", b"\xff"):
+        with pytest.raises(ValueError):
+            load_json(raw)
+    assert load_json(b'{"a": 1e300, "b": 12345678901234567890}') == {
+        "a": 1e300,
+        "b": 12345678901234567890,
+    }
+    for value in (float("nan"), float("inf"), {"a": [float("-inf")]}):
+        with pytest.raises(ValueError):
+            dump(value)
+
+
+def test_an_internal_error_is_a_decision_never_an_exception() -> None:
+    same = Settings().routes[0]
+    change = Settings().routes[1]
+    p = internal_error(same, TypeError("boom key=abc \ud83d"))
+    assert (
+        isinstance(p, Pass)
+        and p.reason == "internal error (TypeError: boom key=[REDACTED] \\ud83d)"
+    )
+    r = internal_error(change, RecursionError("deep"))
+    assert isinstance(r, Reject) and r.status == 500
+    error = json.loads(r.body)
+    assert (
+        error["type"] == "error"
+        and "cursor-bridge failed on this anthropic request" in (error["error"]["message"])
+    )
+
+
+def test_an_upstream_error_of_any_shape_is_re_shaped() -> None:
+    d = run(incoming("/v1/messages", ANTHROPIC_BODY))
+    assert isinstance(d, Rewrite)
+    for raw in (b"[" * 100_000, b'{"error": NaN}', b"\xff\xfe", b"", b"<html>" + b"x" * 10_000):
+        body, message = d.plan.error_body(502, raw)
+        error = json.loads(body)
+        assert error["type"] == "error" and error["error"]["message"] == message
+        assert len(message) < 600
+    body, message = d.plan.error_body(401, b'{"error": {"message": "bad key \\ud83d"}}')
+    assert message == "bad key \ud83d" and json.loads(body)["error"]["message"] == message
+
+
+def test_an_unreadable_answer_becomes_a_502_in_the_clients_dialect() -> None:
+    d = run(incoming("/v1/messages", ANTHROPIC_BODY))
+    assert isinstance(d, Rewrite)
+    for raw in (b'{"choices": NaN}', b"[" * 100_000 + b"]" * 100_000, b"<html>", b"[]"):
+        with pytest.raises((ValueError, UnsupportedShape, RecursionError)):
+            d.plan.decode_answer(raw)
+    error = json.loads(d.plan.unreadable_answer("why"))
+    assert error["error"]["type"] == "api_error" and error["error"]["message"].endswith(": why")
+
+
+# --------------------------------------------------------------------------- fields kept (issue 8)
+
+
+@pytest.mark.parametrize(
+    ("path", "base", "extra"),
+    [
+        ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "x"}]},
+         {"stream": False, "tool_choice": None, "tools": None, "temperature": None,
+          "n": 1, "logprobs": False, "metadata": {}, "stop": []}),
+        ("/v1/messages", {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "x"}]},
+         {"stream": False, "system": "", "temperature": None, "stop_sequences": [], "tools": [],
+          "metadata": {}, "top_k": None}),
+        ("/v1/responses", {"model": "m", "input": "x"},
+         {"stream": False, "store": False, "instructions": None, "reasoning": None,
+          "max_output_tokens": None, "include": [], "tools": [], "parallel_tool_calls": False}),
+    ],
+)  # fmt: skip
+def test_every_field_the_client_set_reaches_a_same_dialect_upstream(
+    path: str, base: dict[str, Any], extra: dict[str, Any]
+) -> None:
+    dialect = {"/v1/chat/completions": "openai_chat", "/v1/messages": "anthropic"}.get(
+        path, "openai_responses"
+    )
+    route = Route(name="same", path="*", client=dialect, upstream=dialect)  # type: ignore[arg-type]
+    body = {**base, **extra}
+    d = run(incoming(path, body), Settings(routes=(route,)))
+    assert isinstance(d, Rewrite)
+    assert json.loads(d.body) == body == d.wire.body
+
+
+def test_explicit_empties_are_not_sent_to_another_dialect() -> None:
+    body = {**ANTHROPIC_BODY, "stream": False, "system": "", "stop_sequences": []}
+    d = run(incoming("/v1/messages", body))
+    assert isinstance(d, Rewrite)
+    assert "system" not in d.wire.body and "stop_sequences" not in d.wire.body
+
+
+def test_a_query_that_is_not_utf8_survives_the_trip_back() -> None:
+    from urllib.parse import urlencode
+
+    inc = incoming("/v1/x?alt=sse&a=%FF&b=\udcfe", b"{}")
+    assert inc.query == (("alt", "sse"), ("a", "\udcff"), ("b", "\udcfe"))
+    assert urlencode(inc.query, errors="surrogateescape") == "alt=sse&a=%FF&b=%FE"

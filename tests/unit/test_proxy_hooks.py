@@ -44,6 +44,8 @@ CURSOR_BODY: dict[str, Any] = {
 def bridge() -> Iterator[tuple[Bridge, taddons.context]]:
     bundle = make_addons()
     with taddons.context(*bundle.all) as tctx:
+        for addon in bundle.all:  # mitmproxy is up: a bad option is refused, not logged
+            getattr(addon, "running", lambda: None)()
         yield bundle.rewrite, tctx
 
 
@@ -341,3 +343,206 @@ def test_original_store_is_bounded() -> None:
     assert store.get("big", "request") is None
     store.put("a", "request", b"x" * 90, "s")
     assert len(store) == 1
+
+
+# --------------------------------------------------------------------------- under attack (issue 8)
+
+ANTHROPIC_BODY: dict[str, Any] = {
+    "model": "m",
+    "max_tokens": 5,
+    "messages": [{"role": "user", "content": "hi"}],
+}
+KEYED_PATH = "/v1/messages?key=AIzaSyA1234567890abcdefghijklmnopqrst"
+
+
+def _errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+def test_a_bug_in_decide_still_answers_the_client(
+    bridge: tuple[Bridge, taddons.context],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+) -> None:
+    import addon.shell.rewrite as rewrite
+
+    def broken(*_: object) -> object:
+        raise KeyError("a bug \ud83d key=s3cr3t")
+
+    monkeypatch.setattr(rewrite, "decide", broken)
+    addon, _ = bridge
+    flow = chat_flow(ANTHROPIC_BODY if path == "/v1/messages" else CURSOR_BODY, path=path)
+    before = flow.request.content
+    addon.request(flow)
+    (err,) = _errors(caplog)
+    assert err.exc_info is None and "internal error (KeyError" in err.getMessage()
+    assert "s3cr3t" not in caplog.text
+    if path == "/v1/messages":  # another dialect: a 500 in Anthropic's shape
+        assert flow.response is not None and flow.response.status_code == 500
+        assert json.loads(flow.response.content or b"")["type"] == "error"
+    else:  # the same dialect: untouched, and its answer still streams
+        assert flow.response is None and flow.request.content == before
+        assert flow.metadata[META_KEY]["action"] == "passthrough"
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        assert flow.response.stream is True
+
+
+def test_a_bug_in_the_answer_path_gives_a_502_in_the_clients_dialect(
+    bridge: tuple[Bridge, taddons.context],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    addon, _ = bridge
+    flow = chat_flow(ANTHROPIC_BODY, path="/v1/messages")
+    addon.request(flow)
+    plan = addon._plans[flow.id]
+    monkeypatch.setattr(type(plan), "decode_answer", lambda *_: 1 / 0)
+    flow.response = tutils.tresp(
+        headers=http.Headers(((b"content-type", b"application/json"),)), content=b"{}"
+    )
+    addon.responseheaders(flow)
+    respond(addon, flow)
+    assert flow.response.status_code == 502
+    assert json.loads(flow.response.content or b"")["error"]["type"] == "api_error"
+    (err,) = _errors(caplog)
+    assert err.exc_info is None and "ZeroDivisionError" in err.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("content_type", "raw"),
+    [
+        ("application/json", b'{"choices": [], "usage": {"prompt_tokens": NaN}}'),
+        ("application/json", b"[" * 100_000 + b"]" * 100_000),
+        ("text/html", b"<html>gateway</html>"),
+        ("application/json", b'"just a string"'),
+    ],
+)
+def test_an_answer_another_dialect_cannot_read_is_a_502_never_the_raw_bytes(
+    bridge: tuple[Bridge, taddons.context], content_type: str, raw: bytes
+) -> None:
+    addon, _ = bridge
+    flow = chat_flow(ANTHROPIC_BODY, path="/v1/messages")
+    addon.request(flow)
+    flow.response = tutils.tresp(
+        headers=http.Headers(((b"content-type", content_type.encode()),)), content=raw
+    )
+    respond(addon, flow)
+    assert flow.response.status_code == 502
+    body = json.loads(flow.response.content or b"")
+    assert body["type"] == "error" and "could not translate" in body["error"]["message"]
+
+
+def test_a_non_strict_answer_on_the_same_dialect_is_passed_on_not_rewritten(
+    bridge: tuple[Bridge, taddons.context],
+) -> None:
+    addon, _ = bridge
+    flow = chat_flow({**CURSOR_BODY, "stream": False})
+    addon.request(flow)
+    raw = b'{"id":"c","object":"chat.completion","created":0,"model":"m","choices":[],"x":NaN}'
+    flow.response = tutils.tresp(
+        headers=http.Headers(((b"content-type", b"application/json"),)), content=raw
+    )
+    respond(addon, flow)
+    assert flow.response.content == raw and "not strict JSON" in flow.comment
+
+
+def test_an_upstream_error_nested_too_deeply_is_re_shaped_without_a_traceback(
+    bridge: tuple[Bridge, taddons.context], caplog: pytest.LogCaptureFixture
+) -> None:
+    addon, _ = bridge
+    flow = chat_flow(ANTHROPIC_BODY, path="/v1/messages")
+    addon.request(flow)
+    flow.response = tutils.tresp(
+        status_code=500,
+        headers=http.Headers(((b"content-type", b"application/json"),)),
+        content=b'{"error":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    )
+    respond(addon, flow)
+    assert flow.response.status_code == 500
+    assert json.loads(flow.response.content or b"")["error"]["type"] == "api_error"
+    assert not _errors(caplog)
+
+
+def test_secrets_in_the_path_and_in_upstream_errors_are_never_written(
+    bridge: tuple[Bridge, taddons.context], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="cursor_bridge")
+    addon, _ = bridge
+    rejected = chat_flow(b"not json", path=KEYED_PATH)  # a dialect change: 400, logged
+    addon.request(rejected)
+    passed = chat_flow(b"not json", path="/v1/chat/completions?api_key=hunter2&alt=sse")
+    addon.request(passed)
+    echoed = chat_flow(ANTHROPIC_BODY, path=KEYED_PATH)
+    addon.request(echoed)
+    echoed.response = tutils.tresp(
+        status_code=401,
+        headers=http.Headers(((b"content-type", b"application/json"),)),
+        content=json.dumps(
+            {"error": {"message": f"Incorrect API key provided: {SECRET}. key=hunter2"}}
+        ).encode(),
+    )
+    respond(addon, echoed)
+    written = caplog.text + "".join(
+        f.comment + json.dumps(f.metadata.get(META_KEY)) for f in (rejected, passed, echoed)
+    )
+    assert "[REDACTED]" in written
+    for secret in ("AIzaSyA1234567890", "hunter2", SECRET):
+        assert secret not in written
+
+
+def test_surrogates_and_control_characters_are_written_escaped(
+    bridge: tuple[Bridge, taddons.context], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="cursor_bridge")
+    addon, _ = bridge
+    tool = {"name": "\ud83d\x1b[2J", "input_schema": {"type": "object"}}
+    body = {**ANTHROPIC_BODY, "tools": [tool, tool], "\ud800odd\nkey": 1}
+    flow = chat_flow(json.dumps(body).encode(), path="/v1/messages")
+    flow.request.path = "/v1/messages?q=\udcff\x07"  # undecodable byte 0xff, a bell
+    addon.request(flow)
+    assert flow.response is not None and flow.response.status_code == 400
+    written = caplog.text + flow.comment + json.dumps(flow.metadata[META_KEY], ensure_ascii=False)
+    written.encode("utf-8")  # no lone surrogate anywhere
+    assert "\x1b" not in written and "\\ud83d\\x1b[2J" in written
+    assert "\x07" not in written and "?q=\\udcff\\x07" in written
+    ok = chat_flow({**ANTHROPIC_BODY, "\ud800odd\nkey": 1}, path="/v1/messages")
+    addon.request(ok)
+    json.dumps(ok.metadata[META_KEY], ensure_ascii=False).encode("utf-8")
+    assert "\n" not in ok.comment.split("\n")[0] and "\\ud800odd\\nkey" in ok.comment
+
+
+@pytest.mark.parametrize(
+    ("options", "rewritten"),
+    [
+        ({}, True),
+        ({"allow_hosts": [r"api\.example\.com"]}, True),
+        ({"allow_hosts": [r"other\.example"]}, False),
+        ({"ignore_hosts": [r"example\.com:443"]}, False),
+        ({"ignore_hosts": [r"other\.example"]}, True),
+    ],
+)
+def test_allow_and_ignore_hosts_bind_the_bridge(
+    bridge: tuple[Bridge, taddons.context], options: dict[str, Any], rewritten: bool
+) -> None:
+    _, tctx = bridge
+    tctx.options.update(**options)
+    flows = [
+        chat_flow(CURSOR_BODY),
+        chat_flow(ANTHROPIC_BODY, path="/v1/messages/count_tokens"),
+        chat_flow(b"", path="/v1/models"),
+    ]
+    flows[2].request.method = "GET"
+    bundle_addons = tctx.master.addons
+    tctx.options.update(bridge_models="m1")
+    for f in flows:
+        for a in bundle_addons.chain:
+            if hasattr(a, "request") and getattr(a, "name", "").startswith("cursor_bridge"):
+                a.request(f)
+    assert (META_KEY in flows[0].metadata) is rewritten
+    counter = bundle_addons.get("cursor_bridge_count_tokens")
+    catalogue = bundle_addons.get("cursor_bridge_models")
+    assert (flows[1].id in counter._estimates) is rewritten
+    assert (flows[2].id in catalogue._flows) is rewritten

@@ -66,7 +66,7 @@ methods = ["post"]
     [
         pytest.param(
             '[[routes]]\nname = "a"\nschema = "strct"\n',
-            "routes[0].schema: Input should be 'none' or 'strict'",
+            "routes[0].schema: Input should be 'none', 'strict' or 'gemini'",
             id="bad-schema",
         ),
         pytest.param(

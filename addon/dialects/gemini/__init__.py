@@ -18,6 +18,7 @@ from .request import (
     encode_request,
     framing,
     from_path,
+    path_base,
     place_code_assist,
     place_public,
 )
@@ -43,10 +44,12 @@ DIALECT = Dialect(
     error_message=error_message,
     place=place_public,
     key_headers=("x-goog-api-key", "authorization"),
+    key_query="key",
     auth_header="x-goog-api-key",
     own_headers=("x-goog-",),
     framing=framing,
     from_path=from_path,
+    path_base=path_base,
 )
 
 CODE_ASSIST_DIALECT = Dialect(
@@ -67,6 +70,7 @@ CODE_ASSIST_DIALECT = Dialect(
     framing=framing,
     envelope=code_assist_envelope,
     from_path=from_path,
+    path_base=path_base,
 )
 
 __all__ = ["CODE_ASSIST", "CODE_ASSIST_DIALECT", "DIALECT", "NAME"]

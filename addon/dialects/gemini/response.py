@@ -1,34 +1,664 @@
-"""Gemini whole answers (``GenerateContentResponse``) ↔ ``addon.model.Response``.
+"""Gemini whole answers (``GenerateContentResponse``) ↔ ``addon.model.Response``; errors.
 
-Being written (issue 9): see the contract in ``__init__``.
+Contract: JSON in, ``Response`` out and back; no I/O. The stream codec (``stream.py``) shares
+the helpers here, so that a streamed and a whole answer read and write the same way.
+
+Decoding (public ``{"candidates", "usageMetadata", "modelVersion", "responseId", …}`` and Code
+Assist's ``{"response": {…}, "traceId", "metadata"}`` alike; only candidate 0 is read):
+
+- ``thought: true`` parts → ``Thinking`` (the part's ``thoughtSignature`` its signature); text
+  parts → ``Text``; ``functionCall`` → ``ToolCall`` with the arguments as JSON text; other parts
+  (``inlineData``, ``executableCode`` …) → ``Opaque`` (only a Gemini client gets them back).
+- ``thoughtSignature`` stays with what it signs. On a ``functionCall`` it goes in the call's
+  ``extra`` as ``{"thoughtSignature": …}`` (a Gemini 3 upstream refuses the next request without
+  it), and a copy goes just before the call as a signature-only ``Thinking("", signature)``
+  (marked ``extra[NAME]["call_signature"]``): clients of other dialects drop call extras but
+  keep thinking signatures (Claude Code's thinking blocks, Codex's encrypted reasoning) and
+  send them back, and the Gemini request encoder puts a signature found before a call back on
+  that call. The Gemini encoders skip the copy. On a text part it signs the reasoning before
+  it, so it becomes the signature of the ``Thinking`` just before (or of a ``Thinking("")`` of
+  its own when there is none). The
+  trailing empty text part Gemini 3 ends a turn with (``{"text": "", "thoughtSignature": …}``)
+  is the signature of the turn: a ``Thinking("", signature)`` at the end. Either way it reaches
+  other dialects' clients as a thinking signature they keep and send back (Anthropic
+  ``signature_delta``, Responses ``encrypted_content``), and the Gemini encoder puts a
+  signature-only ``Thinking`` back on the next text or call part, or as the empty trailing part
+  it was; a signature moved onto a ``Thinking`` with text is marked
+  (``extra[NAME]["signature_on"] == "next"``) so that it goes back on the part after it.
+- ``functionCall.id`` is kept; a call without one gets ``call_<responseId>_<n>`` (unique in the
+  answer, the same every time the answer is read; ``extra[NAME]["made_id"]`` says so, and a
+  Gemini client is not sent an id its upstream never made).
+- Finish: ``STOP`` → ``stop`` (``tool_calls`` when the answer has calls), ``MAX_TOKENS`` →
+  ``length``, the safety family → ``content_filter``. ``MALFORMED_FUNCTION_CALL``: the
+  ``finishMessage`` (``Malformed function call: call:default_api:name{…}``) is read back into
+  a call when its arguments parse — as JSON, as Gemini's own call syntax (bare keys,
+  ``<ctrl46>`` quotes), or with ``json_repair`` — and the finish is
+  ``tool_calls``; otherwise the client gets a text saying so and finish ``error``: never an
+  empty answer. ``UNEXPECTED_TOOL_CALL``, ``TOO_MANY_TOOL_CALLS``,
+  ``MISSING_THOUGHT_SIGNATURE`` are explained the same way. A prompt blocked before any
+  candidate (``promptFeedback.blockReason``) → a text saying so and ``content_filter``. Such
+  texts are the bridge's own (``extra[NAME]["synthetic"]``): a Gemini client gets the upstream's
+  own finish reason and message instead.
+- ``usageMetadata`` → ``Usage``: input ``promptTokenCount``, output ``candidatesTokenCount``
+  plus ``thoughtsTokenCount``, total ``totalTokenCount`` (a count left out is 0: proto3 JSON
+  omits zeros); the whole object kept as ``raw`` (``cachedContentTokenCount`` and the
+  per-modality details live there).
+- Unknown fields ride in ``Response.extra`` for a Gemini client: ``top`` (``createTime``,
+  ``promptFeedback`` …), ``candidate`` (``safetyRatings``, ``groundingMetadata``,
+  ``finishMessage`` …) and ``wrapper`` (Code Assist's ``traceId``, ``metadata``);
+  ``recovered`` says a malformed call was read back (a Gemini client then gets ``STOP``).
+
+Encoding writes what ``@google/genai`` and Gemini CLI read: ``candidates[0].content`` with
+role ``model``, ``finishReason``, ``index``, ``usageMetadata``, ``modelVersion``,
+``responseId``; calls as ``functionCall {name, args, id}`` with ``args`` an object (arguments
+that are not one are kept as ``{"_raw_arguments": text}`` rather than dropped). Gemini CLI drops
+a chunk holding an empty text part from its history, so no such part is written except the
+trailing signature part.
+
+Errors: ``{"error": {"code", "message", "status"}}`` (Google's RPC status names).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from typing import Any
 
-from addon.model import JSON, ClientError, Response
+import json_repair
+
+from addon.model import (
+    JSON,
+    ClientError,
+    FinishReason,
+    Image,
+    Opaque,
+    Part,
+    Response,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolResult,
+    UnsupportedShape,
+    Usage,
+)
+
+from .request import NAME
+
+SIGNATURE = "thoughtSignature"
+"""The wire name of a part's signature, also the key of a call's signature in its ``extra``."""
+
+_TOP_KNOWN = frozenset({"candidates", "usageMetadata", "modelVersion", "responseId"})
+_CANDIDATE_KNOWN = frozenset({"content", "finishReason", "index"})
+ENVELOPE = ("responseId", "modelVersion", "createTime")
+"""Fields every chunk of a Gemini stream repeats."""
+
+_FINISH: dict[str, FinishReason] = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    "SAFETY": "content_filter",
+    "RECITATION": "content_filter",
+    "BLOCKLIST": "content_filter",
+    "PROHIBITED_CONTENT": "content_filter",
+    "SPII": "content_filter",
+    "IMAGE_SAFETY": "content_filter",
+    "IMAGE_PROHIBITED_CONTENT": "content_filter",
+    "IMAGE_RECITATION": "content_filter",
+}
+MALFORMED = "MALFORMED_FUNCTION_CALL"
+_EXPLAINED = {
+    MALFORMED: "a malformed function call",
+    "UNEXPECTED_TOOL_CALL": "a call of a tool it was not given",
+    "TOO_MANY_TOOL_CALLS": "too many tool calls",
+    "MISSING_THOUGHT_SIGNATURE": "a missing thought signature in the request",
+}
+"""Finish reasons that end an answer in failure: the client is told in a text."""
+
+_TO_GEMINI: dict[FinishReason, str] = {
+    "stop": "STOP",
+    "tool_calls": "STOP",
+    "length": "MAX_TOKENS",
+    "content_filter": "SAFETY",
+    "error": "OTHER",
+    "other": "OTHER",
+}
+_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    412: "FAILED_PRECONDITION",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def unwrap(body: JSON) -> tuple[JSON, JSON]:
+    """``(GenerateContentResponse, Code Assist wrapper fields)``: Code Assist sends
+    ``{"response": {…}, "traceId", "metadata"}``, the public API the inner object itself."""
+    inner = body.get("response")
+    if isinstance(inner, dict) and "candidates" not in body:
+        return inner, {k: v for k, v in body.items() if k != "response"}
+    return body, {}
+
+
+def error_of(body: Any) -> JSON | None:
+    """The ``error`` object of a Google error body (or of the first item of an array of them)."""
+    if isinstance(body, list) and body:
+        body = body[0]
+    if isinstance(body, dict):
+        if isinstance(body.get("error"), dict):
+            err: JSON = body["error"]
+            return err
+        inner = body.get("response")
+        if isinstance(inner, dict) and isinstance(inner.get("error"), dict):
+            wrapped: JSON = inner["error"]
+            return wrapped
+    return None
+
+
+def first_candidate(body: JSON) -> JSON | None:
+    """Candidate 0 (``n > 1`` is not modelled: the others are not read)."""
+    candidates = body.get("candidates")
+    if candidates is None:
+        return None
+    if not isinstance(candidates, list):
+        raise UnsupportedShape("Gemini candidates is not a list")
+    for c in candidates:
+        if isinstance(c, dict) and c.get("index", 0) == 0:
+            return c
+    return None
+
+
+def signature_of(part: JSON) -> str | None:
+    sig = part.get(SIGNATURE)
+    return sig if isinstance(sig, str) and sig else None
+
+
+def decode_usage(raw: JSON) -> Usage:
+    """Gemini writes proto3 JSON, which leaves out counts that are 0: a missing count is 0."""
+
+    def count(key: str) -> int:
+        v = raw.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+    prompt = count("promptTokenCount")
+    output = count("candidatesTokenCount") + count("thoughtsTokenCount")
+    return Usage(
+        input_tokens=prompt,
+        output_tokens=output,
+        total_tokens=count("totalTokenCount") or prompt + output,
+        origin=NAME,
+        raw=raw,
+    )
+
+
+def has_counts(raw: JSON) -> bool:
+    """Vertex sends ``usageMetadata: {"trafficType": …}`` on chunks before the last: no counts."""
+    return any(k.endswith("TokenCount") for k in raw)
+
+
+def encode_usage(u: Usage | None) -> JSON | None:
+    if u is None:
+        return None
+    if u.origin == NAME and u.raw:
+        return dict(u.raw)
+    out: JSON = {}
+    if u.input_tokens is not None:
+        out["promptTokenCount"] = u.input_tokens
+    if u.output_tokens is not None:
+        out["candidatesTokenCount"] = u.output_tokens
+    total = u.total_tokens
+    if total is None and (u.input_tokens is not None or u.output_tokens is not None):
+        total = (u.input_tokens or 0) + (u.output_tokens or 0)
+    if total is not None:
+        out["totalTokenCount"] = total
+    return out
+
+
+def finish_reason(raw: str, calls: bool) -> FinishReason:
+    if raw == "STOP":
+        return "tool_calls" if calls else "stop"
+    if raw in _EXPLAINED:
+        return "error"
+    return _FINISH.get(raw, "other")
+
+
+def gemini_finish(reason: FinishReason | None, raw: str | None, same: bool, extra: JSON) -> str:
+    """The ``finishReason`` for a Gemini client: the upstream's own on a Gemini route (unless the
+    bridge recovered a malformed call), else mapped."""
+    if same and raw and not extra.get(NAME, {}).get("recovered"):
+        return raw
+    return _TO_GEMINI[reason or "stop"]
+
+
+def made_call_id(response_id: str | None, n: int, name: str, arguments: str) -> str:
+    """An id for a call the upstream gave none: from the answer's id and the call's position,
+    or (no ``responseId``) from the call itself."""
+    if response_id:
+        return f"call_{response_id}_{n}"
+    digest = hashlib.sha256(f"{name}\0{arguments}".encode()).hexdigest()[:16]
+    return f"call_{digest}_{n}"
+
+
+def failure_text(raw: str, message: str | None) -> str:
+    what = _EXPLAINED.get(raw, raw)
+    text = f"[cursor-bridge] Gemini stopped with {raw}: the model produced {what}"
+    if raw == MALFORMED:
+        text += " that could not be read back into a tool call"
+    if message:
+        text += f". Upstream message: {message}"
+    return text + ". Please try again."
+
+
+def blocked_text(feedback: JSON) -> str:
+    reason = feedback.get("blockReason")
+    text = f"[cursor-bridge] Gemini blocked the prompt ({reason})"
+    message = feedback.get("blockReasonMessage")
+    if isinstance(message, str) and message:
+        text += f": {message}"
+    return text + "."
+
+
+CALL_SIGNATURE: JSON = {NAME: {"call_signature": True}}
+"""Marks the copy of a call's signature given as a signature-only thinking part just before the
+call (see the module docstring); the Gemini encoders skip it."""
+
+
+def synthetic() -> JSON:
+    return {NAME: {"synthetic": True}}
+
+
+# --------------------------------------------------------------------------- malformed calls
+
+_CALL = re.compile(r"call:(?P<path>[^{(\s]*)\s*(?P<args>\{.*\})?\s*$", re.S)
+_CTRL_QUOTED = re.compile(r"<ctrl46>(.*?)<ctrl46>", re.S)
+_BARE_KEY = re.compile(r"([{,]\s*)([A-Za-z_$][\w$.\-]*)(\s*:)")
+
+
+def parse_malformed(message: str | None) -> tuple[str, str] | None:
+    """``(name, JSON arguments)`` of the call in a ``MALFORMED_FUNCTION_CALL`` finish message
+    (``Malformed function call: call:default_api:write_file{…}``), or None when it cannot be
+    read back without guessing."""
+    if not message:
+        return None
+    text = message.strip()
+    found = re.search(r"\bcall:(?!\s)", text)  # not the "function call: " of the preamble
+    if found is None:
+        return None
+    m = _CALL.match(text, found.start())
+    if m is None or m.group("args") is None:
+        return None  # no arguments (cut short): nothing safe to call
+    name = m.group("path").rstrip(":").rsplit(":", 1)[-1].strip()
+    if not re.fullmatch(r"[A-Za-z_][\w.\-]*", name):
+        return None
+    args = _parse_args(m.group("args"))
+    if args is None:
+        return None
+    return name, json.dumps(args, ensure_ascii=False)
+
+
+def _parse_args(text: str) -> JSON | None:
+    # Gemini's own syntax before json_repair: the repair would keep ``<ctrl46>`` as text.
+    for parse in (_as_json, _as_gemini_syntax, _with_json_repair):
+        try:
+            value = parse(text)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def _as_json(text: str) -> Any:
+    return json.loads(text)
+
+
+def _with_json_repair(text: str) -> Any:
+    """Trailing commas, single quotes, unescaped newlines, a cut-off end."""
+    return json_repair.loads(text)
+
+
+def _as_gemini_syntax(text: str) -> Any:
+    """Gemini's own call syntax: ``<ctrl46>`` around strings, bare keys
+    (``{path:<ctrl46>src<ctrl46>,limit:3}``)."""
+    pieces: list[str] = []
+    last = 0
+    for m in _CTRL_QUOTED.finditer(text):
+        pieces.append(_quote_keys(text[last : m.start()]))
+        pieces.append(json.dumps(m.group(1), ensure_ascii=False))
+        last = m.end()
+    rest = text[last:]
+    if "<ctrl46>" in rest:
+        raise ValueError("an unclosed <ctrl46> string")
+    pieces.append(_quote_keys(rest))
+    return json.loads("".join(pieces))
+
+
+def _quote_keys(text: str) -> str:
+    """Bare keys quoted, outside JSON strings (which the ``<ctrl46>`` pass already made)."""
+    out: list[str] = []
+    pos = 0
+    in_string = False
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if in_string:
+            if c == "\\":
+                i += 2
+                continue
+            if c == '"':
+                in_string = False
+                out.append(text[pos : i + 1])
+                pos = i + 1
+        elif c == '"':
+            out.append(_BARE_KEY.sub(r'\1"\2"\3', text[pos:i]))
+            pos = i
+            in_string = True
+        i += 1
+    tail = text[pos:]
+    out.append(tail if in_string else _BARE_KEY.sub(r'\1"\2"\3', tail))
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- encoding parts
+
+
+def call_args(arguments: str) -> JSON:
+    """The ``args`` object of a ``functionCall``; broken arguments kept as ``_raw_arguments``."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        parsed = None
+    return parsed if isinstance(parsed, dict) else {"_raw_arguments": arguments}
+
+
+def call_signature(extra: JSON) -> str | None:
+    """A call's signature: ours (``extra["thoughtSignature"]``), or the one Gemini's
+    OpenAI-compatible endpoint sends (``extra_content.google.thought_signature``)."""
+    sig = extra.get(SIGNATURE)
+    if isinstance(sig, str) and sig:
+        return sig
+    google = extra.get("extra_content")
+    google = google.get("google") if isinstance(google, dict) else None
+    sig = google.get("thought_signature") if isinstance(google, dict) else None
+    return sig if isinstance(sig, str) and sig else None
+
+
+def function_call_part(
+    call_id: str, name: str, arguments: str, extra: JSON, same: bool, signature: str | None
+) -> JSON:
+    own: JSON = extra.get(NAME, {}) if same else {}
+    fc: JSON = {"name": name, "args": call_args(arguments)}
+    if call_id and not own.get("made_id"):
+        fc["id"] = call_id
+    fc.update(own.get("call", {}))
+    part: JSON = {"functionCall": fc}
+    sig = call_signature(extra) or signature
+    if sig:
+        part[SIGNATURE] = sig
+    part.update(own.get("part", {}))
+    return part
+
+
+class PartWriter:
+    """Unified content → Gemini parts, keeping signatures where Gemini wants them.
+
+    A signature without text (``Thinking("", sig)`` / ``ThinkingDelta("", sig)``, or a thinking
+    signature marked ``signature_on: next``) is held and put on the next text or call part
+    (Gemini signs the first part after the reasoning); with nothing after it, it ends the answer
+    as ``{"text": "", "thoughtSignature": …}``, the way Gemini 3 ends its own turns."""
+
+    __slots__ = ("pending", "same")
+
+    def __init__(self, same: bool) -> None:
+        self.same = same
+        self.pending: str | None = None
+
+    def thinking(self, text: str, signature: str | None, extra: JSON) -> list[JSON]:
+        out: list[JSON] = []
+        own: JSON = extra.get(NAME, {}) if self.same else {}
+        if own.get("call_signature"):
+            return []  # the call it copies carries it
+        # Another dialect's signature goes on the next part: Gemini CLI keeps no thought parts.
+        later = not self.same or own.get("signature_on") == "next" or not text
+        if signature and later:
+            out += self.flush()
+            self.pending = signature
+        if text:
+            part: JSON = {"text": text, "thought": True}
+            if signature and not later:
+                part[SIGNATURE] = signature
+            part.update(own.get("part", {}))
+            out.append(part)
+        return out
+
+    def text(self, text: str, extra: JSON) -> list[JSON]:
+        own: JSON = extra.get(NAME, {}) if self.same else {}
+        if not text or (self.same and own.get("synthetic")):
+            return []
+        part: JSON = {"text": text}
+        if self.pending:
+            part[SIGNATURE] = self.pending
+            self.pending = None
+        part.update(own.get("part", {}))
+        return [part]
+
+    def call(self, call_id: str, name: str, arguments: str, extra: JSON) -> list[JSON]:
+        out: list[JSON] = []
+        sig = None
+        if self.pending and not call_signature(extra):
+            sig, self.pending = self.pending, None
+        else:
+            out += self.flush()
+        out.append(function_call_part(call_id, name, arguments, extra, self.same, sig))
+        return out
+
+    def flush(self) -> list[JSON]:
+        """The held signature as the trailing empty text part, if one is held."""
+        if not self.pending:
+            return []
+        part: JSON = {"text": "", SIGNATURE: self.pending}
+        self.pending = None
+        return [part]
+
+
+# --------------------------------------------------------------------------- whole answers
 
 
 def decode_response(body: JSON) -> Response:
     """A ``generateContent`` answer, public or Code Assist-wrapped (``{"response": …}``)."""
-    raise NotImplementedError
+    inner, wrapper = unwrap(body)
+    if error_of(inner) is not None and "candidates" not in inner:
+        raise UnsupportedShape("a Gemini error body, not an answer")
+    if "candidates" not in inner and "promptFeedback" not in inner:
+        raise UnsupportedShape("not a Gemini GenerateContentResponse")
+    response_id = inner.get("responseId") if isinstance(inner.get("responseId"), str) else None
+    model = inner.get("modelVersion") if isinstance(inner.get("modelVersion"), str) else None
+    candidate = first_candidate(inner)
+    parts: list[Part] = []
+    seen: set[str] = set()
+    calls = 0
+    content = candidate.get("content") if candidate else None
+    wire_parts = content.get("parts") if isinstance(content, dict) else None
+    for wire in wire_parts if isinstance(wire_parts, list) else []:
+        if not isinstance(wire, dict):
+            continue
+        sig = signature_of(wire)
+        fc = wire.get("functionCall")
+        if isinstance(fc, dict):
+            if sig:
+                parts.append(Thinking("", sig, extra=CALL_SIGNATURE))
+            parts.append(_whole_call(fc, sig, wire, response_id, calls, seen))
+            calls += 1
+        elif wire.get("thought") is True and isinstance(wire.get("text"), str):
+            rest = {k: v for k, v in wire.items() if k not in ("text", "thought", SIGNATURE)}
+            parts.append(Thinking(wire["text"], sig, extra={NAME: {"part": rest}} if rest else {}))
+        elif isinstance(wire.get("text"), str):
+            if sig:
+                _sign_reasoning(parts, sig)
+            rest = {k: v for k, v in wire.items() if k not in ("text", SIGNATURE)}
+            if wire["text"] or rest:
+                parts.append(Text(wire["text"], extra={NAME: {"part": rest}} if rest else {}))
+        else:
+            parts.append(Opaque(NAME, wire))
+    finish: FinishReason | None = None
+    finish_raw: str | None = None
+    cand_extra: JSON = {}
+    recovered = False
+    if candidate is not None:
+        cand_extra = {k: v for k, v in candidate.items() if k not in _CANDIDATE_KNOWN}
+        raw = candidate.get("finishReason")
+        if isinstance(raw, str):
+            finish_raw = raw
+            message = candidate.get("finishMessage")
+            message = message if isinstance(message, str) else None
+            call = parse_malformed(message) if raw == MALFORMED else None
+            if call is not None:
+                name, args = call
+                call_id = made_call_id(response_id, calls, name, args)
+                parts.append(ToolCall(call_id, name, args, extra={NAME: {"made_id": True}}))
+                calls += 1
+                finish, recovered = "tool_calls", True
+            else:
+                if raw in _EXPLAINED:
+                    parts.append(Text(failure_text(raw, message), extra=synthetic()))
+                finish = finish_reason(raw, calls > 0)
+    feedback = inner.get("promptFeedback")
+    if candidate is None and isinstance(feedback, dict) and feedback.get("blockReason"):
+        parts.append(Text(blocked_text(feedback), extra=synthetic()))
+        finish = "content_filter"
+    usage = inner.get("usageMetadata")
+    extra: JSON = {
+        "top": {k: v for k, v in inner.items() if k not in _TOP_KNOWN},
+        "candidate": cand_extra,
+        "wrapper": wrapper,
+    }
+    if recovered:
+        extra["recovered"] = True
+    return Response(
+        origin=NAME,
+        id=response_id,
+        model=model,
+        parts=tuple(parts),
+        finish=finish,
+        finish_raw=finish_raw,
+        usage=decode_usage(usage) if isinstance(usage, dict) else None,
+        extra=extra,
+    )
+
+
+def _whole_call(
+    fc: JSON, sig: str | None, wire: JSON, response_id: str | None, n: int, seen: set[str]
+) -> ToolCall:
+    name = str(fc.get("name") or "")
+    args = fc.get("args")
+    arguments = json.dumps(args if isinstance(args, dict) else {}, ensure_ascii=False)
+    call_id = fc.get("id")
+    own: JSON = {}
+    if not isinstance(call_id, str) or not call_id or call_id in seen:
+        call_id = made_call_id(response_id, n, name, arguments)
+        own["made_id"] = True
+    seen.add(call_id)
+    rest_call = {k: v for k, v in fc.items() if k not in ("name", "args", "id")}
+    rest_part = {k: v for k, v in wire.items() if k not in ("functionCall", SIGNATURE)}
+    if rest_call:
+        own["call"] = rest_call
+    if rest_part:
+        own["part"] = rest_part
+    extra: JSON = {}
+    if sig:
+        extra[SIGNATURE] = sig
+    if own:
+        extra[NAME] = own
+    return ToolCall(call_id, name, arguments, extra=extra)
+
+
+def _sign_reasoning(parts: list[Part], sig: str) -> None:
+    """A text part's signature: onto the unsigned reasoning just before it, else its own
+    ``Thinking("")``."""
+    last = parts[-1] if parts else None
+    if isinstance(last, Thinking) and not last.signature and not last.redacted and last.text:
+        own = {**last.extra.get(NAME, {}), "signature_on": "next"}
+        parts[-1] = Thinking(last.text, sig, extra={**last.extra, NAME: own})
+    else:
+        parts.append(Thinking("", sig))
 
 
 def encode_response(r: Response) -> JSON:
     """A ``generateContent`` answer for a public-API Gemini client."""
-    raise NotImplementedError
+    same = r.origin == NAME
+    writer = PartWriter(same)
+    parts: list[JSON] = []
+    for p in r.parts:
+        match p:
+            case Thinking(redacted=True):
+                continue  # Anthropic's encrypted reasoning: nothing Gemini can carry
+            case Thinking():
+                parts += writer.thinking(p.text, p.signature, p.extra)
+            case Text():
+                parts += writer.text(p.text, p.extra)
+            case ToolCall():
+                parts += writer.call(p.id, p.name, p.arguments, p.extra)
+            case Opaque():
+                if p.origin == NAME:
+                    parts += writer.flush()
+                    parts.append(p.data)
+            case Image() | ToolResult():
+                continue
+    parts += writer.flush()
+    candidate: JSON = {"content": {"role": "model", "parts": parts}}
+    extra = r.extra if same else {}
+    flags = {NAME: {"recovered": True}} if extra.get("recovered") else {}
+    candidate["finishReason"] = gemini_finish(r.finish, r.finish_raw, same, flags)
+    candidate["index"] = 0
+    if same:
+        candidate.update(extra.get("candidate", {}))
+        if extra.get("recovered"):
+            candidate.pop("finishMessage", None)
+    body: JSON = {"candidates": [candidate]}
+    usage = encode_usage(r.usage)
+    if usage is not None:
+        body["usageMetadata"] = usage
+    if r.model:
+        body["modelVersion"] = r.model
+    if r.id:
+        body["responseId"] = r.id
+    if same:
+        body.update(extra.get("top", {}))
+    return body
 
 
 def encode_code_assist_response(r: Response) -> JSON:
     """The same, wrapped as Code Assist answers (``{"response": {…}}``)."""
-    raise NotImplementedError
+    wrapper = r.extra.get("wrapper", {}) if r.origin == NAME else {}
+    return {"response": encode_response(r), **wrapper}
+
+
+def status_name(code: int) -> str:
+    return _STATUS.get(code, "INTERNAL" if code >= 500 else "INVALID_ARGUMENT")
 
 
 def encode_error(err: ClientError) -> JSON:
     """``{"error": {"code", "message", "status"}}``."""
-    raise NotImplementedError
+    return {
+        "error": {"code": err.status, "message": err.message, "status": status_name(err.status)}
+    }
 
 
 def error_message(body: Any) -> str | None:
-    raise NotImplementedError
+    """The message of a Google error body — ``{"error": {…}}``, or an array holding one (a
+    streamed answer without ``alt=sse``) — if it is one."""
+    err = error_of(body)
+    if err is None:
+        return None
+    message = err.get("message")
+    return message if isinstance(message, str) and message else None

@@ -688,7 +688,7 @@ def _encode_message(
 
 def _is_part(p: Opaque, part_types: frozenset[str]) -> bool:
     kind = p.data.get("type")
-    return kind in _PART_TYPES or kind in part_types
+    return isinstance(kind, str) and (kind in _PART_TYPES or kind in part_types)
 
 
 def _message_item(

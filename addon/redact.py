@@ -1,0 +1,138 @@
+"""Text the bridge writes (log lines, flow comments, metadata, the content view): safe and secret-free.
+
+Contract: sans-IO, plain strings in and out, never raises on any ``str``.
+
+``redact(text)`` is the one redaction function: every piece of text the bridge
+writes about a flow goes through it (``clean`` and ``clean_data`` call it). It
+replaces
+
+- the values of credential-named parameters: ``key=…``, ``api_key=…``,
+  ``access_token=…``, ``token=…``, ``x-goog-api-key=…`` (a URL's query, a form,
+  a message quoting one) and ``"api_key": "…"`` (JSON or a Python repr);
+- key-shaped strings, wherever they are: ``sk-…`` (OpenAI, ``sk-ant-…``
+  Anthropic, ``sk-proj-…``, ``sk-or-…``), ``AIza…`` (Google API keys), ``ya29.…``
+  (Google OAuth access tokens), GitHub, AWS and Slack tokens, JWTs, and the
+  credentials of ``Bearer …`` / ``Basic …``;
+- with ``tokens=True`` (the default), long random-looking tokens an upstream may
+  echo: 32+ characters of hex, or 32+ characters mixing upper case, lower case
+  and digits (base64 / base64url keys). Model names, UUIDs and paths do not look
+  like that. The content view passes ``tokens=False``: thinking signatures and
+  encrypted reasoning there are what the user wants to see.
+
+``clean(text, limit)`` is what goes into a log line or a comment: redacted, then
+lone surrogates (undecodable bytes of a path or header, ``"\\ud83d"`` in JSON) and
+control characters written as escapes, so the line is one line, valid UTF-8 and
+free of terminal escapes; cut to ``limit`` characters.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+REDACTED = "[REDACTED]"
+
+_CREDENTIAL_WORD = (
+    r"(?:api[_-]?key|apikey|key|access[_-]?token|refresh[_-]?token|id[_-]?token|token"
+    r"|secret|client[_-]?secret|password|passwd|pwd|auth|authorization|credentials?"
+    r"|signature|sig|jwt)"
+)
+_NAME = rf"(?:[A-Za-z0-9]+[_-])*{_CREDENTIAL_WORD}"
+"""A credential-like parameter name: ``key``, ``api_key``, ``x-goog-api-key``,
+``access_token``, ``X-Amz-Signature`` … (the last ``_``/``-`` word decides)."""
+
+_PARAM = re.compile(
+    rf"(?<![A-Za-z0-9_.-])({_NAME})(=)([^&\s#\"'<>;,]+)",
+    re.IGNORECASE,
+)
+"""``name=value`` (query strings, forms, messages quoting them)."""
+_QUOTED = re.compile(
+    rf"([\"']{_NAME}[\"']\s*:\s*[\"'])((?:\\.|[^\"'\\])*)([\"'])",
+    re.IGNORECASE,
+)
+"""``"name": "value"`` / ``'name': 'value'`` (JSON, Python reprs)."""
+_SCHEME = re.compile(r"\b(Bearer|Basic|Token)(\s+)[A-Za-z0-9._~+/=\-]{4,}", re.IGNORECASE)
+_SHAPES = re.compile(
+    r"\bsk-[A-Za-z0-9_\-]{8,}"  # OpenAI, Anthropic (sk-ant-), OpenRouter (sk-or-) …
+    r"|\bAIza[0-9A-Za-z_\-]{20,}"  # Google API keys
+    r"|\bya29\.[0-9A-Za-z_\-.]{10,}"  # Google OAuth access tokens
+    r"|\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}"  # GitHub
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"  # AWS access key ids
+    r"|\bxox[abprs]-[A-Za-z0-9\-]{10,}"  # Slack
+    r"|\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"  # JWT
+)
+_TOKEN = re.compile(r"(?<![A-Za-z0-9+_\-])[A-Za-z0-9+_\-]{32,}={0,2}(?![A-Za-z0-9+_\-])")
+_HEX = re.compile(r"[0-9a-fA-F]{32,}")
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+SLACK = 1000
+"""Characters read past ``limit`` before redacting, so a key cut at the limit is still
+recognised (and then cut away)."""
+
+
+def redact(text: str, *, tokens: bool = True) -> str:
+    """``text`` with credential values and key-shaped strings replaced by ``[REDACTED]``."""
+    if not text:
+        return text
+    text = _QUOTED.sub(lambda m: f"{m[1]}{REDACTED}{m[3]}", text)
+    text = _PARAM.sub(lambda m: f"{m[1]}={REDACTED}", text)
+    text = _SCHEME.sub(lambda m: f"{m[1]}{m[2]}{REDACTED}", text)
+    text = _SHAPES.sub(REDACTED, text)
+    if tokens:
+        text = _TOKEN.sub(_token, text)
+    return text
+
+
+def _token(m: re.Match[str]) -> str:
+    s = m[0].rstrip("=")
+    if _HEX.fullmatch(s):
+        return REDACTED
+    mixed = (
+        any(c.islower() for c in s) and any(c.isupper() for c in s) and any(c.isdigit() for c in s)
+    )
+    return REDACTED if mixed else s
+
+
+def escape(text: str) -> str:
+    """Lone surrogates and control characters as backslash escapes (one printable line)."""
+    return _UNSAFE.sub(_escape_char, text)
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    c = m[0]
+    if c in _ESCAPES:
+        return _ESCAPES[c]
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clean(text: object, limit: int | None = None) -> str:
+    """``text`` fit for a log line, a comment or a metadata value: redacted, escaped, and cut
+    to ``limit`` characters (ending ``...`` when cut). Never raises."""
+    try:
+        s = text if isinstance(text, str) else str(text)
+    except Exception:  # a __str__ that fails: say what it was
+        s = f"<{type(text).__name__}>"
+    if limit is not None and len(s) > limit + SLACK:
+        s = s[: limit + SLACK]
+    s = escape(redact(s))
+    if limit is not None and len(s) > limit:
+        s = s[: max(0, limit - 3)] + "..."
+    return s
+
+
+def clean_data(value: Any, limit: int = 2000, _depth: int = 0) -> Any:
+    """Plain JSON-like data (``flow.metadata``) with every string ``clean``; keys too.
+    Deeper than 20 levels (never the bridge's own data) becomes a placeholder."""
+    if isinstance(value, str):
+        return clean(value, limit)
+    if isinstance(value, bool | int | float) or value is None:
+        return value
+    if _depth >= 20:
+        return "(nested too deeply)"
+    if isinstance(value, dict):
+        return {clean(k, 200): clean_data(v, limit, _depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean_data(v, limit, _depth + 1) for v in value]
+    return clean(value, limit)

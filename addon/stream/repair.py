@@ -1,0 +1,175 @@
+"""Stream stage: each tool call assembled from its fragments and sent on repaired and normalized.
+
+Arguments can only be repaired once they are whole, so a call of a tool in the schema map
+(``addon.transforms.repair.ToolSchemas``, the request's own function tools) is held from its
+``ToolCallStart`` to its ``ToolCallEnd``; then ``repair_call`` decides:
+
+- nothing to change → the call's own events go out as they came (start, every fragment with
+  its wire extras, end): a same-dialect client gets its bytes back;
+- changed → ``ToolCallStart(index, id, name, arguments=<the whole new JSON>, extra=<the
+  start's extra>)`` and ``ToolCallEnd(index)``; the wire extras of the fragments go with them.
+  Every client encoder takes a call whose arguments all arrive on its start.
+
+The log record of a call (``RepairResult.record``: still invalid, alias collisions, unreadable,
+cut) is handed to ``log`` as it is released; notes are counted by ``repair_call``.
+
+What passes at once: calls of tools not in the map and custom (freeform) calls — untouched —
+when no held call is before them, and text, thinking and usage always: text and reasoning are
+never held back by a call.
+
+Ordering guarantee:
+
+- tool-call events and ``RawEvent``s leave in the order they arrived: while a held call is
+  open, the events of later calls (held or passed-through ones, and fragments of calls that
+  started earlier and are not held) and raw events queue behind it, and go out as soon as it
+  is released. So the client sees its calls in the upstream's order, each whole or streamed
+  as it was. Raw events are kept in place because they may belong to the call (a gateway's
+  chunk with an empty fragment, which a same-dialect encoder re-sends verbatim: sent before
+  the call's start it would open the call without its id and name);
+- text, thinking and usage go out the moment they arrive. Text or thinking that arrives while
+  a call is held therefore goes out *before* that call (the only reordering this stage makes;
+  the client encoders close and open blocks/items accordingly);
+- ``MessageStart``, ``Finish``, ``StreamEnd`` and ``StreamError`` first release every held
+  call (an unended one is repaired as *cut*, and gets its ``ToolCallEnd``) and whatever
+  queued behind it, then go out: a stream's end, or a new message, always follows its calls.
+  A late ``ToolCallEnd`` of a call released that way is dropped (it has had its end);
+- ``finish()`` releases what is left the same way; it is idempotent.
+
+A repeated ``ToolCallStart`` for the index of an open held call counts as a fragment of it (its
+``arguments``), as the client encoders treat a repeated start.
+
+Contract: sans-IO, the ``Stage`` protocol of ``addon.stream.processor``; cost linear in the
+size of the stream (fragments are kept in a list and joined once).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from addon.model import (
+    JSON,
+    Event,
+    Finish,
+    MessageStart,
+    Notes,
+    RawEvent,
+    StreamEnd,
+    StreamError,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from addon.transforms.repair import ToolSchemas, repair_call
+
+
+@dataclass(slots=True)
+class _Held:
+    start: ToolCallStart
+    events: list[Event] = field(default_factory=list)
+    """The call's own events as they came (its start, fragments, repeated starts)."""
+    fragments: list[str] = field(default_factory=list)
+    ended: bool = False
+    cut: bool = False
+
+
+def _ignore(record: JSON) -> None:
+    pass
+
+
+class RepairStage:
+    def __init__(
+        self, schemas: ToolSchemas, notes: Notes, log: Callable[[JSON], None] = _ignore
+    ) -> None:
+        self.schemas = schemas
+        self.notes = notes
+        self.log = log
+        self._queue: deque[_Held | Event] = deque()
+        """Tool-call events waiting behind the oldest held call (held calls in their place)."""
+        self._open: dict[int, _Held] = {}
+        """Held calls not yet ended, by index."""
+        self._released: set[int] = set()
+        """Indexes released before their ``ToolCallEnd``: a late end must not end them twice."""
+        self.repaired = 0
+        """Calls whose arguments were changed."""
+
+    def feed(self, event: Event) -> list[Event]:
+        match event:
+            case ToolCallStart() if event.index in self._open:
+                held = self._open[event.index]
+                held.events.append(event)
+                if event.arguments:
+                    held.fragments.append(event.arguments)
+                return []
+            case ToolCallStart() if not event.custom and event.name in self.schemas:
+                held = _Held(event, [event])
+                if event.arguments:
+                    held.fragments.append(event.arguments)
+                self._open[event.index] = held
+                self._released.discard(event.index)
+                self._queue.append(held)
+                return []
+            case ToolCallArgsDelta() if event.index in self._open:
+                held = self._open[event.index]
+                held.events.append(event)
+                held.fragments.append(event.delta)
+                return []
+            case ToolCallEnd() if event.index in self._open:
+                self._open.pop(event.index).ended = True
+                return self._drain()
+            case ToolCallEnd() if event.index in self._released:
+                self._released.discard(event.index)
+                return []
+            case ToolCallStart() | ToolCallArgsDelta() | ToolCallEnd() | RawEvent():
+                if isinstance(event, ToolCallStart):
+                    self._released.discard(event.index)
+                if self._queue:
+                    self._queue.append(event)
+                    return []
+                return [event]
+            case MessageStart() | Finish() | StreamEnd() | StreamError():
+                return [*self._release_all(), event]
+        return [event]
+
+    def finish(self) -> list[Event]:
+        return self._release_all()
+
+    # ------------------------------------------------------------------ internals
+
+    def _release_all(self) -> list[Event]:
+        for index, held in self._open.items():
+            held.ended = held.cut = True
+            self._released.add(index)
+        self._open.clear()
+        return self._drain()
+
+    def _drain(self) -> list[Event]:
+        """Send the queue's front while it is ready: passed-through events, ended calls."""
+        out: list[Event] = []
+        queue = self._queue
+        while queue:
+            front = queue[0]
+            if isinstance(front, _Held):
+                if not front.ended:
+                    break
+                out.extend(self._emit(front))
+            else:
+                out.append(front)
+            queue.popleft()
+        return out
+
+    def _emit(self, held: _Held) -> list[Event]:
+        s = held.start
+        result = repair_call(
+            s.name, "".join(held.fragments), self.schemas, self.notes, cut=held.cut
+        )
+        if result.record is not None:
+            self.log(result.record)
+        if not result.changed:
+            return [*held.events, ToolCallEnd(s.index)]
+        self.repaired += 1
+        return [
+            ToolCallStart(s.index, s.id, s.name, result.arguments, extra=s.extra),
+            ToolCallEnd(s.index),
+        ]

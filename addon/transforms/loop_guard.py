@@ -1,0 +1,473 @@
+"""The loop guard: an agent repeating the same failing tool call, seen in the request's history.
+
+Agents loop: the model makes a call, the tool fails, the model makes the very same call again.
+The guard reads the history the client sends (request side, nothing is kept between requests)
+and says when the latest calls are ``max_repeat`` identical failures in a row; the shell then
+answers with ``terminal_response`` (or re-asks in a text protocol) instead of letting the loop
+go on.
+
+Contract: pure functions over ``addon.model`` values. Cost linear in the size of the history.
+
+**Fingerprint** of a call and the result that followed it (``fingerprint``): the tool's name,
+the normalized shape of its arguments (parsed as leniently as ``addon.transforms.repair`` does;
+keys sorted, every string with its whitespace collapsed; unreadable arguments as their collapsed
+text) and the *error class* of the result. Read-only exploration tools (``is_read_only``: names
+made of words such as read, view, list, ls, search, grep, glob, find, cat — and none such as
+write, edit, replace, delete, run) also take a digest of the result's whole text: the same
+read that fails differently each time (the files are changing) is not counted as a loop, the
+same read failing the same way is. Fingerprints are ``tool/error_class/digest`` (a SHA-256
+prefix): safe to log, no argument value in them.
+
+**Error class** (``classify``): ``None`` for a success, else one of ``not_found``,
+``permission``, ``invalid_arguments``, ``timeout``, ``nonzero_exit``, ``unknown``. A result is
+a failure when the client flagged it (Anthropic ``is_error``, a Responses/Gemini error) or, as
+OpenAI-style results carry no flag, when its text *reads* as one: it starts like an error
+(``Error:``, ``error …``, ``Failed …``, ``FooError:``, ``ENOENT:``, ``Traceback``,
+``fatal:``, ``<tool_use_error>``, a JSON object opening with a non-empty ``"error"`` or a true
+``"isError"``, a user's refusal) or reports a non-zero exit code (``exit code 1``,
+``exited with code 2``, ``Exit status: 127``) near its start or end. A result that merely
+mentions an error somewhere in a file's contents is a success.
+
+**The run** (``check_loop``), precisely:
+
+- the history is read as *steps*: each assistant message with tool calls is one step, holding
+  its calls that have a result (results are matched by ``tool_call_id`` wherever they are; a
+  call without a result is ignored, a step without any is skipped);
+- an assistant message with text and no tool calls (the model answered), or a user message
+  without tool results (the person typed something), is a *break*; an assistant message with
+  neither calls nor text (reasoning only) is neither a step nor a break;
+- walking back from the last step, the run of a fingerprint ``F`` is the number of ``F``
+  failures in the consecutive steps, ending with the last step, that each hold at least one
+  ``F`` failure. A step without an ``F`` failure — another call, or the same call succeeding —
+  ends the run, and so does a break. The run is 0 when the history ends with a break;
+- the candidates are the failing fingerprints of the last step; the verdict names the one with
+  the longest run (the later call on a tie), when that run is at least ``max_repeat``.
+
+For agents that make one call per step this is exactly "``max_repeat`` identical failing calls
+in a row, a different call or a success resets the count". Steps with parallel calls are
+counted per fingerprint, so a loop of ``[A fails, B succeeds]`` steps is still caught: the
+other calls of a step neither count nor reset.
+
+Reading of issue 11's "the history already holds that many identical failing calls and the
+model makes the same call again": the request cannot know the model's next call, so the
+verdict is given on the history alone (``max_repeat`` failures at its end — the next call
+would be the same one with high odds, and sending the request again costs a full turn). A
+shell that prefers to wait for the repeat can still send the request and compare the answer's
+calls with ``LoopVerdict.matches(call)`` (same tool, same normalized arguments).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from addon.model import JSON, Message, Request, Response, Text, ToolCall, ToolResult
+from addon.transforms.repair import parse_arguments
+
+type ErrorClass = Literal[
+    "not_found", "permission", "invalid_arguments", "timeout", "nonzero_exit", "unknown"
+]
+ERROR_CLASSES: Final[tuple[ErrorClass, ...]] = (
+    "not_found",
+    "permission",
+    "invalid_arguments",
+    "timeout",
+    "nonzero_exit",
+    "unknown",
+)
+
+EVENT: Final = "loop_guard"
+"""``event`` of the structured log record."""
+
+MAX_ERROR_TEXT: Final = 500
+"""Characters of the last error quoted in the verdict and the terminal message."""
+
+_HEAD = 600
+_TAIL = 300
+"""Where a result's text is read for error signs: its start and its end (a shell's exit code)."""
+
+
+# --------------------------------------------------------------------------- classification
+
+_ERROR_LEAD = re.compile(
+    r"""^\s*(?:
+        <tool_use_error> | <error> | \[error\]
+      | (?:error|err)\s*(?:[:!\-(\[]|$)
+      | error\s+(?:occurred|while|when|during|executing|running|calling|reading|writing|in\b)
+      | [\w.]*(?:error|exception)\s*:
+      | (?-i:E[A-Z]{3,})\s*:
+      | \{\s*"(?:error|isError)"\s*:(?!\s*(?:null|false|""|\{\s*\}))
+      | failed\b | failure\s*: | fatal\s*:
+      | traceback\s+\(most\s+recent\s+call
+      | (?:the\s+)?user\s+(?:doesn't|does\s+not|denied|rejected|declined|refused)
+      | (?:tool\s+)?(?:call|execution|use)\s+(?:was\s+)?(?:rejected|denied|refused)
+      | permission\s+denied | access\s+denied
+      | command\s+(?:failed|timed\s+out)
+    )""",
+    re.IGNORECASE | re.VERBOSE,
+)
+_EXIT = re.compile(
+    r"\b(?:exit(?:ed)?(?:\s+with)?\s*(?:code|status)|exit_code|returncode|return\s+code)\b"
+    r"\s*[:=]?\s*(-?\d+)",
+    re.IGNORECASE,
+)
+_CLASSES: Final[tuple[tuple[ErrorClass, re.Pattern[str]], ...]] = (
+    (
+        "invalid_arguments",
+        re.compile(
+            r"invalid\s+(?:argument|param|input|arguments|parameters?|json|value)"
+            r"|validation\s*error|inputvalidationerror|schema\s+validation|does\s+not\s+match\s+(?:the\s+)?schema"
+            r"|missing\s+required"
+            r"|required\s+(?:parameter|argument|property|field)|is\s+a\s+required"
+            r"|unexpected\s+(?:keyword|argument|parameter|property)|unknown\s+(?:argument|parameter)"
+            r"|must\s+be\s+(?:a|an|one\s+of)\b|not\s+of\s+type|typeerror|badrequest|bad\s+request",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "permission",
+        re.compile(
+            r"permission|access\s+denied|not\s+permitted|operation\s+not\s+allowed|forbidden"
+            r"|eacces|eperm|unauthori[sz]ed|\b403\b|read-only\s+file\s*system"
+            r"|user\s+(?:doesn't|does\s+not|denied|rejected|declined|refused)"
+            r"|(?:rejected|denied|declined|refused)\s+by\s+(?:the\s+)?user"
+            r"|(?:call|execution|use)\s+(?:was\s+)?(?:rejected|denied|refused)",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "timeout",
+        re.compile(
+            r"timed?\s*-?\s*out|timeout|deadline\s+exceeded|etimedout|took\s+too\s+long",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "not_found",
+        re.compile(
+            r"not\s+found|no\s+such\s+file|does\s+not\s+exist|doesn't\s+exist|enoent"
+            r"|cannot\s+find|can't\s+find|could\s+not\s+find|couldn't\s+find|filenotfound"
+            r"|no\s+such\s+(?:directory|path|command)|unknown\s+(?:file|path|tool)|\b404\b",
+            re.IGNORECASE,
+        ),
+    ),
+)
+
+
+def result_text(result: ToolResult) -> str:
+    """The text of a tool result (its text parts joined; images and other parts skipped)."""
+    if isinstance(result.content, str):
+        return result.content
+    return "\n".join(p.text for p in result.content if isinstance(p, Text))
+
+
+def _nonzero_exit(text: str) -> bool:
+    for part in (text[:_HEAD], text[-_TAIL:]):
+        for m in _EXIT.finditer(part):
+            if int(m.group(1)) != 0:
+                return True
+    return False
+
+
+def classify(result: ToolResult) -> ErrorClass | None:
+    """``None`` when the result is a success, else its error class (module docstring)."""
+    text = result_text(result)
+    head = text[:_HEAD]
+    exited = _nonzero_exit(text)
+    if not (result.is_error or _ERROR_LEAD.match(head) or exited):
+        return None
+    probe = head if len(text) <= _HEAD else f"{head}\n{text[-_TAIL:]}"
+    for cls, pattern in _CLASSES:
+        if pattern.search(probe):
+            return cls
+    return "nonzero_exit" if exited else "unknown"
+
+
+# --------------------------------------------------------------------------- fingerprints
+
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+_READ_WORDS: Final = frozenset(
+    {
+        "read",
+        "view",
+        "list",
+        "ls",
+        "search",
+        "grep",
+        "glob",
+        "find",
+        "cat",
+        "get",
+        "show",
+        "lookup",
+        "fetch",
+        "stat",
+        "tree",
+        "dir",
+    }
+)
+_WRITE_WORDS: Final = frozenset(
+    {
+        "write",
+        "edit",
+        "replace",
+        "create",
+        "delete",
+        "remove",
+        "rm",
+        "move",
+        "mv",
+        "rename",
+        "apply",
+        "patch",
+        "update",
+        "run",
+        "exec",
+        "execute",
+        "bash",
+        "shell",
+        "set",
+        "insert",
+        "append",
+        "put",
+        "post",
+        "commit",
+        "push",
+        "install",
+        "kill",
+        "todo",
+        "todowrite",
+        "save",
+        "make",
+        "mkdir",
+        "multiedit",
+    }
+)
+
+
+def is_read_only(name: str) -> bool:
+    """A read/list/search-like tool name (``read_file``, ``Grep``, ``list_dir``,
+    ``codebase_search``), and no word that says it changes anything (``find_and_replace``)."""
+    words = {w.lower() for w in _WORDS.findall(name)}
+    return bool(words & _READ_WORDS) and not words & _WRITE_WORDS
+
+
+def _normalize(value: Any) -> Any:
+    if isinstance(value, str):
+        return " ".join(value.split())
+    if isinstance(value, dict):
+        return {str(k): _normalize(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normalize(v) for v in value]
+    return value
+
+
+def argument_shape(arguments: str) -> str:
+    """The arguments normalized: parsed leniently, keys sorted, strings whitespace-collapsed;
+    unreadable arguments as their whitespace-collapsed text. Two calls with the same shape are
+    the same call."""
+    parsed = parse_arguments(arguments)
+    if parsed.value is None and not parsed.empty:
+        return json.dumps(" ".join(arguments.split()), ensure_ascii=False)
+    value = {} if parsed.empty else parsed.value
+    try:
+        return json.dumps(
+            _normalize(value), ensure_ascii=False, sort_keys=True, separators=(",", ":")
+        )
+    except (ValueError, RecursionError):
+        return json.dumps(" ".join(arguments.split()), ensure_ascii=False)
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return h.hexdigest()[:16]
+
+
+def call_key(call: ToolCall) -> str:
+    """The call's identity without its result: tool name + argument shape, as a digest."""
+    return _digest(call.name, argument_shape(call.arguments))
+
+
+def fingerprint(call: ToolCall, result: ToolResult) -> str | None:
+    """``tool/error_class/digest`` of a failing call, ``None`` when its result is a success."""
+    cls = classify(result)
+    if cls is None:
+        return None
+    shape = argument_shape(call.arguments)
+    if is_read_only(call.name):
+        digest = _digest(call.name, shape, cls, " ".join(result_text(result).split()))
+    else:
+        digest = _digest(call.name, shape, cls)
+    return f"{call.name}/{cls}/{digest}"
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+@dataclass(frozen=True, slots=True)
+class LoopVerdict:
+    tool: str
+    count: int
+    """Identical failing calls in the run that ends the history."""
+    last_error: str
+    """The text of the last failure's result, whitespace-collapsed and cut."""
+    fingerprint: str
+    error_class: ErrorClass
+    call_id: str
+    """The id of the last failing call."""
+    key: str
+    """``call_key`` of the repeated call (tool + argument shape)."""
+
+    def matches(self, call: ToolCall) -> bool:
+        """Is ``call`` (e.g. in the model's new answer) the repeated call again?"""
+        return call.name == self.tool and call_key(call) == self.key
+
+    @property
+    def note(self) -> str:
+        """A line for the flow comment."""
+        return f"loop guard: {self.tool} failed {self.count} times in a row ({self.error_class})"
+
+
+@dataclass(slots=True)
+class _Failure:
+    fingerprint: str
+    call: ToolCall
+    result: ToolResult
+    error_class: ErrorClass
+
+
+type _Step = list[_Failure] | None
+"""A step's failures (possibly none: all its calls succeeded), or ``None`` for a break."""
+
+
+def _timeline(messages: tuple[Message, ...]) -> list[_Step]:
+    results: dict[str, ToolResult] = {}
+    for m in messages:
+        for p in m.parts:
+            if isinstance(p, ToolResult):
+                results[p.tool_call_id] = p
+    steps: list[_Step] = []
+    for m in messages:
+        if m.role == "assistant":
+            calls = [p for p in m.parts if isinstance(p, ToolCall)]
+            if not calls:
+                if any(isinstance(p, Text) and p.text.strip() for p in m.parts):
+                    steps.append(None)  # the model answered in words: a break
+                continue  # only reasoning (or nothing): neutral
+            answered = [(c, results[c.id]) for c in calls if c.id in results]
+            if not answered:
+                continue  # no result for any call: not a step (and not a break)
+            step: list[_Failure] = []
+            for call, result in answered:
+                cls = classify(result)
+                if cls is None:
+                    continue
+                fp = fingerprint(call, result)
+                assert fp is not None
+                step.append(_Failure(fp, call, result, cls))
+            steps.append(step)
+        elif m.role == "user" and not any(isinstance(p, ToolResult) for p in m.parts):
+            steps.append(None)
+    return steps
+
+
+def check_loop(req: Request, max_repeat: int) -> LoopVerdict | None:
+    """The verdict when the history ends with ``max_repeat`` (or more) identical failing calls
+    in a row (module docstring), else ``None``. ``max_repeat < 1`` disables the guard."""
+    if max_repeat < 1:
+        return None
+    steps = _timeline(req.messages)
+    if not steps or steps[-1] is None or not steps[-1]:
+        return None
+    last: list[_Failure] = steps[-1]
+    runs = _runs(steps, last)
+    # The longest run; on a tie the fingerprint whose last failure comes later in the step.
+    latest = {f.fingerprint: i for i, f in enumerate(last)}
+    fp = max(runs, key=lambda k: (runs[k], latest[k]))
+    run, failure = runs[fp], last[latest[fp]]
+    if run < max_repeat:
+        return None
+    text = " ".join(result_text(failure.result).split())
+    if len(text) > MAX_ERROR_TEXT:
+        text = text[: MAX_ERROR_TEXT - 1] + "…"
+    return LoopVerdict(
+        tool=failure.call.name,
+        count=run,
+        last_error=text,
+        fingerprint=failure.fingerprint,
+        error_class=failure.error_class,
+        call_id=failure.call.id,
+        key=call_key(failure.call),
+    )
+
+
+def _runs(steps: list[_Step], last: list[_Failure]) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for fp in dict.fromkeys(f.fingerprint for f in last):
+        for step in reversed(steps):
+            n = sum(1 for f in step or () if f.fingerprint == fp)
+            if not n:  # a break, a step without this failure
+                break
+            out[fp] += n
+    return out
+
+
+def failure_runs(req: Request) -> Counter[str]:
+    """Every failing fingerprint of the history's last step with the length of its run (how
+    close each is to a verdict); empty when the history ends with a break or a success."""
+    steps = _timeline(req.messages)
+    last = steps[-1] if steps else None
+    return _runs(steps, last) if last else Counter()
+
+
+# --------------------------------------------------------------------------- the answer
+
+ORIGIN: Final = "cursor-bridge"
+"""``Response.origin`` of answers the bridge writes itself (no dialect's extras apply)."""
+
+
+def terminal_message(verdict: LoopVerdict) -> str:
+    times = "time" if verdict.count == 1 else "times"
+    error = verdict.last_error or "(the tool gave no error text)"
+    return (
+        f"Stopped by cursor-bridge's loop guard: the tool `{verdict.tool}` was called "
+        f"{verdict.count} {times} in a row with the same arguments and failed the same way "
+        f"each time ({verdict.error_class.replace('_', ' ')}). Last error: {error}\n\n"
+        "Calling it again the same way would fail again. Change the arguments or the "
+        "approach, check the tool's input (paths, names, required fields), or ask for help."
+    )
+
+
+def terminal_response(
+    verdict: LoopVerdict, model: str | None, *, id: str | None = None, created: int | None = None
+) -> Response:
+    """The assistant's answer that ends the loop: one text naming the tool, the repeat count
+    and the last error; ``finish = "stop"``. Any client encoder renders it whole
+    (``encode_response``) or as a stream (``addon.stream.whole.sse_from_response``)."""
+    return Response(
+        origin=ORIGIN,
+        id=id,
+        model=model,
+        parts=(Text(terminal_message(verdict)),),
+        finish="stop",
+        created=created,
+    )
+
+
+def loop_record(verdict: LoopVerdict, *, fallback: bool) -> JSON:
+    """The one structured log record of a stopped loop (no argument values, no error text)."""
+    return {
+        "event": EVENT,
+        "fingerprint": verdict.fingerprint,
+        "tool": verdict.tool,
+        "error_class": verdict.error_class,
+        "repeat": verdict.count,
+        "fallback": fallback,
+    }

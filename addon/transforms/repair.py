@@ -1,0 +1,626 @@
+"""Tool-call argument repair and normalization against the request's own tool schemas.
+
+Models write arguments that almost fit the tool they call: ``filePath`` where the schema says
+``path``, ``oldString`` for ``old_string``, a todo status ``done``, a trailing comma, a code
+fence around the JSON, an object cut off at the token limit. This module turns such arguments
+into what the client's tool accepts, without ever changing the call's meaning (the tool stays
+the tool, no value is invented beyond the two defaults below).
+
+Contract: pure functions over ``addon.model`` values; nothing here knows a wire format or a
+stream (the stream stage is ``addon.stream.repair.RepairStage``). Cost is linear in the size
+of the arguments (JSON parsing, one pass of renames, one ``jsonschema`` validation).
+
+The schema map (``ToolSchemas``, from ``schemas_of(request)``) holds the parameters schema of
+every function tool the *client* declared — taken before any schema profile cleans the tools
+for the upstream, so that calls are checked against what the client will check them against.
+Custom (freeform) tools and opaque tools are not in it: their calls are never touched, nor are
+calls of tools the request did not declare.
+
+``repair_call(name, arguments, schemas, notes)`` does, in order:
+
+1. **Parse.** Strict JSON (RFC 8259: no ``NaN``/``Infinity``) → nothing to repair. Otherwise,
+   losslessly first: JSON whose strings hold raw control characters (unescaped newlines and
+   tabs, which models often write); then a JSON *string* that itself holds the object (double
+   encoding); then the ``json-repair`` library: trailing commas, single quotes, unquoted keys,
+   code fences and prose around the object, missing commas, objects cut off (closed where they
+   stop; strings are kept as written, trailing whitespace included). Two values back to back
+   (``{…}{…}``), or anything that does not come out as a JSON object, is left exactly as it
+   was (and logged). Empty arguments (``""``, whitespace) are left as they are and checked as ``{}``.
+2. **Key aliases** (top level only), only towards a key the tool's schema declares, only from
+   a key it does not declare (a tool whose schema has ``file`` keeps its ``file``):
+   ``path | filePath | file_path | target_file | file`` — any of them towards the *one* of
+   them the schema declares (none or several declared: no rename); ``oldString ↔ old_string``,
+   ``newString ↔ new_string``, ``cmd ↔ command`` — towards the one declared; ``contents | text
+   | streamContent → content`` (one way: ``text`` is too common a name to rename *to*).
+   A canonical key that is present wins: aliases of it are dropped (a *collision*, logged);
+   of several aliases of an absent key the first the model wrote is renamed, the others are
+   collisions. Renamed keys keep their position.
+3. **Todo lists** (``todowrite`` and any tool with a top-level array whose item schema has a
+   ``status`` enum containing ``pending``, ``in_progress`` and ``completed``): a status
+   outside the enum is read case- and separator-insensitively — ``todo | pending`` →
+   ``pending``, ``in-progress | in progress | inprogress`` → ``in_progress``, ``done |
+   complete | completed`` → ``completed`` (only to a value the enum has); an item without
+   ``priority`` gets ``"medium"`` when the item schema declares ``priority`` (and its enum, if
+   any, has ``medium``).
+4. **Validate** with ``jsonschema`` (the draft the schema names, 2020-12 by default). Valid →
+   the normalized call. Invalid → the normalized call all the same (still the same tool and
+   the same meaning), and one structured log record. A schema ``jsonschema`` cannot use (not
+   a valid schema, an unresolvable ``$ref``) means no validation, not a failure.
+
+The new arguments are strict compact JSON (``ensure_ascii=False``). When nothing changed, the
+model's own text is kept byte for byte (``RepairResult.changed`` is false).
+
+The log record (``RepairResult.record``) holds key names and JSON Schema keyword paths only,
+never argument values (they may hold file contents or secrets): ``event`` (``"tool_repair"``),
+``tool``, ``original_keys``, ``normalized_keys``, ``aliases`` (``["filePath → path"]``),
+``collisions``, ``missing`` (required keys absent), ``unexpected`` (keys the schema does not
+declare), ``errors`` (up to five ``/json/pointer: keyword`` of validation errors),
+``json_repaired``, ``cut`` and a one-sentence ``hint``. It is made when the call is still
+invalid, when aliases collided, when the arguments could not be read as an object, or when
+the call was cut (``cut=True``: the stream or answer ended inside it) and had to be repaired.
+
+Notes (the flow comment) count ``tool call arguments repaired`` (JSON repair),
+``argument aliases applied: filePath → path``, ``argument alias dropped: filePath (path
+present)``, ``todo status normalized: done → completed``, ``todo priority set: medium`` and
+``tool call arguments still invalid: <tool>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from json_repair import repair_json
+from jsonschema import exceptions as jsonschema_errors
+from jsonschema import validators as jsonschema_validators
+from jsonschema.protocols import Validator
+
+from addon.model import JSON, Notes, Request, Response, Tool, ToolCall
+
+EVENT: Final = "tool_repair"
+"""``event`` of the structured log record."""
+
+MAX_ERRORS: Final = 5
+"""Validation errors named in one log record."""
+
+MAX_KEYS: Final = 50
+MAX_KEY: Final = 100
+"""Keys named in one log record, and characters of each (keys are the model's text)."""
+
+NOTE_REPAIRED: Final = "tool call arguments repaired"
+
+
+# --------------------------------------------------------------------------- the rules as data
+
+
+@dataclass(frozen=True, slots=True)
+class AliasGroup:
+    """Keys that name the same argument. ``targets``: the members a rename may go *to* (the
+    one the schema declares); every other undeclared member is renamed to it."""
+
+    members: tuple[str, ...]
+    targets: tuple[str, ...]
+
+
+ALIAS_GROUPS: Final[tuple[AliasGroup, ...]] = (
+    AliasGroup(
+        ("path", "filePath", "file_path", "target_file", "file"),
+        ("path", "filePath", "file_path", "target_file", "file"),
+    ),
+    AliasGroup(("content", "contents", "text", "streamContent"), ("content",)),
+    AliasGroup(("old_string", "oldString"), ("old_string", "oldString")),
+    AliasGroup(("new_string", "newString"), ("new_string", "newString")),
+    AliasGroup(("command", "cmd"), ("command", "cmd")),
+)
+"""Key aliases (issue 11). Both directions where the issue says ``↔`` and for the snake/camel
+pairs (OpenCode's ``edit`` takes ``oldString``; Claude Code's ``Edit`` takes ``old_string``):
+a rename only ever goes to the key the schema declares."""
+
+TODO_STATES: Final = frozenset({"pending", "in_progress", "completed"})
+"""A ``status`` enum holding these marks a todo list."""
+
+TODO_STATUS: Final[Mapping[str, str]] = {
+    "todo": "pending",
+    "pending": "pending",
+    "in_progress": "in_progress",
+    "inprogress": "in_progress",
+    "done": "completed",
+    "complete": "completed",
+    "completed": "completed",
+}
+"""Status spellings (lower-cased, runs of spaces and dashes read as ``_``) → the enum value."""
+
+TODO_PRIORITY: Final = "medium"
+
+
+# --------------------------------------------------------------------------- the schema map
+
+
+class ToolSchemas:
+    """The request's own function tools: name → parameters schema (JSON Schema of the
+    arguments object). Validators are built once per tool, on first use."""
+
+    __slots__ = ("_schemas", "_validators")
+
+    def __init__(self, schemas: Mapping[str, JSON] | None = None) -> None:
+        self._schemas: dict[str, JSON] = dict(schemas or {})
+        self._validators: dict[str, Validator | None] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._schemas
+
+    def __len__(self) -> int:
+        return len(self._schemas)
+
+    def __bool__(self) -> bool:
+        return bool(self._schemas)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._schemas)
+
+    def __repr__(self) -> str:
+        return f"ToolSchemas({sorted(self._schemas)!r})"
+
+    def get(self, name: str) -> JSON | None:
+        return self._schemas.get(name)
+
+    def validator(self, name: str) -> Validator | None:
+        """A validator for the tool's schema; ``None`` when the tool is unknown or its schema
+        is not one ``jsonschema`` can use."""
+        if name in self._validators:
+            return self._validators[name]
+        schema = self._schemas.get(name)
+        found: Validator | None = None
+        if schema is not None:
+            try:
+                cls = jsonschema_validators.validator_for(
+                    schema, default=jsonschema_validators.Draft202012Validator
+                )
+                cls.check_schema(schema)
+                found = cls(schema)
+            except Exception:  # an invalid schema, an unknown $schema: no validation
+                found = None
+        self._validators[name] = found
+        return found
+
+
+def schemas_of(req: Request) -> ToolSchemas:
+    """The schema map of a request: its function tools (not custom, not opaque) with a name and
+    an object schema. Take it from the client's request before ``sanitize_tool_schemas``."""
+    out: dict[str, JSON] = {}
+    for tool in req.tools or ():
+        if (
+            isinstance(tool, Tool)
+            and tool.format is None
+            and tool.name
+            and isinstance(tool.parameters, dict)
+        ):
+            out.setdefault(tool.name, tool.parameters)
+    return ToolSchemas(out)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class RepairResult:
+    arguments: str
+    """The arguments to send on: strict compact JSON when ``changed``, else the model's text."""
+    changed: bool = False
+    repaired: bool = False
+    """The text was not strict JSON and had to be repaired (or unwrapped)."""
+    valid: bool | None = None
+    """The ``jsonschema`` verdict on the result; ``None``: not checked (no usable schema, or
+    the arguments are not an object)."""
+    aliases: tuple[tuple[str, str], ...] = ()
+    """Renames applied, ``(alias, canonical)``."""
+    collisions: tuple[str, ...] = ()
+    """Alias keys dropped because their canonical key (or an earlier alias) was there."""
+    statuses: tuple[tuple[str, str], ...] = ()
+    """Todo statuses rewritten, ``(as written, as sent)``."""
+    priorities: int = 0
+    """Todo items given ``priority: medium``."""
+    record: JSON | None = field(default=None)
+    """The structured log record, when one is due (see the module docstring)."""
+
+
+def repair_call(
+    name: str, arguments: str, schemas: ToolSchemas, notes: Notes, *, cut: bool = False
+) -> RepairResult:
+    """One call's arguments repaired and normalized against its tool's schema (module
+    docstring). A tool not in ``schemas`` gets its arguments back untouched. ``cut``: the
+    answer ended inside this call (said in the log record)."""
+    schema = schemas.get(name)
+    if schema is None:
+        return RepairResult(arguments)
+    parsed = parse_arguments(arguments)
+    value, repaired = parsed.value, parsed.repaired
+    if not isinstance(value, dict):
+        if parsed.empty:
+            value = {}  # no arguments at all: checked as {}, sent as they came
+        else:
+            hint = "the arguments are not a JSON object" + (
+                " (the answer ended inside this call)" if cut else ""
+            )
+            return RepairResult(
+                arguments, record=_record(name, (), (), (), (), [], [], [], False, cut, hint)
+            )
+    original_keys = tuple(value)
+    props = _properties(schema)
+    obj, aliases, collisions = _apply_aliases(value, props)
+    statuses, priorities = _normalize_todos(obj, props, schema)
+    changed = repaired or bool(aliases or collisions or statuses or priorities)
+    text = arguments
+    if changed:
+        try:
+            text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except ValueError:  # NaN / Infinity after a repair: strict JSON cannot carry it
+            hint = "the arguments hold numbers JSON cannot carry (NaN, Infinity)"
+            return RepairResult(
+                arguments,
+                record=_record(name, original_keys, (), (), (), [], [], [], repaired, cut, hint),
+            )
+    valid, missing, unexpected, errors = _validate(schemas.validator(name), obj, schema)
+    if repaired:
+        notes[NOTE_REPAIRED] += 1
+    for alias, canonical in aliases:
+        notes[f"argument aliases applied: {alias} → {canonical}"] += 1
+    for alias, kept in collisions:
+        notes[f"argument alias dropped: {alias} ({kept} present)"] += 1
+    for before, after in statuses:
+        notes[f"todo status normalized: {before} → {after}"] += 1
+    if priorities:
+        notes[f"todo priority set: {TODO_PRIORITY}"] += priorities
+    if valid is False:
+        notes[f"tool call arguments still invalid: {name}"] += 1
+    record: JSON | None = None
+    if valid is False or collisions or (cut and changed):
+        hint = _hint(missing, unexpected, errors, collisions, props, parsed.empty or not value, cut)
+        record = _record(
+            name,
+            original_keys,
+            tuple(obj),
+            tuple(f"{a} → {c}" for a, c in aliases),
+            tuple(a for a, _ in collisions),
+            missing,
+            unexpected,
+            errors,
+            repaired,
+            cut,
+            hint,
+        )
+    return RepairResult(
+        text,
+        changed=changed,
+        repaired=repaired,
+        valid=valid,
+        aliases=tuple(aliases),
+        collisions=tuple(a for a, _ in collisions),
+        statuses=tuple(statuses),
+        priorities=priorities,
+        record=record,
+    )
+
+
+def repair_response(
+    resp: Response, schemas: ToolSchemas, notes: Notes
+) -> tuple[Response, list[JSON]]:
+    """A whole answer with each call of a known function tool repaired (``repair_call``); the
+    log records made. The same object when nothing changed. The last call of an answer cut at
+    the token limit (``finish == "length"``) is treated as cut."""
+    if not schemas or not any(isinstance(p, ToolCall) for p in resp.parts):
+        return resp, []
+    last_call = max(i for i, p in enumerate(resp.parts) if isinstance(p, ToolCall))
+    records: list[JSON] = []
+    parts = list(resp.parts)
+    changed = False
+    for i, part in enumerate(resp.parts):
+        if not isinstance(part, ToolCall) or part.custom or part.name not in schemas:
+            continue
+        cut = resp.finish == "length" and i == last_call
+        result = repair_call(part.name, part.arguments, schemas, notes, cut=cut)
+        if result.record is not None:
+            records.append(result.record)
+        if result.changed:
+            parts[i] = dataclasses.replace(part, arguments=result.arguments)
+            changed = True
+    if not changed:
+        return resp, records
+    return dataclasses.replace(resp, parts=tuple(parts)), records
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    value: Any
+    """The decoded value; ``None`` for empty or unreadable arguments."""
+    repaired: bool = False
+    empty: bool = False
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text[:40]} does not fit in a float")
+    return value
+
+
+def _loads(text: str, *, strict: bool) -> Any:
+    return json.loads(text, strict=strict, parse_constant=_refuse_constant, parse_float=_finite)
+
+
+def parse_arguments(arguments: str) -> Parsed:
+    """The arguments as a JSON value, as leniently as needed (step 1 of the module docstring).
+    Never raises."""
+    if not arguments.strip():
+        return Parsed(None, empty=True)
+    try:
+        value: Any = _loads(arguments, strict=True)
+    except ValueError:
+        pass
+    except RecursionError:
+        return Parsed(None)
+    else:
+        inner = _unwrap_string(value)
+        return Parsed(inner, repaired=inner is not value)
+    try:  # raw control characters in strings: read them as the characters they are
+        value = _loads(arguments, strict=False)
+    except ValueError:
+        pass
+    except RecursionError:
+        return Parsed(None)
+    else:
+        return Parsed(_unwrap_string(value), repaired=True)
+    if _several_values(arguments):
+        return Parsed(None)
+    try:
+        # stream_stable: strings are kept as written (without it a string ending in "\n"
+        # loses its trailing whitespace: a file's last newline).
+        value = repair_json(
+            arguments, return_objects=True, skip_json_loads=True, stream_stable=True
+        )
+    except (ValueError, RecursionError, IndexError, TypeError, KeyError):
+        return Parsed(None)
+    if isinstance(value, dict):
+        return Parsed(value, repaired=True)
+    return Parsed(None)
+
+
+_DECODER = json.JSONDecoder(strict=False)
+
+
+def _several_values(text: str) -> bool:
+    """Two JSON values back to back (``{…}{…}``: two calls' arguments run together). Repair
+    would keep one of them and lose the other: such arguments are left as they are."""
+    start = len(text) - len(text.lstrip())
+    try:
+        _, end = _DECODER.raw_decode(text, start)
+    except (ValueError, RecursionError):
+        return False
+    return text[end:].lstrip()[:1] in ("{", "[")
+
+
+def _unwrap_string(value: Any) -> Any:
+    """A JSON string holding a JSON object (arguments encoded twice) → that object."""
+    if isinstance(value, str):
+        try:
+            inner = _loads(value, strict=False)
+        except (ValueError, RecursionError):
+            return value
+        if isinstance(inner, dict):
+            return inner
+    return value
+
+
+# --------------------------------------------------------------------------- normalization
+
+
+def _resolve(node: Any, root: JSON, depth: int = 0) -> Any:
+    """``node`` with a local ``$ref`` (``#/$defs/X``, ``#/definitions/X``) followed."""
+    while isinstance(node, dict) and isinstance(node.get("$ref"), str) and depth < 16:
+        ref: str = node["$ref"]
+        if not ref.startswith("#"):
+            return node
+        target: Any = root
+        for token in ref[1:].split("/")[1:] if ref != "#" else []:
+            token = token.replace("~1", "/").replace("~0", "~")
+            if not isinstance(target, dict) or token not in target:
+                return node
+            target = target[token]
+        node, depth = target, depth + 1
+    return node
+
+
+def _obj(node: Any, root: JSON) -> JSON:
+    """``node`` resolved, as an object (``{}`` when it is none)."""
+    node = _resolve(node, root)
+    return node if isinstance(node, dict) else {}
+
+
+def _properties(schema: JSON) -> JSON:
+    return _obj(_obj(schema, schema).get("properties"), schema)
+
+
+def _apply_aliases(
+    value: JSON, props: JSON
+) -> tuple[JSON, list[tuple[str, str]], list[tuple[str, str]]]:
+    """Renamed keys in place; ``(obj, [(alias, canonical)], [(dropped alias, kept key)])``."""
+    if not props:
+        return value, [], []
+    rename: dict[str, str] = {}  # alias present in the arguments → canonical
+    for group in ALIAS_GROUPS:
+        declared = [m for m in group.targets if m in props]
+        if len(declared) != 1:
+            continue
+        canonical = declared[0]
+        for member in group.members:
+            if member != canonical and member not in props and member in value:
+                rename[member] = canonical
+    if not rename:
+        return value, [], []
+    out: JSON = {}
+    aliases: list[tuple[str, str]] = []
+    collisions: list[tuple[str, str]] = []
+    for key, item in value.items():
+        to = rename.get(key)
+        if to is None:
+            out[key] = item
+        elif to in value or to in out:
+            collisions.append((key, to))
+        else:
+            out[to] = item
+            aliases.append((key, to))
+    return out, aliases, collisions
+
+
+def _normalize_todos(obj: JSON, props: JSON, root: JSON) -> tuple[list[tuple[str, str]], int]:
+    """Todo statuses and priorities fixed in place (``obj`` is ours: a fresh decode)."""
+    statuses: list[tuple[str, str]] = []
+    priorities = 0
+    for key, prop in props.items():
+        items = obj.get(key)
+        if not isinstance(items, list):
+            continue
+        item_props = _obj(_obj(_obj(prop, root).get("items"), root).get("properties"), root)
+        enum = _obj(item_props.get("status"), root).get("enum")
+        if not isinstance(enum, list) or not TODO_STATES.issubset(enum):
+            continue
+        priority = item_props.get("priority")
+        priority_enum = _obj(priority, root).get("enum")
+        give_priority = isinstance(_resolve(priority, root), dict) and (
+            not isinstance(priority_enum, list) or TODO_PRIORITY in priority_enum
+        )
+        for item in items:
+            if not isinstance(item, dict):
+                continue
+            written = item.get("status")
+            if isinstance(written, str) and written not in enum:
+                spelled = re.sub(r"[\s\-_]+", "_", written.strip().lower())
+                target: str | None = TODO_STATUS.get(spelled)
+                if target is None:
+                    target = TODO_STATUS.get(spelled.replace("_", ""))
+                if target is not None and target in enum:
+                    item["status"] = target
+                    statuses.append((written, target))
+            if give_priority and "priority" not in item:
+                item["priority"] = TODO_PRIORITY
+                priorities += 1
+    return statuses, priorities
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _validate(
+    validator: Validator | None, obj: JSON, schema: JSON
+) -> tuple[bool | None, list[str], list[str], list[str]]:
+    """``(valid, missing, unexpected, errors)``; ``valid`` is ``None`` when not checkable."""
+    props = _properties(schema)
+    top = _resolve(schema, schema)
+    required = top.get("required") if isinstance(top, dict) else None
+    missing = (
+        [k for k in required if isinstance(k, str) and k not in obj]
+        if isinstance(required, list)
+        else []
+    )
+    unexpected = [k for k in obj if props and k not in props]
+    if validator is None:
+        return None, missing, unexpected, []
+    try:
+        found = list(_first(validator.iter_errors(obj), MAX_ERRORS))
+    except Exception:  # an unresolvable $ref met while validating: not checkable
+        return None, missing, unexpected, []
+    errors = list(dict.fromkeys(f"{_pointer(e.absolute_path)}: {e.validator}" for e in found))
+    return not found, missing, unexpected, errors
+
+
+def _first(
+    errors: Iterable[jsonschema_errors.ValidationError], n: int
+) -> Iterator[jsonschema_errors.ValidationError]:
+    for i, e in enumerate(errors):
+        if i >= n:
+            return
+        yield e
+
+
+def _pointer(path: Iterable[object]) -> str:
+    return "/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def _hint(
+    missing: list[str],
+    unexpected: list[str],
+    errors: list[str],
+    collisions: list[tuple[str, str]],
+    props: JSON,
+    empty: bool,
+    cut: bool,
+) -> str:
+    said: list[str] = []
+    if cut:
+        said.append("the answer ended inside this call: its arguments were cut")
+    if empty and missing:
+        said.append("the arguments are empty: the call was probably cut or the model lost them")
+    elif missing:
+        said.append(f"required key(s) missing: {', '.join(missing)}")
+    for key in _keys(unexpected)[:5]:
+        close = difflib.get_close_matches(key, missing, n=1) or difflib.get_close_matches(
+            key, [str(p) for p in props], n=1
+        )
+        if close:
+            said.append(f"unknown key {key!r}: did the model mean {close[0]!r}?")
+        else:
+            said.append(f"unknown key {key!r}")
+    if collisions:
+        said.append(
+            "dropped " + ", ".join(f"{a!r} because {k!r} was given too" for a, k in collisions)
+        )
+    if errors and not missing and not unexpected:
+        said.append(f"schema errors at {', '.join(errors)}")
+    return "; ".join(said) or "the arguments do not match the tool's schema"
+
+
+def _keys(keys: Iterable[str]) -> list[str]:
+    out = [k if len(k) <= MAX_KEY else k[: MAX_KEY - 1] + "…" for k in keys]
+    return out if len(out) <= MAX_KEYS else [*out[:MAX_KEYS], f"… {len(out) - MAX_KEYS} more"]
+
+
+def _record(
+    tool: str,
+    original_keys: Iterable[str],
+    normalized_keys: Iterable[str],
+    aliases: Iterable[str],
+    collisions: Iterable[str],
+    missing: list[str],
+    unexpected: list[str],
+    errors: list[str],
+    repaired: bool,
+    cut: bool,
+    hint: str,
+) -> JSON:
+    return {
+        "event": EVENT,
+        "tool": tool,
+        "original_keys": _keys(original_keys),
+        "normalized_keys": _keys(normalized_keys),
+        "aliases": list(aliases),
+        "collisions": list(collisions),
+        "missing": _keys(missing),
+        "unexpected": _keys(unexpected),
+        "errors": errors,
+        "json_repaired": repaired,
+        "cut": cut,
+        "hint": hint,
+    }

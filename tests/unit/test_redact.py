@@ -1,0 +1,137 @@
+"""``addon.redact``: what the bridge writes is secret-free, one line, valid UTF-8, and never raises."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from addon.plan import short
+from addon.redact import REDACTED, clean, clean_data, escape, redact
+
+GOOGLE_KEY = "AIzaSyA1234567890abcdefghijklmnopqrst"
+SECRETS = {
+    "openai": "sk-proj-ECHOEDSECRET123456789",
+    "anthropic": "sk-ant-api03-Zx9_secret-VALUE-0123456789",
+    "openrouter": "sk-or-v1-0123456789abcdef0123",
+    "google": GOOGLE_KEY,
+    "oauth": "ya29.a0AfH6SMBx-secret_token.value",
+    "github": "ghp_0123456789abcdefghijABCDEFGHIJ",
+    "aws": "AKIAIOSFODNN7EXAMPLE",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlLXNlY3JldA",
+    "hex": "0123456789abcdef0123456789abcdef01",
+    "base64": "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo1234567890ab",
+}
+
+
+@pytest.mark.parametrize("secret", list(SECRETS.values()), ids=list(SECRETS))
+def test_key_shaped_strings_are_redacted_wherever_they_are(secret: str) -> None:
+    for text in (
+        secret,
+        f"Incorrect API key provided: {secret}.",
+        f"invalid key ({secret}) for project 12",
+        f'{{"detail": "bad key {secret}"}}',
+    ):
+        out = redact(text)
+        assert secret not in out and REDACTED in out
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["key", "api_key", "apikey", "api-key", "access_token", "token", "x-goog-api-key",
+     "client_secret", "password", "X-Amz-Signature", "refresh_token", "KEY"],
+)  # fmt: skip
+def test_credential_named_parameters_are_redacted(name: str) -> None:
+    path = f"/v1beta/models/g:streamGenerateContent?alt=sse&{name}=hunter2-not-key-shaped&n=1"
+    out = redact(path)
+    assert "hunter2" not in out
+    assert out.endswith(f"&{name}={REDACTED}&n=1") and "alt=sse" in out
+    quoted = redact(f'{{"{name}": "hunter2", "model": "m"}}')
+    assert "hunter2" not in quoted and json.loads(quoted)["model"] == "m"
+    assert "hunter2" not in redact(f"{{'{name}': 'hunter2'}}")  # a Python repr
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "Basic", "Token"])
+def test_authorization_credentials_are_redacted_scheme_kept(scheme: str) -> None:
+    assert redact(f"Authorization: {scheme} abc.def~ghi") == f"Authorization: {scheme} {REDACTED}"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "model anthropic-claude-3-7-sonnet-20250219-v1 not found",
+        "request 89772e65-a5f6-45d5-b37c-e27ca2ea17d4 failed",
+        "/v1/projects/my-project-123/locations/us-central1/publishers/google/models/x",
+        "max_tokens=5 monkey=3 tokens=9 task-force disk-space",
+        "messages.3.content.0.tool_use_id: unknown id toolu_01ABCdef",
+    ],
+)
+def test_ordinary_text_is_left_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_long_tokens_can_be_kept_for_the_content_view() -> None:
+    signature = SECRETS["base64"]
+    assert redact(f'"signature_of_thought": 1 {signature}', tokens=False).endswith(signature)
+    assert SECRETS["openai"] not in redact(SECRETS["openai"], tokens=False)
+
+
+def test_clean_escapes_surrogates_controls_and_line_breaks() -> None:
+    out = clean("a\nb\r\tc\x00\x1b[31m\x7f\x85\u2028\ud83d\udcff é 🙂")
+    assert out == "a\\nb\\r\\tc\\x00\\x1b[31m\\x7f\\x85\\u2028\\ud83d\\udcff é 🙂"
+    out.encode("utf-8")  # valid UTF-8: no lone surrogate left
+    assert escape("plain") == "plain"
+
+
+def test_clean_cuts_after_redacting() -> None:
+    text = "x" * 190 + " " + SECRETS["openai"] + " tail"
+    out = clean(text, 200)
+    assert len(out) == 200 and out.endswith("...") and "sk-proj" not in out
+    assert clean("short", 200) == "short"
+    assert len(short("é" * 10_000)) == 200
+
+
+def test_clean_never_raises_on_odd_objects() -> None:
+    class Bad:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    assert clean(Bad()) == "<Bad>"
+    assert clean(ValueError("\ud800 key=abc")) == "\\ud800 key=[REDACTED]"
+
+
+def test_clean_data_cleans_keys_and_values_and_keeps_numbers() -> None:
+    data = {"changes": {"fields not sent: \ud83d": 1}, "error": f"key={GOOGLE_KEY}", "n": 2.5}
+    out = clean_data(data)
+    assert out == {
+        "changes": {"fields not sent: \\ud83d": 1},
+        "error": f"key={REDACTED}",
+        "n": 2.5,
+    }
+    json.dumps(out).encode("utf-8")
+    deep: list[object] = []
+    for _ in range(50):
+        deep = [deep]
+    assert "nested too deeply" in json.dumps(clean_data(deep))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=400), st.one_of(st.none(), st.integers(min_value=3, max_value=300)))
+def test_clean_is_total_one_line_utf8_and_bounded(text: str, limit: int | None) -> None:
+    out = clean(text, limit)
+    out.encode("utf-8")
+    assert "\n" not in out and "\r" not in out
+    if limit is not None:
+        assert len(out) <= limit
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(list(SECRETS.values())),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30),
+    st.text(alphabet=" .,:;()[]{}'\"\n=", min_size=1, max_size=3),
+)
+def test_a_secret_never_survives_whatever_surrounds_it(secret: str, before: str, sep: str) -> None:
+    assert secret not in clean(before + sep + secret + sep + before)
