@@ -95,6 +95,35 @@ REWRITE_OPTIONS: tuple[OptionSpec, ...] = (
         4000,
         "bracket protocol: parameter descriptions longer than this are cut (with '...').",
     ),
+    OptionSpec(
+        "bridge_tool_repair",
+        str,
+        "on",
+        "Tool-call arguments on routes that do not set tool_repair: 'on' repairs JSON that does "
+        "not parse (trailing commas, quotes, code fences, a cut-off end), renames keys the "
+        "model got almost right towards the tool's own (filePath → path, oldString → "
+        "old_string, cmd → command …), normalizes todo statuses, and checks the result "
+        "against the tool's schema (one log line when it still does not fit); 'off' passes "
+        "the model's arguments on as they are.",
+        ("on", "off"),
+    ),
+    OptionSpec(
+        "bridge_loop_max_repeat",
+        int,
+        3,
+        "Loop guard: when the conversation ends with this many identical tool calls that "
+        "failed the same way, the model is not asked again (see bridge_loop_fallback); the "
+        "client gets an answer naming the tool, the count and the last error. 0 turns the "
+        "guard off.",
+    ),
+    OptionSpec(
+        "bridge_loop_fallback",
+        bool,
+        False,
+        "Loop guard on a native-tools route: instead of the answer that stops the loop, ask "
+        "the upstream again with the tools described in the prompt (the invoke protocol), "
+        "and send that answer to the client.",
+    ),
 )
 """Options of the rewrite addon (``addon.shell.rewrite``)."""
 
@@ -182,6 +211,9 @@ class Settings:
     tool_strict: bool = False
     desc_limit: int = 8000
     param_limit: int = 4000
+    tool_repair: Literal["on", "off"] = "on"
+    loop_max_repeat: int = 3
+    loop_fallback: bool = False
 
 
 def _choice(spec: OptionSpec, value: Any) -> str:
@@ -232,6 +264,12 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
     strict = get("bridge_tool_strict")
     if not isinstance(strict, bool):
         raise ConfigError(f"bridge_tool_strict takes true or false, not {strict!r}")
+    repeat = get("bridge_loop_max_repeat")
+    if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 0:
+        raise ConfigError(f"bridge_loop_max_repeat takes a whole number >= 0, not {repeat!r}")
+    fallback = get("bridge_loop_fallback")
+    if not isinstance(fallback, bool):
+        raise ConfigError(f"bridge_loop_fallback takes true or false, not {fallback!r}")
     return Settings(
         routes=routes,
         tool_mode=cast(ToolMode, _choice(by_name["bridge_tool_mode"], get("bridge_tool_mode"))),
@@ -244,6 +282,11 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
         tool_strict=strict,
         desc_limit=limits["bridge_tool_desc_max_chars"],
         param_limit=limits["bridge_tool_param_desc_max_chars"],
+        tool_repair=cast(
+            Literal["on", "off"], _choice(by_name["bridge_tool_repair"], get("bridge_tool_repair"))
+        ),
+        loop_max_repeat=repeat,
+        loop_fallback=fallback,
     )
 
 

@@ -54,12 +54,15 @@ from addon.routes import Route, match
 from addon.stream.custom_tools import CustomToolStage
 from addon.stream.decompress import make_decompressor
 from addon.stream.processor import Stage, StreamProcessor
+from addon.stream.repair import RepairStage
 from addon.stream.stages import HideThinkingStage, TextToolStage
 from addon.stream.whole import sse_from_response
 from addon.textproto.invoke import make_trigger
 from addon.textproto.parser import Protocol, TextProtocolParser
 from addon.transforms.cache import strip_cache_control
 from addon.transforms.custom_tools import unwrap_custom_calls, wrap_custom_tools
+from addon.transforms.loop_guard import LoopVerdict, check_loop, loop_record, terminal_response
+from addon.transforms.repair import ToolSchemas, repair_response, schemas_of
 from addon.transforms.text_tools import TextToolSettings, apply_text_tools, parse_text_tools
 from addon.transforms.thinking import apply_thinking_prompt, resolve_model
 from addon.transforms.tools import check_tools, sanitize_tool_schemas
@@ -126,6 +129,18 @@ class FlowPlan:
     """How the upstream frames its stream (from the upstream request's query)."""
     client_framing: Framing = "sse"
     """How the client wants its stream framed (from the client's query)."""
+    schemas: ToolSchemas = field(default_factory=ToolSchemas)
+    """The request's own tool schemas, for argument repair (empty: no repair)."""
+    repair_log: list[JSON] = field(default_factory=list)
+    """One structured record per call that was still invalid or had colliding keys; the shell
+    logs and clears them."""
+    loop: LoopVerdict | None = None
+    """The loop guard's finding on this request's history."""
+    loop_fallback: bool = False
+    """The loop guard switched this native route to the invoke text protocol."""
+    request_notes: Notes = field(default_factory=Counter)
+    """``notes`` as they were when the request went upstream: what the answer added is the
+    rest (``answer_notes``)."""
     processor: StreamProcessor | None = None
     parser: TextProtocolParser | None = None
 
@@ -167,6 +182,8 @@ class FlowPlan:
             stages.append(TextToolStage(self.new_parser()))
         if self.custom_tools:
             stages.append(CustomToolStage(self.custom_tools))
+        if self.schemas:
+            stages.append(RepairStage(self.schemas, self.notes, self.repair_log.append))
         if self.hide_thinking:
             stages.append(HideThinkingStage())
         self.processor = StreamProcessor(
@@ -203,11 +220,18 @@ class FlowPlan:
             answer = parse_text_tools(answer, self.new_parser())
         if self.custom_tools:
             answer = unwrap_custom_calls(answer, self.custom_tools)
+        if self.schemas:
+            answer, records = repair_response(answer, self.schemas, self.notes)
+            self.repair_log.extend(records)
         if self.hide_thinking:
             answer = dataclasses.replace(
                 answer, parts=tuple(p for p in answer.parts if not isinstance(p, Thinking))
             )
         return answer
+
+    def answer_notes(self) -> str:
+        """What rewriting the answer changed (repairs …), as one line; empty: nothing."""
+        return describe(self.notes - self.request_notes)
 
     def needs_retry(self, answer: Response) -> bool:
         return self.tool_required and not any(isinstance(p, ToolCall) for p in answer.parts)
@@ -284,7 +308,26 @@ class Rewrite:
     """``wire.body`` as strict JSON: what the upstream gets."""
 
 
-type Decision = Pass | Reject | Rewrite
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Answer the client ourselves with a 200 in its dialect (the loop guard's message): the
+    upstream is not called."""
+
+    plan: FlowPlan
+    body: bytes = field(repr=False)
+    content_type: str
+    summary: str
+    record: JSON
+    """The structured log record of the decision."""
+
+
+type Decision = Pass | Reject | Rewrite | Answer
+
+CONTENT_TYPES: dict[Framing, str] = {
+    "sse": "text/event-stream; charset=utf-8",
+    "json_array": "application/json",
+}
+"""The content type of a stream in each framing."""
 
 
 # --------------------------------------------------------------------------- request
@@ -363,7 +406,18 @@ def decide(
     plan.upstream_framing = upstream.framing_for(wire.query)
     plan.client_framing = client.framing_for(incoming.query)
     summary = describe(notes) or "no changes needed"
+    plan.request_notes = Counter(notes)
+    if plan.loop is not None and not plan.loop_fallback:
+        return _loop_answer(plan, unified.model, summary)
     return Rewrite(plan, wire, summary, incoming.body, encoded)
+
+
+def _loop_answer(plan: FlowPlan, model: str, summary: str) -> Answer:
+    """The loop guard's terminal message, in the client's dialect, streamed if it asked."""
+    assert plan.loop is not None
+    body = plan.encode_answer(terminal_response(plan.loop, model))
+    ctype = CONTENT_TYPES[plan.client_framing] if plan.stream else "application/json"
+    return Answer(plan, body, ctype, summary, loop_record(plan.loop, fallback=False))
 
 
 def internal_error(route: Route, e: BaseException) -> Pass | Reject:
@@ -407,6 +461,16 @@ def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
         notes[f"{req.model} → {model} with thinking"] += 1
         req = dataclasses.replace(req, model=model)
     check_tools(req)
+    if (route.tool_repair or s.tool_repair) == "on":
+        plan.schemas = schemas_of(req)  # the client's own schemas, before any profile
+    mode = route.tool_mode or s.tool_mode
+    # The loop guard reads the history while it is still structured (before a text protocol).
+    plan.loop = check_loop(req, s.loop_max_repeat)
+    if plan.loop is not None:
+        notes[plan.loop.note] += 1
+        if s.loop_fallback and mode == "native":
+            mode, plan.loop_fallback = "invoke", True
+            notes["loop guard: asked again with the invoke text protocol"] += 1
     if req.origin != plan.upstream.name:
         req = _foreign_extras(req, plan.upstream, notes)
         if route.cache_control != "keep":
@@ -418,7 +482,6 @@ def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
     # route names one.
     auto = "gemini" if plan.upstream.name in GEMINI_DIALECTS else s.schema
     req = sanitize_tool_schemas(req, route.schema_profile or auto, notes)
-    mode = route.tool_mode or s.tool_mode
     # Thinking asked for by name (BASE-thinking), or by a client's switch on an upstream that
     # only has text: ask for <thinking> tags and parse them. Before the text protocol renders
     # tool results as user text, so the hint never lands after a tool result.

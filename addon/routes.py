@@ -25,6 +25,7 @@ A routes file::
     cache_control = "drop"             # drop | keep: Anthropic cache_control to other dialects
     reasoning = "auto"                 # auto | off: thinking requests → reasoning_effort
     project = "my-gcp-project"         # gemini_code_assist upstreams: the project to bill
+    tool_repair = "on"                 # on | off: default the bridge_tool_repair option
 
 ``load_routes`` raises ``RoutesError`` with one line naming the file, the key
 and what it takes. ``proxy_excludes`` applies mitmproxy's ``allow_hosts`` /
@@ -72,6 +73,8 @@ class Route(BaseModel):
     cache_control: Literal["drop", "keep"] = "drop"
     """Anthropic ``cache_control`` markers reach an upstream of another dialect only with
     ``keep``."""
+    tool_repair: Literal["on", "off"] | None = None
+    """Repair and normalize tool-call arguments; default: the ``bridge_tool_repair`` option."""
     project: str | None = None
     """The Google Cloud project a ``gemini_code_assist`` upstream bills (its body names it)."""
     reasoning: Literal["auto", "off"] = "auto"

@@ -32,6 +32,8 @@ from mitmproxy import contentviews, ctx, http
 from addon.config import REWRITE_OPTIONS, ConfigError, Settings, parse_settings
 from addon.model import UnsupportedShape
 from addon.plan import (
+    CONTENT_TYPES,
+    Answer,
     Decision,
     FlowPlan,
     Incoming,
@@ -39,11 +41,12 @@ from addon.plan import (
     Reject,
     Rewrite,
     decide,
+    dump,
     internal_error,
     route_for,
     short,
 )
-from addon.redact import clean
+from addon.redact import clean, clean_data
 from addon.shell.common import (
     META_KEY,
     OptionChecks,
@@ -138,6 +141,8 @@ class RewriteAddon(OptionChecks):
                     self._passthrough(flow, decision)
                 case Reject():
                     self._reject(flow, decision)
+                case Answer():
+                    self._answer(flow, decision)
         except Exception as e:
             log_internal_error(f"cursor-bridge [{route.name}]: request", e)
 
@@ -216,7 +221,7 @@ class RewriteAddon(OptionChecks):
         if flow.request.http_version.startswith("HTTP/1"):
             resp.headers["transfer-encoding"] = "chunked"
         if plan.client_framing != plan.upstream_framing:
-            resp.headers["content-type"] = FRAMING_TYPES[plan.client_framing]
+            resp.headers["content-type"] = CONTENT_TYPES[plan.client_framing]
         resp.stream = stream_callable(processor, plan.label)
 
     async def response(self, flow: http.HTTPFlow) -> None:
@@ -267,7 +272,7 @@ class RewriteAddon(OptionChecks):
         self._note_text_calls(flow, plan)
         self.state.originals.put(flow.id, "response", raw, "answer re-encoded")
         if plan.stream:
-            resp.headers["content-type"] = FRAMING_TYPES[plan.client_framing]
+            resp.headers["content-type"] = CONTENT_TYPES[plan.client_framing]
             append_comment(flow, "whole answer sent as a stream (client asked for one)")
         else:
             resp.headers["content-type"] = "application/json"
@@ -291,6 +296,7 @@ class RewriteAddon(OptionChecks):
             self.state.count("streams rewritten")
 
     def _note_text_calls(self, flow: http.HTTPFlow, plan: FlowPlan) -> None:
+        self._note_answer(flow, plan)
         parser = plan.parser
         if parser is None:
             return
@@ -303,6 +309,20 @@ class RewriteAddon(OptionChecks):
                 len(parser.rejected),
                 short("; ".join(parser.rejected[:3])),
             )
+
+    def _note_answer(self, flow: http.HTTPFlow, plan: FlowPlan) -> None:
+        """What the answer's rewrite changed (argument repairs …): in the comment and the
+        metadata; one structured log line per call that still does not fit its schema."""
+        changes = plan.answer_notes()
+        if changes:
+            append_comment(flow, f"answer: {changes}")
+            meta = flow.metadata.get(META_KEY)
+            if isinstance(meta, dict):
+                meta["answer_changes"] = clean_data(dict(plan.notes - plan.request_notes))
+        for record in plan.repair_log:
+            self.state.count("tool calls still invalid after repair")
+            log.info("%s: %s", plan.label, short(dump(record).decode()))
+        plan.repair_log.clear()
 
     def _unreadable(self, flow: http.HTTPFlow, plan: FlowPlan, why: str) -> None:
         """An answer that cannot reach a client of another dialect: a 502 in its dialect."""
@@ -353,6 +373,15 @@ class RewriteAddon(OptionChecks):
         append_comment(flow, f"{label}: answered {d.status}: {short(d.message)}")
         set_meta(flow, {"route": d.route.name, "action": "rejected", "error": short(d.message)})
 
+    def _answer(self, flow: http.HTTPFlow, d: Answer) -> None:
+        """The bridge's own 200 in the client's dialect (the loop guard): no upstream call."""
+        plan = d.plan
+        self.state.count("loop guard answers")
+        log.warning("%s: %s", plan.label, short(dump(d.record).decode()))
+        flow.response = http.Response.make(200, d.body, {"content-type": d.content_type})
+        append_comment(flow, f"{plan.label}: {d.summary}; answered by the loop guard")
+        set_meta(flow, {**plan.meta(), "action": "loop_guard"})
+
     def _passthrough(self, flow: http.HTTPFlow, d: Pass) -> None:
         assert d.route is not None and d.reason is not None
         label = f"cursor-bridge [{d.route.name}]"
@@ -367,10 +396,6 @@ class RewriteAddon(OptionChecks):
         self._plans[flow_id] = plan
         while len(self._plans) > MAX_TRACKED_FLOWS:
             self._plans.popitem(last=False)
-
-
-FRAMING_TYPES = {"sse": "text/event-stream; charset=utf-8", "json_array": "application/json"}
-"""The content type of a stream in each framing."""
 
 
 def stream_callable(processor: StreamProcessor, label: str) -> Callable[[bytes], Sequence[bytes]]:

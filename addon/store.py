@@ -1,0 +1,435 @@
+"""The reasoning store: what clients drop and upstreams need back, kept process-wide.
+
+Contract: plain values, stdlib only (``sqlite3``, ``threading``); no mitmproxy, no logging (the
+shell logs what ``StoreError`` says). One ``ReasoningStore`` lives for the life of the addon:
+created from the options in ``configure``, closed in ``done``. Every flow shares it.
+
+What it holds is opaque here: JSON objects under ``(scope, kind, key)``. The record format
+(thinking blocks, signatures, message extras) and the key kinds (tool-call id, text hash,
+thinking hash, the scope's latest signature) belong to ``addon.transforms.restore``, which
+reads it, and ``addon.stream.capture``, which writes it; both see the store through the
+one-method views ``ScopedStore.get`` / ``ScopedStore.put``, bound to a scope, so neither can
+read or write a value of another scope.
+
+Scope: ``(upstream, model)``. ``upstream`` names where the value came from (the route's name
+and the upstream host, ``Scope.of``): a signature is only valid for the model that made it,
+behind the endpoint that made it. A value is only ever returned for the scope it was put under.
+
+Bounds (all enforced on every ``put``):
+
+- ``max_entries``: at most this many values; the least recently used go first (``get`` counts
+  as a use). ``0`` keeps nothing (the store is off).
+- ``max_bytes``: the sum of the sizes of the values (key and JSON text in UTF-8, plus a fixed
+  overhead per entry); a value bigger than the whole bound is not kept.
+- ``ttl`` (seconds): a value not used (put or read) for this long is gone; ``0``: no expiry.
+  Sliding, not absolute: a conversation that goes on keeps its values, an abandoned one frees
+  them.
+
+Backends: in memory (``path=""``, the default) or SQLite at ``path`` (journal in WAL mode,
+``synchronous=NORMAL``: every ``put`` is committed, so a restart of the proxy mid-conversation
+loses nothing; a power cut may lose the last ones). One process per file: the counts used for
+the bounds are read when the file is opened and kept in memory after that. Times are wall-clock
+seconds (``clock``, injectable for tests), so that a TTL spans restarts.
+
+Thread-safe: one lock around every operation (mitmproxy runs hooks in one event loop, but the
+store does not rely on it). Operations are O(1) in memory and O(log n) in SQLite, except
+eviction, which removes the oldest entries in order.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from addon.model import JSON
+
+DEFAULT_SIZE = 20_000
+"""``bridge_store_size``: entries kept by default."""
+DEFAULT_TTL = 24 * 3600.0
+"""``bridge_store_ttl``: seconds a value lives without use, by default."""
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+"""Bytes kept at most by default."""
+ENTRY_OVERHEAD = 64
+"""Bytes counted per entry beyond its key and value (bookkeeping), so that many tiny values
+cannot slip under the bytes bound."""
+
+
+class StoreError(Exception):
+    """The store could not be opened, read or written (SQLite); the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Where a value was captured: only requests to the same upstream and model get it back."""
+
+    upstream: str
+    """The upstream's identity, e.g. ``route@host`` (``Scope.of``)."""
+    model: str
+    """The model name as sent upstream."""
+
+    @classmethod
+    def of(cls, route: str, host: str, model: str) -> Scope:
+        """The scope of a flow: its route's name, the upstream host (lower-cased) and the model."""
+        return cls(f"{route}@{host.lower()}", model)
+
+
+class _Backend(Protocol):
+    def get(self, key: str, now: float, ttl: float) -> str | None: ...
+    def put(self, key: str, text: str, size: int, now: float) -> None: ...
+    def evict(self, now: float, ttl: float, max_entries: int, max_bytes: int) -> None: ...
+    def count(self) -> int: ...
+    def size(self) -> int: ...
+    def clear(self) -> None: ...
+    def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class _Entry:
+    text: str
+    size: int
+    used: float
+
+
+class _Memory:
+    """An ``OrderedDict`` in least-recently-used order: the front is the oldest use, so expired
+    entries are at the front too (the TTL slides with use)."""
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[str, _Entry] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: str, now: float, ttl: float) -> str | None:
+        entry = self._items.get(key)
+        if entry is None:
+            return None
+        if ttl > 0 and now - entry.used >= ttl:
+            self._drop(key)
+            return None
+        entry.used = now
+        self._items.move_to_end(key)
+        return entry.text
+
+    def put(self, key: str, text: str, size: int, now: float) -> None:
+        self._drop(key)
+        self._items[key] = _Entry(text, size, now)
+        self._bytes += size
+
+    def evict(self, now: float, ttl: float, max_entries: int, max_bytes: int) -> None:
+        items = self._items
+        while items:
+            key, entry = next(iter(items.items()))
+            expired = ttl > 0 and now - entry.used >= ttl
+            if not (expired or len(items) > max_entries or self._bytes > max_bytes):
+                break
+            self._drop(key)
+
+    def _drop(self, key: str) -> None:
+        entry = self._items.pop(key, None)
+        if entry is not None:
+            self._bytes -= entry.size
+
+    def count(self) -> int:
+        return len(self._items)
+
+    def size(self) -> int:
+        return self._bytes
+
+    def clear(self) -> None:
+        self._items.clear()
+        self._bytes = 0
+
+    def close(self) -> None:
+        pass
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS reasoning (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    size  INTEGER NOT NULL,
+    used  REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reasoning_used ON reasoning (used);
+"""
+
+
+class _Sqlite:
+    """One table, ``used`` indexed for eviction in LRU order. Autocommit: each statement is
+    its own transaction (``put`` = one upsert, ``get`` = one read and one touch)."""
+
+    def __init__(self, path: str) -> None:
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            count, size = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM reasoning"
+            ).fetchone()
+        except sqlite3.Error:
+            self._db.close()
+            raise
+        self._count: int = count
+        self._bytes: int = size
+
+    def get(self, key: str, now: float, ttl: float) -> str | None:
+        row = self._db.execute("SELECT value, used FROM reasoning WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        text, used = row
+        if ttl > 0 and now - used >= ttl:
+            self._delete(key)
+            return None
+        self._db.execute("UPDATE reasoning SET used = ? WHERE key = ?", (now, key))
+        return str(text)
+
+    def put(self, key: str, text: str, size: int, now: float) -> None:
+        old = self._db.execute("SELECT size FROM reasoning WHERE key = ?", (key,)).fetchone()
+        self._db.execute(
+            "INSERT OR REPLACE INTO reasoning (key, value, size, used) VALUES (?, ?, ?, ?)",
+            (key, text, size, now),
+        )
+        if old is None:
+            self._count += 1
+        else:
+            self._bytes -= old[0]
+        self._bytes += size
+
+    def evict(self, now: float, ttl: float, max_entries: int, max_bytes: int) -> None:
+        if ttl > 0:
+            row = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM reasoning WHERE used <= ?",
+                (now - ttl,),
+            ).fetchone()
+            if row[0]:
+                self._db.execute("DELETE FROM reasoning WHERE used <= ?", (now - ttl,))
+                self._count -= row[0]
+                self._bytes -= row[1]
+        while self._count > max_entries or self._bytes > max_bytes:
+            # The oldest uses first, in batches: a few statements even for a big shrink.
+            batch = max(1, min(self._count - max_entries, 512))
+            rows = self._db.execute(
+                "SELECT key, size FROM reasoning ORDER BY used LIMIT ?", (batch,)
+            ).fetchall()
+            if not rows:
+                self._count, self._bytes = 0, 0
+                return
+            for key, size in rows:
+                if self._count <= max_entries and self._bytes <= max_bytes:
+                    return
+                self._db.execute("DELETE FROM reasoning WHERE key = ?", (key,))
+                self._count -= 1
+                self._bytes -= size
+
+    def _delete(self, key: str) -> None:
+        row = self._db.execute("SELECT size FROM reasoning WHERE key = ?", (key,)).fetchone()
+        if row is not None:
+            self._db.execute("DELETE FROM reasoning WHERE key = ?", (key,))
+            self._count -= 1
+            self._bytes -= row[0]
+
+    def count(self) -> int:
+        return self._count
+
+    def size(self) -> int:
+        return self._bytes
+
+    def clear(self) -> None:
+        self._db.execute("DELETE FROM reasoning")
+        self._count, self._bytes = 0, 0
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class ReasoningStore:
+    """JSON values under ``(scope, kind, key)``, bounded (see the module docstring)."""
+
+    def __init__(
+        self,
+        path: str = "",
+        *,
+        max_entries: int = DEFAULT_SIZE,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        ttl: float = DEFAULT_TTL,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Raises ``ValueError`` for a negative bound and ``StoreError`` for a file SQLite
+        cannot open (a missing directory, not a database)."""
+        if max_entries < 0 or max_bytes < 0 or ttl < 0:
+            raise ValueError("the reasoning store's size, bytes and ttl must not be negative")
+        self.path = path
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.ttl = float(ttl)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._closed = False
+        backend: _Backend
+        if path:
+            try:
+                backend = _Sqlite(str(Path(path).expanduser()))
+            except sqlite3.Error as e:
+                raise StoreError(f"cannot open the reasoning store {path!r}: {e}") from e
+        else:
+            backend = _Memory()
+        self._backend = backend
+        with self._lock:
+            self._guard(lambda: backend.evict(clock(), self.ttl, max_entries, max_bytes))
+
+    @classmethod
+    def from_options(
+        cls,
+        bridge_store: str,
+        bridge_store_size: int,
+        bridge_store_ttl: float,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        clock: Callable[[], float] = time.time,
+    ) -> ReasoningStore:
+        """The store the options ask for: ``bridge_store`` empty → in memory, else an SQLite
+        file at that path; ``bridge_store_size`` entries; ``bridge_store_ttl`` seconds."""
+        return cls(
+            bridge_store.strip(),
+            max_entries=bridge_store_size,
+            max_bytes=max_bytes,
+            ttl=bridge_store_ttl,
+            clock=clock,
+        )
+
+    # ------------------------------------------------------------------ values
+
+    def get(self, scope: Scope, kind: str, key: str) -> JSON | None:
+        """The value put under exactly this scope, kind and key, or None (never stored, expired,
+        evicted). A hit counts as a use (LRU order, TTL). Raises ``StoreError``."""
+        k = _key(scope, kind, key)
+        with self._lock:
+            self._check_open()
+            text = self._guard(lambda: self._backend.get(k, self._clock(), self.ttl))
+        if text is None:
+            return None
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    def put(self, scope: Scope, kind: str, key: str, value: JSON) -> None:
+        """Keep ``value`` (a JSON object), replacing what was under that key; then enforce the
+        bounds. Raises ``StoreError``, and ``TypeError`` / ``ValueError`` for a value that is
+        not strict JSON."""
+        k = _key(scope, kind, key)
+        text, size = _dump(value)
+        size += len(k) + ENTRY_OVERHEAD
+        with self._lock:
+            self._check_open()
+            if self.max_entries == 0 or size > self.max_bytes:
+                return
+            now = self._clock()
+            backend = self._backend
+
+            def write() -> None:
+                backend.put(k, text, size, now)
+                backend.evict(now, self.ttl, self.max_entries, self.max_bytes)
+
+            self._guard(write)
+
+    def scoped(self, scope: Scope) -> ScopedStore:
+        """A view bound to ``scope``: what capture writes to and restore reads from."""
+        return ScopedStore(self, scope)
+
+    # ------------------------------------------------------------------ upkeep
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._backend.count()
+
+    @property
+    def bytes(self) -> int:
+        """The sizes of the values kept, as the bytes bound counts them."""
+        with self._lock:
+            return self._backend.size()
+
+    def expire(self) -> None:
+        """Drop what has expired now (``put`` does it anyway; for a periodic tidy-up)."""
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            self._guard(
+                lambda: self._backend.evict(now, self.ttl, self.max_entries, self.max_bytes)
+            )
+
+    def clear(self) -> None:
+        with self._lock:
+            self._check_open()
+            self._guard(self._backend.clear)
+
+    def close(self) -> None:
+        """Release the file (idempotent). Later use raises ``StoreError``."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._backend.close()
+            except sqlite3.Error as e:
+                raise StoreError(f"cannot close the reasoning store: {e}") from e
+
+    def describe(self) -> str:
+        where = f"SQLite file {self.path}" if self.path else "memory"
+        ttl = f"{self.ttl:g} s" if self.ttl else "no expiry"
+        return (
+            f"reasoning store in {where}: {len(self)} of {self.max_entries} entries, "
+            f"{self.bytes} of {self.max_bytes} bytes, ttl {ttl}"
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the reasoning store is closed")
+
+    def _guard[T](self, op: Callable[[], T]) -> T:
+        try:
+            return op()
+        except sqlite3.Error as e:
+            raise StoreError(f"reasoning store ({self.path or 'memory'}): {e}") from e
+
+
+class ScopedStore:
+    """``ReasoningStore`` bound to one scope: ``get(kind, key)`` / ``put(kind, key, value)``.
+    Satisfies ``addon.transforms.restore.ReasoningLookup`` and ``addon.stream.capture.Sink``."""
+
+    __slots__ = ("scope", "store")
+
+    def __init__(self, store: ReasoningStore, scope: Scope) -> None:
+        self.store = store
+        self.scope = scope
+
+    def get(self, kind: str, key: str) -> JSON | None:
+        return self.store.get(self.scope, kind, key)
+
+    def put(self, kind: str, key: str, value: JSON) -> None:
+        self.store.put(self.scope, kind, key, value)
+
+
+def _key(scope: Scope, kind: str, key: str) -> str:
+    """One string for scope, kind and key: a JSON array (unambiguous whatever they hold; ASCII,
+    so that a lone surrogate in a model name cannot break SQLite's UTF-8)."""
+    return json.dumps([scope.upstream, scope.model, kind, key], separators=(",", ":"))
+
+
+def _dump(value: JSON) -> tuple[str, int]:
+    """``value`` as JSON text and its size in UTF-8; text with a lone surrogate (from a ``\\ud83d``
+    escape in the input) cannot be UTF-8 and is kept with ASCII escapes instead."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return text, len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        return text, len(text)

@@ -1,0 +1,432 @@
+"""Capture: what an upstream's answer holds that a client may drop, written to the reasoning
+store as it goes by.
+
+Contract: sans-IO. ``CaptureStage`` is a stream stage that passes every event through
+unchanged (the same objects, in the same order) and records from the unified events;
+``capture_response`` does the same for a whole answer. Both write ``Record``s
+(``addon.transforms.restore``) through a ``Sink`` (the store's view for the flow's scope,
+``addon.store.ScopedStore``). Put the stage first, right after the upstream's decoder: it must
+see the upstream's events before any stage changes them. A failure of its own (a bug, a store
+that cannot write) never touches the stream: the stage stops recording and says why in
+``error`` for the shell to log.
+
+What is recorded, from each upstream dialect's unified events:
+
+- Anthropic: ``thinking`` blocks with their ``signature_delta`` (a block ends at its
+  ``content_block_stop``, or when text or a call follows), ``redacted_thinking`` blocks (they
+  reach the unified stream as ``RawEvent``s of their ``content_block_start``), in order.
+- Responses: reasoning items — summary text, ``encrypted_content`` as the signature, the item
+  (without ``encrypted_content``) in ``extra["openai_responses"]``, as its request encoder
+  wants it back.
+- OpenAI-compatible: ``reasoning_content`` / ``reasoning`` text (the field in ``extra``),
+  ``reasoning_details`` (OpenRouter; streamed pieces merged by their ``index``), a call's
+  ``extra_content`` (Google's OpenAI-compatible API carries the thought signature there).
+- Gemini: each call's ``thoughtSignature`` (from ``ToolCallStart.extra``; a signed thought
+  before an unsigned call lends it its signature, as the Gemini request encoder does); the
+  signature of a text turn (the trailing empty part, or a text part's). The signature-only
+  thinking copies the Gemini decoders put before calls (``CALL_SIGNATURE``) are skipped: the
+  call has the signature.
+
+Keys (see ``addon.transforms.restore``): every call id of the turn → the turn's record (its
+thinking, that call's signature and extras, the message extras); a turn without calls → the
+hash of its visible text; each signed thinking block → the hash of its text; the turn's last
+valid signature → the scope's ``latest`` (Anthropic and Gemini only: the signature rules use
+them). A new ``MessageStart`` (a spliced stream) ends the turn before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from addon.dialects.gemini.response import CALL_SIGNATURE, call_signature
+from addon.model import (
+    JSON,
+    Event,
+    Finish,
+    MessageStart,
+    RawEvent,
+    Response,
+    StreamEnd,
+    Text,
+    TextDelta,
+    Thinking,
+    ThinkingDelta,
+    ToolCall,
+    ToolCallStart,
+)
+from addon.transforms.restore import (
+    GEMINI_UPSTREAMS,
+    KIND_CALL,
+    KIND_LATEST,
+    KIND_TEXT,
+    KIND_THINKING,
+    MIN_SIGNATURE,
+    Record,
+    text_key,
+)
+
+ANTHROPIC = "anthropic"
+OPENAI_CHAT = "openai_chat"
+RESPONSES = "openai_responses"
+_SIGNED_ORIGINS = frozenset({ANTHROPIC, *GEMINI_UPSTREAMS})
+"""Where thinking hashes and the latest signature are kept: the upstreams whose signatures the
+signature rules repair (``addon.transforms.restore.needs_signed_thinking``)."""
+_GEMINI_MARK = next(iter(CALL_SIGNATURE))
+"""The dialect key of the Gemini decoders' markers in ``extra``."""
+_STRING_PIECES = ("text", "summary", "data", "signature")
+"""``reasoning_details`` fields whose streamed pieces are joined."""
+
+
+class Sink(Protocol):
+    """The reasoning store, bound to this flow's scope."""
+
+    def put(self, kind: str, key: str, value: JSON) -> None: ...
+
+
+@dataclass(slots=True)
+class _Block:
+    texts: list[str] = field(default_factory=list)
+    signature: str | None = None
+    redacted: bool = False
+    extra: JSON = field(default_factory=dict)
+    item: str | None = None
+    """The Responses item id it belongs to, when known."""
+
+    def part(self) -> Thinking:
+        return Thinking("".join(self.texts), self.signature, self.redacted, self.extra)
+
+    def empty(self) -> bool:
+        return not self.signature and not any(self.texts)
+
+
+@dataclass(slots=True)
+class _Call:
+    id: str
+    signature: str | None
+    extra: JSON
+
+
+class TurnRecorder:
+    """One answer turn, from events or parts; ``flush`` writes its records and starts over."""
+
+    def __init__(self) -> None:
+        self.origin = ""
+        self._reset()
+
+    def _reset(self) -> None:
+        self.blocks: list[_Block] = []
+        self.open: _Block | None = None
+        self.texts: list[str] = []
+        self.calls: list[_Call] = []
+        self.carried: str | None = None
+        """Gemini: a signed thought's signature, for the next call without one."""
+        self.trailing: str | None = None
+        """Gemini: the signature of a text part or of the trailing empty part."""
+        self.details: list[JSON] = []
+        self.message_extra: JSON = {}
+        self.latest: str | None = None
+        self.seen = False
+
+    @property
+    def gemini(self) -> bool:
+        return self.origin in GEMINI_UPSTREAMS
+
+    # ------------------------------------------------------------------ what comes in
+
+    def start(self, origin: str) -> None:
+        self.origin = origin
+
+    def thinking(self, text: str, signature: str | None, extra: JSON) -> None:
+        """A piece of reasoning: text and/or a signature; ``extra`` already in the form the
+        upstream's request encoder reads (see ``_block_extra``)."""
+        if self.gemini:
+            own = extra.get(_GEMINI_MARK)
+            own = own if isinstance(own, dict) else {}
+            if own.get("call_signature"):
+                return  # the call's copy: the call itself has it
+            if signature and (not text or own.get("signature_on") == "next"):
+                # A text part's signature (or the trailing part's): the turn's, and the next
+                # unsigned call's (the Gemini request encoder moves it there).
+                self.trailing = self.carried = self.latest = signature
+                self.seen = True
+                if text:
+                    self._text_block(text, {})
+                return
+            extra = {}
+        item = extra.get(RESPONSES, {}).get("id") if self.origin == RESPONSES else None
+        if self.open is not None and item and self.open.item and item != self.open.item:
+            self.close_block()
+        if text:
+            self._text_block(text, extra)
+        if signature:
+            if self.open is None:
+                self.open = _Block(extra=extra)
+            self.open.signature = signature
+            if extra:  # the event that completes a block carries its whole item (Responses)
+                self.open.extra = extra
+            self.latest = signature
+            if self.gemini:
+                self.carried = signature
+        if self.open is not None and item:
+            self.open.item = item
+        self.seen = True
+
+    def _text_block(self, text: str, extra: JSON) -> None:
+        b = self.open
+        if b is None or b.signature is not None or b.redacted:
+            self.close_block()
+            b = self.open = _Block(extra=extra)
+        b.texts.append(text)
+        if extra and not b.extra:
+            b.extra = extra
+
+    def redacted(self, data: str, extra: JSON) -> None:
+        self.close_block()
+        if data:
+            self.blocks.append(_Block([data], redacted=True, extra=extra))
+            self.seen = True
+
+    def close_block(self) -> None:
+        if self.open is not None:
+            if not self.open.empty():
+                self.blocks.append(self.open)
+            self.open = None
+
+    def text(self, text: str) -> None:
+        if text:
+            self.close_block()
+            self.texts.append(text)
+            self.seen = True
+
+    def call(self, call_id: str, extra: JSON) -> None:
+        self.close_block()
+        sig = call_signature(extra)
+        if self.gemini and sig is None and self.carried is not None:
+            sig = self.carried
+        if self.gemini:
+            self.carried = None
+        kept: JSON = {}
+        if self.origin == OPENAI_CHAT and isinstance(extra.get("extra_content"), dict):
+            kept["extra_content"] = extra["extra_content"]
+        if sig:
+            self.latest = sig
+        self.calls.append(_Call(call_id, sig, kept))
+        self.seen = True
+
+    def reasoning_details(self, items: Any) -> None:
+        if isinstance(items, list) and items:
+            merge_details(self.details, items)
+            self.seen = True
+
+    # ------------------------------------------------------------------ what goes out
+
+    def flush(self, sink: Sink) -> None:
+        """Write the turn's records (nothing when it left nothing to restore); start over."""
+        self.close_block()
+        if not self.seen:
+            self._reset()
+            return
+        try:
+            self._write(sink)
+        finally:
+            self._reset()
+
+    def _write(self, sink: Sink) -> None:
+        # Gemini's thought texts are not restored (only signatures are): not kept.
+        thinking = () if self.gemini else tuple(b.part() for b in self.blocks)
+        message_extra = dict(self.message_extra)
+        if self.details:
+            message_extra["reasoning_details"] = self.details
+        for c in self.calls:
+            rec = Record(thinking, c.signature if self.gemini else None, c.extra, message_extra)
+            if rec and c.id:
+                sink.put(KIND_CALL, c.id, rec.to_json())
+        if not self.calls:
+            text = "".join(self.texts)
+            rec = Record(thinking, self.trailing, {}, message_extra)
+            if rec and text.strip():
+                sink.put(KIND_TEXT, text_key(text), rec.to_json())
+        if self.origin in _SIGNED_ORIGINS:
+            for b in self.blocks:
+                text = "".join(b.texts)
+                if text and b.signature and not b.redacted:
+                    sink.put(KIND_THINKING, text_key(text), {"signature": b.signature})
+            if self.latest is not None and len(self.latest) >= MIN_SIGNATURE:
+                sink.put(KIND_LATEST, "", {"signature": self.latest})
+
+
+def merge_details(acc: list[JSON], items: list[Any]) -> None:
+    """OpenRouter's streamed ``reasoning_details``: a piece with the ``index`` and ``type`` of
+    one already seen continues it (its string fields joined, others replaced when not null);
+    any other piece is a new detail."""
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        index, kind = item.get("index"), item.get("type")
+        target = next(
+            (
+                a
+                for a in acc
+                if index is not None and a.get("index") == index and a.get("type") == kind
+            ),
+            None,
+        )
+        if target is None:
+            acc.append(dict(item))
+            continue
+        for k, v in item.items():
+            old = target.get(k)
+            if k in _STRING_PIECES and isinstance(v, str) and isinstance(old, str):
+                target[k] = old + v
+            elif v is not None:
+                target[k] = v
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def _stream_extra(origin: str, extra: JSON) -> JSON:
+    """A ``ThinkingDelta``'s extra → what the upstream's request encoder reads on a
+    ``Thinking``: Anthropic's unknown block fields flat; Responses' item without
+    ``encrypted_content``; the OpenAI field name; Gemini's markers (read, then dropped)."""
+    match origin:
+        case "anthropic":
+            own = extra.get(ANTHROPIC)
+            block = own.get("block") if isinstance(own, dict) else None
+            return dict(block) if isinstance(block, dict) else {}
+        case "openai_responses":
+            own = extra.get(RESPONSES)
+            own = own if isinstance(own, dict) else {}
+            item = own.get("item")
+            if isinstance(item, dict):
+                return {RESPONSES: {k: v for k, v in item.items() if k != "encrypted_content"}}
+            item_id = own.get("item_id")
+            return {RESPONSES: {"id": item_id}} if isinstance(item_id, str) else {}
+        case "openai_chat":
+            field_name = extra.get("field")
+            return {"field": field_name} if isinstance(field_name, str) else {}
+        case _:
+            own = extra.get(_GEMINI_MARK)
+            return {_GEMINI_MARK: own} if isinstance(own, dict) else {}
+
+
+def _wire_details(extra: JSON) -> Any:
+    wire = extra.get("wire")
+    delta = wire.get("delta") if isinstance(wire, dict) else None
+    return delta.get("reasoning_details") if isinstance(delta, dict) else None
+
+
+class CaptureStage:
+    """A stream stage: every event through, unchanged; the turn recorded (module docstring)."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self.turn = TurnRecorder()
+        self.error: str | None = None
+        """Why recording stopped (the stream itself is never touched)."""
+
+    def feed(self, event: Event) -> list[Event]:
+        if self.error is None:
+            try:
+                self._see(event)
+            except Exception as e:  # never break a stream over what we only remember
+                self.error = f"{type(e).__name__}: {e}"[:300]
+        return [event]
+
+    def finish(self) -> list[Event]:
+        if self.error is None:
+            try:
+                self.turn.flush(self.sink)
+            except Exception as e:
+                self.error = f"{type(e).__name__}: {e}"[:300]
+        return []
+
+    def _see(self, event: Event) -> None:
+        turn = self.turn
+        if isinstance(event, MessageStart):
+            if turn.seen:
+                turn.flush(self.sink)
+            turn.start(event.origin)
+        extra = getattr(event, "extra", None)
+        if turn.origin == OPENAI_CHAT and isinstance(extra, dict) and "wire" in extra:
+            turn.reasoning_details(_wire_details(extra))
+        match event:
+            case ThinkingDelta():
+                turn.thinking(event.text, event.signature, _stream_extra(turn.origin, event.extra))
+            case TextDelta():
+                turn.text(event.text)
+            case ToolCallStart():
+                turn.call(event.id, event.extra)
+            case RawEvent():
+                self._raw(event)
+            case Finish() | StreamEnd():
+                turn.flush(self.sink)
+            case _:
+                pass
+
+    def _raw(self, event: RawEvent) -> None:
+        data = event.data
+        if event.origin == ANTHROPIC:
+            kind = data.get("type")
+            block = data.get("content_block")
+            if kind == "content_block_start" and isinstance(block, dict):
+                if block.get("type") == "redacted_thinking" and isinstance(block.get("data"), str):
+                    rest = {k: v for k, v in block.items() if k not in ("type", "data")}
+                    self.turn.redacted(block["data"], rest)
+                else:
+                    self.turn.close_block()
+            elif kind == "content_block_stop":
+                self.turn.close_block()
+        elif event.origin == OPENAI_CHAT:
+            choices = data.get("choices")
+            first = choices[0] if isinstance(choices, list) and choices else None
+            delta = first.get("delta") if isinstance(first, dict) else None
+            if isinstance(delta, dict):
+                self.turn.reasoning_details(delta.get("reasoning_details"))
+
+
+# --------------------------------------------------------------------------- whole answers
+
+
+def capture_response(answer: Response, sink: Sink) -> None:
+    """The same records from a whole answer (``FlowPlan.decode_answer``'s, before filters).
+    Raises what the sink raises (``StoreError``): the caller logs it and goes on."""
+    turn = TurnRecorder()
+    turn.start(answer.origin)
+    for p in answer.parts:
+        match p:
+            case Thinking(redacted=True):
+                turn.redacted(p.text, dict(p.extra))
+            case Thinking():
+                turn.thinking(p.text, p.signature, _whole_extra(answer.origin, p.extra))
+                if answer.origin not in GEMINI_UPSTREAMS:
+                    turn.close_block()  # each part is one whole block / item
+            case Text():
+                turn.text(p.text)
+            case ToolCall():
+                turn.call(p.id, p.extra)
+            case _:
+                pass
+    if answer.origin == OPENAI_CHAT:
+        message = answer.extra.get("message")
+        message = message if isinstance(message, dict) else {}
+        reasoning = message.get("reasoning")
+        # The whole-answer decoder reads only ``reasoning_content`` into a part.
+        if (
+            isinstance(reasoning, str)
+            and reasoning
+            and not any(isinstance(p, Thinking) for p in answer.parts)
+        ):
+            turn.thinking(reasoning, None, {"field": "reasoning"})
+        turn.reasoning_details(message.get("reasoning_details"))
+    turn.flush(sink)
+
+
+def _whole_extra(origin: str, extra: JSON) -> JSON:
+    """A whole answer's ``Thinking.extra`` is already what the request encoders read, except
+    Gemini's markers (kept for ``TurnRecorder.thinking`` to read)."""
+    if origin in GEMINI_UPSTREAMS:
+        own = extra.get(_GEMINI_MARK)
+        return {_GEMINI_MARK: own} if isinstance(own, dict) else {}
+    return dict(extra)

@@ -1,0 +1,666 @@
+"""Giving the upstream back what the client dropped (unified → unified), the seed's signature
+rules for thinking blocks a client does send, and the thinking policy.
+
+Contract: pure over ``addon.model`` values, plus one lookup (``ReasoningLookup``: the reasoning
+store's view for this flow's scope, ``addon.store.ScopedStore``); run on the unified request
+after the client's decoder and before the upstream's encoder. Decisions go to ``notes``. A
+lookup that fails (the store's file is gone) counts as "nothing known" and is noted: a broken
+store never stops a request.
+
+The record format is defined here (``Record``), because this module is the one that has to
+understand it; ``addon.stream.capture`` writes it. Kinds of key (``KIND_*``):
+
+- ``call``: a tool-call id the client sends back → the ``Record`` of the turn that made the call
+  (its thinking blocks, the call's own signature and extras, the turn's message extras).
+- ``text``: ``text_key`` of the visible text of a turn without calls → its ``Record``.
+- ``thinking``: ``text_key`` of one signed thinking block's text → ``{"signature": …}``.
+- ``latest``: ``""`` → ``{"signature": …}``, the scope's latest valid signature (the seed's
+  process-wide fallback).
+
+What is restored, by upstream dialect (only where the client left it out; a value only comes
+from this flow's scope, which the lookup guarantees):
+
+- ``gemini`` / ``gemini_code_assist``: in each step (a run of assistant messages, which the
+  Gemini encoder merges into one model turn) whose calls carry no ``thoughtSignature`` (in
+  ``ToolCall.extra``, Google's OpenAI-compatible ``extra_content``, or a signed thinking part
+  before a call, which the encoder moves onto it), each call gets the signature the upstream
+  put on it — in practice the first call of the step; parallel siblings had none and get none.
+  Nothing known and the route allows it (``signature_fallback="sentinel"``, not Gemini 1.x/2.x):
+  the first call of the step gets ``skip_thought_signature_validator``, the value Google
+  documents for calls it did not make. A text turn gets its trailing signature back as the
+  empty signed text part Gemini ended it with. A Gemini client's own request is left alone:
+  its signatures ride in the codec's private table.
+- ``anthropic`` (only when thinking is on: with thinking off, Anthropic refuses thinking in the
+  final assistant message): an assistant message without any thinking part gets the turn's
+  signed ``thinking`` / ``redacted_thinking`` blocks back at its start, before its
+  ``tool_use`` blocks — by tool-call id, or by text hash for a turn without calls.
+- ``openai_responses``: an assistant message with calls and no thinking gets the turn's
+  ``reasoning`` items (``encrypted_content`` as the signature, the item in ``extra``) at its
+  start.
+- ``openai_chat`` (DeepSeek, Kimi, GLM, OpenRouter): an assistant message with calls and no
+  reasoning gets the turn's reasoning as ``Thinking`` parts (the encoder writes them as
+  ``reasoning_content``); message extras the upstream sent (``reasoning_details``) and call
+  extras (``extra_content`` of Google's OpenAI-compatible API) come back where missing.
+
+Signature rules (the seed's; for upstreams that check thinking signatures:
+``needs_signed_thinking``): a thinking block's signature is valid when it has at least
+``MIN_SIGNATURE`` characters; an empty thinking block with any signature is valid (a trailing
+signature); a redacted block is valid when it has data. An empty block without a signature is
+dropped. An invalid block is repaired from the store — by tool-call id (the turn's blocks
+replace the message's thinking), then by hash (of the block's text: its signature; of the
+turn's visible text: the turn's blocks), then the scope's latest signature — else it becomes a
+text block.
+
+Thinking policy (the seed's, overridable by the caller): ``model_supports_thinking``,
+``thinking_on_by_default`` (``-thinking`` names and Opus 4.5), a budget; and the history check:
+when the last assistant turn used tools without thinking, thinking is switched off for this
+request rather than sent to be rejected (``check_thinking_history``).
+
+``restore_request`` runs it all in order: default thinking, restore, signature rules, history
+check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from addon.model import (
+    JSON,
+    Message,
+    Notes,
+    Part,
+    Request,
+    Text,
+    Thinking,
+    ThinkingConfig,
+    ToolCall,
+)
+
+KIND_CALL = "call"
+KIND_TEXT = "text"
+KIND_THINKING = "thinking"
+KIND_LATEST = "latest"
+
+MIN_SIGNATURE = 50
+"""The seed's rule: shorter signatures are not real ones (placeholders clients make up)."""
+GEMINI_SIGNATURE = "thoughtSignature"
+"""Where a Gemini call's signature is kept in ``ToolCall.extra`` (mirrors
+``addon.dialects.gemini.parts.SIGNATURE``: transforms do not import dialects)."""
+SKIP_SIGNATURE = "skip_thought_signature_validator"
+"""Mirrors ``addon.dialects.gemini.parts.SKIP_SIGNATURE``."""
+SKIP_NOTE = "function calls without a thought signature marked to skip the check"
+"""The same words as the Gemini encoder's note for the same decision."""
+GEMINI_UPSTREAMS = frozenset({"gemini", "gemini_code_assist"})
+_OLD_GEMINI = re.compile(r"(?:models/)?gemini-[12][.-]")
+"""Gemini 1.x / 2.x check no thought signatures (the Gemini encoder's rule)."""
+
+type SignatureFallback = Literal["none", "sentinel"]
+"""What a Gemini step gets when no signature is known: nothing, or Google's skip value."""
+SIGNATURE_FALLBACKS: tuple[SignatureFallback, ...] = ("none", "sentinel")
+
+BY_CALL = "tool-call id"
+BY_TEXT = "text hash"
+BY_THINKING = "thinking hash"
+BY_LATEST = "latest signature"
+
+
+class ReasoningLookup(Protocol):
+    """The reasoning store, bound to this flow's scope."""
+
+    def get(self, kind: str, key: str) -> JSON | None: ...
+
+
+def text_key(text: str) -> str:
+    """The key of a text: SHA-256 of it with runs of whitespace made one space and the ends
+    trimmed (clients re-flow and trim what they send back)."""
+    norm = " ".join(text.split())
+    return hashlib.sha256(norm.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """What one answer turn left that its client may drop (JSON in the store)."""
+
+    thinking: tuple[Thinking, ...] = ()
+    """The turn's reasoning, in order: Anthropic thinking/redacted blocks, Responses reasoning
+    items (signature = ``encrypted_content``, the item in ``extra``), reasoning_content."""
+    signature: str | None = None
+    """Gemini: the call's own ``thoughtSignature`` (or the trailing one of a text turn)."""
+    call_extra: JSON = field(default_factory=dict)
+    """Fields of the call a client drops (``extra_content`` of Google's OpenAI-compatible API)."""
+    message_extra: JSON = field(default_factory=dict)
+    """Fields of the assistant message a client drops (``reasoning_details``)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.thinking or self.signature or self.call_extra or self.message_extra)
+
+    def to_json(self) -> JSON:
+        out: JSON = {}
+        if self.thinking:
+            out["thinking"] = [_thinking_json(t) for t in self.thinking]
+        if self.signature:
+            out["signature"] = self.signature
+        if self.call_extra:
+            out["call_extra"] = self.call_extra
+        if self.message_extra:
+            out["message_extra"] = self.message_extra
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> Record | None:
+        """Lenient: a value of another shape (an older version's) is None, not an error."""
+        if not isinstance(data, dict):
+            return None
+        thinking: list[Thinking] = []
+        for t in data.get("thinking") or ():
+            if not isinstance(t, dict) or not isinstance(t.get("text"), str):
+                continue
+            sig, extra = t.get("signature"), t.get("extra")
+            thinking.append(
+                Thinking(
+                    t["text"],
+                    sig if isinstance(sig, str) and sig else None,
+                    redacted=t.get("redacted") is True,
+                    extra=extra if isinstance(extra, dict) else {},
+                )
+            )
+        sig = data.get("signature")
+        call_extra, message_extra = data.get("call_extra"), data.get("message_extra")
+        return cls(
+            tuple(thinking),
+            sig if isinstance(sig, str) and sig else None,
+            call_extra if isinstance(call_extra, dict) else {},
+            message_extra if isinstance(message_extra, dict) else {},
+        )
+
+
+def _thinking_json(t: Thinking) -> JSON:
+    out: JSON = {"text": t.text}
+    if t.signature:
+        out["signature"] = t.signature
+    if t.redacted:
+        out["redacted"] = True
+    if t.extra:
+        out["extra"] = t.extra
+    return out
+
+
+class _Safe:
+    """The lookup with failures turned into "nothing known" (and remembered for a note)."""
+
+    def __init__(self, lookup: ReasoningLookup | None) -> None:
+        self.lookup = lookup
+        self.error: str | None = None
+        self._records: dict[tuple[str, str], Record | None] = {}
+
+    def get(self, kind: str, key: str) -> JSON | None:
+        if self.lookup is None or self.error is not None:
+            return None
+        try:
+            return self.lookup.get(kind, key)
+        except Exception as e:  # the store is below us: whatever it raises, the request goes
+            self.error = f"{type(e).__name__}: {e}"[:200]
+            return None
+
+    def record(self, kind: str, key: str) -> Record | None:
+        if (kind, key) not in self._records:
+            self._records[(kind, key)] = Record.from_json(self.get(kind, key))
+        return self._records[(kind, key)]
+
+    def signature(self, kind: str, key: str) -> str | None:
+        value = self.get(kind, key)
+        sig = value.get("signature") if value is not None else None
+        return sig if isinstance(sig, str) and sig else None
+
+    def note(self, notes: Notes) -> None:
+        if self.error is not None:
+            notes[f"reasoning store unavailable ({self.error})"] += 1
+
+
+def _note_counts(counts: Counter[str], notes: Notes, what: str) -> None:
+    for kind in (BY_CALL, BY_TEXT, BY_THINKING, BY_LATEST):
+        if counts[kind]:
+            notes[f"{what} by {kind}"] += counts[kind]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _visible(parts: tuple[Part, ...] | list[Part]) -> str:
+    return "".join(p.text for p in parts if isinstance(p, Text))
+
+
+def _calls(m: Message) -> list[ToolCall]:
+    return [p for p in m.parts if isinstance(p, ToolCall)]
+
+
+def call_signature(call: ToolCall) -> str | None:
+    """A signature kept on a unified call (ours, or Google's OpenAI-compatible
+    ``extra_content.google.thought_signature``): the Gemini encoder's ``signature_of``."""
+    sig = call.extra.get(GEMINI_SIGNATURE)
+    if isinstance(sig, str) and sig:
+        return sig
+    content = call.extra.get("extra_content")
+    google = content.get("google") if isinstance(content, dict) else None
+    sig = google.get("thought_signature") if isinstance(google, dict) else None
+    return sig if isinstance(sig, str) and sig else None
+
+
+def _thinking_on(req: Request) -> bool:
+    return req.thinking is not None and req.thinking.enabled
+
+
+def _replace_parts(m: Message, parts: list[Part] | tuple[Part, ...]) -> Message:
+    return dataclasses.replace(m, parts=tuple(parts))
+
+
+# --------------------------------------------------------------------------- restore
+
+
+def restore_reasoning(
+    req: Request,
+    lookup: ReasoningLookup | None,
+    upstream: str,
+    notes: Notes,
+    *,
+    signature_fallback: SignatureFallback = "none",
+) -> Request:
+    """What the client dropped, back from the store (see the module docstring)."""
+    safe = _Safe(lookup)
+    counts: Counter[str] = Counter()
+    if upstream in GEMINI_UPSTREAMS:
+        messages = _restore_gemini(req, safe, counts, signature_fallback, notes)
+    elif upstream == "anthropic":
+        messages = (
+            _restore_blocks(req.messages, safe, counts, _anthropic_block, text_turns=True)
+            if _thinking_on(req)
+            else req.messages
+        )
+    elif upstream == "openai_responses":
+        messages = _restore_blocks(req.messages, safe, counts, _responses_item, text_turns=False)
+    elif upstream == "openai_chat":
+        messages = _restore_chat(req.messages, safe, counts)
+    else:
+        return req
+    _note_counts(counts, notes, "reasoning restored from the store")
+    safe.note(notes)
+    if messages is req.messages:
+        return req
+    return dataclasses.replace(req, messages=messages)
+
+
+def _anthropic_block(t: Thinking) -> bool:
+    return bool(t.text) if t.redacted else t.signature is not None
+
+
+def _responses_item(t: Thinking) -> bool:
+    return not t.redacted and t.signature is not None
+
+
+def _turn_record(
+    m: Message, safe: _Safe, usable: Callable[[Thinking], bool], *, text_turns: bool
+) -> tuple[tuple[Thinking, ...], str] | None:
+    """The stored blocks of the turn ``m`` replays (those ``usable`` keeps), and the key kind
+    that found them: by any of its call ids, else (a turn without calls) by its text."""
+    calls = _calls(m)
+    for call in calls:
+        rec = safe.record(KIND_CALL, call.id)
+        blocks = tuple(t for t in rec.thinking if usable(t)) if rec else ()
+        if blocks:
+            return blocks, BY_CALL
+    if not calls and text_turns:
+        text = _visible(m.parts)
+        if text.strip():
+            rec = safe.record(KIND_TEXT, text_key(text))
+            blocks = tuple(t for t in rec.thinking if usable(t)) if rec else ()
+            if blocks:
+                return blocks, BY_TEXT
+    return None
+
+
+def _restore_blocks(
+    messages: tuple[Message, ...],
+    safe: _Safe,
+    counts: Counter[str],
+    usable: Callable[[Thinking], bool],
+    *,
+    text_turns: bool,
+) -> tuple[Message, ...]:
+    out: list[Message] = []
+    changed = False
+    for m in messages:
+        if m.role == "assistant" and not any(isinstance(p, Thinking) for p in m.parts):
+            found = _turn_record(m, safe, usable, text_turns=text_turns)
+            if found is not None:
+                blocks, kind = found
+                m = _replace_parts(m, (*blocks, *m.parts))
+                counts[kind] += 1
+                changed = True
+        out.append(m)
+    return tuple(out) if changed else messages
+
+
+def _restore_chat(
+    messages: tuple[Message, ...], safe: _Safe, counts: Counter[str]
+) -> tuple[Message, ...]:
+    out: list[Message] = []
+    changed = False
+    for m in messages:
+        calls = _calls(m) if m.role == "assistant" else []
+        records = [r for c in calls if (r := safe.record(KIND_CALL, c.id))]
+        if not records:
+            out.append(m)
+            continue
+        parts = list(m.parts)
+        restored = 0
+        for k, p in enumerate(parts):  # each call's own extras (extra_content)
+            rec = safe.record(KIND_CALL, p.id) if isinstance(p, ToolCall) else None
+            if isinstance(p, ToolCall) and rec is not None:
+                missing = {key: v for key, v in rec.call_extra.items() if key not in p.extra}
+                if missing:
+                    parts[k] = dataclasses.replace(p, extra={**p.extra, **missing})
+                    restored += 1
+        turn = False  # the turn's reasoning and message extras: one restore of the message
+        if not any(isinstance(p, Thinking) and p.text for p in parts):
+            blocks = next(
+                (b for r in records if (b := [t for t in r.thinking if t.text and not t.redacted])),
+                [],
+            )
+            if blocks:
+                parts = [*blocks, *(p for p in parts if not isinstance(p, Thinking))]
+                turn = True
+        extra = m.extra
+        message_extra = next((r.message_extra for r in records if r.message_extra), {})
+        missing = {k: v for k, v in message_extra.items() if k not in extra}
+        if missing:
+            extra = {**extra, **missing}
+            turn = True
+        restored += turn
+        if restored:
+            counts[BY_CALL] += restored
+            m = dataclasses.replace(m, parts=tuple(parts), extra=extra)
+            changed = True
+        out.append(m)
+    return tuple(out) if changed else messages
+
+
+def _steps(messages: list[Message]) -> list[list[int]]:
+    """Runs of consecutive assistant messages: one Gemini model turn each."""
+    steps: list[list[int]] = []
+    run: list[int] = []
+    for i, m in enumerate(messages):
+        if m.role == "assistant":
+            run.append(i)
+        elif run:
+            steps.append(run)
+            run = []
+    if run:
+        steps.append(run)
+    return steps
+
+
+def _step_signed(messages: list[Message], step: list[int]) -> bool:
+    """A call of the step carries a signature, or a signed thinking part comes before a call of
+    its message (the Gemini encoder moves it onto that call)."""
+    for i in step:
+        seen_signed_thought = False
+        for p in messages[i].parts:
+            if isinstance(p, Thinking) and p.signature and not p.redacted:
+                seen_signed_thought = True
+            elif isinstance(p, ToolCall) and (seen_signed_thought or call_signature(p)):
+                return True
+    return False
+
+
+def _text_signed(messages: list[Message], step: list[int]) -> bool:
+    return any(
+        (isinstance(p, Text) and isinstance(p.extra.get(GEMINI_SIGNATURE), str))
+        or (isinstance(p, Thinking) and p.signature and not p.redacted)
+        for i in step
+        for p in messages[i].parts
+    )
+
+
+def _restore_gemini(
+    req: Request,
+    safe: _Safe,
+    counts: Counter[str],
+    fallback: SignatureFallback,
+    notes: Notes,
+) -> tuple[Message, ...]:
+    if req.origin in GEMINI_UPSTREAMS:
+        return req.messages
+    sentinel = fallback == "sentinel" and not _OLD_GEMINI.match(req.model)
+    messages = list(req.messages)
+    changed = False
+    for step in _steps(messages):
+        calls = [
+            (i, k, p)
+            for i in step
+            for k, p in enumerate(messages[i].parts)
+            if isinstance(p, ToolCall)
+        ]
+        if not calls:
+            if _text_signed(messages, step):
+                continue
+            text = "".join(_visible(messages[i].parts) for i in step)
+            rec = safe.record(KIND_TEXT, text_key(text)) if text.strip() else None
+            if rec is not None and rec.signature:
+                last = messages[step[-1]]
+                trailing = Text("", extra={GEMINI_SIGNATURE: rec.signature})
+                messages[step[-1]] = _replace_parts(last, (*last.parts, trailing))
+                counts[BY_TEXT] += 1
+                changed = True
+            continue
+        if _step_signed(messages, step):
+            continue
+        restored = 0
+        for i, k, call in calls:
+            rec = safe.record(KIND_CALL, call.id)
+            if rec is not None and rec.signature:
+                signed = dataclasses.replace(
+                    call, extra={**call.extra, GEMINI_SIGNATURE: rec.signature}
+                )
+                messages[i] = _replace_parts(
+                    messages[i], (*messages[i].parts[:k], signed, *messages[i].parts[k + 1 :])
+                )
+                restored += 1
+        if restored:
+            counts[BY_CALL] += restored
+            changed = True
+        elif sentinel:
+            i, k, call = calls[0]
+            marked = dataclasses.replace(
+                call, extra={**call.extra, GEMINI_SIGNATURE: SKIP_SIGNATURE}
+            )
+            messages[i] = _replace_parts(
+                messages[i], (*messages[i].parts[:k], marked, *messages[i].parts[k + 1 :])
+            )
+            notes[SKIP_NOTE] += 1
+            changed = True
+    return tuple(messages) if changed else req.messages
+
+
+# --------------------------------------------------------------------------- signature rules
+
+
+def signature_valid(t: Thinking) -> bool:
+    """The seed's rule (see the module docstring)."""
+    if t.redacted:
+        return bool(t.text)
+    if not t.text:
+        return t.signature is not None
+    return t.signature is not None and len(t.signature) >= MIN_SIGNATURE
+
+
+def apply_signature_rules(req: Request, lookup: ReasoningLookup | None, notes: Notes) -> Request:
+    """Thinking blocks the client sent with a missing or invalid signature: repaired from the
+    store, else sent as text; empty ones dropped (see the module docstring)."""
+    safe = _Safe(lookup)
+    counts: Counter[str] = Counter()
+    out: list[Message] = []
+    changed = False
+    for m in req.messages:
+        if m.role == "assistant" and any(
+            isinstance(p, Thinking) and not signature_valid(p) for p in m.parts
+        ):
+            m = _repair(m, safe, counts, notes)
+            changed = True
+        out.append(m)
+    _note_counts(counts, notes, "thinking signature repaired from the store")
+    safe.note(notes)
+    return dataclasses.replace(req, messages=tuple(out)) if changed else req
+
+
+def _repair(m: Message, safe: _Safe, counts: Counter[str], notes: Notes) -> Message:
+    parts: list[Part] = []
+    for p in m.parts:
+        if isinstance(p, Thinking) and not p.text and not signature_valid(p):
+            notes["empty thinking block without a signature dropped"] += 1
+            continue
+        parts.append(p)
+    if all(signature_valid(p) for p in parts if isinstance(p, Thinking)):
+        return _replace_parts(m, parts)
+    # The turn's own blocks, by tool-call id (or by its text for a turn without calls).
+    found = _turn_record(_replace_parts(m, parts), safe, _anthropic_block, text_turns=False)
+    if found is not None:
+        blocks, kind = found
+        counts[kind] += 1
+        return _replace_parts(m, _swap_thinking(parts, blocks))
+    fixed: list[Part] = []
+    for p in parts:
+        if not isinstance(p, Thinking) or signature_valid(p):
+            fixed.append(p)
+            continue
+        sig = safe.signature(KIND_THINKING, text_key(p.text))
+        if sig is not None:
+            counts[BY_THINKING] += 1
+            fixed.append(dataclasses.replace(p, signature=sig))
+            continue
+        if not _calls(m):
+            text = _visible(parts)
+            rec = safe.record(KIND_TEXT, text_key(text)) if text.strip() else None
+            blocks = tuple(t for t in rec.thinking if _anthropic_block(t)) if rec else ()
+            if blocks:
+                counts[BY_TEXT] += 1
+                return _replace_parts(m, _swap_thinking(parts, blocks))
+        sig = safe.signature(KIND_LATEST, "")
+        if sig is not None:
+            counts[BY_LATEST] += 1
+            fixed.append(dataclasses.replace(p, signature=sig, redacted=False))
+            continue
+        notes["thinking without a valid signature sent as text"] += 1
+        fixed.append(Text(p.text))
+    return _replace_parts(m, fixed)
+
+
+def _swap_thinking(parts: list[Part], blocks: tuple[Thinking, ...]) -> list[Part]:
+    """``parts`` with their thinking replaced by ``blocks``, where the first thinking was."""
+    at = next((k for k, p in enumerate(parts) if isinstance(p, Thinking)), 0)
+    rest = [p for p in parts if not isinstance(p, Thinking)]
+    at = min(at, len(rest))
+    return [*rest[:at], *blocks, *rest[at:]]
+
+
+# --------------------------------------------------------------------------- thinking policy
+
+_CLAUDE = re.compile(r"(?:^|[/.:])claude-")
+_OPUS_45 = re.compile(r"opus-4[-.]5(?![\d])|4[-.]5-opus")
+
+
+def _name(model: str) -> str:
+    return model.strip().lower()
+
+
+def is_claude(model: str) -> bool:
+    """``claude-…``, also behind a provider prefix (``anthropic/claude-…``,
+    ``us.anthropic.claude-…``)."""
+    return _CLAUDE.search(_name(model)) is not None
+
+
+def model_supports_thinking(model: str) -> bool:
+    """The seed's list: ``-thinking`` in the name, ``gemini-3-pro``, ``claude-*``."""
+    name = _name(model)
+    return "-thinking" in name or "gemini-3-pro" in name or is_claude(model)
+
+
+def thinking_on_by_default(model: str) -> bool:
+    """Models that think unless told otherwise: ``-thinking`` names and Claude Opus 4.5."""
+    name = _name(model)
+    return "-thinking" in name or (is_claude(model) and _OPUS_45.search(name) is not None)
+
+
+def needs_signed_thinking(upstream: str, model: str) -> bool:
+    """Upstreams that check thinking signatures and want a tool turn to start with thinking:
+    Anthropic, and Claude models behind a Gemini dialect (Code Assist / Antigravity)."""
+    return upstream == "anthropic" or (upstream in GEMINI_UPSTREAMS and is_claude(model))
+
+
+def apply_default_thinking(req: Request, notes: Notes, *, budget: int | None = None) -> Request:
+    """Thinking on for models that think by default (when the client said nothing), and the
+    ``budget`` where thinking is on without one (not for adaptive thinking)."""
+    if req.thinking is None:
+        if not thinking_on_by_default(req.model):
+            return req
+        notes[f"thinking on by default for {req.model}"] += 1
+        return dataclasses.replace(req, thinking=ThinkingConfig(True, budget))
+    t = req.thinking
+    if budget is not None and t.enabled and t.budget_tokens is None and not t.adaptive:
+        notes[f"thinking budget {budget} set"] += 1
+        return dataclasses.replace(req, thinking=dataclasses.replace(t, budget_tokens=budget))
+    return req
+
+
+def check_thinking_history(req: Request, notes: Notes) -> Request:
+    """Thinking off for this request when the last assistant turn (the last run of assistant
+    messages) called tools without any thinking: the upstream would refuse it."""
+    if not _thinking_on(req):
+        return req
+    turn: list[Message] = []
+    for m in reversed(req.messages):
+        if m.role == "assistant":
+            turn.append(m)
+        elif turn:
+            break
+    parts = [p for m in turn for p in m.parts]
+    if any(isinstance(p, ToolCall) for p in parts) and not any(
+        isinstance(p, Thinking) for p in parts
+    ):
+        notes["thinking off: the last assistant turn used tools without thinking"] += 1
+        return dataclasses.replace(req, thinking=None)
+    return req
+
+
+# --------------------------------------------------------------------------- all of it
+
+
+def restore_request(
+    req: Request,
+    lookup: ReasoningLookup | None,
+    upstream: str,
+    notes: Notes,
+    *,
+    signature_fallback: SignatureFallback = "none",
+    thinking_budget: int | None = None,
+    default_thinking: bool = True,
+) -> Request:
+    """Default thinking (unless ``default_thinking`` is False, e.g. a route with
+    ``reasoning = "off"``), restore from the store, the signature rules and the history check
+    (the last two where ``needs_signed_thinking``). ``lookup`` None: no store (the sentinel and
+    the rules still apply, without repairs)."""
+    if default_thinking:
+        req = apply_default_thinking(req, notes, budget=thinking_budget)
+    req = restore_reasoning(req, lookup, upstream, notes, signature_fallback=signature_fallback)
+    if needs_signed_thinking(upstream, req.model):
+        req = apply_signature_rules(req, lookup, notes)
+        req = check_thinking_history(req, notes)
+    return req

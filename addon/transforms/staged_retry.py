@@ -1,0 +1,194 @@
+"""Staged retry on signature errors: which upstream errors call for it, and the requests of
+each stage (unified → unified).
+
+Contract: pure. The shell sends the request (stage 0); on an error it asks ``next_stage`` and,
+for a stage, encodes ``stage_request(transformed, stage)`` for the same upstream and sends it
+there (mitmproxy's own upstream settings, never the environment's proxies). ``transformed`` is
+the unified request as it was about to be encoded the first time (after
+``addon.transforms.restore``): the stages take away, they never restore again.
+
+- Stage 1 — thinking off, thinking blocks as text: ``Request.thinking`` cleared, every
+  ``Thinking`` part with text becomes a ``Text`` part with that text (redacted and empty
+  ones dropped), and every signature and reasoning extra is taken off what remains
+  (``thoughtSignature`` on calls and texts, ``extra_content.google.thought_signature``,
+  ``reasoning_content`` / ``reasoning`` / ``reasoning_details`` message extras, and signatures
+  a Gemini client's codec kept in the request's private tables).
+- Stage 2 — also tool calls and results as text: each call becomes ``[Calling tool: NAME]`` /
+  ``Input: {…}`` text in its assistant message, each result ``[Tool Result]`` text in a user
+  message (the ``bracket`` rendering of ``addon.textproto``); consecutive messages of one role
+  are merged. The tools stay declared: the model may still call them in this answer.
+
+When (``next_stage``): stage 0 → 1 on an HTTP 400 whose message mentions a signature
+(``is_signature_error``: ``signature``, ``thought_signature``, ``reasoning_content``, or
+Anthropic's "must start with a thinking block"); stage 1 → 2 when stage 1 failed the same way
+and its error names a tool or a function (``names_tool``); after stage 2, nothing more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from typing import Any, Literal
+
+from addon.model import (
+    JSON,
+    Image,
+    Message,
+    Notes,
+    Part,
+    Request,
+    Text,
+    Thinking,
+    ToolCall,
+    ToolResult,
+)
+from addon.textproto import bracket
+from addon.transforms.prompt import merge_same_role
+
+type Stage = Literal[1, 2]
+
+_SIGNATURE_ERROR = re.compile(
+    r"signature|reasoning_content|must start with a thinking block", re.IGNORECASE
+)
+"""What the real services say (see the tests for their words): Gemini "Function call is
+missing a thought_signature in functionCall parts", Vertex "function call `X` in the 2. content
+block is missing a `thought_signature`", "Corrupted thought signature.", "Thought signature is
+not valid"; Anthropic "Invalid `signature` in `thinking` block" and "a final `assistant`
+message must start with a thinking block" (thinking on, a tool turn without its thinking: stage
+1 is the cure); DeepSeek "Missing `reasoning_content` field in the assistant message"; Kimi
+"thinking is enabled but reasoning_content is missing in assistant tool call message"."""
+_NAMES_TOOL = re.compile(r"(?<![a-z])(?:tool|function)", re.IGNORECASE)
+"""``function call``, ``functionCall``, ``tool call``, ``tool_use``, ``#tool-calls`` (DeepSeek's
+documentation link)."""
+_SIGNATURE_KEYS = frozenset({"thoughtSignature", "thought_signature"})
+_REASONING_KEYS = frozenset({"reasoning_content", "reasoning", "reasoning_details"})
+
+STAGE_NOTES: dict[int, str] = {
+    1: "staged retry, stage 1: thinking off, thinking blocks sent as text",
+    2: "staged retry, stage 2: thinking, tool calls and tool results sent as text",
+}
+"""For the flow comment: which stage's answer the client got."""
+
+
+def _text(message: str | bytes | None) -> str:
+    if message is None:
+        return ""
+    if isinstance(message, bytes):
+        return message.decode("utf-8", "replace")
+    return message
+
+
+def is_signature_error(status: int, message: str | bytes | None) -> bool:
+    """An HTTP 400 whose message (or whole error body) is about signatures or reasoning."""
+    return status == 400 and _SIGNATURE_ERROR.search(_text(message)) is not None
+
+
+def names_tool(message: str | bytes | None) -> bool:
+    """The error names a tool or a function call: stage 2 may help."""
+    return _NAMES_TOOL.search(_text(message)) is not None
+
+
+def next_stage(stage: int, status: int, message: str | bytes | None) -> Stage | None:
+    """The stage to try after ``stage`` failed with ``status`` / ``message``, or None."""
+    if not is_signature_error(status, message):
+        return None
+    if stage == 0:
+        return 1
+    if stage == 1 and names_tool(message):
+        return 2
+    return None
+
+
+def stage_request(req: Request, stage: Stage, notes: Notes | None = None) -> Request:
+    """The request of ``stage`` (see the module docstring); ``notes`` get what was changed."""
+    if stage not in (1, 2):
+        raise ValueError(f"no stage {stage!r}: stages are 1 and 2")
+    counts: Notes = notes if notes is not None else Counter()
+    messages = tuple(_stage1(m, counts) for m in req.messages)
+    messages = tuple(m for m in messages if m.parts or m.role in ("user", "system", "developer"))
+    if req.thinking is not None:
+        counts["thinking off (staged retry)"] += 1
+    extra = _strip(req.extra)
+    if stage == 2:
+        messages = merge_same_role(tuple(_as_text(m, counts) for m in messages))
+    return dataclasses.replace(
+        req, messages=messages, thinking=None, extra=extra if isinstance(extra, dict) else {}
+    )
+
+
+def _stage1(m: Message, notes: Notes) -> Message:
+    parts: list[Part] = []
+    for p in m.parts:
+        match p:
+            case Thinking():
+                if p.text and not p.redacted:
+                    notes["thinking blocks sent as text (staged retry)"] += 1
+                    parts.append(Text(p.text))
+                else:
+                    notes["thinking blocks without text dropped (staged retry)"] += 1
+            case ToolCall() | Text():
+                parts.append(dataclasses.replace(p, extra=_strip(p.extra)))
+            case ToolResult() if not isinstance(p.content, str):
+                inner = tuple(
+                    Text(q.text) if isinstance(q, Thinking) else q
+                    for q in p.content
+                    if not (isinstance(q, Thinking) and (q.redacted or not q.text))
+                )
+                parts.append(dataclasses.replace(p, content=inner))
+            case _:
+                parts.append(p)
+    extra = {k: v for k, v in m.extra.items() if k not in _REASONING_KEYS}
+    return dataclasses.replace(m, parts=tuple(parts), extra=_strip(extra))
+
+
+def _strip(value: Any) -> Any:
+    """``value`` without signature keys, at any depth (copies only what changes)."""
+    if isinstance(value, dict):
+        out: JSON = {}
+        changed = False
+        for k, v in value.items():
+            if k in _SIGNATURE_KEYS:
+                changed = True
+                continue
+            w = _strip(v)
+            changed = changed or w is not v
+            out[k] = w
+        return out if changed else value
+    if isinstance(value, list):
+        items = [_strip(v) for v in value]
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+    return value
+
+
+def _as_text(m: Message, notes: Notes) -> Message:
+    """Calls and results of one message as text; a tool message becomes a user message."""
+    if not any(isinstance(p, ToolCall | ToolResult) for p in m.parts):
+        return m
+    parts: list[Part] = []
+    for p in m.parts:
+        if isinstance(p, ToolCall):
+            notes["tool calls sent as text (staged retry)"] += 1
+            text = bracket.render_call(p)
+            parts.append(Text(text if not parts else "\n" + text))
+        elif isinstance(p, ToolResult):
+            notes["tool results sent as text (staged retry)"] += 1
+            content, images = _result(p)
+            text = bracket.render_result(content)
+            parts.append(Text(text if not parts else "\n" + text))
+            parts.extend(images)
+        else:
+            parts.append(p)
+    role = "user" if m.role == "tool" else m.role
+    return dataclasses.replace(m, role=role, parts=tuple(parts), string_content=True, extra={})
+
+
+def _result(r: ToolResult) -> tuple[str, list[Image]]:
+    if isinstance(r.content, str):
+        text, images = r.content, []
+    else:
+        text = "\n".join(q.text for q in r.content if isinstance(q, Text))
+        images = [q for q in r.content if isinstance(q, Image)]
+    if r.is_error:
+        text = f"[error] {text}"
+    return text or "(empty result)", images
