@@ -222,3 +222,26 @@ def test_with_fallback_the_upstream_is_asked_with_the_invoke_protocol(
     prompt = json.dumps(body["messages"])
     assert "<invoke" in prompt and "edit" in prompt
     assert all(m["role"] != "tool" for m in body["messages"])
+
+
+def test_responses_client_gets_the_loop_guards_answer(
+    proxy: Proxy, upstream: ScriptedUpstream
+) -> None:
+    items: list[Any] = [{"role": "user", "content": "bump x"}]
+    for i in range(3):
+        items.append(
+            {
+                "type": "function_call",
+                "call_id": f"call_{i}",
+                "name": "edit",
+                "arguments": json.dumps(REPAIRED),
+            }
+        )
+        items.append({"type": "function_call_output", "call_id": f"call_{i}", "output": ERROR})
+    client = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key="k", max_retries=0, timeout=15)
+    tools: Any = [{"type": "function", "name": "edit", "parameters": EDIT_SCHEMA, "strict": False}]
+    with client.responses.stream(model="m", input=items, tools=tools) as s:
+        response = s.get_final_response()
+    assert response.status == "completed"
+    assert "loop guard" in response.output_text and "`edit`" in response.output_text
+    assert upstream.requests == []
