@@ -62,7 +62,7 @@ from addon.textproto.parser import Protocol, TextProtocolParser
 from addon.transforms.cache import strip_cache_control
 from addon.transforms.custom_tools import unwrap_custom_calls, wrap_custom_tools
 from addon.transforms.loop_guard import LoopVerdict, check_loop, loop_record, terminal_response
-from addon.transforms.repair import ToolSchemas, repair_response, schemas_of
+from addon.transforms.repair import ToolSchemas, parse_arguments, repair_response, schemas_of
 from addon.transforms.text_tools import TextToolSettings, apply_text_tools, parse_text_tools
 from addon.transforms.thinking import apply_thinking_prompt, resolve_model
 from addon.transforms.tools import check_tools, sanitize_tool_schemas
@@ -153,7 +153,12 @@ class FlowPlan:
         return self.client.name == self.upstream.name
 
     def new_parser(self) -> TextProtocolParser:
-        self.parser = TextProtocolParser(self.protocol, trigger=self.trigger, tools=self.tools)
+        self.parser = TextProtocolParser(
+            self.protocol,
+            trigger=self.trigger,
+            tools=self.tools,
+            readable=_readable_object if self.schemas else None,
+        )
         return self.parser
 
     def meta(self) -> dict[str, Any]:
@@ -410,6 +415,11 @@ def decide(
     if plan.loop is not None and not plan.loop_fallback:
         return _loop_answer(plan, unified.model, summary)
     return Rewrite(plan, wire, summary, incoming.body, encoded)
+
+
+def _readable_object(arguments: str) -> bool:
+    """Text-protocol arguments that argument repair can read as an object."""
+    return isinstance(parse_arguments(arguments).value, dict)
 
 
 def _loop_answer(plan: FlowPlan, model: str, summary: str) -> Answer:

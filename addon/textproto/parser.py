@@ -90,6 +90,7 @@ class TextProtocolParser:
         tools: Collection[str] = (),
         thinking_tags: bool = True,
         ids: Callable[[int], str] = default_ids,
+        readable: Callable[[str], bool] | None = None,
     ) -> None:
         if protocol == "invoke" and not trigger:
             raise ValueError("the invoke protocol needs this request's trigger")
@@ -97,6 +98,9 @@ class TextProtocolParser:
         self.trigger = trigger
         self.tools = frozenset(tools)
         self.ids = ids
+        self.readable = readable
+        """Arguments that are not strict JSON but that this says can be read as an object
+        (argument repair is on) make a call all the same; the repair stage fixes them."""
         self.calls = 0
         """How many tool calls were emitted."""
         self.rejected: list[str] = []
@@ -304,8 +308,10 @@ class TextProtocolParser:
         try:
             parsed = json.loads(args)
         except ValueError:
-            self._reject(f"arguments of {call.name!r} are not valid JSON", out, refeed=False)
-            return
+            if self.readable is None or not self.readable(args):
+                self._reject(f"arguments of {call.name!r} are not valid JSON", out, refeed=False)
+                return
+            parsed = {}  # readable as an object once repaired (the repair stage does it)
         if not isinstance(parsed, dict):
             self._reject(f"arguments of {call.name!r} are not an object", out, refeed=False)
             return

@@ -10,6 +10,7 @@ text-protocol answer reaches the client.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -245,3 +246,39 @@ def test_responses_client_gets_the_loop_guards_answer(
     assert response.status == "completed"
     assert "loop guard" in response.output_text and "`edit`" in response.output_text
     assert upstream.requests == []
+
+
+@STREAMS
+def test_a_broken_text_protocol_call_is_repaired_too(
+    start_proxy: Callable[..., Proxy], upstream: ScriptedUpstream, stream: bool
+) -> None:
+    """The invoke protocol (upstreams without tool calling): the model's call in text, with
+    aliased keys and a trailing comma, still reaches the client as a real call."""
+
+    def script(rec: Recorded) -> JSONReply | SSEReply:
+        found = re.search(r"<<CALL_[A-Za-z0-9]{8}>>", json.dumps(rec.json()["messages"]))
+        assert found
+        text = f'Editing.\n{found.group(0)}\n<invoke name="edit">{BROKEN}</invoke>'
+        return (
+            SSEReply(openai_sse(text, seed=3), chunk_min=1, chunk_max=9, seed=4)
+            if stream
+            else JSONReply(openai_json(text))
+        )
+
+    upstream.script = script
+    proxy = start_proxy(bridge_tool_mode="invoke")
+    client = anthropic.Anthropic(base_url=proxy.base_url, api_key="k", max_retries=0, timeout=15)
+    params: dict[str, Any] = {
+        "model": "m",
+        "max_tokens": 100,
+        "tools": [{"name": "edit", "input_schema": EDIT_SCHEMA}],
+        "messages": [{"role": "user", "content": "bump x"}],
+    }
+    if stream:
+        with client.messages.stream(**params) as s:
+            message = s.get_final_message()
+    else:
+        message = client.messages.create(**params)
+    (use,) = [b for b in message.content if b.type == "tool_use"]
+    assert use.name == "edit" and use.input == REPAIRED
+    assert message.stop_reason == "tool_use"

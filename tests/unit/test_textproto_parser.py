@@ -246,3 +246,18 @@ def test_whitespace_is_dropped_only_right_after_a_call() -> None:
     expected = [*call(0, "Shell", {}), TextDelta("€😀0 ")]
     assert run([source[:34], source[34:]], "bracket") == expected
     assert run([source], "bracket") == expected
+
+
+@pytest.mark.parametrize("readable", [None, lambda a: True, lambda a: False])
+def test_arguments_that_only_repair_can_read_make_a_call_when_repair_is_on(readable: Any) -> None:
+    """Argument repair on (``readable`` given and saying yes): a call with a trailing comma is a
+    call, its text left for the repair stage; otherwise it stays the text it was."""
+    args = '{"path": "a.py",}'
+    text = f'{TRIGGER}\n<invoke name="Read">{args}</invoke>'
+    p = TextProtocolParser("invoke", trigger=TRIGGER, tools=TOOLS, ids=ids, readable=readable)
+    events = normalize(p.feed(text) + p.finish())
+    if readable is not None and readable(args):
+        assert events == [ToolCallStart(0, "call_0", "Read", args), ToolCallEnd(0)]
+    else:
+        assert events == [TextDelta(text)]
+        assert p.rejected == ["arguments of 'Read' are not valid JSON"]
