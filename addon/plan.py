@@ -39,6 +39,9 @@ from typing import Any
 from addon.config import Settings
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import Framing, Query, WireRequest, describe
+from addon.dialects.kiro import NAME as KIRO
+from addon.dialects.kiro.request import DESCRIPTION_LIMIT
+from addon.dialects.kiro.request import prepare as kiro_prepare
 from addon.model import (
     JSON,
     ClientError,
@@ -53,10 +56,11 @@ from addon.redact import clean
 from addon.routes import Route, match
 from addon.stream.custom_tools import CustomToolStage
 from addon.stream.decompress import make_decompressor
+from addon.stream.eventstream import split_all
 from addon.stream.processor import Stage, StreamProcessor
 from addon.stream.repair import RepairStage
 from addon.stream.stages import HideThinkingStage, TextToolStage
-from addon.stream.whole import sse_from_response
+from addon.stream.whole import StreamFailed, response_from_events, sse_from_response
 from addon.textproto.invoke import make_trigger
 from addon.textproto.parser import Protocol, TextProtocolParser
 from addon.transforms.cache import strip_cache_control
@@ -143,6 +147,9 @@ class FlowPlan:
     rest (``answer_notes``)."""
     processor: StreamProcessor | None = None
     parser: TextProtocolParser | None = None
+    profile_arn: str | None = None
+    """A ``profileArn`` the shell read for a Kiro route (its token file's), when the route
+    names none."""
 
     @property
     def label(self) -> str:
@@ -205,7 +212,9 @@ class FlowPlan:
         """A whole upstream answer → unified, parsed and filtered as the route says.
 
         Raises ``ValueError`` / ``UnsupportedShape`` / ``RecursionError`` for an answer it
-        cannot read."""
+        cannot read, ``UpstreamError`` for an error the upstream sent in its stream framing."""
+        if self.upstream_framing == "aws_eventstream" and raw.lstrip()[:1] not in (b"{", b"["):
+            return self._decode_frames(raw)
         try:
             body = load_json(raw)
         except ValueError as e:
@@ -219,8 +228,30 @@ class FlowPlan:
                 f"unexpected answer shape ({type(e).__name__}: {short(e)})"
             ) from None
 
+    def _decode_frames(self, raw: bytes) -> Response:
+        """An upstream that answers only in AWS event-stream frames (Kiro), asked for a whole
+        answer: its stream decoder over the frames, the events assembled into one answer."""
+        frames, error = split_all(raw)
+        if error is not None:
+            raise UnsupportedShape(f"cannot read the event stream ({short(error)})")
+        decoder = self.upstream.stream_decoder()
+        events = [e for f in frames for e in decoder.feed(f.text, f.event)]
+        events += decoder.finish()
+        try:
+            answer = response_from_events(events, self.upstream.name)
+        except StreamFailed as e:
+            raise UpstreamError(e.error.message, e.status, e.error.type) from None
+        except SHAPE_ERRORS as e:
+            raise UnsupportedShape(
+                f"unexpected answer shape ({type(e).__name__}: {short(e)})"
+            ) from None
+        return self._filtered(answer)
+
     def _decode_answer(self, body: JSON) -> Response:
-        answer = self.upstream.decode_response(body)
+        return self._filtered(self.upstream.decode_response(body))
+
+    def _filtered(self, answer: Response) -> Response:
+        """A decoded whole answer, parsed and filtered as the route says."""
         if self.parse_text:
             answer = parse_text_tools(answer, self.new_parser())
         if self.custom_tools:
@@ -271,6 +302,11 @@ class FlowPlan:
             )
         return _error_bytes(self.client, ClientError(message, status=status)), message
 
+    def upstream_error(self, e: UpstreamError) -> bytes:
+        """An error the upstream sent inside its answer's framing (a Kiro exception frame), as
+        an error body in the client's dialect (its status: ``e.status``)."""
+        return _error_bytes(self.client, ClientError(e.message, status=e.status, code=e.code))
+
     def unreadable_answer(self, why: str) -> bytes:
         """A 502 body in the client's dialect for an upstream answer the bridge cannot turn
         into the client's dialect (on a same-dialect route the answer is passed on instead)."""
@@ -283,6 +319,26 @@ class FlowPlan:
                 code="untranslatable_answer",
             ),
         )
+
+
+class UpstreamError(UnsupportedShape):
+    """A whole answer that is an upstream error in its stream framing (a Kiro exception frame):
+    the client gets it in its dialect with ``status``."""
+
+    def __init__(self, message: str, status: int, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class RouteCredentials:
+    """A key the shell read for the route (a Kiro token file's access token), sent upstream
+    instead of the client's; never shown."""
+
+    key: str = field(repr=False)
+    profile_arn: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +387,7 @@ type Decision = Pass | Reject | Rewrite | Answer
 CONTENT_TYPES: dict[Framing, str] = {
     "sse": "text/event-stream; charset=utf-8",
     "json_array": "application/json",
+    "aws_eventstream": "application/vnd.amazon.eventstream",
 }
 """The content type of a stream in each framing."""
 
@@ -344,11 +401,18 @@ def route_for(settings: Settings, method: str, host: str, path: str) -> Route | 
 
 
 def decide(
-    settings: Settings, route: Route, incoming: Incoming, env: Mapping[str, str]
+    settings: Settings,
+    route: Route,
+    incoming: Incoming,
+    env: Mapping[str, str],
+    creds: RouteCredentials | None = None,
 ) -> Decision:
-    """Decode, transform and encode one routed request (see the module docstring)."""
+    """Decode, transform and encode one routed request (see the module docstring). ``creds``:
+    what the shell read for the route (a Kiro token file), sent instead of any other key."""
     client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
     plan = FlowPlan(route, client, upstream)
+    if creds is not None:
+        plan.profile_arn = creds.profile_arn
     try:
         body = load_json(incoming.body)
         if not isinstance(body, dict):
@@ -361,7 +425,9 @@ def decide(
     if not plan.same_dialect:
         notes[f"request {client.name} → {upstream.name}"] += 1
     env_key: str | None = None
-    if route.api_key_env is not None:
+    if creds is not None:
+        env_key = creds.key
+    elif route.api_key_env is not None:
         env_key = env.get(route.api_key_env) or None
         if env_key is None:
             return _reject(
@@ -394,6 +460,8 @@ def decide(
         )
         if plan.same_dialect and decoded.origin == upstream.name:
             _keep_explicit_empties(body, wire.body)
+        if creds is not None and notes.pop("API key from the route's environment variable", 0):
+            notes["Kiro token from the route's token file"] += 1
         encoded = dump(wire.body)
     except UnsupportedShape as e:
         return _not_understood(plan, f"request not understood ({short(e)})")
@@ -488,14 +556,16 @@ def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
     if route.reasoning == "off" and req.thinking is not None and not thinking:
         notes["reasoning request not sent (route: reasoning = off)"] += 1
         req = dataclasses.replace(req, thinking=None)
+    kiro = plan.upstream.name == KIRO
     # Gemini refuses much of JSON Schema: its upstreams get the gemini profile unless the
-    # route names one.
-    auto = "gemini" if plan.upstream.name in GEMINI_DIALECTS else s.schema
+    # route names one; Kiro gets the strict one.
+    auto = "gemini" if plan.upstream.name in GEMINI_DIALECTS else "strict" if kiro else s.schema
     req = sanitize_tool_schemas(req, route.schema_profile or auto, notes)
     # Thinking asked for by name (BASE-thinking), or by a client's switch on an upstream that
     # only has text: ask for <thinking> tags and parse them. Before the text protocol renders
     # tool results as user text, so the hint never lands after a tool result.
-    asked = req.thinking is not None and req.thinking.enabled and mode != "native"
+    # Kiro has no reasoning switch: a client's thinking request is the thinking prompt there.
+    asked = req.thinking is not None and req.thinking.enabled and (mode != "native" or kiro)
     if thinking or asked:
         plan.parse_text = True
         req = apply_thinking_prompt(req, notes)
@@ -514,6 +584,18 @@ def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
         )
         settings = TextToolSettings(mode, plan.trigger, s.desc_limit, s.param_limit)
         req = apply_text_tools(req, settings, notes)
+    elif kiro and tools:
+        # Kiro's models still write "[Calling tool: X]" text at times: the answer (only) is
+        # read for such calls; the request keeps its native tools.
+        plan.protocol, plan.tools, plan.parse_text = "bracket", tuple(tools), True
+    if kiro:
+        req = kiro_prepare(
+            req,
+            notes,
+            model_map=dict(route.model_map or ()),
+            profile_arn=route.profile_arn or plan.profile_arn,
+            description_limit=route.description_limit or DESCRIPTION_LIMIT,
+        )
     plan.hide_thinking = s.thinking_output == "hidden"
     return req
 

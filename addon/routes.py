@@ -14,7 +14,7 @@ A routes file::
     methods = ["POST"]                 # default ["POST"]
     client = "openai_chat"             # dialect the client speaks: openai_chat | anthropic |
                                        # openai_responses | gemini | gemini_code_assist
-    upstream = "openai_chat"           # dialect the upstream speaks (same choices)
+    upstream = "openai_chat"           # dialect the upstream speaks (same choices, and kiro)
     tool_mode = "native"               # default: the bridge_tool_mode option
     schema = "strict"                  # default: the bridge_schema option
     upstream_path = "/v1/chat/completions"   # optional: the path (and query) sent upstream;
@@ -26,6 +26,12 @@ A routes file::
     reasoning = "auto"                 # auto | off: thinking requests → reasoning_effort
     project = "my-gcp-project"         # gemini_code_assist upstreams: the project to bill
     tool_repair = "on"                 # on | off: default the bridge_tool_repair option
+    # kiro upstreams only (client = "kiro" is refused: Kiro is an upstream-only dialect):
+    model_map = {"claude-sonnet-4-6" = "claude-sonnet-4.5"}   # client model → Kiro modelId
+    profile_arn = "arn:aws:codewhisperer:…"  # the body's profileArn (default: the token file's)
+    token_file = "~/.aws/sso/cache/kiro-auth-token.json"  # the Kiro IDE's token, refreshed
+    refresh_url = "https://…/refreshToken"   # with token_file: where to refresh it
+    description_limit = 10240          # tool descriptions cut to this many characters
 
 ``load_routes`` raises ``RoutesError`` with one line naming the file, the key
 and what it takes. ``proxy_excludes`` applies mitmproxy's ``allow_hosts`` /
@@ -42,13 +48,24 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from addon.model import SchemaProfile, ToolMode
 
 type DialectName = Literal[
-    "openai_chat", "anthropic", "openai_responses", "gemini", "gemini_code_assist"
+    "openai_chat", "anthropic", "openai_responses", "gemini", "gemini_code_assist", "kiro"
 ]
+
+UPSTREAM_ONLY: frozenset[str] = frozenset({"kiro"})
+"""Dialects the bridge speaks to upstreams only (it does not answer their clients)."""
+KIRO_KEYS: tuple[str, ...] = (
+    "model_map",
+    "profile_arn",
+    "token_file",
+    "refresh_url",
+    "description_limit",
+)
+"""Route keys that only a ``kiro`` upstream takes."""
 
 
 class RoutesError(ValueError):
@@ -80,6 +97,20 @@ class Route(BaseModel):
     reasoning: Literal["auto", "off"] = "auto"
     """``auto``: a client's thinking request (Anthropic ``thinking`` / ``output_config.effort``,
     Responses ``reasoning``) becomes the upstream's reasoning switch; ``off``: not sent."""
+    model_map: tuple[tuple[str, str], ...] | None = None
+    """``kiro`` upstreams: client model names → Kiro ``modelId``s, before the built-in table (a
+    TOML table ``{"claude-sonnet-4-6" = "claude-sonnet-4.5"}``, kept as pairs: routes stay
+    hashable)."""
+    profile_arn: str | None = None
+    """``kiro`` upstreams: the body's ``profileArn`` (default: the token file's, if any)."""
+    token_file: str | None = None
+    """``kiro`` upstreams: the Kiro IDE's token file; its ``accessToken`` is sent instead of the
+    client's key, read on every request and refreshed when it has expired."""
+    refresh_url: str | None = None
+    """``kiro`` upstreams with ``token_file``: where to refresh the token (default: Kiro's)."""
+    description_limit: int | None = Field(default=None, ge=16)
+    """``kiro`` upstreams: tool descriptions longer than this many characters are cut (with
+    ``...``); default 10240, Kiro's limit."""
 
     @field_validator("api_key_env")
     @classmethod
@@ -118,6 +149,48 @@ class Route(BaseModel):
         if v is not None and not v.startswith("/"):
             raise ValueError("must start with '/'")
         return v
+
+    @field_validator("client")
+    @classmethod
+    def _client_side(cls, v: str) -> str:
+        if v in UPSTREAM_ONLY:
+            raise ValueError(
+                f"{v} is an upstream-only dialect: the bridge does not answer {v} clients "
+                f'(use it as upstream = "{v}")'
+            )
+        return v
+
+    @field_validator("model_map", mode="before")
+    @classmethod
+    def _pairs(cls, v: object) -> object:
+        if isinstance(v, dict):
+            for name, target in v.items():
+                if not isinstance(target, str) or not target.strip():
+                    raise ValueError(f"{name!r}: the Kiro modelId must be a non-empty string")
+            return tuple(v.items())
+        if v is not None and not isinstance(v, tuple):
+            raise ValueError('must be a table of model names, e.g. {"claude-sonnet-4-6" = "…"}')
+        return v
+
+    @field_validator("refresh_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"https?://[^/\s]+", v):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
+
+    @model_validator(mode="after")
+    def _kiro_only(self) -> Route:
+        if self.upstream != "kiro":
+            given = [k for k in KIRO_KEYS if getattr(self, k) is not None]
+            if given:
+                raise ValueError(
+                    f'{", ".join(given)}: only for upstream = "kiro" '
+                    f"(this route's upstream is {self.upstream})"
+                )
+        elif self.refresh_url is not None and self.token_file is None:
+            raise ValueError("refresh_url: only with token_file")
+        return self
 
     def matches(self, host: str, path: str, method: str) -> bool:
         return (

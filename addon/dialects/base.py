@@ -32,9 +32,10 @@ class StreamEncoder(Protocol):
 
 type Query = tuple[tuple[str, str], ...]
 
-type Framing = Literal["sse", "json_array"]
-"""How a streamed body is cut into events: server-sent events, or the items of one JSON array
-(Gemini without ``alt=sse``)."""
+type Framing = Literal["sse", "json_array", "aws_eventstream"]
+"""How a streamed body is cut into events: server-sent events, the items of one JSON array
+(Gemini without ``alt=sse``), or AWS event-stream binary frames (Kiro,
+``application/vnd.amazon.eventstream``; upstream side only)."""
 
 
 class PathFields(TypedDict, total=False):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from addon.shell.catalogue import ModelCatalogue
 from addon.shell.count_tokens import CountTokens
+from addon.shell.kiro_auth import KiroAuth
 from addon.shell.retry import Retry
 from addon.shell.rewrite import RewriteAddon
 from addon.state import BridgeState
@@ -18,21 +19,26 @@ class Addons:
     catalogue: ModelCatalogue
     count_tokens: CountTokens
     rewrite: RewriteAddon
+    kiro: KiroAuth
 
     @property
     def all(self) -> list[object]:
-        """In hook order: the catalogue's options load before the rewrite reads them."""
-        return [self.retry, self.catalogue, self.count_tokens, self.rewrite]
+        """In hook order: the catalogue's options load before the rewrite reads them; the Kiro
+        token file is read (``request``, async) before the rewrite uses it."""
+        return [self.retry, self.catalogue, self.count_tokens, self.kiro, self.rewrite]
 
 
 def make_addons() -> Addons:
     state = BridgeState()
     retry = Retry()
     rewrite = RewriteAddon(state, retry)
+    kiro = KiroAuth(lambda: rewrite.settings)
+    rewrite.kiro = kiro
     return Addons(
         state,
         retry,
         ModelCatalogue(lambda: rewrite.settings),
         CountTokens(lambda: rewrite.settings, state),
         rewrite,
+        kiro,
     )

@@ -17,15 +17,29 @@ from mitmproxy import contentviews, http
 
 from addon.redact import clean, escape, redact
 from addon.state import OriginalStore
+from addon.stream.eventstream import split_all
 
 
 def _pretty(body: bytes) -> str:
     try:
         text = json.dumps(json.loads(body), indent=2, ensure_ascii=False)
     except (ValueError, RecursionError):
-        text = body.decode("utf-8", "replace")
+        text = _event_stream(body) or body.decode("utf-8", "replace")
     # Lone surrogates (from "\ud83d" in the JSON) cannot be shown: escaped.
     return redact(escape_surrogates(text), tokens=False)
+
+
+def _event_stream(body: bytes) -> str | None:
+    """AWS event-stream frames (a Kiro answer) as one ``event-type: payload`` line each."""
+    if len(body) < 16 or body[:1] in (b"{", b"["):
+        return None
+    frames, error = split_all(body)
+    if not frames:
+        return None
+    lines = [f"{f.event}: {f.text}" for f in frames]
+    if error is not None:
+        lines.append(f"# {error}")
+    return "\n".join(lines)
 
 
 def escape_surrogates(text: str) -> str:

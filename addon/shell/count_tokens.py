@@ -5,7 +5,8 @@ Claude Code calls it to decide when to compact a conversation. The request goes
 upstream as it is; only when the upstream lacks the endpoint (404, 405, 501) does
 the bridge answer ``{"input_tokens": N}`` with an estimate (about four characters a
 token), and say so in the flow comment. An auth, rate-limit or server error is the
-client's to see. On a Gemini route the count is Gemini's own: the conversation goes to
+client's to see. On a Kiro route (Kiro has no such endpoint) the estimate answers at once.
+On a Gemini route the count is Gemini's own: the conversation goes to
 its ``countTokens`` (``addon.dialects.gemini.tokens``) and ``totalTokens`` comes back as
 ``input_tokens``; its errors reach the client in Anthropic's shape. Only paths whose
 ``…/messages`` a route takes from Anthropic clients
@@ -75,6 +76,15 @@ class CountTokens:
         except (ValueError, RecursionError):
             return  # not ours to judge: the upstream answers
         estimate = estimate_input_tokens(body)
+        if route.upstream == "kiro":
+            # Kiro has no token-count endpoint: the estimate answers, the upstream is not asked.
+            flow.response = json_response(200, dump({"input_tokens": estimate}))
+            append_comment(
+                flow,
+                f"cursor-bridge: count_tokens estimated ({estimate}; Kiro has no such endpoint)",
+            )
+            self._state.count("token counts estimated")
+            return
         # The key follows the upstream's dialect here too (a Bearer gateway would say 401).
         env_key = environment().get(route.api_key_env) if route.api_key_env else None
         set_headers, drop = credentials(

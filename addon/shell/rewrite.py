@@ -30,6 +30,7 @@ from urllib.parse import urlencode
 from mitmproxy import contentviews, ctx, http
 
 from addon.config import REWRITE_OPTIONS, ConfigError, Settings, parse_settings
+from addon.dialects.kiro import CONTENT_TYPE as KIRO_CONTENT_TYPE
 from addon.model import UnsupportedShape
 from addon.plan import (
     CONTENT_TYPES,
@@ -40,6 +41,7 @@ from addon.plan import (
     Pass,
     Reject,
     Rewrite,
+    UpstreamError,
     decide,
     dump,
     internal_error,
@@ -63,6 +65,7 @@ from addon.shell.common import (
 )
 from addon.shell.common import internal_error as log_internal_error
 from addon.shell.contentview import BridgeContentview
+from addon.shell.kiro_auth import KiroAuth
 from addon.shell.retry import Retry
 from addon.state import BridgeState
 from addon.stream.decompress import UnsupportedEncoding
@@ -75,10 +78,17 @@ MAX_TRACKED_FLOWS = 10_000
 class RewriteAddon(OptionChecks):
     name = "cursor_bridge"
 
-    def __init__(self, state: BridgeState | None = None, retry: Retry | None = None) -> None:
+    def __init__(
+        self,
+        state: BridgeState | None = None,
+        retry: Retry | None = None,
+        kiro: KiroAuth | None = None,
+    ) -> None:
         self.settings = Settings()
         self.state = state or BridgeState()
         self.retry = retry
+        self.kiro = kiro
+        """Reads the Kiro token file of a route (its ``request`` hook runs before ours)."""
         self._plans: OrderedDict[str, FlowPlan] = OrderedDict()
 
     # ------------------------------------------------------------------ options
@@ -122,7 +132,8 @@ class RewriteAddon(OptionChecks):
                 header_map(req.headers),
                 req.get_content(strict=False) or b"",
             )
-            decision: Decision = decide(self.settings, route, incoming, environment())
+            creds = self.kiro.take(flow.id) if self.kiro is not None else None
+            decision: Decision = decide(self.settings, route, incoming, environment(), creds)
             if isinstance(decision, Rewrite):
                 # Everything that could fail is done: the flow is changed only from here on.
                 self._rewrite(flow, incoming, decision)
@@ -195,7 +206,14 @@ class RewriteAddon(OptionChecks):
         sse = resp.headers.get("content-type", "").lower().startswith("text/event-stream")
         # Gemini without ``alt=sse`` streams one JSON array as ``application/json``.
         array = plan is not None and plan.stream and plan.upstream_framing == "json_array"
-        if not (sse or (array and is_json(resp))):
+        # Kiro streams AWS event-stream frames (``application/vnd.amazon.eventstream``).
+        binary = (
+            plan is not None
+            and plan.stream
+            and plan.upstream_framing == "aws_eventstream"
+            and resp.headers.get("content-type", "").lower().startswith(KIRO_CONTENT_TYPE)
+        )
+        if not (sse or (array and is_json(resp)) or binary):
             return
         if plan is None:
             meta = flow.metadata.get(META_KEY)
@@ -261,6 +279,13 @@ class RewriteAddon(OptionChecks):
                     )
                     answer = retried
             body = plan.encode_answer(answer)
+        except UpstreamError as e:
+            # An error inside the upstream's answer framing (a Kiro exception frame).
+            self.state.count("upstream errors re-shaped")
+            log.info("%s: upstream answered an error: %s", plan.label, short(e.message))
+            append_comment(flow, f"upstream error in its stream → {plan.client.name} shape")
+            flow.response = json_response(e.status, plan.upstream_error(e))
+            return
         except (ValueError, UnsupportedShape, RecursionError) as e:
             why = "nested too deeply" if isinstance(e, RecursionError) else short(e)
             if not plan.same_dialect:

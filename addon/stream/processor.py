@@ -21,7 +21,11 @@ or as one JSON array whose items are the events (``"json_array"``, Gemini withou
 ``alt=sse``: each item goes to the decoder as ``feed(item, None)``); the client's body is
 written as SSE or as one JSON array of the encoder's data (``[`` item ``,\r\n`` item … ``]``,
 closed by ``finish()``). SSE comments have no JSON-array form and are dropped there. On a
-failure the raw bytes given back are the upstream's, whatever the framings.
+failure the raw bytes given back are the upstream's, whatever the framings — except for AWS
+event-stream frames (``"aws_eventstream"``, Kiro; ``addon.stream.eventstream``: each frame goes to
+the decoder as ``feed(payload, event type)``), which no client of another dialect can read: a
+bad CRC, a cut frame or a failure of ours ends the client's stream with an error in its dialect
+(``_stop``) and the bytes after it are dropped.
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
-from addon.model import Event
+from addon.model import Event, StreamError
 from addon.stream.decompress import Decompressor
+from addon.stream.eventstream import EventStreamSplitter, Frame
 from addon.stream.framing import JsonArraySplitter, JsonArrayWriter
 from addon.stream.sse import (
     EventDecoder,
@@ -60,7 +65,10 @@ class StreamProcessor:
         framing_in: Framing = "sse",
         framing_out: Framing = "sse",
     ) -> None:
-        if framing_in not in ("sse", "json_array") or framing_out not in ("sse", "json_array"):
+        if framing_in not in ("sse", "json_array", "aws_eventstream") or framing_out not in (
+            "sse",
+            "json_array",
+        ):
             raise ValueError(f"unknown framing {framing_in!r} → {framing_out!r}")
         self._decoder = decoder
         self._encoder = encoder
@@ -70,6 +78,10 @@ class StreamProcessor:
         self._events = EventDecoder()
         self._pending_raw = bytearray()  # raw lines of the SSE event being assembled
         self._items = JsonArraySplitter() if framing_in == "json_array" else None
+        self._frames = EventStreamSplitter() if framing_in == "aws_eventstream" else None
+        self._stopped = False
+        """Binary framing only: the client's stream was ended with an error; later bytes are
+        dropped (binary frames are never given to a client raw)."""
         self._writer = JsonArrayWriter() if framing_out == "json_array" else None
         self._frame = encode_pairs if self._writer is None else self._writer.pairs
         self._finished = False
@@ -91,8 +103,12 @@ class StreamProcessor:
             except Exception as e:
                 return self._fail(f"cannot decompress the stream: {e}", chunk)
         self.bytes_in += len(chunk)
+        if self._stopped:
+            return []
         if self.passthrough or self._finished:
             return self._out([chunk])
+        if self._frames is not None:
+            return self._run_frames(self._frames.feed(chunk), final=False)
         if self._items is not None:
             return self._run_items(self._items.feed(chunk), final=False)
         lines = self._lines.feed(chunk)
@@ -108,8 +124,14 @@ class StreamProcessor:
                 tail = self._decompressor.finish()
             except Exception as e:
                 self.error = self.error or f"cannot decompress the end of the stream: {e}"
+        if self._stopped:
+            return []
         if self.passthrough:
             return self._out([tail])
+        if self._frames is not None:
+            frames = self._frames.feed(tail) if tail else []
+            self._frames.finish()
+            return self._run_frames(frames, final=True)
         if self._items is not None:
             items = self._items.feed(tail) if tail else []
             if self._items.error is None:
@@ -169,6 +191,45 @@ class StreamProcessor:
                 return self._fail(f"{type(e).__name__}: {e}", b"", out)
         return self._out(out)
 
+    def _run_frames(self, frames: list[Frame], final: bool) -> list[bytes]:
+        """AWS event-stream framing: each frame is one event (its type from its headers)."""
+        out: list[bytes] = []
+        for frame in frames:
+            try:
+                self.events_in += 1
+                events = self._decoder.feed(frame.text, frame.event)
+                for stage in self._stages:
+                    events = _feed_all(stage, events)
+                out.extend(self._encode(events))
+            except Exception as e:
+                return self._stop(f"{type(e).__name__}: {e}", out)
+        assert self._frames is not None
+        if self._frames.error is not None:
+            return self._stop(f"cannot read the event stream: {self._frames.error}", out)
+        if final:
+            try:
+                self._end(out)
+            except Exception as e:
+                return self._stop(f"{type(e).__name__}: {e}", out)
+        return self._out(out)
+
+    def _stop(self, why: str, done: Sequence[bytes] = ()) -> list[bytes]:
+        """Binary framing cannot fall back to passthrough (a client of another dialect cannot
+        read AWS event-stream frames): what stages hold goes out, then the client's stream ends
+        with an error in its own dialect, and later bytes are dropped. ``error`` says why."""
+        self._stopped = True
+        self.error = why
+        out = [*done, *self._drain_stages()]
+        try:
+            message = f"cursor-bridge could not read the upstream's stream: {why}"
+            out += self._encode([StreamError(message, "bridge_stream_error")])
+            out += self._frame(self._encoder.finish())
+            if self._writer is not None:
+                out.append(self._writer.close())
+        except Exception:  # already failing: the error event is best effort
+            pass
+        return self._out(out)
+
     def _end(self, out: list[bytes]) -> None:
         """The body ended: flush the decoder, the stages and the encoder; close the framing."""
         events = self._decoder.finish()
@@ -201,6 +262,8 @@ class StreamProcessor:
         return out
 
     def _fail(self, why: str, raw: bytes, done: Sequence[bytes] = ()) -> list[bytes]:
+        if self._frames is not None:
+            return self._stop(why, done)
         self.passthrough = True
         self.error = why
         self._pending_raw.clear()

@@ -6,7 +6,18 @@ events; ``finish`` flushes and is idempotent. Sans-IO.
 
 from __future__ import annotations
 
-from addon.model import Event, Finish, StreamEnd, TextDelta, ThinkingDelta
+import dataclasses
+
+from addon.model import (
+    Event,
+    Finish,
+    StreamEnd,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
 from addon.textproto.parser import TextProtocolParser
 
 
@@ -15,15 +26,22 @@ class TextToolStage:
 
     The parser is flushed before the upstream's ``Finish`` (or ``StreamEnd``) goes on, and
     ``Finish`` says ``tool_calls`` when the text held at least one call.
+
+    Calls the upstream made natively (Kiro keeps its tools and may still write text calls) pass
+    through beside the parsed ones; the two are numbered apart (``_renumber``: one sequence in
+    the order the calls start, which leaves either kind alone unchanged), so that a client never
+    sees two calls under one index.
     """
 
     def __init__(self, parser: TextProtocolParser) -> None:
         self.parser = parser
         self._flushed = False
+        self._indexes: dict[tuple[bool, int], int] = {}
+        """(parsed, index as it came) → the index the client sees."""
 
     def feed(self, event: Event) -> list[Event]:
         if isinstance(event, TextDelta):
-            return self.parser.feed(event.text)
+            return self._renumber(self.parser.feed(event.text), parsed=True)
         if isinstance(event, Finish):
             out = self.finish()
             if self.parser.calls and event.reason != "tool_calls":
@@ -31,13 +49,28 @@ class TextToolStage:
             return [*out, event]
         if isinstance(event, StreamEnd):
             return [*self.finish(), event]
+        if isinstance(event, ToolCallStart | ToolCallArgsDelta | ToolCallEnd):
+            return self._renumber([event], parsed=False)
         return [event]
 
     def finish(self) -> list[Event]:
         if self._flushed:
             return []
         self._flushed = True
-        return self.parser.finish()
+        return self._renumber(self.parser.finish(), parsed=True)
+
+    def _renumber(self, events: list[Event], parsed: bool) -> list[Event]:
+        out: list[Event] = []
+        for e in events:
+            if isinstance(e, ToolCallStart | ToolCallArgsDelta | ToolCallEnd):
+                key = (parsed, e.index)
+                index = self._indexes.get(key)
+                if index is None:
+                    index = self._indexes[key] = len(self._indexes)
+                if index != e.index:
+                    e = dataclasses.replace(e, index=index)
+            out.append(e)
+        return out
 
 
 class HideThinkingStage:

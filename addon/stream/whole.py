@@ -1,27 +1,40 @@
-"""A whole answer as a stream: for clients that asked to stream from an upstream that did not.
+"""A whole answer as a stream, and a stream as a whole answer.
 
 Contract: sans-IO. ``response_events`` lists the unified events a stream of
 this answer would have carried; ``sse_from_response`` runs them through a
 client encoder and the SSE encoder. Some gateways ignore ``stream: true`` and
 answer with one JSON object; an SDK waiting for SSE would fail on it.
+
+``response_from_events`` is the other way: the events of a whole stream (an upstream that
+only streams, such as Kiro, when the client asked for a whole answer) assembled into one
+``Response`` — consecutive text and reasoning deltas joined into one part each, each call
+into one ``ToolCall`` where it started, the last ``Finish`` and usage. A ``StreamError`` among
+them raises ``StreamFailed`` (``status`` is the HTTP status the client's error gets).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from addon.dialects.base import Framing, StreamEncoder
 from addon.model import (
     Event,
     Finish,
     MessageStart,
+    Part,
+    RawEvent,
     Response,
     StreamEnd,
+    StreamError,
     Text,
     TextDelta,
     Thinking,
     ThinkingDelta,
     ToolCall,
+    ToolCallArgsDelta,
     ToolCallEnd,
     ToolCallStart,
+    Usage,
     UsageEvent,
 )
 from addon.stream.framing import JsonArrayWriter
@@ -59,3 +72,108 @@ def sse_from_response(resp: Response, encoder: StreamEncoder, framing: Framing =
         writer = JsonArrayWriter()
         return b"".join([*writer.pairs(pairs), writer.close()])
     return b"".join(encode_pairs(pairs))
+
+
+ERROR_STATUS: dict[str, int] = {
+    "ThrottlingException": 429,
+    "ServiceQuotaExceededException": 429,
+    "rate_limit_error": 429,
+    "RESOURCE_EXHAUSTED": 429,
+    "ValidationException": 400,
+    "invalid_request_error": 400,
+    "INVALID_ARGUMENT": 400,
+    "AccessDeniedException": 403,
+    "permission_error": 403,
+    "PERMISSION_DENIED": 403,
+    "UnauthorizedException": 401,
+    "ExpiredTokenException": 401,
+    "authentication_error": 401,
+    "UNAUTHENTICATED": 401,
+    "ResourceNotFoundException": 404,
+    "not_found_error": 404,
+    "ServiceUnavailableException": 503,
+    "overloaded_error": 503,
+    "UNAVAILABLE": 503,
+    "InternalServerException": 500,
+}
+"""``StreamError.type``s (AWS exception names, Anthropic error types, Google statuses) → the
+HTTP status of the client's error for a whole answer; anything else is 502."""
+
+
+class StreamFailed(Exception):
+    """The stream of a whole answer carried an error (``StreamError``)."""
+
+    def __init__(self, error: StreamError) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.status = ERROR_STATUS.get(error.type or "", 502)
+
+
+def response_from_events(events: Iterable[Event], origin: str) -> Response:
+    """One ``Response`` from the events of a whole stream (see the module docstring)."""
+    start: MessageStart | None = None
+    parts: list[Part | int] = []
+    """Parts in order; an ``int`` holds the place of the call of that index."""
+    text: list[str] = []
+    thinking: list[str] = []
+    signature: str | None = None
+    calls: dict[int, tuple[ToolCallStart, list[str]]] = {}
+    finish: Finish | None = None
+    usage: Usage | None = None
+
+    def flush() -> None:
+        nonlocal signature
+        if text:
+            parts.append(Text("".join(text)))
+            text.clear()
+        if thinking or signature:
+            parts.append(Thinking("".join(thinking), signature))
+            thinking.clear()
+            signature = None
+
+    for event in events:
+        match event:
+            case MessageStart():
+                start = start or event
+            case TextDelta():
+                if thinking or signature:
+                    flush()
+                text.append(event.text)
+            case ThinkingDelta():
+                if text:
+                    flush()
+                thinking.append(event.text)
+                signature = event.signature or signature
+            case ToolCallStart():
+                flush()
+                calls[event.index] = (event, [event.arguments])
+                parts.append(event.index)
+            case ToolCallArgsDelta():
+                if event.index in calls:
+                    calls[event.index][1].append(event.delta)
+            case Finish():
+                finish = event
+            case UsageEvent():
+                usage = event.usage
+            case StreamError():
+                raise StreamFailed(event)
+            case ToolCallEnd() | RawEvent() | StreamEnd():
+                pass
+    flush()
+    out: list[Part] = []
+    for p in parts:
+        if isinstance(p, int):
+            call, args = calls[p]
+            out.append(ToolCall(call.id, call.name, "".join(args), call.extra, call.custom))
+        else:
+            out.append(p)
+    return Response(
+        origin=start.origin if start is not None else origin,
+        id=start.id if start is not None else None,
+        model=start.model if start is not None else None,
+        parts=tuple(out),
+        finish=finish.reason if finish is not None else None,
+        finish_raw=finish.raw if finish is not None else None,
+        usage=usage,
+        created=start.created if start is not None else None,
+    )

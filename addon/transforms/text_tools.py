@@ -116,7 +116,11 @@ def parse_text_tools(resp: Response, parser: TextProtocolParser) -> Response:
     """A whole answer's text parsed like the stream: thinking, text and tool calls as parts."""
     text = "".join(p.text for p in resp.parts if isinstance(p, Text))
     events = [*parser.feed(text), *parser.finish()] if text else []
-    parts: list[Part] = [p for p in resp.parts if not isinstance(p, Text)]
+    # What the text held goes where the first text part was: the other parts (reasoning, calls
+    # the upstream made natively) keep their places around it.
+    at = next((i for i, p in enumerate(resp.parts) if isinstance(p, Text)), len(resp.parts))
+    parts: list[Part] = [p for p in resp.parts[:at] if not isinstance(p, Text)]
+    after: list[Part] = [p for p in resp.parts[at:] if not isinstance(p, Text)]
     calls: dict[int, ToolCall] = {}
     for e in events:
         if isinstance(e, TextDelta):
@@ -126,6 +130,7 @@ def parse_text_tools(resp: Response, parser: TextProtocolParser) -> Response:
         elif isinstance(e, ToolCallStart):
             calls[e.index] = ToolCall(e.id, e.name, e.arguments)
             parts.append(calls[e.index])
+    parts += after
     finish = resp.finish
     finish_raw = resp.finish_raw
     if calls and finish != "tool_calls":

@@ -1,0 +1,47 @@
+"""Kiro (``kiro``): the CodeWhisperer ``generateAssistantResponse`` API behind the Kiro IDE.
+
+An upstream-only dialect: Cursor, Claude Code and every other client reach Kiro's Claude
+models through it; no route takes Kiro clients. The request is the IDE's
+``conversationState`` body (``request.py``), placed at ``/generateAssistantResponse`` with the
+key as a Bearer token (a route may read it from the Kiro IDE's token file: ``token.py`` and
+the shell's ``kiro_auth``); the answer is always AWS event-stream frames
+(``application/vnd.amazon.eventstream``, framing ``aws_eventstream``: split by
+``addon.stream.eventstream``, decoded by ``stream.py``), streamed or assembled into a whole
+answer by the plan.
+"""
+
+from addon.dialects.base import Dialect
+
+from .request import NAME, PATH, decode_request, encode_request, framing, place
+from .response import (
+    UPSTREAM_ONLY,
+    KiroStreamEncoder,
+    decode_response,
+    encode_error,
+    encode_response,
+    error_message,
+)
+from .stream import KiroStreamDecoder
+
+CONTENT_TYPE = "application/vnd.amazon.eventstream"
+
+DIALECT = Dialect(
+    name=NAME,
+    path=PATH,
+    decode_request=decode_request,
+    encode_request=encode_request,
+    decode_response=decode_response,
+    encode_response=encode_response,
+    stream_decoder=KiroStreamDecoder,
+    stream_encoder=KiroStreamEncoder,
+    encode_error=encode_error,
+    error_message=error_message,
+    place=place,
+    key_headers=("authorization",),
+    auth_header="authorization",
+    own_headers=("x-amzn-kiro-", "x-amzn-codewhisperer-"),
+    fixed_headers=(("x-amzn-kiro-agent-mode", "vibe"),),
+    framing=framing,
+)
+
+__all__ = ["CONTENT_TYPE", "DIALECT", "NAME", "UPSTREAM_ONLY"]

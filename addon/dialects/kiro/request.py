@@ -1,0 +1,664 @@
+"""Kiro requests (CodeWhisperer ``generateAssistantResponse``) ↔ ``addon.model.Request``.
+
+Contract: ``encode_request`` turns a unified request (from any client dialect) into the body
+the Kiro IDE sends to ``POST /generateAssistantResponse``; ``decode_request`` reads such a body
+back leniently (for tests and a same-dialect round trip; no route takes Kiro clients). No I/O.
+Shapes were checked against real Kiro IDE 0.11 bodies (``../shared/fixtures/real/
+kiro-generateAssistantResponse-*``)::
+
+    {"conversationState": {
+        "agentContinuationId": uuid, "agentTaskType": "vibe", "chatTriggerType": "MANUAL",
+        "conversationId": uuid,
+        "currentMessage": {"userInputMessage": {
+            "content", "modelId", "origin": "AI_EDITOR",
+            "userInputMessageContext": {"tools": [{"toolSpecification": {
+                "name", "description", "inputSchema": {"json": schema}}}],
+                                        "toolResults": [...]},
+            "images": [{"format": "png", "source": {"bytes": base64}}]}},
+        "history": [{"userInputMessage": {content, modelId, origin,
+                                          userInputMessageContext: {toolResults}}},
+                    {"assistantResponseMessage": {content, toolUses: [
+                        {toolUseId, name, input: object}]}}, …]},
+     "profileArn": "arn:aws:codewhisperer:…"}
+
+Encoding
+- Leading system/developer messages are carried as Kiro carries its own system prompt: the
+  first history entry is a user message holding it, answered by the assistant with
+  ``"I will follow these instructions."`` (the history must alternate). A system message
+  later in the conversation stays where it is, as user text in ``<system>…</system>``.
+- The conversation is folded into alternating user / assistant turns (consecutive turns of
+  one role merged; OpenAI ``tool`` messages are user turns); the last user turn is
+  ``currentMessage``, the rest ``history``. A conversation that ends with the assistant
+  (an Anthropic prefill) gets a user turn ``"Continue."`` after it (noted): Kiro answers a
+  user message only.
+- Tool calls → ``toolUses`` with ``input`` an object (arguments that are not one are sent as
+  ``{"_raw_arguments": text}``); results → ``toolResults`` of the next user turn, in the
+  order of its calls: ``{"content": [{"text"}], "status": "success" | "error",
+  "toolUseId"}``; an empty result is ``"(empty result)"``, a result already in Kiro's shape
+  (a Kiro client's) is kept as it was. Kiro refuses results that answer no call of the turn
+  before and calls left unanswered: the former go as user text, the latter get an error
+  result saying so (both noted).
+- Tools → ``toolSpecification``s in the current message only (as the IDE sends them); a
+  description is required (the tool's name when it has none). Long descriptions are cut to
+  the route's limit by ``prepare`` (with ``...``). Kiro has no ``tool_choice``: it is noted
+  and dropped. Images (``data:`` URLs) → ``images`` of their message; others are named in
+  the text. Thinking in the history is dropped (Kiro takes none back; noted).
+- ``conversationId``: a Kiro client's own; else the session id Claude Code puts in
+  ``metadata.user_id`` (``…_session_<uuid>``); else a UUID derived from the first user
+  message, the same on every turn of the conversation. ``agentContinuationId`` is derived
+  from it. ``profileArn`` comes from the route (``prepare``).
+- Empty contents Kiro refuses: a user turn without text, images or results and an assistant
+  turn without text or calls get ``"(empty)"`` (noted).
+
+Model names: ``model_id`` maps a client's name to Kiro's ``modelId`` (the route's
+``model_map`` first, then ``MODEL_IDS``, then Anthropic's dated and dashed names such as
+``claude-sonnet-4-5-20250929`` → ``claude-sonnet-4.5``); other names go as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from addon.dialects.base import Query, Target, endpoint_base, split_path
+from addon.model import (
+    JSON,
+    Image,
+    Message,
+    Notes,
+    Opaque,
+    OpaqueTool,
+    Part,
+    Request,
+    Text,
+    Thinking,
+    Tool,
+    ToolCall,
+    ToolResult,
+    UnsupportedShape,
+)
+
+NAME = "kiro"
+PATH = "/generateAssistantResponse"
+SIDE = "__kiro__"
+"""Key of the private table in ``Request.extra``: what ``prepare`` adds for the route
+(``profile_arn``) and, for a Kiro client, the body's own fields (never sent as such)."""
+ORIGIN = "AI_EDITOR"
+TRIGGER = "MANUAL"
+TASK_TYPE = "vibe"
+ACK = "I will follow these instructions."
+"""The assistant's answer to the system prompt turn, as the Kiro IDE writes it."""
+CONTINUE = "Continue."
+EMPTY = "(empty)"
+EMPTY_RESULT = "(empty result)"
+NO_RESULT = "(no result: the client sent none for this call)"
+RAW_ARGUMENTS = "_raw_arguments"
+SYSTEM_TAG = "system"
+DESCRIPTION_LIMIT = 10240
+"""Kiro refuses tool descriptions longer than this (characters; a route may set its own)."""
+_NAMESPACE = uuid.UUID("5c1d6b0e-6a35-4f4e-9a7e-6b1f0c2d3e4f")
+"""Namespace of the conversation ids the bridge derives (uuid5)."""
+_SESSION = re.compile(
+    r"session_([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
+    r"[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
+)
+
+MODEL_IDS: dict[str, str] = {
+    "claude-sonnet-4-5": "claude-sonnet-4.5",
+    "claude-sonnet-4-5-20250929": "claude-sonnet-4.5",
+    "claude-haiku-4-5": "claude-haiku-4.5",
+    "claude-haiku-4-5-20251001": "claude-haiku-4.5",
+    "claude-opus-4-5": "claude-opus-4.5",
+    "claude-opus-4-5-20251101": "claude-opus-4.5",
+    "claude-sonnet-4": "claude-sonnet-4",
+    "claude-sonnet-4-20250514": "claude-sonnet-4",
+    "claude-3-7-sonnet-20250219": "CLAUDE_3_7_SONNET_20250219_V1_0",
+    "claude-3-7-sonnet-latest": "CLAUDE_3_7_SONNET_20250219_V1_0",
+}
+"""Client model names → Kiro ``modelId`` (the Kiro IDE's own names, as in its requests:
+``claude-sonnet-4.5``, ``claude-haiku-4.5``, ``claude-opus-4.5``, ``auto``, ``simple-task``)."""
+_DASHED = re.compile(r"(claude-(?:sonnet|opus|haiku)-\d+)-(\d)(?:-\d{8})?")
+_DATED = re.compile(r"(claude-(?:sonnet|opus|haiku)-\d+)-\d{8}")
+
+
+def model_id(name: str, route_map: Mapping[str, str] | None = None) -> str:
+    """The Kiro ``modelId`` for a client's model name (see the module docstring)."""
+    if route_map and name in route_map:
+        return route_map[name]
+    if name in MODEL_IDS:
+        return MODEL_IDS[name]
+    if m := _DASHED.fullmatch(name):
+        return f"{m[1]}.{m[2]}"
+    if m := _DATED.fullmatch(name):
+        return m[1]
+    return name
+
+
+# --------------------------------------------------------------------------- route settings
+
+
+def prepare(
+    req: Request,
+    notes: Notes,
+    *,
+    model_map: Mapping[str, str] | None = None,
+    profile_arn: str | None = None,
+    description_limit: int = DESCRIPTION_LIMIT,
+) -> Request:
+    """What a route to Kiro adds before encoding: the model name mapped to Kiro's ``modelId``,
+    tool descriptions cut to ``description_limit`` characters (ending in ``...``), and the
+    ``profileArn`` to send (kept in the private table)."""
+    model = model_id(req.model, model_map)
+    if model != req.model:
+        notes[f"model {req.model} → Kiro modelId {model}"] += 1
+    tools = req.tools
+    if tools:
+        cut = 0
+        out: list[Tool | OpaqueTool] = []
+        for t in tools:
+            if isinstance(t, Tool) and t.description and len(t.description) > description_limit:
+                keep = max(0, description_limit - 3)
+                t = dataclasses.replace(t, description=t.description[:keep] + "...")
+                cut += 1
+            out.append(t)
+        if cut:
+            notes[f"tool descriptions cut to {description_limit} characters (Kiro's limit)"] += cut
+            tools = tuple(out)
+    extra = req.extra
+    if profile_arn is not None:
+        side = extra.get(SIDE)
+        extra = {
+            **extra,
+            SIDE: {**(side if isinstance(side, dict) else {}), "profile_arn": profile_arn},
+        }
+    return dataclasses.replace(req, model=model, tools=tools, extra=extra)
+
+
+# --------------------------------------------------------------------------- placement
+
+
+def place(req: Request, t: Target) -> tuple[str, Query]:
+    """``{base}/generateAssistantResponse``, no query (the client's path without its endpoint
+    and API version: ``/v1/chat/completions`` → ``/generateAssistantResponse``); a route's
+    ``upstream_path`` wins; same dialect: the client's path and query."""
+    if t.upstream_path is not None:
+        return split_path(t.upstream_path, t.query if t.same_dialect else ())
+    if t.same_dialect:
+        return t.path, t.query
+    return endpoint_base(t) + PATH, ()
+
+
+def framing(query: Query) -> Literal["aws_eventstream"]:
+    """Kiro always answers in AWS event-stream frames, whatever was asked."""
+    return "aws_eventstream"
+
+
+# --------------------------------------------------------------------------- encode
+
+
+@dataclass(slots=True)
+class _Turn:
+    role: Literal["user", "assistant"]
+    texts: list[str] = field(default_factory=list)
+    images: list[JSON] = field(default_factory=list)
+    results: list[JSON] = field(default_factory=list)
+    uses: list[JSON] = field(default_factory=list)
+    own: JSON = field(default_factory=dict)
+    """A Kiro client's unmodelled fields of this message (same dialect only)."""
+
+
+def encode_request(req: Request, notes: Notes) -> JSON:
+    return _Encoder(req, notes).encode()
+
+
+class _Encoder:
+    def __init__(self, req: Request, notes: Notes) -> None:
+        self.req = req
+        self.notes = notes
+        side = req.extra.get(SIDE)
+        self.side: JSON = side if isinstance(side, dict) else {}
+        self.own = req.origin == NAME
+
+    def encode(self) -> JSON:
+        req = self.req
+        system, turns = self.turns()
+        if turns and turns[-1].role == "assistant":
+            turns.append(_Turn("user", texts=[CONTINUE]))
+            self.notes["conversation ending with the assistant: Kiro asked to continue"] += 1
+        if not turns:
+            turns.append(_Turn("user"))
+        self.pair_results(turns)
+        history: list[JSON] = []
+        if system:
+            history.append({"userInputMessage": self.user_message(_Turn("user", [system]))})
+            history.append({"assistantResponseMessage": {"content": ACK, "toolUses": []}})
+        current = turns[-1]
+        for turn in turns[:-1]:
+            if turn.role == "user":
+                history.append({"userInputMessage": self.user_message(turn)})
+            else:
+                history.append({"assistantResponseMessage": self.assistant_message(turn)})
+        message = self.user_message(current)
+        # The IDE sends the context on the current message, empty when there is nothing.
+        context: JSON = message.pop("userInputMessageContext", {})
+        specs = self.tools()
+        if specs:
+            context["tools"] = specs
+        message["userInputMessageContext"] = context
+        if req.tool_choice is not None and req.tool_choice.mode != "auto":
+            self.notes[f"tool_choice {req.tool_choice.mode} dropped (Kiro has none)"] += 1
+        conversation_id = self.conversation_id(turns)
+        state: JSON = {
+            "agentContinuationId": str(uuid.uuid5(_NAMESPACE, f"continuation:{conversation_id}")),
+            "agentTaskType": TASK_TYPE,
+            "chatTriggerType": TRIGGER,
+            "conversationId": conversation_id,
+            "currentMessage": {"userInputMessage": message},
+            "history": history,
+        }
+        if self.own:  # a Kiro client's own fields (agentContinuationId …) win
+            state.update(self.side.get("state") or {})
+        body: JSON = {"conversationState": state}
+        arn = self.side.get("profile_arn")
+        if isinstance(arn, str) and arn:
+            body["profileArn"] = arn
+        if self.own:
+            for key, value in (self.side.get("top") or {}).items():
+                body.setdefault(key, value)
+        return body
+
+    # ------------------------------------------------------------------ turns
+
+    def turns(self) -> tuple[str, list[_Turn]]:
+        system: list[str] = []
+        turns: list[_Turn] = []
+        leading = True
+        for m in self.req.messages:
+            if m.role in ("system", "developer"):
+                text = "\n\n".join(p.text for p in m.parts if isinstance(p, Text) and p.text)
+                if any(not isinstance(p, Text) for p in m.parts):
+                    self.notes["non-text parts of a system message dropped (Kiro takes text)"] += 1
+                if leading:
+                    if text:
+                        system.append(text)
+                    continue
+                if text:
+                    self.notes["system message after the first turn sent as user text"] += 1
+                    self.turn(turns, "user").texts.append(
+                        f"<{SYSTEM_TAG}>\n{text}\n</{SYSTEM_TAG}>"
+                    )
+                continue
+            leading = False
+            turn = self.turn(turns, "assistant" if m.role == "assistant" else "user")
+            if m.role == "assistant":
+                self.assistant_parts(m, turn)
+            else:
+                self.user_parts(m, turn)
+            own = m.extra.get(NAME)
+            if self.own and isinstance(own, dict):
+                turn.own |= own
+        if turns and turns[0].role == "assistant":
+            turns.insert(0, _Turn("user", texts=[CONTINUE]))
+            self.notes["conversation starting with the assistant: a user turn put before"] += 1
+        return "\n\n".join(system), turns
+
+    @staticmethod
+    def turn(turns: list[_Turn], role: Literal["user", "assistant"]) -> _Turn:
+        if turns and turns[-1].role == role:
+            return turns[-1]  # Kiro wants the roles to alternate: merged
+        turns.append(_Turn(role))
+        return turns[-1]
+
+    def user_parts(self, m: Message, turn: _Turn) -> None:
+        for p in m.parts:
+            match p:
+                case Text():
+                    if p.text:
+                        turn.texts.append(p.text)
+                case Image():
+                    self.image(p, turn)
+                case ToolResult():
+                    turn.results.append(self.result(p, turn))
+                case Thinking():
+                    if p.text and not p.redacted:
+                        turn.texts.append(p.text)
+                case ToolCall():
+                    self.notes[f"tool call in a {m.role} message sent as text"] += 1
+                    turn.texts.append(json.dumps({"tool_call": p.name, "arguments": p.arguments}))
+                case Opaque():
+                    turn.texts.append(self.opaque(p))
+
+    def assistant_parts(self, m: Message, turn: _Turn) -> None:
+        for p in m.parts:
+            match p:
+                case Text():
+                    if p.text:
+                        turn.texts.append(p.text)
+                case ToolCall():
+                    args = _args_object(p.arguments, p.custom)
+                    if RAW_ARGUMENTS in args and not p.custom:
+                        self.notes["unparsable tool arguments kept as _raw_arguments"] += 1
+                    turn.uses.append({"toolUseId": p.id, "name": p.name, "input": args})
+                case Thinking():
+                    self.notes["reasoning in the history dropped (Kiro takes none back)"] += 1
+                case Image():
+                    self.notes["image in an assistant message dropped"] += 1
+                case ToolResult():
+                    self.notes["tool result in an assistant message dropped"] += 1
+                case Opaque():
+                    turn.texts.append(self.opaque(p))
+
+    def image(self, p: Image, turn: _Turn) -> None:
+        m = re.match(r"data:image/([A-Za-z0-9.+-]+);base64,", p.url)
+        if m is None:
+            self.notes["image URLs sent as text (Kiro takes image bytes only)"] += 1
+            turn.texts.append(f"[image: {p.url}]")
+            return
+        fmt = {"jpg": "jpeg", "svg+xml": "svg"}.get(m[1].lower(), m[1].lower())
+        turn.images.append({"format": fmt, "source": {"bytes": p.url[m.end() :]}})
+
+    def opaque(self, p: Opaque) -> str:
+        self.notes[f"{p.origin} part sent as JSON text"] += 1
+        return json.dumps(p.data, ensure_ascii=False)
+
+    def result(self, p: ToolResult, turn: _Turn) -> JSON:
+        own = p.extra.get(NAME)
+        if self.own and isinstance(own, dict) and _same_result(own, p):
+            return own  # a Kiro client's result, as it was
+        texts: list[str] = []
+        if isinstance(p.content, str):
+            texts.append(p.content)
+        else:
+            for q in p.content:
+                match q:
+                    case Text() | Thinking():
+                        texts.append(q.text)
+                    case Image():
+                        self.image(q, turn)
+                        self.notes["images of tool results sent with their message"] += 1
+                    case Opaque():
+                        texts.append(json.dumps(q.data, ensure_ascii=False))
+                    case ToolCall() | ToolResult():
+                        texts.append(json.dumps({"kind": q.kind}))
+        content = [{"text": t} for t in texts if t]
+        if not content:
+            content = [{"text": EMPTY_RESULT}]
+        return {
+            "content": content,
+            "status": "error" if p.is_error else "success",
+            "toolUseId": p.tool_call_id,
+        }
+
+    def pair_results(self, turns: list[_Turn]) -> None:
+        """Each user turn answers exactly the calls of the assistant turn before it, in their
+        order: stray results go as text, unanswered calls get an error result."""
+        calls: list[str] = []
+        for turn in turns:
+            if turn.role == "assistant":
+                calls = [u["toolUseId"] for u in turn.uses]
+                continue
+            by_id: dict[str, JSON] = {}
+            stray: list[JSON] = []
+            for r in turn.results:
+                rid = r.get("toolUseId")
+                if rid in calls and rid not in by_id:
+                    by_id[rid] = r
+                else:
+                    stray.append(r)
+            ordered: list[JSON] = []
+            for cid in calls:
+                if cid in by_id:
+                    ordered.append(by_id[cid])
+                else:
+                    self.notes["tool calls without a result answered with an error result"] += 1
+                    ordered.append(
+                        {"content": [{"text": NO_RESULT}], "status": "error", "toolUseId": cid}
+                    )
+            if stray:
+                self.notes["tool results answering no call of the turn before sent as text"] += len(
+                    stray
+                )
+                turn.texts[:0] = [_result_text(r) for r in stray]
+            turn.results = ordered
+            calls = []
+
+    def user_message(self, turn: _Turn) -> JSON:
+        content = "\n\n".join(turn.texts)
+        if not content and not turn.results and not turn.images:
+            self.notes["empty user message sent as (empty)"] += 1
+            content = EMPTY
+        message: JSON = {"content": content, "modelId": self.req.model, "origin": ORIGIN}
+        if turn.images:
+            message["images"] = turn.images
+        if turn.results:
+            message["userInputMessageContext"] = {"toolResults": turn.results}
+        if turn.own:  # a Kiro client's message: its own fields as they were
+            message |= turn.own.get("message") or {}
+            context = turn.own.get("context")
+            if isinstance(context, dict):
+                message["userInputMessageContext"] = context | message.get(
+                    "userInputMessageContext", {}
+                )
+        return message
+
+    def assistant_message(self, turn: _Turn) -> JSON:
+        content = "\n\n".join(turn.texts)
+        if not content and not turn.uses:
+            self.notes["empty assistant message sent as (empty)"] += 1
+            content = EMPTY
+        message: JSON = {"content": content}
+        if turn.uses or turn.own.get("empty_uses"):
+            message["toolUses"] = turn.uses
+        if turn.own:
+            message |= turn.own.get("message") or {}
+        return message
+
+    def tools(self) -> list[JSON]:
+        specs: list[JSON] = []
+        dropped: list[str] = []
+        for t in self.req.tools or ():
+            if isinstance(t, OpaqueTool):
+                if t.origin == NAME:
+                    specs.append(t.data)
+                else:
+                    dropped.append(t.name or t.type)
+                continue
+            description = t.description
+            if not description:
+                self.notes["tools without a description described by their name"] += 1
+                description = t.name
+            specs.append(
+                {
+                    "toolSpecification": {
+                        "name": t.name,
+                        "description": description,
+                        "inputSchema": {"json": t.parameters or {"type": "object"}},
+                    }
+                }
+            )
+        if dropped:
+            self.notes[f"tools Kiro cannot run dropped: {', '.join(dropped)}"] += 1
+        return specs
+
+    def conversation_id(self, turns: list[_Turn]) -> str:
+        own = self.side.get("conversation_id")
+        if isinstance(own, str) and own:
+            return own
+        user = self.req.params.user
+        if user and (m := _SESSION.search(user)):
+            return m[1].lower()
+        first = next((m for m in self.req.messages if m.role == "user"), None)
+        seed = "\n".join(p.text for p in first.parts if isinstance(p, Text)) if first else ""
+        if not seed and turns:
+            seed = "\n".join(turns[0].texts)
+        digest = hashlib.sha256(seed.encode("utf-8", "surrogatepass")).hexdigest()
+        return str(uuid.uuid5(_NAMESPACE, digest))
+
+
+def _args_object(arguments: str, custom: bool) -> JSON:
+    if custom:
+        return {"input": arguments}
+    if not arguments.strip():
+        return {}
+    try:
+        args = json.loads(arguments)
+    except ValueError:
+        args = None
+    return args if isinstance(args, dict) else {RAW_ARGUMENTS: arguments}
+
+
+def _result_text(r: JSON) -> str:
+    texts = [c.get("text", "") for c in r.get("content") or () if isinstance(c, dict)]
+    return f"[Tool result for {r.get('toolUseId')}]\n" + "\n".join(t for t in texts if t)
+
+
+def _same_result(own: JSON, p: ToolResult) -> bool:
+    content, is_error = _decode_result_content(own)
+    return (content, is_error) == (p.content, p.is_error)
+
+
+# --------------------------------------------------------------------------- decode
+
+
+def decode_request(body: JSON, notes: Notes) -> Request:
+    """A Kiro body → unified (lenient; see the module docstring). Raises ``UnsupportedShape``
+    for JSON that is not a ``generateAssistantResponse`` body."""
+    state = body.get("conversationState")
+    if not isinstance(state, dict):
+        raise UnsupportedShape("not a Kiro request (no conversationState)")
+    current = state.get("currentMessage")
+    current_msg = current.get("userInputMessage") if isinstance(current, dict) else None
+    if not isinstance(current_msg, dict):
+        raise UnsupportedShape("Kiro conversationState.currentMessage.userInputMessage missing")
+    history = state.get("history") or []
+    if not isinstance(history, list):
+        raise UnsupportedShape("Kiro conversationState.history is not a list")
+    messages: list[Message] = []
+    names: dict[str, str] = {}
+    for i, entry in enumerate(history):
+        if not isinstance(entry, dict):
+            raise UnsupportedShape(f"Kiro history[{i}] is not an object")
+        if isinstance(entry.get("userInputMessage"), dict):
+            messages.append(_decode_user(entry["userInputMessage"], names, f"history[{i}]"))
+        elif isinstance(entry.get("assistantResponseMessage"), dict):
+            messages.append(_decode_assistant(entry["assistantResponseMessage"], names))
+        else:
+            raise UnsupportedShape(f"Kiro history[{i}] is neither a user nor an assistant message")
+    messages.append(_decode_user(current_msg, names, "currentMessage"))
+    context = current_msg.get("userInputMessageContext")
+    raw_tools = context.get("tools") if isinstance(context, dict) else None
+    tools: list[Tool | OpaqueTool] = []
+    for t in raw_tools if isinstance(raw_tools, list) else ():
+        spec = t.get("toolSpecification") if isinstance(t, dict) else None
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            tools.append(OpaqueTool(NAME, None, "unknown", t if isinstance(t, dict) else {}))
+            continue
+        schema = spec.get("inputSchema")
+        params = schema.get("json") if isinstance(schema, dict) else None
+        description = spec.get("description")
+        tools.append(
+            Tool(
+                spec["name"],
+                description if isinstance(description, str) else None,
+                params if isinstance(params, dict) else {"type": "object"},
+            )
+        )
+    model = current_msg.get("modelId")
+    side: JSON = {
+        "state": {
+            k: v
+            for k, v in state.items()
+            if k not in ("currentMessage", "history", "conversationId")
+        },
+        "top": {k: v for k, v in body.items() if k not in ("conversationState", "profileArn")},
+    }
+    if isinstance(state.get("conversationId"), str):
+        side["conversation_id"] = state["conversationId"]
+    if isinstance(body.get("profileArn"), str):
+        side["profile_arn"] = body["profileArn"]
+    return Request(
+        origin=NAME,
+        model=model if isinstance(model, str) else "",
+        messages=tuple(messages),
+        tools=tuple(tools) if raw_tools is not None else None,
+        stream=True,
+        extra={SIDE: side},
+    )
+
+
+_USER_MODELLED = frozenset({"content", "modelId", "origin", "userInputMessageContext", "images"})
+
+
+def _decode_user(msg: JSON, names: dict[str, str], where: str) -> Message:
+    content = msg.get("content", "")
+    if not isinstance(content, str):
+        raise UnsupportedShape(f"Kiro {where}.content is not a string")
+    parts: list[Part] = []
+    context = msg.get("userInputMessageContext")
+    results = context.get("toolResults") if isinstance(context, dict) else None
+    for r in results if isinstance(results, list) else ():
+        if not isinstance(r, dict) or not isinstance(r.get("toolUseId"), str):
+            raise UnsupportedShape(f"Kiro {where} has a tool result without a toolUseId")
+        text, is_error = _decode_result_content(r)
+        parts.append(
+            ToolResult(
+                r["toolUseId"],
+                text,
+                name=names.get(r["toolUseId"]),
+                is_error=is_error,
+                extra={NAME: r},
+            )
+        )
+    if content:
+        parts.append(Text(content))
+    for img in msg.get("images") or ():
+        source = img.get("source") if isinstance(img, dict) else None
+        data = source.get("bytes") if isinstance(source, dict) else None
+        if isinstance(data, str):
+            parts.append(Image(f"data:image/{img.get('format') or 'png'};base64,{data}"))
+    own: JSON = {}
+    rest = {k: v for k, v in msg.items() if k not in _USER_MODELLED}
+    if rest:
+        own["message"] = rest
+    if isinstance(context, dict):
+        own["context"] = {k: v for k, v in context.items() if k not in ("toolResults", "tools")}
+    return Message("user", tuple(parts), extra={NAME: own} if own else {})
+
+
+def _decode_assistant(msg: JSON, names: dict[str, str]) -> Message:
+    parts: list[Part] = []
+    content = msg.get("content")
+    if isinstance(content, str) and content:
+        parts.append(Text(content))
+    for use in msg.get("toolUses") or ():
+        if not isinstance(use, dict) or not isinstance(use.get("name"), str):
+            raise UnsupportedShape("Kiro toolUses entry without a name")
+        use_id = use.get("toolUseId")
+        use_id = use_id if isinstance(use_id, str) else ""
+        names[use_id] = use["name"]
+        args = use.get("input")
+        arguments = json.dumps(args if args is not None else {}, ensure_ascii=False)
+        parts.append(ToolCall(use_id, use["name"], arguments))
+    own: JSON = {}
+    rest = {k: v for k, v in msg.items() if k not in ("content", "toolUses")}
+    if rest:
+        own["message"] = rest
+    if msg.get("toolUses") == []:
+        own["empty_uses"] = True
+    return Message("assistant", tuple(parts), extra={NAME: own} if own else {})
+
+
+def _decode_result_content(r: JSON) -> tuple[str, bool]:
+    texts: list[str] = []
+    for c in r.get("content") or ():
+        if isinstance(c, dict) and isinstance(c.get("text"), str):
+            texts.append(c["text"])
+        elif isinstance(c, dict) and "json" in c:
+            texts.append(json.dumps(c["json"], ensure_ascii=False))
+    return "\n".join(texts), r.get("status") == "error"

@@ -1,0 +1,207 @@
+"""The Kiro credentials addon: a route's ``token_file`` read (and refreshed) for each request.
+
+A route to a ``kiro`` upstream may name the Kiro IDE's token file (``token_file``) instead of
+taking the client's key. For each request on such a route this addon, which runs before the
+rewrite addon, reads the file (``addon.dialects.kiro.token``); when the token has expired (or
+expires within a minute) and the file holds a refresh token, it asks the route's
+``refresh_url`` (default: Kiro's own endpoint for the login) for a new one with httpx — never
+through a proxy named in the environment (``trust_env=False``) — and writes the refreshed
+token back to the file, atomically, other fields kept, so that the Kiro IDE goes on working
+with a refresh token that may have been rotated. One refresh at a time per file; the others
+wait for it. The access token (and the file's ``profileArn``) are handed to the rewrite addon
+for that flow only (``take``); the rewrite sends the token as ``Authorization: Bearer`` and
+drops the client's credential headers.
+
+A file that cannot be read, or holds no token, gets the client an error in its dialect
+(HTTP 500, naming the route and the file, never a token) and the upstream is not called. A
+failed refresh is logged (status or exception type only) and the token in the file is used
+as it is: the upstream then says whether it still works. Tokens are never logged, put in
+comments, metadata or exception messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpx
+from mitmproxy import http
+
+from addon.config import Settings
+from addon.dialects import DIALECTS
+from addon.dialects.kiro.token import (
+    KiroToken,
+    TokenError,
+    dump_token,
+    parse_token,
+    refresh_body,
+    refresh_url,
+    refreshed,
+)
+from addon.model import ClientError
+from addon.plan import RouteCredentials, dump, route_for, short
+from addon.routes import Route
+from addon.shell.common import (
+    append_comment,
+    internal_error,
+    json_response,
+    log,
+    outside_proxy_hosts,
+)
+
+REFRESH_TIMEOUT = 20.0
+MAX_PENDING = 10_000
+"""Flows whose credentials wait for the rewrite addon; the oldest are forgotten past this."""
+
+
+class KiroAuth:
+    name = "cursor_bridge_kiro_auth"
+
+    def __init__(
+        self, settings: Callable[[], Settings], clock: Callable[[], float] = time.time
+    ) -> None:
+        self._settings = settings
+        self._clock = clock
+        self._pending: OrderedDict[str, RouteCredentials] = OrderedDict()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._client: httpx.AsyncClient | None = None
+
+    # ------------------------------------------------------------------ hooks
+
+    def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
+        """Nothing for flows that are not on a token-file route; for those, a coroutine that
+        mitmproxy awaits before the rewrite addon's ``request`` runs."""
+        if flow.response is not None or flow.error is not None or not flow.live:
+            return None
+        req = flow.request
+        try:
+            route = route_for(self._settings(), req.method, req.host, req.path)
+            if route is None or route.upstream != "kiro" or route.token_file is None:
+                return None
+            if outside_proxy_hosts(flow):
+                return None
+        except Exception as e:
+            internal_error("cursor-bridge: kiro credentials", e)
+            return None
+        return self._request(flow, route)
+
+    async def _request(self, flow: http.HTTPFlow, route: Route) -> None:
+        try:
+            token = await self.token(route)
+        except TokenError as e:
+            self._refuse(flow, route, str(e))
+            return
+        except Exception as e:
+            internal_error(f"cursor-bridge [{route.name}]: kiro credentials", e)
+            self._refuse(flow, route, f"internal error ({type(e).__name__})")
+            return
+        self._pending[flow.id] = RouteCredentials(token.access_token, token.profile_arn)
+        while len(self._pending) > MAX_PENDING:
+            self._pending.popitem(last=False)
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self._pending.pop(flow.id, None)  # the rewrite took it, or never ran: not kept
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._pending.pop(flow.id, None)
+
+    async def done(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    def take(self, flow_id: str) -> RouteCredentials | None:
+        """The credentials read for this flow (once)."""
+        return self._pending.pop(flow_id, None)
+
+    # ------------------------------------------------------------------ tokens
+
+    async def token(self, route: Route) -> KiroToken:
+        """The route's token, refreshed first when it has expired. Raises ``TokenError``."""
+        assert route.token_file is not None
+        path = Path(route.token_file).expanduser()
+        token = _read(path)
+        if not token.expired(self._clock()) or token.refresh_token is None:
+            return token
+        lock = self._locks.setdefault(str(path), asyncio.Lock())
+        async with lock:
+            token = _read(path)  # another request may have refreshed it meanwhile
+            if not token.expired(self._clock()):
+                return token
+            return await self._refresh(route, path, token)
+
+    async def _refresh(self, route: Route, path: Path, token: KiroToken) -> KiroToken:
+        label = f"cursor-bridge [{route.name}]"
+        url = refresh_url(token, route.refresh_url)
+        try:
+            answer = await self._http().post(url, json=refresh_body(token))
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError, TokenError) as e:
+            log.warning("%s: Kiro token refresh failed (%s)", label, type(e).__name__)
+            return token
+        if not (200 <= answer.status_code < 300):
+            log.warning("%s: Kiro token refresh answered HTTP %d", label, answer.status_code)
+            return token
+        try:
+            new = refreshed(token, json.loads(answer.content), self._clock())
+        except (ValueError, TokenError) as e:
+            log.warning("%s: Kiro token refresh answer not usable: %s", label, short(str(e)))
+            return token
+        try:
+            _write(path, dump_token(new))
+        except OSError as e:
+            log.warning(
+                "%s: refreshed Kiro token not written back to %s: %s",
+                label,
+                short(str(path)),
+                short(e.strerror or type(e).__name__),
+            )
+        log.info("%s: Kiro token refreshed", label)
+        return new
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                trust_env=False, timeout=httpx.Timeout(REFRESH_TIMEOUT, connect=10.0)
+            )
+        return self._client
+
+    def _refuse(self, flow: http.HTTPFlow, route: Route, why: str) -> None:
+        label = f"cursor-bridge [{route.name}]"
+        message = (
+            f"the bridge's route '{route.name}' takes its Kiro token from "
+            f"{route.token_file}, which cannot be used: {why}"
+        )
+        log.warning("%s: %s", label, short(message))
+        error = ClientError(message, status=500, code="bridge_configuration")
+        flow.response = json_response(500, dump(DIALECTS[route.client].encode_error(error)))
+        append_comment(flow, f"{label}: answered 500: Kiro token file not usable ({short(why)})")
+
+
+def _read(path: Path) -> KiroToken:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise TokenError(f"cannot read it ({e.strerror or type(e).__name__})") from None
+    except UnicodeDecodeError:
+        raise TokenError("not UTF-8 text") from None
+    return parse_token(text)
+
+
+def _write(path: Path, text: str) -> None:
+    """Atomically: a temporary file beside it, renamed over it (its permissions kept)."""
+    mode = path.stat().st_mode & 0o777
+    fd, tmp = tempfile.mkstemp(prefix=".kiro-token-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,383 @@
+"""End to end: Cursor (openai SDK) and Claude Code (anthropic SDK) → mitmdump → Kiro.
+
+The scripted upstream stands in for Kiro's ``generateAssistantResponse``: it checks what it
+gets the way Kiro does — its path, a Bearer token, the ``conversationState`` body with
+``history`` alternating user / assistant messages, every ``toolUses`` answered by the
+``toolResults`` of the next user message in order, tools as ``toolSpecification``s with JSON
+schemas — and answers in AWS event-stream frames (``application/vnd.amazon.eventstream``),
+written in random pieces. It plays a 3-turn tool loop: two parallel native calls, one call
+written as ``[Calling tool: List]`` text (as some Kiro models still do), a text answer. Both
+clients must run the loop to the end, streamed and whole.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
+
+import anthropic
+import openai
+import pytest
+
+from tests import eventstream_frames as ef
+from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream, SSEReply
+
+KEY = "kiro-e2e-SECRET-token"
+FILE_TOKEN = "aoa-e2e-FILE-token-SECRET"
+NEW_TOKEN = "aoa-e2e-REFRESHED-token-SECRET"
+MODEL = "claude-sonnet-4-6"
+KIRO_MODEL = "claude-sonnet-4.5"
+"""What the routes map ``MODEL`` to (``model_map``)."""
+ARN = "arn:aws:codewhisperer:us-east-1:123456789012:profile/E2E"
+FINAL = "a says A, b says B; two text files."
+
+READ_SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "type": "object",
+    "properties": {"path": {"type": "string", "description": "File to read"}},
+    "required": ["path"],
+    "additionalProperties": False,
+}
+LIST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"pattern": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+}
+
+
+# --------------------------------------------------------------------------- the Kiro upstream
+
+
+def check_body(body: dict[str, Any]) -> dict[str, Any]:
+    """What Kiro refuses (``Improperly formed request``), as assertions; the current message."""
+    assert set(body) == {"conversationState", "profileArn"}, sorted(body)
+    assert body["profileArn"] == ARN
+    state = body["conversationState"]
+    assert state["chatTriggerType"] == "MANUAL"
+    assert isinstance(state["conversationId"], str) and len(state["conversationId"]) == 36
+    history = state["history"]
+    current = state["currentMessage"]["userInputMessage"]
+    entries = [*history, state["currentMessage"]]
+    kinds = [next(iter(e)) for e in entries]
+    assert kinds[0] == "userInputMessage"
+    for a, b in itertools.pairwise(kinds):
+        assert a != b, f"roles must alternate: {kinds}"
+    for before, after in itertools.pairwise(entries):
+        if "assistantResponseMessage" not in before:
+            continue
+        calls = [u["toolUseId"] for u in before["assistantResponseMessage"].get("toolUses") or ()]
+        context = after["userInputMessage"].get("userInputMessageContext") or {}
+        results = context.get("toolResults") or []
+        assert [r["toolUseId"] for r in results] == calls, "toolResults must match toolUses"
+        for r in results:
+            assert r["status"] in ("success", "error")
+            assert r["content"] and all(c.get("text") for c in r["content"])
+    for e in entries:
+        if "userInputMessage" in e:
+            m = e["userInputMessage"]
+            assert m["modelId"] == KIRO_MODEL and m["origin"] == "AI_EDITOR"
+            assert isinstance(m["content"], str)
+    tools = current["userInputMessageContext"]["tools"]
+    for t in tools:
+        spec = t["toolSpecification"]
+        assert set(spec) == {"name", "description", "inputSchema"}
+        schema = spec["inputSchema"]["json"]
+        assert schema["type"] == "object"
+        assert "$schema" not in schema and "additionalProperties" not in schema
+    assert sorted(t["toolSpecification"]["name"] for t in tools) == ["List", "Read"]
+    return cast(dict[str, Any], current)
+
+
+def frames_for(turn: int) -> bytes:
+    if turn == 1:
+        events = [
+            ("messageMetadataEvent", {"conversationId": "c", "utteranceId": "u1"}),
+            ("reasoningContentEvent", {"text": "Two files to read.", "signature": "kiro-sig-1"}),
+            *ef.text_events("Reading both files.", 3),
+            *ef.tool_events("tooluse_read_a", "Read", json.dumps({"path": "a.txt"}), 4),
+            *ef.tool_events("tooluse_read_b", "Read", json.dumps({"path": "b.txt"}), 2),
+        ]
+    elif turn == 2:
+        text = 'Now the listing.\n[Calling tool: List]\nInput: {"pattern": "*.txt"}\n'
+        events = ef.text_events(text, 5)
+    else:
+        events = ef.text_events(FINAL, 4)
+    return ef.stream([*events, *ef.usage_events(2.0 * turn)])
+
+
+class Kiro:
+    """The scripted upstream's ``script``: validates like Kiro, answers the loop's turn."""
+
+    def __init__(self, token: str = KEY) -> None:
+        self.token = token
+        self.bodies: list[dict[str, Any]] = []
+        self.refreshes: list[dict[str, Any]] = []
+
+    def __call__(self, rec: Recorded) -> JSONReply | SSEReply:
+        if rec.path == "/refreshToken":
+            self.refreshes.append(rec.json())
+            return JSONReply({"accessToken": NEW_TOKEN, "expiresIn": 3600})
+        assert rec.method == "POST" and rec.path == "/generateAssistantResponse", rec.path
+        assert rec.headers.get("authorization") == f"Bearer {self.token}"
+        assert "x-api-key" not in rec.headers
+        assert not any(h.startswith("anthropic-") for h in rec.headers)
+        body = rec.json()
+        self.bodies.append(body)
+        current = check_body(body)
+        results = (current.get("userInputMessageContext") or {}).get("toolResults") or []
+        turn = {0: 1, 2: 2, 1: 3}[len(results)]
+        return SSEReply(
+            frames_for(turn),
+            chunk_min=1,
+            chunk_max=23,
+            seed=turn,
+            headers={"content-type": ef.CONTENT_TYPE},
+        )
+
+
+def routes_file(tmp: Path, extra: str = "") -> Path:
+    path = tmp / "routes-kiro.toml"
+    path.write_text(
+        f"""
+[[routes]]
+name = "cursor-kiro"
+path = "*/chat/completions"
+client = "openai_chat"
+upstream = "kiro"
+profile_arn = "{ARN}"
+model_map = {{"{MODEL}" = "{KIRO_MODEL}"}}
+{extra}
+
+[[routes]]
+name = "claude-kiro"
+path = "*/v1/messages"
+client = "anthropic"
+upstream = "kiro"
+profile_arn = "{ARN}"
+model_map = {{"{MODEL}" = "{KIRO_MODEL}"}}
+{extra}
+"""
+    )
+    return path
+
+
+@pytest.fixture
+def kiro_proxy(
+    start_proxy: Callable[..., Proxy], upstream: ScriptedUpstream, tmp_path: Path
+) -> Iterator[tuple[Proxy, Kiro]]:
+    script = Kiro()
+    upstream.script = script
+    proxy = start_proxy(bridge_routes=str(routes_file(tmp_path)))
+    yield proxy, script
+    log = proxy.log_text()
+    assert KEY not in log and "Traceback" not in log
+
+
+# --------------------------------------------------------------------------- the loops
+
+CURSOR_TOOLS: list[Any] = [
+    {"name": "Read", "description": "Read a file", "input_schema": READ_SCHEMA},
+    {
+        "type": "function",
+        "function": {"name": "List", "description": "List files", "parameters": LIST_SCHEMA},
+    },
+]
+
+
+def run_tool(name: str, args: dict[str, Any]) -> str:
+    if name == "Read":
+        return {"a.txt": "A", "b.txt": "B"}[args["path"]]
+    assert name == "List" and args == {"pattern": "*.txt"}
+    return "a.txt\nb.txt"
+
+
+def cursor_loop(proxy: Proxy, stream: bool) -> tuple[list[list[str]], str]:
+    client = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key=KEY, max_retries=0, timeout=15)
+    messages: list[Any] = [
+        {"role": "system", "content": "You are Cursor's agent."},
+        {"role": "user", "content": "What do the text files say?"},
+    ]
+    calls_per_turn: list[list[str]] = []
+    for _ in range(3):
+        if stream:
+            calls: dict[int, dict[str, str]] = {}
+            content, finish = "", None
+            for chunk in client.chat.completions.create(
+                model=MODEL, messages=messages, tools=CURSOR_TOOLS, stream=True
+            ):
+                if not chunk.choices:
+                    continue
+                choice = chunk.choices[0]
+                content += choice.delta.content or ""
+                for tc in choice.delta.tool_calls or ():
+                    slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                    slot["id"] = tc.id or slot["id"]
+                    if tc.function:
+                        slot["name"] = tc.function.name or slot["name"]
+                        slot["arguments"] += tc.function.arguments or ""
+                finish = choice.finish_reason or finish
+            got = [calls[i] for i in sorted(calls)]
+        else:
+            done = client.chat.completions.create(
+                model=MODEL, messages=messages, tools=CURSOR_TOOLS
+            )
+            content = done.choices[0].message.content or ""
+            finish = done.choices[0].finish_reason
+            got = [
+                {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+                for c in done.choices[0].message.tool_calls or ()
+                if c.type == "function"
+            ]
+        calls_per_turn.append([c["name"] for c in got])
+        if not got:
+            assert finish == "stop"
+            return calls_per_turn, content
+        assert finish == "tool_calls"
+        assert len({c["id"] for c in got}) == len(got)
+        messages.append(
+            {
+                "role": "assistant",
+                "content": content or None,
+                "tool_calls": [
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": c["arguments"]},
+                    }
+                    for c in got
+                ],
+            }
+        )
+        for c in got:
+            result = run_tool(c["name"], json.loads(c["arguments"]))
+            messages.append({"role": "tool", "tool_call_id": c["id"], "content": result})
+    raise AssertionError(f"no final answer after 3 turns: {calls_per_turn}")
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_cursor_tool_loop_on_kiro(kiro_proxy: tuple[Proxy, Kiro], stream: bool) -> None:
+    proxy, kiro = kiro_proxy
+    calls, text = cursor_loop(proxy, stream)
+    assert calls == [["Read", "Read"], ["List"], []]
+    assert text == FINAL
+    assert len(kiro.bodies) == 3
+    state = kiro.bodies[-1]["conversationState"]
+    history = state["history"]
+    assert history[0]["userInputMessage"]["content"] == "You are Cursor's agent."
+    assert history[1]["assistantResponseMessage"]["content"] == "I will follow these instructions."
+    # turn 1's calls and their results, in order
+    uses = history[3]["assistantResponseMessage"]["toolUses"]
+    assert [u["toolUseId"] for u in uses] == ["tooluse_read_a", "tooluse_read_b"]
+    results = history[4]["userInputMessage"]["userInputMessageContext"]["toolResults"]
+    assert [r["content"] for r in results] == [[{"text": "A"}], [{"text": "B"}]]
+    # turn 2's text call came back as a native toolUse
+    (listing,) = history[5]["assistantResponseMessage"]["toolUses"]
+    assert listing["name"] == "List" and listing["input"] == {"pattern": "*.txt"}
+    conversation = {b["conversationState"]["conversationId"] for b in kiro.bodies}
+    assert len(conversation) == 1
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_claude_code_tool_loop_on_kiro(kiro_proxy: tuple[Proxy, Kiro], stream: bool) -> None:
+    proxy, kiro = kiro_proxy
+    client = anthropic.Anthropic(base_url=proxy.base_url, api_key=KEY, max_retries=0, timeout=15)
+    tools: Any = [
+        {"name": "Read", "description": "Read a file", "input_schema": READ_SCHEMA},
+        {"name": "List", "description": "List files", "input_schema": LIST_SCHEMA},
+    ]
+    messages: list[Any] = [{"role": "user", "content": "What do the text files say?"}]
+    calls_per_turn = []
+    final: anthropic.types.Message | None = None
+    first: anthropic.types.Message | None = None
+    for _ in range(3):
+        params: dict[str, Any] = {
+            "model": MODEL,
+            "max_tokens": 2048,
+            "system": "You are Claude Code.",
+            "tools": tools,
+            "messages": messages,
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+        }
+        if stream:
+            with client.messages.stream(**params) as s:
+                message = s.get_final_message()
+        else:
+            message = client.messages.create(**params)
+        first = first or message
+        uses = [b for b in message.content if b.type == "tool_use"]
+        calls_per_turn.append([u.name for u in uses])
+        if not uses:
+            assert message.stop_reason == "end_turn"
+            final = message
+            break
+        assert message.stop_reason == "tool_use"
+        assert message.usage.input_tokens > 0
+        messages.append({"role": "assistant", "content": [b.model_dump() for b in message.content]})
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": u.id,
+                        "content": run_tool(u.name, cast(dict[str, Any], u.input)),
+                    }
+                    for u in uses
+                ],
+            }
+        )
+    assert calls_per_turn == [["Read", "Read"], ["List"], []]
+    assert final is not None and first is not None
+    assert "".join(b.text for b in final.content if b.type == "text") == FINAL
+    thinking = [b for b in first.content if b.type == "thinking"]
+    assert [(b.thinking, b.signature) for b in thinking] == [("Two files to read.", "kiro-sig-1")]
+    body = kiro.bodies[0]["conversationState"]
+    assert body["history"][0]["userInputMessage"]["content"].startswith("You are Claude Code.")
+    # Claude Code's thinking switch is Kiro's thinking prompt (Kiro has no switch).
+    assert "<thinking>" in json.dumps(body)
+
+
+def test_an_exception_from_kiro_is_the_clients_error(
+    kiro_proxy: tuple[Proxy, Kiro], upstream: ScriptedUpstream
+) -> None:
+    proxy, _ = kiro_proxy
+    throttled = ef.stream(ef.text_events("partial", 1)) + ef.exception(
+        "ThrottlingException", "Too many requests, please wait"
+    )
+    reply = SSEReply(throttled, seed=1, headers={"content-type": ef.CONTENT_TYPE})
+    upstream.enqueue(reply, reply)
+    client = anthropic.Anthropic(base_url=proxy.base_url, api_key=KEY, max_retries=0, timeout=15)
+    with pytest.raises(anthropic.RateLimitError, match="Too many requests"):
+        client.messages.create(
+            model=MODEL, max_tokens=100, messages=[{"role": "user", "content": "hi"}]
+        )
+    cursor = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key=KEY, max_retries=0, timeout=15)
+    with pytest.raises(openai.APIError, match="ThrottlingException"):
+        for _ in cursor.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], stream=True
+        ):
+            pass
+
+
+def test_a_token_file_is_read_and_refreshed(
+    start_proxy: Callable[..., Proxy], upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    token = tmp_path / "kiro-auth-token.json"
+    expired = (datetime.now(UTC) - timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
+    token.write_text(
+        json.dumps({"accessToken": FILE_TOKEN, "refreshToken": "aor-e2e", "expiresAt": expired})
+    )
+    script = Kiro(token=NEW_TOKEN)
+    upstream.script = script
+    extra = f'token_file = "{token}"\nrefresh_url = "{upstream.base_url}/refreshToken"'
+    proxy = start_proxy(bridge_routes=str(routes_file(tmp_path, extra)))
+    calls, text = cursor_loop(proxy, stream=True)
+    assert calls == [["Read", "Read"], ["List"], []] and text == FINAL
+    assert script.refreshes == [{"refreshToken": "aor-e2e"}]  # once, then the file is fresh
+    assert json.loads(token.read_text())["accessToken"] == NEW_TOKEN
+    log = proxy.log_text()
+    for secret in (FILE_TOKEN, NEW_TOKEN, "aor-e2e", KEY):
+        assert secret not in log
