@@ -570,3 +570,28 @@ def test_every_recorded_client_conversation_is_one_kiro_takes(name: str) -> None
     first = rewrite(turn1["body"], route, path=turn1["path"], headers=headers)
     state, first_state = d.wire.body["conversationState"], first.wire.body["conversationState"]
     assert state["conversationId"] == first_state["conversationId"]
+
+
+def test_a_result_already_in_kiros_shape_is_kept() -> None:
+    shaped = {"content": [{"text": "B1"}], "status": "error"}
+    messages = [
+        {"role": "user", "content": "read b"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_b",
+                    "type": "function",
+                    "function": {"name": "Read", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_b", "content": json.dumps(shaped)},
+    ]
+    tools = [{"type": "function", "function": {"name": "Read", "parameters": {"type": "object"}}}]
+    d = rewrite({"model": "claude-sonnet-4-5", "messages": messages, "tools": tools})
+    state = d.wire.body["conversationState"]
+    results = state["currentMessage"]["userInputMessage"]["userInputMessageContext"]["toolResults"]
+    assert results == [{**shaped, "toolUseId": "call_b"}]
+    assert "tool results already in Kiro's shape kept" in d.summary

@@ -371,6 +371,10 @@ class _Encoder:
         own = p.extra.get(NAME)
         if self.own and isinstance(own, dict) and _same_result(own, p):
             return own  # a Kiro client's result, as it was
+        shaped = _kiro_shaped(p.content)
+        if shaped is not None:
+            self.notes["tool results already in Kiro's shape kept"] += 1
+            return {**shaped, "toolUseId": p.tool_call_id}
         texts: list[str] = []
         if isinstance(p.content, str):
             texts.append(p.content)
@@ -511,6 +515,26 @@ def _args_object(arguments: str, custom: bool) -> JSON:
     except ValueError:
         args = None
     return args if isinstance(args, dict) else {RAW_ARGUMENTS: arguments}
+
+
+def _kiro_shaped(content: object) -> JSON | None:
+    """A result the client already wrote in Kiro's shape (``{"content": [{"text"}…],
+    "status"}`` as JSON text, as some gateways' clients send it): its content and status."""
+    if not isinstance(content, str) or not content.lstrip().startswith("{"):
+        return None
+    try:
+        value = json.loads(content)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict) or value.get("status") not in ("success", "error"):
+        return None
+    items = value.get("content")
+    if not isinstance(items, list) or not items:
+        return None
+    if not all(isinstance(i, dict) and isinstance(i.get("text"), str) for i in items):
+        return None
+    texts = [{"text": i["text"] or EMPTY_RESULT} for i in items]
+    return {"content": texts, "status": value["status"]}
 
 
 def _result_text(r: JSON) -> str:
