@@ -518,3 +518,28 @@ def test_claude_codes_count_tokens_is_geminis_count(gemini_proxy: tuple[Proxy, G
     assert counted.input_tokens == 4242
     (inner,) = gemini.bodies
     assert inner["systemInstruction"]["parts"][0]["text"] == "You are Claude Code."
+
+
+def test_a_gemini_error_reaches_the_client_in_its_shape_with_its_status(
+    start_proxy: Callable[..., Proxy], upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    error = {
+        "error": {
+            "code": 429,
+            "message": "Resource has been exhausted",
+            "status": "RESOURCE_EXHAUSTED",
+        }
+    }
+    upstream.enqueue(JSONReply(error, status=429), JSONReply(error, status=429))
+    proxy = start_proxy(bridge_routes=str(routes_file(tmp_path, "gemini")))
+    claude = anthropic.Anthropic(base_url=proxy.base_url, api_key=KEY, max_retries=0, timeout=15)
+    with pytest.raises(anthropic.RateLimitError) as caught:
+        claude.messages.create(
+            model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert "Resource has been exhausted" in str(caught.value)
+    cursor = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key=KEY, max_retries=0, timeout=15)
+    with pytest.raises(openai.RateLimitError) as raised:
+        cursor.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    assert "Resource has been exhausted" in str(raised.value)
+    assert KEY not in proxy.log_text()
