@@ -41,8 +41,8 @@ REWRITE_OPTIONS: tuple[OptionSpec, ...] = (
         "Path to a TOML routes file saying which requests cursor-bridge rewrites and how (host "
         "glob, path glob, methods, client and upstream dialect, tool mode, schema profile, "
         "upstream path). Empty: the built-in default route, POST …/chat/completions on any "
-        "host and POST …/v1/messages and …/responses (Anthropic and Responses clients), "
-        "to an OpenAI-compatible upstream.",
+        "host, POST …/v1/messages, …/responses and …/models/{model}:(stream)generateContent "
+        "(Anthropic, Responses and Gemini clients), to an OpenAI-compatible upstream.",
     ),
     OptionSpec(
         "bridge_tool_mode",
