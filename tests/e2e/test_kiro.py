@@ -24,6 +24,7 @@ import openai
 import pytest
 
 from tests import eventstream_frames as ef
+from tests.e2e.clients import chat_turn
 from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream, SSEReply
 
 KEY = "kiro-e2e-SECRET-token"
@@ -202,35 +203,9 @@ def cursor_loop(proxy: Proxy, stream: bool) -> tuple[list[list[str]], str]:
     ]
     calls_per_turn: list[list[str]] = []
     for _ in range(3):
-        if stream:
-            calls: dict[int, dict[str, str]] = {}
-            content, finish = "", None
-            for chunk in client.chat.completions.create(
-                model=MODEL, messages=messages, tools=CURSOR_TOOLS, stream=True
-            ):
-                if not chunk.choices:
-                    continue
-                choice = chunk.choices[0]
-                content += choice.delta.content or ""
-                for tc in choice.delta.tool_calls or ():
-                    slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                    slot["id"] = tc.id or slot["id"]
-                    if tc.function:
-                        slot["name"] = tc.function.name or slot["name"]
-                        slot["arguments"] += tc.function.arguments or ""
-                finish = choice.finish_reason or finish
-            got = [calls[i] for i in sorted(calls)]
-        else:
-            done = client.chat.completions.create(
-                model=MODEL, messages=messages, tools=CURSOR_TOOLS
-            )
-            content = done.choices[0].message.content or ""
-            finish = done.choices[0].finish_reason
-            got = [
-                {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
-                for c in done.choices[0].message.tool_calls or ()
-                if c.type == "function"
-            ]
+        content, finish, got = chat_turn(
+            client, stream, model=MODEL, messages=messages, tools=CURSOR_TOOLS
+        )
         calls_per_turn.append([c["name"] for c in got])
         if not got:
             assert finish == "stop"
