@@ -108,6 +108,15 @@ REWRITE_OPTIONS: tuple[OptionSpec, ...] = (
         ("on", "off"),
     ),
     OptionSpec(
+        "bridge_max_event_bytes",
+        int,
+        16 * 1024 * 1024,
+        "The largest stream line, event, JSON-array item or tool call the bridge holds while "
+        "it rewrites a stream (bytes). Past it a same-dialect stream is passed on untouched "
+        "and another dialect's is ended with an error event; a text-protocol call that long "
+        "is sent on as text.",
+    ),
+    OptionSpec(
         "bridge_loop_max_repeat",
         int,
         3,
@@ -214,6 +223,7 @@ class Settings:
     tool_repair: Literal["on", "off"] = "on"
     loop_max_repeat: int = 3
     loop_fallback: bool = False
+    max_event_bytes: int = 16 * 1024 * 1024
 
 
 def _choice(spec: OptionSpec, value: Any) -> str:
@@ -267,6 +277,11 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
     repeat = get("bridge_loop_max_repeat")
     if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 0:
         raise ConfigError(f"bridge_loop_max_repeat takes a whole number >= 0, not {repeat!r}")
+    max_event = get("bridge_max_event_bytes")
+    if not isinstance(max_event, int) or isinstance(max_event, bool) or max_event < 1024:
+        raise ConfigError(
+            f"bridge_max_event_bytes takes a whole number of bytes >= 1024, not {max_event!r}"
+        )
     fallback = get("bridge_loop_fallback")
     if not isinstance(fallback, bool):
         raise ConfigError(f"bridge_loop_fallback takes true or false, not {fallback!r}")
@@ -287,6 +302,7 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
         ),
         loop_max_repeat=repeat,
         loop_fallback=fallback,
+        max_event_bytes=max_event,
     )
 
 

@@ -344,6 +344,11 @@ class Finish:
     extra: JSON = field(default_factory=dict)
 
 
+STREAM_CUT = "the upstream's stream ended before its finish (cut short upstream)"
+"""The message of the ``StreamError`` (type ``upstream_cut``) a decoder reports at the end of
+a stream that never said it was complete."""
+
+
 @dataclass(frozen=True, slots=True)
 class StreamError:
     message: str

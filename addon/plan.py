@@ -45,9 +45,11 @@ from addon.dialects.kiro.request import prepare as kiro_prepare
 from addon.model import (
     JSON,
     ClientError,
+    Event,
     Notes,
     Request,
     Response,
+    StreamError,
     Thinking,
     ToolCall,
     UnsupportedShape,
@@ -57,10 +59,15 @@ from addon.routes import Route, match
 from addon.stream.custom_tools import CustomToolStage
 from addon.stream.decompress import make_decompressor
 from addon.stream.eventstream import split_all
-from addon.stream.processor import Stage, StreamProcessor
+from addon.stream.processor import MAX_EVENT_BYTES, Stage, StreamProcessor
 from addon.stream.repair import RepairStage
 from addon.stream.stages import HideThinkingStage, TextToolStage
-from addon.stream.whole import StreamFailed, response_from_events, sse_from_response
+from addon.stream.whole import (
+    StreamFailed,
+    response_events,
+    response_from_events,
+    sse_from_response,
+)
 from addon.textproto.invoke import make_trigger
 from addon.textproto.parser import Protocol, TextProtocolParser
 from addon.transforms.cache import strip_cache_control
@@ -145,6 +152,8 @@ class FlowPlan:
     request_notes: Notes = field(default_factory=Counter)
     """``notes`` as they were when the request went upstream: what the answer added is the
     rest (``answer_notes``)."""
+    max_event_bytes: int = MAX_EVENT_BYTES
+    """The bound of what a stream's rewrite holds (``bridge_max_event_bytes``)."""
     processor: StreamProcessor | None = None
     parser: TextProtocolParser | None = None
     profile_arn: str | None = None
@@ -165,6 +174,7 @@ class FlowPlan:
             trigger=self.trigger,
             tools=self.tools,
             readable=_readable_object if self.schemas else None,
+            max_call=self.max_event_bytes,
         )
         return self.parser
 
@@ -186,8 +196,11 @@ class FlowPlan:
 
     # ------------------------------------------------------------------ answers
 
-    def stream_processor(self, content_encoding: str | None) -> StreamProcessor:
-        """The pipeline for a 2xx SSE answer. Raises ``UnsupportedEncoding``."""
+    def stream_processor(
+        self, content_encoding: str | None, keep_original: int = 0
+    ) -> StreamProcessor:
+        """The pipeline for a 2xx SSE answer (``keep_original``: how many of the upstream's
+        bytes to keep for the view). Raises ``UnsupportedEncoding``."""
         decompressor = make_decompressor(content_encoding)
         stages: list[Stage] = []
         if self.parse_text:
@@ -205,8 +218,38 @@ class FlowPlan:
             decompressor=decompressor,
             framing_in=self.upstream_framing,
             framing_out=self.client_framing,
+            same_dialect=self.same_dialect,
+            max_event_bytes=self.max_event_bytes,
+            whole=self._whole_events,
+            keep_original=keep_original,
         )
         return self.processor
+
+    def _whole_events(self, raw: bytes) -> list[Event]:
+        """A 2xx body sent as an event stream that is not one, read whole: the events of the
+        answer it holds, else a ``StreamError`` with the upstream's error message or a quote.
+        (Only for another dialect: a same-dialect client gets such a body as it is.)"""
+        try:
+            body = load_json(raw)
+        except (ValueError, RecursionError):
+            body = None
+        if isinstance(body, dict):
+            try:
+                message = self.upstream.error_message(body)
+                if not message:
+                    return response_events(self.upstream.decode_response(body))
+            except (UnsupportedShape, RecursionError, *SHAPE_ERRORS):
+                message = None
+            if message:
+                return [StreamError(message, "upstream_error")]
+        text = raw[: MAX_ERROR_QUOTE * 4].decode("utf-8", "replace").strip()
+        return [
+            StreamError(
+                f"the upstream answered with a body that is not an event stream: "
+                f"{text[:MAX_ERROR_QUOTE]!r}",
+                "upstream_error",
+            )
+        ]
 
     def decode_answer(self, raw: bytes) -> Response:
         """A whole upstream answer → unified, parsed and filtered as the route says.
@@ -410,7 +453,7 @@ def decide(
     """Decode, transform and encode one routed request (see the module docstring). ``creds``:
     what the shell read for the route (a Kiro token file), sent instead of any other key."""
     client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
-    plan = FlowPlan(route, client, upstream)
+    plan = FlowPlan(route, client, upstream, max_event_bytes=settings.max_event_bytes)
     if creds is not None:
         plan.profile_arn = creds.profile_arn
     try:

@@ -71,6 +71,9 @@ from addon.state import BridgeState
 from addon.stream.decompress import UnsupportedEncoding
 from addon.stream.processor import StreamProcessor
 
+KEEP_STREAM_BYTES = 1024 * 1024
+"""How much of a rewritten stream's upstream bytes is kept for the content view."""
+
 MAX_TRACKED_FLOWS = 10_000
 """Flows whose answer is still awaited; the oldest are forgotten past this (a leak guard)."""
 
@@ -225,7 +228,9 @@ class RewriteAddon(OptionChecks):
                 resp.stream = True  # the client reads this error itself: never buffered
             return  # another dialect: buffered, re-shaped in ``response``
         try:
-            processor = plan.stream_processor(resp.headers.get("content-encoding"))
+            processor = plan.stream_processor(
+                resp.headers.get("content-encoding"), keep_original=KEEP_STREAM_BYTES
+            )
         except UnsupportedEncoding as e:
             log.warning("%s: stream passed through unchanged: %s", plan.label, short(e))
             append_comment(flow, f"{plan.label}: stream not rewritten ({short(e)})")
@@ -313,10 +318,26 @@ class RewriteAddon(OptionChecks):
             meta["stream_fallback"] = short(p.error) if p.error else p.error
             if plan.parser is not None:
                 meta["text_tool_calls"] = plan.parser.calls
+            meta["stream_skipped"] = p.skipped
         self._note_text_calls(flow, plan)
-        if p.error:
+        if p.original:
+            self.state.originals.put(flow.id, "response", bytes(p.original), "stream")
+        if p.skipped:
+            self.state.count("stream events skipped", p.skipped)
+            why = short(p.skip_reason or "")
+            log.warning(
+                "%s: %d unreadable upstream event(s) skipped: %s", plan.label, p.skipped, why
+            )
+            append_comment(flow, f"{p.skipped} unreadable upstream event(s) skipped: {why}")
+        if p.whole_body:
+            log.info("%s: the upstream's 2xx body was not an event stream: read whole", plan.label)
+            append_comment(flow, "upstream body was not an event stream: read whole")
+        if p.error and p.passthrough:
             self.state.count("stream fallbacks")
             append_comment(flow, f"stream passed through after: {short(p.error)}")
+        elif p.error:
+            self.state.count("streams ended with an error")
+            append_comment(flow, f"stream ended with an error for the client: {short(p.error)}")
         else:
             self.state.count("streams rewritten")
 
@@ -432,20 +453,32 @@ def stream_callable(processor: StreamProcessor, label: str) -> Callable[[bytes],
         try:
             out = processor.finish() if data == b"" else processor.feed(data)
         except Exception as e:
-            # A bug in the processor itself: never eat the user's stream.
+            # A bug in the processor itself: never eat the user's stream, never hand a client
+            # another dialect's bytes.
+            same = processor.same_dialect
             log.error(
-                "%s: stream rewrite failed (%s: %s); passing the rest through",
+                "%s: stream rewrite failed (%s: %s); %s",
                 label,
                 type(e).__name__,
                 short(e),
+                "passing the rest through" if same else "ending the client's stream with an error",
             )
-            processor.passthrough = True
-            processor.error = processor.error or f"internal error {type(e).__name__}"
             reported = True
-            return [data] if data else []
+            try:
+                out = processor.abort(f"internal error {type(e).__name__}")
+            except Exception:  # nothing more can be done for this stream
+                out = []
+            if processor.passthrough:
+                return [data] if data else []
+            return out
         if processor.error and not reported:
             reported = True
-            log.warning("%s: stream passed through from here on: %s", label, short(processor.error))
+            how = (
+                "stream passed through from here on"
+                if processor.passthrough
+                else "stream ended with an error for the client"
+            )
+            log.warning("%s: %s: %s", label, how, short(processor.error))
         return out
 
     return stream

@@ -8,10 +8,31 @@ split anywhere (inside a line, inside a UTF-8 character); it returns ``[]``
 when nothing is ready and never an empty ``bytes`` (mitmproxy would end an
 HTTP/1 chunked body on it). ``finish()`` flushes and is idempotent.
 
-Never eat a stream: if decoding or rewriting fails, the processor records why
-in ``error``, switches to passthrough and returns the raw (decompressed) bytes
-of everything not yet emitted: the event that failed, the lines after it and
-the unfinished tail. Bytes fed after that are returned as they come.
+Never eat a stream, and never hand a client bytes of another dialect. What happens when
+something cannot be read depends on ``same_dialect`` (client and upstream speak one dialect):
+
+- same dialect: if decoding or rewriting fails, the processor records why in ``error``,
+  switches to ``passthrough`` and returns the raw (decompressed) bytes of everything not yet
+  emitted: the event that failed, the lines after it and the unfinished tail. Bytes fed after
+  that are returned as they come;
+- another dialect: an event the upstream decoder cannot read is skipped (``skipped`` counts
+  them, ``skip_reason`` keeps the first reason) and the stream goes on; a failure anywhere
+  else ends the client's stream with an error event in its own dialect (``_stop``) and later
+  bytes are dropped.
+
+A body sent as ``text/event-stream`` that is not an event stream (a JSON error object, an HTML
+page, plain text: ``SSEForeign``) is passed through on a same-dialect route; on another it is
+collected (bounded) and, when it ends, handed to ``whole`` — the plan's reading of a whole
+body: a whole answer's events, or a ``StreamError`` quoting it.
+
+A stream the upstream cut (no finish, no ``[DONE]`` / ``message_stop``) is reported by the
+decoders as a ``StreamError`` of type ``upstream_cut``; the encoders then end the client's
+stream the way its dialect shows a failure, never with a made-up clean ending.
+
+Memory is bounded: an unfinished line, an event's data, a JSON-array item and the collected
+non-stream body never grow past ``max_event_bytes``. Past it the stream is passed through
+(same dialect; memory returns) or ended with an error event (another dialect). ``original``
+keeps the first ``keep_original`` bytes the upstream sent (decompressed) for the shell's view.
 
 SSE comments (``: keep-alive``) are forwarded as they are, so that idle
 connections stay open through the proxy.
@@ -30,7 +51,7 @@ bad CRC, a cut frame or a failure of ours ends the client's stream with an error
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
@@ -43,9 +64,15 @@ from addon.stream.sse import (
     LineDecoder,
     SSEComment,
     SSEEvent,
+    SSEForeign,
     encode_event,
     encode_pairs,
 )
+
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""Default bound of one line, one event's data, one JSON-array item, a non-stream body."""
+
+NOT_A_STREAM = "the upstream's body is not an event stream"
 
 
 class Stage(Protocol):
@@ -64,6 +91,11 @@ class StreamProcessor:
         decompressor: Decompressor | None = None,
         framing_in: Framing = "sse",
         framing_out: Framing = "sse",
+        *,
+        same_dialect: bool = True,
+        max_event_bytes: int = MAX_EVENT_BYTES,
+        whole: Callable[[bytes], list[Event]] | None = None,
+        keep_original: int = 0,
     ) -> None:
         if framing_in not in ("sse", "json_array", "aws_eventstream") or framing_out not in (
             "sse",
@@ -77,7 +109,20 @@ class StreamProcessor:
         self._lines = LineDecoder()
         self._events = EventDecoder()
         self._pending_raw = bytearray()  # raw lines of the SSE event being assembled
-        self._items = JsonArraySplitter() if framing_in == "json_array" else None
+        self.same_dialect = same_dialect
+        self._max = max_event_bytes
+        self._whole = whole
+        self._body: bytearray | None = None
+        """Another dialect, a body that is not an event stream: collected until it ends."""
+        self._body_cut = False
+        self._keep = keep_original
+        self.original = bytearray()
+        """The first ``keep_original`` bytes the upstream sent (decompressed)."""
+        self.whole_body = False
+        """The body was not an event stream and was read whole (``whole``)."""
+        self.skipped = 0
+        self.skip_reason: str | None = None
+        self._items = JsonArraySplitter(max_event_bytes) if framing_in == "json_array" else None
         self._frames = EventStreamSplitter() if framing_in == "aws_eventstream" else None
         self._stopped = False
         """Binary framing only: the client's stream was ended with an error; later bytes are
@@ -103,10 +148,15 @@ class StreamProcessor:
             except Exception as e:
                 return self._fail(f"cannot decompress the stream: {e}", chunk)
         self.bytes_in += len(chunk)
+        if len(self.original) < self._keep:
+            self.original += chunk[: self._keep - len(self.original)]
         if self._stopped:
             return []
         if self.passthrough or self._finished:
             return self._out([chunk])
+        if self._body is not None:
+            self._collect(chunk)
+            return []
         if self._frames is not None:
             return self._run_frames(self._frames.feed(chunk), final=False)
         if self._items is not None:
@@ -128,6 +178,9 @@ class StreamProcessor:
             return []
         if self.passthrough:
             return self._out([tail])
+        if self._body is not None:
+            self._collect(tail)
+            return self._end_body()
         if self._frames is not None:
             frames = self._frames.feed(tail) if tail else []
             self._frames.finish()
@@ -153,11 +206,18 @@ class StreamProcessor:
                     del self._pending_raw[len(self._pending_raw) - len(raw) :]
                     if self._writer is None:
                         out.append(encode_event(item))
+                elif isinstance(item, SSEForeign):
+                    rest = b"".join(r for _, r in lines[i + 1 :])
+                    return self._foreign(bytes(self._pending_raw) + rest, out, final)
                 elif item is not None:
                     self._dispatch(item, out)
             except Exception as e:
                 rest = b"".join(r for _, r in lines[i + 1 :])
                 return self._fail(f"{type(e).__name__}: {e}", bytes(self._pending_raw) + rest, out)
+        if self._lines.held > self._max or self._events.size > self._max:
+            return self._fail(
+                f"an event longer than {self._max} bytes", bytes(self._pending_raw), out
+            )
         if final:
             try:
                 last = self._events.finish()
@@ -174,7 +234,7 @@ class StreamProcessor:
         for i, (text, raw) in enumerate(items):
             try:
                 self.events_in += 1
-                events = self._decoder.feed(text, None)
+                events = self._decode(text, None)
                 for stage in self._stages:
                     events = _feed_all(stage, events)
                 out.extend(self._encode(events))
@@ -197,7 +257,7 @@ class StreamProcessor:
         for frame in frames:
             try:
                 self.events_in += 1
-                events = self._decoder.feed(frame.text, frame.event)
+                events = self._decode(frame.text, frame.event)
                 for stage in self._stages:
                     events = _feed_all(stage, events)
                 out.extend(self._encode(events))
@@ -213,12 +273,25 @@ class StreamProcessor:
                 return self._stop(f"{type(e).__name__}: {e}", out)
         return self._out(out)
 
+    def abort(self, why: str) -> list[bytes]:
+        """The shell's way out when the processor itself failed: a same-dialect stream passes
+        through from here on (nothing to give back: ``[]``); another dialect's is ended with an
+        error event in the client's dialect (its bytes returned)."""
+        if self.same_dialect and self._frames is None:
+            self.passthrough = True
+            self.error = self.error or why
+            return []
+        if self._stopped or self._finished:
+            return []
+        return self._stop(why)
+
     def _stop(self, why: str, done: Sequence[bytes] = ()) -> list[bytes]:
-        """Binary framing cannot fall back to passthrough (a client of another dialect cannot
-        read AWS event-stream frames): what stages hold goes out, then the client's stream ends
-        with an error in its own dialect, and later bytes are dropped. ``error`` says why."""
+        """A client of another dialect cannot read the upstream's bytes (nor anyone AWS
+        event-stream frames): what stages hold goes out, then the client's stream ends with an
+        error in its own dialect, and later bytes are dropped. ``error`` says why."""
         self._stopped = True
         self.error = why
+        self._forget()
         out = [*done, *self._drain_stages()]
         try:
             message = f"cursor-bridge could not read the upstream's stream: {why}"
@@ -230,9 +303,71 @@ class StreamProcessor:
             pass
         return self._out(out)
 
-    def _end(self, out: list[bytes]) -> None:
+    def _forget(self) -> None:
+        """Drop whatever is held for reading: nothing more will be read (memory returns)."""
+        self._lines.clear()
+        self._events = EventDecoder()
+        self._pending_raw = bytearray()
+        self._body = None
+        if self._items is not None:
+            self._items = JsonArraySplitter(self._max)
+
+    def _foreign(self, raw: bytes, done: list[bytes], final: bool) -> list[bytes]:
+        """A line that is no event-stream line: the rest of the body is something else."""
+        if self.same_dialect:
+            return self._fail(NOT_A_STREAM, raw, done)
+        self._body = bytearray(raw)
+        self._body += self._lines.pending()
+        self._lines.clear()
+        self._pending_raw.clear()
+        out = self._out(done)
+        return out + self._end_body() if final else out
+
+    def _collect(self, chunk: bytes) -> None:
+        body = self._body
+        assert body is not None
+        room = self._max - len(body)
+        if len(chunk) > room:
+            self._body_cut = True
+        if room > 0:
+            body += chunk[:room]
+
+    def _end_body(self) -> list[bytes]:
+        """The end of a body that was not an event stream (another dialect): read whole."""
+        body = bytes(self._body or b"")
+        self._body = None
+        if self.events_in or self._whole is None or self._body_cut:
+            quote = body[:200].decode("utf-8", "replace").strip()
+            return self._stop(f"{NOT_A_STREAM}: {quote!r}")
+        out: list[bytes] = []
+        try:
+            events = self._whole(body)
+            self.events_in += 1
+            for stage in self._stages:
+                events = _feed_all(stage, events)
+            out.extend(self._encode(events))
+            self._end(out, decoder=False)
+        except Exception as e:
+            return self._stop(f"{type(e).__name__}: {e}", out)
+        self.whole_body = True
+        return self._out(out)
+
+    def _decode(self, data: str, event: str | None) -> list[Event]:
+        """The upstream decoder's events; on another dialect an event it cannot read is
+        skipped (no events), counted, and its reason kept."""
+        try:
+            return self._decoder.feed(data, event)
+        except Exception as e:
+            if self.same_dialect and self._frames is None:
+                raise
+            self.skipped += 1
+            if self.skip_reason is None:
+                self.skip_reason = f"{type(e).__name__}: {e}"
+            return []
+
+    def _end(self, out: list[bytes], decoder: bool = True) -> None:
         """The body ended: flush the decoder, the stages and the encoder; close the framing."""
-        events = self._decoder.finish()
+        events = self._decoder.finish() if decoder else []
         for stage in self._stages:
             events = _feed_all(stage, events) + stage.finish()
         out.extend(self._encode(events))
@@ -246,7 +381,7 @@ class StreamProcessor:
             self._pending_raw.clear()
             return
         self.events_in += 1
-        events = self._decoder.feed(item.data, item.event)
+        events = self._decode(item.data, item.event)
         for stage in self._stages:
             events = _feed_all(stage, events)
         out.extend(self._encode(events))
@@ -262,12 +397,12 @@ class StreamProcessor:
         return out
 
     def _fail(self, why: str, raw: bytes, done: Sequence[bytes] = ()) -> list[bytes]:
-        if self._frames is not None:
+        if self._frames is not None or not self.same_dialect:
             return self._stop(why, done)
         self.passthrough = True
         self.error = why
-        self._pending_raw.clear()
         held = self._lines.pending() if self._items is None else self._items.pending()
+        self._forget()
         return self._out([*done, *self._drain_stages(), raw, held])
 
     def _drain_stages(self) -> list[bytes]:

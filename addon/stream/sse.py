@@ -28,6 +28,14 @@ class SSEEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class SSEForeign:
+    """A line that cannot belong to an event stream: the body is something else (a JSON error
+    object, an HTML page, plain text) sent as ``text/event-stream``."""
+
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
 class SSEComment:
     text: str
     """Everything after the leading ``:``, verbatim (a leading space is kept)."""
@@ -41,10 +49,11 @@ class LineDecoder:
     """bytes → ``(line, raw)`` pairs, ``raw`` being the line's bytes with its terminator.
 
     A byte-order mark at the very start of the stream is dropped from the first
-    line's text (WHATWG), never from its raw bytes.
+    line's text (WHATWG), never from its raw bytes. ``held`` is the size of the
+    unfinished line, for the caller to bound.
     """
 
-    __slots__ = ("_held", "_started")
+    __slots__ = ("_held", "_started", "held")
 
     def __init__(self) -> None:
         # The unfinished line, in pieces, joined once when its terminator arrives: a long
@@ -52,6 +61,7 @@ class LineDecoder:
         # that the last one may end in CR (the first half of a CRLF, perhaps).
         self._held: list[bytes] = []
         self._started = False
+        self.held = 0
 
     def feed(self, chunk: bytes) -> list[tuple[str, bytes]]:
         if not chunk:
@@ -60,6 +70,7 @@ class LineDecoder:
         if held:
             if b"\n" not in chunk and b"\r" not in chunk and not held[-1].endswith(b"\r"):
                 held.append(chunk)
+                self.held += len(chunk)
                 return []
             held.append(chunk)
             data = b"".join(held)
@@ -68,8 +79,10 @@ class LineDecoder:
             data = chunk
         # bytes.splitlines splits at exactly LF, CR and CRLF, in C.
         raws = data.splitlines(keepends=True)
+        self.held = 0
         if raws[-1][-1] != 0x0A:  # unterminated, or ending in a CR whose LF may follow
             held.append(raws.pop())
+            self.held = len(held[0])
         # A line's content holds no CR or LF, so stripping them removes just the terminator.
         lines = [(raw.decode("utf-8", "replace").rstrip(_LINE_ENDS), raw) for raw in raws]
         if not self._started and lines:
@@ -83,6 +96,7 @@ class LineDecoder:
             return []
         raw = b"".join(self._held)
         self._held.clear()
+        self.held = 0
         text = raw.decode("utf-8", "replace").rstrip(_LINE_ENDS)
         if not self._started:
             self._started = True
@@ -96,6 +110,11 @@ class LineDecoder:
             held[:] = [b"".join(held)]
         return held[0] if held else b""
 
+    def clear(self) -> None:
+        """Forget the unfinished line (its memory returns)."""
+        self._held.clear()
+        self.held = 0
+
 
 class EventDecoder:
     """Lines → events and comments. ``data:`` lines join with LF; a blank line dispatches.
@@ -104,19 +123,29 @@ class EventDecoder:
     ``id`` or ``retry`` it set is kept for the next event that is, so that
     re-encoding loses neither. ``SSEEvent.id`` is the id set since the previous
     event, not the persistent last-event-id of the WHATWG processing model.
+
+    WHATWG ignores unknown fields; a body that is not an event stream at all would
+    then vanish without a trace. So a line that cannot be a field of this stream
+    comes back as ``SSEForeign``: before the first event, any field other than
+    ``data``/``event``/``id``/``retry``; after it, a line whose field name is not a
+    plain token (``{"error": …``, ``<html>``, a sentence). ``size`` is the length of
+    the data lines of the event being assembled, for the caller to bound.
     """
 
-    __slots__ = ("_data", "_event", "_id", "_retry")
+    __slots__ = ("_data", "_event", "_id", "_retry", "_seen", "size")
 
     def __init__(self) -> None:
         self._data: list[str] = []
         self._event: str | None = None
         self._id: str | None = None
         self._retry: int | None = None
+        self._seen = False
+        self.size = 0
 
-    def feed_line(self, line: str) -> SSEEvent | SSEComment | None:
+    def feed_line(self, line: str) -> SSEEvent | SSEComment | SSEForeign | None:
         if line.startswith("data: "):  # the common case, first
             self._data.append(line[6:])
+            self.size += len(line)
             return None
         if not line:
             return self._dispatch()
@@ -127,6 +156,9 @@ class EventDecoder:
             value = value[1:]
         if name == "data":
             self._data.append(value)
+            self.size += len(value)
+        elif name not in _FIELDS and (not self._seen or not _token(name)):
+            return SSEForeign(line)
         elif name == "event":
             self._event = value
         elif name == "id" and "\0" not in value:
@@ -147,9 +179,19 @@ class EventDecoder:
             self._event = None
             return None
         event = SSEEvent("\n".join(self._data), self._event, self._id, self._retry)
+        self._seen = True
+        self.size = 0
         self._data = []
         self._event = self._id = self._retry = None
         return event
+
+
+_FIELDS = frozenset({"data", "event", "id", "retry"})
+
+
+def _token(name: str) -> bool:
+    """A name an event-stream field could have: letters, digits, ``-`` and ``_``."""
+    return bool(name) and name.isascii() and name.replace("-", "").replace("_", "").isalnum()
 
 
 def _one_line_breaks(text: str) -> str:

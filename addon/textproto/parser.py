@@ -4,7 +4,8 @@ Contract: sans-IO. ``feed(text) -> list[Event]`` takes text split anywhere
 (inside a tag, a trigger or a JSON string); ``finish() -> list[Event]``
 flushes and is idempotent. Plain text leaves at once; only a suffix that could
 still begin a marker is held back (bounded by the longest marker), and a call
-is held until it is complete and valid. Linear in the input: every character
+is held until it is complete and valid, or until it is longer than ``max_call``
+(then it is text: memory stays bounded). Linear in the input: every character
 is scanned a bounded number of times.
 
 Markers (see ``invoke`` and ``bracket`` for how the model is told about them):
@@ -71,6 +72,7 @@ class _Call:
     name: str = ""
     args: list[str] = field(default_factory=list)
     depth: int = 0
+    size: int = 0
     in_string: bool = False
     escape: bool = False
     close: str = ""
@@ -91,6 +93,7 @@ class TextProtocolParser:
         thinking_tags: bool = True,
         ids: Callable[[int], str] = default_ids,
         readable: Callable[[str], bool] | None = None,
+        max_call: int | None = None,
     ) -> None:
         if protocol == "invoke" and not trigger:
             raise ValueError("the invoke protocol needs this request's trigger")
@@ -101,6 +104,8 @@ class TextProtocolParser:
         self.readable = readable
         """Arguments that are not strict JSON but that this says can be read as an object
         (argument repair is on) make a call all the same; the repair stage fixes them."""
+        self.max_call = max_call
+        """A call whose arguments grow past this many characters is text (memory is bounded)."""
         self.calls = 0
         """How many tool calls were emitted."""
         self.rejected: list[str] = []
@@ -273,6 +278,10 @@ class TextProtocolParser:
         part = text if end == -1 else text[:end]
         call.args.append(part)
         call.raw.append(part)
+        call.size += len(part)
+        if self.max_call is not None and call.size > self.max_call:
+            self._reject(f"a call longer than {self.max_call} characters", out, refeed=False)
+            return "" if end == -1 else text[end:]
         if end == -1:
             return ""
         if self.protocol == "invoke":

@@ -445,12 +445,16 @@ def test_cut_chat_stream_still_delivers_the_patch() -> None:
         OpenAIChatStreamDecoder(), OpenAIChatStreamEncoder(), stages=[CustomToolStage(NAMES)]
     )
     out = b"".join(p.feed(sse)) + b"".join(p.finish())
+    payloads = client_payloads(out)
     calls = [
         call
-        for c in client_payloads(out)
+        for c in payloads[:-1]
         for choice in c["choices"]
         for call in choice["delta"].get("tool_calls", [])
     ]
+    # The client sees the cut: an error chunk last, and no [DONE].
+    assert payloads[-1]["error"]["type"] == "upstream_cut"
+    assert not out.endswith(b"data: [DONE]\n\n")
     assert [c["function"]["arguments"] for c in calls] == [unwrap_custom_input(args[:30])]
     assert calls[0]["type"] == "function"
     assert calls[0]["function"]["arguments"]

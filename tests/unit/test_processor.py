@@ -99,7 +99,10 @@ def test_a_failure_returns_the_unsent_raw_bytes_and_passes_the_rest() -> None:
 
 def test_unterminated_last_event_is_still_delivered() -> None:
     p = processor()
-    out = b"".join(p.feed(b'data: {"id":"a","choices":[{"index":0,"delta":{"content":"end"}}]}'))
+    out = b"".join(
+        p.feed(b'data: {"id":"a","choices":[{"index":0,"delta":{"content":"end"},'
+               b'"finish_reason":"stop"}]}')
+    )  # fmt: skip
     out += b"".join(p.finish())
     assert b'"content":"end"' in out and out.endswith(b"data: [DONE]\n\n")
 

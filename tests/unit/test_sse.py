@@ -15,6 +15,7 @@ from addon.stream.sse import (
     LineDecoder,
     SSEComment,
     SSEEvent,
+    SSEForeign,
     encode_data,
     encode_event,
 )
@@ -132,8 +133,23 @@ def check(data: bytes, expected: list[Item], *, at_boundary: bool = True) -> Non
         pytest.param(
             "retry: ١٢\ndata: x\n\n".encode(), [SSEEvent("x")], id="retry-non-ascii-digits-ignored"
         ),
-        pytest.param(b"foo: bar\ndata: x\n\n", [SSEEvent("x")], id="unknown-field-ignored"),
-        pytest.param(b"Data: x\n\n", [], id="field-names-are-case-sensitive"),
+        pytest.param(
+            b"data: a\n\nfoo: bar\ndata: x\n\n",
+            [SSEEvent("a"), SSEEvent("x")],
+            id="unknown-field-ignored",
+        ),
+        pytest.param(
+            b"data: a\n\nData: x\n\n", [SSEEvent("a")], id="field-names-are-case-sensitive"
+        ),
+        pytest.param(
+            b'{"error": {"message": "no"}}\n\n',
+            [SSEForeign('{"error": {"message": "no"}}')],
+            id="json-is-not-a-stream",
+        ),
+        pytest.param(b"foo: bar\n\n", [SSEForeign("foo: bar")], id="unknown-field-first"),
+        pytest.param(
+            b"data: a\n\n<html>\n\n", [SSEEvent("a"), SSEForeign("<html>")], id="html-later"
+        ),
         pytest.param(b"\n\n\r\n\r", [], id="blank-lines-only"),
     ],
 )

@@ -261,3 +261,18 @@ def test_arguments_that_only_repair_can_read_make_a_call_when_repair_is_on(reada
     else:
         assert events == [TextDelta(text)]
         assert p.rejected == ["arguments of 'Read' are not valid JSON"]
+
+
+def test_a_call_longer_than_the_bound_is_text_and_nothing_stays_held() -> None:
+    p = TextProtocolParser("invoke", trigger=TRIGGER, tools=TOOLS, ids=ids, max_call=1000)
+    head = f'{TRIGGER}\n<invoke name="Read">{{"path": "'
+    events = p.feed(head)
+    for _ in range(10):
+        events += p.feed("x" * 500)  # a call that never ends
+    events += p.feed('"}</invoke> after')
+    events += p.finish()
+    text = "".join(e.text for e in normalize(events) if isinstance(e, TextDelta))
+    assert text == head + "x" * 5000 + '"}</invoke> after'
+    assert p.calls == 0 and p.rejected == ["a call longer than 1000 characters"]
+    # Small calls still work under the bound.
+    assert run([invoke("Read", {"path": "a"})]) == call(0, "Read", {"path": "a"})

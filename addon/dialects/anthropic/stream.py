@@ -50,6 +50,7 @@ from typing import Any, Literal, assert_never
 
 from addon.model import (
     JSON,
+    STREAM_CUT,
     Event,
     Finish,
     FinishReason,
@@ -467,6 +468,8 @@ class AnthropicStreamDecoder:
         self._blocks: dict[int, str] = {}
         self._block_extra: JSON = {}
         """Unknown fields of the text/thinking block just started, for its first delta."""
+        self._ended = False
+        """``message_stop``, a stop reason or an error was read: the stream was not cut."""
 
     def _extra(self) -> JSON:
         if not self._block_extra:
@@ -523,6 +526,7 @@ class AnthropicStreamDecoder:
                     out.append(UsageEvent(decode_usage(payload["usage"])))
                 reason = delta.get("stop_reason")
                 if isinstance(reason, str):
+                    self._ended = True
                     # stop_sequence, container, context_management (the vercel-ai thinking
                     # recordings), …: written back by the Anthropic encoder only.
                     wire = {
@@ -534,10 +538,12 @@ class AnthropicStreamDecoder:
                     out.append(Finish(finish_reason(reason), raw=reason, extra={NAME: wire}))
                 return out
             case "message_stop":
+                self._ended = True
                 return [StreamEnd()]
             case "ping":
                 return []
             case "error":
+                self._ended = True
                 err = payload.get("error")
                 err = err if isinstance(err, dict) else {}
                 err_type = err.get("type")
@@ -612,4 +618,8 @@ class AnthropicStreamDecoder:
                 return [RawEvent(NAME, payload)]
 
     def finish(self) -> list[Event]:
-        return []
+        """A stream that ended without ``message_stop``, a stop reason or an error was cut."""
+        if self._ended:
+            return []
+        self._ended = True
+        return [StreamError(STREAM_CUT, "upstream_cut")]

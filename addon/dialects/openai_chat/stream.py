@@ -20,6 +20,7 @@ import json
 
 from addon.model import (
     JSON,
+    STREAM_CUT,
     Event,
     Finish,
     MessageStart,
@@ -51,9 +52,12 @@ class OpenAIChatStreamDecoder:
         self._calls: dict[int, str] = {}  # wire index -> id, for calls already started
         self._last_index: int | None = None
         self._finished = False
+        self._ended = False
+        """A finish reason, ``[DONE]`` or an error was read: the stream was not cut."""
 
     def feed(self, data: str, event: str | None) -> list[Event]:
         if data == "[DONE]":
+            self._ended = True
             return [*self._end_calls(), StreamEnd()]
         try:
             chunk = json.loads(data)
@@ -65,6 +69,7 @@ class OpenAIChatStreamDecoder:
             err = chunk["error"]
             message = err.get("message") if isinstance(err, dict) else str(err)
             kind = err.get("type") if isinstance(err, dict) else None
+            self._ended = True
             return [StreamError(str(message), kind, origin=NAME, raw=chunk)]
         out: list[Event] = []
         chunk_extra = {
@@ -103,6 +108,7 @@ class OpenAIChatStreamDecoder:
             self._decode_delta(delta, out)
             reason = choice.get("finish_reason")
             if isinstance(reason, str):
+                self._ended = True
                 out.extend(self._end_calls())
                 out.append(Finish(finish_reason(reason), raw=reason))
         usage = chunk.get("usage")
@@ -174,7 +180,9 @@ class OpenAIChatStreamDecoder:
         if self._finished:
             return []
         self._finished = True
-        return self._end_calls()
+        if self._ended:
+            return self._end_calls()
+        return [*self._end_calls(), StreamError(STREAM_CUT, "upstream_cut")]
 
 
 def _with_extra(event: Event, extra: JSON) -> Event:
@@ -197,6 +205,9 @@ class OpenAIChatStreamEncoder:
         self._same = False
         self._done = False
         self._started = False
+        self._failed = False
+        """An error went out: no ``[DONE]`` made up at the end (an OpenAI client would take
+        the stream for complete); only the upstream's own ``[DONE]`` is passed on."""
 
     def _chunk(self, delta: JSON | None, extra: JSON, finish: str | None = None) -> str:
         wire: JSON = extra.get("wire", _NO_EXTRA) if self._same else _NO_EXTRA
@@ -266,6 +277,7 @@ class OpenAIChatStreamEncoder:
                 chunk["usage"] = encode_usage(event.usage)
                 return [(None, json.dumps(chunk, ensure_ascii=False, separators=(",", ":")))]
             case StreamError():
+                self._failed = True
                 body = (
                     event.raw
                     if event.origin == NAME and event.raw
@@ -281,9 +293,14 @@ class OpenAIChatStreamEncoder:
                     ]
                 return []
             case StreamEnd():
-                return self.finish()
+                return self._end()
 
     def finish(self) -> list[tuple[str | None, str]]:
+        if self._failed:
+            self._done = True
+        return self._end()
+
+    def _end(self) -> list[tuple[str | None, str]]:
         if self._done:
             return []
         self._done = True

@@ -684,6 +684,7 @@ class OpenAIResponsesStreamDecoder:
             case "response.completed" | "response.incomplete" | "response.failed":
                 return self._terminal(kind, payload)
             case "error":
+                self._ended = True
                 err = payload.get("error")
                 err = err if isinstance(err, dict) else payload
                 code = err.get("code") or err.get("type")
@@ -846,4 +847,8 @@ class OpenAIResponsesStreamDecoder:
         return ended
 
     def finish(self) -> list[Event]:
-        return self._end_calls()
+        """A stream that ended without a terminal event, ``[DONE]`` or an error was cut."""
+        if self._ended:
+            return self._end_calls()
+        self._ended = True
+        return [*self._end_calls(), StreamError(_CUT, "upstream_cut")]

@@ -1,0 +1,235 @@
+"""StreamProcessor against broken upstreams (issue 8, streams): nothing eaten, nothing foreign.
+
+Same dialect: what cannot be read passes through as the upstream sent it. Another dialect:
+an unreadable event is skipped, a body that is not an event stream is read whole, a cut
+stream or a failure ends the client's stream with an error in its own dialect, and nothing
+held grows past ``max_event_bytes``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from addon.dialects import DIALECTS
+from addon.model import Event, StreamError, TextDelta
+from addon.stream.processor import StreamProcessor
+from addon.stream.sse import EventDecoder, LineDecoder
+
+CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+
+def chat(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return b"data: " + json.dumps({**CHUNK, "choices": [choice]}).encode() + b"\n\n"
+
+
+GOOD = chat({"role": "assistant"}) + chat({"content": "Hel"}) + chat({"content": "lo"})
+END = chat({}, "stop") + b"data: [DONE]\n\n"
+
+
+def proc(client: str, upstream: str = "openai_chat", **kw: Any) -> StreamProcessor:
+    return StreamProcessor(
+        DIALECTS[upstream].stream_decoder(),
+        DIALECTS[client].stream_encoder(),
+        same_dialect=client == upstream,
+        **kw,
+    )
+
+
+def run(p: StreamProcessor, *pieces: bytes) -> bytes:
+    out = [b for piece in pieces for b in p.feed(piece)] + p.finish()
+    assert all(out)
+    return b"".join(out)
+
+
+def sse_events(body: bytes) -> list[tuple[str | None, Any]]:
+    lines, events = LineDecoder(), EventDecoder()
+    out: list[tuple[str | None, Any]] = []
+    for line, _ in lines.feed(body) + lines.finish():
+        item = events.feed_line(line)
+        if item is not None and hasattr(item, "data"):
+            out.append((item.event, json.loads(item.data) if item.data != "[DONE]" else "[DONE]"))
+    return out
+
+
+def anthropic_text(events: list[tuple[str | None, Any]]) -> str:
+    return "".join(d["delta"].get("text", "") for n, d in events if n == "content_block_delta")
+
+
+# --------------------------------------------------------------------------- not an event stream
+
+NOT_STREAMS = [
+    b'{"error": {"message": "quota exceeded for this key", "type": "insufficient_quota"}}',
+    b"<html><body><h1>502 Bad Gateway</h1></body></html>\n",
+    b"Internal Server Error",
+]
+
+
+@pytest.mark.parametrize("body", NOT_STREAMS)
+def test_a_body_that_is_not_a_stream_passes_through_on_the_same_dialect(body: bytes) -> None:
+    p = proc("openai_chat")
+    assert run(p, body[:7], body[7:]) == body
+    assert p.passthrough and p.error and "not an event stream" in p.error
+
+
+@pytest.mark.parametrize("body", NOT_STREAMS)
+def test_a_body_that_is_not_a_stream_is_an_error_event_for_another_dialect(body: bytes) -> None:
+    p = proc("anthropic", whole=lambda raw: [StreamError(raw.decode()[:40], "upstream_error")])
+    events = sse_events(run(p, body[:5], body[5:]))
+    assert events[-1][0] == "error"
+    assert events[-1][1]["error"]["message"] == body.decode()[:40]
+    assert "message_stop" not in [n for n, _ in events]
+
+
+def test_a_whole_answer_sent_as_a_stream_is_read_whole_for_another_dialect() -> None:
+    def whole(raw: bytes) -> list[Event]:
+        return [TextDelta(json.loads(raw)["text"])]
+
+    p = proc("anthropic", whole=whole)
+    events = sse_events(run(p, b'{"text": "fine"}'))
+    assert anthropic_text(events) == "fine" and p.whole_body and p.error is None
+
+
+def test_a_body_that_turns_into_something_else_midway_ends_with_an_error() -> None:
+    p = proc("anthropic", whole=lambda raw: [TextDelta("never used")])
+    events = sse_events(run(p, GOOD, b"<html>oops</html>\n"))
+    assert anthropic_text(events) == "Hello"
+    assert events[-1][0] == "error" and "<html>oops" in events[-1][1]["error"]["message"]
+
+
+# --------------------------------------------------------------------------- cut streams
+
+
+def test_a_cut_stream_shows_as_cut_to_every_client() -> None:
+    # OpenAI: an error chunk and no [DONE].
+    out = run(proc("openai_chat"), GOOD)
+    assert not out.endswith(b"data: [DONE]\n\n")
+    assert sse_events(out)[-1][1]["error"]["type"] == "upstream_cut"
+    # Anthropic: an error event and no message_stop.
+    events = sse_events(run(proc("anthropic"), GOOD))
+    assert events[-1][0] == "error" and "message_stop" not in [n for n, _ in events]
+    assert anthropic_text(events) == "Hello"
+    # Responses: response.failed.
+    events = sse_events(run(proc("openai_responses"), GOOD))
+    assert events[-1][0] == "response.failed"
+    assert "response.completed" not in [n for n, _ in events]
+    # Gemini: an error chunk last, no finishReason.
+    events = sse_events(run(proc("gemini"), GOOD))
+    assert "error" in events[-1][1]
+    assert not any(
+        c.get("finishReason")
+        for _, d in events
+        for c in d.get("candidates", [])
+        if "candidates" in d
+    )
+
+
+def test_a_complete_stream_ends_cleanly() -> None:
+    assert run(proc("openai_chat"), GOOD + END).endswith(b"data: [DONE]\n\n")
+    events = sse_events(run(proc("anthropic"), GOOD + END))
+    assert events[-1][0] == "message_stop"
+
+
+def test_a_finish_without_done_is_not_a_cut() -> None:
+    out = run(proc("openai_chat"), GOOD + chat({}, "stop"))
+    assert out.endswith(b"data: [DONE]\n\n") and b"upstream_cut" not in out
+
+
+# --------------------------------------------------------------------------- malformed events
+
+
+def test_a_malformed_event_is_skipped_on_another_dialect() -> None:
+    p = proc("anthropic")
+    events = sse_events(run(p, GOOD[:-5], GOOD[-5:] + b"data: {broken\n\n" + END))
+    assert anthropic_text(events) == "Hello"
+    assert events[-1][0] == "message_stop"
+    assert p.skipped == 1 and p.skip_reason and "not JSON" in p.skip_reason
+    assert p.error is None and not p.passthrough
+
+
+def test_a_malformed_event_passes_the_rest_through_on_the_same_dialect() -> None:
+    p = proc("openai_chat")
+    out = run(p, GOOD + b"data: {broken\n\n" + END)
+    assert out.endswith(b"data: {broken\n\n" + END) and p.passthrough
+
+
+class Boom:
+    def feed(self, event: Event) -> list[Event]:
+        if isinstance(event, TextDelta) and event.text == "lo":
+            raise RuntimeError("a bug")
+        return [event]
+
+    def finish(self) -> list[Event]:
+        return []
+
+
+def test_a_failing_stage_ends_another_dialects_stream_with_an_error() -> None:
+    p = StreamProcessor(
+        DIALECTS["openai_chat"].stream_decoder(),
+        DIALECTS["anthropic"].stream_encoder(),
+        stages=[Boom()],
+        same_dialect=False,
+    )
+    events = sse_events(run(p, GOOD + END))
+    assert anthropic_text(events) == "Hel"
+    assert events[-1][0] == "error" and "message_stop" not in [n for n, _ in events]
+    assert not p.passthrough and p.error and "a bug" in p.error
+
+
+def test_abort_closes_another_dialects_stream_and_passes_the_same_dialect_on() -> None:
+    p = proc("anthropic")
+    head = b"".join(p.feed(GOOD))
+    events = sse_events(head + b"".join(p.abort("internal error RuntimeError")))
+    assert events[-1][0] == "error"
+    assert p.feed(END) == [] and p.finish() == []
+    same = proc("openai_chat")
+    same.feed(GOOD)
+    assert same.abort("internal error") == [] and same.passthrough
+    assert same.feed(END) == [END]
+
+
+# --------------------------------------------------------------------------- bounds
+
+LIMIT = 4096
+
+
+@pytest.mark.parametrize(
+    "flood",
+    [
+        pytest.param(b"data: " + b"x" * 3000, id="a line that never ends"),
+        pytest.param(b"data: x\n" * 2000, id="an event that never ends"),
+    ],
+)
+def test_bounded_on_the_same_dialect_passes_through_and_lets_go(flood: bytes) -> None:
+    p = proc("openai_chat", max_event_bytes=LIMIT)
+    out = b"".join(p.feed(GOOD))
+    for _ in range(5):
+        out += b"".join(p.feed(flood))
+    out += b"".join(p.finish())
+    assert p.passthrough and p.error and str(LIMIT) in p.error
+    assert out.endswith(flood * 3)  # everything after the bound came through as sent
+    assert p._lines.held == 0 and p._events.size == 0 and not p._pending_raw
+
+
+@pytest.mark.parametrize(
+    "flood", [b"data: " + b"x" * 3000, b"data: x\n" * 2000, b"<html>" + b"y" * 3000]
+)
+def test_bounded_on_another_dialect_ends_with_an_error_and_lets_go(flood: bytes) -> None:
+    p = proc("anthropic", max_event_bytes=LIMIT, whole=lambda raw: [TextDelta("?")])
+    out = b"".join(p.feed(GOOD))
+    for _ in range(5):
+        out += b"".join(p.feed(flood))
+    out += b"".join(p.finish())
+    events = sse_events(out)
+    assert anthropic_text(events) == "Hello"
+    assert events[-1][0] == "error"
+    assert p._lines.held == 0 and p._events.size == 0 and p._body is None
+
+
+def test_the_original_bytes_are_kept_up_to_their_bound() -> None:
+    p = proc("anthropic", keep_original=100)
+    run(p, GOOD + END)
+    assert bytes(p.original) == (GOOD + END)[:100]
