@@ -12,11 +12,14 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from addon.dialects import DIALECTS
 from addon.model import Event, StreamError, TextDelta
 from addon.stream.processor import StreamProcessor
 from addon.stream.sse import EventDecoder, LineDecoder
+from tests.realdata import OPENAI_STREAMS, as_sse, needs_recordings
 
 CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 
@@ -233,3 +236,51 @@ def test_the_original_bytes_are_kept_up_to_their_bound() -> None:
     p = proc("anthropic", keep_original=100)
     run(p, GOOD + END)
     assert bytes(p.original) == (GOOD + END)[:100]
+
+
+# --------------------------------------------------------------------------- mutated recordings
+
+
+@needs_recordings
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(OPENAI_STREAMS or ["-"]),
+    data=st.data(),
+    client=st.sampled_from(["anthropic", "openai_responses", "gemini"]),
+)
+def test_a_mutated_real_stream_stays_well_formed_in_the_clients_dialect(
+    name: str, data: st.DataObject, client: str
+) -> None:
+    """Bytes flipped, dropped or cut anywhere in a recorded OpenAI stream: a client of another
+    dialect still gets an event stream of its own dialect (every data JSON, none of them an
+    OpenAI chunk) that ends either complete or with an error, never both."""
+    raw = bytearray(as_sse(name))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(raw) - 1))
+        match data.draw(st.sampled_from(["flip", "drop", "cut", "junk"])):
+            case "flip":
+                raw[at] = data.draw(st.integers(0, 255))
+            case "drop":
+                del raw[at : at + data.draw(st.integers(1, 40))]
+            case "cut":
+                del raw[at:]
+            case "junk":
+                raw[at:at] = data.draw(
+                    st.sampled_from([b"{", b"\n\n", b"data: {\n\n", b"<html>\n"])
+                )
+        if not raw:
+            raw += b"\n"
+    p = proc(client, max_event_bytes=4096)
+    out = run(p, bytes(raw[: len(raw) // 2]), bytes(raw[len(raw) // 2 :]))
+    evs = sse_events(out)  # raises if any data is not JSON
+    assert evs, out
+    assert not any(isinstance(d, dict) and "choices" in d for _, d in evs)
+    names = [n for n, _ in evs]
+    last_name, last = evs[-1]
+    if client == "anthropic":
+        assert last_name in ("message_stop", "error") and names.count("message_stop") <= 1
+        assert not ("error" in names and "message_stop" in names)
+    elif client == "openai_responses":
+        assert last_name in ("response.completed", "response.incomplete", "response.failed")
+    else:
+        assert "error" in last or any(c.get("finishReason") for c in last.get("candidates") or [])
