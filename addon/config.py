@@ -117,6 +117,34 @@ REWRITE_OPTIONS: tuple[OptionSpec, ...] = (
         "is sent on as text.",
     ),
     OptionSpec(
+        "bridge_store",
+        str,
+        "",
+        "The reasoning store (thought signatures, thinking blocks, reasoning_content the "
+        "client drops and the upstream needs back): empty keeps it in memory; a file path "
+        "keeps it in SQLite there, so a restart mid-conversation loses nothing.",
+    ),
+    OptionSpec(
+        "bridge_store_size",
+        int,
+        20_000,
+        "The reasoning store keeps at most this many values (least recently used go first); "
+        "0 turns it off.",
+    ),
+    OptionSpec(
+        "bridge_store_ttl",
+        int,
+        24 * 3600,
+        "Seconds a value in the reasoning store lives without being used; 0: no expiry.",
+    ),
+    OptionSpec(
+        "bridge_thinking_budget",
+        int,
+        0,
+        "Thinking budget (tokens) set where thinking is on without one (models that think by "
+        "default: -thinking names, Claude Opus 4.5); 0 leaves the budget to the upstream.",
+    ),
+    OptionSpec(
         "bridge_loop_max_repeat",
         int,
         3,
@@ -174,8 +202,10 @@ def check_deferred_option(name: str, value: Any, *, from_text: bool) -> Any:
     and what it takes; an unknown name gets the closest known one."""
     spec = _BY_NAME.get(name)
     if spec is None:
-        close = difflib.get_close_matches(name, list(_BY_NAME), n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        # Compared without the common prefix: every name shares "bridge_".
+        tails = {n.removeprefix("bridge_"): n for n in _BY_NAME}
+        close = difflib.get_close_matches(name.removeprefix("bridge_"), list(tails), n=1)
+        hint = f" (did you mean {tails[close[0]]}?)" if close else ""
         raise ConfigError(
             f"unknown option {name}{hint}; cursor-bridge's options are "
             f"{', '.join(sorted(_BY_NAME))}"
@@ -224,6 +254,7 @@ class Settings:
     loop_max_repeat: int = 3
     loop_fallback: bool = False
     max_event_bytes: int = 16 * 1024 * 1024
+    thinking_budget: int | None = None
 
 
 def _choice(spec: OptionSpec, value: Any) -> str:
@@ -282,6 +313,9 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
         raise ConfigError(
             f"bridge_max_event_bytes takes a whole number of bytes >= 1024, not {max_event!r}"
         )
+    budget = get("bridge_thinking_budget")
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+        raise ConfigError(f"bridge_thinking_budget takes a whole number >= 0, not {budget!r}")
     fallback = get("bridge_loop_fallback")
     if not isinstance(fallback, bool):
         raise ConfigError(f"bridge_loop_fallback takes true or false, not {fallback!r}")
@@ -303,7 +337,31 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
         loop_max_repeat=repeat,
         loop_fallback=fallback,
         max_event_bytes=max_event,
+        thinking_budget=budget or None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSettings:
+    """The reasoning store's options (the store itself lives in the shell)."""
+
+    path: str = ""
+    size: int = 20_000
+    ttl: int = 24 * 3600
+
+
+def parse_store(read: Callable[[str], Any]) -> StoreSettings:
+    """``bridge_store*`` checked: one ``ConfigError`` line naming the option."""
+    path = read("bridge_store")
+    if not isinstance(path, str):
+        raise ConfigError(f"bridge_store takes a file path or nothing, not {path!r}")
+    numbers = {}
+    for name in ("bridge_store_size", "bridge_store_ttl"):
+        value = read(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"{name} takes a whole number >= 0, not {value!r}")
+        numbers[name] = value
+    return StoreSettings(path.strip(), numbers["bridge_store_size"], numbers["bridge_store_ttl"])
 
 
 def parse_retry_timeout(value: Any) -> float:

@@ -32,7 +32,7 @@ import dataclasses
 import json
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +56,8 @@ from addon.model import (
 )
 from addon.redact import clean
 from addon.routes import Route, match
+from addon.store import ReasoningStore, Scope, ScopedStore
+from addon.stream.capture import CaptureStage, capture_response
 from addon.stream.custom_tools import CustomToolStage
 from addon.stream.decompress import make_decompressor
 from addon.stream.eventstream import split_all
@@ -74,6 +76,9 @@ from addon.transforms.cache import strip_cache_control
 from addon.transforms.custom_tools import unwrap_custom_calls, wrap_custom_tools
 from addon.transforms.loop_guard import LoopVerdict, check_loop, loop_record, terminal_response
 from addon.transforms.repair import ToolSchemas, parse_arguments, repair_response, schemas_of
+from addon.transforms.restore import restore_request
+from addon.transforms.staged_retry import Stage as Stage_
+from addon.transforms.staged_retry import stage_request
 from addon.transforms.text_tools import TextToolSettings, apply_text_tools, parse_text_tools
 from addon.transforms.thinking import apply_thinking_prompt, resolve_model
 from addon.transforms.tools import check_tools, sanitize_tool_schemas
@@ -154,6 +159,20 @@ class FlowPlan:
     rest (``answer_notes``)."""
     max_event_bytes: int = MAX_EVENT_BYTES
     """The bound of what a stream's rewrite holds (``bridge_max_event_bytes``)."""
+    host: str = ""
+    """The upstream host (part of the reasoning store's scope)."""
+    store: ReasoningStore | None = None
+    """The process-wide reasoning store (None: off)."""
+    sink: ScopedStore | None = None
+    """The store's view for this flow's scope (upstream, model as sent): restore reads it,
+    capture writes it."""
+    capture: CaptureStage | None = None
+    capture_error: str | None = None
+    """Why capturing this answer stopped (a store that cannot write …), for the shell's log."""
+    unified: Request | None = None
+    """The unified request as it was encoded for the upstream: the staged retry's start."""
+    encode_stage: Callable[[Request], bytes] | None = None
+    """Encodes a staged retry's request exactly as the first one was (dialect, path, key)."""
     processor: StreamProcessor | None = None
     parser: TextProtocolParser | None = None
     profile_arn: str | None = None
@@ -203,6 +222,10 @@ class FlowPlan:
         bytes to keep for the view). Raises ``UnsupportedEncoding``."""
         decompressor = make_decompressor(content_encoding)
         stages: list[Stage] = []
+        if self.sink is not None:
+            # First: it must see the upstream's own events, before any stage changes them.
+            self.capture = CaptureStage(self.sink)
+            stages.append(self.capture)
         if self.parse_text:
             stages.append(TextToolStage(self.new_parser()))
         if self.custom_tools:
@@ -291,7 +314,28 @@ class FlowPlan:
         return self._filtered(answer)
 
     def _decode_answer(self, body: JSON) -> Response:
-        return self._filtered(self.upstream.decode_response(body))
+        answer = self.upstream.decode_response(body)
+        if self.sink is not None:
+            try:
+                capture_response(answer, self.sink)
+            except Exception as e:  # remembering never costs the client its answer
+                self.capture_error = f"{type(e).__name__}: {e}"
+        return self._filtered(answer)
+
+    def stage_body(self, stage: Stage_) -> bytes:
+        """The upstream body of a staged retry (``addon.transforms.staged_retry``). Raises
+        ``ValueError`` when this flow cannot be retried that way."""
+        if self.unified is None or self.encode_stage is None:
+            raise ValueError("no request to retry")
+        return self.encode_stage(stage_request(self.unified, stage, self.notes))
+
+    def error_message(self, raw: bytes) -> str:
+        """The message of an upstream error body (its dialect's), else its text (cut)."""
+        try:
+            message = self.upstream.error_message(load_json(raw))
+        except (ValueError, RecursionError, UnsupportedShape, *SHAPE_ERRORS):
+            message = None
+        return message or raw[: MAX_ERROR_QUOTE * 4].decode("utf-8", "replace")
 
     def _filtered(self, answer: Response) -> Response:
         """A decoded whole answer, parsed and filtered as the route says."""
@@ -449,11 +493,20 @@ def decide(
     incoming: Incoming,
     env: Mapping[str, str],
     creds: RouteCredentials | None = None,
+    store: ReasoningStore | None = None,
 ) -> Decision:
     """Decode, transform and encode one routed request (see the module docstring). ``creds``:
-    what the shell read for the route (a Kiro token file), sent instead of any other key."""
+    what the shell read for the route (a Kiro token file), sent instead of any other key;
+    ``store``: the reasoning store (restores what the client dropped; captures the answer)."""
     client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
-    plan = FlowPlan(route, client, upstream, max_event_bytes=settings.max_event_bytes)
+    plan = FlowPlan(
+        route,
+        client,
+        upstream,
+        max_event_bytes=settings.max_event_bytes,
+        host=incoming.host,
+        store=store,
+    )
     if creds is not None:
         plan.profile_arn = creds.profile_arn
     try:
@@ -489,18 +542,24 @@ def decide(
                 decoded, **client.from_path(incoming.bare_path, incoming.query)
             )
         unified = transform(decoded, plan, settings)
-        wire = build_wire(
-            unified,
-            client,
-            upstream,
-            path=incoming.bare_path,
-            query=incoming.query,
-            headers=incoming.headers,
-            notes=notes,
-            upstream_path=route.upstream_path,
-            env_key=env_key,
-            project=route.project,
-        )
+
+        def wire_for(req: Request, notes: Notes) -> WireRequest:
+            return build_wire(
+                req,
+                client,
+                upstream,
+                path=incoming.bare_path,
+                query=incoming.query,
+                headers=incoming.headers,
+                notes=notes,
+                upstream_path=route.upstream_path,
+                env_key=env_key,
+                project=route.project,
+            )
+
+        wire = wire_for(unified, notes)
+        plan.unified = unified
+        plan.encode_stage = lambda req: dump(wire_for(req, Counter()).body)
         if plan.same_dialect and decoded.origin == upstream.name:
             _keep_explicit_empties(body, wire.body)
         if creds is not None and notes.pop("API key from the route's environment variable", 0):
@@ -600,6 +659,20 @@ def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
         notes["reasoning request not sent (route: reasoning = off)"] += 1
         req = dataclasses.replace(req, thinking=None)
     kiro = plan.upstream.name == KIRO
+    if mode == "native" and not kiro:
+        # What the client dropped comes back from the store (scoped to this upstream and the
+        # model as sent); the signature rules and the thinking policy apply.
+        if plan.store is not None:
+            plan.sink = plan.store.scoped(Scope.of(route.name, plan.host, req.model))
+        req = restore_request(
+            req,
+            plan.sink,
+            plan.upstream.name,
+            notes,
+            signature_fallback=route.signature_fallback,
+            thinking_budget=s.thinking_budget,
+            default_thinking=route.reasoning != "off" and not thinking,
+        )
     # Gemini refuses much of JSON Schema: its upstreams get the gemini profile unless the
     # route names one; Kiro gets the strict one.
     auto = "gemini" if plan.upstream.name in GEMINI_DIALECTS else "strict" if kiro else s.schema

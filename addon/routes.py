@@ -26,6 +26,8 @@ A routes file::
     reasoning = "auto"                 # auto | off: thinking requests → reasoning_effort
     project = "my-gcp-project"         # gemini_code_assist upstreams: the project to bill
     tool_repair = "on"                 # on | off: default the bridge_tool_repair option
+    signature_fallback = "sentinel"    # sentinel | none: a Gemini step whose signature is
+                                       # not known gets Google's skip value (or nothing)
     # kiro upstreams only (client = "kiro" is refused: Kiro is an upstream-only dialect):
     model_map = {"claude-sonnet-4-6" = "claude-sonnet-4.5"}   # client model → Kiro modelId
     profile_arn = "arn:aws:codewhisperer:…"  # the body's profileArn (default: the token file's)
@@ -97,6 +99,11 @@ class Route(BaseModel):
     reasoning: Literal["auto", "off"] = "auto"
     """``auto``: a client's thinking request (Anthropic ``thinking`` / ``output_config.effort``,
     Responses ``reasoning``) becomes the upstream's reasoning switch; ``off``: not sent."""
+    signature_fallback: Literal["sentinel", "none"] = "sentinel"
+    """Gemini upstreams: a replayed step whose calls have no thought signature the client kept
+    or the reasoning store knows gets ``skip_thought_signature_validator`` on its first call
+    (``sentinel``, what Google documents for calls it did not make) or nothing (``none``: the
+    upstream may refuse it, and the staged retry takes over)."""
     model_map: tuple[tuple[str, str], ...] | None = None
     """``kiro`` upstreams: client model names → Kiro ``modelId``s, before the built-in table (a
     TOML table ``{"claude-sonnet-4-6" = "claude-sonnet-4.5"}``, kept as pairs: routes stay

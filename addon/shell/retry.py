@@ -7,11 +7,13 @@ sent it: through the upstream proxy of ``--mode upstream:…`` (with
 ``upstream_auth`` as ``Proxy-Authorization``, as mitmproxy's ``upstream_auth``
 addon sends it), directly otherwise. The environment is never read
 (``HTTPS_PROXY`` where the bridge runs is not where the request went). The retried
-answer is delivered whole: a stream cannot be restarted mid-way.
+answer is delivered whole: a stream cannot be restarted mid-way. ``send`` also takes
+another body: the rewrite addon's staged retry on signature errors.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -27,6 +29,15 @@ _HOP_BY_HOP = frozenset(
     {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
      "proxy-connection", "proxy-authorization", "trailer"}
 )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RetryAnswer:
+    """An upstream's answer to a retry: status, content type and the whole (decoded) body."""
+
+    status: int
+    content_type: str
+    content: bytes
 
 
 class Retry(OptionChecks):
@@ -52,6 +63,21 @@ class Retry(OptionChecks):
 
     async def resend(self, flow: http.HTTPFlow, label: str) -> bytes | None:
         """The body of a 2xx answer to the same request, or None (logged, commented)."""
+        answer = await self.send(flow, label)
+        if answer is None:
+            return None
+        if not (200 <= answer.status < 300):
+            log.warning("%s: retry got HTTP %d", label, answer.status)
+            append_comment(flow, f"retry got HTTP {answer.status}")
+            return None
+        return answer.content
+
+    async def send(
+        self, flow: http.HTTPFlow, label: str, body: bytes | None = None
+    ) -> RetryAnswer | None:
+        """The upstream's answer (any status, read whole and decoded) to the flow's request
+        sent again — with ``body`` instead of its own when given (a staged retry) — or None
+        when it could not be sent (logged, commented)."""
         req = flow.request
         headers = [
             (k.decode("latin-1"), v.decode("latin-1"))
@@ -60,17 +86,15 @@ class Retry(OptionChecks):
         ]
         try:
             answer = await self._client(flow).request(
-                req.method, req.url, headers=headers, content=req.content
+                req.method, req.url, headers=headers, content=req.content if body is None else body
             )
         except (httpx.HTTPError, httpx.InvalidURL, ValueError) as e:
             log.warning("%s: retry failed: %s", label, short(f"{type(e).__name__}: {e}"))
             append_comment(flow, f"retry failed ({type(e).__name__})")
             return None
-        if not (200 <= answer.status_code < 300):
-            log.warning("%s: retry got HTTP %d", label, answer.status_code)
-            append_comment(flow, f"retry got HTTP {answer.status_code}")
-            return None
-        return answer.content
+        return RetryAnswer(
+            answer.status_code, answer.headers.get("content-type", ""), answer.content
+        )
 
     def _client(self, flow: http.HTTPFlow) -> httpx.AsyncClient:
         via = _upstream_proxy(flow)

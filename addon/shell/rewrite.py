@@ -29,7 +29,14 @@ from urllib.parse import urlencode
 
 from mitmproxy import contentviews, ctx, http
 
-from addon.config import REWRITE_OPTIONS, ConfigError, Settings, parse_settings
+from addon.config import (
+    REWRITE_OPTIONS,
+    ConfigError,
+    Settings,
+    StoreSettings,
+    parse_settings,
+    parse_store,
+)
 from addon.dialects.kiro import CONTENT_TYPE as KIRO_CONTENT_TYPE
 from addon.model import UnsupportedShape
 from addon.plan import (
@@ -66,10 +73,12 @@ from addon.shell.common import (
 from addon.shell.common import internal_error as log_internal_error
 from addon.shell.contentview import BridgeContentview
 from addon.shell.kiro_auth import KiroAuth
-from addon.shell.retry import Retry
+from addon.shell.retry import Retry, RetryAnswer
 from addon.state import BridgeState
+from addon.store import ReasoningStore, StoreError
 from addon.stream.decompress import UnsupportedEncoding
 from addon.stream.processor import StreamProcessor
+from addon.transforms.staged_retry import next_stage
 
 KEEP_STREAM_BYTES = 1024 * 1024
 """How much of a rewritten stream's upstream bytes is kept for the content view."""
@@ -93,6 +102,9 @@ class RewriteAddon(OptionChecks):
         self.kiro = kiro
         """Reads the Kiro token file of a route (its ``request`` hook runs before ours)."""
         self._plans: OrderedDict[str, FlowPlan] = OrderedDict()
+        self.store: ReasoningStore | None = None
+        """The reasoning store (``bridge_store*``), shared by every flow; None: off."""
+        self._store_settings: StoreSettings | None = None
 
     # ------------------------------------------------------------------ options
 
@@ -107,6 +119,7 @@ class RewriteAddon(OptionChecks):
             return
         try:
             self.settings = parse_settings(lambda name: getattr(ctx.options, name), environment())
+            self._configure_store(parse_store(lambda name: getattr(ctx.options, name)))
         except ConfigError as e:
             self.refuse(str(e))
             return
@@ -116,6 +129,29 @@ class RewriteAddon(OptionChecks):
                 len(self.settings.routes),
                 clean(ctx.options.bridge_routes, 1000),
             )
+
+    def _configure_store(self, wanted: StoreSettings) -> None:
+        """Open the reasoning store the options ask for (once per change of them)."""
+        if wanted == self._store_settings:
+            return
+        store = None
+        if wanted.size > 0:
+            try:
+                store = ReasoningStore(wanted.path, max_entries=wanted.size, ttl=wanted.ttl)
+            except (StoreError, ValueError) as e:
+                raise ConfigError(f"bridge_store: {clean(e, 300)}") from None
+        self._close_store()
+        self.store, self._store_settings = store, wanted
+        if store is not None and wanted.path:  # in memory is the default: nothing to say
+            log.info("cursor-bridge: %s", clean(store.describe(), 500))
+
+    def _close_store(self) -> None:
+        store, self.store = self.store, None
+        if store is not None:
+            try:
+                store.close()
+            except Exception as e:
+                log.warning("cursor-bridge: closing the reasoning store: %s", short(e))
 
     # ------------------------------------------------------------------ request
 
@@ -136,7 +172,9 @@ class RewriteAddon(OptionChecks):
                 req.get_content(strict=False) or b"",
             )
             creds = self.kiro.take(flow.id) if self.kiro is not None else None
-            decision: Decision = decide(self.settings, route, incoming, environment(), creds)
+            decision: Decision = decide(
+                self.settings, route, incoming, environment(), creds, store=self.store
+            )
             if isinstance(decision, Rewrite):
                 # Everything that could fail is done: the flow is changed only from here on.
                 self._rewrite(flow, incoming, decision)
@@ -265,6 +303,8 @@ class RewriteAddon(OptionChecks):
             self._stream_done(flow, plan)
             return
         if not (200 <= resp.status_code < 300):
+            if await self._staged_retry(flow, plan, resp):
+                return
             if not plan.same_dialect:
                 self._translate_error(flow, plan)
             return
@@ -308,6 +348,75 @@ class RewriteAddon(OptionChecks):
             resp.headers["content-type"] = "application/json"
         resp.content = body
         self.state.count("answers rewritten")
+
+    async def _staged_retry(self, flow: http.HTTPFlow, plan: FlowPlan, resp: http.Response) -> bool:
+        """An upstream 400 over signatures / reasoning: ask again without them (stage 1), then
+        with tools as text too (stage 2, when the error names a tool). True when a stage was
+        answered: the client gets that answer, in its dialect, streamed if it asked."""
+        if self.retry is None or plan.unified is None:
+            return False
+        message = plan.error_message(resp.get_content(strict=False) or b"")
+        stage = next_stage(0, resp.status_code, message)
+        first = resp.status_code
+        while stage is not None:
+            self.state.count(f"staged retries (stage {stage})")
+            log.info(
+                "%s: upstream refused the reasoning (HTTP %d: %s): staged retry %d",
+                plan.label,
+                first,
+                short(message),
+                stage,
+            )
+            try:
+                body = plan.stage_body(stage)
+            except (ValueError, UnsupportedShape, RecursionError) as e:
+                log.warning("%s: staged retry %d not possible: %s", plan.label, stage, short(e))
+                return False
+            answer = await self.retry.send(flow, plan.label, body)
+            if answer is None:
+                return False
+            if 200 <= answer.status < 300:
+                self._deliver_stage(flow, plan, answer, stage)
+                return True
+            message = plan.error_message(answer.content)
+            append_comment(flow, f"staged retry {stage} got HTTP {answer.status}")
+            stage = next_stage(stage, answer.status, message)
+        return False
+
+    def _deliver_stage(
+        self, flow: http.HTTPFlow, plan: FlowPlan, answer: RetryAnswer, stage: int
+    ) -> None:
+        """A staged retry's 2xx answer, rewritten for the client as a first answer would be."""
+        streamed = plan.stream and not answer.content_type.lower().startswith("application/json")
+        if streamed or (plan.stream and plan.upstream_framing == "json_array"):
+            processor = plan.stream_processor(None)
+            body = b"".join([*processor.feed(answer.content), *processor.finish()])
+            plan.processor = None
+            content_type = CONTENT_TYPES[plan.client_framing]
+        else:
+            try:
+                body = plan.encode_answer(plan.decode_answer(answer.content))
+            except (ValueError, UnsupportedShape, RecursionError) as e:
+                why = "nested too deeply" if isinstance(e, RecursionError) else short(e)
+                flow.response = http.Response.make(
+                    answer.status, answer.content, {"content-type": answer.content_type}
+                )
+                append_comment(flow, f"staged retry {stage} answered")
+                if not plan.same_dialect:
+                    self._unreadable(flow, plan, why)
+                return
+            content_type = CONTENT_TYPES[plan.client_framing] if plan.stream else "application/json"
+        flow.response = http.Response.make(200, body, {"content-type": content_type})
+        self.state.count("staged retries answered")
+        append_comment(
+            flow,
+            f"upstream refused the reasoning: staged retry {stage} answered "
+            f"({'thinking off, thinking as text' if stage == 1 else 'tool calls as text too'})",
+        )
+        meta = flow.metadata.get(META_KEY)
+        if isinstance(meta, dict):
+            meta["staged_retry"] = stage
+        self._note_text_calls(flow, plan)
 
     def _stream_done(self, flow: http.HTTPFlow, plan: FlowPlan) -> None:
         p = plan.processor
@@ -359,6 +468,15 @@ class RewriteAddon(OptionChecks):
     def _note_answer(self, flow: http.HTTPFlow, plan: FlowPlan) -> None:
         """What the answer's rewrite changed (argument repairs …): in the comment and the
         metadata; one structured log line per call that still does not fit its schema."""
+        failed = plan.capture_error or (plan.capture.error if plan.capture else None)
+        if failed:
+            plan.capture_error = None
+            if plan.capture is not None:
+                plan.capture.error = None
+            self.state.count("answers not remembered")
+            log.warning(
+                "%s: the answer's reasoning was not remembered: %s", plan.label, short(failed)
+            )
         changes = plan.answer_notes()
         if changes:
             append_comment(flow, f"answer: {changes}")
@@ -399,6 +517,7 @@ class RewriteAddon(OptionChecks):
                 log.info("cursor-bridge: %s", self.state.summary())
         except Exception as e:
             log_internal_error("cursor-bridge: done", e)
+        self._close_store()
 
     # ------------------------------------------------------------------ helpers
 

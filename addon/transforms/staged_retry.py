@@ -7,7 +7,8 @@ there (mitmproxy's own upstream settings, never the environment's proxies). ``tr
 the unified request as it was about to be encoded the first time (after
 ``addon.transforms.restore``): the stages take away, they never restore again.
 
-- Stage 1 — thinking off, thinking blocks as text: ``Request.thinking`` cleared, every
+- Stage 1 — thinking off, thinking blocks as text: ``Request.thinking`` cleared (and the
+  reasoning switches a client's dialect kept as extra fields), every
   ``Thinking`` part with text becomes a ``Text`` part with that text (redacted and empty
   ones dropped), and every signature and reasoning extra is taken off what remains
   (``thoughtSignature`` on calls and texts, ``extra_content.google.thought_signature``,
@@ -100,6 +101,12 @@ def next_stage(stage: int, status: int, message: str | bytes | None) -> Stage | 
     return None
 
 
+_REASONING_SWITCHES = frozenset({"reasoning_effort", "reasoning", "thinking", "enable_thinking"})
+"""Reasoning switches a client's dialect kept as extra fields (an OpenAI client's
+``reasoning_effort`` to an OpenAI-compatible upstream; DeepSeek's and Qwen's ``thinking`` /
+``enable_thinking``): stage 1 turns thinking off, so they go too."""
+
+
 def stage_request(req: Request, stage: Stage, notes: Notes | None = None) -> Request:
     """The request of ``stage`` (see the module docstring); ``notes`` get what was changed."""
     if stage not in (1, 2):
@@ -107,9 +114,10 @@ def stage_request(req: Request, stage: Stage, notes: Notes | None = None) -> Req
     counts: Notes = notes if notes is not None else Counter()
     messages = tuple(_stage1(m, counts) for m in req.messages)
     messages = tuple(m for m in messages if m.parts or m.role in ("user", "system", "developer"))
-    if req.thinking is not None:
+    switches = sorted(k for k in _REASONING_SWITCHES if k in req.extra)
+    if req.thinking is not None or switches:
         counts["thinking off (staged retry)"] += 1
-    extra = _strip(req.extra)
+    extra = _strip({k: v for k, v in req.extra.items() if k not in _REASONING_SWITCHES})
     if stage == 2:
         messages = merge_same_role(tuple(_as_text(m, counts) for m in messages))
     return dataclasses.replace(

@@ -47,6 +47,7 @@ from addon.model import (
     ToolResult,
     UnsupportedShape,
 )
+from addon.transforms.restore import restore_request
 from addon.wire import build_wire
 from tests.realdata import FIXTURES, read
 
@@ -60,7 +61,10 @@ SCHEMA: dict[str, Any] = {"type": "object", "properties": {"path": {"type": "str
 
 
 def encode(req: Request) -> tuple[dict[str, Any], Counter[str]]:
+    """Encoded as the bridge does for a Gemini upstream: after ``restore_request`` (no store,
+    the route's default ``signature_fallback``), which marks unsigned steps."""
     notes: Counter[str] = Counter()
+    req = restore_request(req, None, "gemini", notes, signature_fallback="sentinel")
     return encode_request(req, notes), notes
 
 

@@ -368,7 +368,7 @@ def test_a_bug_in_decide_still_answers_the_client(
 ) -> None:
     import addon.shell.rewrite as rewrite
 
-    def broken(*_: object) -> object:
+    def broken(*_: object, **__: object) -> object:
         raise KeyError("a bug \ud83d key=s3cr3t")
 
     monkeypatch.setattr(rewrite, "decide", broken)

@@ -272,3 +272,20 @@ def test_a_gemini_clients_own_request_loses_its_signatures_in_stage_1() -> None:
 def test_unknown_stage() -> None:
     with pytest.raises(ValueError):
         stage_request(conversation(), 3)  # type: ignore[arg-type]
+
+
+def test_stage_1_drops_the_reasoning_switches_a_client_kept_as_extras() -> None:
+    body = {
+        "model": "deepseek-reasoner",
+        "messages": [{"role": "user", "content": "hi"}],
+        "reasoning_effort": "high",
+        "thinking": {"type": "enabled"},
+        "temperature": 0.2,
+    }
+    notes: Counter[str] = Counter()
+    req = DIALECTS["openai_chat"].decode_request(body, notes)
+    staged = stage_request(req, 1, notes)
+    wire = DIALECTS["openai_chat"].encode_request(staged, Counter())
+    assert "reasoning_effort" not in wire and "thinking" not in wire
+    assert wire["temperature"] == 0.2
+    assert notes["thinking off (staged retry)"] == 1

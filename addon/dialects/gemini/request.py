@@ -58,8 +58,9 @@ Encoding (another dialect's request for a Gemini upstream)
 - Reasoning: only signed thinking is sent (Gemini refuses signatures it did not make, and
   thoughts without one add nothing); a signature right before a function call without one
   goes onto that call, where Gemini puts it. Gemini 3 refuses a replayed step whose first
-  call has no signature: for conversations from other dialects that call gets the value
-  Google documents for that case (``parts.SKIP_SIGNATURE``), except on Gemini 1.x/2.x.
+  call has no signature: ``addon.transforms.restore`` gives it back from the reasoning store
+  or, where the route allows it, marks it with the value Google documents for that case
+  (``parts.SKIP_SIGNATURE``); the encoder writes what the calls carry.
 - Arguments that are not a JSON object → ``{"_raw_arguments": text}`` (noted).
 - ``ThinkingConfig`` → ``thinkingConfig{includeThoughts: true}`` with ``thinkingBudget``
   from the budget, else ``thinkingLevel`` from the effort (minimal/low → ``LOW``, medium and
@@ -112,7 +113,6 @@ from addon.model import (
 from .parts import NAME as NAME
 from .parts import (
     SIGNATURE,
-    SKIP_SIGNATURE,
     Leftover,
     args_object,
     decode_part,
@@ -705,8 +705,6 @@ class _Encoder:
                 turns.append({"role": role, "parts": parts})
         if not self.own:
             self.order_results(turns)
-            if not _OLD_MODEL.match(self.req.model):
-                self.sign_steps(turns)
         return system, turns
 
     def system_parts(self, m: Message) -> list[JSON]:
@@ -905,19 +903,6 @@ class _Encoder:
                 return (0, calls.get(response.get("id", ""), last))
 
             parts.sort(key=key)
-
-    def sign_steps(self, turns: list[JSON]) -> None:
-        """Gemini 3 refuses a replayed step whose first call has no signature (a conversation
-        from another model): mark it with the value Google documents for that case."""
-        for turn in turns:
-            if turn["role"] != "model":
-                continue
-            calls = [p for p in turn["parts"] if "functionCall" in p]
-            if calls and not any(SIGNATURE in p for p in calls):
-                calls[0][SIGNATURE] = SKIP_SIGNATURE
-                self.notes[
-                    "function calls without a thought signature marked to skip the check"
-                ] += 1
 
     # ------------------------------------------------------------------ tools
 
