@@ -29,8 +29,6 @@ through ``short`` (redacted, escaped, cut).
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +40,7 @@ from addon.dialects.base import Framing, Query, WireRequest, describe
 from addon.dialects.kiro import NAME as KIRO
 from addon.dialects.kiro.request import DESCRIPTION_LIMIT
 from addon.dialects.kiro.request import prepare as kiro_prepare
+from addon.jsonio import dumpb, loads
 from addon.model import (
     JSON,
     ClientError,
@@ -245,6 +244,7 @@ class FlowPlan:
             max_event_bytes=self.max_event_bytes,
             whole=self._whole_events,
             keep_original=keep_original,
+            raw_ok=not (self.parse_text or self.custom_tools or self.hide_thinking),
         )
         return self.processor
 
@@ -760,24 +760,9 @@ def _error_bytes(client: Dialect, e: ClientError) -> bytes:
 def dump(body: Any) -> bytes:
     """Strict JSON for the wire: UTF-8, compact. A lone surrogate (``"\\ud83d"`` in the input)
     cannot be UTF-8: then the whole body is written with ASCII escapes, still valid JSON.
-    Raises ``ValueError`` for ``NaN`` / ``Infinity`` (strict JSON has no room for them) and
-    ``RecursionError`` for data nested too deeply."""
-    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    try:
-        return text.encode()
-    except UnicodeEncodeError:
-        return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise ValueError(f"the number {text[:40]} does not fit in a float")
-    return value
+    Raises ``RecursionError`` for data nested too deeply. What it writes was read by
+    ``load_json``, which lets no ``NaN`` / ``Infinity`` in (``addon.jsonio``)."""
+    return dumpb(body)
 
 
 def load_json(raw: bytes | str) -> Any:
@@ -786,8 +771,9 @@ def load_json(raw: bytes | str) -> Any:
     that overflow (``1e400``): ``ValueError``, as for anything else ``json.loads`` refuses.
     Nesting too deep raises ``RecursionError``. Empty input is not JSON. A leading UTF-8
     byte order mark is ignored (RFC 8259 allows it)."""
-    text = raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw
-    return json.loads(text.removeprefix("\ufeff"), parse_constant=_no_constant, parse_float=_finite)
+    if isinstance(raw, bytes | bytearray):
+        return loads(bytes(raw).removeprefix(b"\xef\xbb\xbf"))
+    return loads(raw.removeprefix("\ufeff"))
 
 
 def short(e: BaseException | str) -> str:

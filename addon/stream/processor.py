@@ -25,6 +25,10 @@ page, plain text: ``SSEForeign``) is passed through on a same-dialect route; on 
 collected (bounded) and, when it ends, handed to ``whole`` — the plan's reading of a whole
 body: a whole answer's events, or a ``StreamError`` quoting it.
 
+Do not decode what nobody reads: with ``raw_ok`` (the plan: same dialect, no stage that changes
+events) an event whose data the decoder calls ``skippable`` (for OpenAI chat: a plain text
+chunk) is passed on as the upstream's bytes without being decoded (``skipped_decoding``).
+
 A stream the upstream cut (no finish, no ``[DONE]`` / ``message_stop``) is reported by the
 decoders as a ``StreamError`` of type ``upstream_cut``; the encoders then end the client's
 stream the way its dialect shows a failure, never with a made-up clean ending.
@@ -96,6 +100,7 @@ class StreamProcessor:
         max_event_bytes: int = MAX_EVENT_BYTES,
         whole: Callable[[bytes], list[Event]] | None = None,
         keep_original: int = 0,
+        raw_ok: bool = False,
     ) -> None:
         if framing_in not in ("sse", "json_array", "aws_eventstream") or framing_out not in (
             "sse",
@@ -110,6 +115,13 @@ class StreamProcessor:
         self._events = EventDecoder()
         self._pending_raw = bytearray()  # raw lines of the SSE event being assembled
         self.same_dialect = same_dialect
+        skippable = getattr(decoder, "skippable", None)
+        self._skippable: Callable[[str], bool] | None = (
+            skippable if raw_ok and same_dialect and framing_in == framing_out == "sse" else None
+        )
+        """``raw_ok``: no stage changes this stream's events (the plan says so); an event the
+        decoder says nobody reads goes out as the upstream's bytes, undecoded."""
+        self.skipped_decoding = 0
         self._max = max_event_bytes
         self._whole = whole
         self._body: bytearray | None = None
@@ -381,6 +393,12 @@ class StreamProcessor:
             self._pending_raw.clear()
             return
         self.events_in += 1
+        skippable = self._skippable
+        if skippable is not None and item.event is None and skippable(item.data):
+            out.append(bytes(self._pending_raw))
+            self._pending_raw.clear()
+            self.skipped_decoding += 1
+            return
         events = self._decode(item.data, item.event)
         for stage in self._stages:
             events = _feed_all(stage, events)

@@ -171,3 +171,52 @@ def test_a_named_event_without_data_is_skipped_not_a_failure() -> None:
     )
     out += p.finish()
     assert p.error is None and b"".join(out).endswith(b"data: [DONE]\n\n")
+
+
+def _payloads(body: bytes) -> list[object]:
+    import json
+
+    out: list[object] = []
+    for block in body.split(b"\n\n"):
+        for line in block.split(b"\n"):
+            if line.startswith(b"data: "):
+                data = line[6:]
+                out.append(data.decode() if data == b"[DONE]" else json.loads(data))
+    return out
+
+
+@pytest.mark.parametrize("name", OPENAI_STREAMS)
+def test_undecoded_plain_chunks_say_what_decoded_ones_say(name: str) -> None:
+    """``raw_ok``: plain text chunks go out as the upstream's bytes, undecoded; the client
+    reads the same chunks as when every chunk is decoded and encoded again."""
+    data = as_sse(name)
+
+    def run_with(raw_ok: bool) -> tuple[bytes, StreamProcessor]:
+        p = StreamProcessor(OPENAI.stream_decoder(), OPENAI.stream_encoder(), raw_ok=raw_ok)
+        out = b"".join(p.feed(data[: len(data) // 3]) + p.feed(data[len(data) // 3 :]))
+        return out + b"".join(p.finish()), p
+
+    fast, p = run_with(True)
+    slow, _ = run_with(False)
+    assert _payloads(fast) == _payloads(slow)
+    assert p.error is None
+
+
+def test_only_plain_text_chunks_are_skippable() -> None:
+    dec = OPENAI.stream_decoder()
+    first = '{"id":"a","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}'
+    text = '{"id":"a","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}'
+    assert not dec.skippable(text)  # nothing read yet: the first chunk starts the message
+    dec.feed(first, None)
+    assert dec.skippable(text)
+    assert dec.skippable(text.replace('"finish_reason":null', '"finish_reason": null'))
+    for other in (
+        text.replace('"finish_reason":null', '"finish_reason":"stop"'),
+        text.replace('"content":"hi"', '"reasoning_content":"hm","content":""'),
+        '{"id":"a","choices":[{"index":0,"delta":{"content":null,"tool_calls":[]}}]}',
+        '{"error":{"message":"content filter"}}',
+        "[DONE]",
+    ):
+        assert not dec.skippable(other), other
+    dec.feed('{"id":"a","choices":[{"index":0,"delta":{"reasoning_content":"x"}}]}', None)
+    assert not dec.skippable(text)  # reasoning was seen: every chunk is read from here on

@@ -48,6 +48,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
 
+from addon.jsonio import dumps, loads
 from addon.model import (
     JSON,
     STREAM_CUT,
@@ -77,7 +78,7 @@ type BlockKind = Literal["text", "thinking", "tool", "raw"]
 
 
 def _pair(name: str, data: JSON) -> tuple[str | None, str]:
-    return name, json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return name, dumps(data)
 
 
 _STRUCTURAL = re.compile(r'["\\{}\[\]]')
@@ -479,7 +480,7 @@ class AnthropicStreamDecoder:
 
     def feed(self, data: str, event: str | None) -> list[Event]:
         try:
-            payload: Any = json.loads(data)
+            payload: Any = loads(data)
         except ValueError as e:
             raise UnsupportedShape(f"Anthropic event is not JSON: {data[:60]!r}") from e
         if not isinstance(payload, dict):

@@ -61,6 +61,7 @@ import json
 import re
 from typing import Any, assert_never
 
+from addon.jsonio import dumps, loads
 from addon.model import (
     JSON,
     Event,
@@ -115,7 +116,7 @@ _PATH_STEP = re.compile(
 
 
 def _dumps(data: JSON) -> str:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return dumps(data)
 
 
 # --------------------------------------------------------------------------- streamed arguments
@@ -268,7 +269,7 @@ class GeminiStreamDecoder:
         if not data.strip() or data == "[DONE]":
             return []
         try:
-            payload: Any = json.loads(data)
+            payload: Any = loads(data)
         except ValueError as e:
             raise UnsupportedShape(f"Gemini chunk is not JSON: {data[:60]!r}") from e
         out: list[Event] = []

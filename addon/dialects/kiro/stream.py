@@ -38,6 +38,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from addon.jsonio import loads
 from addon.model import (
     JSON,
     Event,
@@ -227,7 +228,7 @@ def _payload(data: str, event: str | None) -> JSON:
     if not data.strip():
         return {}
     try:
-        payload: Any = json.loads(data)
+        payload: Any = loads(data)
     except ValueError as e:
         raise UnsupportedShape(f"Kiro {event or 'event'} payload is not JSON: {data[:60]!r}") from e
     if not isinstance(payload, dict):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from addon.jsonio import dumps, loads
 from addon.model import (
     JSON,
     STREAM_CUT,
@@ -40,9 +41,12 @@ from .request import NAME
 from .response import decode_usage, encode_usage, finish_reason
 
 _ENVELOPE = ("id", "object", "created", "model", "system_fingerprint")
+_CHUNK_KNOWN = frozenset({*_ENVELOPE, "choices", "usage"})
 _CHOICE_KNOWN = frozenset({"index", "delta", "finish_reason"})
 _DELTA_KNOWN = frozenset({"role", "content", "tool_calls", "reasoning_content", "reasoning"})
 _NO_EXTRA: JSON = {}
+_NOT_PLAIN = ('"tool_calls"', "reasoning", '"extra_content"', '"error"', '"function_call"')
+"""What makes a chunk worth decoding on a same-dialect route (``skippable``)."""
 
 
 class OpenAIChatStreamDecoder:
@@ -54,13 +58,30 @@ class OpenAIChatStreamDecoder:
         self._finished = False
         self._ended = False
         """A finish reason, ``[DONE]`` or an error was read: the stream was not cut."""
+        self._plain = True
+        """No tool call and no reasoning read yet (see ``skippable``)."""
+
+    def skippable(self, data: str) -> bool:
+        """Whether this event's data is a plain text chunk that nobody but an encoder of this
+        dialect would read: after the first chunk, before any tool call or reasoning, a chunk
+        with ``content`` and without calls, reasoning, extras, an error or a finish reason.
+        A same-dialect stream with nothing to change passes such a chunk on as its bytes,
+        without decoding it (``StreamProcessor(raw_ok=True)``). A look at the text only: a
+        false "no" costs the decoding, never a wrong answer."""
+        if not (self._plain and self._started) or '"content"' not in data:
+            return False
+        for marker in _NOT_PLAIN:
+            if marker in data:
+                return False
+        at = data.find('"finish_reason"')
+        return at == -1 or data[at + 15 : at + 24].lstrip(" :").startswith("null")
 
     def feed(self, data: str, event: str | None) -> list[Event]:
         if data == "[DONE]":
             self._ended = True
             return [*self._end_calls(), StreamEnd()]
         try:
-            chunk = json.loads(data)
+            chunk = loads(data)
         except ValueError as e:
             raise UnsupportedShape(f"chunk is not JSON: {data[:60]!r}") from e
         if not isinstance(chunk, dict):
@@ -72,10 +93,13 @@ class OpenAIChatStreamDecoder:
             self._ended = True
             return [StreamError(str(message), kind, origin=NAME, raw=chunk)]
         out: list[Event] = []
-        chunk_extra = {
-            k: v for k, v in chunk.items() if k not in ("choices", "usage") and k not in _ENVELOPE
-        }
-        if chunk.get("usage") is None and "usage" in chunk:
+        # The common chunk (envelope, choices, maybe usage) costs set operations in C only.
+        chunk_extra = (
+            {}
+            if chunk.keys() <= _CHUNK_KNOWN
+            else {k: v for k, v in chunk.items() if k not in _CHUNK_KNOWN}
+        )
+        if "usage" in chunk and chunk["usage"] is None:
             chunk_extra["usage"] = None
         if not self._started:
             self._started = True
@@ -90,10 +114,14 @@ class OpenAIChatStreamDecoder:
                 )
             )
         else:
-            # Some gateways change the envelope mid-stream; keep what they sent.
-            for k in _ENVELOPE:
-                if k in chunk and chunk[k] != self._envelope.get(k):
-                    chunk_extra[k] = chunk[k]
+            # Some gateways change the envelope mid-stream; keep what they sent. Fast check:
+            # the chunk has exactly the first chunk's envelope keys, with the same values.
+            env = self._envelope
+            fields = len(chunk) - ("choices" in chunk) - ("usage" in chunk) - len(chunk_extra)
+            if fields != len(env) or not env.items() <= chunk.items():
+                for k in _ENVELOPE:
+                    if k in chunk and chunk[k] != env.get(k):
+                        chunk_extra[k] = chunk[k]
         choices = chunk.get("choices") or []
         if not isinstance(choices, list):
             raise UnsupportedShape("chunk choices is not a list")
@@ -102,9 +130,11 @@ class OpenAIChatStreamDecoder:
         for choice in choices:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 raise UnsupportedShape("chunk with more than one choice (n > 1)")
-            choice_extra = {k: v for k, v in choice.items() if k not in _CHOICE_KNOWN}
+            if not choice.keys() <= _CHOICE_KNOWN:
+                choice_extra = {k: v for k, v in choice.items() if k not in _CHOICE_KNOWN}
             delta = choice.get("delta") or {}
-            delta_extra = {k: v for k, v in delta.items() if k not in _DELTA_KNOWN}
+            if not delta.keys() <= _DELTA_KNOWN:
+                delta_extra = {k: v for k, v in delta.items() if k not in _DELTA_KNOWN}
             self._decode_delta(delta, out)
             reason = choice.get("finish_reason")
             if isinstance(reason, str):
@@ -132,6 +162,10 @@ class OpenAIChatStreamDecoder:
         return out
 
     def _decode_delta(self, delta: JSON, out: list[Event]) -> None:
+        if self._plain and (
+            "tool_calls" in delta or "reasoning_content" in delta or "reasoning" in delta
+        ):
+            self._plain = False
         for key in ("reasoning_content", "reasoning"):  # DeepSeek/Grok; OpenRouter/vLLM
             text = delta.get(key)
             if isinstance(text, str) and text:
@@ -224,7 +258,7 @@ class OpenAIChatStreamEncoder:
                 choice.update(wire.get("choice", _NO_EXTRA))
             choice["finish_reason"] = finish
             chunk["choices"] = [choice]
-        return json.dumps(chunk, ensure_ascii=False, separators=(",", ":"))
+        return dumps(chunk)
 
     def feed(self, event: Event) -> list[tuple[str | None, str]]:
         match event:
@@ -275,7 +309,7 @@ class OpenAIChatStreamEncoder:
                 chunk.update(wire.get("chunk", _NO_EXTRA))
                 chunk["choices"] = []
                 chunk["usage"] = encode_usage(event.usage)
-                return [(None, json.dumps(chunk, ensure_ascii=False, separators=(",", ":")))]
+                return [(None, dumps(chunk))]
             case StreamError():
                 self._failed = True
                 body = (
@@ -285,12 +319,10 @@ class OpenAIChatStreamEncoder:
                         "error": {"message": event.message, "type": event.type or "upstream_error"}
                     }
                 )
-                return [(None, json.dumps(body, ensure_ascii=False, separators=(",", ":")))]
+                return [(None, dumps(body))]
             case RawEvent():
                 if event.origin == NAME:
-                    return [
-                        (None, json.dumps(event.data, ensure_ascii=False, separators=(",", ":")))
-                    ]
+                    return [(None, dumps(event.data))]
                 return []
             case StreamEnd():
                 return self._end()

@@ -51,10 +51,10 @@ dialect. Text given only in a ``.done`` event (no deltas) is not lost.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from addon.jsonio import dumps, loads
 from addon.model import (
     JSON,
     Event,
@@ -86,7 +86,7 @@ _CUT = "the upstream stream ended before the answer was complete"
 
 
 def _pair(name: str, data: JSON) -> tuple[str | None, str]:
-    return name, json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return name, dumps(data)
 
 
 def _own(extra: JSON) -> JSON:
@@ -618,7 +618,7 @@ class OpenAIResponsesStreamDecoder:
             self._ended = True
             return [*self._end_calls(), StreamEnd()]
         try:
-            payload: Any = json.loads(data)
+            payload: Any = loads(data)
         except ValueError as e:
             raise UnsupportedShape(f"Responses event is not JSON: {data[:60]!r}") from e
         if not isinstance(payload, dict):
