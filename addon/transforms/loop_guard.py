@@ -343,11 +343,13 @@ class _Failure:
     error_class: ErrorClass
 
 
-type _Step = list[_Failure] | None
-"""A step's failures (possibly none: all its calls succeeded), or ``None`` for a break."""
+type _Step = list[tuple[ToolCall, ToolResult]] | None
+"""A step's answered calls (possibly none failed), or ``None`` for a break."""
 
 
 def _timeline(messages: tuple[Message, ...]) -> list[_Step]:
+    """The history's steps, unclassified: only the steps at its end are ever classified (a
+    long history costs one pass, not one classification per tool result)."""
     results: dict[str, ToolResult] = {}
     for m in messages:
         for p in m.parts:
@@ -362,20 +364,23 @@ def _timeline(messages: tuple[Message, ...]) -> list[_Step]:
                     steps.append(None)  # the model answered in words: a break
                 continue  # only reasoning (or nothing): neutral
             answered = [(c, results[c.id]) for c in calls if c.id in results]
-            if not answered:
-                continue  # no result for any call: not a step (and not a break)
-            step: list[_Failure] = []
-            for call, result in answered:
-                cls = classify(result)
-                if cls is None:
-                    continue
-                fp = fingerprint(call, result)
-                assert fp is not None
-                step.append(_Failure(fp, call, result, cls))
-            steps.append(step)
+            if answered:  # no result for any call: not a step (and not a break)
+                steps.append(answered)
         elif m.role == "user" and not any(isinstance(p, ToolResult) for p in m.parts):
             steps.append(None)
     return steps
+
+
+def _failures(step: list[tuple[ToolCall, ToolResult]]) -> list[_Failure]:
+    out: list[_Failure] = []
+    for call, result in step:
+        cls = classify(result)
+        if cls is None:
+            continue
+        fp = fingerprint(call, result)
+        assert fp is not None
+        out.append(_Failure(fp, call, result, cls))
+    return out
 
 
 def check_loop(req: Request, max_repeat: int) -> LoopVerdict | None:
@@ -384,9 +389,11 @@ def check_loop(req: Request, max_repeat: int) -> LoopVerdict | None:
     if max_repeat < 1:
         return None
     steps = _timeline(req.messages)
-    if not steps or steps[-1] is None or not steps[-1]:
+    if not steps or steps[-1] is None:
         return None
-    last: list[_Failure] = steps[-1]
+    last = _failures(steps[-1])
+    if not last:
+        return None
     runs = _runs(steps, last)
     # The longest run; on a tie the fingerprint whose last failure comes later in the step.
     latest = {f.fingerprint: i for i, f in enumerate(last)}
@@ -409,11 +416,19 @@ def check_loop(req: Request, max_repeat: int) -> LoopVerdict | None:
 
 
 def _runs(steps: list[_Step], last: list[_Failure]) -> Counter[str]:
+    """How many failures of each of the last step's fingerprints end the history in a row;
+    steps are classified from the end, and only as far back as a run goes."""
+    classified: dict[int, list[_Failure]] = {len(steps) - 1: last}
     out: Counter[str] = Counter()
     for fp in dict.fromkeys(f.fingerprint for f in last):
-        for step in reversed(steps):
-            n = sum(1 for f in step or () if f.fingerprint == fp)
-            if not n:  # a break, a step without this failure
+        for i in range(len(steps) - 1, -1, -1):
+            step = steps[i]
+            if step is None:
+                break
+            if i not in classified:
+                classified[i] = _failures(step)
+            n = sum(1 for f in classified[i] if f.fingerprint == fp)
+            if not n:  # a step without this failure
                 break
             out[fp] += n
     return out
@@ -423,7 +438,7 @@ def failure_runs(req: Request) -> Counter[str]:
     """Every failing fingerprint of the history's last step with the length of its run (how
     close each is to a verdict); empty when the history ends with a break or a success."""
     steps = _timeline(req.messages)
-    last = steps[-1] if steps else None
+    last = _failures(steps[-1]) if steps and steps[-1] else None
     return _runs(steps, last) if last else Counter()
 
 
