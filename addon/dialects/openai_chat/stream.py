@@ -86,6 +86,9 @@ class OpenAIChatStreamDecoder:
             raise UnsupportedShape(f"chunk is not JSON: {data[:60]!r}") from e
         if not isinstance(chunk, dict):
             raise UnsupportedShape("chunk is not a JSON object")
+        text = self._plain_text(chunk)
+        if text is not None:
+            return [TextDelta(text)] if text else []
         if "error" in chunk and "choices" not in chunk:
             err = chunk["error"]
             message = err.get("message") if isinstance(err, dict) else str(err)
@@ -161,7 +164,41 @@ class OpenAIChatStreamDecoder:
                     break
         return out
 
+    def _plain_text(self, chunk: JSON) -> str | None:
+        """The text of the common chunk — the first chunk's envelope unchanged, one choice,
+        a delta with only ``content``, no finish, no usage, nothing else — else None (the
+        general path decodes it). Same events as the general path, a fraction of the work."""
+        if not self._started or "usage" in chunk or not chunk.keys() <= _CHUNK_KNOWN:
+            return None
+        choices = chunk.get("choices")
+        env = self._envelope
+        if (
+            type(choices) is not list
+            or len(choices) != 1
+            or len(chunk) != len(env) + 1
+            or not env.items() <= chunk.items()
+        ):
+            return None
+        choice = choices[0]
+        if (
+            type(choice) is not dict
+            or not choice.keys() <= _CHOICE_KNOWN
+            or choice.get("index", 0) != 0
+            or choice.get("finish_reason") is not None
+        ):
+            return None
+        delta = choice.get("delta")
+        if type(delta) is not dict or len(delta) != 1:
+            return None
+        content = delta.get("content")
+        return content if type(content) is str else None
+
     def _decode_delta(self, delta: JSON, out: list[Event]) -> None:
+        if len(delta) == 1 and "content" in delta:  # the common chunk: a piece of text
+            content = delta["content"]
+            if isinstance(content, str) and content:
+                out.append(TextDelta(content))
+            return
         if self._plain and (
             "tool_calls" in delta or "reasoning_content" in delta or "reasoning" in delta
         ):
