@@ -15,15 +15,16 @@ mean.
 
 Supported: ``gzip`` / ``x-gzip`` (concatenated members too), ``deflate``
 (zlib-wrapped, or raw as some servers send it: told apart by the first two
-bytes), ``br`` (the ``brotli`` package) and ``zstd`` (the ``zstandard``
-package, several frames too); mitmproxy itself depends on both packages.
+bytes), ``br`` (the ``brotli`` package) and ``zstd`` (``compression.zstd`` on 3.14,
+its ``backports.zstd`` before; several frames too); mitmproxy itself depends
+on both packages.
 ``gzip, br`` is undone in reverse order: br first, then gzip.
 """
 
 from __future__ import annotations
 
 import zlib
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class UnsupportedEncoding(ValueError):
@@ -152,14 +153,22 @@ class _Brotli:
         return b""
 
 
+def zstd_module() -> Any:
+    """The zstd bindings: the standard library's (3.14) or its backport, which mitmproxy 12 installs."""
+    try:
+        from compression import zstd  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        from backports import zstd  # type: ignore[import-not-found,no-redef,unused-ignore]
+    return zstd
+
+
 class _Zstd:
     """zstd frames, one after the other."""
 
     def __init__(self) -> None:
-        import zstandard
-
-        self._new = zstandard.ZstdDecompressor().decompressobj
-        self._error: type[Exception] = zstandard.ZstdError
+        zstd = zstd_module()
+        self._new = zstd.ZstdDecompressor
+        self._error: type[Exception] = zstd.ZstdError
         self._obj = self._new()
         self._in_frame = False
         self._done = False

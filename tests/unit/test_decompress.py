@@ -9,9 +9,13 @@ from collections.abc import Callable
 
 import brotli
 import pytest
-import zstandard
 
-from addon.stream.decompress import DecompressError, UnsupportedEncoding, make_decompressor
+from addon.stream.decompress import (
+    DecompressError,
+    UnsupportedEncoding,
+    make_decompressor,
+    zstd_module,
+)
 
 SSE_TEXT = ('data: {"content": "héllo wörld 😀"}\n\n' * 200).encode()
 NOISE = random.Random(0).randbytes(20_000)  # incompressible: many output chunks
@@ -24,7 +28,7 @@ def raw_deflate(data: bytes) -> bytes:
 
 
 def zstd(data: bytes) -> bytes:
-    return zstandard.ZstdCompressor().compress(data)
+    return bytes(zstd_module().compress(data))
 
 
 type Split = Callable[[bytes], list[bytes]]
@@ -199,8 +203,8 @@ def br_streamer() -> Streamer:
 
 
 def zstd_streamer() -> Streamer:
-    c = zstandard.ZstdCompressor().compressobj()
-    return (lambda d: c.compress(d) + c.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)), c.flush
+    c = zstd_module().ZstdCompressor()
+    return (lambda d: c.compress(d, c.FLUSH_BLOCK)), c.flush
 
 
 # A server streaming SSE compresses each event and flushes: (piece, end) per stream.
