@@ -161,6 +161,14 @@ REWRITE_OPTIONS: tuple[OptionSpec, ...] = (
         "the upstream again with the tools described in the prompt (the invoke protocol), "
         "and send that answer to the client.",
     ),
+    OptionSpec(
+        "bridge_debug",
+        bool,
+        False,
+        "Log the details of every rewritten flow at debug level (each decision, the upstream "
+        "path, what the stream processor counted); shown with --set termlog_verbosity=debug. "
+        "Keys are redacted as everywhere else.",
+    ),
 )
 """Options of the rewrite addon (``addon.shell.rewrite``)."""
 
@@ -255,6 +263,7 @@ class Settings:
     loop_fallback: bool = False
     max_event_bytes: int = 16 * 1024 * 1024
     thinking_budget: int | None = None
+    debug: bool = False
 
 
 def _choice(spec: OptionSpec, value: Any) -> str:
@@ -302,9 +311,7 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
         if value < 1:
             raise ConfigError(f"{name} must be at least 1, not {value}")
         limits[name] = value
-    strict = get("bridge_tool_strict")
-    if not isinstance(strict, bool):
-        raise ConfigError(f"bridge_tool_strict takes true or false, not {strict!r}")
+    strict = _flag(get, "bridge_tool_strict")
     repeat = get("bridge_loop_max_repeat")
     if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 0:
         raise ConfigError(f"bridge_loop_max_repeat takes a whole number >= 0, not {repeat!r}")
@@ -316,9 +323,7 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
     budget = get("bridge_thinking_budget")
     if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
         raise ConfigError(f"bridge_thinking_budget takes a whole number >= 0, not {budget!r}")
-    fallback = get("bridge_loop_fallback")
-    if not isinstance(fallback, bool):
-        raise ConfigError(f"bridge_loop_fallback takes true or false, not {fallback!r}")
+    fallback, debug = _flag(get, "bridge_loop_fallback"), _flag(get, "bridge_debug")
     return Settings(
         routes=routes,
         tool_mode=cast(ToolMode, _choice(by_name["bridge_tool_mode"], get("bridge_tool_mode"))),
@@ -338,7 +343,15 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
         loop_fallback=fallback,
         max_event_bytes=max_event,
         thinking_budget=budget or None,
+        debug=debug,
     )
+
+
+def _flag(get: Callable[[str], Any], name: str) -> bool:
+    value = get(name)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} takes true or false, not {value!r}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,26 +2,49 @@
 
 Contract: plain, bounded data; no mitmproxy. Per-flow stream state lives in
 the flow's ``StreamProcessor``, not here. This holds counters (what the bridge
-did since start, logged at shutdown) and the originals of rewritten bodies for
-mitmweb's "cursor-bridge" content view, bounded in count and bytes.
+did since start: ``bridge.stats`` and the shutdown line) and the originals of
+rewritten bodies for mitmweb's "cursor-bridge" content view, with what the view
+needs to show them (route, dialects, decisions), bounded in count and bytes.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter, OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from addon.dialects.base import Framing
+from addon.outcome import stats_text
 
 
 class BridgeState:
     def __init__(self) -> None:
         self.counters: Counter[str] = Counter()
         self.originals = OriginalStore()
+        self.started = time.monotonic()
 
     def count(self, what: str, n: int = 1) -> None:
         self.counters[what] += n
 
+    def add(self, counts: Mapping[str, int]) -> None:
+        self.counters.update(counts)
+
     def summary(self) -> str:
-        return ", ".join(f"{n} {what}" for what, n in sorted(self.counters.items()))
+        return stats_text(self.counters, time.monotonic() - self.started)
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerInfo:
+    """How to read a kept answer: who wrote it and how it was framed, and for whom."""
+
+    upstream: str
+    upstream_framing: Framing
+    client: str
+    client_framing: Framing
+    stream: bool
+    cut: bool = False
+    """Only the first bytes of the upstream's stream were kept."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +53,11 @@ class Original:
 
     body: bytes
     summary: str
+    facts: tuple[tuple[str, str], ...] = ()
+    """Route, dialects, stream or whole … as ``(name, value)``."""
+    decisions: tuple[str, ...] = ()
+    answer: AnswerInfo | None = None
+    """For a response: how to read its body and the client's."""
 
 
 class OriginalStore:
@@ -41,11 +69,12 @@ class OriginalStore:
         self._items: OrderedDict[tuple[str, str], Original] = OrderedDict()
         self._bytes = 0
 
-    def put(self, flow_id: str, part: str, body: bytes, summary: str) -> None:
+    def put(self, flow_id: str, part: str, original: Original) -> None:
+        body = original.body
         if len(body) > self.max_bytes:
             return
         self._drop((flow_id, part))
-        self._items[(flow_id, part)] = Original(body, summary)
+        self._items[(flow_id, part)] = original
         self._bytes += len(body)
         while len(self._items) > self.max_items or self._bytes > self.max_bytes:
             _, old = self._items.popitem(last=False)

@@ -1,53 +1,21 @@
-"""mitmweb / mitmproxy content view "cursor-bridge": what the client sent vs what went upstream.
+"""mitmweb / mitmproxy content view "cursor-bridge": what the bridge did to a flow.
 
-Part of the shell (it imports mitmproxy). For a request the bridge rewrote it
-shows the summary, the client's original body and the body the upstream got;
-for a rewritten whole answer, the upstream's original and what the client got.
-Streamed answers are rewritten on the fly and not kept twice; start mitmweb
-with ``--set store_streamed_bodies=true`` to see what the client received.
-What it shows goes through ``addon.redact`` (keys and credential parameters
-redacted; long tokens such as thinking signatures are left to see).
+Part of the shell (it imports mitmproxy); the text comes from ``addon.view``.
+For a request the bridge rewrote: the route, the dialects, every decision, and a
+diff of what the client sent against what the upstream got. For an answer: the
+upstream's events and the client's as one timeline, for whole answers and for
+streams (the first ``KEEP_STREAM_BYTES`` the upstream streamed are kept with the
+originals; the client's side of a stream is there when mitmproxy stores
+streamed bodies, ``store_streamed_bodies``). Everything shown is redacted.
 """
 
 from __future__ import annotations
 
-import json
-
 from mitmproxy import contentviews, http
 
-from addon.redact import clean, escape, redact
+from addon.dialects import DIALECTS
 from addon.state import OriginalStore
-from addon.stream.eventstream import split_all
-
-
-def _pretty(body: bytes) -> str:
-    try:
-        text = json.dumps(json.loads(body), indent=2, ensure_ascii=False)
-    except (ValueError, RecursionError):
-        text = _event_stream(body) or body.decode("utf-8", "replace")
-    # Lone surrogates (from "\ud83d" in the JSON) cannot be shown: escaped.
-    return redact(escape_surrogates(text), tokens=False)
-
-
-def _event_stream(body: bytes) -> str | None:
-    """AWS event-stream frames (a Kiro answer) as one ``event-type: payload`` line each."""
-    if len(body) < 16 or body[:1] in (b"{", b"["):
-        return None
-    frames, error = split_all(body)
-    if not frames:
-        return None
-    lines = [f"{f.event}: {f.text}" for f in frames]
-    if error is not None:
-        lines.append(f"# {error}")
-    return "\n".join(lines)
-
-
-def escape_surrogates(text: str) -> str:
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return "\n".join(escape(line) for line in text.split("\n"))
+from addon.view import request_view, response_view
 
 
 class BridgeContentview(contentviews.Contentview):
@@ -60,7 +28,7 @@ class BridgeContentview(contentviews.Contentview):
 
     @property
     def syntax_highlight(self) -> contentviews.SyntaxHighlight:
-        return "yaml"  # YAML highlighting is JSON-friendly (see mitmproxy's docs)
+        return "none"
 
     def prettify(self, data: bytes, metadata: contentviews.Metadata) -> str:
         flow, message = metadata.flow, metadata.http_message
@@ -70,15 +38,26 @@ class BridgeContentview(contentviews.Contentview):
         found = self._originals.get(flow.id, part)
         if found is None:
             raise ValueError("not a flow the bridge rewrote (or its original was evicted)")
-        before, after = (
-            ("client sent", "upstream got")
-            if part == "request"
-            else ("upstream sent", "client got")
-        )
-        return (
-            f"# cursor-bridge: {clean(found.summary, 2000)}\n\n"
-            f"# ── {after} (rewritten) ──\n{_pretty(data)}\n\n"
-            f"# ── {before} (original) ──\n{_pretty(found.body)}\n"
+        info = found.answer
+        if info is None:
+            return request_view(
+                summary=found.summary,
+                facts=found.facts,
+                decisions=found.decisions,
+                client_body=found.body,
+                upstream_body=data,
+            )
+        return response_view(
+            summary=found.summary,
+            facts=found.facts,
+            upstream=DIALECTS[info.upstream],
+            upstream_framing=info.upstream_framing,
+            upstream_body=found.body,
+            client=DIALECTS[info.client],
+            client_framing=info.client_framing,
+            client_body=data or None,
+            stream=info.stream,
+            cut=info.cut,
         )
 
     def render_priority(self, data: bytes, metadata: contentviews.Metadata) -> float:

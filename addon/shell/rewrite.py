@@ -11,6 +11,13 @@ Hooks only apply what ``addon.plan`` decides:
   re-shaped for a client of another dialect;
 - ``error``: the flow's state is freed.
 
+Every routed flow gets a ``FlowReport`` (``addon.outcome``): the time spent in the
+bridge's hooks and stream callable, retries, what the stream processor counted.
+When the flow is over it sets the flow's mark (one per outcome), adds to the
+counters (``bridge.stats``, the shutdown line) and, for a rewritten flow, is
+logged as one structured info line; ``bridge_debug`` adds the details at debug
+level. The content view gets the originals with the route, dialects and decisions.
+
 Problems are logged one line each, never raised: every hook catches what nobody
 expected (one ``internal error`` line, no traceback) and the client still gets an
 answer — its request or the upstream's answer passed on untouched when both sides
@@ -22,12 +29,13 @@ mitmproxy's ``allow_hosts`` / ``ignore_hosts`` bind the bridge too.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from mitmproxy import contentviews, ctx, http
+from mitmproxy import command, contentviews, ctx, http
 
 from addon.config import (
     REWRITE_OPTIONS,
@@ -39,6 +47,7 @@ from addon.config import (
 )
 from addon.dialects.kiro import CONTENT_TYPE as KIRO_CONTENT_TYPE
 from addon.model import UnsupportedShape
+from addon.outcome import FlowReport
 from addon.plan import (
     CONTENT_TYPES,
     Answer,
@@ -74,7 +83,7 @@ from addon.shell.common import internal_error as log_internal_error
 from addon.shell.contentview import BridgeContentview
 from addon.shell.kiro_auth import KiroAuth
 from addon.shell.retry import Retry, RetryAnswer
-from addon.state import BridgeState
+from addon.state import AnswerInfo, BridgeState, Original
 from addon.store import ReasoningStore, StoreError
 from addon.stream.decompress import UnsupportedEncoding
 from addon.stream.processor import StreamProcessor
@@ -102,6 +111,8 @@ class RewriteAddon(OptionChecks):
         self.kiro = kiro
         """Reads the Kiro token file of a route (its ``request`` hook runs before ours)."""
         self._plans: OrderedDict[str, FlowPlan] = OrderedDict()
+        self._reports: OrderedDict[str, FlowReport] = OrderedDict()
+        """Routed flows still running: what their log line and mark will say."""
         self.store: ReasoningStore | None = None
         """The reasoning store (``bridge_store*``), shared by every flow; None: off."""
         self._store_settings: StoreSettings | None = None
@@ -158,6 +169,7 @@ class RewriteAddon(OptionChecks):
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None or flow.error is not None or not flow.live:
             return
+        started = time.perf_counter_ns()
         route = None
         try:
             req = flow.request
@@ -178,6 +190,7 @@ class RewriteAddon(OptionChecks):
             if isinstance(decision, Rewrite):
                 # Everything that could fail is done: the flow is changed only from here on.
                 self._rewrite(flow, incoming, decision)
+                self._reports[flow.id].spent_ns += time.perf_counter_ns() - started
                 return
         except Exception as e:
             if route is None:
@@ -191,10 +204,15 @@ class RewriteAddon(OptionChecks):
                     return
                 case Pass():
                     self._passthrough(flow, decision)
+                    outcome = "fallback"
                 case Reject():
                     self._reject(flow, decision)
+                    outcome = "rejected"
                 case Answer():
                     self._answer(flow, decision)
+                    outcome = "loop_guard"
+            report = FlowReport(route.name, outcome, spent_ns=time.perf_counter_ns() - started)
+            self._close(flow, report, line=False)
         except Exception as e:
             log_internal_error(f"cursor-bridge [{route.name}]: request", e)
 
@@ -215,18 +233,28 @@ class RewriteAddon(OptionChecks):
         req.headers["accept-encoding"] = "identity"
         self._remember(flow.id, plan)
         self.state.count("requests rewritten")
-        self.state.originals.put(flow.id, "request", d.original, d.summary)
+        facts = (*plan_facts(plan), ("upstream path", clean(wire.path, 300)))
+        decisions = decision_lines(plan.notes)
+        self.state.originals.put(
+            flow.id, "request", Original(d.original, d.summary, facts, decisions)
+        )
         append_comment(flow, f"{plan.label}: {d.summary}")
         set_meta(flow, plan.meta())
+        if self.settings.debug:
+            log.debug("%s: upstream path %s", plan.label, clean(wire.path, 300))
+            for line in decisions:
+                log.debug("%s: request: %s", plan.label, clean(line, 500))
 
     # ------------------------------------------------------------------ response
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
+        started = time.perf_counter_ns()
         try:
             self._responseheaders(flow)
         except Exception as e:
             plan = self._plans.get(flow.id)
             log_internal_error(plan.label if plan else "cursor-bridge", e)
+            self._fallback(flow, f"internal error ({type(e).__name__})")
             if flow.response is not None and (plan is None or plan.same_dialect):
                 # Same dialect: the answer is passed on as it comes (a stream still streams).
                 self._plans.pop(flow.id, None)
@@ -238,6 +266,8 @@ class RewriteAddon(OptionChecks):
                     flow.response.stream = True
             # Another dialect: buffered; ``response`` turns it into the client's dialect or
             # into an error in it.
+        if report := self._reports.get(flow.id):
+            report.spent_ns += time.perf_counter_ns() - started
 
     def _responseheaders(self, flow: http.HTTPFlow) -> None:
         plan = self._plans.get(flow.id)
@@ -272,6 +302,7 @@ class RewriteAddon(OptionChecks):
         except UnsupportedEncoding as e:
             log.warning("%s: stream passed through unchanged: %s", plan.label, short(e))
             append_comment(flow, f"{plan.label}: stream not rewritten ({short(e)})")
+            self._fallback(flow, f"stream not rewritten ({short(e)})")
             resp.stream = True  # still stream it: SSE must never be buffered
             self._plans.pop(flow.id, None)
             return
@@ -283,17 +314,29 @@ class RewriteAddon(OptionChecks):
             resp.headers["transfer-encoding"] = "chunked"
         if plan.client_framing != plan.upstream_framing:
             resp.headers["content-type"] = CONTENT_TYPES[plan.client_framing]
-        resp.stream = stream_callable(processor, plan.label)
+        resp.stream = stream_callable(processor, plan.label, self._reports.get(flow.id))
 
     async def response(self, flow: http.HTTPFlow) -> None:
+        started = time.perf_counter_ns()
         plan = self._plans.pop(flow.id, None)
         resp = flow.response
-        if plan is None or resp is None:
-            return
+        try:
+            if plan is not None and resp is not None:
+                await self._answer_for_client(flow, plan, resp)
+        finally:
+            report = self._reports.pop(flow.id, None)
+            if report is not None:
+                report.spent_ns += time.perf_counter_ns() - started
+                self._close(flow, report, line=True, plan=plan)
+
+    async def _answer_for_client(
+        self, flow: http.HTTPFlow, plan: FlowPlan, resp: http.Response
+    ) -> None:
         try:
             await self._response(flow, plan, resp)
         except Exception as e:
             log_internal_error(f"{plan.label}: answer", e)
+            self._fallback(flow, f"internal error ({type(e).__name__})")
             if plan.same_dialect or plan.processor is not None:
                 return  # passed on as the upstream sent it (a stream is already on its way)
             self._unreadable(flow, plan, f"internal error ({type(e).__name__})")
@@ -317,7 +360,7 @@ class RewriteAddon(OptionChecks):
                 again = await self.retry.resend(flow, plan.label)
                 if again is not None:
                     retried = plan.decode_answer(again)
-                    self.state.count("required-tool retries")
+                    self._retried(flow, "required tool call")
                     got = "got one" if not plan.needs_retry(retried) else "still none"
                     append_comment(
                         flow, f"no tool call although one was required: retried once → {got}"
@@ -338,9 +381,10 @@ class RewriteAddon(OptionChecks):
                 return
             log.info("%s: answer passed through unchanged: %s", plan.label, why)
             append_comment(flow, f"answer not rewritten ({why})")
+            self._fallback(flow, f"answer not rewritten ({why})")
             return
         self._note_text_calls(flow, plan)
-        self.state.originals.put(flow.id, "response", raw, "answer re-encoded")
+        self._keep_answer(flow, plan, raw, "answer re-encoded", stream=False)
         if plan.stream:
             resp.headers["content-type"] = CONTENT_TYPES[plan.client_framing]
             append_comment(flow, "whole answer sent as a stream (client asked for one)")
@@ -359,7 +403,7 @@ class RewriteAddon(OptionChecks):
         stage = next_stage(0, resp.status_code, message)
         first = resp.status_code
         while stage is not None:
-            self.state.count(f"staged retries (stage {stage})")
+            self._retried(flow, f"staged retry {stage}")
             log.info(
                 "%s: upstream refused the reasoning (HTTP %d: %s): staged retry %d",
                 plan.label,
@@ -430,8 +474,23 @@ class RewriteAddon(OptionChecks):
             meta["stream_skipped"] = p.skipped
         self._note_text_calls(flow, plan)
         if p.original:
-            self.state.originals.put(flow.id, "response", bytes(p.original), "stream")
+            self._keep_answer(
+                flow,
+                plan,
+                bytes(p.original),
+                "stream",
+                stream=True,
+                cut=p.bytes_in > len(p.original),
+            )
+        if report := self._reports.get(flow.id):
+            report.counts.update(events_in=p.events_in, skipped=p.skipped)
+            if plan.parser is not None:
+                report.counts["text_tool_calls"] = plan.parser.calls
+            if plan.client.name != plan.upstream.name or not p.passthrough:
+                report.counts["bytes_in"] = p.bytes_in
+                report.counts["bytes_out"] = p.bytes_out
         if p.skipped:
+            self._fallback(flow, f"{p.skipped} unreadable event(s) skipped")
             self.state.count("stream events skipped", p.skipped)
             why = short(p.skip_reason or "")
             log.warning(
@@ -444,9 +503,11 @@ class RewriteAddon(OptionChecks):
         if p.error and p.passthrough:
             self.state.count("stream fallbacks")
             append_comment(flow, f"stream passed through after: {short(p.error)}")
+            self._fallback(flow, f"stream passed through after: {short(p.error)}")
         elif p.error:
             self.state.count("streams ended with an error")
             append_comment(flow, f"stream ended with an error for the client: {short(p.error)}")
+            self._fallback(flow, f"stream ended with an error: {short(p.error)}")
         else:
             self.state.count("streams rewritten")
 
@@ -495,6 +556,7 @@ class RewriteAddon(OptionChecks):
         status = resp.status_code
         self.state.count("answers not translatable")
         log.warning("%s: upstream answer (HTTP %d) not translatable: %s", plan.label, status, why)
+        self._fallback(flow, f"upstream answer not translatable: {why}")
         append_comment(flow, f"upstream answer (HTTP {status}) not translatable: {why} → 502")
         flow.response = json_response(502, plan.unreadable_answer(why))
 
@@ -510,14 +572,28 @@ class RewriteAddon(OptionChecks):
 
     def error(self, flow: http.HTTPFlow) -> None:
         self._plans.pop(flow.id, None)
+        report = self._reports.pop(flow.id, None)
+        if report is not None:
+            try:
+                report.reason = report.reason or clean(flow.error.msg if flow.error else "", 300)
+                self._close(flow, report, line=True)
+            except Exception as e:
+                log_internal_error(f"cursor-bridge [{report.route}]: error", e)
 
     def done(self) -> None:
         try:
-            if self.state.counters:
-                log.info("cursor-bridge: %s", self.state.summary())
+            log.info("cursor-bridge: %s", self.state.summary())
         except Exception as e:
             log_internal_error("cursor-bridge: done", e)
         self._close_store()
+
+    @command.command("bridge.stats")  # type: ignore[untyped-decorator]
+    def stats(self) -> str:
+        """What the bridge did since it started: flows by outcome, repairs, restores,
+        retries, fallbacks (also logged)."""
+        text = self.state.summary()
+        log.info("cursor-bridge: %s", text)
+        return text
 
     # ------------------------------------------------------------------ helpers
 
@@ -559,15 +635,117 @@ class RewriteAddon(OptionChecks):
 
     def _remember(self, flow_id: str, plan: FlowPlan) -> None:
         self._plans[flow_id] = plan
-        while len(self._plans) > MAX_TRACKED_FLOWS:
-            self._plans.popitem(last=False)
+        self._reports[flow_id] = FlowReport(
+            plan.route.name,
+            client=plan.client.name,
+            upstream=plan.upstream.name,
+            mode="stream" if plan.stream else "whole",
+            notes=plan.notes,
+        )
+        for tracked in (self._plans, self._reports):
+            while len(tracked) > MAX_TRACKED_FLOWS:
+                tracked.popitem(last=False)
+
+    def _fallback(self, flow: http.HTTPFlow, why: str) -> None:
+        if report := self._reports.get(flow.id):
+            report.add_outcome("fallback")
+            report.reason = report.reason or clean(why, 300)
+
+    def _retried(self, flow: http.HTTPFlow, kind: str) -> None:
+        self.state.count(f"{kind} retries")
+        if report := self._reports.get(flow.id):
+            report.retries[kind] += 1
+
+    def _keep_answer(
+        self,
+        flow: http.HTTPFlow,
+        plan: FlowPlan,
+        raw: bytes,
+        summary: str,
+        *,
+        stream: bool,
+        cut: bool = False,
+    ) -> None:
+        """The upstream's answer as it came, for the content view's timeline."""
+        info = AnswerInfo(
+            plan.upstream.name,
+            plan.upstream_framing,
+            plan.client.name,
+            plan.client_framing,
+            stream,
+            cut,
+        )
+        decisions = tuple(
+            f"{n} {what}" if n > 1 else what
+            for what, n in (plan.notes - plan.request_notes).items()
+        )
+        self.state.originals.put(
+            flow.id, "response", Original(raw, summary, plan_facts(plan), decisions, info)
+        )
+
+    def _close(
+        self, flow: http.HTTPFlow, report: FlowReport, *, line: bool, plan: FlowPlan | None = None
+    ) -> None:
+        """The flow is over: its mark, its counters, its log line (and details)."""
+        if flow.response is not None:
+            report.status = flow.response.status_code
+        flow.marked = report.mark
+        self.state.add(report.counters())
+        if line:
+            log.info("%s", report.line())
+        if self.settings.debug and plan is not None:
+            for what in decision_lines(plan.notes - plan.request_notes):
+                log.debug("%s: answer: %s", plan.label, clean(what, 500))
+            p = plan.processor
+            if p is not None:
+                log.debug(
+                    "%s: stream: %d bytes in, %d out, %d events decoded, %d skipped%s",
+                    plan.label,
+                    p.bytes_in,
+                    p.bytes_out,
+                    p.events_in,
+                    p.skipped,
+                    f", error: {short(p.error)}" if p.error else "",
+                )
 
 
-def stream_callable(processor: StreamProcessor, label: str) -> Callable[[bytes], Sequence[bytes]]:
-    """The ``flow.response.stream`` callable: ``b""`` ends the body, anything else is fed."""
+def decision_lines(notes: Mapping[str, int]) -> tuple[str, ...]:
+    """A flow's notes, one line each (``3 flat tools → OpenAI``)."""
+    return tuple(f"{n} {what}" if n > 1 else what for what, n in notes.items())
+
+
+def plan_facts(plan: FlowPlan) -> tuple[tuple[str, str], ...]:
+    """What the content view heads a flow with (no header, no key)."""
+    facts = [
+        ("route", plan.route.name),
+        ("client", f"{plan.client.name} ({plan.client_framing})"),
+        ("upstream", f"{plan.upstream.name} ({plan.upstream_framing}) at {plan.host}"),
+        ("answer", "stream" if plan.stream else "whole"),
+    ]
+    if plan.protocol:
+        facts.append(("tool protocol", plan.protocol))
+    if plan.loop is not None:
+        facts.append(("loop guard", plan.loop.note))
+    return tuple((k, clean(v, 300)) for k, v in facts)
+
+
+def stream_callable(
+    processor: StreamProcessor, label: str, report: FlowReport | None = None
+) -> Callable[[bytes], Sequence[bytes]]:
+    """The ``flow.response.stream`` callable: ``b""`` ends the body, anything else is fed
+    (the time it takes is added to the flow's report)."""
     reported = False
+    clock = time.perf_counter_ns
 
     def stream(data: bytes) -> Sequence[bytes]:
+        started = clock()
+        try:
+            return rewrite(data)
+        finally:
+            if report is not None:
+                report.spent_ns += clock() - started
+
+    def rewrite(data: bytes) -> Sequence[bytes]:
         nonlocal reported
         try:
             out = processor.finish() if data == b"" else processor.feed(data)

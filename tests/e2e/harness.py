@@ -41,6 +41,7 @@ MAIN_SCRIPT = REPO / "addon" / "main.py"
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real"
 HOST = "127.0.0.1"
 MITMDUMP = Path(sys.executable).parent / "mitmdump"
+MITMWEB = Path(sys.executable).parent / "mitmweb"
 
 
 # --------------------------------------------------------------------------- records
@@ -469,8 +470,10 @@ class Proxy:
         script: Path = MAIN_SCRIPT,
         check_options: bool = True,
         start_timeout: float = 30.0,
+        program: Path = MITMDUMP,
     ) -> None:
         self.upstream_port = upstream_port
+        self.program = program
         self.options = {k: _option_value(v) for k, v in (options or {}).items()}
         self.extra_args = list(extra_args)
         self.script = script
@@ -533,7 +536,7 @@ class Proxy:
 
     def command(self) -> list[str]:
         args = [
-            str(MITMDUMP),
+            str(self.program),
             "-s",
             str(self.script),
             "-s",

@@ -35,6 +35,9 @@ from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream, SSER
 MODEL_GEMINI = "gemini-3-pro-preview"
 MODEL_CLAUDE = "claude-opus-4-5"
 """Thinks by default (the thinking policy): a Cursor-shaped client gets thinking on too."""
+
+# The anthropic SDK warns that this model retires in 2027; it is here for its thinking default.
+pytestmark = pytest.mark.filterwarnings("ignore:The model 'claude-opus-4-5' is deprecated")
 MODEL_DEEPSEEK = "deepseek-reasoner"
 PROJECT = "proj-e2e-store"
 KEY = "e2e-store-key"

@@ -333,15 +333,15 @@ def test_content_view_shows_original_and_rewritten(bridge: tuple[Bridge, taddons
 
 
 def test_original_store_is_bounded() -> None:
-    from addon.state import OriginalStore
+    from addon.state import Original, OriginalStore
 
     store = OriginalStore(max_items=3, max_bytes=100)
     for i in range(5):
-        store.put(str(i), "request", b"x" * 30, "s")
+        store.put(str(i), "request", Original(b"x" * 30, "s"))
     assert len(store) == 3 and store.get("0", "request") is None and store.get("4", "request")
-    store.put("big", "request", b"x" * 101, "s")
+    store.put("big", "request", Original(b"x" * 101, "s"))
     assert store.get("big", "request") is None
-    store.put("a", "request", b"x" * 90, "s")
+    store.put("a", "request", Original(b"x" * 90, "s"))
     assert len(store) == 1
 
 
@@ -546,3 +546,79 @@ def test_allow_and_ignore_hosts_bind_the_bridge(
     catalogue = bundle_addons.get("cursor_bridge_models")
     assert (flows[1].id in counter._estimates) is rewritten
     assert (flows[2].id in catalogue._flows) is rewritten
+
+
+# --------------------------------------------------------------------------- outcomes (issue 13)
+
+
+def test_a_rewritten_stream_is_marked_counted_and_logged_once(
+    bridge: tuple[Bridge, taddons.context], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="cursor_bridge")
+    addon, _ = bridge
+    flow = chat_flow(CURSOR_BODY)
+    addon.request(flow)
+    flow.response = sse_response()
+    addon.responseheaders(flow)
+    stream_all(flow, as_sse("openai-chat-sse-parallel-2-tool_calls-args-split.openai-python.sse"))
+    respond(addon, flow)
+    assert flow.marked == ":twisted_rightwards_arrows:"
+    (line,) = [r.getMessage() for r in caplog.records if "cursor-bridge flow" in r.getMessage()]
+    assert "outcome=rewritten" in line and "mode=stream" in line and "status=200" in line
+    assert "client=openai_chat upstream=openai_chat" in line
+    assert "events_in=" in line and "bridge_ms=" in line
+    assert SECRET not in caplog.text
+    assert addon.state.counters["flows rewritten"] == 1
+    assert flow.id not in addon._reports
+    assert addon.stats().startswith("flows: 1 rewritten; ")
+
+
+def test_a_stream_fallback_is_marked_and_says_why(
+    bridge: tuple[Bridge, taddons.context], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="cursor_bridge")
+    addon, _ = bridge
+    flow = chat_flow(CURSOR_BODY)
+    addon.request(flow)
+    flow.response = sse_response()
+    addon.responseheaders(flow)
+    stream_all(flow, b"data: {not json}\n\n", size=4)
+    respond(addon, flow)
+    assert flow.marked == ":warning:"
+    (line,) = [r.getMessage() for r in caplog.records if "cursor-bridge flow" in r.getMessage()]
+    assert "outcome=fallback" in line and 'reason="stream passed through after' in line
+    assert addon.state.counters["fallbacks"] == 1
+
+
+def test_rejected_passed_and_errored_flows_are_marked_and_freed(
+    bridge: tuple[Bridge, taddons.context],
+) -> None:
+    addon, _ = bridge
+    rejected = chat_flow({**CURSOR_BODY, "tools": CURSOR_BODY["tools"] * 2})
+    addon.request(rejected)
+    assert rejected.marked == ":no_entry:"
+    passed = chat_flow(b"this is not json")
+    addon.request(passed)
+    assert passed.marked == ":warning:"
+    errored = chat_flow(CURSOR_BODY)
+    addon.request(errored)
+    errored.error = flow_error = tflow.terr("connection closed by peer")
+    addon.error(errored)
+    assert flow_error.msg and errored.marked == ":twisted_rightwards_arrows:"
+    assert not addon._reports and not addon._plans
+    assert addon.state.counters["flows rejected"] == 1
+    assert addon.state.counters["flows fallback"] == 1
+
+
+def test_bridge_debug_logs_the_details_at_debug_level(
+    bridge: tuple[Bridge, taddons.context], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="cursor_bridge")
+    addon, tctx = bridge
+    tctx.configure(addon, bridge_debug=True)
+    flow = chat_flow({**CURSOR_BODY, "stream": False})
+    addon.request(flow)
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert any("upstream path /v1/chat/completions" in m for m in debug)
+    assert any("request: " in m and "flat tools" in m for m in debug)
+    assert SECRET not in caplog.text

@@ -1,0 +1,161 @@
+"""How a routed flow ended, as plain values: its mark, its log line, what it adds to the counters.
+
+Contract: sans-IO (no mitmproxy). The shell fills a ``FlowReport`` while the flow
+runs (time spent in the bridge, retries, what the stream processor counted) and,
+once the flow is over, sets ``flow.marked`` to ``report.mark``, logs
+``report.line()`` at info level and adds ``report.counters()`` to the process-wide
+counters that ``bridge.stats`` and the shutdown line show.
+
+Outcomes, most telling first (a flow shows the first it has as its mark):
+
+- ``rejected``: the bridge answered the client itself (400 in its dialect);
+- ``loop_guard``: the loop guard answered instead of the upstream;
+- ``fallback``: passed through, or ended with an error for the client, after
+  something could not be rewritten (an unreadable body or event, an
+  untranslatable answer);
+- ``retried``: asked the upstream again (a required tool call, a staged retry);
+- ``repaired``: tool call arguments repaired to fit their schema;
+- ``rewritten``: rewritten, nothing else to say.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from addon.redact import clean
+
+OUTCOMES = ("rejected", "loop_guard", "fallback", "retried", "repaired", "rewritten")
+"""Every outcome, by precedence."""
+
+MARKS: Mapping[str, str] = {
+    "rejected": ":no_entry:",
+    "loop_guard": ":stop_sign:",
+    "fallback": ":warning:",
+    "retried": ":repeat:",
+    "repaired": ":wrench:",
+    "rewritten": ":twisted_rightwards_arrows:",
+}
+"""``flow.marked`` per outcome (mitmproxy's emoji short codes), each its own."""
+
+REPAIR_NOTES = ("tool call arguments repaired",)
+RESTORE_NOTES = (
+    "reasoning restored from the store",
+    "thinking signature repaired from the store",
+)
+
+_PLAIN = re.compile(r"[\w.:/@+-]+")
+
+
+@dataclass(slots=True)
+class FlowReport:
+    """One routed flow, as the log line and the counters see it."""
+
+    route: str
+    outcome: str = "rewritten"
+    client: str = ""
+    upstream: str = ""
+    mode: str = ""
+    """``stream`` or ``whole`` (the client's answer), empty when no answer was rewritten."""
+    status: int | None = None
+    """The status the client got, when known."""
+    spent_ns: int = 0
+    """Time spent in the bridge's hooks and stream callable for this flow."""
+    retries: Counter[str] = field(default_factory=Counter)
+    """Retries by kind (``required_tool``, ``staged``)."""
+    counts: dict[str, int] = field(default_factory=dict)
+    """What was counted along the way (events, tool calls, skipped events …)."""
+    notes: Mapping[str, int] = field(default_factory=dict)
+    """The flow's decisions (``FlowPlan.notes``): repairs and restores are counted from them."""
+    reason: str = ""
+    """Why a fallback, a rejection or an error happened (one line)."""
+
+    def add_outcome(self, outcome: str) -> None:
+        """Keep the most telling of the outcomes seen so far."""
+        if OUTCOMES.index(outcome) < OUTCOMES.index(self.outcome):
+            self.outcome = outcome
+
+    @property
+    def repairs(self) -> int:
+        return _sum_notes(self.notes, REPAIR_NOTES)
+
+    @property
+    def restores(self) -> int:
+        return _sum_notes(self.notes, RESTORE_NOTES)
+
+    @property
+    def mark(self) -> str:
+        outcome = self.outcome
+        if outcome == "rewritten" and self.retries:
+            outcome = "retried"
+        elif outcome == "rewritten" and self.repairs:
+            outcome = "repaired"
+        return MARKS[outcome]
+
+    def line(self) -> str:
+        """One logfmt line (``key=value``, quoted where needed); nothing secret goes in."""
+        pairs: list[tuple[str, object]] = [("route", self.route), ("outcome", self.outcome)]
+        if self.client:
+            pairs += [("client", self.client), ("upstream", self.upstream)]
+        if self.mode:
+            pairs.append(("mode", self.mode))
+        if self.status is not None:
+            pairs.append(("status", self.status))
+        pairs += [(k, v) for k, v in self.counts.items() if v]
+        if self.repairs:
+            pairs.append(("repairs", self.repairs))
+        if self.restores:
+            pairs.append(("restores", self.restores))
+        if self.retries:
+            pairs.append(("retries", sum(self.retries.values())))
+        pairs.append(("bridge_ms", f"{self.spent_ns / 1e6:.2f}"))
+        if self.reason:
+            pairs.append(("reason", self.reason))
+        return "cursor-bridge flow " + " ".join(f"{k}={_value(v)}" for k, v in pairs)
+
+    def counters(self) -> Counter[str]:
+        """What this flow adds to the process-wide counters."""
+        out: Counter[str] = Counter({f"flows {self.outcome}": 1})
+        if self.repairs:
+            out["repairs"] += self.repairs
+        if self.restores:
+            out["restores"] += self.restores
+        for kind, n in self.retries.items():
+            out[f"retries ({kind})"] += n
+        if self.outcome == "fallback":
+            out["fallbacks"] += 1
+        return out
+
+
+def _sum_notes(notes: Mapping[str, int], prefixes: Iterable[str]) -> int:
+    starts = tuple(prefixes)
+    return sum(n for note, n in notes.items() if note.startswith(starts))
+
+
+def _value(v: object) -> str:
+    text = clean(str(v), 300)
+    if _PLAIN.fullmatch(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def stats_text(counters: Mapping[str, int], uptime_s: float) -> str:
+    """The counters as ``bridge.stats`` and the shutdown line show them (one line)."""
+    flows = [f"{counters[f'flows {o}']} {o}" for o in OUTCOMES if counters.get(f"flows {o}")]
+    retries = sum(n for k, n in counters.items() if k.startswith("retries ("))
+    parts = [
+        "flows: " + (", ".join(flows) if flows else "none"),
+        f"repairs: {counters.get('repairs', 0)}",
+        f"restores: {counters.get('restores', 0)}",
+        f"retries: {retries}",
+        f"fallbacks: {counters.get('fallbacks', 0)}",
+    ]
+    grouped = ("flows ", "retries (", "repairs", "restores", "fallbacks")
+    other = sorted((k, n) for k, n in counters.items() if not k.startswith(grouped))
+    if other:
+        parts.append("other: " + ", ".join(f"{n} {k}" for k, n in other))
+    hours, rest = divmod(int(uptime_s), 3600)
+    parts.append(f"up {hours}:{rest // 60:02d}:{rest % 60:02d}")
+    return "; ".join(parts)

@@ -1,0 +1,291 @@
+"""The text of the "cursor-bridge" content view: what the bridge did to one flow.
+
+Contract: sans-IO (no mitmproxy); the shell's content view hands in what it kept
+and shows what comes back. Two renderings:
+
+- ``request_view``: the route and dialects, every decision one per line, then a
+  unified diff of the JSON the client sent against the JSON the upstream got
+  (pretty-printed, long strings cut so that a 1 MB system prompt stays one line);
+- ``response_view``: the upstream's events and the client's as one timeline in two
+  columns, rows aligned by what they are (text runs joined, one row per tool call
+  with its whole arguments, usage, finish, errors), for streams in any framing
+  and for whole answers.
+
+Nothing here raises on what it is shown (bad JSON, deep nesting, lone
+surrogates, garbage bytes: a line says what could not be read), the output is
+bounded, and every line goes through ``addon.redact`` (keys redacted).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from addon.dialects.base import Dialect, Framing
+from addon.jsonio import loads
+from addon.model import (
+    Event,
+    Finish,
+    MessageStart,
+    StreamError,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallArgsDelta,
+    ToolCallStart,
+    UsageEvent,
+)
+from addon.redact import escape, redact
+from addon.stream.processor import StreamProcessor
+from addon.stream.whole import response_events
+
+MAX_STRING = 300
+"""Strings longer than this are cut in the diff (with how much was left out)."""
+MAX_DIFF_LINES = 4000
+MAX_ROWS = 2000
+COLUMN = 80
+"""Width of the timeline's left column."""
+
+
+# --------------------------------------------------------------------------- request
+
+
+def request_view(
+    *,
+    summary: str,
+    facts: Sequence[tuple[str, str]],
+    decisions: Sequence[str],
+    client_body: bytes,
+    upstream_body: bytes,
+) -> str:
+    lines = _head(summary, facts)
+    if decisions:
+        lines += ["", "decisions:", *(f"- {d}" for d in decisions)]
+    before, after = _pretty(client_body), _pretty(upstream_body)
+    lines.append("")
+    if before == after:
+        lines.append("# the upstream got the body the client sent (no change)")
+    else:
+        diff = list(
+            difflib.unified_diff(before, after, "client sent", "upstream got", n=2, lineterm="")
+        )
+        if len(diff) > MAX_DIFF_LINES:
+            left = len(diff) - MAX_DIFF_LINES
+            diff = [*diff[:MAX_DIFF_LINES], f"# … {left:,} more diff lines not shown"]
+        lines += diff
+    return _safe("\n".join(lines)) + "\n"
+
+
+def _head(summary: str, facts: Sequence[tuple[str, str]]) -> list[str]:
+    width = max((len(k) for k, _ in facts), default=0)
+    return [f"# cursor-bridge: {summary}", *(f"{k + ':':<{width + 1}} {v}" for k, v in facts)]
+
+
+def _pretty(body: bytes) -> list[str]:
+    """A body as lines to diff: JSON pretty-printed with long strings cut, else its text."""
+    try:
+        text = json.dumps(_cut(loads(body)), indent=2, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):
+        text = body.decode("utf-8", "replace")
+    return text.splitlines()
+
+
+def _cut(value: Any) -> Any:
+    if isinstance(value, str):
+        if len(value) > MAX_STRING:
+            return f"{value[:MAX_STRING]}…(+{len(value) - MAX_STRING:,} chars)"
+        return value
+    if isinstance(value, dict):
+        return {k: _cut(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut(v) for v in value]
+    return value
+
+
+def _safe(text: str) -> str:
+    """Lone surrogates escaped (they cannot be encoded), keys redacted."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = "\n".join(escape(line) for line in text.split("\n"))
+    return redact(text, tokens=False)
+
+
+# --------------------------------------------------------------------------- events
+
+
+class _Recorder:
+    """A stream encoder that keeps the events it is given and writes nothing."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def feed(self, event: Event) -> list[tuple[str | None, str]]:
+        self.events.append(event)
+        return []
+
+    def finish(self) -> list[tuple[str | None, str]]:
+        return []
+
+
+def events_of(
+    dialect: Dialect, framing: Framing, body: bytes, stream: bool
+) -> tuple[list[Event], str | None]:
+    """The unified events in a body ``dialect`` wrote: a stream in ``framing``, or a whole
+    JSON answer (told apart by the body itself; ``stream`` is what was expected). Returns
+    the events read and why the rest could not be (None: all of it was read)."""
+    if not stream or body.lstrip()[:1] == b"{":
+        whole = _whole_events(dialect, body)
+        if whole is not None or not stream:
+            return whole or [], None if whole is not None else "not a JSON answer"
+    recorder = _Recorder()
+    try:
+        processor = StreamProcessor(
+            dialect.stream_decoder(),
+            recorder,
+            framing_in=framing,
+            framing_out="sse",
+            same_dialect=False,
+        )
+        processor.feed(body)
+        processor.finish()
+    except Exception as e:  # the view must show what it can
+        return recorder.events, f"{type(e).__name__}: {e}"
+    return recorder.events, processor.error
+
+
+def _whole_events(dialect: Dialect, body: bytes) -> list[Event] | None:
+    try:
+        return response_events(dialect.decode_response(loads(body)))
+    except Exception:
+        return None
+
+
+# --------------------------------------------------------------------------- timeline
+
+
+@dataclass(slots=True)
+class _Row:
+    key: str
+    """What the row is (kind and index): rows with equal keys are aligned."""
+    text: str
+    chunks: int = 1
+
+
+def _rows(events: Sequence[Event]) -> list[_Row]:
+    rows: list[_Row] = []
+    calls: dict[int, _Row] = {}
+    names: dict[int, tuple[str, str]] = {}
+    args: dict[int, list[str]] = {}
+    run: tuple[str, list[str], int] | None = None  # kind, texts, chunks
+
+    def flush() -> None:
+        nonlocal run
+        if run is not None:
+            kind, texts, chunks = run
+            text = "".join(texts)
+            label = f"{kind} {_quote(text)} ({chunks} chunk{'s' if chunks > 1 else ''}, {len(text):,} chars)"
+            rows.append(_Row(kind, label, chunks))
+            run = None
+
+    for event in events:
+        match event:
+            case TextDelta(text=t) | ThinkingDelta(text=t):
+                kind = "text" if isinstance(event, TextDelta) else "reasoning"
+                if not t and not (isinstance(event, ThinkingDelta) and event.signature):
+                    continue
+                if run is None or run[0] != kind:
+                    flush()
+                    run = (kind, [], 0)
+                run[1].append(t)
+                run = (kind, run[1], run[2] + 1)
+                continue
+        flush()
+        match event:
+            case MessageStart(model=model):
+                rows.append(_Row("start", f"start model={model or '?'}"))
+            case ToolCallStart(index=i, id=call_id, name=name, arguments=a):
+                names[i], args[i] = (name, call_id), [a]
+                calls[i] = _Row(f"call {name}", "")
+                rows.append(calls[i])
+            case ToolCallArgsDelta(index=i, delta=d):
+                args.setdefault(i, []).append(d)
+                if i in calls:
+                    calls[i].chunks += 1
+            case UsageEvent(usage=u):
+                rows.append(_Row("usage", f"usage in={u.input_tokens} out={u.output_tokens}"))
+            case Finish(reason=reason, raw=raw):
+                rows.append(_Row("finish", f"finish {reason}" + (f" ({raw})" if raw else "")))
+            case StreamError(message=message):
+                rows.append(_Row("error", f"error: {message}"))
+    flush()
+    for i, row in calls.items():
+        name, call_id = names[i]
+        text = "".join(args.get(i, []))
+        shown = text[:200].replace("\n", "\\n") + ("…" if len(text) > 200 else "")
+        row.text = f"tool call #{i} {name} id={call_id} args {shown}"
+    return rows
+
+
+def _quote(text: str, limit: int = 200) -> str:
+    shown = json.dumps(text[:limit], ensure_ascii=False)
+    return shown + ("…" if len(text) > limit else "")
+
+
+def response_view(
+    *,
+    summary: str,
+    facts: Sequence[tuple[str, str]],
+    upstream: Dialect,
+    upstream_framing: Framing,
+    upstream_body: bytes,
+    client: Dialect,
+    client_framing: Framing,
+    client_body: bytes | None,
+    stream: bool,
+    cut: bool = False,
+) -> str:
+    lines = _head(summary, facts)
+    up_events, up_error = events_of(upstream, upstream_framing, upstream_body, stream)
+    left = _rows(up_events)
+    right: list[_Row] = []
+    notes: list[str] = []
+    if cut:
+        notes.append(f"# only the first {len(upstream_body):,} bytes of the upstream's stream kept")
+    if up_error:
+        notes.append(f"# upstream: not all read: {up_error}")
+    if client_body is None:
+        notes.append(
+            "# the client's side was not stored: --set store_streamed_bodies=true keeps it"
+        )
+    else:
+        client_events, client_error = events_of(client, client_framing, client_body, stream)
+        right = _rows(client_events)
+        if client_error:
+            notes.append(f"# client: not all read: {client_error}")
+    lines += ["", *notes] if notes else [""]
+    lines.append(_pair(f"upstream sent ({upstream.name})", f"client got ({client.name})"))
+    lines.append(_pair("─" * 20, "─" * 20))
+    matcher = difflib.SequenceMatcher(None, [r.key for r in left], [r.key for r in right], False)
+    shown = 0
+    for op, a0, a1, b0, b1 in matcher.get_opcodes():
+        pairs: list[tuple[_Row | None, _Row | None]]
+        if op == "equal":
+            pairs = list(zip(left[a0:a1], right[b0:b1], strict=True))
+        else:
+            pairs = [(r, None) for r in left[a0:a1]] + [(None, r) for r in right[b0:b1]]
+        for a, b in pairs:
+            if shown == MAX_ROWS:
+                lines.append(f"# … {len(left) + len(right) - 2 * shown:,}+ more rows not shown")
+                return _safe("\n".join(lines)) + "\n"
+            lines.append(_pair(a.text if a else "", b.text if b else ""))
+            shown += 1
+    return _safe("\n".join(lines)) + "\n"
+
+
+def _pair(left: str, right: str) -> str:
+    if len(left) > COLUMN:
+        left = left[: COLUMN - 1] + "…"
+    return f"{left:<{COLUMN}} │ {right}".rstrip()
