@@ -153,6 +153,8 @@ def events_of(
         processor.finish()
     except Exception as e:  # the view must show what it can
         return recorder.events, f"{type(e).__name__}: {e}"
+    if processor.error is None and processor.skipped:
+        return recorder.events, f"{processor.skipped} unreadable event(s): {processor.skip_reason}"
     return recorder.events, processor.error
 
 

@@ -1,0 +1,212 @@
+"""The content view's text (addon.view): request diffs and answer timelines on real recordings."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from addon.dialects import DIALECTS
+from addon.model import TextDelta, ToolCallStart
+from addon.stream.processor import StreamProcessor
+from addon.view import MAX_DIFF_LINES, MAX_ROWS, events_of, request_view, response_view
+from tests import eventstream_frames as ef
+from tests.realdata import as_sse, read
+
+OPENAI, ANTHROPIC, GEMINI, KIRO = (
+    DIALECTS[n] for n in ("openai_chat", "anthropic", "gemini", "kiro")
+)
+PARALLEL = "openai-chat-sse-parallel-2-tool_calls-args-split.openai-python.sse"
+GEMINI_CALL = "gemini-api-stream-functionCall-thoughtSignature-gemini3.vercel-ai.chunks.txt"
+KEY = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def reencode(up: Any, client: Any, body: bytes, framing_in: Any = "sse") -> bytes:
+    p = StreamProcessor(
+        up.stream_decoder(), client.stream_encoder(), framing_in=framing_in, same_dialect=False
+    )
+    return b"".join([*p.feed(body), *p.finish()])
+
+
+def view(up: Any, client: Any, up_body: bytes, client_body: bytes | None, **kw: Any) -> str:
+    return response_view(
+        summary="stream",
+        facts=[("route", "default"), ("client", client.name)],
+        upstream=up,
+        upstream_framing=kw.pop("framing", "sse"),
+        upstream_body=up_body,
+        client=client,
+        client_framing="sse",
+        client_body=client_body,
+        stream=kw.pop("stream", True),
+        **kw,
+    )
+
+
+def rows_with(text: str, needle: str) -> list[str]:
+    return [line for line in text.splitlines() if needle in line]
+
+
+def test_a_tool_call_stream_and_its_anthropic_rewrite_line_up() -> None:
+    up = as_sse(PARALLEL)
+    text = view(OPENAI, ANTHROPIC, up, reencode(OPENAI, ANTHROPIC, up))
+    assert "upstream sent (openai_chat)" in text and "client got (anthropic)" in text
+    for name in ("GetWeatherArgs", "get_stock_price"):
+        (row,) = rows_with(text, name)
+        assert row.count(name) == 2, row  # one row, both sides
+    (weather,) = rows_with(text, "GetWeatherArgs")
+    right = weather.split("│")[1]
+    assert '{"city": "Edinburgh", "country": "GB", "units": "c"}' in right  # arguments joined
+    (finish,) = rows_with(text, "finish")
+    assert "(tool_calls)" in finish and "(tool_use)" in finish
+    assert any("usage in=149 out=60" in line for line in text.splitlines())
+
+
+def test_text_runs_are_joined_into_one_row() -> None:
+    up = as_sse(
+        "openai-chat-stream-deepseek-reasoning_content-then-tool_calls.vercel-ai.chunks.txt"
+    )
+    events, error = events_of(OPENAI, "sse", up, stream=True)
+    assert error is None and sum(isinstance(e, ToolCallStart) for e in events) >= 1
+    text = view(OPENAI, ANTHROPIC, up, reencode(OPENAI, ANTHROPIC, up))
+    reasoning = rows_with(text, "reasoning ")
+    assert len(reasoning) == 1 and "chunks" in reasoning[0]
+
+
+def test_whole_answers() -> None:
+    answer = {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Dreich."},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+    }
+    up = json.dumps(answer).encode()
+    client = json.dumps(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "content": [{"type": "text", "text": "Dreich."}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 5, "output_tokens": 2},
+        }
+    ).encode()
+    text = view(OPENAI, ANTHROPIC, up, client, stream=False)
+    (row,) = rows_with(text, "Dreich")
+    assert row.count('"Dreich."') == 2
+    assert rows_with(text, "finish stop")
+
+
+def test_gemini_json_array_and_kiro_event_stream_upstreams() -> None:
+    chunks = [line for line in read(GEMINI_CALL).decode().splitlines() if line.strip()]
+    array = ("[" + ",\n".join(chunks) + "]").encode()
+    events, error = events_of(GEMINI, "json_array", array, stream=True)
+    assert error is None
+    assert [e.name for e in events if isinstance(e, ToolCallStart)] == ["weather"]
+    text = view(
+        GEMINI, OPENAI, array, reencode(GEMINI, OPENAI, array, "json_array"), framing="json_array"
+    )
+    (row,) = rows_with(text, "weather")
+    assert row.count("weather") == 2 and "San Francisco" in row
+
+    kiro = ef.stream(
+        [*ef.text_events("Hello from Kiro"), *ef.tool_events("t1", "Read", '{"path": "a"}')]
+    )
+    events, error = events_of(KIRO, "aws_eventstream", kiro, stream=True)
+    assert error is None
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hello from Kiro"
+    text = view(KIRO, ANTHROPIC, kiro, None, framing="aws_eventstream")
+    assert rows_with(text, "Hello from Kiro") and rows_with(text, "tool call #0 Read")
+    assert "store_streamed_bodies" in text  # the client side was not kept
+
+
+def test_garbage_is_shown_with_a_reason_never_raised() -> None:
+    for body in (b"\x00\xff garbage", b"data: {not json}\n\n", b"[1, 2", b"{" * 20_000):
+        _, error = events_of(OPENAI, "sse", body, stream=True)
+        assert error, body[:20]
+        text = view(OPENAI, ANTHROPIC, body, b"\xff\xfe", cut=True)
+        assert "not all read" in text and "only the first" in text
+
+
+def test_request_diff_shows_what_changed_and_cuts_long_strings() -> None:
+    system = "You are Cursor. " * 70_000  # ~1 MB
+    client = {
+        "model": "claude-sonnet-4.6",
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": "hi"}],
+        "tools": [{"name": "Read", "input_schema": {"type": "object"}}],
+        "api_key": KEY,
+    }
+    upstream = {
+        "model": "claude-sonnet-4.6",
+        "messages": [
+            {"role": "system", "content": "# " + system},
+            {"role": "user", "content": "hi"},
+        ],
+        "tools": [
+            {"type": "function", "function": {"name": "Read", "parameters": {"type": "object"}}}
+        ],
+    }
+    text = request_view(
+        summary="1 flat tools → OpenAI",
+        facts=[("route", "default"), ("client", "openai_chat"), ("upstream", "openai_chat")],
+        decisions=["1 flat tools → OpenAI"],
+        client_body=json.dumps(client).encode(),
+        upstream_body=json.dumps(upstream).encode(),
+    )
+    lines = text.splitlines()
+    assert "- 1 flat tools → OpenAI" in lines
+    assert "--- client sent" in lines and "+++ upstream got" in lines
+    assert any(line.startswith("-") and '"input_schema"' in line for line in lines)
+    assert any(line.startswith("+") and '"parameters"' in line for line in lines)
+    assert len(text) < 20_000 and "chars)" in text  # the system prompt was cut
+    assert KEY not in text and "[REDACTED]" in text
+    same = request_view(summary="s", facts=[], decisions=[], client_body=b"{}", upstream_body=b"{}")
+    assert "no change" in same
+
+
+def test_surrogates_and_deep_nesting_do_not_raise() -> None:
+    text = request_view(
+        summary="s",
+        facts=[],
+        decisions=[],
+        client_body=b'{"a": "\\ud83d"}',
+        upstream_body=b"[" * 100_000,
+    )
+    text.encode("utf-8")  # lone surrogates came out escaped
+    assert "\\ud83d" in text
+
+
+def test_bounds_hold() -> None:
+    many = {"items": list(range(MAX_DIFF_LINES * 2))}
+    text = request_view(
+        summary="s",
+        facts=[],
+        decisions=[],
+        client_body=json.dumps(many).encode(),
+        upstream_body=b"{}",
+    )
+    assert "more diff lines not shown" in text and len(text.splitlines()) < MAX_DIFF_LINES + 20
+    events = "".join(
+        f'data: {{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":{i},"id":"call_{i}","type":"function","function":{{"name":"t{i}","arguments":"{{}}"}}}}]}}}}]}}\n\n'
+        for i in range(MAX_ROWS + 10)
+    ).encode()
+    text = view(OPENAI, ANTHROPIC, events, None)
+    assert "more rows not shown" in text and len(text.splitlines()) < MAX_ROWS + 20
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=400), st.sampled_from(["sse", "json_array", "aws_eventstream"]))
+def test_any_bytes_give_a_view(body: bytes, framing: Any) -> None:
+    for dialect in (OPENAI, ANTHROPIC, GEMINI, KIRO):
+        view(dialect, OPENAI, body, body, framing=framing)
