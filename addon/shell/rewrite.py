@@ -238,7 +238,7 @@ class RewriteAddon(OptionChecks):
         self.state.originals.put(
             flow.id, "request", Original(d.original, d.summary, facts, decisions)
         )
-        append_comment(flow, f"{plan.label}: {d.summary}")
+        comment(flow, plan.label, decisions or ("no changes needed",))
         set_meta(flow, plan.meta())
         if self.settings.debug:
             log.debug("%s: upstream path %s", plan.label, clean(wire.path, 300))
@@ -620,7 +620,7 @@ class RewriteAddon(OptionChecks):
         self.state.count("loop guard answers")
         log.warning("%s: %s", plan.label, short(dump(d.record).decode()))
         flow.response = http.Response.make(200, d.body, {"content-type": d.content_type})
-        append_comment(flow, f"{plan.label}: {d.summary}; answered by the loop guard")
+        comment(flow, plan.label, (*decision_lines(plan.notes), "answered by the loop guard"))
         set_meta(flow, {**plan.meta(), "action": "loop_guard"})
 
     def _passthrough(self, flow: http.HTTPFlow, d: Pass) -> None:
@@ -711,7 +711,13 @@ class RewriteAddon(OptionChecks):
 
 def decision_lines(notes: Mapping[str, int]) -> tuple[str, ...]:
     """A flow's notes, one line each (``3 flat tools → OpenAI``)."""
-    return tuple(f"{n} {what}" if n > 1 else what for what, n in notes.items())
+    return tuple(f"{n} {what}" for what, n in notes.items())
+
+
+def comment(flow: http.HTTPFlow, label: str, lines: Sequence[str]) -> None:
+    """The flow's comment: one line per decision, the first with the route's label."""
+    for i, line in enumerate(lines):
+        append_comment(flow, f"{label}: {line}" if i == 0 else line)
 
 
 def plan_facts(plan: FlowPlan) -> tuple[tuple[str, str], ...]:

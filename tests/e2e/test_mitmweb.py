@@ -154,7 +154,7 @@ def test_a_streamed_rewrite_shows_decisions_diff_and_timeline(
     assert req["view_name"] == "cursor-bridge"
     text = req["text"]
     assert "route" in text and "anthropic" in text and "openai_chat" in text
-    assert "- request anthropic → openai_chat" in text  # a decision, one per line
+    assert "- 1 request anthropic → openai_chat" in text  # a decision, one per line
     diff = [line for line in text.splitlines() if line.startswith(("+", "-"))]
     assert any('"input_schema"' in line for line in diff if line.startswith("-"))
     assert any('"parameters"' in line for line in diff if line.startswith("+"))
@@ -173,7 +173,7 @@ def test_a_streamed_rewrite_shows_decisions_diff_and_timeline(
     assert "outcome=rewritten" in flow_line and "client=anthropic" in flow_line
     assert "upstream=openai_chat" in flow_line and "mode=stream" in flow_line
     assert "bridge_ms=" in flow_line and "events_in=" in flow_line
-    web.proxy.wait_for_log("request: request anthropic → openai_chat")  # bridge_debug details
+    web.proxy.wait_for_log("request: 1 request anthropic → openai_chat")  # bridge_debug details
 
 
 def test_a_whole_answer_timeline(web: Web, upstream: ScriptedUpstream) -> None:
