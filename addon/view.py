@@ -60,9 +60,7 @@ def request_view(
     client_body: bytes,
     upstream_body: bytes,
 ) -> str:
-    lines = _head(summary, facts)
-    if decisions:
-        lines += ["", "decisions:", *(f"- {d}" for d in decisions)]
+    lines = _head(summary, facts, decisions)
     before, after = _pretty(client_body), _pretty(upstream_body)
     lines.append("")
     if before == after:
@@ -78,9 +76,13 @@ def request_view(
     return _safe("\n".join(lines)) + "\n"
 
 
-def _head(summary: str, facts: Sequence[tuple[str, str]]) -> list[str]:
+def _head(summary: str, facts: Sequence[tuple[str, str]], decisions: Sequence[str]) -> list[str]:
+    """The summary, the facts as aligned ``name: value`` lines, the decisions one per line."""
     width = max((len(k) for k, _ in facts), default=0)
-    return [f"# cursor-bridge: {summary}", *(f"{k + ':':<{width + 1}} {v}" for k, v in facts)]
+    lines = [f"# cursor-bridge: {summary}", *(f"{k + ':':<{width + 1}} {v}" for k, v in facts)]
+    if decisions:
+        lines += ["", "decisions:", *(f"- {d}" for d in decisions)]
+    return lines
 
 
 def _pretty(body: bytes) -> list[str]:
@@ -240,6 +242,7 @@ def response_view(
     *,
     summary: str,
     facts: Sequence[tuple[str, str]],
+    decisions: Sequence[str] = (),
     upstream: Dialect,
     upstream_framing: Framing,
     upstream_body: bytes,
@@ -249,7 +252,7 @@ def response_view(
     stream: bool,
     cut: bool = False,
 ) -> str:
-    lines = _head(summary, facts)
+    lines = _head(summary, facts, decisions)
     up_events, up_error = events_of(upstream, upstream_framing, upstream_body, stream)
     left = _rows(up_events)
     right: list[_Row] = []

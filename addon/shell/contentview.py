@@ -50,6 +50,7 @@ class BridgeContentview(contentviews.Contentview):
         return response_view(
             summary=found.summary,
             facts=found.facts,
+            decisions=found.decisions,
             upstream=DIALECTS[info.upstream],
             upstream_framing=info.upstream_framing,
             upstream_body=found.body,

@@ -450,6 +450,9 @@ class RewriteAddon(OptionChecks):
                     self._unreadable(flow, plan, why)
                 return
             content_type = CONTENT_TYPES[plan.client_framing] if plan.stream else "application/json"
+        self._keep_answer(
+            flow, plan, answer.content, f"staged retry {stage} answered", stream=streamed
+        )
         flow.response = http.Response.make(200, body, {"content-type": content_type})
         self.state.count("staged retries answered")
         append_comment(
@@ -620,7 +623,13 @@ class RewriteAddon(OptionChecks):
         self.state.count("loop guard answers")
         log.warning("%s: %s", plan.label, short(dump(d.record).decode()))
         flow.response = http.Response.make(200, d.body, {"content-type": d.content_type})
-        comment(flow, plan.label, (*decision_lines(plan.notes), "answered by the loop guard"))
+        decisions = (*decision_lines(plan.notes), "answered by the loop guard")
+        comment(flow, plan.label, decisions)
+        self.state.originals.put(
+            flow.id,
+            "request",
+            Original(flow.request.content or b"", d.summary, plan_facts(plan), decisions),
+        )
         set_meta(flow, {**plan.meta(), "action": "loop_guard"})
 
     def _passthrough(self, flow: http.HTTPFlow, d: Pass) -> None:
@@ -675,10 +684,9 @@ class RewriteAddon(OptionChecks):
             stream,
             cut,
         )
-        decisions = tuple(
-            f"{n} {what}" if n > 1 else what
-            for what, n in (plan.notes - plan.request_notes).items()
-        )
+        decisions = decision_lines(plan.notes - plan.request_notes)
+        if report := self._reports.get(flow.id):
+            decisions += tuple(f"{n} {kind} asked" for kind, n in report.retries.items())
         self.state.originals.put(
             flow.id, "response", Original(raw, summary, plan_facts(plan), decisions, info)
         )

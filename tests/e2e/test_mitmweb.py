@@ -211,7 +211,10 @@ def test_marks_tell_the_outcomes_apart(web: Web, upstream: ScriptedUpstream) -> 
     oa = openai.OpenAI(base_url=f"{web.proxy.base_url}/v1", api_key=SECRET, max_retries=0)
     tools: Any = [{"type": "function", "function": {"name": "edit", "parameters": EDIT_SCHEMA}}]
     oa.chat.completions.create(model="m", messages=failing_history(), tools=tools)
-    marks["loop_guard"] = web.flow(before)["marked"]
+    guarded = web.flow(before)
+    marks["loop_guard"] = guarded["marked"]
+    view = web.view(guarded["id"], "request")["text"]
+    assert "- answered by the loop guard" in view and "loop guard:" in view
 
     # rejected: a body an Anthropic client sent that the OpenAI upstream cannot take
     before = web.ids()
@@ -286,3 +289,14 @@ def test_screenshot_of_the_view(web: Web, upstream: ScriptedUpstream, tmp_path: 
         capture_output=True,
     )
     assert shot.stat().st_size > 10_000
+
+
+def test_the_counters_are_logged_at_shutdown(web: Web, upstream: ScriptedUpstream) -> None:
+    upstream.enqueue(JSONReply(openai_json("bye")))
+    with Proxy(upstream.port) as proxy:
+        client = anthropic.Anthropic(base_url=proxy.base_url, api_key=SECRET, max_retries=0)
+        client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+        assert proxy.stop() == 0
+        log = proxy.log_text()
+    assert "cursor-bridge: flows: 1 rewritten; repairs: 0; restores: 0; retries: 0" in log
+    assert SECRET not in log

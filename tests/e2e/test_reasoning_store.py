@@ -610,4 +610,6 @@ def test_staged_retry_answers_with_the_stage_that_worked(
     assert content == TURNS[2][2] and finish == "stop" and calls == []
     assert script.stages == [0, 1, 2][: accept + 1]
     p.wait_for_log(re.compile(rf"staged retry {accept}"))
+    # The flow's line counts the stages asked (its mark in mitmweb: retried).
+    p.wait_for_log(re.compile(rf"cursor-bridge flow .*outcome=rewritten .*retries={accept}\b"))
     assert "Traceback" not in p.log_text()

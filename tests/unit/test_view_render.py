@@ -102,7 +102,10 @@ def test_whole_answers() -> None:
             "usage": {"input_tokens": 5, "output_tokens": 2},
         }
     ).encode()
-    text = view(OPENAI, ANTHROPIC, up, client, stream=False)
+    text = view(
+        OPENAI, ANTHROPIC, up, client, stream=False, decisions=["1 required tool call asked"]
+    )
+    assert "- 1 required tool call asked" in text.splitlines()
     (row,) = rows_with(text, "Dreich")
     assert row.count('"Dreich."') == 2
     assert rows_with(text, "finish stop")
