@@ -36,6 +36,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from mitmproxy import command, contentviews, ctx, http
+from mitmproxy.tools.dump import DumpMaster
 
 from addon.config import (
     REWRITE_OPTIONS,
@@ -116,6 +117,9 @@ class RewriteAddon(OptionChecks):
         self.store: ReasoningStore | None = None
         """The reasoning store (``bridge_store*``), shared by every flow; None: off."""
         self._store_settings: StoreSettings | None = None
+        self.keep_originals = True
+        """Keep what the content view shows (originals, the first MiB of each stream): not in
+        a mitmdump that never renders bodies (``flow_detail`` < 3)."""
 
     # ------------------------------------------------------------------ options
 
@@ -126,6 +130,8 @@ class RewriteAddon(OptionChecks):
         check_deferred_options(getattr(getattr(loader, "master", None), "options", None))
 
     def configure(self, updated: set[str]) -> None:
+        if "flow_detail" in updated:
+            self.keep_originals = views_shown()
         if not any(name.startswith("bridge_") for name in updated):
             return
         try:
@@ -235,9 +241,7 @@ class RewriteAddon(OptionChecks):
         self.state.count("requests rewritten")
         facts = (*plan_facts(plan), ("upstream path", clean(wire.path, 300)))
         decisions = decision_lines(plan.notes)
-        self.state.originals.put(
-            flow.id, "request", Original(d.original, d.summary, facts, decisions)
-        )
+        self._keep(flow.id, "request", Original(d.original, d.summary, facts, decisions))
         comment(flow, plan.label, decisions or ("no changes needed",))
         set_meta(flow, plan.meta())
         if self.settings.debug:
@@ -297,7 +301,8 @@ class RewriteAddon(OptionChecks):
             return  # another dialect: buffered, re-shaped in ``response``
         try:
             processor = plan.stream_processor(
-                resp.headers.get("content-encoding"), keep_original=KEEP_STREAM_BYTES
+                resp.headers.get("content-encoding"),
+                keep_original=KEEP_STREAM_BYTES if self.keep_originals else 0,
             )
         except UnsupportedEncoding as e:
             log.warning("%s: stream passed through unchanged: %s", plan.label, short(e))
@@ -625,7 +630,7 @@ class RewriteAddon(OptionChecks):
         flow.response = http.Response.make(200, d.body, {"content-type": d.content_type})
         decisions = (*decision_lines(plan.notes), "answered by the loop guard")
         comment(flow, plan.label, decisions)
-        self.state.originals.put(
+        self._keep(
             flow.id,
             "request",
             Original(flow.request.content or b"", d.summary, plan_facts(plan), decisions),
@@ -676,6 +681,8 @@ class RewriteAddon(OptionChecks):
         cut: bool = False,
     ) -> None:
         """The upstream's answer as it came, for the content view's timeline."""
+        if not self.keep_originals:
+            return
         info = AnswerInfo(
             plan.upstream.name,
             plan.upstream_framing,
@@ -687,9 +694,11 @@ class RewriteAddon(OptionChecks):
         decisions = decision_lines(plan.notes - plan.request_notes)
         if report := self._reports.get(flow.id):
             decisions += tuple(f"{n} {kind} asked" for kind, n in report.retries.items())
-        self.state.originals.put(
-            flow.id, "response", Original(raw, summary, plan_facts(plan), decisions, info)
-        )
+        self._keep(flow.id, "response", Original(raw, summary, plan_facts(plan), decisions, info))
+
+    def _keep(self, flow_id: str, part: str, original: Original) -> None:
+        if self.keep_originals:
+            self.state.originals.put(flow_id, part, original)
 
     def _close(
         self, flow: http.HTTPFlow, report: FlowReport, *, line: bool, plan: FlowPlan | None = None
@@ -715,6 +724,16 @@ class RewriteAddon(OptionChecks):
                     p.skipped,
                     f", error: {short(p.error)}" if p.error else "",
                 )
+
+
+def views_shown() -> bool:
+    """Whether anything renders the content view: mitmweb and the console do, mitmdump only
+    at ``flow_detail`` 3 and up."""
+    try:
+        master, detail = ctx.master, ctx.options.flow_detail
+    except (AttributeError, KeyError):
+        return True
+    return not isinstance(master, DumpMaster) or detail >= 3
 
 
 def decision_lines(notes: Mapping[str, int]) -> tuple[str, ...]:

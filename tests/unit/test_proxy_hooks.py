@@ -622,3 +622,28 @@ def test_bridge_debug_logs_the_details_at_debug_level(
     assert any("upstream path /v1/chat/completions" in m for m in debug)
     assert any("request: " in m and "flat tools" in m for m in debug)
     assert SECRET not in caplog.text
+
+
+def test_originals_are_kept_only_where_a_view_renders_them(
+    bridge: tuple[Bridge, taddons.context], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import addon.shell.rewrite as rewrite
+
+    addon, tctx = bridge
+    # As if this were mitmdump: bodies are rendered only from flow_detail 3 on.
+    monkeypatch.setattr(rewrite, "DumpMaster", type(tctx.master))
+    tctx.options.add_option("flow_detail", int, 1, "mitmdump's (declared by its dumper)")
+    tctx.configure(addon, flow_detail=1)
+    assert addon.keep_originals is False
+    flow = chat_flow(CURSOR_BODY)
+    addon.request(flow)
+    flow.response = sse_response()
+    addon.responseheaders(flow)
+    stream_all(flow, as_sse("openai-chat-sse-parallel-2-tool_calls-args-split.openai-python.sse"))
+    respond(addon, flow)
+    assert len(addon.state.originals) == 0 and flow.marked  # rewritten all the same
+    tctx.configure(addon, flow_detail=3)
+    assert addon.keep_originals is True
+    again = chat_flow(CURSOR_BODY)
+    addon.request(again)
+    assert addon.state.originals.get(again.id, "request") is not None
