@@ -136,12 +136,15 @@ def events_of(
     dialect: Dialect, framing: Framing, body: bytes, stream: bool
 ) -> tuple[list[Event], str | None]:
     """The unified events in a body ``dialect`` wrote: a stream in ``framing``, or a whole
-    JSON answer (told apart by the body itself; ``stream`` is what was expected). Returns
-    the events read and why the rest could not be (None: all of it was read)."""
-    if not stream or body.lstrip()[:1] == b"{":
+    JSON answer (told apart by the body itself: a whole answer sent to a streaming client
+    is a stream, Kiro answers whole in event-stream frames; ``stream`` is what was
+    expected). Returns the events read and why the rest could not be (None: all read)."""
+    if framing != "aws_eventstream" and body.lstrip()[:1] == b"{":
         whole = _whole_events(dialect, body)
-        if whole is not None or not stream:
-            return whole or [], None if whole is not None else "not a JSON answer"
+        if whole is not None:
+            return whole, None
+        if not stream:
+            return [], f"not a JSON answer {dialect.name} writes"
     recorder = _Recorder()
     try:
         processor = StreamProcessor(

@@ -129,6 +129,11 @@ def test_gemini_json_array_and_kiro_event_stream_upstreams() -> None:
     events, error = events_of(KIRO, "aws_eventstream", kiro, stream=True)
     assert error is None
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hello from Kiro"
+    whole, error = events_of(KIRO, "aws_eventstream", kiro, stream=False)  # Kiro answers whole
+    assert error is None and whole == events
+    sse = reencode(OPENAI, ANTHROPIC, as_sse(PARALLEL))
+    streamed, error = events_of(ANTHROPIC, "sse", sse, stream=False)  # sent as a stream
+    assert error is None and sum(isinstance(e, ToolCallStart) for e in streamed) == 2
     text = view(KIRO, ANTHROPIC, kiro, None, framing="aws_eventstream")
     assert rows_with(text, "Hello from Kiro") and rows_with(text, "tool call #0 Read")
     assert "store_streamed_bodies" in text  # the client side was not kept
