@@ -71,6 +71,7 @@ from addon.stream.sse import (
     SSEForeign,
     encode_event,
     encode_pairs,
+    simple_events,
 )
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -173,6 +174,10 @@ class StreamProcessor:
             return self._run_frames(self._frames.feed(chunk), final=False)
         if self._items is not None:
             return self._run_items(self._items.feed(chunk), final=False)
+        if self._lines.idle and self._events.idle and not self._pending_raw:
+            simple = simple_events(chunk)
+            if simple is not None:
+                return self._run_simple(simple)
         lines = self._lines.feed(chunk)
         return self._run(lines, final=False)
 
@@ -238,6 +243,19 @@ class StreamProcessor:
                 self._end(out)
             except Exception as e:
                 return self._fail(f"{type(e).__name__}: {e}", bytes(self._pending_raw), out)
+        return self._out(out)
+
+    def _run_simple(self, events: list[tuple[str, bytes]]) -> list[bytes]:
+        """Whole one-line events (``simple_events``): dispatched as ``_run`` would."""
+        out: list[bytes] = []
+        self._events.saw_event()
+        for i, (data, raw) in enumerate(events):
+            self._pending_raw += raw
+            try:
+                self._dispatch(SSEEvent(data), out)
+            except Exception as e:
+                rest = b"".join(r for _, r in events[i + 1 :])
+                return self._fail(f"{type(e).__name__}: {e}", bytes(self._pending_raw) + rest, out)
         return self._out(out)
 
     def _run_items(self, items: list[tuple[str, bytes]], final: bool) -> list[bytes]:

@@ -115,6 +115,11 @@ class LineDecoder:
         self._held.clear()
         self.held = 0
 
+    @property
+    def idle(self) -> bool:
+        """No unfinished line is held and the start (its byte-order mark) is behind."""
+        return self._started and not self._held
+
 
 class EventDecoder:
     """Lines → events and comments. ``data:`` lines join with LF; a blank line dispatches.
@@ -168,6 +173,15 @@ class EventDecoder:
         # Any other field is ignored.
         return None
 
+    @property
+    def idle(self) -> bool:
+        """Between events: nothing of the next one read yet."""
+        return not self._data and self._event is None and self._id is None and self._retry is None
+
+    def saw_event(self) -> None:
+        """Events were read past this decoder (``simple_events``): the stream has begun."""
+        self._seen = True
+
     def finish(self) -> SSEEvent | None:
         """The event the upstream closed without its blank line, if any; idempotent."""
         event = self._dispatch()
@@ -187,6 +201,26 @@ class EventDecoder:
 
 
 _FIELDS = frozenset({"data", "event", "id", "retry"})
+
+
+def simple_events(chunk: bytes) -> list[tuple[str, bytes]] | None:
+    """The common chunk of a streamed answer, read in one pass: nothing but whole events of
+    one ``data: …`` line each, LF line ends, one blank line after each. Returns each event's
+    data and raw bytes, or None for any other chunk (the line and event decoders read it,
+    with the same result). Only for decoders between events (both ``idle``)."""
+    if chunk[-2:] != b"\n\n" or b"\r" in chunk:
+        return None
+    parts = chunk[:-2].split(b"\n\n")
+    if len(parts) == 1:  # one event per chunk: how models stream
+        if chunk[:6] != b"data: " or b"\n" in parts[0]:
+            return None
+        return [(parts[0][6:].decode("utf-8", "replace"), chunk)]
+    out: list[tuple[str, bytes]] = []
+    for part in parts:
+        if part[:6] != b"data: " or b"\n" in part:
+            return None
+        out.append((part[6:].decode("utf-8", "replace"), part + b"\n\n"))
+    return out
 
 
 def _token(name: str) -> bool:
@@ -223,7 +257,12 @@ def encode_data(data: str) -> bytes:
 
 def encode_pairs(pairs: list[tuple[str | None, str]]) -> list[bytes]:
     """What dialect stream encoders return — ``(event name or None, data)`` — as SSE bytes."""
-    return [
-        encode_data(data) if name is None else encode_event(SSEEvent(data=data, event=name))
-        for name, data in pairs
-    ]
+    return [encode_data(data) if name is None else _named(name, data) for name, data in pairs]
+
+
+def _named(name: str, data: str) -> bytes:
+    """``event: …`` then ``data: …``: in one step when neither holds a line break (JSON data
+    never does), else line by line as ``encode_event`` writes them."""
+    if "\n" in data or "\r" in data or "\n" in name or "\r" in name:
+        return encode_event(SSEEvent(data=data, event=name))
+    return f"event: {name}\ndata: {data}\n\n".encode()

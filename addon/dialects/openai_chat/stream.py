@@ -60,6 +60,8 @@ class OpenAIChatStreamDecoder:
         """A finish reason, ``[DONE]`` or an error was read: the stream was not cut."""
         self._plain = True
         """No tool call and no reasoning read yet (see ``skippable``)."""
+        self._frame: tuple[str, str] | None = None
+        """The text around the ``content`` string of the last plain text chunk (``_learn``)."""
 
     def skippable(self, data: str) -> bool:
         """Whether this event's data is a plain text chunk that nobody but an encoder of this
@@ -80,6 +82,11 @@ class OpenAIChatStreamDecoder:
         if data == "[DONE]":
             self._ended = True
             return [*self._end_calls(), StreamEnd()]
+        frame = self._frame
+        if frame is not None and data.startswith(frame[0]) and data.endswith(frame[1]):
+            text = self._framed_text(data, frame)
+            if text is not None:
+                return [TextDelta(text)] if text else []
         try:
             chunk = loads(data)
         except ValueError as e:
@@ -88,6 +95,8 @@ class OpenAIChatStreamDecoder:
             raise UnsupportedShape("chunk is not a JSON object")
         text = self._plain_text(chunk)
         if text is not None:
+            if text:
+                self._learn(data, text)
             return [TextDelta(text)] if text else []
         if "error" in chunk and "choices" not in chunk:
             err = chunk["error"]
@@ -163,6 +172,31 @@ class OpenAIChatStreamDecoder:
                     out[i] = _with_extra(ev, extra)
                     break
         return out
+
+    def _learn(self, data: str, text: str) -> None:
+        """Keep the text around this plain chunk's ``content`` string: the upstream repeats it
+        on every text chunk (same envelope, same keys in the same order), so the next ones
+        are read by comparing their ends and decoding only the string between them."""
+        value = dumps(text)
+        at = data.find('"content":' + value)
+        if at == -1 or data.find('"content":' + value, at + 1) != -1:
+            self._frame = None  # written another way (escapes, spaces): the general path
+            return
+        start = at + len('"content":')
+        self._frame = (data[: start + 1], data[start + len(value) - 1 :])
+
+    @staticmethod
+    def _framed_text(data: str, frame: tuple[str, str]) -> str | None:
+        """The string between the frame's ends, if it is one JSON string and nothing else
+        (orjson refuses trailing text: a chunk shaped otherwise is read whole)."""
+        head, tail = frame
+        if len(data) < len(head) + len(tail):
+            return None
+        try:
+            text = loads(data[len(head) - 1 : len(data) - len(tail) + 1])
+        except ValueError:
+            return None
+        return text if type(text) is str else None
 
     def _plain_text(self, chunk: JSON) -> str | None:
         """The text of the common chunk — the first chunk's envelope unchanged, one choice,
