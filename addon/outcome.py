@@ -40,7 +40,14 @@ MARKS: Mapping[str, str] = {
 }
 """``flow.marked`` per outcome (mitmproxy's emoji short codes), each its own."""
 
-REPAIR_NOTES = ("tool call arguments repaired",)
+REPAIR_NOTES = (
+    "tool call arguments repaired",
+    "argument aliases applied",
+    "argument alias dropped",
+    "todo status normalized",
+    "todo priority set",
+)
+"""Notes of ``addon.transforms.repair`` that changed a call's arguments."""
 RESTORE_NOTES = (
     "reasoning restored from the store",
     "thinking signature repaired from the store",
@@ -86,17 +93,23 @@ class FlowReport:
         return _sum_notes(self.notes, RESTORE_NOTES)
 
     @property
-    def mark(self) -> str:
+    def final(self) -> str:
+        """The outcome the mark, the log line and the counters show: a rewrite that retried
+        or repaired says so."""
         outcome = self.outcome
         if outcome == "rewritten" and self.retries:
-            outcome = "retried"
-        elif outcome == "rewritten" and self.repairs:
-            outcome = "repaired"
-        return MARKS[outcome]
+            return "retried"
+        if outcome == "rewritten" and self.repairs:
+            return "repaired"
+        return outcome
+
+    @property
+    def mark(self) -> str:
+        return MARKS[self.final]
 
     def line(self) -> str:
         """One logfmt line (``key=value``, quoted where needed); nothing secret goes in."""
-        pairs: list[tuple[str, object]] = [("route", self.route), ("outcome", self.outcome)]
+        pairs: list[tuple[str, object]] = [("route", self.route), ("outcome", self.final)]
         if self.client:
             pairs += [("client", self.client), ("upstream", self.upstream)]
         if self.mode:
@@ -117,7 +130,7 @@ class FlowReport:
 
     def counters(self) -> Counter[str]:
         """What this flow adds to the process-wide counters."""
-        out: Counter[str] = Counter({f"flows {self.outcome}": 1})
+        out: Counter[str] = Counter({f"flows {self.final}": 1})
         if self.repairs:
             out["repairs"] += self.repairs
         if self.restores:

@@ -352,9 +352,9 @@ class FlowPlan:
             )
         return answer
 
-    def answer_notes(self) -> str:
-        """What rewriting the answer changed (repairs …), as one line; empty: nothing."""
-        return describe(self.notes - self.request_notes)
+    def answer_notes(self) -> Notes:
+        """What rewriting the answer changed (repairs …): the notes the request did not have."""
+        return self.notes - self.request_notes
 
     def needs_retry(self, answer: Response) -> bool:
         return self.tool_required and not any(isinstance(p, ToolCall) for p in answer.parts)

@@ -47,7 +47,7 @@ from addon.config import (
     parse_store,
 )
 from addon.dialects.kiro import CONTENT_TYPE as KIRO_CONTENT_TYPE
-from addon.model import UnsupportedShape
+from addon.model import ToolCall, UnsupportedShape
 from addon.outcome import FlowReport
 from addon.plan import (
     CONTENT_TYPES,
@@ -365,6 +365,7 @@ class RewriteAddon(OptionChecks):
                 again = await self.retry.resend(flow, plan.label)
                 if again is not None:
                     retried = plan.decode_answer(again)
+                    raw = again  # the view shows the answer the client's was made from
                     self._retried(flow, "required tool call")
                     got = "got one" if not plan.needs_retry(retried) else "still none"
                     append_comment(
@@ -390,6 +391,9 @@ class RewriteAddon(OptionChecks):
             return
         self._note_text_calls(flow, plan)
         self._keep_answer(flow, plan, raw, "answer re-encoded", stream=False)
+        if report := self._reports.get(flow.id):
+            calls = sum(isinstance(p, ToolCall) for p in answer.parts)
+            report.counts.update(bytes_in=len(raw), bytes_out=len(body), tool_calls=calls)
         if plan.stream:
             resp.headers["content-type"] = CONTENT_TYPES[plan.client_framing]
             append_comment(flow, "whole answer sent as a stream (client asked for one)")
@@ -546,12 +550,13 @@ class RewriteAddon(OptionChecks):
             log.warning(
                 "%s: the answer's reasoning was not remembered: %s", plan.label, short(failed)
             )
-        changes = plan.answer_notes()
+        changes = decision_lines(plan.answer_notes())
         if changes:
-            append_comment(flow, f"answer: {changes}")
+            for line in changes:
+                append_comment(flow, f"answer: {line}")
             meta = flow.metadata.get(META_KEY)
             if isinstance(meta, dict):
-                meta["answer_changes"] = clean_data(dict(plan.notes - plan.request_notes))
+                meta["answer_changes"] = clean_data(dict(plan.answer_notes()))
         for record in plan.repair_log:
             self.state.count("tool calls still invalid after repair")
             log.info("%s: %s", plan.label, short(dump(record).decode()))
@@ -651,6 +656,7 @@ class RewriteAddon(OptionChecks):
         self._plans[flow_id] = plan
         self._reports[flow_id] = FlowReport(
             plan.route.name,
+            "loop_guard" if plan.loop_fallback else "rewritten",
             client=plan.client.name,
             upstream=plan.upstream.name,
             mode="stream" if plan.stream else "whole",
@@ -691,7 +697,7 @@ class RewriteAddon(OptionChecks):
             stream,
             cut,
         )
-        decisions = decision_lines(plan.notes - plan.request_notes)
+        decisions = decision_lines(plan.answer_notes())
         if report := self._reports.get(flow.id):
             decisions += tuple(f"{n} {kind} asked" for kind, n in report.retries.items())
         self._keep(flow.id, "response", Original(raw, summary, plan_facts(plan), decisions, info))
@@ -711,7 +717,7 @@ class RewriteAddon(OptionChecks):
         if line:
             log.info("%s", report.line())
         if self.settings.debug and plan is not None:
-            for what in decision_lines(plan.notes - plan.request_notes):
+            for what in decision_lines(plan.answer_notes()):
                 log.debug("%s: answer: %s", plan.label, clean(what, 500))
             p = plan.processor
             if p is not None:

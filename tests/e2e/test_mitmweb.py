@@ -216,6 +216,37 @@ def test_marks_tell_the_outcomes_apart(web: Web, upstream: ScriptedUpstream) -> 
     view = web.view(guarded["id"], "request")["text"]
     assert "- answered by the loop guard" in view and "loop guard:" in view
 
+    # retried: an upstream that refuses the history's reasoning answers the staged retry
+    refusal = "Missing `reasoning_content` field in the assistant message at message index 1"
+    upstream.enqueue(JSONReply({"error": {"message": refusal}}, status=400))
+    upstream.enqueue(JSONReply(openai_json("The staged answer.")))
+    before = web.ids()
+    done = oa.chat.completions.create(
+        model="m",
+        messages=[
+            {"role": "user", "content": "edit it"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_r",
+                        "type": "function",
+                        "function": {"name": "edit", "arguments": "{}"},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_r", "content": "done"},
+        ],
+        tools=tools,
+    )
+    assert done.choices[0].message.content == "The staged answer."
+    retried = web.flow(before)
+    marks["retried"] = retried["marked"]
+    assert "staged retry 1 answered" in retried["comment"]
+    timeline = web.view(retried["id"], "response")["text"]
+    assert "The staged answer." in timeline and "staged retry 1" in timeline
+
     # rejected: a body an Anthropic client sent that the OpenAI upstream cannot take
     before = web.ids()
     r = httpx.post(
@@ -242,6 +273,7 @@ def test_marks_tell_the_outcomes_apart(web: Web, upstream: ScriptedUpstream) -> 
     assert marks == {
         "repaired": "🔧",
         "loop_guard": "🛑",
+        "retried": "🔁",
         "rejected": "⛔",
         "fallback": "⚠",
     }

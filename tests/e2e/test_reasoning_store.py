@@ -28,6 +28,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from mitmproxy import io as mitmio
 
 from tests.e2e.clients import chat_turn
 from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream, SSEReply
@@ -577,11 +578,23 @@ class Staged(Strict):
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 @pytest.mark.parametrize("accept", [1, 2])
 def test_staged_retry_answers_with_the_stage_that_worked(
-    start_proxy: Callable[..., Proxy], upstream: ScriptedUpstream, accept: int, stream: bool
+    upstream: ScriptedUpstream, accept: int, stream: bool, tmp_path: Path
 ) -> None:
     script = Staged(accept)
     upstream.script = script
-    p = start_proxy()
+    saved = tmp_path / "flows"
+    with Proxy(upstream.port, {"save_stream_file": str(saved)}, check_options=False) as p:
+        _staged_turn(p, script, accept, stream)
+    with saved.open("rb") as f:
+        (flow,) = list(mitmio.FlowReader(f).stream())
+    # The flow's comment names the stage that answered, on a line of its own.
+    stage = "thinking off, thinking as text" if accept == 1 else "tool calls as text too"
+    lines = flow.comment.splitlines()
+    assert f"upstream refused the reasoning: staged retry {accept} answered ({stage})" in lines
+    assert flow.metadata["cursor_bridge"]["staged_retry"] == accept
+
+
+def _staged_turn(p: Proxy, script: Staged, accept: int, stream: bool) -> None:
     client = openai.OpenAI(base_url=f"{p.base_url}/v1", api_key=KEY, max_retries=0, timeout=15)
     messages: list[Any] = [
         {"role": "user", "content": "What does a.txt say?"},
@@ -611,5 +624,5 @@ def test_staged_retry_answers_with_the_stage_that_worked(
     assert script.stages == [0, 1, 2][: accept + 1]
     p.wait_for_log(re.compile(rf"staged retry {accept}"))
     # The flow's line counts the stages asked (its mark in mitmweb: retried).
-    p.wait_for_log(re.compile(rf"cursor-bridge flow .*outcome=rewritten .*retries={accept}\b"))
+    p.wait_for_log(re.compile(rf"cursor-bridge flow .*outcome=retried .*retries={accept}\b"))
     assert "Traceback" not in p.log_text()

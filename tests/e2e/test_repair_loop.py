@@ -223,6 +223,8 @@ def test_with_fallback_the_upstream_is_asked_with_the_invoke_protocol(
     prompt = json.dumps(body["messages"])
     assert "<invoke" in prompt and "edit" in prompt
     assert all(m["role"] != "tool" for m in body["messages"])
+    # The flow's line (and its mark in mitmweb) says the loop guard decided this one.
+    proxy.wait_for_log(re.compile(r"cursor-bridge flow route=default outcome=loop_guard "))
 
 
 def test_responses_client_gets_the_loop_guards_answer(

@@ -70,7 +70,7 @@ def test_the_line_is_logfmt_with_counts_and_time() -> None:
     )
     assert fields == {
         "route": "claude code",
-        "outcome": "rewritten",
+        "outcome": "retried",  # a rewrite that asked again says so
         "client": "anthropic",
         "upstream": "openai_chat",
         "mode": "stream",
@@ -96,7 +96,7 @@ def test_counters_and_stats_text() -> None:
         total.update(report.counters())
     total["requests rewritten"] += 2
     text = stats_text(total, 3725)
-    assert text.startswith("flows: 1 rejected, 1 fallback, 1 rewritten; ")
+    assert text.startswith("flows: 1 rejected, 1 fallback, 1 repaired; ")  # a is repaired
     assert "repairs: 1; restores: 0; retries: 2; fallbacks: 1" in text
     assert "other: 2 requests rewritten" in text
     assert text.endswith("up 1:02:05")

@@ -573,6 +573,47 @@ def test_a_rewritten_stream_is_marked_counted_and_logged_once(
     assert addon.stats().startswith("flows: 1 rewritten; ")
 
 
+def test_a_rewritten_whole_answer_is_logged_with_its_counts(
+    bridge: tuple[Bridge, taddons.context], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="cursor_bridge")
+    addon, _ = bridge
+    flow = chat_flow({**CURSOR_BODY, "stream": False})
+    addon.request(flow)
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": f"c{i}",
+                            "type": "function",
+                            "function": {"name": "Read", "arguments": "{}"},
+                        }
+                        for i in range(2)
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+    }
+    raw = json.dumps(answer).encode()
+    flow.response = tutils.tresp(
+        headers=http.Headers(((b"content-type", b"application/json"),)), content=raw
+    )
+    respond(addon, flow)
+    (line,) = [r.getMessage() for r in caplog.records if "cursor-bridge flow" in r.getMessage()]
+    assert "mode=whole" in line and f"bytes_in={len(raw)} " in line and "tool_calls=2" in line
+    assert "bytes_out=" in line
+
+
 def test_a_stream_fallback_is_marked_and_says_why(
     bridge: tuple[Bridge, taddons.context], caplog: pytest.LogCaptureFixture
 ) -> None:
