@@ -230,7 +230,9 @@ class FlowPlan:
         if self.custom_tools:
             stages.append(CustomToolStage(self.custom_tools))
         if self.schemas:
-            stages.append(RepairStage(self.schemas, self.notes, self.repair_log.append))
+            stages.append(
+                RepairStage(self.schemas, self.notes, self.repair_log.append, self.max_event_bytes)
+            )
         if self.hide_thinking:
             stages.append(HideThinkingStage())
         self.processor = StreamProcessor(

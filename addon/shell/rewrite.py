@@ -805,7 +805,10 @@ def stream_callable(
             except Exception:  # nothing more can be done for this stream
                 out = []
             if processor.passthrough:
-                return [data] if data else []
+                # The failed chunk as the client can read it (decompressed: the answer's
+                # content-encoding header is gone).
+                chunk = processor.last_chunk if data else b""
+                return [chunk] if chunk else []
             return out
         if processor.error and not reported:
             reported = True

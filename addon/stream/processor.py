@@ -146,6 +146,9 @@ class StreamProcessor:
         self.passthrough = False
         self.error: str | None = None
         """Why the processor fell back to passthrough, for the shell to log."""
+        self.last_chunk = b""
+        """The last chunk fed, decompressed: what a same-dialect client gets when the
+        processor fails on it (``abort``)."""
         self.events_in = 0
         self.bytes_in = 0
         self.bytes_out = 0
@@ -160,6 +163,7 @@ class StreamProcessor:
                 chunk = self._decompressor.feed(chunk)
             except Exception as e:
                 return self._fail(f"cannot decompress the stream: {e}", chunk)
+        self.last_chunk = chunk
         self.bytes_in += len(chunk)
         if len(self.original) < self._keep:
             self.original += chunk[: self._keep - len(self.original)]
@@ -311,8 +315,10 @@ class StreamProcessor:
             self.passthrough = True
             self.error = self.error or why
             return []
-        if self._stopped or self._finished:
+        if self._stopped:
             return []
+        # Also after ``finish`` raised: what it wrote was lost with it, so the client's stream
+        # has no ending yet — it gets the error event.
         return self._stop(why)
 
     def _stop(self, why: str, done: Sequence[bytes] = ()) -> list[bytes]:

@@ -38,6 +38,11 @@ Ordering guarantee:
 A repeated ``ToolCallStart`` for the index of an open held call counts as a fragment of it (its
 ``arguments``), as the client encoders treat a repeated start.
 
+Memory is bounded: what the stage holds (held calls' fragments and the tool-call events
+queued behind them) never grows past ``max_bytes``. Past it the stage stops repairing for the
+rest of the stream: every held call goes out as it came (its events in order, its end if it
+had one), calls still open stream on unheld, and a note says so.
+
 Contract: sans-IO, the ``Stage`` protocol of ``addon.stream.processor``; cost linear in the
 size of the stream (fragments are kept in a list and joined once).
 """
@@ -63,6 +68,10 @@ from addon.model import (
 )
 from addon.transforms.repair import ToolSchemas, repair_call
 
+MAX_HELD_BYTES = 16 * 1024 * 1024
+"""Default bound of what the stage holds (the processor's ``max_event_bytes``)."""
+NOTE_TOO_LONG = "tool calls too long to repair: passed on as they came"
+
 
 @dataclass(slots=True)
 class _Held:
@@ -80,9 +89,17 @@ def _ignore(record: JSON) -> None:
 
 class RepairStage:
     def __init__(
-        self, schemas: ToolSchemas, notes: Notes, log: Callable[[JSON], None] = _ignore
+        self,
+        schemas: ToolSchemas,
+        notes: Notes,
+        log: Callable[[JSON], None] = _ignore,
+        max_bytes: int = MAX_HELD_BYTES,
     ) -> None:
         self.schemas = schemas
+        self.max_bytes = max_bytes
+        self._held_bytes = 0
+        self._bypass = False
+        """Past ``max_bytes``: nothing is held any more."""
         self.notes = notes
         self.log = log
         self._queue: deque[_Held | Event] = deque()
@@ -95,17 +112,27 @@ class RepairStage:
         """Calls whose arguments were changed."""
 
     def feed(self, event: Event) -> list[Event]:
+        out = self._feed(event)
+        if self._held_bytes > self.max_bytes:
+            return [*out, *self._give_up()]
+        return out
+
+    def _feed(self, event: Event) -> list[Event]:
         match event:
             case ToolCallStart() if event.index in self._open:
                 held = self._open[event.index]
                 held.events.append(event)
                 if event.arguments:
                     held.fragments.append(event.arguments)
+                    self._held_bytes += len(event.arguments)
                 return []
-            case ToolCallStart() if not event.custom and event.name in self.schemas:
+            case ToolCallStart() if (
+                not event.custom and not self._bypass and event.name in self.schemas
+            ):
                 held = _Held(event, [event])
                 if event.arguments:
                     held.fragments.append(event.arguments)
+                    self._held_bytes += len(event.arguments)
                 self._open[event.index] = held
                 self._released.discard(event.index)
                 self._queue.append(held)
@@ -114,6 +141,7 @@ class RepairStage:
                 held = self._open[event.index]
                 held.events.append(event)
                 held.fragments.append(event.delta)
+                self._held_bytes += len(event.delta)
                 return []
             case ToolCallEnd() if event.index in self._open:
                 self._open.pop(event.index).ended = True
@@ -126,6 +154,7 @@ class RepairStage:
                     self._released.discard(event.index)
                 if self._queue:
                     self._queue.append(event)
+                    self._held_bytes += _size(event)
                     return []
                 return [event]
             case MessageStart() | Finish() | StreamEnd() | StreamError():
@@ -134,6 +163,23 @@ class RepairStage:
 
     def finish(self) -> list[Event]:
         return self._release_all()
+
+    def _give_up(self) -> list[Event]:
+        """Too much held: everything goes out as it came, and nothing is held from now on."""
+        self._bypass = True
+        self.notes[NOTE_TOO_LONG] += 1
+        out: list[Event] = []
+        for item in self._queue:
+            if isinstance(item, _Held):
+                out.extend(item.events)
+                if item.ended:
+                    out.append(ToolCallEnd(item.start.index))
+            else:
+                out.append(item)
+        self._queue.clear()
+        self._open.clear()  # calls still open stream on: their fragments and end pass
+        self._held_bytes = 0
+        return out
 
     # ------------------------------------------------------------------ internals
 
@@ -157,6 +203,8 @@ class RepairStage:
             else:
                 out.append(front)
             queue.popleft()
+        if not queue:
+            self._held_bytes = 0
         return out
 
     def _emit(self, held: _Held) -> list[Event]:
@@ -173,3 +221,12 @@ class RepairStage:
             ToolCallStart(s.index, s.id, s.name, result.arguments, extra=s.extra),
             ToolCallEnd(s.index),
         ]
+
+
+def _size(event: Event) -> int:
+    """What a queued event holds (its arguments), roughly."""
+    if isinstance(event, ToolCallArgsDelta):
+        return len(event.delta)
+    if isinstance(event, ToolCallStart):
+        return len(event.arguments or "")
+    return 64

@@ -26,13 +26,13 @@ thinking while it arrived, and turning it into text afterwards is impossible.
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Literal
 
+from addon.jsonio import loads as strict_json
 from addon.model import Event, TextDelta, ThinkingDelta, ToolCallEnd, ToolCallStart
 
 type Protocol = Literal["invoke", "bracket"]
@@ -315,7 +315,7 @@ class TextProtocolParser:
         assert call is not None
         args = "".join(call.args)
         try:
-            parsed = json.loads(args)
+            parsed = strict_json(args)
         except ValueError:
             if self.readable is None or not self.readable(args):
                 self._reject(f"arguments of {call.name!r} are not valid JSON", out, refeed=False)

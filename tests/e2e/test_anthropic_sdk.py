@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 
 from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream, SSEReply
@@ -396,3 +397,55 @@ def test_a_whole_answer_reaches_a_streaming_client_as_a_stream(
         ("get_stock_price", {"ticker": "AAPL"}),
     ]
     assert message.usage.output_tokens == 20
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (401, anthropic.AuthenticationError),
+        (429, anthropic.RateLimitError),
+        (500, anthropic.InternalServerError),
+        (503, anthropic.InternalServerError),
+    ],
+)
+def test_count_tokens_is_never_estimated_over_an_upstream_error(
+    proxy: Proxy, upstream: ScriptedUpstream, status: int, error: type[Exception]
+) -> None:
+    """Only a missing endpoint (404/405/501) is answered with an estimate: an auth, rate-limit
+    or server error reaches the client with its status."""
+    upstream.enqueue(JSONReply({"error": {"message": f"refused {status}"}}, status=status))
+    with pytest.raises(error) as info:
+        client(proxy).messages.count_tokens(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert getattr(info.value, "status_code", None) == status
+    assert "input_tokens" not in json.dumps(getattr(info.value, "body", None))
+
+
+@pytest.mark.parametrize("status", [405, 501])
+def test_count_tokens_is_estimated_for_every_missing_endpoint_status(
+    proxy: Proxy, upstream: ScriptedUpstream, status: int
+) -> None:
+    upstream.enqueue(JSONReply({"error": {"message": "not here"}}, status=status))
+    counted = client(proxy).messages.count_tokens(
+        model="m", messages=[{"role": "user", "content": "hello " * 100}]
+    )
+    assert counted.input_tokens > 50
+
+
+def test_count_tokens_and_models_follow_the_routes_file(
+    start_proxy: Callable[..., Proxy], upstream: ScriptedUpstream, tmp_path: Any
+) -> None:
+    """A routes file limited to another host: count_tokens and the model list of this one
+    are not the bridge's business (the upstream's 404 and list reach the client as sent)."""
+    routes = tmp_path / "routes.toml"
+    routes.write_text(
+        '[[routes]]\nname = "other"\nhost = "api.other.example"\npath = "*/v1/messages"\n'
+        'client = "anthropic"\n'
+    )
+    p = start_proxy(bridge_routes=str(routes), bridge_models="extra-model")
+    upstream.enqueue(JSONReply({"error": {"message": "no such route"}}, status=404))
+    with pytest.raises(anthropic.NotFoundError):
+        client(p).messages.count_tokens(model="m", messages=[{"role": "user", "content": "x"}])
+    listed = {"object": "list", "data": [{"id": "gpt-5", "object": "model", "created": 1}]}
+    upstream.enqueue(JSONReply(listed))
+    got = httpx.get(f"{p.base_url}/v1/models", timeout=10).json()
+    assert got == listed  # no derived models added

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import random
+import os
 import socket
 import subprocess
 from collections.abc import Callable, Iterator
@@ -27,8 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from mitmproxy import io as mitmio
 
+from addon.jsonio import loads as strict_loads
 from tests.e2e import harness
 from tests.e2e.harness import (
     HOST,
@@ -549,9 +552,11 @@ def test_bad_options_and_routes_files_stop_the_start_with_one_clear_line(
 def test_mutated_real_bodies_never_break_the_proxy(
     make_proxy: Callable[..., Proxy], upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
-    """A handful of the unit campaign's mutations (``tests/unit/test_campaign.py``), sent for
-    real: each answer is the upstream's (passed through or rewritten) or a 400 in the
-    client's dialect, and the proxy still answers the next request."""
+    """The unit campaign's mutations (``tests/unit/test_campaign.py``) drawn by hypothesis and
+    sent for real through one mitmdump: every answer is the faithful rewrite (the upstream got
+    strict JSON at its own dialect's path), the untouched original (same dialect only) or a
+    400 in the client's dialect (the upstream got nothing); no traceback, no key in the log;
+    and the proxy still answers the next request. ``CB_E2E_CAMPAIGN_EXAMPLES`` runs longer."""
     from tests.unit.test_campaign import (
         DEEP,
         HUGE,
@@ -567,26 +572,52 @@ def test_mutated_real_bodies_never_break_the_proxy(
     upstream.script = lambda rec: JSONReply(CHAT_ANSWER)
     paths = {"openai_chat": "/v1/chat/completions", "anthropic": "/v1/messages",
              "openai_responses": "/v1/responses"}  # fmt: skip
-    rng = random.Random(8)
-    for _ in range(24):
-        seed = rng.choice(SEEDS)
+    examples = int(os.environ.get("CB_E2E_CAMPAIGN_EXAMPLES", "30"))
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(data=st.data())
+    def campaign(data: st.DataObject) -> None:
+        def pick(options: list[Any]) -> Any:
+            return data.draw(st.sampled_from(options))
+
+        seed = pick(SEEDS)
         body: Any = json.loads(json.dumps(seed.body))
-        for _ in range(rng.randint(1, 3)):
-            _mutate_value(body, rng.choice(_paths(body)), rng.choice(VALUE_MUTATIONS), rng.choice)
-        text = json.dumps(body, ensure_ascii=rng.random() < 0.5)
+        for _ in range(data.draw(st.integers(1, 3))):
+            _mutate_value(body, pick(_paths(body)), pick(VALUE_MUTATIONS), pick)
+        text = json.dumps(body, ensure_ascii=data.draw(st.booleans()))
         text = text.replace(json.dumps(HUGE), "1e400")
         text = text.replace(json.dumps(DEEP), "[" * 50_000 + "]" * 50_000)
         raw = text.encode("utf-8", "surrogatepass")
-        if rng.random() < 0.2:
-            raw = raw[: rng.randint(0, len(raw))]
+        if data.draw(st.booleans()):
+            raw = raw[: data.draw(st.integers(0, len(raw)))]
         path = paths[seed.dialect] + f"?key={GOOGLE_KEY}"
+        before = len(upstream.requests)
         status, _, answer = raw_request(p.port, "POST", path, raw, timeout=15)
+        sent = upstream.requests[before:]
         assert status in (200, 400), (seed.name, status, answer[:300])
-        if status == 400:
+        if status == 400:  # the bridge's own answer, in the client's dialect
+            assert sent == [], seed.name
             error = json.loads(answer)
             assert "error" in error
             if seed.dialect == "anthropic":
-                assert error["type"] == "error"
+                assert error["type"] == "error" and error["error"]["message"]
+            else:
+                assert error["error"]["message"]
+            return
+        (got,) = sent
+        if got.body == raw:  # untouched: only where client and upstream speak one dialect
+            assert seed.dialect == "openai_chat", (seed.name, "passed through to another dialect")
+            return
+        assert got.path.split("?")[0] == "/v1/chat/completions", (seed.name, got.path)
+        assert isinstance(strict_loads(got.body), dict), seed.name
+
+    campaign()
     still_answers(p, upstream)
     p.stop()
     assert_clean_log(p, GOOGLE_KEY)

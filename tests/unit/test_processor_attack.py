@@ -194,6 +194,32 @@ def test_abort_closes_another_dialects_stream_and_passes_the_same_dialect_on() -
     assert same.feed(END) == [END]
 
 
+class _FailingFinish:
+    """A stage whose ``finish`` raises: the processor's own failure at the end of a stream."""
+
+    def feed(self, event: Event) -> list[Event]:
+        return [event]
+
+    def finish(self) -> list[Event]:
+        raise RuntimeError("stage broke at the end")
+
+
+def test_a_failure_at_the_end_still_ends_another_dialects_stream_with_an_error() -> None:
+    p = proc("anthropic", stages=[_FailingFinish()])
+    # The upstream's finish came, its [DONE] not yet: the client's stream is still open.
+    body = b"".join(p.feed(GOOD + chat({}, "stop"))) + b"".join(p.finish())
+    events = sse_events(body)
+    assert events[-1][0] == "error" and "stage broke" in json.dumps(events[-1][1])
+    assert "message_stop" not in [name for name, _ in events]
+    assert p.abort("again") == []
+    # The shell's abort after a finish that raised (its output lost): the error event.
+    q = proc("anthropic")
+    head = b"".join(q.feed(GOOD))
+    q._finished = True  # as ``finish`` leaves it when it raises
+    events = sse_events(head + b"".join(q.abort("internal error RuntimeError")))
+    assert events[-1][0] == "error"
+
+
 # --------------------------------------------------------------------------- bounds
 
 LIMIT = 4096

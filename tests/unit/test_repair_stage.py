@@ -698,3 +698,32 @@ def test_anthropic_spliced_stream_releases_the_abandoned_call_before_the_new_mes
     args = [json.loads(d)["delta"]["partial_json"] for e, d in mine[:restart]
             if e == "content_block_delta" and "partial_json" in d]  # fmt: skip
     assert json.loads("".join(args)) == {"value": "Spark"}
+
+
+def test_what_is_held_is_bounded_and_past_the_bound_calls_pass_as_they_came() -> None:
+    notes: Notes = Counter()
+    stage = RepairStage(SCHEMAS, notes, max_bytes=1000)
+    out: list[Event] = []
+    # A second held call queued behind the first, then the first grows past the bound.
+    out += stage.feed(ToolCallStart(0, "call_0", "edit", "{'filePath': "))
+    out += stage.feed(ToolCallStart(1, "call_1", "edit", "{}"))
+    out += stage.feed(ToolCallEnd(1))
+    assert out == []
+    pieces = ["'" + "x" * 98 + "'"] + ["x" * 100] * 20
+    for piece in pieces:
+        out += stage.feed(ToolCallArgsDelta(0, piece))
+        assert stage._held_bytes <= 1000 + 100
+    out += stage.feed(ToolCallEnd(0))
+    out += stage.feed(ToolCallStart(2, "call_2", "edit", BROKEN))  # not held any more
+    out += stage.finish()
+    assert notes["tool calls too long to repair: passed on as they came"] == 1
+    starts = [e for e in out if isinstance(e, ToolCallStart)]
+    assert [(e.index, e.arguments) for e in starts] == [
+        (0, "{'filePath': "),
+        (1, "{}"),
+        (2, BROKEN),
+    ]
+    args = "".join(e.delta for e in out if isinstance(e, ToolCallArgsDelta))
+    assert args == "".join(pieces)  # nothing lost, in order
+    ends = [e.index for e in out if isinstance(e, ToolCallEnd)]
+    assert sorted(ends) == [0, 1]  # call 2's end never came: finish releases nothing held

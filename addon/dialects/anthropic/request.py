@@ -52,6 +52,7 @@ from typing import Any, Literal
 
 from addon.dialects.anthropic.blocks import decode_block
 from addon.dialects.anthropic.ids import from_anthropic, to_anthropic
+from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
     ClientError,
@@ -494,7 +495,7 @@ def _encode_part(p: Part, notes: Notes) -> JSON:
             return _encode_image(p)
         case ToolCall():
             try:
-                args = json.loads(p.arguments or "{}")
+                args = strict_json(p.arguments or "{}")
             except ValueError:
                 args = None
             if not isinstance(args, dict):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
     ClientError,
@@ -92,7 +93,7 @@ def stop_reason(reason: FinishReason | None, raw: str | None, same_dialect: bool
 def tool_input(arguments: str) -> JSON:
     """The ``input`` object of a tool_use block; broken arguments kept as ``_raw_arguments``."""
     try:
-        parsed = json.loads(arguments or "{}")
+        parsed = strict_json(arguments or "{}")
     except ValueError:
         parsed = None
     return parsed if isinstance(parsed, dict) else {"_raw_arguments": arguments}

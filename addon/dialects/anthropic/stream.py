@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
 
 from addon.jsonio import dumps, loads
+from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
     STREAM_CUT,
@@ -158,7 +159,7 @@ class _Call:
         if self.blank or self.in_string:
             return False
         try:  # a bare scalar (not an object): rare, parse it
-            json.loads(self.arguments())
+            strict_json(self.arguments())
         except ValueError:
             return False
         return True

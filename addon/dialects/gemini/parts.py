@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
     Image,
@@ -267,7 +268,7 @@ def args_object(arguments: str, custom: bool = False) -> tuple[JSON, bool]:
     if not arguments.strip():
         return {}, False
     try:
-        args = json.loads(arguments)
+        args = strict_json(arguments)
     except ValueError:
         args = None
     if isinstance(args, dict):

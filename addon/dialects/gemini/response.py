@@ -67,6 +67,7 @@ from typing import Any
 
 import json_repair
 
+from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
     ClientError,
@@ -319,7 +320,7 @@ def _parse_args(text: str) -> JSON | None:
 
 
 def _as_json(text: str) -> Any:
-    return json.loads(text)
+    return strict_json(text)
 
 
 def _with_json_repair(text: str) -> Any:
@@ -340,7 +341,7 @@ def _as_gemini_syntax(text: str) -> Any:
     if "<ctrl46>" in rest:
         raise ValueError("an unclosed <ctrl46> string")
     pieces.append(_quote_keys(rest))
-    return json.loads("".join(pieces))
+    return strict_json("".join(pieces))
 
 
 def _quote_keys(text: str) -> str:
@@ -375,7 +376,7 @@ def _quote_keys(text: str) -> str:
 def call_args(arguments: str) -> JSON:
     """The ``args`` object of a ``functionCall``; broken arguments kept as ``_raw_arguments``."""
     try:
-        parsed = json.loads(arguments or "{}")
+        parsed = strict_json(arguments or "{}")
     except ValueError:
         parsed = None
     return parsed if isinstance(parsed, dict) else {"_raw_arguments": arguments}

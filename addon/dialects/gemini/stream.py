@@ -62,6 +62,7 @@ import re
 from typing import Any, assert_never
 
 from addon.jsonio import dumps, loads
+from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
     Event,
@@ -472,7 +473,7 @@ class GeminiStreamDecoder:
         call = parse_malformed(message) if raw == MALFORMED else None
         if call is not None:
             name, arguments = call
-            out.extend(self._emit(_Call(name, None, None, {}, args=json.loads(arguments))))
+            out.extend(self._emit(_Call(name, None, None, {}, args=strict_json(arguments))))
             out.append(Finish("tool_calls", raw=raw, extra={NAME: {"recovered": True}}))
             return
         if raw in _EXPLAINED:

@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from addon.dialects.base import Query, Target, endpoint_base, split_path
+from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
     Image,
@@ -511,7 +512,7 @@ def _args_object(arguments: str, custom: bool) -> JSON:
     if not arguments.strip():
         return {}
     try:
-        args = json.loads(arguments)
+        args = strict_json(arguments)
     except ValueError:
         args = None
     return args if isinstance(args, dict) else {RAW_ARGUMENTS: arguments}
@@ -523,7 +524,7 @@ def _kiro_shaped(content: object) -> JSON | None:
     if not isinstance(content, str) or not content.lstrip().startswith("{"):
         return None
     try:
-        value = json.loads(content)
+        value = strict_json(content)
     except (ValueError, RecursionError):
         return None
     if not isinstance(value, dict) or value.get("status") not in ("success", "error"):
