@@ -674,6 +674,7 @@ def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
             signature_fallback=route.signature_fallback,
             thinking_budget=s.thinking_budget,
             default_thinking=route.reasoning != "off" and not thinking,
+            policy="on" if route.reasoning == "on" else "auto",
         )
     # Gemini refuses much of JSON Schema: its upstreams get the gemini profile unless the
     # route names one; Kiro gets the strict one.

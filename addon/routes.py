@@ -23,7 +23,9 @@ A routes file::
                                        # (/chat/completions), without the client's query
     api_key_env = "GATEWAY_KEY"        # optional: send this variable's value as the key
     cache_control = "drop"             # drop | keep: Anthropic cache_control to other dialects
-    reasoning = "auto"                 # auto | off: thinking requests → reasoning_effort
+    reasoning = "auto"                 # auto | on | off: thinking requests → the upstream's
+                                       # switch; on: the model thinks (by default too); off:
+                                       # never sent
     project = "my-gcp-project"         # gemini_code_assist upstreams: the project to bill
     tool_repair = "on"                 # on | off: default the bridge_tool_repair option
     signature_fallback = "sentinel"    # sentinel | none: a Gemini step whose signature is
@@ -96,9 +98,12 @@ class Route(BaseModel):
     """Repair and normalize tool-call arguments; default: the ``bridge_tool_repair`` option."""
     project: str | None = None
     """The Google Cloud project a ``gemini_code_assist`` upstream bills (its body names it)."""
-    reasoning: Literal["auto", "off"] = "auto"
+    reasoning: Literal["auto", "on", "off"] = "auto"
     """``auto``: a client's thinking request (Anthropic ``thinking`` / ``output_config.effort``,
-    Responses ``reasoning``) becomes the upstream's reasoning switch; ``off``: not sent."""
+    Responses ``reasoning``) becomes the upstream's reasoning switch, by the seed's thinking
+    policy (``addon.transforms.restore``: which models think, which think by default);
+    ``on``: this route's models think — by default too, whatever their name; ``off``: not
+    sent."""
     signature_fallback: Literal["sentinel", "none"] = "sentinel"
     """Gemini upstreams: a replayed step whose calls have no thought signature the client kept
     or the reasoning store knows gets ``skip_thought_signature_validator`` on its first call

@@ -83,6 +83,7 @@ class Scope:
 class _Backend(Protocol):
     def get(self, key: str, now: float, ttl: float) -> str | None: ...
     def put(self, key: str, text: str, size: int, now: float) -> None: ...
+    def delete(self, key: str) -> None: ...
     def evict(self, now: float, ttl: float, max_entries: int, max_bytes: int) -> None: ...
     def count(self) -> int: ...
     def size(self) -> int: ...
@@ -129,6 +130,9 @@ class _Memory:
             if not (expired or len(items) > max_entries or self._bytes > max_bytes):
                 break
             self._drop(key)
+
+    def delete(self, key: str) -> None:
+        self._drop(key)
 
     def _drop(self, key: str) -> None:
         entry = self._items.pop(key, None)
@@ -228,6 +232,9 @@ class _Sqlite:
                 self._count -= 1
                 self._bytes -= size
 
+    def delete(self, key: str) -> None:
+        self._delete(key)
+
     def _delete(self, key: str) -> None:
         row = self._db.execute("SELECT size FROM reasoning WHERE key = ?", (key,)).fetchone()
         if row is not None:
@@ -270,6 +277,7 @@ class ReasoningStore:
         self.max_bytes = max_bytes
         self.ttl = float(ttl)
         self._clock = clock
+        self._last = float("-inf")
         self._lock = threading.Lock()
         self._closed = False
         backend: _Backend
@@ -312,7 +320,8 @@ class ReasoningStore:
         k = _key(scope, kind, key)
         with self._lock:
             self._check_open()
-            text = self._guard(lambda: self._backend.get(k, self._clock(), self.ttl))
+            now = self._now()
+            text = self._guard(lambda: self._backend.get(k, now, self.ttl))
         if text is None:
             return None
         try:
@@ -330,10 +339,13 @@ class ReasoningStore:
         size += len(k) + ENTRY_OVERHEAD
         with self._lock:
             self._check_open()
-            if self.max_entries == 0 or size > self.max_bytes:
-                return
-            now = self._clock()
             backend = self._backend
+            if self.max_entries == 0 or size > self.max_bytes:
+                # Not kept: nor is what was under that key (it no longer says what the
+                # upstream sent last).
+                self._guard(lambda: backend.delete(k))
+                return
+            now = self._now()
 
             def write() -> None:
                 backend.put(k, text, size, now)
@@ -361,10 +373,19 @@ class ReasoningStore:
         """Drop what has expired now (``put`` does it anyway; for a periodic tidy-up)."""
         with self._lock:
             self._check_open()
-            now = self._clock()
+            now = self._now()
             self._guard(
                 lambda: self._backend.evict(now, self.ttl, self.max_entries, self.max_bytes)
             )
+
+    def rebound(self, max_entries: int, ttl: float) -> None:
+        """New bounds for what is kept (options changed while running): nothing is lost but
+        what the new bounds drop."""
+        if max_entries < 0 or ttl < 0:
+            raise ValueError("the reasoning store's size and ttl must not be negative")
+        with self._lock:
+            self.max_entries, self.ttl = max_entries, float(ttl)
+        self.expire()
 
     def clear(self) -> None:
         with self._lock:
@@ -389,6 +410,13 @@ class ReasoningStore:
             f"reasoning store in {where}: {len(self)} of {self.max_entries} entries, "
             f"{self.bytes} of {self.max_bytes} bytes, ttl {ttl}"
         )
+
+    def _now(self) -> float:
+        """The clock, never going back (uses must stay in time order: the in-memory LRU
+        order is also the expiry order). Under the lock."""
+        now = max(self._clock(), self._last)
+        self._last = now
+        return now
 
     def _check_open(self) -> None:
         if self._closed:

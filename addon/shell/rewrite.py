@@ -151,6 +151,16 @@ class RewriteAddon(OptionChecks):
         """Open the reasoning store the options ask for (once per change of them)."""
         if wanted == self._store_settings:
             return
+        old = self._store_settings
+        if self.store is not None and old is not None and wanted.size > 0 and old.path == wanted.path:
+            # Same place, new bounds: keep what is remembered (an in-memory store would
+            # otherwise forget every conversation).
+            try:
+                self.store.rebound(wanted.size, wanted.ttl)
+            except (StoreError, ValueError) as e:
+                raise ConfigError(f"bridge_store: {clean(e, 300)}") from None
+            self._store_settings = wanted
+            return
         store = None
         if wanted.size > 0:
             try:

@@ -51,8 +51,10 @@ replace the message's thinking), then by hash (of the block's text: its signatur
 turn's visible text: the turn's blocks), then the scope's latest signature — else it becomes a
 text block.
 
-Thinking policy (the seed's, overridable by the caller): ``model_supports_thinking``,
-``thinking_on_by_default`` (``-thinking`` names and Opus 4.5), a budget; and the history check:
+Thinking policy (the seed's, overridable per route with ``reasoning = "on"``, the ``policy``
+here): ``model_supports_thinking`` (on an upstream that checks thinking, a model not on the
+list gets no thinking request), ``thinking_on_by_default`` (``-thinking`` names and Opus 4.5),
+a budget; and the history check:
 when the last assistant turn used tools without thinking, thinking is switched off for this
 request rather than sent to be rejected (``check_thinking_history``).
 
@@ -605,11 +607,18 @@ def needs_signed_thinking(upstream: str, model: str) -> bool:
     return upstream == "anthropic" or (upstream in GEMINI_UPSTREAMS and is_claude(model))
 
 
-def apply_default_thinking(req: Request, notes: Notes, *, budget: int | None = None) -> Request:
+ThinkingPolicy = Literal["auto", "on"]
+"""``auto``: the seed's lists decide which models think; ``on``: every model of the route does
+(a route's ``reasoning = "on"``)."""
+
+
+def apply_default_thinking(
+    req: Request, notes: Notes, *, budget: int | None = None, policy: ThinkingPolicy = "auto"
+) -> Request:
     """Thinking on for models that think by default (when the client said nothing), and the
     ``budget`` where thinking is on without one (not for adaptive thinking)."""
     if req.thinking is None:
-        if not thinking_on_by_default(req.model):
+        if policy != "on" and not thinking_on_by_default(req.model):
             return req
         notes[f"thinking on by default for {req.model}"] += 1
         return dataclasses.replace(req, thinking=ThinkingConfig(True, budget))
@@ -618,6 +627,16 @@ def apply_default_thinking(req: Request, notes: Notes, *, budget: int | None = N
         notes[f"thinking budget {budget} set"] += 1
         return dataclasses.replace(req, thinking=dataclasses.replace(t, budget_tokens=budget))
     return req
+
+
+def check_thinking_support(req: Request, notes: Notes) -> Request:
+    """Thinking not sent for a model the seed's list does not know to think
+    (``model_supports_thinking``), on an upstream that checks thinking: it would be refused
+    there. A route's ``reasoning = "on"`` skips this check."""
+    if not _thinking_on(req) or model_supports_thinking(req.model):
+        return req
+    notes[f"thinking not sent: {req.model} is not known to think"] += 1
+    return dataclasses.replace(req, thinking=None)
 
 
 def check_thinking_history(req: Request, notes: Notes) -> Request:
@@ -652,15 +671,18 @@ def restore_request(
     signature_fallback: SignatureFallback = "none",
     thinking_budget: int | None = None,
     default_thinking: bool = True,
+    policy: ThinkingPolicy = "auto",
 ) -> Request:
     """Default thinking (unless ``default_thinking`` is False, e.g. a route with
     ``reasoning = "off"``), restore from the store, the signature rules and the history check
     (the last two where ``needs_signed_thinking``). ``lookup`` None: no store (the sentinel and
     the rules still apply, without repairs)."""
     if default_thinking:
-        req = apply_default_thinking(req, notes, budget=thinking_budget)
+        req = apply_default_thinking(req, notes, budget=thinking_budget, policy=policy)
     req = restore_reasoning(req, lookup, upstream, notes, signature_fallback=signature_fallback)
     if needs_signed_thinking(upstream, req.model):
+        if policy == "auto":
+            req = check_thinking_support(req, notes)
         req = apply_signature_rules(req, lookup, notes)
         req = check_thinking_history(req, notes)
     return req

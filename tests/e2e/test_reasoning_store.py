@@ -262,7 +262,7 @@ class Claude(Strict):
 class DeepSeek(Strict):
     """DeepSeek in thinking mode: tool-call turns carry their ``reasoning_content`` back."""
 
-    def __init__(self, stage_only: int | None = None) -> None:
+    def __init__(self) -> None:
         super().__init__()
 
     def __call__(self, rec: Recorded) -> JSONReply | SSEReply:
@@ -500,13 +500,23 @@ def test_a_loop_whose_client_drops_everything_is_accepted_every_turn(
     assert "Traceback" not in log and KEY not in log
 
 
+@pytest.mark.parametrize(
+    ("dialect", "client"),
+    [("gemini", "cursor"), ("anthropic", "claude-code"), ("openai_chat", "cursor")],
+)
 def test_the_store_survives_a_restart_between_turns(
-    start_proxy: Callable[..., Proxy], upstream: ScriptedUpstream, tmp_path: Path
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    tmp_path: Path,
+    dialect: str,
+    client: str,
 ) -> None:
-    script = Gemini(code_assist=False)
+    make, model = CASES[dialect]
+    script = make()
     upstream.script = script
+    extra = 'signature_fallback = "none"\n' if dialect == "gemini" else ""
     options = {
-        "bridge_routes": routes(tmp_path, "gemini", 'signature_fallback = "none"\n'),
+        "bridge_routes": routes(tmp_path, dialect, extra),
         "bridge_store": str(tmp_path / "store.sqlite"),
     }
     current = [start_proxy(**options)]
@@ -519,7 +529,8 @@ def test_the_store_survives_a_restart_between_turns(
             current.pop(0)
         return current[0].base_url
 
-    assert cursor_loop(base_url, MODEL_GEMINI, True) == TURNS[2][2]
+    loop = cursor_loop if client == "cursor" else claude_code_loop
+    assert loop(base_url, model, True) == TURNS[2][2]
     assert script.refused == [] and len(script.bodies) == 3
 
 

@@ -1164,6 +1164,34 @@ def test_default_thinking_and_budget() -> None:
     assert apply_default_thinking(off, Counter(), budget=4096) is off
 
 
+def test_thinking_policy_model_list_and_the_routes_override() -> None:
+    """On an upstream that checks thinking, a model the seed's list does not know to think gets
+    no thinking request (``auto``); a route's ``reasoning = "on"`` sends it, and turns it on by
+    default for any model."""
+    asked = Request(
+        "anthropic",
+        "my-gateway-alias",
+        (Message("user", (Text("q"),)),),
+        thinking=ThinkingConfig(True, 2048),
+    )
+    notes: Counter[str] = Counter()
+    dropped = restore_request(asked, None, "anthropic", notes)
+    assert dropped.thinking is None
+    assert notes == {"thinking not sent: my-gateway-alias is not known to think": 1}
+    kept = restore_request(asked, None, "anthropic", Counter(), policy="on")
+    assert kept.thinking == ThinkingConfig(True, 2048)
+    for model in ("claude-sonnet-4-5", "gemini-3-pro-preview", "gpt-5-thinking"):
+        same = dataclasses.replace(asked, model=model)
+        assert restore_request(same, None, "anthropic", Counter()).thinking == asked.thinking
+    # Another upstream (its own reasoning switch): the list does not decide there.
+    assert restore_request(asked, None, "openai_chat", Counter()).thinking == asked.thinking
+    # Default thinking: only listed models in auto, every model with the route's "on".
+    silent = dataclasses.replace(asked, thinking=None)
+    assert restore_request(silent, None, "openai_chat", Counter()).thinking is None
+    on = restore_request(silent, None, "openai_chat", Counter(), policy="on", thinking_budget=1024)
+    assert on.thinking == ThinkingConfig(True, 1024)
+
+
 def test_history_check() -> None:
     def req(*assistant: Any) -> Request:
         return Request(

@@ -114,6 +114,34 @@ def test_reasoning_off_keeps_thinking_requests_away_from_the_upstream() -> None:
     assert "reasoning request not sent" in off.summary
 
 
+def test_reasoning_on_lets_a_model_off_the_list_think_on_an_anthropic_upstream() -> None:
+    body = {
+        **ANTHROPIC_BODY,
+        "model": "house-model",
+        "thinking": {"type": "enabled", "budget_tokens": 2000},
+    }
+    routes = {
+        policy: Settings(
+            routes=(
+                Route(
+                    name="m",
+                    path="*/v1/messages",
+                    client="anthropic",
+                    upstream="anthropic",
+                    reasoning=policy,
+                ),
+            )
+        )
+        for policy in ("auto", "on")
+    }
+    auto = run(incoming("/v1/messages", body), routes["auto"])
+    on = run(incoming("/v1/messages", body), routes["on"])
+    assert isinstance(auto, Rewrite) and isinstance(on, Rewrite)
+    assert "thinking" not in json.loads(auto.body)
+    assert "house-model is not known to think" in auto.summary
+    assert json.loads(on.body)["thinking"] == {"type": "enabled", "budget_tokens": 2000}
+
+
 def test_a_lone_surrogate_still_gives_an_answer() -> None:
     tool = {"name": "\ud83d", "input_schema": {"type": "object"}}
     body = {"model": "m", "max_tokens": 5, "messages": [], "tools": [tool, tool]}

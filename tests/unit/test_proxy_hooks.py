@@ -17,6 +17,7 @@ from mitmproxy.test import taddons, tflow, tutils
 from addon.shell.addons import make_addons
 from addon.shell.common import META_KEY
 from addon.shell.rewrite import RewriteAddon as Bridge
+from addon.store import Scope
 from tests.realdata import as_sse
 
 SECRET = "sk-live-SECRET-never-log-me"
@@ -96,6 +97,12 @@ def sse_response(body: bytes = b"", **headers: str) -> http.Response:
         pytest.param(
             "bridge_routes", "/nonexistent/routes.toml", "cannot read it", id="routes-missing"
         ),
+        pytest.param("bridge_store_size", -1, "bridge_store_size takes", id="store-size"),
+        pytest.param("bridge_store_ttl", -5, "bridge_store_ttl takes", id="store-ttl"),
+        pytest.param("bridge_store", "/nonexistent/dir/store.db", "cannot open", id="store-path"),
+        pytest.param(
+            "bridge_thinking_budget", -1, "bridge_thinking_budget takes", id="thinking-budget"
+        ),
     ],
 )
 def test_bad_option_values_are_refused_with_a_clear_message(
@@ -104,6 +111,25 @@ def test_bad_option_values_are_refused_with_a_clear_message(
     _, tctx = bridge
     with pytest.raises(exceptions.OptionsError, match=message):
         tctx.options.update(**{option: value})
+
+
+def test_store_options_open_the_store_and_new_bounds_keep_what_it_remembers(
+    bridge: tuple[Bridge, taddons.context], tmp_path: Path
+) -> None:
+    addon, tctx = bridge
+    tctx.configure(addon, bridge_store_ttl=3600)
+    store = addon.store
+    assert store is not None and store.path == "" and store.max_entries == 20_000
+    scope = Scope("r@h", "m")
+    store.put(scope, "call", "call_1", {"signature": "s" * 60})
+    tctx.configure(addon, bridge_store_size=100, bridge_store_ttl=60)
+    assert addon.store is store and store.max_entries == 100 and store.ttl == 60
+    assert store.get(scope, "call", "call_1") == {"signature": "s" * 60}
+    path = tmp_path / "store.db"
+    tctx.configure(addon, bridge_store=str(path))
+    assert addon.store is not None and addon.store.path == str(path) and path.exists()
+    tctx.configure(addon, bridge_store_size=0)
+    assert addon.store is None  # size 0: nothing remembered
 
 
 def test_routes_file_option_loads_routes(

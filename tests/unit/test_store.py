@@ -362,3 +362,34 @@ def test_concurrent_use_keeps_the_bounds(make: Make) -> None:
             if store.get(Scope(f"r{n % 3}@h", "m"), "call", f"{n}-{i}") is not None:
                 probe += 1
     assert probe == len(store)
+
+
+def test_a_value_too_big_to_keep_also_drops_the_old_one(make: Make) -> None:
+    store = make(max_bytes=2000)
+    store.put(A, "call", "call_1", {"signature": "old"})
+    store.put(A, "call", "call_1", {"signature": "x" * 5000})  # over the bound: not kept
+    assert store.get(A, "call", "call_1") is None  # never the stale value
+    assert len(store) == 0 and store.bytes == 0
+
+
+def test_a_clock_that_goes_back_does_not_keep_expired_values(make: Make) -> None:
+    clock = Clock()
+    store = make(ttl=100, clock=clock)
+    store.put(A, "call", "old", {"v": 1})
+    clock.now -= 50  # the wall clock is set back
+    store.put(A, "call", "new", {"v": 2})
+    clock.now += 50 + 100  # the first is 100 s old, the second too (time never went back)
+    store.expire()
+    assert store.get(A, "call", "old") is None and store.get(A, "call", "new") is None
+    assert len(store) == 0
+
+
+def test_new_bounds_keep_what_is_remembered(make: Make) -> None:
+    store = make(max_entries=10)
+    for i in range(5):
+        store.put(A, "call", f"call_{i}", {"v": i})
+    store.rebound(3, 60)
+    assert len(store) == 3 and store.max_entries == 3 and store.ttl == 60
+    assert store.get(A, "call", "call_4") == {"v": 4}
+    with pytest.raises(ValueError):
+        store.rebound(-1, 60)
