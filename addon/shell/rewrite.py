@@ -152,7 +152,12 @@ class RewriteAddon(OptionChecks):
         if wanted == self._store_settings:
             return
         old = self._store_settings
-        if self.store is not None and old is not None and wanted.size > 0 and old.path == wanted.path:
+        if (
+            self.store is not None
+            and old is not None
+            and wanted.size > 0
+            and old.path == wanted.path
+        ):
             # Same place, new bounds: keep what is remembered (an in-memory store would
             # otherwise forget every conversation).
             try:

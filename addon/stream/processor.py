@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
-from addon.model import Event, StreamError
+from addon.model import Event, StreamError, TextDelta, ThinkingDelta
 from addon.stream.decompress import Decompressor
 from addon.stream.eventstream import EventStreamSplitter, Frame
 from addon.stream.framing import JsonArraySplitter, JsonArrayWriter
@@ -122,6 +122,16 @@ class StreamProcessor:
         )
         """``raw_ok``: no stage changes this stream's events (the plan says so); an event the
         decoder says nobody reads goes out as the upstream's bytes, undecoded."""
+        sse = framing_in == "sse"
+        self._skip_run: Callable[[bytes], int] | None = (
+            getattr(decoder, "skippable_run", None) if self._skippable is not None else None
+        )
+        """A whole chunk of events nobody reads: how many (the decoder's ``skippable_run``)."""
+        self._text_run: Callable[[bytes], tuple[str, int] | None] | None = (
+            getattr(decoder, "text_run", None) if self._skippable is None and sse else None
+        )
+        """A whole chunk of plain text events, read at once: their joined text and count (the
+        decoder's ``text_run``); it goes through the stages and the encoder as one delta."""
         self.skipped_decoding = 0
         self._max = max_event_bytes
         self._whole = whole
@@ -179,6 +189,14 @@ class StreamProcessor:
         if self._items is not None:
             return self._run_items(self._items.feed(chunk), final=False)
         if self._lines.idle and self._events.idle and not self._pending_raw:
+            if self._skip_run is not None and (n := self._skip_run(chunk)):
+                # Nothing in it anybody reads: the chunk goes on as it came.
+                self.events_in += n
+                self.skipped_decoding += n
+                self._events.saw_event()
+                return self._out([chunk])
+            if self._text_run is not None and (run := self._text_run(chunk)) is not None:
+                return self._run_text(*run, chunk)
             simple = simple_events(chunk)
             if simple is not None:
                 return self._run_simple(simple)
@@ -250,7 +268,12 @@ class StreamProcessor:
         return self._out(out)
 
     def _run_simple(self, events: list[tuple[str, bytes]]) -> list[bytes]:
-        """Whole one-line events (``simple_events``): dispatched as ``_run`` would."""
+        """Whole one-line events (``simple_events``): dispatched as ``_run`` would — except
+        that where every event is decoded (no raw passthrough), a run of plain text (or
+        thinking) deltas that came in one chunk goes through the stages and the encoder as one
+        delta (``_coalesced``)."""
+        if self._skippable is None and len(events) > 1:
+            return self._coalesced(events)
         out: list[bytes] = []
         self._events.saw_event()
         for i, (data, raw) in enumerate(events):
@@ -260,6 +283,59 @@ class StreamProcessor:
             except Exception as e:
                 rest = b"".join(r for _, r in events[i + 1 :])
                 return self._fail(f"{type(e).__name__}: {e}", bytes(self._pending_raw) + rest, out)
+        return self._out(out)
+
+    def _run_text(self, text: str, n: int, chunk: bytes) -> list[bytes]:
+        """``n`` plain text events read at once (``_text_run``), as one delta."""
+        self.events_in += n
+        self._events.saw_event()
+        events: list[Event] = [TextDelta(text)] if text else []
+        try:
+            for stage in self._stages:
+                events = _feed_all(stage, events)
+            return self._out(self._encode(events))
+        except Exception as e:
+            return self._fail(f"{type(e).__name__}: {e}", chunk)
+
+    def _coalesced(self, events: list[tuple[str, bytes]]) -> list[bytes]:
+        """Events that arrived together: the same text reaches the client at the same moment
+        in fewer events, and the stages and the encoder run once per run of text instead of
+        once per upstream event (what a model that bursts, or a proxy that fell behind, reads
+        in one go). ``_pending_raw`` holds every event's bytes until its output is out, so a
+        failure gives back (same dialect) exactly what was not emitted."""
+        out: list[bytes] = []
+        self._events.saw_event()
+        kind: type[TextDelta] | type[ThinkingDelta] | None = None
+        texts: list[str] = []
+        stages = self._stages
+        try:
+            for data, raw in events:
+                self._pending_raw += raw
+                if not data:
+                    continue
+                self.events_in += 1
+                decoded = self._decode(data, None)
+                if len(decoded) == 1:
+                    one = decoded[0]
+                    if isinstance(one, TextDelta | ThinkingDelta) and _plain_delta(one, kind):
+                        kind = type(one)
+                        texts.append(one.text)
+                        continue
+                if kind is not None:
+                    decoded = [kind("".join(texts)), *decoded]
+                    kind, texts = None, []
+                for stage in stages:
+                    decoded = _feed_all(stage, decoded)
+                out.extend(self._encode(decoded))
+                self._pending_raw.clear()
+            if kind is not None:
+                run: list[Event] = [kind("".join(texts))]
+                for stage in stages:
+                    run = _feed_all(stage, run)
+                out.extend(self._encode(run))
+            self._pending_raw.clear()
+        except Exception as e:
+            return self._fail(f"{type(e).__name__}: {e}", bytes(self._pending_raw), out)
         return self._out(out)
 
     def _run_items(self, items: list[tuple[str, bytes]], final: bool) -> list[bytes]:
@@ -466,6 +542,16 @@ class StreamProcessor:
             return []
         self.bytes_out += len(data)
         return [data]
+
+
+def _plain_delta(
+    event: TextDelta | ThinkingDelta, kind: type[TextDelta] | type[ThinkingDelta] | None
+) -> bool:
+    """A delta that can join the run of ``kind`` (None: no run yet): text or thinking with
+    nothing else (no wire extras, no signature), of the run's own kind."""
+    if event.extra or (kind is not None and type(event) is not kind):
+        return False
+    return type(event) is TextDelta or (type(event) is ThinkingDelta and event.signature is None)
 
 
 def _feed_all(stage: Stage, events: list[Event]) -> list[Event]:

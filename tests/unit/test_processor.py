@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import json
 import random
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from addon.dialects.openai_chat import DIALECT as OPENAI
+from addon.model import TextDelta
 from addon.stream.decompress import make_decompressor
 from addon.stream.processor import StreamProcessor
 from tests.realdata import OPENAI_STREAMS, as_sse, needs_recordings
@@ -208,6 +211,8 @@ def test_only_plain_text_chunks_are_skippable() -> None:
     text = '{"id":"a","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}'
     assert not dec.skippable(text)  # nothing read yet: the first chunk starts the message
     dec.feed(first, None)
+    assert not dec.skippable(text)  # the first text chunk is read: its frame is learnt
+    dec.feed(text, None)
     assert dec.skippable(text)
     assert dec.skippable(text.replace('"finish_reason":null', '"finish_reason": null'))
     for other in (
@@ -220,3 +225,69 @@ def test_only_plain_text_chunks_are_skippable() -> None:
         assert not dec.skippable(other), other
     dec.feed('{"id":"a","choices":[{"index":0,"delta":{"reasoning_content":"x"}}]}', None)
     assert not dec.skippable(text)  # reasoning was seen: every chunk is read from here on
+
+
+_ENVELOPE = '{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
+
+
+def _text_event(text: str) -> bytes:
+    body = _ENVELOPE + '{"content":' + json.dumps(text) + '},"finish_reason":null}]}'
+    return b"data: " + body.encode("utf-8", "surrogatepass") + b"\n\n"
+
+
+def _learnt_decoder() -> Any:
+    dec = OPENAI.stream_decoder()
+    dec.feed(_ENVELOPE + '{"role":"assistant","content":""},"finish_reason":null}]}', None)
+    dec.feed(_ENVELOPE + '{"content":"learn"},"finish_reason":null}]}', None)
+    return dec
+
+
+_ODD_EVENTS = [
+    # Same frame, something else in the body: each must make the whole chunk None / 0.
+    b"data: " + (_ENVELOPE + '{"content":"a","x":"b"},"finish_reason":null}]}').encode() + b"\n\n",
+    b"data: " + (_ENVELOPE + '{"content":"a\\"},"finish_reason":null}]}').encode() + b"\n\n",
+    b"data: " + (_ENVELOPE + '{"content":"a\nb"},"finish_reason":null}]}').encode() + b"\n\n",
+    b"data: "
+    + (_ENVELOPE + '{"content":"","tool_calls":[],"r":"x"},"finish_reason":null}]}').encode()
+    + b"\n\n",
+    b"data: [DONE]\n\n",
+    b": keep-alive\n\n",
+    b"data: " + (_ENVELOPE + '{"content":"a"},"finish_reason":"stop"}]}').encode() + b"\n\n",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    texts=st.lists(st.text(), min_size=1, max_size=12),
+    odd=st.lists(st.tuples(st.integers(0, 12), st.sampled_from(_ODD_EVENTS)), max_size=2),
+)
+def test_a_whole_chunk_of_text_is_read_at_once_exactly_or_not_at_all(
+    texts: list[str], odd: list[tuple[int, bytes]]
+) -> None:
+    """``text_run`` / ``skippable_run`` never say anything event-by-event decoding would not:
+    the same text, the same count, or no answer (None / 0) at all."""
+    events = [_text_event(t) for t in texts]
+    for at, event in odd:
+        events.insert(min(at, len(events)), event)
+    chunk = b"".join(events)
+    run = _learnt_decoder().text_run(chunk)
+    skip = _learnt_decoder().skippable_run(chunk)
+    judge = _learnt_decoder()
+    datas = [ev[6:-2].decode("utf-8", "surrogatepass") for ev in events]
+    each = all(
+        ev.startswith(b"data: ") and judge.skippable(d) for ev, d in zip(events, datas, strict=True)
+    )
+    assert skip in ((0, len(events)) if each else (0,))  # never more than event by event
+    if odd:
+        assert run is None
+        return
+    one_by_one = _learnt_decoder()
+    decoded = [
+        e for ev in events for e in one_by_one.feed(ev[6:-2].decode("utf-8", "surrogatepass"), None)
+    ]
+    expected = "".join(e.text for e in decoded if isinstance(e, TextDelta))
+    if run is not None:
+        assert run == (expected, len(events))
+    assert skip in (0, len(events))
+    if "\\" not in chunk.decode("utf-8", "surrogatepass") and all(t.isprintable() for t in texts):
+        assert run == (expected, len(events)) and skip == len(events)

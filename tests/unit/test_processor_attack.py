@@ -310,3 +310,29 @@ def test_a_mutated_real_stream_stays_well_formed_in_the_clients_dialect(
         assert last_name in ("response.completed", "response.incomplete", "response.failed")
     else:
         assert "error" in last or any(c.get("finishReason") for c in last.get("candidates") or [])
+
+
+def test_text_that_arrives_in_one_chunk_goes_out_as_one_delta_with_nothing_lost() -> None:
+    """Events read together (a burst, a proxy that fell behind) are encoded as one run of
+    text for another dialect; fed one event at a time, each is its own delta. The client's
+    text is the same either way, and a failure gives back what was not emitted."""
+    pieces = [f"piece {i} é " for i in range(40)]
+    first = chat({"role": "assistant"})
+    body = first + b"".join(chat({"content": p}) for p in pieces) + END
+    together = proc("anthropic")
+    head = b"".join(together.feed(first))  # the stream's first read: its start
+    burst = sse_events(
+        head + b"".join(together.feed(body[len(first) :])) + b"".join(together.finish())
+    )
+    apart = proc("anthropic")
+    events = [e + b"\n\n" for e in body.split(b"\n\n") if e]
+    slow = sse_events(b"".join(b for e in events for b in apart.feed(e)) + b"".join(apart.finish()))
+
+    def text(evs: list[tuple[str | None, Any]]) -> str:
+        return "".join(d["delta"]["text"] for name, d in evs if name == "content_block_delta")
+
+    assert text(burst) == text(slow) == "".join(pieces)
+    deltas = [name for name, _ in burst if name == "content_block_delta"]
+    assert len(deltas) == 1 and len([n for n, _ in slow if n == "content_block_delta"]) == 40
+    assert burst[-1][0] == slow[-1][0] == "message_stop"
+    assert together.events_in == apart.events_in == 43

@@ -47,6 +47,7 @@ _DELTA_KNOWN = frozenset({"role", "content", "tool_calls", "reasoning_content", 
 _NO_EXTRA: JSON = {}
 _NOT_PLAIN = ('"tool_calls"', "reasoning", '"extra_content"', '"error"', '"function_call"')
 """What makes a chunk worth decoding on a same-dialect route (``skippable``)."""
+_NOT_PLAIN_BYTES = tuple(m.encode() for m in _NOT_PLAIN)
 
 
 class OpenAIChatStreamDecoder:
@@ -62,6 +63,11 @@ class OpenAIChatStreamDecoder:
         """No tool call and no reasoning read yet (see ``skippable``)."""
         self._frame: tuple[str, str] | None = None
         """The text around the ``content`` string of the last plain text chunk (``_learn``)."""
+        self._learnt = False
+        """A plain text chunk was decoded (its frame learnt, if it has one): until then none
+        is ``skippable``, so that ``skippable_run`` has a frame to look for."""
+        self._run: tuple[bytes, bytes] | None = None
+        """The frame as the bytes of a whole SSE event before and after its text (``text_run``)."""
 
     def skippable(self, data: str) -> bool:
         """Whether this event's data is a plain text chunk that nobody but an encoder of this
@@ -70,7 +76,7 @@ class OpenAIChatStreamDecoder:
         A same-dialect stream with nothing to change passes such a chunk on as its bytes,
         without decoding it (``StreamProcessor(raw_ok=True)``). A look at the text only: a
         false "no" costs the decoding, never a wrong answer."""
-        if not (self._plain and self._started) or '"content"' not in data:
+        if not (self._plain and self._started and self._learnt) or '"content"' not in data:
             return False
         for marker in _NOT_PLAIN:
             if marker in data:
@@ -177,6 +183,7 @@ class OpenAIChatStreamDecoder:
         """Keep the text around this plain chunk's ``content`` string: the upstream repeats it
         on every text chunk (same envelope, same keys in the same order), so the next ones
         are read by comparing their ends and decoding only the string between them."""
+        self._learnt = True
         value = dumps(text)
         at = data.find('"content":' + value)
         if at == -1 or data.find('"content":' + value, at + 1) != -1:
@@ -184,6 +191,71 @@ class OpenAIChatStreamDecoder:
             return
         start = at + len('"content":')
         self._frame = (data[: start + 1], data[start + len(value) - 1 :])
+        self._run = None
+
+    def text_run(self, chunk: bytes) -> tuple[str, int] | None:
+        """A chunk of whole SSE events that are all plain text chunks in the learned frame
+        (``_learn``; LF line ends, one ``data:`` line each), read in one pass: their text
+        joined and how many there were. None when any part of the chunk is anything else (it
+        is then read event by event, with the same text).
+
+        Exact, not a guess: the chunk is the frame's head, a body, the frame's tail, again and
+        again (``_frame_events``, counted in C); the bodies are decoded as one JSON array of
+        strings, which has exactly one string per event only if no body holds a bare quote,
+        a line break or anything else a JSON string cannot (and none ends in a backslash that
+        could escape its closing quote: such a chunk takes the event-by-event path)."""
+        n = self._frame_events(chunk)
+        if not n:
+            return None
+        head, tail = self._run  # type: ignore[misc]  # set by _frame_events
+        inner = chunk[len(head) : len(chunk) - len(tail)]
+        sep = tail + head
+        if b"\\" + sep in inner or inner.endswith(b"\\"):
+            return None
+        try:
+            texts = loads(b'["' + inner.replace(sep, b'","') + b'"]')
+        except ValueError:
+            return None
+        if len(texts) != n or not all(type(t) is str for t in texts):
+            return None
+        return "".join(texts), n
+
+    def skippable_run(self, chunk: bytes) -> int:
+        """How many events ``chunk`` holds if every one is ``skippable`` (a plain text chunk in
+        the learned frame, before any call or reasoning); 0 otherwise."""
+        if not self._plain:
+            return 0
+        n = self._frame_events(chunk)
+        if not n:
+            return 0
+        head, tail = self._run  # type: ignore[misc]  # set by _frame_events
+        if b'\\"' not in chunk:
+            # No escaped quote anywhere: the only quotes are the frame's, so every text is a
+            # plain JSON string and nothing else is in any event.
+            quotes = head.count(b'"') + tail.count(b'"')
+            return n if chunk.count(b'"') == n * quotes else 0
+        if any(m in chunk for m in _NOT_PLAIN_BYTES) or chunk.count(b'"finish_reason"') != n:
+            return 0
+        return n
+
+    def _frame_events(self, chunk: bytes) -> int:
+        """How many events ``chunk`` holds if it is laid out as events of the learned frame
+        (the frame's head, something, the frame's tail, again and again, nothing else); else
+        0. What lies between head and tail is for the caller to check."""
+        frame = self._frame
+        if frame is None:
+            return 0
+        run = self._run
+        if run is None:
+            run = self._run = (
+                b"data: " + frame[0].encode("utf-8", "surrogatepass"),
+                frame[1].encode("utf-8", "surrogatepass") + b"\n\n",
+            )
+        head, tail = run
+        if not (chunk.startswith(head) and chunk.endswith(tail)):
+            return 0
+        n = chunk.count(tail)
+        return n if chunk.count(tail + head) == n - 1 else 0
 
     @staticmethod
     def _framed_text(data: str, frame: tuple[str, str]) -> str | None:
