@@ -188,8 +188,17 @@ def _float(value: Any) -> float | None:
 def _fingerprint(role: str, parts: list[Part] | tuple[Part, ...]) -> str:
     """A message item's key in the private table: its role and text."""
     text = "\x00".join(p.text for p in parts if isinstance(p, Text))
-    digest = hashlib.sha256(f"{role}\x01{text}".encode()).hexdigest()[:16]
-    return f"message:{digest}"
+    digest = hashlib.sha256(f"{role}\x01{_sample(text)}".encode("utf-8", "surrogatepass"))
+    return f"message:{digest.hexdigest()[:16]}"
+
+
+def _sample(text: str) -> str:
+    """What of a message's text its key is made of: all of it, or for a long one (a pasted
+    file) its length, start and end — the same message, the same key, without hashing
+    megabytes on every request."""
+    if len(text) <= 8192:
+        return text
+    return f"{len(text)}\x02{text[:4096]}\x02{text[-4096:]}"
 
 
 class _Grouper:
