@@ -195,6 +195,14 @@ class Params:
     stop: tuple[str, ...] | None = None
     user: str | None = None
     """An end-user id (OpenAI ``user``, Anthropic ``metadata.user_id``)."""
+    seed: int | None = None
+    """OpenAI chat ``seed`` / Gemini ``generationConfig.seed``."""
+    presence_penalty: float | None = None
+    """OpenAI chat ``presence_penalty`` / Gemini ``presencePenalty``."""
+    frequency_penalty: float | None = None
+    """OpenAI chat ``frequency_penalty`` / Gemini ``frequencyPenalty``."""
+    service_tier: str | None = None
+    """OpenAI chat and Responses ``service_tier`` (the same values in both)."""
 
 
 type Effort = Literal["minimal", "low", "medium", "high", "xhigh"]

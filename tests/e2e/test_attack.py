@@ -279,6 +279,39 @@ def test_an_answer_an_anthropic_client_cannot_read_is_an_error_in_its_shape(
     assert_clean_log(proxy)
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/messages", b'{"model": "m", "messages": ['),
+        ("/v1/messages", b'{"model": "m", "max_tokens": 5, "messages": "not a list"}'),
+        ("/v1/responses", b'{"model": "m", "input": '),
+        ("/v1/responses", b'{"model": "m", "input": [{"type": "message", "role": 7}]}'),
+        ("/v1beta/models/gemini-2.5-pro:generateContent", b'{"contents": [{"parts": '),
+        ("/v1beta/models/gemini-2.5-pro:generateContent", b'{"contents": {"x": 1}}'),
+        ("/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", b"[1, 2, 3]"),
+    ],
+)
+def test_a_body_no_dialect_change_can_read_is_a_400_in_the_clients_own_shape(
+    proxy: Proxy, upstream: ScriptedUpstream, path: str, body: bytes
+) -> None:
+    """Every client dialect the default routes take to another upstream dialect: what the
+    bridge cannot read never reaches the upstream (it would answer in the wrong shape)."""
+    status, headers, answer = raw_request(proxy.port, "POST", path, body)
+    assert status == 400 and headers["content-type"].startswith("application/json")
+    error = json.loads(answer)
+    if path.startswith("/v1/messages"):
+        assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+        message = error["error"]["message"]
+    elif path.startswith("/v1/responses"):
+        message = error["error"]["message"]
+    else:  # Google's shape
+        assert error["error"]["code"] == 400 and error["error"]["status"] == "INVALID_ARGUMENT"
+        message = error["error"]["message"]
+    assert "cursor-bridge" in message
+    assert upstream.requests == []
+    assert_clean_log(proxy)
+
+
 # --------------------------------------------------------------------------- allow / ignore hosts
 
 

@@ -272,6 +272,52 @@ def test_explicit_empties_are_not_sent_to_another_dialect() -> None:
     assert "system" not in d.wire.body and "stop_sequences" not in d.wire.body
 
 
+def _route(client: str, upstream: str) -> Settings:
+    return Settings(
+        routes=(Route(name="x", path="*", client=client, upstream=upstream),)  # type: ignore[arg-type]
+    )
+
+
+def test_fields_both_dialects_have_cross_a_dialect_change() -> None:
+    """seed and the penalties between OpenAI chat and Gemini, service_tier between the two
+    OpenAI dialects; where the upstream has no such field it is named in the notes."""
+    chat = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "seed": 7,
+        "presence_penalty": 0.5,
+        "frequency_penalty": -0.25,
+        "service_tier": "flex",
+    }
+    to_gemini = run(incoming("/v1/chat/completions", chat), _route("openai_chat", "gemini"))
+    assert isinstance(to_gemini, Rewrite)
+    gc = json.loads(to_gemini.body)["generationConfig"]
+    assert (gc["seed"], gc["presencePenalty"], gc["frequencyPenalty"]) == (7, 0.5, -0.25)
+    gemini = {
+        "contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+        "generationConfig": {"seed": 3, "presencePenalty": 1, "frequencyPenalty": 0.5},
+    }
+    to_chat = run(
+        incoming("/v1beta/models/g:generateContent", gemini), _route("gemini", "openai_chat")
+    )
+    assert isinstance(to_chat, Rewrite)
+    sent = json.loads(to_chat.body)
+    assert (sent["seed"], sent["presence_penalty"], sent["frequency_penalty"]) == (3, 1, 0.5)
+    responses = {"model": "m", "input": "hi", "service_tier": "priority"}
+    tiered = run(incoming("/v1/responses", responses), _route("openai_responses", "openai_chat"))
+    assert isinstance(tiered, Rewrite)
+    assert json.loads(tiered.body)["service_tier"] == "priority"
+    back = run(incoming("/v1/chat/completions", chat), _route("openai_chat", "openai_responses"))
+    assert isinstance(back, Rewrite)
+    assert json.loads(back.body)["service_tier"] == "flex"
+    assert "seed not sent (the Responses API has no such field)" in back.summary
+    to_claude = run(incoming("/v1/chat/completions", chat), _route("openai_chat", "anthropic"))
+    assert isinstance(to_claude, Rewrite)
+    body = json.loads(to_claude.body)
+    assert not {"seed", "presence_penalty", "service_tier"} & set(body)
+    assert "service_tier not sent (the Messages API has no such field)" in to_claude.summary
+
+
 def test_a_query_that_is_not_utf8_survives_the_trip_back() -> None:
     from urllib.parse import urlencode
 

@@ -406,6 +406,9 @@ def encode_request(req: Request, notes: Notes) -> JSON:
         body[key] = value
     if params.stop:
         body["stop_sequences"] = list(params.stop)
+    for name in ("seed", "presence_penalty", "frequency_penalty", "service_tier"):
+        if getattr(params, name) is not None:
+            notes[f"{name} not sent (the Messages API has no such field)"] += 1
     if params.user:
         body["metadata"] = {"user_id": params.user}
     if req.tools is not None:

@@ -143,6 +143,9 @@ _GENERATION = {
     "temperature": "temperature",
     "topP": "top_p",
     "topK": "top_k",
+    "seed": "seed",
+    "presencePenalty": "presence_penalty",
+    "frequencyPenalty": "frequency_penalty",
 }
 _GC_MODELLED = spellings(*_GENERATION, "stopSequences", "thinkingConfig")
 _DECL_MODELLED = spellings("name", "description", "parameters", "parametersJsonSchema")
@@ -491,7 +494,7 @@ def _decode_generation(gc: JSON, side: JSON, extra: JSON) -> tuple[Params, Think
         value = get(gc, key)
         if value is None:
             continue
-        number = _int(value) if field in ("max_tokens", "top_k") else _float(value)
+        number = _int(value) if field in ("max_tokens", "top_k", "seed") else _float(value)
         if number is not None:
             values[field] = number
             raw[key] = value

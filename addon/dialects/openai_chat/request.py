@@ -151,6 +151,10 @@ def _decode_params(extra: JSON) -> Params:
         top_k=take("top_k", int),
         stop=stops,
         user=take("user", str),
+        seed=take("seed", int),
+        presence_penalty=take("presence_penalty", (int, float)),
+        frequency_penalty=take("frequency_penalty", (int, float)),
+        service_tier=take("service_tier", str),
     )
 
 
@@ -374,6 +378,10 @@ def encode_request(req: Request, notes: Notes) -> JSON:
         # OpenAI itself rejects top_k; only a client that sent it in this dialect gets it back.
         ("top_k", p.top_k if req.origin == NAME else None),
         ("user", p.user),
+        ("seed", p.seed),
+        ("presence_penalty", p.presence_penalty),
+        ("frequency_penalty", p.frequency_penalty),
+        ("service_tier", p.service_tier),
     ):
         if value is not None:
             body[key] = value

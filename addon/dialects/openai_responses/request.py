@@ -91,7 +91,7 @@ _EFFORTS = frozenset({"minimal", "low", "medium", "high", "xhigh"})
 """The efforts ``ThinkingConfig`` models (``none`` means no thinking; others stay in extra)."""
 _MODELLED = frozenset(
     {"model", "input", "instructions", "tools", "tool_choice", "stream", "max_output_tokens",
-     "temperature", "top_p", "user"}
+     "temperature", "top_p", "user", "service_tier"}
 )  # fmt: skip
 _ROLES = ("user", "assistant", "system", "developer")
 _CALLS = ("function_call", "custom_tool_call")
@@ -153,6 +153,7 @@ def decode_request(body: JSON, notes: Notes) -> Request:
             temperature=_float(body.get("temperature")),
             top_p=_float(body.get("top_p")),
             user=body["user"] if isinstance(body.get("user"), str) else None,
+            service_tier=tier if isinstance(tier := body.get("service_tier"), str) else None,
         ),
         thinking=decode_reasoning(body.get("reasoning")),
         extra=extra,
@@ -599,11 +600,15 @@ def encode_request(req: Request, notes: Notes) -> JSON:
         ("temperature", p.temperature),
         ("top_p", p.top_p),
         ("user", p.user),
+        ("service_tier", p.service_tier),
     ):
         if value is not None:
             body[key] = value
     if p.stop:
         notes["stop sequences dropped (the Responses API has none)"] += 1
+    for name in ("seed", "presence_penalty", "frequency_penalty"):
+        if getattr(p, name) is not None:
+            notes[f"{name} not sent (the Responses API has no such field)"] += 1
     if req.tools is not None:
         body["tools"] = [_encode_tool(i, t, same) for i, t in enumerate(req.tools)]
     if req.tool_choice is not None:
