@@ -128,7 +128,9 @@ class StreamProcessor:
         )
         """A whole chunk of events nobody reads: how many (the decoder's ``skippable_run``)."""
         self._text_run: Callable[[bytes], tuple[str, int] | None] | None = (
-            getattr(decoder, "text_run", None) if self._skippable is None and sse else None
+            getattr(decoder, "text_run", None)
+            if self._skippable is None and sse and not same_dialect
+            else None
         )
         """A whole chunk of plain text events, read at once: their joined text and count (the
         decoder's ``text_run``); it goes through the stages and the encoder as one delta."""
@@ -188,20 +190,46 @@ class StreamProcessor:
             return self._run_frames(self._frames.feed(chunk), final=False)
         if self._items is not None:
             return self._run_items(self._items.feed(chunk), final=False)
-        if self._lines.idle and self._events.idle and not self._pending_raw:
-            if self._skip_run is not None and (n := self._skip_run(chunk)):
-                # Nothing in it anybody reads: the chunk goes on as it came.
-                self.events_in += n
-                self.skipped_decoding += n
-                self._events.saw_event()
-                return self._out([chunk])
-            if self._text_run is not None and (run := self._text_run(chunk)) is not None:
-                return self._run_text(*run, chunk)
-            simple = simple_events(chunk)
-            if simple is not None:
-                return self._run_simple(simple)
+        if self._events.idle and not self._pending_raw:
+            fast = self._fast(chunk)
+            if fast is not None:
+                return fast
         lines = self._lines.feed(chunk)
         return self._run(lines, final=False)
+
+    def _fast(self, chunk: bytes) -> list[bytes] | None:
+        """Whole events read in one pass where the chunk allows it, else None (nothing taken).
+
+        A read rarely ends where an event does: the events that end in this chunk (with the
+        start of the first one held from the chunk before) are read at once, and what comes
+        after the last of them goes to the line decoder as usual."""
+        cut = chunk.rfind(b"\n\n")
+        if cut == -1:
+            return None
+        start = self._lines.take_line_start()
+        if start is None:
+            return None
+        cut += 2
+        whole = start + chunk[:cut] if start else (chunk if cut == len(chunk) else chunk[:cut])
+        if self._skip_run is not None and (n := self._skip_run(whole)):
+            # Nothing in it anybody reads: the events go on as they came.
+            self.events_in += n
+            self.skipped_decoding += n
+            self._events.saw_event()
+            out = self._out([whole])
+        elif self._text_run is not None and (run := self._text_run(whole)) is not None:
+            out = self._run_text(*run, whole)
+        elif (simple := simple_events(whole)) is not None:
+            out = self._run_simple(simple)
+        else:
+            # Not for a fast path: the line decoder reads all of it, as if nothing was taken.
+            return self._run(self._lines.feed(start + chunk), final=False)
+        rest = chunk[cut:]
+        if not rest or self._stopped:
+            return out
+        if self.passthrough:  # the fast path failed: from here on the bytes pass as they are
+            return out + self._out([rest])
+        return out + self._run(self._lines.feed(rest), final=False)
 
     def finish(self) -> list[bytes]:
         if self._finished:
@@ -269,10 +297,11 @@ class StreamProcessor:
 
     def _run_simple(self, events: list[tuple[str, bytes]]) -> list[bytes]:
         """Whole one-line events (``simple_events``): dispatched as ``_run`` would — except
-        that where every event is decoded (no raw passthrough), a run of plain text (or
-        thinking) deltas that came in one chunk goes through the stages and the encoder as one
-        delta (``_coalesced``)."""
-        if self._skippable is None and len(events) > 1:
+        that for a client of another dialect a run of plain text (or thinking) deltas that
+        came in one chunk goes through the stages and the encoder as one delta
+        (``_coalesced``). A same-dialect client keeps the upstream's chunks, one for one,
+        whatever the reads were."""
+        if not self.same_dialect and len(events) > 1:
             return self._coalesced(events)
         out: list[bytes] = []
         self._events.saw_event()

@@ -115,6 +115,18 @@ class LineDecoder:
         self._held.clear()
         self.held = 0
 
+    def take_line_start(self) -> bytes | None:
+        """The unfinished line held (``b""`` for none), handed over and forgotten — for a
+        reader that reads whole lines itself; None (nothing handed over) before the start or
+        when it ends in a CR whose LF may follow."""
+        held = self._held
+        if not self._started or (held and held[-1].endswith(b"\r")):
+            return None
+        data = b"".join(held)
+        held.clear()
+        self.held = 0
+        return data
+
     @property
     def idle(self) -> bool:
         """No unfinished line is held and the start (its byte-order mark) is behind."""
