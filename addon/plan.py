@@ -247,6 +247,9 @@ class FlowPlan:
             whole=self._whole_events,
             keep_original=keep_original,
             raw_ok=not (self.parse_text or self.custom_tools or self.hide_thinking),
+            # The text protocol rewrites the text anyway: runs of it read together are parsed
+            # and re-encoded as one, on same-dialect routes too.
+            coalesce=not self.same_dialect or self.parse_text,
         )
         return self.processor
 

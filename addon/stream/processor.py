@@ -102,6 +102,7 @@ class StreamProcessor:
         whole: Callable[[bytes], list[Event]] | None = None,
         keep_original: int = 0,
         raw_ok: bool = False,
+        coalesce: bool | None = None,
     ) -> None:
         if framing_in not in ("sse", "json_array", "aws_eventstream") or framing_out not in (
             "sse",
@@ -123,13 +124,17 @@ class StreamProcessor:
         """``raw_ok``: no stage changes this stream's events (the plan says so); an event the
         decoder says nobody reads goes out as the upstream's bytes, undecoded."""
         sse = framing_in == "sse"
+        self._coalesce = (not same_dialect) if coalesce is None else coalesce
+        """Runs of plain text (or thinking) read together go through the stages and the
+        encoder as one delta (default: for clients of another dialect only; a same-dialect
+        client otherwise keeps the upstream's chunks one for one, whatever the reads)."""
         self._skip_run: Callable[[bytes], int] | None = (
             getattr(decoder, "skippable_run", None) if self._skippable is not None else None
         )
         """A whole chunk of events nobody reads: how many (the decoder's ``skippable_run``)."""
         self._text_run: Callable[[bytes], tuple[str, int] | None] | None = (
             getattr(decoder, "text_run", None)
-            if self._skippable is None and sse and not same_dialect
+            if self._skippable is None and sse and self._coalesce
             else None
         )
         """A whole chunk of plain text events, read at once: their joined text and count (the
@@ -206,7 +211,7 @@ class StreamProcessor:
         cut = chunk.rfind(b"\n\n")
         if cut == -1:
             return None
-        start = self._lines.take_line_start()
+        start = self._lines.take_line_start(chunk)
         if start is None:
             return None
         cut += 2
@@ -297,11 +302,9 @@ class StreamProcessor:
 
     def _run_simple(self, events: list[tuple[str, bytes]]) -> list[bytes]:
         """Whole one-line events (``simple_events``): dispatched as ``_run`` would — except
-        that for a client of another dialect a run of plain text (or thinking) deltas that
-        came in one chunk goes through the stages and the encoder as one delta
-        (``_coalesced``). A same-dialect client keeps the upstream's chunks, one for one,
-        whatever the reads were."""
-        if not self.same_dialect and len(events) > 1:
+        that with ``coalesce`` a run of plain text (or thinking) deltas that came in one
+        chunk goes through the stages and the encoder as one delta (``_coalesced``)."""
+        if self._coalesce and len(events) > 1:
             return self._coalesced(events)
         out: list[bytes] = []
         self._events.saw_event()

@@ -43,6 +43,7 @@ class SSEComment:
 
 _LINE_ENDS = "\r\n"
 _BOM = "\ufeff"
+_BOM_BYTES = _BOM.encode()
 
 
 class LineDecoder:
@@ -115,11 +116,14 @@ class LineDecoder:
         self._held.clear()
         self.held = 0
 
-    def take_line_start(self) -> bytes | None:
+    def take_line_start(self, chunk: bytes) -> bytes | None:
         """The unfinished line held (``b""`` for none), handed over and forgotten — for a
-        reader that reads whole lines itself; None (nothing handed over) before the start or
-        when it ends in a CR whose LF may follow."""
+        reader that reads whole lines itself, ``chunk`` being the bytes that follow; None
+        (nothing handed over) before the start (while a byte-order mark may come) or when it
+        ends in a CR whose LF may follow."""
         held = self._held
+        if not self._started and not held and not chunk.startswith(_BOM_BYTES[: len(chunk)]):
+            self._started = True  # the stream's first bytes, and no byte-order mark in them
         if not self._started or (held and held[-1].endswith(b"\r")):
             return None
         data = b"".join(held)
