@@ -29,6 +29,14 @@ Do not decode what nobody reads: with ``raw_ok`` (the plan: same dialect, no sta
 events) an event whose data the decoder calls ``skippable`` (for OpenAI chat: a plain text
 chunk) is passed on as the upstream's bytes without being decoded (``skipped_decoding``).
 
+Reads, not events, are the unit of work where it pays (``_fast``): the whole events a read
+completes (the start of the first one held from the read before) are looked at once — a run
+nobody reads passes as its bytes (the decoder's ``skippable_run``), a run of plain text is read
+in one pass (``text_run``) and, with ``coalesce`` (another dialect, or a text protocol that
+rewrites the text anyway), goes through the stages and the encoder as one delta; text that
+arrived together reaches the client together, in fewer events. A same-dialect client without
+``coalesce`` keeps the upstream's chunks one for one, whatever the reads.
+
 A stream the upstream cut (no finish, no ``[DONE]`` / ``message_stop``) is reported by the
 decoders as a ``StreamError`` of type ``upstream_cut``; the encoders then end the client's
 stream the way its dialect shows a failure, never with a made-up clean ending.
