@@ -1412,11 +1412,11 @@ FULL = Plan(
     body_reps=7,
 )
 QUICK = Plan(
-    requests=1_000,
+    requests=400,
     unpaced_streams=(1, 10, 50),
     unpaced_seconds=0.4,
     unpaced_min_events=200,
-    paced_streams=(25, 50, 100),
+    paced_streams=(25, 100),
     paced_events=80,
     pace=100.0,
     spread=0.2,

@@ -4,6 +4,7 @@ installed, a headless screenshot of the view)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -332,3 +333,31 @@ def test_the_counters_are_logged_at_shutdown(web: Web, upstream: ScriptedUpstrea
         log = proxy.log_text()
     assert "cursor-bridge: flows: 1 rewritten; repairs: 0; restores: 0; retries: 0" in log
     assert SECRET not in log
+
+
+def test_a_key_in_the_query_or_echoed_by_the_upstream_never_reaches_the_view(
+    web: Web, upstream: ScriptedUpstream
+) -> None:
+    """Gemini's ``?key=`` and an upstream error that quotes it: the bridge's view, comment
+    and metadata of the flow show neither (mitmweb's own URL column is mitmproxy's)."""
+    key = "AIzaSyE2eViewKey0123456789abcdefghijk"
+    upstream.enqueue(
+        JSONReply({"error": {"message": f"API key not valid: {key}", "code": 400}}, status=400)
+    )
+    upstream.enqueue(JSONReply(openai_json(f"echo {key}")))
+    for status in (400, 200):
+        before = web.ids()
+        r = httpx.post(
+            f"{web.proxy.base_url}/v1beta/models/gemini-2.5-pro:generateContent?key={key}",
+            json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+            timeout=10,
+        )
+        assert r.status_code == status
+        flow = web.flow(before)
+        shown = [flow["comment"], json.dumps(flow.get("metadata", {}))]
+        shown.append(web.view(flow["id"], "request")["text"])
+        if status == 200:
+            shown.append(web.view(flow["id"], "response")["text"])
+        for text in shown:
+            assert key not in text, text
+    assert key not in web.proxy.log_text()
