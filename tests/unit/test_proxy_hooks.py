@@ -73,6 +73,17 @@ def chat_flow(body: bytes | dict[str, Any], path: str = "/v1/chat/completions") 
     return tflow.tflow(req=req)
 
 
+def chat_answer(message: dict[str, Any], finish: str) -> dict[str, Any]:
+    """A whole chat.completion answer with one choice."""
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+    }
+
+
 def sse_response(body: bytes = b"", **headers: str) -> http.Response:
     fields = [(b"content-type", b"text/event-stream"), (b"content-length", str(len(body)).encode())]
     fields += [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()]
@@ -307,15 +318,7 @@ def test_json_answer_is_rewritten_whole(bridge: tuple[Bridge, taddons.context]) 
     addon, _ = bridge
     flow = chat_flow({**CURSOR_BODY, "stream": False})
     addon.request(flow)
-    answer = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "m",
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
-        ],
-    }
+    answer = chat_answer({"role": "assistant", "content": "hi"}, "stop")
     flow.response = tutils.tresp(
         headers=http.Headers(((b"content-type", b"application/json"),)),
         content=json.dumps(answer).encode(),
@@ -606,30 +609,11 @@ def test_a_rewritten_whole_answer_is_logged_with_its_counts(
     addon, _ = bridge
     flow = chat_flow({**CURSOR_BODY, "stream": False})
     addon.request(flow)
-    answer = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "m",
-        "choices": [
-            {
-                "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": f"c{i}",
-                            "type": "function",
-                            "function": {"name": "Read", "arguments": "{}"},
-                        }
-                        for i in range(2)
-                    ],
-                },
-                "finish_reason": "tool_calls",
-            }
-        ],
-    }
+    calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "Read", "arguments": "{}"}}
+        for i in range(2)
+    ]
+    answer = chat_answer({"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls")
     raw = json.dumps(answer).encode()
     flow.response = tutils.tresp(
         headers=http.Headers(((b"content-type", b"application/json"),)), content=raw
