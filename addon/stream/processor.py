@@ -329,53 +329,29 @@ class StreamProcessor:
         """``n`` plain text events read at once (``_text_run``), as one delta."""
         self.events_in += n
         self._events.saw_event()
-        events: list[Event] = [TextDelta(text)] if text else []
         try:
-            for stage in self._stages:
-                events = _feed_all(stage, events)
-            return self._out(self._encode(events))
+            return self._out(self._through([TextDelta(text)] if text else []))
         except Exception as e:
             return self._fail(f"{type(e).__name__}: {e}", chunk)
 
     def _coalesced(self, events: list[tuple[str, bytes]]) -> list[bytes]:
-        """Events that arrived together: the same text reaches the client at the same moment
-        in fewer events, and the stages and the encoder run once per run of text instead of
-        once per upstream event (what a model that bursts, or a proxy that fell behind, reads
-        in one go). ``_pending_raw`` holds every event's bytes until its output is out, so a
-        failure gives back (same dialect) exactly what was not emitted."""
-        out: list[bytes] = []
+        """Events that arrived together: decoded, their runs of plain text (or thinking)
+        joined (``join_runs``), then through the stages and the encoder in one pass. The same
+        text reaches the client at the same moment in fewer events (what a model that bursts,
+        or a proxy that fell behind, reads in one go). A failure gives back (same dialect) the
+        bytes of all of them: nothing of them was emitted."""
         self._events.saw_event()
-        kind: type[TextDelta] | type[ThinkingDelta] | None = None
-        texts: list[str] = []
-        stages = self._stages
+        decoded: list[Event] = []
         try:
             for data, raw in events:
                 self._pending_raw += raw
-                if not data:
-                    continue
-                self.events_in += 1
-                decoded = self._decode(data, None)
-                if len(decoded) == 1:
-                    one = decoded[0]
-                    if isinstance(one, TextDelta | ThinkingDelta) and _plain_delta(one, kind):
-                        kind = type(one)
-                        texts.append(one.text)
-                        continue
-                if kind is not None:
-                    decoded = [kind("".join(texts)), *decoded]
-                    kind, texts = None, []
-                for stage in stages:
-                    decoded = _feed_all(stage, decoded)
-                out.extend(self._encode(decoded))
-                self._pending_raw.clear()
-            if kind is not None:
-                run: list[Event] = [kind("".join(texts))]
-                for stage in stages:
-                    run = _feed_all(stage, run)
-                out.extend(self._encode(run))
-            self._pending_raw.clear()
+                if data:
+                    self.events_in += 1
+                    decoded += self._decode(data, None)
+            out = self._through(join_runs(decoded))
         except Exception as e:
-            return self._fail(f"{type(e).__name__}: {e}", bytes(self._pending_raw), out)
+            return self._fail(f"{type(e).__name__}: {e}", bytes(self._pending_raw))
+        self._pending_raw.clear()
         return self._out(out)
 
     def _run_items(self, items: list[tuple[str, bytes]], final: bool) -> list[bytes]:
@@ -384,10 +360,7 @@ class StreamProcessor:
         for i, (text, raw) in enumerate(items):
             try:
                 self.events_in += 1
-                events = self._decode(text, None)
-                for stage in self._stages:
-                    events = _feed_all(stage, events)
-                out.extend(self._encode(events))
+                out.extend(self._through(self._decode(text, None)))
             except Exception as e:
                 rest = b"".join(r for _, r in items[i + 1 :])
                 return self._fail(f"{type(e).__name__}: {e}", raw + rest, out)
@@ -407,10 +380,7 @@ class StreamProcessor:
         for frame in frames:
             try:
                 self.events_in += 1
-                events = self._decode(frame.text, frame.event)
-                for stage in self._stages:
-                    events = _feed_all(stage, events)
-                out.extend(self._encode(events))
+                out.extend(self._through(self._decode(frame.text, frame.event)))
             except Exception as e:
                 return self._stop(f"{type(e).__name__}: {e}", out)
         assert self._frames is not None
@@ -495,9 +465,7 @@ class StreamProcessor:
         try:
             events = self._whole(body)
             self.events_in += 1
-            for stage in self._stages:
-                events = _feed_all(stage, events)
-            out.extend(self._encode(events))
+            out.extend(self._through(events))
             self._end(out, decoder=False)
         except Exception as e:
             return self._stop(f"{type(e).__name__}: {e}", out)
@@ -539,11 +507,14 @@ class StreamProcessor:
             self._pending_raw.clear()
             self.skipped_decoding += 1
             return
-        events = self._decode(item.data, item.event)
+        out.extend(self._through(self._decode(item.data, item.event)))
+        self._pending_raw.clear()
+
+    def _through(self, events: list[Event]) -> list[bytes]:
+        """Unified events through the stages, then the client's encoder: its framed bytes."""
         for stage in self._stages:
             events = _feed_all(stage, events)
-        out.extend(self._encode(events))
-        self._pending_raw.clear()
+        return self._encode(events)
 
     def _encode(self, events: Iterable[Event]) -> list[bytes]:
         out: list[bytes] = []
@@ -584,14 +555,34 @@ class StreamProcessor:
         return [data]
 
 
-def _plain_delta(
-    event: TextDelta | ThinkingDelta, kind: type[TextDelta] | type[ThinkingDelta] | None
-) -> bool:
-    """A delta that can join the run of ``kind`` (None: no run yet): text or thinking with
-    nothing else (no wire extras, no signature), of the run's own kind."""
-    if event.extra or (kind is not None and type(event) is not kind):
-        return False
-    return type(event) is TextDelta or (type(event) is ThinkingDelta and event.signature is None)
+def join_runs(events: list[Event]) -> list[Event]:
+    """Adjacent plain text deltas joined into one, and adjacent plain thinking deltas (plain:
+    no wire extras, no signature); every other event as it was, in order. Linear: each run is
+    joined once."""
+    out: list[Event] = []
+    run: list[TextDelta | ThinkingDelta] = []
+
+    def flush() -> None:
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            out.append(type(run[0])("".join(e.text for e in run)))
+        run.clear()
+
+    for event in events:
+        if isinstance(event, TextDelta | ThinkingDelta) and _plain(event):
+            if run and type(run[0]) is not type(event):
+                flush()
+            run.append(event)
+        else:
+            flush()
+            out.append(event)
+    flush()
+    return out
+
+
+def _plain(event: TextDelta | ThinkingDelta) -> bool:
+    return not event.extra and getattr(event, "signature", None) is None
 
 
 def _feed_all(stage: Stage, events: list[Event]) -> list[Event]:

@@ -131,11 +131,6 @@ class LineDecoder:
         self.held = 0
         return data
 
-    @property
-    def idle(self) -> bool:
-        """No unfinished line is held and the start (its byte-order mark) is behind."""
-        return self._started and not self._held
-
 
 class EventDecoder:
     """Lines → events and comments. ``data:`` lines join with LF; a blank line dispatches.
@@ -221,21 +216,19 @@ _FIELDS = frozenset({"data", "event", "id", "retry"})
 
 def simple_events(chunk: bytes) -> list[tuple[str, bytes]] | None:
     """The common chunk of a streamed answer, read in one pass: nothing but whole events of
-    one ``data: …`` line each, LF line ends, one blank line after each. Returns each event's
-    data and raw bytes, or None for any other chunk (the line and event decoders read it,
-    with the same result). Only for decoders between events (both ``idle``)."""
+        one ``data: …`` line each, LF line ends, one blank line after each. Returns each event's
+        data and raw bytes, or None for any other chunk (the line and event decoders read it,
+        with the same result). Only for an event decoder between events (``idle``), with no
+    unfinished line held before the chunk."""
     if chunk[-2:] != b"\n\n" or b"\r" in chunk:
         return None
     parts = chunk[:-2].split(b"\n\n")
-    if len(parts) == 1:  # one event per chunk: how models stream
-        if chunk[:6] != b"data: " or b"\n" in parts[0]:
-            return None
-        return [(parts[0][6:].decode("utf-8", "replace"), chunk)]
     out: list[tuple[str, bytes]] = []
     for part in parts:
         if part[:6] != b"data: " or b"\n" in part:
             return None
-        out.append((part[6:].decode("utf-8", "replace"), part + b"\n\n"))
+        raw = chunk if len(parts) == 1 else part + b"\n\n"
+        out.append((part[6:].decode("utf-8", "replace"), raw))
     return out
 
 

@@ -48,7 +48,7 @@ from addon.model import (
 )
 from addon.store import ReasoningStore, Scope, ScopedStore
 from addon.stream.capture import CaptureStage, TurnRecorder, capture_response, merge_details
-from addon.stream.processor import StreamProcessor
+from addon.stream.processor import StreamProcessor, join_runs
 from addon.transforms.restore import (
     GEMINI_SIGNATURE,
     KIND_CALL,
@@ -397,21 +397,7 @@ def test_capture_passes_every_event_through_unchanged(upstream: str, name: str) 
 
 def joined(events: list[Event]) -> list[Event]:
     """Runs of plain text (or thinking) deltas joined, as the processor may join them."""
-    out: list[Event] = []
-    for e in events:
-        last = out[-1] if out else None
-        plain = type(e) in (TextDelta, ThinkingDelta) and not e.extra  # type: ignore[union-attr]
-        if (
-            plain
-            and type(last) is type(e)
-            and not last.extra  # type: ignore[union-attr]
-            and getattr(e, "signature", None) is None
-            and getattr(last, "signature", None) is None
-        ):
-            out[-1] = dataclasses.replace(last, text=last.text + e.text)  # type: ignore[union-attr,type-var]
-        else:
-            out.append(e)
-    return out
+    return join_runs(events)
 
 
 def test_a_failing_store_never_touches_the_stream() -> None:

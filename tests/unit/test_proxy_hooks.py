@@ -229,6 +229,20 @@ def test_other_paths_are_not_touched(bridge: tuple[Bridge, taddons.context]) -> 
 # --------------------------------------------------------------------------- response
 
 
+PARALLEL = "openai-chat-sse-parallel-2-tool_calls-args-split.openai-python.sse"
+
+
+def streamed(addon: Bridge, body: bytes, size: int = 7) -> http.HTTPFlow:
+    """A Cursor request whose answer ``body`` is streamed through the bridge, whole."""
+    flow = chat_flow(CURSOR_BODY)
+    addon.request(flow)
+    flow.response = sse_response()
+    addon.responseheaders(flow)
+    stream_all(flow, body, size=size)
+    respond(addon, flow)
+    return flow
+
+
 def stream_all(flow: http.HTTPFlow, body: bytes, size: int = 7) -> bytes:
     stream = flow.response.stream if flow.response else None
     assert callable(stream)
@@ -585,12 +599,7 @@ def test_a_rewritten_stream_is_marked_counted_and_logged_once(
 ) -> None:
     caplog.set_level(logging.INFO, logger="cursor_bridge")
     addon, _ = bridge
-    flow = chat_flow(CURSOR_BODY)
-    addon.request(flow)
-    flow.response = sse_response()
-    addon.responseheaders(flow)
-    stream_all(flow, as_sse("openai-chat-sse-parallel-2-tool_calls-args-split.openai-python.sse"))
-    respond(addon, flow)
+    flow = streamed(addon, as_sse(PARALLEL))
     assert flow.marked == ":twisted_rightwards_arrows:"
     (line,) = [r.getMessage() for r in caplog.records if "cursor-bridge flow" in r.getMessage()]
     assert "outcome=rewritten" in line and "mode=stream" in line and "status=200" in line
@@ -629,12 +638,7 @@ def test_a_stream_fallback_is_marked_and_says_why(
 ) -> None:
     caplog.set_level(logging.INFO, logger="cursor_bridge")
     addon, _ = bridge
-    flow = chat_flow(CURSOR_BODY)
-    addon.request(flow)
-    flow.response = sse_response()
-    addon.responseheaders(flow)
-    stream_all(flow, b"data: {not json}\n\n", size=4)
-    respond(addon, flow)
+    flow = streamed(addon, b"data: {not json}\n\n", size=4)
     assert flow.marked == ":warning:"
     (line,) = [r.getMessage() for r in caplog.records if "cursor-bridge flow" in r.getMessage()]
     assert "outcome=fallback" in line and 'reason="stream passed through after' in line
@@ -686,12 +690,7 @@ def test_originals_are_kept_only_where_a_view_renders_them(
     tctx.options.add_option("flow_detail", int, 1, "mitmdump's (declared by its dumper)")
     tctx.configure(addon, flow_detail=1)
     assert addon.keep_originals is False
-    flow = chat_flow(CURSOR_BODY)
-    addon.request(flow)
-    flow.response = sse_response()
-    addon.responseheaders(flow)
-    stream_all(flow, as_sse("openai-chat-sse-parallel-2-tool_calls-args-split.openai-python.sse"))
-    respond(addon, flow)
+    flow = streamed(addon, as_sse(PARALLEL))
     assert len(addon.state.originals) == 0 and flow.marked  # rewritten all the same
     tctx.configure(addon, flow_detail=3)
     assert addon.keep_originals is True

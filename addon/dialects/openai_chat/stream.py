@@ -204,10 +204,9 @@ class OpenAIChatStreamDecoder:
         strings, which has exactly one string per event only if no body holds a bare quote,
         a line break or anything else a JSON string cannot (and none ends in a backslash that
         could escape its closing quote: such a chunk takes the event-by-event path)."""
-        n = self._frame_events(chunk)
+        n, head, tail = self._frame_events(chunk)
         if not n:
             return None
-        head, tail = self._run  # type: ignore[misc]  # set by _frame_events
         inner = chunk[len(head) : len(chunk) - len(tail)]
         sep = tail + head
         if b"\\" + sep in inner or inner.endswith(b"\\"):
@@ -225,10 +224,9 @@ class OpenAIChatStreamDecoder:
         the learned frame, before any call or reasoning); 0 otherwise."""
         if not self._plain:
             return 0
-        n = self._frame_events(chunk)
+        n, head, tail = self._frame_events(chunk)
         if not n:
             return 0
-        head, tail = self._run  # type: ignore[misc]  # set by _frame_events
         if b'\\"' not in chunk:
             # No escaped quote anywhere: the only quotes are the frame's, so every text is a
             # plain JSON string and nothing else is in any event.
@@ -238,13 +236,13 @@ class OpenAIChatStreamDecoder:
             return 0
         return n
 
-    def _frame_events(self, chunk: bytes) -> int:
+    def _frame_events(self, chunk: bytes) -> tuple[int, bytes, bytes]:
         """How many events ``chunk`` holds if it is laid out as events of the learned frame
-        (the frame's head, something, the frame's tail, again and again, nothing else); else
-        0. What lies between head and tail is for the caller to check."""
+        (the frame's head, something, the frame's tail, again and again, nothing else), else
+        0; and the frame's head and tail bytes. What lies between is for the caller to check."""
         frame = self._frame
         if frame is None:
-            return 0
+            return 0, b"", b""
         run = self._run
         if run is None:
             run = self._run = (
@@ -253,9 +251,9 @@ class OpenAIChatStreamDecoder:
             )
         head, tail = run
         if not (chunk.startswith(head) and chunk.endswith(tail)):
-            return 0
+            return 0, head, tail
         n = chunk.count(tail)
-        return n if chunk.count(tail + head) == n - 1 else 0
+        return (n if chunk.count(tail + head) == n - 1 else 0), head, tail
 
     @staticmethod
     def _framed_text(data: str, frame: tuple[str, str]) -> str | None:
