@@ -58,11 +58,11 @@ def loads(data: str | bytes) -> Any:
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON text, non-ASCII kept."""
+    """Compact JSON text, non-ASCII kept; always UTF-8-encodable (see ``dumpb``)."""
     try:
         return orjson.dumps(value).decode()
     except (TypeError, UnicodeDecodeError):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return _dumps_stdlib(value).decode()
 
 
 def dumpb(value: Any) -> bytes:
@@ -71,8 +71,14 @@ def dumpb(value: Any) -> bytes:
     try:
         return orjson.dumps(value)
     except TypeError:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        try:
-            return text.encode()
-        except UnicodeEncodeError:
-            return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+        return _dumps_stdlib(value)
+
+
+def _dumps_stdlib(value: Any) -> bytes:
+    """What orjson refuses (a lone surrogate, an integer past 64 bits): the standard library's
+    compact JSON, with ASCII escapes where UTF-8 cannot hold the text."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()

@@ -282,6 +282,7 @@ ANSWER = (
 )
 BATCH = 16
 """Unpaced streams: events per write."""
+PER_CHUNK = int(os.environ.get("CB_BENCH_PER_CHUNK", "16"))
 MAX_EVENTS = 10_000_000
 """Per stream, whatever the request asks."""
 UPSTREAM_LIFETIME = 4 * 3600.0
@@ -438,7 +439,11 @@ class ScriptedUpstream:
                     break
                 n = min(BATCH, events - seq)
                 now = time.monotonic_ns()
-                _write_chunk(writer, b"".join([EVENT % (s, now) for s in range(seq, seq + n)]))
+                events_now = [EVENT % (s, now) for s in range(seq, seq + n)]
+                if PER_CHUNK == 1:
+                    writer.write(b"".join([b"%x\r\n%s\r\n" % (len(e), e) for e in events_now]))
+                else:
+                    _write_chunk(writer, b"".join(events_now))
                 seq += n
                 await asyncio.wait_for(writer.drain(), IO_TIMEOUT)
                 await asyncio.sleep(0)  # let the other streams write too

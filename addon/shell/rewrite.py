@@ -790,41 +790,16 @@ def stream_callable(
     (the time it takes is added to the flow's report)."""
     reported = False
     clock = time.perf_counter_ns
+    feed, finish = processor.feed, processor.finish
 
     def stream(data: bytes) -> Sequence[bytes]:
+        nonlocal reported
         started = clock()
         try:
-            return rewrite(data)
-        finally:
-            if report is not None:
-                report.spent_ns += clock() - started
-
-    def rewrite(data: bytes) -> Sequence[bytes]:
-        nonlocal reported
-        try:
-            out = processor.finish() if data == b"" else processor.feed(data)
+            out = feed(data) if data else finish()
         except Exception as e:
-            # A bug in the processor itself: never eat the user's stream, never hand a client
-            # another dialect's bytes.
-            same = processor.same_dialect
-            log.error(
-                "%s: stream rewrite failed (%s: %s); %s",
-                label,
-                type(e).__name__,
-                short(e),
-                "passing the rest through" if same else "ending the client's stream with an error",
-            )
             reported = True
-            try:
-                out = processor.abort(f"internal error {type(e).__name__}")
-            except Exception:  # nothing more can be done for this stream
-                out = []
-            if processor.passthrough:
-                # The failed chunk as the client can read it (decompressed: the answer's
-                # content-encoding header is gone).
-                chunk = processor.last_chunk if data else b""
-                return [chunk] if chunk else []
-            return out
+            out = failed(data, e)
         if processor.error and not reported:
             reported = True
             how = (
@@ -833,6 +808,30 @@ def stream_callable(
                 else "stream ended with an error for the client"
             )
             log.warning("%s: %s: %s", label, how, short(processor.error))
+        if report is not None:
+            report.spent_ns += clock() - started
+        return out
+
+    def failed(data: bytes, e: Exception) -> Sequence[bytes]:
+        """A bug in the processor itself: never eat the user's stream, never hand a client
+        another dialect's bytes."""
+        same = processor.same_dialect
+        log.error(
+            "%s: stream rewrite failed (%s: %s); %s",
+            label,
+            type(e).__name__,
+            short(e),
+            "passing the rest through" if same else "ending the client's stream with an error",
+        )
+        try:
+            out = processor.abort(f"internal error {type(e).__name__}")
+        except Exception:  # nothing more can be done for this stream
+            out = []
+        if processor.passthrough:
+            # The failed chunk as the client can read it (decompressed: the answer's
+            # content-encoding header is gone).
+            chunk = processor.last_chunk if data else b""
+            return [chunk] if chunk else []
         return out
 
     return stream

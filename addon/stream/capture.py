@@ -334,6 +334,20 @@ class CaptureStage:
                 self.error = f"{type(e).__name__}: {e}"[:300]
         return [event]
 
+    def take_text(self, text: str) -> bool:
+        """A plain text delta (the text lane, ``Stage``): recorded as ``feed`` would."""
+        turn = self.turn
+        if self.error is None:
+            if turn.open is None:  # text after text (``TurnRecorder.text``, inlined)
+                turn.texts.append(text)
+                turn.seen = True
+                return True
+            try:
+                turn.text(text)
+            except Exception as e:  # never break a stream over what we only remember
+                self.error = f"{type(e).__name__}: {e}"[:300]
+        return True
+
     def finish(self) -> list[Event]:
         if self.error is None:
             try:

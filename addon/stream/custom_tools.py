@@ -45,6 +45,9 @@ class _Held:
 
 
 class CustomToolStage:
+    passes_text = True
+    """Only calls are held: a plain text delta passes as it came."""
+
     def __init__(self, names: frozenset[str]) -> None:
         self.names = names
         self._held: dict[int, _Held] = {}

@@ -89,7 +89,13 @@ NOT_A_STREAM = "the upstream's body is not an event stream"
 
 
 class Stage(Protocol):
-    """A step between decoder and encoder: unified events in, unified events out."""
+    """A step between decoder and encoder: unified events in, unified events out.
+
+    The text lane (optional, for speed: plain text is most of a stream): a stage whose
+    ``feed`` returns a plain ``TextDelta`` unchanged and records nothing says so with a true
+    ``passes_text``; one that may record it or change it has ``take_text(text) -> bool``: True
+    when it took the text as ``feed`` would and passes it on unchanged, False (nothing done)
+    when it must be fed the event. A stage with neither always gets the event."""
 
     def feed(self, event: Event) -> list[Event]: ...
     def finish(self) -> list[Event]: ...
@@ -147,6 +153,9 @@ class StreamProcessor:
         )
         """A whole chunk of plain text events, read at once: their joined text and count (the
         decoder's ``text_run``); it goes through the stages and the encoder as one delta."""
+        self._lane = _text_lane(self._stages)
+        """(stage index, ``take_text``) of each stage a plain text delta must be shown to, or
+        None: some stage must be fed every event (see ``Stage``)."""
         self.skipped_decoding = 0
         self._max = max_event_bytes
         self._whole = whole
@@ -166,6 +175,10 @@ class StreamProcessor:
         """Binary framing only: the client's stream was ended with an error; later bytes are
         dropped (binary frames are never given to a client raw)."""
         self._writer = JsonArrayWriter() if framing_out == "json_array" else None
+        self._text_sse: Callable[[str], bytes | None] | None = (
+            getattr(encoder, "text_sse", None) if self._writer is None else None
+        )
+        """The encoder's fast path for plain text (``StreamEncoder``), SSE framing only."""
         self._frame = encode_pairs if self._writer is None else self._writer.pairs
         self._finished = False
         self.passthrough = False
@@ -190,7 +203,7 @@ class StreamProcessor:
                 return self._fail(f"cannot decompress the stream: {e}", chunk)
         self.last_chunk = chunk
         self.bytes_in += len(chunk)
-        if len(self.original) < self._keep:
+        if self._keep and len(self.original) < self._keep:
             self.original += chunk[: self._keep - len(self.original)]
         if self._stopped:
             return []
@@ -219,7 +232,8 @@ class StreamProcessor:
         cut = chunk.rfind(b"\n\n")
         if cut == -1:
             return None
-        start = self._lines.take_line_start(chunk)
+        lines = self._lines
+        start = b"" if lines.started and not lines.held else lines.take_line_start(chunk)
         if start is None:
             return None
         cut += 2
@@ -329,8 +343,26 @@ class StreamProcessor:
         """``n`` plain text events read at once (``_text_run``), as one delta."""
         self.events_in += n
         self._events.saw_event()
+        if not text:
+            return []
         try:
-            return self._out(self._through([TextDelta(text)] if text else []))
+            lane = self._lane
+            if lane is None:
+                return self._out(self._through([TextDelta(text)]))
+            for at, take in lane:
+                if not take(text):
+                    # This stage must see the event: it and the ones after it are fed it (the
+                    # ones before took the text and passed it on as it was).
+                    events: list[Event] = [TextDelta(text)]
+                    for stage in self._stages[at:]:
+                        events = _feed_all(stage, events)
+                    return self._out(self._encode(events))
+            sse = self._text_sse
+            if sse is not None and (data := sse(text)) is not None:
+                self.bytes_out += len(data)
+                return [data]
+            pairs = self._encoder.feed(TextDelta(text))
+            return self._out(self._frame(pairs)) if pairs else []
         except Exception as e:
             return self._fail(f"{type(e).__name__}: {e}", chunk)
 
@@ -583,6 +615,18 @@ def join_runs(events: list[Event]) -> list[Event]:
 
 def _plain(event: TextDelta | ThinkingDelta) -> bool:
     return not event.extra and getattr(event, "signature", None) is None
+
+
+def _text_lane(stages: Sequence[Stage]) -> tuple[tuple[int, Callable[[str], bool]], ...] | None:
+    lane: list[tuple[int, Callable[[str], bool]]] = []
+    for i, stage in enumerate(stages):
+        if getattr(stage, "passes_text", False):
+            continue
+        take = getattr(stage, "take_text", None)
+        if take is None:
+            return None
+        lane.append((i, take))
+    return tuple(lane)
 
 
 def _feed_all(stage: Stage, events: list[Event]) -> list[Event]:

@@ -88,6 +88,9 @@ def _ignore(record: JSON) -> None:
 
 
 class RepairStage:
+    passes_text = True
+    """Text is never held (only calls are): a plain text delta passes as it came."""
+
     def __init__(
         self,
         schemas: ToolSchemas,

@@ -54,15 +54,17 @@ class LineDecoder:
     unfinished line, for the caller to bound.
     """
 
-    __slots__ = ("_held", "_started", "held")
+    __slots__ = ("_held", "held", "started")
 
     def __init__(self) -> None:
         # The unfinished line, in pieces, joined once when its terminator arrives: a long
         # line fed in small chunks costs linear time. No piece holds a terminator, except
         # that the last one may end in CR (the first half of a CRLF, perhaps).
         self._held: list[bytes] = []
-        self._started = False
+        self.started = False
+        """Past the stream's start (where a byte-order mark may come)."""
         self.held = 0
+        """How many bytes of an unfinished line are held (0: none)."""
 
     def feed(self, chunk: bytes) -> list[tuple[str, bytes]]:
         if not chunk:
@@ -86,8 +88,8 @@ class LineDecoder:
             self.held = len(held[0])
         # A line's content holds no CR or LF, so stripping them removes just the terminator.
         lines = [(raw.decode("utf-8", "replace").rstrip(_LINE_ENDS), raw) for raw in raws]
-        if not self._started and lines:
-            self._started = True
+        if not self.started and lines:
+            self.started = True
             lines[0] = (lines[0][0].removeprefix(_BOM), lines[0][1])
         return lines
 
@@ -99,8 +101,8 @@ class LineDecoder:
         self._held.clear()
         self.held = 0
         text = raw.decode("utf-8", "replace").rstrip(_LINE_ENDS)
-        if not self._started:
-            self._started = True
+        if not self.started:
+            self.started = True
             text = text.removeprefix(_BOM)
         return [(text, raw)]
 
@@ -122,9 +124,9 @@ class LineDecoder:
         (nothing handed over) before the start (while a byte-order mark may come) or when it
         ends in a CR whose LF may follow."""
         held = self._held
-        if not self._started and not held and not chunk.startswith(_BOM_BYTES[: len(chunk)]):
-            self._started = True  # the stream's first bytes, and no byte-order mark in them
-        if not self._started or (held and held[-1].endswith(b"\r")):
+        if not self.started and not held and not chunk.startswith(_BOM_BYTES[: len(chunk)]):
+            self.started = True  # the stream's first bytes, and no byte-order mark in them
+        if not self.started or (held and held[-1].endswith(b"\r")):
             return None
         data = b"".join(held)
         held.clear()

@@ -39,6 +39,10 @@ class TextToolStage:
         self._indexes: dict[tuple[bool, int], int] = {}
         """(parsed, index as it came) → the index the client sees."""
 
+    def take_text(self, text: str) -> bool:
+        """Plain text the parser passes on as it is (see ``TextProtocolParser.take_text``)."""
+        return self.parser.take_text(text)
+
     def feed(self, event: Event) -> list[Event]:
         if isinstance(event, TextDelta):
             return self._renumber(self.parser.feed(event.text), parsed=True)
@@ -75,6 +79,8 @@ class TextToolStage:
 
 class HideThinkingStage:
     """Drops reasoning (``bridge_thinking_output=hidden``)."""
+
+    passes_text = True
 
     def feed(self, event: Event) -> list[Event]:
         return [] if isinstance(event, ThinkingDelta) else [event]

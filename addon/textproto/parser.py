@@ -26,6 +26,7 @@ thinking while it arrived, and turning it into text afterwards is impossible.
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -118,6 +119,10 @@ class TextProtocolParser:
         elif protocol == "bracket":
             self._markers.append(BRACKET_OPEN)
         self._longest = max((len(m) for m in self._markers), default=0)
+        firsts = sorted({m[0] for m in self._markers if m})
+        self._firsts = re.compile("[" + "".join(map(re.escape, firsts)) + "]") if firsts else None
+        """The first characters of the markers: text without any of them holds no marker and
+        ends in no part of one."""
         self._state = State.TEXT
         self._held = ""  # TEXT/THINK: a suffix that may begin a marker
         self._closer = ""  # THINK: the closing tag we wait for
@@ -133,6 +138,20 @@ class TextProtocolParser:
         if text and not self._finished:
             self._run(text, out)
         return _merge(out)
+
+    def take_text(self, text: str) -> bool:
+        """Whether ``feed(text)`` would give back exactly ``[TextDelta(text)]`` and change
+        nothing but what it saw: plain text between calls, with nothing held and no marker or
+        start of one in it. Then it is counted as fed (True); otherwise nothing is done."""
+        if (
+            not text
+            or self._state is not State.TEXT
+            or self._held
+            or self._just_called
+            or self._finished
+        ):
+            return False
+        return self._firsts is None or self._firsts.search(text) is None
 
     def finish(self) -> list[Event]:
         if self._finished:

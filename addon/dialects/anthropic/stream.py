@@ -48,7 +48,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
 
-from addon.jsonio import dumps, loads
+from addon.jsonio import dumpb, dumps, loads
 from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
@@ -81,6 +81,12 @@ type BlockKind = Literal["text", "thinking", "tool", "raw"]
 def _pair(name: str, data: JSON) -> tuple[str | None, str]:
     return name, dumps(data)
 
+
+_TEXT_DELTA = (
+    b"event: content_block_delta\ndata: "
+    b'{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":%b}}\n\n'
+)
+"""A text delta in an open text block, as ``_delta`` and ``encode_pairs`` write it."""
 
 _STRUCTURAL = re.compile(r'["\\{}\[\]]')
 """The characters that change a JSON text's nesting: quotes, backslashes, brackets."""
@@ -357,6 +363,13 @@ class AnthropicStreamEncoder:
         out.append(_pair(kind, data))
 
     # ------------------------------------------------------------------ events
+
+    def text_sse(self, text: str) -> bytes | None:
+        """``feed(TextDelta(text))`` as SSE bytes while a text block is open (``StreamEncoder``)."""
+        block = self._open
+        if self._done or block is None or block[0] != "text":
+            return None
+        return _TEXT_DELTA % (block[1], dumpb(text))
 
     def feed(self, event: Event) -> Out:
         out: Out = []

@@ -61,7 +61,7 @@ import json
 import re
 from typing import Any, assert_never
 
-from addon.jsonio import dumps, loads
+from addon.jsonio import dumpb, dumps, loads
 from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
@@ -506,6 +506,24 @@ class GeminiStreamEncoder:
         self._calls: dict[int, _Pending] = {}
         self._finish: Finish | None = None
         self._usage: Usage | None = None
+        self._text_frame: tuple[bytes, bytes] | None = None
+        """A one-text-part chunk's SSE bytes before and after the text (``text_sse``); what it
+        holds (envelope, wrapper) changes only at ``MessageStart``, which forgets it."""
+
+    def text_sse(self, text: str) -> bytes | None:
+        """``feed(TextDelta(text))`` as SSE bytes while no thought signature waits for a part
+        (``StreamEncoder``)."""
+        if self._done or self._writer.pending:
+            return None
+        frame = self._text_frame
+        if frame is None:
+            probe = self._chunk([{"text": ""}])[1].encode()
+            at = probe.find(b'{"text":""}')  # the candidates come before the envelope
+            if at == -1:
+                return None
+            at += len(b'{"text":')
+            frame = self._text_frame = (b"data: " + probe[:at], probe[at + 2 :] + b"\n\n")
+        return frame[0] + dumpb(text) + frame[1]
 
     def _chunk(
         self,
@@ -544,6 +562,7 @@ class GeminiStreamEncoder:
             return []
         match event:
             case MessageStart():
+                self._text_frame = None
                 self._same = event.origin == NAME
                 self._writer.same = self._same
                 if self._same:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from addon.jsonio import dumps, loads
+from addon.jsonio import dumpb, dumps, loads
 from addon.model import (
     JSON,
     STREAM_CUT,
@@ -187,7 +187,8 @@ class OpenAIChatStreamDecoder:
         value = dumps(text)
         at = data.find('"content":' + value)
         if at == -1 or data.find('"content":' + value, at + 1) != -1:
-            self._frame = None  # written another way (escapes, spaces): the general path
+            # Written another way (escapes, spaces): the general path.
+            self._frame = self._run = None
             return
         start = at + len('"content":')
         self._frame = (data[: start + 1], data[start + len(value) - 1 :])
@@ -204,6 +205,17 @@ class OpenAIChatStreamDecoder:
         strings, which has exactly one string per event only if no body holds a bare quote,
         a line break or anything else a JSON string cannot (and none ends in a backslash that
         could escape its closing quote: such a chunk takes the event-by-event path)."""
+        head, tail = self._frame_bytes()
+        if not (head and chunk.startswith(head) and chunk.endswith(tail)):
+            return None
+        if chunk.find(b"\n\n") == len(chunk) - 2:
+            # One event, the common read: what lies between the frame's ends must be one
+            # JSON string and nothing else (orjson refuses anything after it).
+            try:
+                text = loads(chunk[len(head) - 1 : len(chunk) - len(tail) + 1])
+            except ValueError:
+                return None
+            return (text, 1) if type(text) is str else None
         n, head, tail = self._frame_events(chunk)
         if not n:
             return None
@@ -224,6 +236,14 @@ class OpenAIChatStreamDecoder:
         the learned frame, before any call or reasoning); 0 otherwise."""
         if not self._plain:
             return 0
+        head, tail = self._frame_bytes()
+        if not (head and chunk.startswith(head) and chunk.endswith(tail)):
+            return 0
+        end = len(chunk) - len(tail)
+        if end >= len(head) and chunk.find(b'"', len(head), end) == -1:
+            # One event, the common read: nothing between the frame's ends can close its
+            # string (no quote), so it is one plain text chunk.
+            return 1
         n, head, tail = self._frame_events(chunk)
         if not n:
             return 0
@@ -240,20 +260,25 @@ class OpenAIChatStreamDecoder:
         """How many events ``chunk`` holds if it is laid out as events of the learned frame
         (the frame's head, something, the frame's tail, again and again, nothing else), else
         0; and the frame's head and tail bytes. What lies between is for the caller to check."""
-        frame = self._frame
-        if frame is None:
-            return 0, b"", b""
+        head, tail = self._frame_bytes()
+        if not (head and chunk.startswith(head) and chunk.endswith(tail)):
+            return 0, head, tail
+        n = chunk.count(tail)
+        return (n if chunk.count(tail + head) == n - 1 else 0), head, tail
+
+    def _frame_bytes(self) -> tuple[bytes, bytes]:
+        """The learned frame as the bytes of a whole SSE event before and after its text
+        (``b"", b""`` before one is learned)."""
         run = self._run
         if run is None:
+            frame = self._frame
+            if frame is None:
+                return b"", b""
             run = self._run = (
                 b"data: " + frame[0].encode("utf-8", "surrogatepass"),
                 frame[1].encode("utf-8", "surrogatepass") + b"\n\n",
             )
-        head, tail = run
-        if not (chunk.startswith(head) and chunk.endswith(tail)):
-            return 0, head, tail
-        n = chunk.count(tail)
-        return (n if chunk.count(tail + head) == n - 1 else 0), head, tail
+        return run
 
     @staticmethod
     def _framed_text(data: str, frame: tuple[str, str]) -> str | None:
@@ -380,6 +405,9 @@ class OpenAIChatStreamEncoder:
         self._same = False
         self._done = False
         self._started = False
+        self._text_frame: tuple[bytes, bytes] | None = None
+        """A text chunk's SSE bytes before and after its content string (``text_sse``); the
+        envelope it holds changes only at ``MessageStart``, which forgets it."""
         self._failed = False
         """An error went out: no ``[DONE]`` made up at the end (an OpenAI client would take
         the stream for complete); only the upstream's own ``[DONE]`` is passed on."""
@@ -401,9 +429,22 @@ class OpenAIChatStreamEncoder:
             chunk["choices"] = [choice]
         return dumps(chunk)
 
+    def text_sse(self, text: str) -> bytes | None:
+        """``feed(TextDelta(text))`` as SSE bytes (``StreamEncoder``)."""
+        frame = self._text_frame
+        if frame is None:
+            probe = self._chunk({"content": ""}, _NO_EXTRA).encode()
+            at = probe.rfind(b'"content":""')  # the delta comes after the envelope
+            if at == -1:
+                return None
+            at += len(b'"content":')
+            frame = self._text_frame = (b"data: " + probe[:at], probe[at + 2 :] + b"\n\n")
+        return frame[0] + dumpb(text) + frame[1]
+
     def feed(self, event: Event) -> list[tuple[str | None, str]]:
         match event:
             case MessageStart():
+                self._text_frame = None
                 self._same = event.origin == NAME
                 if self._same:
                     known = {"id": event.id, "model": event.model, "created": event.created}

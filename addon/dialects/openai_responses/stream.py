@@ -54,7 +54,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from addon.jsonio import dumps, loads
+from addon.jsonio import dumpb, dumps, loads
 from addon.model import (
     JSON,
     Event,
@@ -95,6 +95,14 @@ def _own(extra: JSON) -> JSON:
 
 
 # --------------------------------------------------------------------------- encoder
+
+
+_TEXT_DELTA = (
+    b"event: response.output_text.delta\ndata: "
+    b'{"type":"response.output_text.delta","item_id":%b,"output_index":%d,"content_index":%d,'
+    b'"delta":%b,"logprobs":[],"sequence_number":%d}\n\n'
+)
+"""A text delta in an open text part, as ``_text`` and ``encode_pairs`` write it."""
 
 
 @dataclass(slots=True)
@@ -462,6 +470,16 @@ class OpenAIResponsesStreamEncoder:
         self._raw_open.clear()
 
     # ------------------------------------------------------------------ events
+
+    def text_sse(self, text: str) -> bytes | None:
+        """``feed(TextDelta(text))`` as SSE bytes while a text part is open (``StreamEncoder``)."""
+        m = self._message
+        if self._done or not self._started or m is None or m.kind != "text":
+            return None
+        m.chunks.append(text)
+        seq = self._seq
+        self._seq += 1
+        return _TEXT_DELTA % (dumpb(m.id), m.index, len(m.parts) - 1, dumpb(text), seq)
 
     def feed(self, event: Event) -> Out:
         out: Out = []

@@ -1,0 +1,204 @@
+"""The text lane (``StreamProcessor``): plain text skips the generic event machinery — stages
+that pass it (``passes_text``) or take it (``take_text``), and encoders that write it directly
+(``text_sse``). Each shortcut must say exactly what the long way says, in every state."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from addon.dialects import DIALECTS
+from addon.model import (
+    Event,
+    Finish,
+    MessageStart,
+    StreamEnd,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from addon.stream.custom_tools import CustomToolStage
+from addon.stream.processor import StreamProcessor
+from addon.stream.repair import RepairStage
+from addon.stream.sse import encode_pairs
+from addon.stream.stages import HideThinkingStage, TextToolStage
+from addon.textproto.parser import TextProtocolParser
+from addon.transforms.repair import ToolSchemas
+
+ORIGINS = ("openai_chat", "anthropic", "openai_responses", "gemini")
+ENCODERS = ("openai_chat", "anthropic", "openai_responses", "gemini")
+
+texts = st.text(min_size=1, max_size=20) | st.sampled_from(["a", "\u00e9\u4e2d", '"\\', "\ud800"])
+
+
+@st.composite
+def events(draw: Any) -> Event:
+    kind = draw(st.sampled_from(["start", "text", "text", "text", "think", "call", "fin", "wire"]))
+    if kind == "start":
+        origin = draw(st.sampled_from(ORIGINS))
+        return MessageStart(
+            origin,
+            id=draw(st.sampled_from([None, "id-1", "resp_2"])),
+            model=draw(st.sampled_from([None, "m", "gemini-x"])),
+            created=draw(st.sampled_from([None, 7])),
+        )
+    if kind == "text":
+        return TextDelta(draw(texts))
+    if kind == "wire":  # text with extras takes the long way: it must not upset the short one
+        return TextDelta(draw(texts), extra={"anthropic": {"block": {"citations": []}}})
+    if kind == "think":
+        return ThinkingDelta(draw(texts), draw(st.sampled_from([None, "sig"])))
+    if kind == "call":
+        i = draw(st.integers(0, 2))
+        return draw(
+            st.sampled_from(
+                [
+                    ToolCallStart(i, f"call_{i}", "read", '{"a":'),
+                    ToolCallArgsDelta(i, "1}"),
+                    ToolCallEnd(i),
+                ]
+            )
+        )
+    return draw(st.sampled_from([Finish("stop", raw="stop"), StreamEnd()]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(ENCODERS), seq=st.lists(events(), max_size=25))
+def test_an_encoders_text_shortcut_writes_what_feed_writes(name: str, seq: list[Event]) -> None:
+    """Wherever ``text_sse`` answers, its bytes are ``feed``'s, and the two encoders stay in
+    the same state: everything after comes out the same."""
+    short, long = DIALECTS[name].stream_encoder(), DIALECTS[name].stream_encoder()
+    fast = getattr(short, "text_sse", None)
+    assert fast is not None, f"{name} has no text shortcut"
+    for event in seq:
+        expected = b"".join(encode_pairs(long.feed(event)))
+        got = None
+        if type(event) is TextDelta and not event.extra:
+            got = fast(event.text)
+        if got is None:
+            got = b"".join(encode_pairs(short.feed(event)))
+        assert got == expected, event
+    assert encode_pairs(short.finish()) == encode_pairs(long.finish())
+
+
+@settings(max_examples=300, deadline=None)
+@given(seq=st.lists(events(), max_size=25))
+def test_stages_that_pass_text_pass_it_in_any_state(seq: list[Event]) -> None:
+    stages = [
+        RepairStage(ToolSchemas({"read": {"type": "object"}}), Counter()),
+        CustomToolStage(frozenset({"read"})),
+        HideThinkingStage(),
+    ]
+    for stage in stages:
+        assert stage.passes_text
+        for event in seq:
+            if type(event) is TextDelta and not event.extra:
+                assert stage.feed(event) == [event]
+            else:
+                stage.feed(event)
+
+
+pieces = st.lists(
+    st.sampled_from(["plain ", "<", "<<CALL_t1>>", "<think>", "</think>", "x", " ", "\n", "{"])
+    | st.text(max_size=6)
+    | st.just('<<CALL_t1>>\n<invoke name="read">{"a":1}</invoke>'),
+    max_size=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(protocol=st.sampled_from(["invoke", "bracket", None]), parts=pieces)
+def test_the_parser_takes_only_text_it_would_pass_unchanged(
+    protocol: str | None, parts: list[str]
+) -> None:
+    """Where ``take_text`` says yes, ``feed`` says exactly ``[TextDelta(text)]``; where it says
+    no, nothing changed: the parser goes on as if it had not been asked."""
+
+    def parser() -> TextProtocolParser:
+        return TextProtocolParser(
+            protocol,  # type: ignore[arg-type]
+            trigger="<<CALL_t1>>" if protocol == "invoke" else None,
+            tools={"read"},
+            ids=lambda n: f"call_{n}",
+        )
+
+    asked, plain = parser(), parser()
+    for text in parts:
+        expected = plain.feed(text)
+        if asked.take_text(text):
+            assert expected == [TextDelta(text)]
+        else:
+            assert asked.feed(text) == expected
+    assert asked.finish() == plain.finish()
+
+
+_CHUNK = (
+    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
+    b'"choices":[{"index":0,"delta":{"content":%s},"finish_reason":null}]}\n\n'
+)
+
+
+def _stream(texts: list[str]) -> list[bytes]:
+    import json
+
+    first = _CHUNK.replace(b'{"content":%s}', b'{"role":"assistant","content":""}')
+    body = [first] + [_CHUNK % json.dumps(t).encode() for t in texts]
+    return [
+        *body,
+        b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    client=st.sampled_from(ENCODERS),
+    protocol=st.sampled_from(["invoke", None]),
+    parts=st.lists(
+        st.sampled_from(["Hi ", "<<CALL_t1>>", "<think>x</think>", "\u00e9", "<"])
+        | st.text(max_size=5),
+        max_size=15,
+    ),
+)
+def test_a_stream_through_the_lane_is_the_stream_without_it(
+    client: str, protocol: str | None, parts: list[str]
+) -> None:
+    """The whole pipeline, one event per read (the lane) against the same events read through
+    the line decoder one byte at a time (no lane): the client gets the same bytes."""
+
+    def processor() -> StreamProcessor:
+        stages = []
+        if protocol:
+            stages.append(
+                TextToolStage(
+                    TextProtocolParser(
+                        "invoke", trigger="<<CALL_t1>>", tools={"read"}, ids=lambda n: f"c{n}"
+                    )
+                )
+            )
+        stages.append(RepairStage(ToolSchemas({"read": {"type": "object"}}), Counter()))
+        return StreamProcessor(
+            DIALECTS["openai_chat"].stream_decoder(),
+            DIALECTS[client].stream_encoder(),
+            stages,
+            same_dialect=client == "openai_chat",
+            coalesce=True,
+        )
+
+    chunks = _stream(["Hi ", "there ", *parts])  # the first text teaches the decoder the frame
+    lane, slow = processor(), processor()
+    runs: list[object] = []
+    text_run = lane._text_run
+    assert text_run is not None
+    lane._text_run = lambda chunk: runs.append(got := text_run(chunk)) or got
+    got = b"".join(b for c in chunks for b in lane.feed(c)) + b"".join(lane.finish())
+    whole = b"".join(chunks)
+    want = b"".join(b for i in range(len(whole)) for b in slow.feed(whole[i : i + 1]))
+    want += b"".join(slow.finish())
+    assert got == want
+    assert any(r is not None for r in runs), "the lane was taken"
