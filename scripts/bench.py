@@ -20,7 +20,8 @@ Section 2, real processes on 127.0.0.1 (ratio = bridge column / bare mitmdump co
 - a scripted upstream (a child process, asyncio) that answers every POST like an
   OpenAI chat-completions server: ``x-bench-events: N`` chat.completion.chunk events,
   each with ``@s=SEQ,t=MONOTONIC_NS;`` (its send time) in its text, unpaced or at
-  ``x-bench-pace`` events/s; a non-streamed answer carries ``@r=NS;``, when the whole
+  ``x-bench-pace`` events/s, each event its own HTTP chunk as OpenAI and Anthropic send
+  them (``x-bench-per-chunk`` asks for bursts); a non-streamed answer carries ``@r=NS;``, when the whole
   request body had arrived. With an ``invoke`` trigger in the request it ends the
   stream with a call in that protocol.
 - proxies, each a mitmdump in reverse mode before it: bare mitmdump (no addon,
@@ -35,7 +36,9 @@ Section 2, real processes on 127.0.0.1 (ratio = bridge column / bare mitmdump co
   upstream comes from ``/proc/PID/stat``, the load generator's from ``getrusage``;
   memory is ``VmRSS``.
 
-Measurements: unpaced streams (1, 10, 50 at once); paced streams (100 events/s each,
+Measurements: unpaced streams (1, 10, 50 at once; the client reads each connection at
+most every ``LAZY_READ_S``, so that its own system calls leave the CPU to the proxy; a
+full run adds 10 streams of 16-event chunks); paced streams (100 events/s each,
 K at once, starts spread over the first second); 1 MB and 10 MB request bodies (time
 until the upstream has the whole body, p50); RSS after many small non-streamed
 requests. ``--quick`` shortens all of it. Ratios (not seconds) are what to compare
@@ -281,13 +284,14 @@ ANSWER = (
     b'"usage":{"prompt_tokens":50,"completion_tokens":9,"total_tokens":59}}'
 )
 BATCH = 16
-"""Unpaced streams: events per write."""
-PER_CHUNK = int(os.environ.get("CB_BENCH_PER_CHUNK", "16"))
+"""Unpaced streams: events per write (as many HTTP chunks as ``x-bench-per-chunk`` says)."""
 MAX_EVENTS = 10_000_000
 """Per stream, whatever the request asks."""
 UPSTREAM_LIFETIME = 4 * 3600.0
 """The scripted upstream exits after this many seconds whatever happens."""
 SLOTS = 10
+LAZY_READ_S = 0.002
+"""Unpaced streams: the client reads at most this often per connection (``Conn``)."""
 """Paced streams tick every 1/(pace * SLOTS) s, each stream in one slot: sends are spread."""
 
 
@@ -406,9 +410,11 @@ class ScriptedUpstream:
         self, writer: asyncio.StreamWriter, headers: dict[str, str], body: bytes
     ) -> None:
         """``x-bench-events`` events at ``x-bench-pace`` per second, or (pace 0) as fast as
-        the proxy takes them."""
+        the proxy takes them, ``x-bench-per-chunk`` events per HTTP chunk (1, as OpenAI and
+        Anthropic send them, unless a burst is asked for)."""
         events = max(0, min(MAX_EVENTS, int(headers.get("x-bench-events", "100"))))
         pace = float(headers.get("x-bench-pace", "0"))
+        per_chunk = max(1, min(BATCH, int(headers.get("x-bench-per-chunk", "1"))))
         call = b""
         if b"<<CALL_" in body and (m := TRIGGER_RE.search(body)):
             # The model's side of the invoke protocol: a call after the text.
@@ -440,10 +446,8 @@ class ScriptedUpstream:
                 n = min(BATCH, events - seq)
                 now = time.monotonic_ns()
                 events_now = [EVENT % (s, now) for s in range(seq, seq + n)]
-                if PER_CHUNK == 1:
-                    writer.write(b"".join([b"%x\r\n%s\r\n" % (len(e), e) for e in events_now]))
-                else:
-                    _write_chunk(writer, b"".join(events_now))
+                chunks = [b"".join(events_now[i : i + per_chunk]) for i in range(0, n, per_chunk)]
+                writer.write(b"".join([b"%x\r\n%s\r\n" % (len(c), c) for c in chunks]))
                 seq += n
                 await asyncio.wait_for(writer.drain(), IO_TIMEOUT)
                 await asyncio.sleep(0)  # let the other streams write too
@@ -600,52 +604,71 @@ class ResponseParser:
         self.status = 0
         self.headers: dict[str, str] = {}
         self.keep_alive = True
+        self.body: list[bytes] = []
+        """Body bytes of the read being parsed, for the sink."""
 
     def feed(self, data: bytes, now: int) -> bool:
-        """True once the response is complete."""
-        if self.state in ("length", "data", "close") and not self.buf:
-            data = self._body(data, now)  # the common case, without copying into buf
-            if not data:
-                return self.state == "done"
-        self.buf += data
-        buf = self.buf
-        for _ in range(len(buf) + 2):  # each turn consumes bytes or returns
-            if self.state == "head":
-                i = buf.find(b"\r\n\r\n")
+        """True once the response is complete. The body bytes of one read go to the sink in
+        one piece (a read holds many HTTP chunks: the sink scans them once), and the read is
+        walked by offset, never copied per chunk."""
+        try:
+            return self._feed(bytes(self.buf) + data if self.buf else data)
+        finally:
+            if self.body:
+                self.sink.feed(self.body[0] if len(self.body) == 1 else b"".join(self.body), now)
+                self.body.clear()
+
+    def _feed(self, buf: bytes) -> bool:
+        pos, end = 0, len(buf)
+        for _ in range(end + 2):  # each turn consumes bytes or stops
+            state = self.state
+            if state == "head":
+                i = buf.find(b"\r\n\r\n", pos)
                 if i < 0:
-                    if len(buf) > 65536:
+                    if end - pos > 65536:
                         raise ValueError("response head too long")
-                    return False
-                self._head(bytes(buf[:i]).decode("latin-1"))
-                del buf[: i + 4]
-            elif self.state in ("length", "data", "close"):
-                if not buf:
-                    return self.state == "done"
-                rest = self._body(bytes(buf), now)
-                buf[:] = rest
-            elif self.state == "crlf":
-                if len(buf) < 2:
-                    return False
-                del buf[:2]
+                    break
+                self._head(buf[pos:i].decode("latin-1"))
+                pos = i + 4
+            elif state == "close":
+                if pos < end:
+                    self.body.append(buf[pos:])
+                pos = end
+                break
+            elif state in ("length", "data"):
+                if pos >= end:
+                    break
+                take = min(self.remaining, end - pos)
+                self.body.append(buf[pos : pos + take])
+                pos += take
+                self.remaining -= take
+                if self.remaining == 0:
+                    self.state = "crlf" if state == "data" else "done"
+            elif state == "crlf":
+                if end - pos < 2:
+                    break
+                pos += 2
                 self.state = "size"
-            elif self.state == "size":
-                i = buf.find(b"\r\n")
+            elif state == "size":
+                i = buf.find(b"\r\n", pos)
                 if i < 0:
-                    return False
-                size = int(bytes(buf[:i]).split(b";")[0], 16)
-                del buf[: i + 2]
+                    break
+                size = int(buf[pos:i].split(b";")[0], 16)
+                pos = i + 2
                 self.state, self.remaining = ("trailer", 0) if size == 0 else ("data", size)
-            elif self.state == "trailer":
-                i = buf.find(b"\r\n")
+            elif state == "trailer":
+                i = buf.find(b"\r\n", pos)
                 if i < 0:
-                    return False
-                line = buf[:i]
-                del buf[: i + 2]
-                if not line:
+                    break
+                if i == pos:
                     self.state = "done"
+                pos = i + 2
             if self.state == "done":
-                return True
-        raise AssertionError("parser made no progress")
+                break
+        else:
+            raise AssertionError("parser made no progress")
+        self.buf = bytearray(buf[pos:]) if pos < end else bytearray()
+        return self.state == "done"
 
     def _head(self, head: str) -> None:
         lines = head.split("\r\n")
@@ -666,18 +689,6 @@ class ResponseParser:
         else:
             self.state, self.keep_alive = "close", False
 
-    def _body(self, data: bytes, now: int) -> bytes:
-        """Give the body bytes in ``data`` to the sink; return what follows them."""
-        if self.state == "close":
-            self.sink.feed(data, now)
-            return b""
-        take = data[: self.remaining] if len(data) > self.remaining else data
-        self.sink.feed(take, now)
-        self.remaining -= len(take)
-        if self.remaining == 0:
-            self.state = "crlf" if self.state == "data" else "done"
-        return data[len(take) :]
-
     def closed(self) -> bool:
         """The connection ended: True if that completes the response."""
         if self.state == "close":
@@ -686,19 +697,37 @@ class ResponseParser:
 
 
 class Conn(asyncio.Protocol):
-    """One client connection; requests one at a time (keep-alive)."""
+    """One client connection; requests one at a time (keep-alive).
 
-    def __init__(self) -> None:
+    ``lazy`` (unpaced runs): after each read the connection rests ``LAZY_READ_S`` before it
+    reads again, so that a read takes what arrived meanwhile. An eager reader wakes for every
+    chunk the proxy writes: on a 2-core machine its system calls would take the CPU the proxy
+    is measured on. Paced runs read eagerly (the delay of each event is measured)."""
+
+    def __init__(self, lazy: bool = False) -> None:
         self.transport: asyncio.Transport | None = None
         self.parser: ResponseParser | None = None
         self.waiter: asyncio.Future[ResponseParser] | None = None
         self.open = False
+        self.lazy = lazy
 
     @classmethod
-    async def connect(cls, port: int) -> Conn:
+    async def connect(cls, port: int, lazy: bool = False) -> Conn:
         loop = asyncio.get_running_loop()
-        _, conn = await asyncio.wait_for(loop.create_connection(cls, HOST, port), IO_TIMEOUT)
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(lambda: cls(lazy), HOST, port), IO_TIMEOUT
+        )
         return conn
+
+    def _rest(self) -> None:
+        transport = self.transport
+        if transport is not None and self.open:
+            transport.pause_reading()
+            asyncio.get_running_loop().call_later(LAZY_READ_S, self._wake)
+
+    def _wake(self) -> None:
+        if self.transport is not None and self.open and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -713,6 +742,8 @@ class Conn(asyncio.Protocol):
         try:
             if parser.feed(data, now):
                 waiter.set_result(parser)
+            elif self.lazy:
+                self._rest()
         except Exception as e:
             waiter.set_exception(e)
 
@@ -879,6 +910,7 @@ def http_request(
     text: str = SMALL_TEXT,
     events: int = 0,
     pace: float = 0.0,
+    per_chunk: int = 1,
 ) -> bytes:
     path, extra, body = body_for(dialect, stream, text)
     # Gemini streams are asked for by the path, and the upstream looks for "stream": true
@@ -894,6 +926,7 @@ def http_request(
     ]
     if stream:
         lines += [f"x-bench-events: {events}", f"x-bench-pace: {pace:g}"]
+        lines.append(f"x-bench-per-chunk: {per_chunk}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
@@ -1146,14 +1179,18 @@ async def one_stream(
     pace: float,
     delays: Delays | None,
     start_after: float = 0.0,
+    per_chunk: int = 1,
 ) -> Stamps:
-    """One streamed request: ``events`` events, at ``pace`` per second or (0) unpaced."""
+    """One streamed request: ``events`` events, at ``pace`` per second or (0) unpaced (read
+    lazily, ``Conn``)."""
     if start_after:
         await asyncio.sleep(start_after)
     stamps = Stamps(events, delays)
-    conn = await Conn.connect(port)
+    conn = await Conn.connect(port, lazy=not pace)
     try:
-        raw = http_request(port, dialect, stream=True, events=events, pace=pace)
+        raw = http_request(
+            port, dialect, stream=True, events=events, pace=pace, per_chunk=per_chunk
+        )
         timeout = (events / pace if pace else events / 2000) + 60
         resp = await conn.request(raw, stamps, timeout)
         if resp.status != 200:
@@ -1241,6 +1278,7 @@ async def unpaced(
     seconds: float,
     min_events: int,
     rate_hint: float | None = None,
+    per_chunk: int = 1,
 ) -> dict[str, Any]:
     """``streams`` at once, each as fast as it goes, about ``seconds`` long and at least
     ``min_events`` events (so that starting the requests is a small part of it).
@@ -1256,7 +1294,10 @@ async def unpaced(
     for attempt in range(5):
         before = snapshot(proxy, upstream)
         results = await asyncio.gather(
-            *(one_stream(proxy.port, dialect, each, 0.0, None) for _ in range(streams)),
+            *(
+                one_stream(proxy.port, dialect, each, 0.0, None, per_chunk=per_chunk)
+                for _ in range(streams)
+            ),
             return_exceptions=True,
         )
         cpu = cpu_since(before, proxy, upstream)
@@ -1400,6 +1441,10 @@ class Plan:
     """Paced stream starts are spread over this many seconds."""
     body_sizes: tuple[int, ...]
     body_reps: int
+    burst_streams: tuple[int, ...] = ()
+    """Unpaced again, the upstream writing ``BATCH`` events per HTTP chunk (a bursty upstream,
+    or a gateway that buffers): mitmproxy's own cost per chunk is then spread over more
+    events than the bridge's."""
     concurrency: int = 8
     """Keep-alive connections for the small requests."""
 
@@ -1415,6 +1460,7 @@ FULL = Plan(
     spread=1.0,
     body_sizes=(10**6, 10**7),
     body_reps=7,
+    burst_streams=(10,),
 )
 QUICK = Plan(
     requests=400,
@@ -1491,20 +1537,28 @@ async def measure(
         res[p.config.key]["paced_capacity"] = paced_capacity(plan, res[p.config.key])
 
     rates: dict[str, float] = {}
-    for n in plan.unpaced_streams:
+    runs = [("unpaced", n, 1) for n in plan.unpaced_streams]
+    runs += [("burst", n, BATCH) for n in plan.burst_streams]
+    for kind, n, per_chunk in runs:
         for p in proxies:
             key = p.config.key
             job = unpaced(
-                p, upstream, n, plan.unpaced_seconds, plan.unpaced_min_events, rates.get(key)
+                p,
+                upstream,
+                n,
+                plan.unpaced_seconds,
+                plan.unpaced_min_events,
+                rates.get(f"{kind} {key}"),
+                per_chunk,
             )
-            if r := await guarded(res[key], f"unpaced_{n}", job, say, f"unpaced {n} {key}"):
+            if r := await guarded(res[key], f"{kind}_{n}", job, say, f"{kind} {n} {key}"):
                 say(
-                    f"unpaced   {key:9} {n:3} {X} {r['events_per_stream']}: {r['events_per_s']:7.0f} ev/s,"
+                    f"{kind:9} {key:9} {n:3} {X} {r['events_per_stream']}: {r['events_per_s']:7.0f} ev/s,"
                     f" lost {r['lost']}, failed {r['failed_streams']}, CPU s proxy"
                     f" {r['proxy_cpu_s']:.2f} upstream {r['upstream_cpu_s']:.2f} load gen"
                     f" {r['loadgen_cpu_s']:.2f} in {r['wall_s']:.2f} s"
                 )
-                rates[key] = r["events_per_s"]
+                rates[f"{kind} {key}"] = r["events_per_s"]
 
     for size in plan.body_sizes:
         raws = {
@@ -1655,9 +1709,13 @@ def rows(plan: Plan, results: dict[str, Any]) -> list[Row]:
         text = f"{m['lost']} / {m['reordered']}"
         return text + (f", {m['failed_streams']} streams failed" if m["failed_streams"] else "")
 
-    for n in plan.unpaced_streams:
-        name = f"unpaced_{n}"
-        label = f"unpaced, {n} stream{'s' if n > 1 else ''} at once (~{plan.unpaced_seconds:g} s)"
+    runs = [(f"unpaced_{n}", n, "") for n in plan.unpaced_streams]
+    runs += [(f"burst_{n}", n, f", {BATCH} events per HTTP chunk") for n in plan.burst_streams]
+    for name, n, burst in runs:
+        label = (
+            f"unpaced, {n} stream{'s' if n > 1 else ''} at once{burst}"
+            f" (~{plan.unpaced_seconds:g} s)"
+        )
         out.append(Row(f"{label}: events/s", value("events_per_s"), name))
         out.append(Row(f"{label}: lost / reordered events", lost, name))
         out.append(

@@ -17,7 +17,13 @@ from addon.model import JSON, ClientError, Event, Notes, Request, Response
 
 
 class StreamDecoder(Protocol):
-    """One upstream SSE event in, unified events out."""
+    """One upstream SSE event in, unified events out.
+
+    Optional, for speed (``StreamProcessor``): ``text_frame``, the bytes of a whole SSE event
+    before and after a JSON string (its quotes included) such that an event of exactly that
+    shape is a plain text chunk holding that string's text and nothing else (None while no
+    such frame is known); ``text_run(chunk)`` and ``skippable_run(chunk)`` for reads of many
+    events."""
 
     def feed(self, data: str, event: str | None) -> list[Event]: ...
     def finish(self) -> list[Event]: ...

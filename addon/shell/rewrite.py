@@ -795,6 +795,7 @@ def stream_callable(
     def stream(data: bytes) -> Sequence[bytes]:
         nonlocal reported
         started = clock()
+        out: Sequence[bytes]
         try:
             out = feed(data) if data else finish()
         except Exception as e:

@@ -66,6 +66,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
+import orjson
+
 from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
 from addon.model import Event, StreamError, TextDelta, ThinkingDelta
 from addon.stream.decompress import Decompressor
@@ -99,6 +101,10 @@ class Stage(Protocol):
 
     def feed(self, event: Event) -> list[Event]: ...
     def finish(self) -> list[Event]: ...
+
+
+class _FramedDecoder(Protocol):
+    text_frame: tuple[bytes, bytes] | None
 
 
 class StreamProcessor:
@@ -179,6 +185,19 @@ class StreamProcessor:
             getattr(encoder, "text_sse", None) if self._writer is None else None
         )
         """The encoder's fast path for plain text (``StreamEncoder``), SSE framing only."""
+        self._lane_decoder: _FramedDecoder | None = (
+            decoder  # type: ignore[assignment]  # checked: it has a text_frame
+            if hasattr(decoder, "text_frame")
+            and self._text_run is not None
+            and decompressor is None
+            and not keep_original
+            else None
+        )
+        """A decoder that knows the frame of its plain text events (``text_frame``) on a
+        stream that reads plain text by runs (``_text_run``): a read of one such event, at an
+        event boundary, skips the line and event decoders (``feed``)."""
+        self._between = False
+        """The bytes fed so far end at an event boundary (kept only with a lane decoder)."""
         self._frame = encode_pairs if self._writer is None else self._writer.pairs
         self._finished = False
         self.passthrough = False
@@ -194,6 +213,39 @@ class StreamProcessor:
     # ------------------------------------------------------------------ public
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        if (
+            self._between
+            and chunk.find(b"\n\n") == len(chunk) - 2
+            and not (self._stopped or self.passthrough or self._finished)
+            and self._body is None
+        ):
+            # The common read: one whole event, at an event boundary. One nobody reads
+            # (``_skip_run``) passes as its bytes; a plain text event of the frame the decoder
+            # learned (``text_frame``: its middle is one JSON string and nothing else, or it
+            # is not one) takes the text lane. Anything else goes the general way.
+            skip = self._skip_run
+            if skip is not None:
+                if skip(chunk):
+                    self.last_chunk = chunk
+                    self.bytes_in += len(chunk)
+                    self.bytes_out += len(chunk)
+                    self.events_in += 1
+                    self.skipped_decoding += 1
+                    return [chunk]
+            elif (
+                (lane := self._lane_decoder) is not None
+                and (frame := lane.text_frame) is not None
+                and chunk.endswith(frame[1])
+                and chunk.startswith(frame[0])
+            ):
+                try:
+                    text = orjson.loads(chunk[len(frame[0]) - 1 : len(chunk) - len(frame[1]) + 1])
+                except orjson.JSONDecodeError:
+                    text = None
+                if type(text) is str:
+                    self.last_chunk = chunk
+                    self.bytes_in += len(chunk)
+                    return self._run_text(text, 1, chunk)
         if not chunk:
             return []
         if self._decompressor is not None:
@@ -217,11 +269,17 @@ class StreamProcessor:
         if self._items is not None:
             return self._run_items(self._items.feed(chunk), final=False)
         if self._events.idle and not self._pending_raw:
-            fast = self._fast(chunk)
-            if fast is not None:
-                return fast
-        lines = self._lines.feed(chunk)
-        return self._run(lines, final=False)
+            out = self._fast(chunk)
+            if out is None:
+                out = self._run(self._lines.feed(chunk), final=False)
+        else:
+            out = self._run(self._lines.feed(chunk), final=False)
+        if self._lane_decoder is not None or self._skip_run is not None:
+            lines = self._lines
+            self._between = (
+                lines.started and not lines.held and self._events.idle and not self._pending_raw
+            )
+        return out
 
     def _fast(self, chunk: bytes) -> list[bytes] | None:
         """Whole events read in one pass where the chunk allows it, else None (nothing taken).
@@ -340,9 +398,9 @@ class StreamProcessor:
         return self._out(out)
 
     def _run_text(self, text: str, n: int, chunk: bytes) -> list[bytes]:
-        """``n`` plain text events read at once (``_text_run``), as one delta."""
+        """``n`` plain text events read at once (``_text_run``, ``feed``), as one delta.
+        (The event decoder saw events already: the decoder learned its text frame from one.)"""
         self.events_in += n
-        self._events.saw_event()
         if not text:
             return []
         try:

@@ -48,8 +48,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
 
-from addon.jsonio import dumpb, dumps, loads
+from addon.jsonio import dumps, loads
 from addon.jsonio import loads as strict_json
+from addon.jsonio import text_json as _text_json
 from addon.model import (
     JSON,
     STREAM_CUT,
@@ -369,7 +370,7 @@ class AnthropicStreamEncoder:
         block = self._open
         if self._done or block is None or block[0] != "text":
             return None
-        return _TEXT_DELTA % (block[1], dumpb(text))
+        return _TEXT_DELTA % (block[1], _text_json(text))
 
     def feed(self, event: Event) -> Out:
         out: Out = []

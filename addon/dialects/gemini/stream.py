@@ -61,8 +61,9 @@ import json
 import re
 from typing import Any, assert_never
 
-from addon.jsonio import dumpb, dumps, loads
+from addon.jsonio import dumps, loads
 from addon.jsonio import loads as strict_json
+from addon.jsonio import text_json as _text_json
 from addon.model import (
     JSON,
     Event,
@@ -523,7 +524,7 @@ class GeminiStreamEncoder:
                 return None
             at += len(b'{"text":')
             frame = self._text_frame = (b"data: " + probe[:at], probe[at + 2 :] + b"\n\n")
-        return frame[0] + dumpb(text) + frame[1]
+        return frame[0] + _text_json(text) + frame[1]
 
     def _chunk(
         self,

@@ -18,7 +18,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from addon.jsonio import dumpb, dumps, loads
+from addon.jsonio import dumps, loads
+from addon.jsonio import text_json as _text_json
 from addon.model import (
     JSON,
     STREAM_CUT,
@@ -66,8 +67,10 @@ class OpenAIChatStreamDecoder:
         self._learnt = False
         """A plain text chunk was decoded (its frame learnt, if it has one): until then none
         is ``skippable``, so that ``skippable_run`` has a frame to look for."""
-        self._run: tuple[bytes, bytes] | None = None
-        """The frame as the bytes of a whole SSE event before and after its text (``text_run``)."""
+        self.text_frame: tuple[bytes, bytes] | None = None
+        """The frame as the bytes of a whole SSE event before and after its text's JSON string,
+        the string's quotes included (``StreamDecoder``: an event of this shape whose middle
+        is one JSON string is a plain text chunk, that text and nothing else)."""
 
     def skippable(self, data: str) -> bool:
         """Whether this event's data is a plain text chunk that nobody but an encoder of this
@@ -188,11 +191,14 @@ class OpenAIChatStreamDecoder:
         at = data.find('"content":' + value)
         if at == -1 or data.find('"content":' + value, at + 1) != -1:
             # Written another way (escapes, spaces): the general path.
-            self._frame = self._run = None
+            self._frame = self.text_frame = None
             return
         start = at + len('"content":')
-        self._frame = (data[: start + 1], data[start + len(value) - 1 :])
-        self._run = None
+        frame = self._frame = (data[: start + 1], data[start + len(value) - 1 :])
+        self.text_frame = (
+            b"data: " + frame[0].encode("utf-8", "surrogatepass"),
+            frame[1].encode("utf-8", "surrogatepass") + b"\n\n",
+        )
 
     def text_run(self, chunk: bytes) -> tuple[str, int] | None:
         """A chunk of whole SSE events that are all plain text chunks in the learned frame
@@ -234,10 +240,11 @@ class OpenAIChatStreamDecoder:
     def skippable_run(self, chunk: bytes) -> int:
         """How many events ``chunk`` holds if every one is ``skippable`` (a plain text chunk in
         the learned frame, before any call or reasoning); 0 otherwise."""
-        if not self._plain:
+        frame = self.text_frame
+        if not self._plain or frame is None:
             return 0
-        head, tail = self._frame_bytes()
-        if not (head and chunk.startswith(head) and chunk.endswith(tail)):
+        head, tail = frame
+        if not (chunk.startswith(head) and chunk.endswith(tail)):
             return 0
         end = len(chunk) - len(tail)
         if end >= len(head) and chunk.find(b'"', len(head), end) == -1:
@@ -267,18 +274,8 @@ class OpenAIChatStreamDecoder:
         return (n if chunk.count(tail + head) == n - 1 else 0), head, tail
 
     def _frame_bytes(self) -> tuple[bytes, bytes]:
-        """The learned frame as the bytes of a whole SSE event before and after its text
-        (``b"", b""`` before one is learned)."""
-        run = self._run
-        if run is None:
-            frame = self._frame
-            if frame is None:
-                return b"", b""
-            run = self._run = (
-                b"data: " + frame[0].encode("utf-8", "surrogatepass"),
-                frame[1].encode("utf-8", "surrogatepass") + b"\n\n",
-            )
-        return run
+        """``text_frame``, or ``b"", b""`` before one is learned."""
+        return self.text_frame or (b"", b"")
 
     @staticmethod
     def _framed_text(data: str, frame: tuple[str, str]) -> str | None:
@@ -439,7 +436,7 @@ class OpenAIChatStreamEncoder:
                 return None
             at += len(b'"content":')
             frame = self._text_frame = (b"data: " + probe[:at], probe[at + 2 :] + b"\n\n")
-        return frame[0] + dumpb(text) + frame[1]
+        return frame[0] + _text_json(text) + frame[1]
 
     def feed(self, event: Event) -> list[tuple[str | None, str]]:
         match event:
