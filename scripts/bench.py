@@ -52,6 +52,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import itertools
 import json
 import os
 import random
@@ -1441,6 +1442,8 @@ class Plan:
     """Paced stream starts are spread over this many seconds."""
     body_sizes: tuple[int, ...]
     body_reps: int
+    unpaced_rounds: int = 1
+    """Each unpaced measurement is taken this many times (the best counts)."""
     burst_streams: tuple[int, ...] = ()
     """Unpaced again, the upstream writing ``BATCH`` events per HTTP chunk (a bursty upstream,
     or a gateway that buffers): mitmproxy's own cost per chunk is then spread over more
@@ -1460,6 +1463,7 @@ FULL = Plan(
     spread=1.0,
     body_sizes=(10**6, 10**7),
     body_reps=7,
+    unpaced_rounds=3,
     burst_streams=(10,),
 )
 QUICK = Plan(
@@ -1539,9 +1543,12 @@ async def measure(
     rates: dict[str, float] = {}
     runs = [("unpaced", n, 1) for n in plan.unpaced_streams]
     runs += [("burst", n, BATCH) for n in plan.burst_streams]
-    for kind, n, per_chunk in runs:
-        for p in proxies:
+    for (kind, n, per_chunk), turn in itertools.product(runs, range(plan.unpaced_rounds)):
+        # Rounds, each starting with another proxy: a slow moment of the machine does not
+        # always fall on the same column; each column keeps its best round.
+        for p in proxies[turn % len(proxies) :] + proxies[: turn % len(proxies)]:
             key = p.config.key
+            best = res[key].get(f"{kind}_{n}")
             job = unpaced(
                 p,
                 upstream,
@@ -1552,13 +1559,21 @@ async def measure(
                 per_chunk,
             )
             if r := await guarded(res[key], f"{kind}_{n}", job, say, f"{kind} {n} {key}"):
+                rates[f"{kind} {key}"] = r["events_per_s"]
                 say(
                     f"{kind:9} {key:9} {n:3} {X} {r['events_per_stream']}: {r['events_per_s']:7.0f} ev/s,"
                     f" lost {r['lost']}, failed {r['failed_streams']}, CPU s proxy"
                     f" {r['proxy_cpu_s']:.2f} upstream {r['upstream_cpu_s']:.2f} load gen"
                     f" {r['loadgen_cpu_s']:.2f} in {r['wall_s']:.2f} s"
                 )
-                rates[f"{kind} {key}"] = r["events_per_s"]
+                if best is not None and "error" not in best:
+                    # The best round's figures; what was lost in any round stays counted.
+                    keep = best if best["events_per_s"] > r["events_per_s"] else r
+                    res[key][f"{kind}_{n}"] = {
+                        **keep,
+                        "rounds": best.get("rounds", 1) + 1,
+                        **{k: best[k] + r[k] for k in ("lost", "reordered", "failed_streams")},
+                    }
 
     for size in plan.body_sizes:
         raws = {
@@ -1712,9 +1727,10 @@ def rows(plan: Plan, results: dict[str, Any]) -> list[Row]:
     runs = [(f"unpaced_{n}", n, "") for n in plan.unpaced_streams]
     runs += [(f"burst_{n}", n, f", {BATCH} events per HTTP chunk") for n in plan.burst_streams]
     for name, n, burst in runs:
+        best = f", best of {plan.unpaced_rounds}" if plan.unpaced_rounds > 1 else ""
         label = (
             f"unpaced, {n} stream{'s' if n > 1 else ''} at once{burst}"
-            f" (~{plan.unpaced_seconds:g} s)"
+            f" (~{plan.unpaced_seconds:g} s{best})"
         )
         out.append(Row(f"{label}: events/s", value("events_per_s"), name))
         out.append(Row(f"{label}: lost / reordered events", lost, name))
