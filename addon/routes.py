@@ -47,12 +47,11 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from addon.model import SchemaProfile, ToolMode
 
@@ -76,8 +75,11 @@ class RoutesError(ValueError):
     """A routes file that cannot be used; the message names the file and the key."""
 
 
-class Route(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One route. Built from a routes file (``load_routes``: every key's type checked there,
+    by pydantic, with messages that name the key) or in code; either way the checks below
+    (``__post_init__``) hold. A plain dataclass: pydantic is imported only to read a file."""
 
     name: str
     host: str = "*"
@@ -86,7 +88,8 @@ class Route(BaseModel):
     client: DialectName = "openai_chat"
     upstream: DialectName = "openai_chat"
     tool_mode: ToolMode | None = None
-    schema_profile: SchemaProfile | None = Field(default=None, alias="schema")
+    schema_profile: SchemaProfile | None = None
+    """The ``schema`` key of a routes file."""
     upstream_path: str | None = None
     api_key_env: str | None = None
     """Send the value of this environment variable as the upstream's API key (in the
@@ -120,89 +123,23 @@ class Route(BaseModel):
     client's key, read on every request and refreshed when it has expired."""
     refresh_url: str | None = None
     """``kiro`` upstreams with ``token_file``: where to refresh the token (default: Kiro's)."""
-    description_limit: int | None = Field(default=None, ge=16)
+    description_limit: int | None = None
     """``kiro`` upstreams: tool descriptions longer than this many characters are cut (with
-    ``...``); default 10240, Kiro's limit."""
+    ``...``); default 10240, Kiro's limit (at least 16)."""
 
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
-            raise ValueError("must be an environment variable name (letters, digits, _)")
-        return v
-
-    @field_validator("methods")
-    @classmethod
-    def _upper(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        if not v:
-            raise ValueError('must list at least one HTTP method (e.g. ["POST"])')
-        for m in v:
-            if not re.fullmatch(r"[A-Za-z]+", m):
-                raise ValueError(f'{m!r} is not an HTTP method (letters only, e.g. "POST")')
-        return tuple(m.upper() for m in v)
-
-    @field_validator("name", "host", "path")
-    @classmethod
-    def _not_empty(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be empty")
-        return v
-
-    @field_validator("path")
-    @classmethod
-    def _path_glob(cls, v: str) -> str:
-        if v[0] not in "/*?[":
-            raise ValueError("must be a glob over the path, starting with '/' or '*'")
-        return v
-
-    @field_validator("upstream_path")
-    @classmethod
-    def _absolute(cls, v: str | None) -> str | None:
-        if v is not None and not v.startswith("/"):
-            raise ValueError("must start with '/'")
-        return v
-
-    @field_validator("client")
-    @classmethod
-    def _client_side(cls, v: str) -> str:
-        if v in UPSTREAM_ONLY:
-            raise ValueError(
-                f"{v} is an upstream-only dialect: the bridge does not answer {v} clients "
-                f'(use it as upstream = "{v}")'
-            )
-        return v
-
-    @field_validator("model_map", mode="before")
-    @classmethod
-    def _pairs(cls, v: object) -> object:
-        if isinstance(v, dict):
-            for name, target in v.items():
-                if not isinstance(target, str) or not target.strip():
-                    raise ValueError(f"{name!r}: the Kiro modelId must be a non-empty string")
-            return tuple(v.items())
-        if v is not None and not isinstance(v, tuple):
-            raise ValueError('must be a table of model names, e.g. {"claude-sonnet-4-6" = "…"}')
-        return v
-
-    @field_validator("refresh_url")
-    @classmethod
-    def _http_url(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"https?://[^/\s]+", v):
-            raise ValueError("must be an http:// or https:// URL")
-        return v
-
-    @model_validator(mode="after")
-    def _kiro_only(self) -> Route:
-        if self.upstream != "kiro":
-            given = [k for k in KIRO_KEYS if getattr(self, k) is not None]
-            if given:
-                raise ValueError(
-                    f'{", ".join(given)}: only for upstream = "kiro" '
-                    f"(this route's upstream is {self.upstream})"
-                )
-        elif self.refresh_url is not None and self.token_file is None:
-            raise ValueError("refresh_url: only with token_file")
-        return self
+    def __post_init__(self) -> None:
+        for name in ("name", "host", "path"):
+            not_empty(getattr(self, name))
+        path_glob(self.path)
+        object.__setattr__(self, "methods", http_methods(tuple(self.methods)))
+        client_side(self.client)
+        absolute_path(self.upstream_path)
+        env_name(self.api_key_env)
+        object.__setattr__(self, "model_map", model_map_pairs(self.model_map))
+        http_url(self.refresh_url)
+        if self.description_limit is not None and self.description_limit < 16:
+            raise ValueError("description_limit: must be at least 16")
+        kiro_only(self)
 
     def matches(self, host: str, path: str, method: str) -> bool:
         return (
@@ -212,9 +149,81 @@ class Route(BaseModel):
         )
 
 
-class _RoutesFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    routes: list[Route] = Field(min_length=1)
+# ----------------------------------------------------------------------------- checks
+# One place for what a route must be: ``Route`` runs them, and so does the routes file's
+# model (``addon.routes_file``), each on its key.
+
+
+def env_name(v: str | None) -> str | None:
+    if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+        raise ValueError("must be an environment variable name (letters, digits, _)")
+    return v
+
+
+def http_methods(v: tuple[str, ...]) -> tuple[str, ...]:
+    if not v:
+        raise ValueError('must list at least one HTTP method (e.g. ["POST"])')
+    for m in v:
+        if not isinstance(m, str) or not re.fullmatch(r"[A-Za-z]+", m):
+            raise ValueError(f'{m!r} is not an HTTP method (letters only, e.g. "POST")')
+    return tuple(m.upper() for m in v)
+
+
+def not_empty(v: str) -> str:
+    if not v.strip():
+        raise ValueError("must not be empty")
+    return v
+
+
+def path_glob(v: str) -> str:
+    if v[0] not in "/*?[":
+        raise ValueError("must be a glob over the path, starting with '/' or '*'")
+    return v
+
+
+def absolute_path(v: str | None) -> str | None:
+    if v is not None and not v.startswith("/"):
+        raise ValueError("must start with '/'")
+    return v
+
+
+def client_side(v: str) -> str:
+    if v in UPSTREAM_ONLY:
+        raise ValueError(
+            f"{v} is an upstream-only dialect: the bridge does not answer {v} clients "
+            f'(use it as upstream = "{v}")'
+        )
+    return v
+
+
+def model_map_pairs(v: object) -> tuple[tuple[str, str], ...] | None:
+    """A table (or pairs) of client model → Kiro ``modelId``, as pairs."""
+    if isinstance(v, dict):
+        for name, target in v.items():
+            if not isinstance(target, str) or not target.strip():
+                raise ValueError(f"{name!r}: the Kiro modelId must be a non-empty string")
+        return tuple(v.items())
+    if v is not None and not isinstance(v, tuple):
+        raise ValueError('must be a table of model names, e.g. {"claude-sonnet-4-6" = "…"}')
+    return v
+
+
+def http_url(v: str | None) -> str | None:
+    if v is not None and not re.match(r"https?://[^/\s]+", v):
+        raise ValueError("must be an http:// or https:// URL")
+    return v
+
+
+def kiro_only(route: Route) -> None:
+    if route.upstream != "kiro":
+        given = [k for k in KIRO_KEYS if getattr(route, k) is not None]
+        if given:
+            raise ValueError(
+                f'{", ".join(given)}: only for upstream = "kiro" '
+                f"(this route's upstream is {route.upstream})"
+            )
+    elif route.refresh_url is not None and route.token_file is None:
+        raise ValueError("refresh_url: only with token_file")
 
 
 DEFAULT_ROUTES: tuple[Route, ...] = (
@@ -231,9 +240,6 @@ Claude Code), POST …/responses (OpenAI Responses client, e.g. Codex CLI) and P
 on any host, all to an OpenAI-compatible upstream."""
 
 
-_ROUTE_KEYS: tuple[str, ...] = tuple(f.alias or n for n, f in Route.model_fields.items())
-
-
 def load_routes(path: str | Path) -> tuple[Route, ...]:
     p = Path(path).expanduser()
     try:
@@ -246,15 +252,17 @@ def load_routes(path: str | Path) -> tuple[Route, ...]:
         ) from None
     except tomllib.TOMLDecodeError as e:
         raise RoutesError(f"routes file '{p}': not valid TOML: {e}") from None
+    from addon.routes_file import read_routes  # pydantic, only to read a file
+
     try:
-        parsed = _RoutesFile.model_validate(data)
-    except ValidationError as e:
-        raise RoutesError(f"routes file '{p}': {_describe(e)}") from None
-    names = [r.name for r in parsed.routes]
+        routes = read_routes(data)
+    except ValueError as e:
+        raise RoutesError(f"routes file '{p}': {e}") from None
+    names = [r.name for r in routes]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise RoutesError(f"routes file '{p}': route names must be unique: {', '.join(dupes)}")
-    return tuple(parsed.routes)
+    return routes
 
 
 def match(routes: tuple[Route, ...], host: str, path: str, method: str) -> Route | None:
@@ -288,21 +296,3 @@ def _compiled(rex: str) -> re.Pattern[str] | None:
 def _search(rex: str, name: str) -> bool:
     pattern = _compiled(rex)
     return pattern is not None and pattern.search(name) is not None
-
-
-def _describe(e: ValidationError) -> str:
-    problems = []
-    for err in e.errors():
-        where = ""
-        for part in err["loc"]:
-            where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
-        got = (
-            f" (got {err['input']!r})" if err["type"] not in ("missing", "extra_forbidden") else ""
-        )
-        if err["type"] == "extra_forbidden":
-            allowed = _ROUTE_KEYS if len(err["loc"]) > 1 else ("routes",)
-            msg = f"unknown key (allowed: {', '.join(allowed)})"
-        else:
-            msg = err["msg"].removeprefix("Value error, ").replace("a valid tuple", "a list")
-        problems.append(f"{where or 'top level'}: {msg}{got}")
-    return "; ".join(problems)

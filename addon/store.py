@@ -39,7 +39,6 @@ eviction, which removes the oldest entries in order.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from collections import OrderedDict
@@ -169,6 +168,8 @@ class _Sqlite:
     its own transaction (``put`` = one upsert, ``get`` = one read and one touch)."""
 
     def __init__(self, path: str) -> None:
+        import sqlite3  # a file store only: the memory store never loads it
+
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -281,7 +282,12 @@ class ReasoningStore:
         self._lock = threading.Lock()
         self._closed = False
         backend: _Backend
+        self._db_errors: tuple[type[Exception], ...] = ()
+        """What the backend raises when its database fails (SQLite's errors; none in memory)."""
         if path:
+            import sqlite3
+
+            self._db_errors = (sqlite3.Error,)
             try:
                 backend = _Sqlite(str(Path(path).expanduser()))
             except sqlite3.Error as e:
@@ -400,7 +406,7 @@ class ReasoningStore:
             self._closed = True
             try:
                 self._backend.close()
-            except sqlite3.Error as e:
+            except self._db_errors as e:
                 raise StoreError(f"cannot close the reasoning store: {e}") from e
 
     def describe(self) -> str:
@@ -425,7 +431,7 @@ class ReasoningStore:
     def _guard[T](self, op: Callable[[], T]) -> T:
         try:
             return op()
-        except sqlite3.Error as e:
+        except self._db_errors as e:
             raise StoreError(f"reasoning store ({self.path or 'memory'}): {e}") from e
 
 

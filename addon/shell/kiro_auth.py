@@ -29,9 +29,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 from mitmproxy import http
+
+if TYPE_CHECKING:
+    import httpx
 
 from addon.config import Settings
 from addon.dialects import DIALECTS
@@ -139,6 +142,8 @@ class KiroAuth:
     async def _refresh(self, route: Route, path: Path, token: KiroToken) -> KiroToken:
         label = f"cursor-bridge [{route.name}]"
         url = refresh_url(token, route.refresh_url)
+        import httpx  # loaded when a token is first refreshed
+
         try:
             answer = await self._http().post(url, json=refresh_body(token))
         except (httpx.HTTPError, httpx.InvalidURL, ValueError, TokenError) as e:
@@ -165,6 +170,8 @@ class KiroAuth:
         return new
 
     def _http(self) -> httpx.AsyncClient:
+        import httpx
+
         if self._client is None:
             self._client = httpx.AsyncClient(
                 trust_env=False, timeout=httpx.Timeout(REFRESH_TIMEOUT, connect=10.0)

@@ -14,12 +14,14 @@ another body: the rewrite addon's staged retry on signature errors.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from mitmproxy import ctx, http
 from mitmproxy.addons.upstream_auth import parse_upstream_auth
 from mitmproxy.proxy import mode_specs
+
+if TYPE_CHECKING:
+    import httpx
 
 from addon.config import RETRY_OPTIONS, ConfigError, parse_retry_timeout
 from addon.plan import short
@@ -58,8 +60,11 @@ class Retry(OptionChecks):
             except ConfigError as e:
                 self.refuse(str(e))
                 return
-            for client in self._clients.values():
-                client.timeout = httpx.Timeout(self._timeout, connect=15.0)
+            if self._clients:
+                import httpx
+
+                for client in self._clients.values():
+                    client.timeout = httpx.Timeout(self._timeout, connect=15.0)
 
     async def resend(self, flow: http.HTTPFlow, label: str) -> bytes | None:
         """The body of a 2xx answer to the same request, or None (logged, commented)."""
@@ -78,6 +83,8 @@ class Retry(OptionChecks):
         """The upstream's answer (any status, read whole and decoded) to the flow's request
         sent again — with ``body`` instead of its own when given (a staged retry) — or None
         when it could not be sent (logged, commented)."""
+        import httpx  # loaded when a flow is first retried
+
         req = flow.request
         headers = [
             (k.decode("latin-1"), v.decode("latin-1"))
@@ -97,6 +104,8 @@ class Retry(OptionChecks):
         )
 
     def _client(self, flow: http.HTTPFlow) -> httpx.AsyncClient:
+        import httpx
+
         via = _upstream_proxy(flow)
         client = self._clients.get(via)
         if client is None:

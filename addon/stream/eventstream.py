@@ -42,8 +42,6 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from botocore.eventstream import EventStreamBuffer, ParserError
-
 PRELUDE = 12
 MIN_MESSAGE = PRELUDE + 4
 EXCEPTION = ":exception"
@@ -121,6 +119,8 @@ class EventStreamSplitter:
         if total < MIN_MESSAGE or headers > total - MIN_MESSAGE:
             self.error = f"bad event-stream prelude: lengths {total} / {headers} do not fit"
             return None
+        from botocore.eventstream import EventStreamBuffer, ParserError  # Kiro streams only
+
         parser = EventStreamBuffer()
         parser.add_data(prelude)
         try:
@@ -133,6 +133,8 @@ class EventStreamSplitter:
         return int(total)
 
     def _message(self, data: bytes) -> Frame | None:
+        from botocore.eventstream import EventStreamBuffer, ParserError
+
         parser = EventStreamBuffer()
         parser.add_data(data)
         try:

@@ -74,12 +74,11 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from json_repair import repair_json
-from jsonschema import exceptions as jsonschema_errors
-from jsonschema import validators as jsonschema_validators
-from jsonschema.protocols import Validator
+if TYPE_CHECKING:  # imported when first used: a proxy that repairs nothing never loads them
+    from jsonschema import exceptions as jsonschema_errors
+    from jsonschema.protocols import Validator
 
 from addon.model import JSON, Notes, Request, Response, Tool, ToolCall
 
@@ -178,6 +177,8 @@ class ToolSchemas:
         schema = self._schemas.get(name)
         found: Validator | None = None
         if schema is not None:
+            from jsonschema import validators as jsonschema_validators
+
             try:
                 cls = jsonschema_validators.validator_for(
                     schema, default=jsonschema_validators.Draft202012Validator
@@ -385,6 +386,8 @@ def parse_arguments(arguments: str) -> Parsed:
         return Parsed(_unwrap_string(value), repaired=True)
     if _several_values(arguments):
         return Parsed(None)
+    from json_repair import repair_json
+
     try:
         # stream_stable: strings are kept as written (without it a string ending in "\n"
         # loses its trailing whitespace: a file's last newline).

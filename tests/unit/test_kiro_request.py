@@ -149,7 +149,7 @@ def test_a_cursor_request_encodes_to_the_structure_of_the_kiro_recording() -> No
     rec = recording(VIBE)
     d = rewrite(
         cursor_body_for_vibe(rec),
-        kiro_route(profile_arn=ARN, schema="none", description_limit=100_000),
+        kiro_route(profile_arn=ARN, schema_profile="none", description_limit=100_000),
     )
     body = d.wire.body
     assert d.wire.path == "/generateAssistantResponse"

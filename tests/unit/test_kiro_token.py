@@ -4,6 +4,7 @@ scripted server, never the network), written back; never logged."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import Iterator
@@ -205,7 +206,7 @@ def test_an_unreadable_token_file_is_answered_in_the_clients_dialect(
     assert body["type"] == "error" and "missing.json" in body["error"]["message"]
     assert auth.take(f.id) is None
     (tmp_path / "bad.json").write_text(json.dumps({"refreshToken": REFRESH}))
-    auth = auth_for(route.model_copy(update={"token_file": str(tmp_path / "bad.json")}))
+    auth = auth_for(dataclasses.replace(route, token_file=str(tmp_path / "bad.json")))
     f = flow("/v1/messages")
     asyncio.run(auth.request(f))  # type: ignore[arg-type]
     assert f.response is not None and b"no accessToken" in (f.response.content or b"")

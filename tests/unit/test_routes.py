@@ -105,3 +105,56 @@ def test_bad_routes_files_name_the_problem(tmp_path: Path, text: str, message: s
 def test_missing_routes_file(tmp_path: Path) -> None:
     with pytest.raises(RoutesError, match="cannot read it"):
         load_routes(tmp_path / "nope.toml")
+
+
+def test_the_file_model_mirrors_the_route_field_for_field() -> None:
+    """``Route`` is a plain dataclass (no pydantic at start); the routes file's pydantic model
+    must take exactly its fields, with the same defaults."""
+    import dataclasses
+
+    from addon.routes import Route
+    from addon.routes_file import RouteFields
+
+    fields = {f.name: f.default for f in dataclasses.fields(Route)}
+    model = {n: f.default for n, f in RouteFields.model_fields.items()}
+    assert model.keys() == fields.keys()
+    for name, default in fields.items():
+        if default is not dataclasses.MISSING:
+            assert model[name] == default, name
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({"upstream_path": "v1/x"}, "must start with '/'"),
+        ({"methods": ()}, "at least one HTTP method"),
+        ({"path": "chat"}, "glob over the path"),
+        ({"client": "kiro"}, "upstream-only dialect"),
+        ({"token_file": "t.json"}, 'only for upstream = "kiro"'),
+        ({"upstream": "kiro", "description_limit": 3}, "at least 16"),
+        ({"api_key_env": "NOT A NAME"}, "environment variable name"),
+    ],
+)
+def test_a_route_built_in_code_is_checked_as_a_file_route_is(
+    keys: dict[str, object], message: str
+) -> None:
+    from addon.routes import Route
+
+    with pytest.raises(ValueError, match=message):
+        Route(name="r", **keys)  # type: ignore[arg-type]
+
+
+def test_a_route_from_a_file_is_the_route_built_in_code(tmp_path: Path) -> None:
+    from addon.routes import Route
+
+    (route,) = load_routes(
+        write(
+            tmp_path,
+            '[[routes]]\nname = "k"\nupstream = "kiro"\nmethods = ["post"]\nschema = "none"\n'
+            'model_map = {"a" = "B"}\n',
+        )
+    )
+    assert route == Route(
+        name="k", upstream="kiro", methods=("post",), schema_profile="none", model_map={"a": "B"}
+    )  # type: ignore[arg-type]
+    assert route.methods == ("POST",) and route.model_map == (("a", "B"),)

@@ -65,8 +65,6 @@ import json
 import re
 from typing import Any
 
-import json_repair
-
 from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
@@ -324,6 +322,8 @@ def _as_json(text: str) -> Any:
 
 
 def _with_json_repair(text: str) -> Any:
+    import json_repair  # when first needed
+
     """Trailing commas, single quotes, unescaped newlines, a cut-off end."""
     return json_repair.loads(text)
 

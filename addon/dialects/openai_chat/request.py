@@ -26,9 +26,8 @@ request: Codex always sends them) are dropped with a note rather than refused.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, ValidationError
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
 
 from addon.dialects.anthropic.blocks import decode_block
 from addon.dialects.openai_responses.request import NAME as RESPONSES
@@ -70,26 +69,103 @@ _BLOCK_NOTES = {
 }
 
 
-class _WireMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+@dataclass(slots=True)
+class _WireMessage:
+    """One message of a chat request, its modelled keys checked (``_wire_request``)."""
+
     role: Role
-    content: str | list[Any] | None = None
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-    reasoning_content: str | None = None
+    content: str | list[Any] | None
+    tool_calls: list[dict[str, Any]] | None
+    tool_call_id: str | None
+    reasoning_content: str | None
+    extra: dict[str, Any]
+    """Every other key, as sent."""
 
 
-class _WireRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+@dataclass(slots=True)
+class _WireRequest:
     model: str
     messages: list[_WireMessage]
-    tools: list[Any] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    stream: bool | None = None
+    tools: list[Any] | None
+    tool_choice: str | dict[str, Any] | None
+    stream: bool
 
 
-_MODELLED = frozenset(_WireRequest.model_fields)
-_MESSAGE_MODELLED = frozenset(_WireMessage.model_fields)
+_MODELLED = frozenset({"model", "messages", "tools", "tool_choice", "stream"})
+_MESSAGE_MODELLED = frozenset(
+    {"role", "content", "tool_calls", "tool_call_id", "reasoning_content"}
+)
+_ROLES: tuple[str, ...] = get_args(Role.__value__)
+_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
+_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
+
+
+class _Shape(ValueError):
+    """A modelled key of the wrong type: where it is (``messages.3.role``) and what it takes."""
+
+
+def _wire_request(body: JSON) -> _WireRequest:
+    """The keys a chat request is read by, checked by hand (what pydantic's lax mode took:
+    the types below, ``stream`` also as 0/1 or "true"/"false"); extra keys are kept."""
+    model = body.get("model")
+    if not isinstance(model, str):
+        raise _Shape(_wrong("model", model, "a valid string"))
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise _Shape(_wrong("messages", messages, "a valid list"))
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise _Shape(_wrong("tools", tools, "a valid list"))
+    choice = body.get("tool_choice")
+    if choice is not None and not isinstance(choice, str | dict):
+        raise _Shape(_wrong("tool_choice", choice, "a valid string or dictionary"))
+    return _WireRequest(
+        model,
+        [_wire_message(i, m) for i, m in enumerate(messages)],
+        tools,
+        choice,
+        _lax_bool("stream", body.get("stream")),
+    )
+
+
+def _wire_message(i: int, m: object) -> _WireMessage:
+    where = f"messages.{i}"
+    if not isinstance(m, dict):
+        raise _Shape(_wrong(where, m, "a valid dictionary"))
+    role = m.get("role")
+    if role not in _ROLES:
+        raise _Shape(_wrong(f"{where}.role", role, " or ".join(map(repr, _ROLES))))
+    content = m.get("content")
+    if content is not None and not isinstance(content, str | list):
+        raise _Shape(_wrong(f"{where}.content", content, "a valid string or list"))
+    calls = m.get("tool_calls")
+    if calls is not None and (
+        not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls)
+    ):
+        raise _Shape(_wrong(f"{where}.tool_calls", calls, "a list of objects"))
+    for key in ("tool_call_id", "reasoning_content"):
+        if (v := m.get(key)) is not None and not isinstance(v, str):
+            raise _Shape(_wrong(f"{where}.{key}", v, "a valid string"))
+    extra = {k: v for k, v in m.items() if k not in _MESSAGE_MODELLED}
+    return _WireMessage(
+        role, content, calls, m.get("tool_call_id"), m.get("reasoning_content"), extra
+    )
+
+
+def _lax_bool(where: str, v: object) -> bool:
+    if v is None or isinstance(v, bool):
+        return bool(v)
+    if type(v) is int and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str) and v.lower() in _TRUE | _FALSE:
+        return v.lower() in _TRUE
+    raise _Shape(_wrong(where, v, "a valid boolean"))
+
+
+def _wrong(where: str, got: object, takes: str) -> str:
+    if got is None:
+        return f"{where}: Field required"
+    return f"{where}: Input should be {takes} (got {type(got).__name__})"
 
 
 # --------------------------------------------------------------------------- decode
@@ -105,11 +181,9 @@ def decode_request(body: JSON, notes: Notes) -> Request:
 
 def _decode_chat_request(body: JSON, notes: Notes) -> Request:
     try:
-        wire = _WireRequest.model_validate(body)
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise UnsupportedShape(f"not an OpenAI chat request: {where}: {first['msg']}") from e
+        wire = _wire_request(body)
+    except _Shape as e:
+        raise UnsupportedShape(f"not an OpenAI chat request: {e}") from None
     extra = {k: v for k, v in body.items() if k not in _MODELLED}
     params = _decode_params(extra)
     tool_choice = None
@@ -123,7 +197,7 @@ def _decode_chat_request(body: JSON, notes: Notes) -> Request:
         messages=tuple(_decode_message(i, m, notes) for i, m in enumerate(wire.messages)),
         tools=None if wire.tools is None else _decode_tools(wire.tools, notes),
         tool_choice=tool_choice,
-        stream=bool(wire.stream),
+        stream=wire.stream,
         params=params,
         extra=extra,
     )
@@ -159,7 +233,7 @@ def _decode_params(extra: JSON) -> Params:
 
 
 def _decode_message(i: int, m: _WireMessage, notes: Notes) -> Message:
-    extra = {k: v for k, v in (m.model_extra or {}).items() if k not in _MESSAGE_MODELLED}
+    extra = dict(m.extra)
     parts: list[Part] = []
     if m.role == "assistant" and m.reasoning_content:
         parts.append(Thinking(m.reasoning_content))

@@ -1,0 +1,95 @@
+"""A routes file's contents → ``Route``s, each key's type checked by pydantic.
+
+Imported only when a routes file is read (``addon.routes.load_routes``): the proxy that runs
+on the built-in routes never loads pydantic. The model mirrors ``Route`` field for field (a
+test holds them together); the checks beyond types are ``addon.routes``' own, run on the
+key they are about so that an error names it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from addon import routes
+from addon.model import SchemaProfile, ToolMode
+from addon.routes import DialectName, Route
+
+
+class RouteFields(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str
+    host: str = "*"
+    path: str = "*/chat/completions"
+    methods: tuple[str, ...] = ("POST",)
+    client: DialectName = "openai_chat"
+    upstream: DialectName = "openai_chat"
+    tool_mode: ToolMode | None = None
+    schema_profile: SchemaProfile | None = Field(default=None, alias="schema")
+    upstream_path: str | None = None
+    api_key_env: str | None = None
+    cache_control: Literal["drop", "keep"] = "drop"
+    tool_repair: Literal["on", "off"] | None = None
+    project: str | None = None
+    reasoning: Literal["auto", "on", "off"] = "auto"
+    signature_fallback: Literal["sentinel", "none"] = "sentinel"
+    model_map: tuple[tuple[str, str], ...] | None = None
+    profile_arn: str | None = None
+    token_file: str | None = None
+    refresh_url: str | None = None
+    description_limit: int | None = Field(default=None, ge=16)
+
+    _env = field_validator("api_key_env")(routes.env_name)
+    _methods = field_validator("methods")(routes.http_methods)
+    _not_empty = field_validator("name", "host", "path")(routes.not_empty)
+    _path = field_validator("path")(routes.path_glob)
+    _absolute = field_validator("upstream_path")(routes.absolute_path)
+    _client = field_validator("client")(routes.client_side)
+    _pairs = field_validator("model_map", mode="before")(routes.model_map_pairs)
+    _url = field_validator("refresh_url")(routes.http_url)
+
+    @model_validator(mode="after")
+    def _kiro_only(self) -> RouteFields:
+        routes.kiro_only(self)  # type: ignore[arg-type]  # same attributes as a Route
+        return self
+
+    def route(self) -> Route:
+        return Route(**{name: getattr(self, name) for name in type(self).model_fields})
+
+
+class _RoutesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    routes: list[RouteFields] = Field(min_length=1)
+
+
+ROUTE_KEYS: tuple[str, ...] = tuple(f.alias or n for n, f in RouteFields.model_fields.items())
+"""The keys a route takes in a file (``schema`` for ``schema_profile``)."""
+
+
+def read_routes(data: dict[str, Any]) -> tuple[Route, ...]:
+    """The routes of a parsed TOML document. Raises ``ValueError`` naming the bad key."""
+    try:
+        parsed = _RoutesFile.model_validate(data)
+    except ValidationError as e:
+        raise ValueError(_describe(e)) from None
+    return tuple(r.route() for r in parsed.routes)
+
+
+def _describe(e: ValidationError) -> str:
+    problems = []
+    for err in e.errors():
+        where = ""
+        for part in err["loc"]:
+            where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+        got = (
+            f" (got {err['input']!r})" if err["type"] not in ("missing", "extra_forbidden") else ""
+        )
+        if err["type"] == "extra_forbidden":
+            allowed = ROUTE_KEYS if len(err["loc"]) > 1 else ("routes",)
+            msg = f"unknown key (allowed: {', '.join(allowed)})"
+        else:
+            msg = err["msg"].removeprefix("Value error, ").replace("a valid tuple", "a list")
+        problems.append(f"{where or 'top level'}: {msg}{got}")
+    return "; ".join(problems)
