@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from addon.shell.catalogue import ModelCatalogue
 from addon.shell.count_tokens import CountTokens
 from addon.shell.kiro_auth import KiroAuth
+from addon.shell.memory import MemoryTrim
 from addon.shell.retry import Retry
 from addon.shell.rewrite import RewriteAddon
 from addon.state import BridgeState
@@ -20,12 +21,21 @@ class Addons:
     count_tokens: CountTokens
     rewrite: RewriteAddon
     kiro: KiroAuth
+    memory: MemoryTrim
 
     @property
     def all(self) -> list[object]:
         """In hook order: the catalogue's options load before the rewrite reads them; the Kiro
-        token file is read (``request``, async) before the rewrite uses it."""
-        return [self.retry, self.catalogue, self.count_tokens, self.kiro, self.rewrite]
+        token file is read (``request``, async) before the rewrite uses it; memory is handed
+        back after the rewrite is done with a flow."""
+        return [
+            self.retry,
+            self.catalogue,
+            self.count_tokens,
+            self.kiro,
+            self.rewrite,
+            self.memory,
+        ]
 
 
 def make_addons() -> Addons:
@@ -41,4 +51,5 @@ def make_addons() -> Addons:
         CountTokens(lambda: rewrite.settings, state),
         rewrite,
         kiro,
+        MemoryTrim(),
     )

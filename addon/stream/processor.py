@@ -187,17 +187,20 @@ class StreamProcessor:
         """The encoder's fast path for plain text (``StreamEncoder``), SSE framing only."""
         self._lane_decoder: _FramedDecoder | None = (
             decoder  # type: ignore[assignment]  # checked: it has a text_frame
-            if hasattr(decoder, "text_frame")
-            and self._text_run is not None
-            and decompressor is None
-            and not keep_original
+            if hasattr(decoder, "text_frame") and self._text_run is not None
             else None
         )
         """A decoder that knows the frame of its plain text events (``text_frame``) on a
         stream that reads plain text by runs (``_text_run``): a read of one such event, at an
         event boundary, skips the line and event decoders (``feed``)."""
+        self._track = decompressor is None and (
+            self._lane_decoder is not None or self._skip_run is not None
+        )
+        """Whether reads of one whole event may skip the line and event decoders (``feed``):
+        the bytes fed are the upstream's (nothing to decompress), and there is a way to read
+        such an event whole (``_skip_run`` or the lane decoder)."""
         self._between = False
-        """The bytes fed so far end at an event boundary (kept only with a lane decoder)."""
+        """The bytes fed so far end at an event boundary (kept only when ``_track``)."""
         self._frame = encode_pairs if self._writer is None else self._writer.pairs
         self._finished = False
         self.passthrough = False
@@ -218,6 +221,7 @@ class StreamProcessor:
             and chunk.find(b"\n\n") == len(chunk) - 2
             and not (self._stopped or self.passthrough or self._finished)
             and self._body is None
+            and len(self.original) >= self._keep  # the view's copy of the start is complete
         ):
             # The common read: one whole event, at an event boundary. One nobody reads
             # (``_skip_run``) passes as its bytes; a plain text event of the frame the decoder
@@ -274,7 +278,7 @@ class StreamProcessor:
                 out = self._run(self._lines.feed(chunk), final=False)
         else:
             out = self._run(self._lines.feed(chunk), final=False)
-        if self._lane_decoder is not None or self._skip_run is not None:
+        if self._track:
             lines = self._lines
             self._between = (
                 lines.started and not lines.held and self._events.idle and not self._pending_raw

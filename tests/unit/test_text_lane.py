@@ -201,3 +201,30 @@ def test_a_stream_through_the_lane_is_the_stream_without_it(
     want += b"".join(slow.finish())
     assert got == want
     assert runs, "the lane was taken"
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    client=st.sampled_from(ENCODERS),
+    keep=st.integers(0, 1500),
+    parts=st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=30),
+)
+def test_the_views_copy_of_the_start_is_whole_whatever_path_a_read_takes(
+    client: str, keep: int, parts: list[str]
+) -> None:
+    """``original`` (what the content view shows of the upstream's stream) holds exactly the
+    first ``keep_original`` bytes, on the raw path (same dialect, nothing to change) and the
+    text lane alike."""
+    same = client == "openai_chat"
+    processor = StreamProcessor(
+        DIALECTS["openai_chat"].stream_decoder(),
+        DIALECTS[client].stream_encoder(),
+        same_dialect=same,
+        raw_ok=same,
+        keep_original=keep,
+    )
+    chunks = _stream(["Hi ", "there ", *parts])
+    for chunk in chunks:
+        processor.feed(chunk)
+    processor.finish()
+    assert bytes(processor.original) == b"".join(chunks)[:keep]
