@@ -200,7 +200,10 @@ class StreamProcessor:
         the bytes fed are the upstream's (nothing to decompress), and there is a way to read
         such an event whole (``_skip_run`` or the lane decoder)."""
         self._between = False
-        """The bytes fed so far end at an event boundary (kept only when ``_track``)."""
+        """The bytes fed so far end at an event boundary, and the stream goes on as usual (not
+        stopped, passed through, finished or collected; the view's copy of its start whole):
+        kept only when ``_track``, and False from any way out (``_stop``, ``_fail``,
+        ``abort``, ``finish``)."""
         self._frame = encode_pairs if self._writer is None else self._writer.pairs
         self._finished = False
         self.passthrough = False
@@ -216,13 +219,7 @@ class StreamProcessor:
     # ------------------------------------------------------------------ public
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        if (
-            self._between
-            and chunk.find(b"\n\n") == len(chunk) - 2
-            and not (self._stopped or self.passthrough or self._finished)
-            and self._body is None
-            and len(self.original) >= self._keep  # the view's copy of the start is complete
-        ):
+        if self._between and chunk.find(b"\n\n") == len(chunk) - 2:
             # The common read: one whole event, at an event boundary. One nobody reads
             # (``_skip_run``) passes as its bytes; a plain text event of the frame the decoder
             # learned (``text_frame``: its middle is one JSON string and nothing else, or it
@@ -281,7 +278,13 @@ class StreamProcessor:
         if self._track:
             lines = self._lines
             self._between = (
-                lines.started and not lines.held and self._events.idle and not self._pending_raw
+                lines.started
+                and not lines.held
+                and self._events.idle
+                and not self._pending_raw
+                and not (self._stopped or self.passthrough or self._finished)
+                and self._body is None
+                and len(self.original) >= self._keep  # the view's copy of the start is whole
             )
         return out
 
@@ -324,6 +327,7 @@ class StreamProcessor:
         if self._finished:
             return []
         self._finished = True
+        self._between = False
         tail = b""
         if self._decompressor is not None:
             try:
@@ -493,6 +497,7 @@ class StreamProcessor:
         error event in the client's dialect (its bytes returned)."""
         if self.same_dialect and self._frames is None:
             self.passthrough = True
+            self._between = False
             self.error = self.error or why
             return []
         if self._stopped:
@@ -506,6 +511,7 @@ class StreamProcessor:
         event-stream frames): what stages hold goes out, then the client's stream ends with an
         error in its own dialect, and later bytes are dropped. ``error`` says why."""
         self._stopped = True
+        self._between = False
         self.error = why
         self._forget()
         out = [*done, *self._drain_stages()]
@@ -623,6 +629,7 @@ class StreamProcessor:
         if self._frames is not None or not self.same_dialect:
             return self._stop(why, done)
         self.passthrough = True
+        self._between = False
         self.error = why
         held = self._lines.pending() if self._items is None else self._items.pending()
         self._forget()
