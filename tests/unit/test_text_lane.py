@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -228,3 +229,33 @@ def test_the_views_copy_of_the_start_is_whole_whatever_path_a_read_takes(
         processor.feed(chunk)
     processor.finish()
     assert bytes(processor.original) == b"".join(chunks)[:keep]
+
+
+@pytest.mark.parametrize("client", ENCODERS)
+@pytest.mark.parametrize("way_out", ["finish", "abort"])
+def test_no_read_takes_the_lane_once_the_stream_took_a_way_out(client: str, way_out: str) -> None:
+    """After ``finish`` or ``abort`` a read is what the general path says (passed as it is, or
+    dropped), never a text event encoded after the client's stream ended."""
+    same = client == "openai_chat"
+
+    def processor() -> StreamProcessor:
+        return StreamProcessor(
+            DIALECTS["openai_chat"].stream_decoder(),
+            DIALECTS[client].stream_encoder(),
+            same_dialect=same,
+            coalesce=True,
+        )
+
+    chunks = _stream(["Hi ", "there ", "again "])
+    late = chunks[2]
+    lane, general = processor(), processor()
+    for chunk in chunks[:3]:
+        lane.feed(chunk)
+    whole = b"".join(chunks[:3])
+    for i in range(len(whole)):
+        general.feed(whole[i : i + 1])
+    assert lane._between, "a read of one event would take the lane here"
+    for p in (lane, general):
+        p.finish() if way_out == "finish" else p.abort("test")
+    assert not lane._between
+    assert lane.feed(late) == general.feed(late)
