@@ -32,7 +32,7 @@ def libc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim``, or None where the C library has none."""
     try:
         trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no such symbol; no process handle (Windows)
         return None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
