@@ -104,3 +104,16 @@ def test_glibc_and_proc_are_found_here() -> None:
     assert trim is not None
     assert trim(0) in (0, 1)
     assert resident_bytes() > 10 << 20
+
+
+def test_what_the_start_loaded_is_frozen_once_the_proxy_runs() -> None:
+    import gc
+
+    p = Process()
+    trim = addon(p)
+    before = gc.get_freeze_count()
+    try:
+        trim.running()
+        assert gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()
