@@ -74,14 +74,6 @@ def dumpb(value: Any) -> bytes:
         return _dumps_stdlib(value)
 
 
-def text_json(text: str) -> bytes:
-    """One string as JSON (``dumpb``), for the streams' text fast paths."""
-    try:
-        return orjson.dumps(text)
-    except TypeError:
-        return _dumps_stdlib(text)
-
-
 def _dumps_stdlib(value: Any) -> bytes:
     """What orjson refuses (a lone surrogate, an integer past 64 bits): the standard library's
     compact JSON, with ASCII escapes where UTF-8 cannot hold the text."""

@@ -41,6 +41,18 @@ class StreamEncoder(Protocol):
     def finish(self) -> list[tuple[str | None, str]]: ...
 
 
+def sse_text_frame(data: str, marker: str, *, last: bool = False) -> tuple[bytes, bytes] | None:
+    """The SSE event ``data: {data}`` cut around the empty JSON string that ends ``marker``
+    (its first occurrence, or its last with ``last``): the bytes before and after a text's JSON
+    string, for ``StreamEncoder.text_sse``. None when ``marker`` is not in ``data``."""
+    raw, mark = data.encode(), marker.encode()
+    at = raw.rfind(mark) if last else raw.find(mark)
+    if at == -1:
+        return None
+    cut = at + len(mark) - 2
+    return b"data: " + raw[:cut], raw[cut + 2 :] + b"\n\n"
+
+
 type Query = tuple[tuple[str, str], ...]
 
 type Framing = Literal["sse", "json_array", "aws_eventstream"]

@@ -48,9 +48,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
 
-from addon.jsonio import dumps, loads
+from addon.jsonio import dumpb, dumps, loads
 from addon.jsonio import loads as strict_json
-from addon.jsonio import text_json as _text_json
 from addon.model import (
     JSON,
     STREAM_CUT,
@@ -370,7 +369,7 @@ class AnthropicStreamEncoder:
         block = self._open
         if self._done or block is None or block[0] != "text":
             return None
-        return _TEXT_DELTA % (block[1], _text_json(text))
+        return _TEXT_DELTA % (block[1], dumpb(text))
 
     def feed(self, event: Event) -> Out:
         out: Out = []

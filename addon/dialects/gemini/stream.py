@@ -61,9 +61,9 @@ import json
 import re
 from typing import Any, assert_never
 
-from addon.jsonio import dumps, loads
+from addon.dialects.base import sse_text_frame
+from addon.jsonio import dumpb, dumps, loads
 from addon.jsonio import loads as strict_json
-from addon.jsonio import text_json as _text_json
 from addon.model import (
     JSON,
     Event,
@@ -518,13 +518,12 @@ class GeminiStreamEncoder:
             return None
         frame = self._text_frame
         if frame is None:
-            probe = self._chunk([{"text": ""}])[1].encode()
-            at = probe.find(b'{"text":""}')  # the candidates come before the envelope
-            if at == -1:
+            # The candidates come before the envelope: the first text is the part's.
+            frame = sse_text_frame(self._chunk([{"text": ""}])[1], '{"text":""')
+            if frame is None:
                 return None
-            at += len(b'{"text":')
-            frame = self._text_frame = (b"data: " + probe[:at], probe[at + 2 :] + b"\n\n")
-        return frame[0] + _text_json(text) + frame[1]
+            self._text_frame = frame
+        return frame[0] + dumpb(text) + frame[1]
 
     def _chunk(
         self,

@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from addon.jsonio import dumps, loads
-from addon.jsonio import text_json as _text_json
+from addon.dialects.base import sse_text_frame
+from addon.jsonio import dumpb, dumps, loads
 from addon.model import (
     JSON,
     STREAM_CUT,
@@ -430,13 +430,14 @@ class OpenAIChatStreamEncoder:
         """``feed(TextDelta(text))`` as SSE bytes (``StreamEncoder``)."""
         frame = self._text_frame
         if frame is None:
-            probe = self._chunk({"content": ""}, _NO_EXTRA).encode()
-            at = probe.rfind(b'"content":""')  # the delta comes after the envelope
-            if at == -1:
+            # The delta comes after the envelope: the last content is the delta's.
+            frame = sse_text_frame(
+                self._chunk({"content": ""}, _NO_EXTRA), '"content":""', last=True
+            )
+            if frame is None:
                 return None
-            at += len(b'"content":')
-            frame = self._text_frame = (b"data: " + probe[:at], probe[at + 2 :] + b"\n\n")
-        return frame[0] + _text_json(text) + frame[1]
+            self._text_frame = frame
+        return frame[0] + dumpb(text) + frame[1]
 
     def feed(self, event: Event) -> list[tuple[str | None, str]]:
         match event:

@@ -54,8 +54,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from addon.jsonio import dumps, loads
-from addon.jsonio import text_json as _text_json
+from addon.jsonio import dumpb, dumps, loads
 from addon.model import (
     JSON,
     Event,
@@ -480,7 +479,7 @@ class OpenAIResponsesStreamEncoder:
         m.chunks.append(text)
         seq = self._seq
         self._seq += 1
-        return _TEXT_DELTA % (_text_json(m.id), m.index, len(m.parts) - 1, _text_json(text), seq)
+        return _TEXT_DELTA % (dumpb(m.id), m.index, len(m.parts) - 1, dumpb(text), seq)
 
     def feed(self, event: Event) -> Out:
         out: Out = []
