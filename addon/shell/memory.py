@@ -4,9 +4,18 @@ glibc keeps the heap memory a process frees for later use: a proxy that rewrote 
 or served thousands of requests of varying sizes (a text-protocol route renders a large
 system prompt for each), stays at its high-water mark although Python holds none of it. Now and
 then, after flows end, the addon looks at the process's resident size; when it grew by
-``GROWTH`` since the last time (or a large body passed), it asks glibc to return its free
-pages (``malloc_trim(0)``: a few ms on the event loop, at most once per ``MIN_INTERVAL_S``).
-Without glibc (musl, macOS) it does nothing.
+``GROWTH`` since the last time, it asks glibc to return its free pages (``malloc_trim(0)``: a
+few ms on the event loop, at most once per ``MIN_INTERVAL_S``). Without glibc (musl, macOS)
+it does nothing.
+
+Large bodies are the exception while they keep coming. A body the bridge rewrites takes three
+buffers of its size (mitmproxy's copy, the parsed text, the new body), and memory fresh from
+the system costs a page fault per 4 KiB on first touch: on a VM, faulting 30 MB in takes
+longer than parsing and writing 10 MB of JSON. So from the start glibc serves blocks up to
+``HEAP_BLOCKS`` from its heap (by default it maps each large block anew and unmaps it when
+freed) and keeps up to ``HEAP_KEEP`` of free heap; the next large body reuses pages that are
+already there. The memory goes back once no large body came for ``QUIET_S`` seconds (an
+agent with a long conversation sends one each turn, seconds apart).
 
 Once the proxy runs, what it loaded (mitmproxy, the bridge, their modules: most of the
 process's objects) is moved out of the garbage collector's way (``gc.freeze``). Finished flows
@@ -18,11 +27,13 @@ wait; with it, full collections come sooner and scan only what came after the st
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import gc
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 from mitmproxy import http
 
@@ -33,18 +44,52 @@ GROWTH = 2 << 20
 MIN_INTERVAL_S = 1.0
 """…at most once per this many seconds."""
 BIG_BODY = 1 << 20
-"""A body (request or answer) at least this large: look at once."""
+"""A body (request or answer) at least this large: its memory is kept for the next one…"""
+QUIET_S = 30.0
+"""…until no such body came for this many seconds."""
+HEAP_BLOCKS = 32 << 20
+"""glibc serves blocks up to this size from its heap (``M_MMAP_THRESHOLD``; glibc's most)…"""
+HEAP_KEEP = 256 << 20
+"""…and hands free heap back by itself only past this much (``M_TRIM_THRESHOLD``)."""
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+
+
+def _libc(name: str) -> Any:
+    try:
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError, TypeError):  # no such symbol; no process handle (Windows)
+        return None
 
 
 def libc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim``, or None where the C library has none."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, TypeError):  # no such symbol; no process handle (Windows)
+    trim = _libc("malloc_trim")
+    if trim is None:
         return None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
-    return trim
+    fn: Callable[[int], int] = trim
+    return fn
+
+
+def keep_large_blocks() -> bool:
+    """Large blocks from glibc's heap, kept when freed (see the module docstring). False where
+    glibc is not there or says no."""
+    mallopt = _libc("mallopt")
+    if mallopt is None:
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    try:
+        return bool(mallopt(M_MMAP_THRESHOLD, HEAP_BLOCKS) and mallopt(M_TRIM_THRESHOLD, HEAP_KEEP))
+    except Exception:
+        return False
+
+
+def call_later(delay: float, fn: Callable[[], None]) -> None:
+    """``fn`` on the running event loop after ``delay`` seconds."""
+    asyncio.get_running_loop().call_later(delay, fn)
 
 
 def resident_bytes() -> int:
@@ -67,21 +112,30 @@ class MemoryTrim:
         trim: Callable[[int], int] | None = None,
         clock: Callable[[], float] = time.monotonic,
         rss: Callable[[], int] = resident_bytes,
+        later: Callable[[float, Callable[[], None]], None] = call_later,
+        keep: Callable[[], bool] = keep_large_blocks,
     ) -> None:
         self._trim = trim if trim is not None else libc_trim()
         self._clock = clock
         self._rss = rss
+        self._later = later
+        self._keep = keep
+        self._big_at = float("-inf")
+        """When the last large body ended."""
+        self._waiting = False
+        """A look after the quiet time is scheduled."""
         self._last = float("-inf")
         self._floor = rss()
         """The resident size right after the last trim (or at start)."""
         self._flows = 0
-        self._big = False
         self.trims = 0
         """How many times memory was handed back."""
 
     def running(self) -> None:
         gc.collect()  # what the start left behind goes first: frozen garbage would stay
         gc.freeze()
+        if self._trim is not None:
+            self._keep()
         self._floor = self._rss()
 
     def response(self, flow: http.HTTPFlow) -> None:
@@ -96,20 +150,35 @@ class MemoryTrim:
         self._flows += 1
         for message in (flow.request, flow.response):
             if message is not None and len(message.raw_content or b"") >= BIG_BODY:
-                self._big = True
-        if self._flows < CHECK_AFTER_FLOWS and not self._big:
+                self._big_at = self._clock()
+                if not self._waiting:
+                    self._waiting = True
+                    self._later(QUIET_S, self._quiet)
+        if self._flows < CHECK_AFTER_FLOWS:
             return
         now = self._clock()
-        if now - self._last < MIN_INTERVAL_S:
+        if now - self._last < MIN_INTERVAL_S or now - self._big_at < QUIET_S:
             return
         self._flows = 0
-        big, self._big = self._big, False
-        if not big and self._rss() - self._floor < GROWTH:
+        if self._rss() - self._floor >= GROWTH:
+            self._hand_back(now)
+
+    def _quiet(self) -> None:
+        """After a large body: hand its memory back if none came since, else look again
+        when the last one is ``QUIET_S`` old."""
+        left = self._big_at + QUIET_S - self._clock()
+        if left > 0:
+            self._later(left, self._quiet)
             return
+        self._waiting = False
+        if self._trim is not None:
+            self._hand_back(self._clock())
+
+    def _hand_back(self, now: float) -> None:
         self._last = now
         self.trims += 1
         try:
-            self._trim(0)
+            self._trim(0)  # type: ignore[misc]
         except Exception:  # never let housekeeping break a flow
             self._trim = None
         self._floor = self._rss()

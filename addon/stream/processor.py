@@ -66,9 +66,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-import orjson
-
 from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
+from addon.jsonio import REFUSED, fast_loads
 from addon.model import Event, StreamError, TextDelta, ThinkingDelta
 from addon.stream.decompress import Decompressor
 from addon.stream.eventstream import EventStreamSplitter, Frame
@@ -240,8 +239,8 @@ class StreamProcessor:
                 and chunk.startswith(frame[0])
             ):
                 try:
-                    text = orjson.loads(chunk[len(frame[0]) - 1 : len(chunk) - len(frame[1]) + 1])
-                except orjson.JSONDecodeError:
+                    text = fast_loads(chunk[len(frame[0]) - 1 : len(chunk) - len(frame[1]) + 1])
+                except REFUSED:
                     text = None
                 if type(text) is str:
                     self.last_chunk = chunk

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Callable
+
 from mitmproxy.test import tflow
 
 from addon.shell.memory import (
@@ -9,6 +13,7 @@ from addon.shell.memory import (
     CHECK_AFTER_FLOWS,
     GROWTH,
     MIN_INTERVAL_S,
+    QUIET_S,
     MemoryTrim,
     libc_trim,
     resident_bytes,
@@ -34,9 +39,34 @@ class Process:
         self.size = 80 << 20
         return 1
 
+    scheduled: list[tuple[float, Callable[[], None]]]
+
+    def later(self, delay: float, fn: Callable[[], None]) -> None:
+        self.scheduled.append((self.now + delay, fn))
+
+    def run_due(self) -> None:
+        """What the event loop would run by now (and what that schedules, once due)."""
+        while due := [s for s in self.scheduled if s[0] <= self.now]:
+            for item in due:
+                self.scheduled.remove(item)
+                item[1]()
+
+    kept: int = 0
+
+    def keep(self) -> bool:
+        self.kept += 1
+        return True
+
 
 def addon(p: Process) -> MemoryTrim:
-    return MemoryTrim(p.trim, p.clock, p.rss)
+    p.scheduled = []
+    return MemoryTrim(p.trim, p.clock, p.rss, p.later, p.keep)
+
+
+def big_flow() -> object:
+    flow = tflow.tflow(resp=True)
+    flow.request.content = b"x" * BIG_BODY
+    return flow
 
 
 def test_memory_is_handed_back_when_the_process_grew() -> None:
@@ -72,15 +102,34 @@ def test_never_more_often_than_the_interval() -> None:
     assert p.calls == [0, 0]
 
 
-def test_a_large_body_is_reason_enough() -> None:
+def test_large_bodies_keep_their_memory_until_none_came_for_a_while() -> None:
     p = Process()
     trim = addon(p)
-    flow = tflow.tflow(resp=True)
-    trim.response(flow)
-    assert p.calls == []
-    flow.request.content = b"x" * BIG_BODY
-    trim.response(flow)
-    assert p.calls == [0]
+    small = tflow.tflow(resp=True)
+    trim.response(small)
+    assert p.scheduled == []
+    trim.response(big_flow())  # type: ignore[arg-type]
+    assert p.calls == [] and len(p.scheduled) == 1, "kept for the next large body"
+    # More large bodies, and enough small flows that the process grew: nothing handed back
+    # while large bodies keep coming.
+    p.size += 10 * GROWTH
+    for _ in range(3):
+        p.now += QUIET_S - 1
+        p.run_due()
+        trim.response(big_flow())  # type: ignore[arg-type]
+        for _ in range(CHECK_AFTER_FLOWS):
+            trim.response(small)
+        assert p.calls == []
+    assert len(p.scheduled) == 1, "one look scheduled at a time"
+    p.now += QUIET_S
+    p.run_due()
+    assert p.calls == [0] and trim.trims == 1 and p.scheduled == []
+    # Quiet again: small flows are looked at as before.
+    p.now += MIN_INTERVAL_S
+    p.size += GROWTH
+    for _ in range(CHECK_AFTER_FLOWS):
+        trim.response(small)
+    assert p.calls == [0, 0]
 
 
 def test_a_failing_trim_is_given_up_without_breaking_flows() -> None:
@@ -89,12 +138,15 @@ def test_a_failing_trim_is_given_up_without_breaking_flows() -> None:
     def broken(pad: int) -> int:
         raise OSError("no")
 
-    trim = MemoryTrim(broken, p.clock, p.rss)
-    flow = tflow.tflow(resp=True)
-    flow.request.content = b"x" * BIG_BODY
-    trim.response(flow)
-    p.now += MIN_INTERVAL_S
-    trim.response(flow)  # given up: no second attempt, no exception
+    trim = MemoryTrim(broken, p.clock, p.rss, p.later, p.keep)
+    p.scheduled = []
+    trim.response(big_flow())  # type: ignore[arg-type]
+    p.now += QUIET_S
+    p.run_due()
+    assert trim.trims == 1
+    trim.response(big_flow())  # type: ignore[arg-type]
+    p.now += 2 * QUIET_S
+    p.run_due()  # given up: no second attempt, no exception
     assert trim.trims == 1
 
 
@@ -117,3 +169,14 @@ def test_what_the_start_loaded_is_frozen_once_the_proxy_runs() -> None:
         assert gc.get_freeze_count() > before
     finally:
         gc.unfreeze()
+    assert p.kept == 1, "large blocks kept from the start"
+
+
+def test_glibc_takes_the_large_block_settings() -> None:
+    """Set in a process of its own (they change how this one allocates)."""
+    code = (
+        "from addon.shell.memory import keep_large_blocks\n"
+        "assert keep_large_blocks() is True\n"
+        "b = bytearray(20 << 20); del b\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -216,7 +216,7 @@ class OpenAIChatStreamDecoder:
             return None
         if chunk.find(b"\n\n") == len(chunk) - 2:
             # One event, the common read: what lies between the frame's ends must be one
-            # JSON string and nothing else (orjson refuses anything after it).
+            # JSON string and nothing else (msgspec refuses anything after it).
             try:
                 text = loads(chunk[len(head) - 1 : len(chunk) - len(tail) + 1])
             except ValueError:
@@ -280,7 +280,7 @@ class OpenAIChatStreamDecoder:
     @staticmethod
     def _framed_text(data: str, frame: tuple[str, str]) -> str | None:
         """The string between the frame's ends, if it is one JSON string and nothing else
-        (orjson refuses trailing text: a chunk shaped otherwise is read whole)."""
+        (msgspec refuses trailing text: a chunk shaped otherwise is read whole)."""
         head, tail = frame
         if len(data) < len(head) + len(tail):
             return None
