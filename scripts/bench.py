@@ -1805,7 +1805,9 @@ def rows(plan: Plan, results: dict[str, Any]) -> list[Row]:
     out.append(
         Row(f"RSS after {plan.requests:,} small requests, MB", value("rss_after_mb"), "memory")
     )
-    out.append(Row("RSS at the end of the run (right after the 10 MB bodies), MB", value("rss_mb"), "end"))
+    out.append(
+        Row("RSS at the end of the run (right after the 10 MB bodies), MB", value("rss_mb"), "end")
+    )
     return out
 
 
