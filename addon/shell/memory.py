@@ -88,7 +88,8 @@ def keep_large_blocks() -> bool:
 
 
 def call_later(delay: float, fn: Callable[[], None]) -> None:
-    """``fn`` on the running event loop after ``delay`` seconds."""
+    """``fn`` on the running event loop after ``delay`` seconds (``RuntimeError`` without
+    one)."""
     asyncio.get_running_loop().call_later(delay, fn)
 
 
@@ -152,8 +153,11 @@ class MemoryTrim:
             if message is not None and len(message.raw_content or b"") >= BIG_BODY:
                 self._big_at = self._clock()
                 if not self._waiting:
-                    self._waiting = True
-                    self._later(QUIET_S, self._quiet)
+                    try:
+                        self._later(QUIET_S, self._quiet)
+                        self._waiting = True
+                    except RuntimeError:  # no running event loop: nothing to keep it for
+                        self._hand_back(self._big_at)
         if self._flows < CHECK_AFTER_FLOWS:
             return
         now = self._clock()

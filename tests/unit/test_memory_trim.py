@@ -132,6 +132,15 @@ def test_large_bodies_keep_their_memory_until_none_came_for_a_while() -> None:
     assert p.calls == [0, 0]
 
 
+def test_without_an_event_loop_a_large_body_is_handed_back_at_once() -> None:
+    """The hooks run on mitmproxy's event loop; called from anywhere else (a script, a test)
+    nothing is kept and nothing raises."""
+    p = Process()
+    trim = MemoryTrim(p.trim, p.clock, p.rss, keep=p.keep)  # the real scheduler
+    trim.response(big_flow())  # type: ignore[arg-type]
+    assert p.calls == [0] and trim.trims == 1
+
+
 def test_a_failing_trim_is_given_up_without_breaking_flows() -> None:
     p = Process()
 
