@@ -149,15 +149,17 @@ class MemoryTrim:
         if self._trim is None:
             return
         self._flows += 1
-        for message in (flow.request, flow.response):
-            if message is not None and len(message.raw_content or b"") >= BIG_BODY:
-                self._big_at = self._clock()
-                if not self._waiting:
-                    try:
-                        self._later(QUIET_S, self._quiet)
-                        self._waiting = True
-                    except RuntimeError:  # no running event loop: nothing to keep it for
-                        self._hand_back(self._big_at)
+        if any(
+            m is not None and len(m.raw_content or b"") >= BIG_BODY
+            for m in (flow.request, flow.response)
+        ):
+            self._big_at = self._clock()
+            if not self._waiting:
+                try:
+                    self._later(QUIET_S, self._quiet)
+                    self._waiting = True
+                except RuntimeError:  # no running event loop: nothing to keep it for
+                    self._hand_back(self._big_at)
         if self._flows < CHECK_AFTER_FLOWS:
             return
         now = self._clock()
