@@ -27,6 +27,8 @@ class Process:
         self.now = 1000.0
         self.size = 80 << 20
         self.calls: list[int] = []
+        self.scheduled: list[tuple[float, Callable[[], None]]] = []
+        self.kept = 0
 
     def clock(self) -> float:
         return self.now
@@ -39,8 +41,6 @@ class Process:
         self.size = 80 << 20
         return 1
 
-    scheduled: list[tuple[float, Callable[[], None]]]
-
     def later(self, delay: float, fn: Callable[[], None]) -> None:
         self.scheduled.append((self.now + delay, fn))
 
@@ -51,15 +51,12 @@ class Process:
                 self.scheduled.remove(item)
                 item[1]()
 
-    kept: int = 0
-
     def keep(self) -> bool:
         self.kept += 1
         return True
 
 
 def addon(p: Process) -> MemoryTrim:
-    p.scheduled = []
     return MemoryTrim(p.trim, p.clock, p.rss, p.later, p.keep)
 
 
@@ -150,7 +147,6 @@ def test_a_failing_trim_is_given_up_without_breaking_flows() -> None:
         raise OSError("no")
 
     trim = MemoryTrim(broken, p.clock, p.rss, p.later, p.keep)
-    p.scheduled = []
     trim.response(big_flow())  # type: ignore[arg-type]
     p.now += QUIET_S
     p.run_due()

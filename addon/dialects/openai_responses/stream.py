@@ -113,6 +113,8 @@ class _Message:
     kind: Literal["text", "refusal"] | None = None
     """The kind of the open content part (the last of ``parts``), None when none is open."""
     chunks: list[str] = field(default_factory=list)
+    id_json: bytes = b""
+    """``id`` as JSON, written once for the text lane's events (``text_sse``)."""
 
 
 @dataclass(slots=True)
@@ -479,7 +481,9 @@ class OpenAIResponsesStreamEncoder:
         m.chunks.append(text)
         seq = self._seq
         self._seq += 1
-        return _TEXT_DELTA % (dumpb(m.id), m.index, len(m.parts) - 1, dumpb(text), seq)
+        if not m.id_json:
+            m.id_json = dumpb(m.id)
+        return _TEXT_DELTA % (m.id_json, m.index, len(m.parts) - 1, dumpb(text), seq)
 
     def feed(self, event: Event) -> Out:
         out: Out = []
