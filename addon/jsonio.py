@@ -41,6 +41,8 @@ fast_loads = msgspec.json.Decoder().decode
 """msgspec alone, for a hot path that has its own way out when it says no…"""
 REFUSED = (msgspec.DecodeError, ValueError, RecursionError)
 """…with one of these (invalid UTF-8 is a ``UnicodeDecodeError``, a ``ValueError``)."""
+fast_strings = msgspec.json.Decoder(list[str]).decode
+"""A JSON array of strings and nothing else, msgspec alone (anything else: ``REFUSED``)."""
 
 _encode = msgspec.json.Encoder().encode
 

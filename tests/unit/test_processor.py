@@ -250,6 +250,9 @@ _ODD_EVENTS = [
     b"data: "
     + (_ENVELOPE + '{"content":"","tool_calls":[],"r":"x"},"finish_reason":null}]}').encode()
     + b"\n\n",
+    # A bare quote pair (two strings where one was), an escape JSON has not.
+    b"data: " + (_ENVELOPE + '{"content":"a","b"},"finish_reason":null}]}').encode() + b"\n\n",
+    b"data: " + (_ENVELOPE + '{"content":"a\\x"},"finish_reason":null}]}').encode() + b"\n\n",
     b"data: [DONE]\n\n",
     b": keep-alive\n\n",
     b"data: " + (_ENVELOPE + '{"content":"a"},"finish_reason":"stop"}]}').encode() + b"\n\n",
@@ -296,3 +299,42 @@ def test_a_whole_chunk_of_text_is_read_at_once_exactly_or_not_at_all(
     assert skip in (0, len(events))
     if "\\" not in chunk.decode("utf-8", "surrogatepass") and all(t.isprintable() for t in texts):
         assert run == (expected, len(events)) and skip == len(events)
+
+
+@settings(max_examples=500, deadline=None)
+@given(bodies=st.lists(st.text(alphabet='ab "\\,:{}[]\nu0x', max_size=8), min_size=1, max_size=6))
+def test_a_chunk_of_raw_frame_bodies_is_read_only_as_each_event_decodes(bodies: list[str]) -> None:
+    """Bodies written into the learned frame as they are, not as JSON escapes them (quotes,
+    backslashes, line breaks, brackets): ``text_run`` gives the text each event decodes to,
+    or nothing — never text from an event that is not a plain text chunk of the frame."""
+    frame = json.loads(_ENVELOPE + '{"content":""},"finish_reason":null}]}')
+    expected: list[str] | None = []
+    for body in bodies:
+        data = _ENVELOPE + '{"content":"' + body + '"},"finish_reason":null}]}'
+        try:
+            event = None if "\n" in body else json.loads(data)
+        except ValueError:
+            event = None
+        delta = event["choices"][0]["delta"] if isinstance(event, dict) else None
+        text = delta.get("content") if isinstance(delta, dict) and len(delta) == 1 else None
+        if not isinstance(text, str) or event != {
+            **frame,
+            "choices": [{**frame["choices"][0], "delta": {"content": text}}],
+        }:
+            expected = None
+            break
+        assert expected is not None
+        expected.append(text)
+    chunk = b"".join(
+        b"data: "
+        + (_ENVELOPE + '{"content":"' + b + '"},"finish_reason":null}]}').encode()
+        + b"\n\n"
+        for b in bodies
+    )
+    run = _learnt_decoder().text_run(chunk)
+    if expected is None:
+        assert run is None
+    else:
+        assert run is None or run == ("".join(expected), len(bodies))
+        if all(set(b) <= set("ab u0x,:{}[]") for b in bodies):
+            assert run == ("".join(expected), len(bodies))

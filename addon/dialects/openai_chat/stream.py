@@ -19,7 +19,7 @@ import dataclasses
 import json
 
 from addon.dialects.base import sse_text_frame
-from addon.jsonio import dumpb, dumps, loads
+from addon.jsonio import REFUSED, dumpb, dumps, fast_strings, loads
 from addon.model import (
     JSON,
     STREAM_CUT,
@@ -206,36 +206,35 @@ class OpenAIChatStreamDecoder:
         joined and how many there were. None when any part of the chunk is anything else (it
         is then read event by event, with the same text).
 
-        Exact, not a guess: the chunk is the frame's head, a body, the frame's tail, again and
-        again (``_frame_events``, counted in C); the bodies are decoded as one JSON array of
-        strings, which has exactly one string per event only if no body holds a bare quote,
-        a line break or anything else a JSON string cannot (and none ends in a backslash that
-        could escape its closing quote: such a chunk takes the event-by-event path)."""
+        Exact, not a guess. Cut at each ``tail + head`` (the frame's end, the next one's
+        start), the chunk is the frame's head, n bodies, the frame's tail. The bodies are
+        decoded as one JSON array of strings, which holds exactly n strings only if no body
+        holds a bare quote (each adds strings), a control character (a line break: an event
+        boundary) or a bad escape (both refused), provided none ends in a backslash that
+        could escape the quote after it (such a chunk takes the event-by-event path): then
+        every body is one JSON string's content, and each event is the frame around it."""
         head, tail = self._frame_bytes()
-        if not (head and chunk.startswith(head) and chunk.endswith(tail)):
+        end = len(chunk) - len(tail)
+        if not (head and end >= len(head) and chunk.startswith(head) and chunk.endswith(tail)):
             return None
         if chunk.find(b"\n\n") == len(chunk) - 2:
             # One event, the common read: what lies between the frame's ends must be one
             # JSON string and nothing else (msgspec refuses anything after it).
             try:
-                text = loads(chunk[len(head) - 1 : len(chunk) - len(tail) + 1])
+                text = loads(chunk[len(head) - 1 : end + 1])
             except ValueError:
                 return None
             return (text, 1) if type(text) is str else None
-        n, head, tail = self._frame_events(chunk)
-        if not n:
-            return None
-        inner = chunk[len(head) : len(chunk) - len(tail)]
+        inner = chunk[len(head) : end]
         sep = tail + head
-        if b"\\" + sep in inner or inner.endswith(b"\\"):
+        if inner.endswith(b"\\") or b"\\" + sep in inner:
             return None
         try:
-            texts = loads(b'["' + inner.replace(sep, b'","') + b'"]')
-        except ValueError:
+            texts = fast_strings(b'["' + inner.replace(sep, b'","') + b'"]')
+        except REFUSED:
             return None
-        if len(texts) != n or not all(type(t) is str for t in texts):
-            return None
-        return "".join(texts), n
+        n = inner.count(sep) + 1
+        return ("".join(texts), n) if len(texts) == n else None
 
     def skippable_run(self, chunk: bytes) -> int:
         """How many events ``chunk`` holds if every one is ``skippable`` (a plain text chunk in
