@@ -206,13 +206,13 @@ class OpenAIChatStreamDecoder:
         joined and how many there were. None when any part of the chunk is anything else (it
         is then read event by event, with the same text).
 
-        Exact, not a guess. Cut at each ``tail + head`` (the frame's end, the next one's
-        start), the chunk is the frame's head, n bodies, the frame's tail. The bodies are
-        decoded as one JSON array of strings, which holds exactly n strings only if no body
-        holds a bare quote (each adds strings), a control character (a line break: an event
-        boundary) or a bad escape (both refused), provided none ends in a backslash that
-        could escape the quote after it (such a chunk takes the event-by-event path): then
-        every body is one JSON string's content, and each event is the frame around it."""
+        Exact, not a guess. The chunk is the frame's head, n bodies with ``tail + head``
+        (one frame's end, the next one's start) between each two, and the frame's tail. The
+        bodies are decoded as one JSON array of strings, which holds exactly n strings only
+        if no body holds a bare quote (each pair adds a string), a control character (a line
+        break: an event boundary) or a bad escape (both refused), provided none ends in a
+        backslash that could escape the quote after it (such a chunk takes the event-by-event
+        path): then every body is one JSON string's content, each event the frame around it."""
         head, tail = self._frame_bytes()
         end = len(chunk) - len(tail)
         if not (head and end >= len(head) and chunk.startswith(head) and chunk.endswith(tail)):
