@@ -955,8 +955,8 @@ def _child_env() -> dict[str, str]:
     }
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
     env["PYTHONUNBUFFERED"] = "1"
-    # One hash seed for every child: identical processes then lay out their dicts and sets
-    # alike. With a random seed each, two bare mitmdumps differed by up to 15% in events/s.
+    # One hash seed for every child, so that identical processes at least lay out their dicts
+    # and sets alike (the second bare mitmdump's column shows the noise that is left).
     env["PYTHONHASHSEED"] = "0"
     return env
 
