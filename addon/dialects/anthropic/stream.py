@@ -82,11 +82,13 @@ def _pair(name: str, data: JSON) -> tuple[str | None, str]:
     return name, dumps(data)
 
 
-_TEXT_DELTA = (
+_TEXT_HEAD = (
     b"event: content_block_delta\ndata: "
-    b'{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":%b}}\n\n'
+    b'{"type":"content_block_delta","index":%d,"delta":{"type":"text_delta","text":'
 )
-"""A text delta in an open text block, as ``_delta`` and ``encode_pairs`` write it."""
+_TEXT_TAIL = b"}}\n\n"
+"""A text delta in an open text block, as ``_delta`` and ``encode_pairs`` write it: the head
+(the same for every delta of a block), the text as JSON, the tail."""
 
 _STRUCTURAL = re.compile(r'["\\{}\[\]]')
 """The characters that change a JSON text's nesting: quotes, backslashes, brackets."""
@@ -176,6 +178,9 @@ class AnthropicStreamEncoder:
 
     def __init__(self) -> None:
         self._done = False
+        self._text_head: tuple[int, bytes] = (-1, b"")
+        """The text lane's head of a delta event (``_TEXT_HEAD``) and the block index it is
+        for (``text_sse``); it depends on nothing else."""
         self._reset()
 
     def _reset(self) -> None:
@@ -369,7 +374,10 @@ class AnthropicStreamEncoder:
         block = self._open
         if self._done or block is None or block[0] != "text":
             return None
-        return _TEXT_DELTA % (block[1], dumpb(text))
+        head = self._text_head
+        if head[0] != block[1]:
+            head = self._text_head = (block[1], _TEXT_HEAD % block[1])
+        return head[1] + dumpb(text) + _TEXT_TAIL
 
     def feed(self, event: Event) -> Out:
         out: Out = []

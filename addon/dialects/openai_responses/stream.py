@@ -97,12 +97,14 @@ def _own(extra: JSON) -> JSON:
 # --------------------------------------------------------------------------- encoder
 
 
-_TEXT_DELTA = (
+_TEXT_HEAD = (
     b"event: response.output_text.delta\ndata: "
     b'{"type":"response.output_text.delta","item_id":%b,"output_index":%d,"content_index":%d,'
-    b'"delta":%b,"logprobs":[],"sequence_number":%d}\n\n'
+    b'"delta":'
 )
-"""A text delta in an open text part, as ``_text`` and ``encode_pairs`` write it."""
+_TEXT_TAIL = b',"logprobs":[],"sequence_number":%d}\n\n'
+"""A text delta in an open text part, as ``_text`` and ``encode_pairs`` write it: the head
+(the same for every delta of a part), the text as JSON, the tail."""
 
 
 @dataclass(slots=True)
@@ -113,8 +115,10 @@ class _Message:
     kind: Literal["text", "refusal"] | None = None
     """The kind of the open content part (the last of ``parts``), None when none is open."""
     chunks: list[str] = field(default_factory=list)
-    id_json: bytes = b""
-    """``id`` as JSON, written once for the text lane's events (``text_sse``)."""
+    text_head: bytes = b""
+    """The text lane's head of a delta event (``_TEXT_HEAD``) for content part
+    ``text_head_part``, written once per part (``text_sse``)."""
+    text_head_part: int = -1
 
 
 @dataclass(slots=True)
@@ -480,10 +484,12 @@ class OpenAIResponsesStreamEncoder:
             return None
         m.chunks.append(text)
         seq = self._seq
-        self._seq += 1
-        if not m.id_json:
-            m.id_json = dumpb(m.id)
-        return _TEXT_DELTA % (m.id_json, m.index, len(m.parts) - 1, dumpb(text), seq)
+        self._seq = seq + 1
+        part = len(m.parts) - 1
+        if m.text_head_part != part:
+            m.text_head = _TEXT_HEAD % (dumpb(m.id), m.index, part)
+            m.text_head_part = part
+        return m.text_head + dumpb(text) + _TEXT_TAIL % seq
 
     def feed(self, event: Event) -> Out:
         out: Out = []
