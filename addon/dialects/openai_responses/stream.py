@@ -115,10 +115,9 @@ class _Message:
     kind: Literal["text", "refusal"] | None = None
     """The kind of the open content part (the last of ``parts``), None when none is open."""
     chunks: list[str] = field(default_factory=list)
-    text_head: bytes = b""
-    """The text lane's head of a delta event (``_TEXT_HEAD``) for content part
-    ``text_head_part``, written once per part (``text_sse``)."""
-    text_head_part: int = -1
+    text_head: tuple[int, bytes] = (-1, b"")
+    """The text lane's head of a delta event (``_TEXT_HEAD``) and the content part it is for,
+    written once per part (``text_sse``)."""
 
 
 @dataclass(slots=True)
@@ -485,11 +484,11 @@ class OpenAIResponsesStreamEncoder:
         m.chunks.append(text)
         seq = self._seq
         self._seq = seq + 1
-        part = len(m.parts) - 1
-        if m.text_head_part != part:
-            m.text_head = _TEXT_HEAD % (dumpb(m.id), m.index, part)
-            m.text_head_part = part
-        return m.text_head + dumpb(text) + _TEXT_TAIL % seq
+        head = m.text_head
+        if head[0] != len(m.parts) - 1:
+            part = len(m.parts) - 1
+            head = m.text_head = (part, _TEXT_HEAD % (dumpb(m.id), m.index, part))
+        return head[1] + dumpb(text) + _TEXT_TAIL % seq
 
     def feed(self, event: Event) -> Out:
         out: Out = []
