@@ -49,6 +49,8 @@ _NO_EXTRA: JSON = {}
 _NOT_PLAIN = ('"tool_calls"', "reasoning", '"extra_content"', '"error"', '"function_call"')
 """What makes a chunk worth decoding on a same-dialect route (``skippable``)."""
 _NOT_PLAIN_BYTES = tuple(m.encode() for m in _NOT_PLAIN)
+_CONTROL = bytes(range(32))
+"""Bytes no JSON string holds raw (a line break among them: it would end an SSE line)."""
 
 
 class OpenAIChatStreamDecoder:
@@ -238,7 +240,9 @@ class OpenAIChatStreamDecoder:
 
     def skippable_run(self, chunk: bytes) -> int:
         """How many events ``chunk`` holds if every one is ``skippable`` (a plain text chunk in
-        the learned frame, before any call or reasoning); 0 otherwise."""
+        the learned frame, before any call or reasoning); 0 otherwise. Escapes inside a text
+        are not checked (a regular expression would double the lane's cost): an event with
+        one JSON has not passes as the upstream's bytes, as it would event by event."""
         frame = self.text_frame
         if not self._plain or frame is None:
             return 0
@@ -248,17 +252,26 @@ class OpenAIChatStreamDecoder:
         end = len(chunk) - len(tail)
         if end >= len(head) and chunk.find(b'"', len(head), end) == -1:
             # One event, the common read: nothing between the frame's ends can close its
-            # string (no quote), so it is one plain text chunk.
-            return 1
+            # string (no quote, no backslash before the closing one) or break its line (no
+            # control character), so it is one plain text chunk.
+            body = chunk[len(head) : end]
+            plain = len(body.translate(None, _CONTROL)) == len(body) and body[-1:] != b"\\"
+            return 1 if plain else 0
         n, head, tail = self._frame_events(chunk)
-        if not n:
+        if not n or len(chunk) - len(chunk.translate(None, _CONTROL)) != 2 * n:
+            # Not laid out as n events, or a control character in some body (the frame has
+            # none but the line ends that close each event).
             return 0
         if b'\\"' not in chunk:
             # No escaped quote anywhere: the only quotes are the frame's, so every text is a
             # plain JSON string and nothing else is in any event.
             quotes = head.count(b'"') + tail.count(b'"')
             return n if chunk.count(b'"') == n * quotes else 0
-        if any(m in chunk for m in _NOT_PLAIN_BYTES) or chunk.count(b'"finish_reason"') != n:
+        if (
+            any(m in chunk for m in _NOT_PLAIN_BYTES)
+            or chunk.count(b'"finish_reason"') != n
+            or b"\\" + tail in chunk  # a body's backslash escapes its closing quote
+        ):
             return 0
         return n
 
