@@ -54,7 +54,6 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
-import itertools
 import json
 import os
 import random
@@ -1278,42 +1277,20 @@ async def small_requests(
     }
 
 
-async def unpaced(
-    proxy: Proxy,
-    upstream: Proc,
-    streams: int,
-    seconds: float,
-    min_events: int,
-    rate_hint: float | None = None,
-    per_chunk: int = 1,
+async def unpaced_window(
+    proxy: Proxy, upstream: Proc, streams: int, each: int, per_chunk: int = 1
 ) -> dict[str, Any]:
-    """``streams`` at once, each as fast as it goes, about ``seconds`` long and at least
-    ``min_events`` events (so that starting the requests is a small part of it).
-
-    mitmproxy reads from the upstream whatever the client takes (no backpressure), so an
-    upstream that stops after some time would not bound the run: the number of events is
-    set instead, from ``rate_hint`` (events/s) or from shorter runs' rates (a few, each up
-    to 10 times longer than the one before, until one lasts at least half of ``seconds``);
-    the last run is the result."""
+    """One window: ``streams`` at once, ``each`` events each, as fast as they go."""
     dialect = proxy.config.dialect
-    guess = int(rate_hint * seconds / streams) if rate_hint else 4000 // streams
-    each = min(MAX_EVENTS, max(min_events, guess))
-    for attempt in range(5):
-        before = snapshot(proxy, upstream)
-        results = await asyncio.gather(
-            *(
-                one_stream(proxy.port, dialect, each, 0.0, None, per_chunk=per_chunk)
-                for _ in range(streams)
-            ),
-            return_exceptions=True,
-        )
-        cpu = cpu_since(before, proxy, upstream)
-        if cpu["wall_s"] >= seconds / 2 or attempt == 4 or each >= MAX_EVENTS:
-            break
-        if any(not isinstance(r, Stamps) for r in results):
-            break  # the figures say so; a longer run would not help
-        grow = min(10.0, seconds / max(cpu["wall_s"], 1e-3))
-        each = min(MAX_EVENTS, max(each + 1, int(each * grow)))
+    before = snapshot(proxy, upstream)
+    results = await asyncio.gather(
+        *(
+            one_stream(proxy.port, dialect, each, 0.0, None, per_chunk=per_chunk)
+            for _ in range(streams)
+        ),
+        return_exceptions=True,
+    )
+    cpu = cpu_since(before, proxy, upstream)
     ok = [r for r in results if isinstance(r, Stamps)]
     failed = [r for r in results if not isinstance(r, Stamps)]
     received = sum(s.unique for s in ok)
@@ -1334,6 +1311,162 @@ async def unpaced(
         "rss_after_mb": proxy.proc.rss_mb(),
         **cpu,
     }
+
+
+async def unpaced(
+    proxy: Proxy,
+    upstream: Proc,
+    streams: int,
+    seconds: float,
+    min_events: int,
+    rate_hint: float | None = None,
+    per_chunk: int = 1,
+) -> dict[str, Any]:
+    """``streams`` at once, each as fast as it goes, about ``seconds`` long and at least
+    ``min_events`` events (so that starting the requests is a small part of it).
+
+    mitmproxy reads from the upstream whatever the client takes (no backpressure), so an
+    upstream that stops after some time would not bound the run: the number of events is
+    set instead, from ``rate_hint`` (events/s) or from shorter runs' rates (a few, each up
+    to 10 times longer than the one before, until one lasts at least half of ``seconds``);
+    the last run is the result."""
+    guess = int(rate_hint * seconds / streams) if rate_hint else 4000 // streams
+    each = min(MAX_EVENTS, max(min_events, guess))
+    for attempt in range(5):
+        r = await unpaced_window(proxy, upstream, streams, each, per_chunk)
+        if r["wall_s"] >= seconds / 2 or attempt == 4 or each >= MAX_EVENTS:
+            break
+        if r["failed_streams"]:
+            break  # the figures say so; a longer run would not help
+        grow = min(10.0, seconds / max(r["wall_s"], 1e-3))
+        each = min(MAX_EVENTS, max(each + 1, int(each * grow)))
+    return r
+
+
+PAIRED = ("events_per_s", "proxy_cpu_us_per_event")
+"""The unpaced figures whose ratio to bare is taken pair by pair (``unpaced_paired``)."""
+
+
+async def unpaced_paired(
+    plan: Plan,
+    upstream: Proc,
+    proxies: Sequence[Proxy],
+    streams: int,
+    per_chunk: int,
+    say: Progress,
+    kind: str,
+) -> dict[str, dict[str, Any]]:
+    """Unpaced throughput as ratios that the machine's changes of speed do not set.
+
+    This VM runs at one speed for some seconds, then at another (bare mitmdump's best and
+    worst 3 s rounds of one run differ by 1.8 times). So bare mitmdump (``proxies[0]``) is
+    measured between every two windows of the other columns, each window about
+    ``plan.unpaced_seconds`` long: bare, A, bare, B, bare, …, each round in another order.
+    A window's ratio is its figure over the geometric mean of the bare windows either side
+    of it (a change of speed that lasts longer than a window cancels out); a column's ratio
+    is the median of its ``plan.unpaced_rounds`` pairs, its figures the median of its
+    windows. What was lost or reordered in any window stays counted."""
+    base, others = proxies[0], list(proxies[1:])
+    seconds = plan.unpaced_seconds
+    each: dict[str, int] = {}
+    errors: dict[str, str] = {}
+    for p in proxies:  # the events a window needs for ``seconds`` on this column
+        try:
+            r = await unpaced(
+                p, upstream, streams, seconds, plan.unpaced_min_events, None, per_chunk
+            )
+        except Exception as e:
+            errors[p.config.key] = f"{type(e).__name__}: {e}"[:500]
+            continue
+        rate = r["events_per_s"] * seconds / streams
+        each[p.config.key] = min(MAX_EVENTS, max(plan.unpaced_min_events, int(rate)))
+    windows: dict[str, list[dict[str, Any]]] = {p.config.key: [] for p in proxies}
+    pairs: dict[str, dict[str, list[float]]] = {
+        p.config.key: {k: [] for k in PAIRED} for p in others
+    }
+
+    async def window(p: Proxy) -> dict[str, Any] | None:
+        key = p.config.key
+        if key in errors:
+            return None
+        try:
+            r = await unpaced_window(p, upstream, streams, each[key], per_chunk)
+        except Exception as e:
+            errors[key] = f"{type(e).__name__}: {e}"[:500]
+            say(f"{kind:9} {key:9} {streams:3}: ERROR {errors[key][:200]}")
+            return None
+        windows[key].append(r)
+        say(
+            f"{kind:9} {key:9} {streams:3} {X} {r['events_per_stream']}: {r['events_per_s']:7.0f}"
+            f" ev/s, {r['proxy_cpu_us_per_event']:5.1f} µs/event, lost {r['lost']}, failed"
+            f" {r['failed_streams']}, CPU % proxy {r['proxy_cpu_pct']:.0f} upstream"
+            f" {r['upstream_cpu_pct']:.0f} load gen {r['loadgen_cpu_pct']:.0f}"
+            f" in {r['wall_s']:.2f} s"
+        )
+        return r
+
+    before = await window(base)
+    for turn in range(plan.unpaced_rounds):
+        if before is None:
+            break
+        for p in others[turn % len(others) :] + others[: turn % len(others)] if others else []:
+            r = await window(p)
+            after = await window(base)
+            if after is None:
+                break
+            if r is not None:
+                for k in PAIRED:
+                    pairs[p.config.key][k].append(r[k] / (before[k] * after[k]) ** 0.5)
+            before = after
+    out: dict[str, dict[str, Any]] = {}
+    for p in proxies:
+        key = p.config.key
+        if not windows[key] or (key in errors and key != base.config.key and not pairs[key]):
+            out[key] = {"error": errors.get(key, "no window measured")}
+            continue
+        out[key] = summarize_windows(windows[key], pairs.get(key))
+        if key in errors:
+            out[key]["error_later"] = errors[key]
+    return out
+
+
+def summarize_windows(
+    windows: Sequence[dict[str, Any]], pairs: dict[str, list[float]] | None
+) -> dict[str, Any]:
+    """A column's windows as one measurement: the median of each figure, the sum of what
+    was lost, and (not bare) each paired figure's ratios, sorted, with their median."""
+
+    def median(values: Sequence[float]) -> float:
+        ordered = sorted(values)
+        n = len(ordered)
+        return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+    out: dict[str, Any] = {
+        k: median([w[k] for w in windows])
+        for k in (
+            *PAIRED,
+            "proxy_cpu_pct",
+            "upstream_cpu_pct",
+            "loadgen_cpu_pct",
+            "wall_s",
+        )
+    }
+    out.update(
+        streams=windows[0]["streams"],
+        events_per_stream=windows[0]["events_per_stream"],
+        windows=len(windows),
+        events_per_s_each=[w["events_per_s"] for w in windows],
+        lost=sum(w["lost"] for w in windows),
+        reordered=sum(w["reordered"] for w in windows),
+        failed_streams=sum(w["failed_streams"] for w in windows),
+        first_error=next((w["first_error"] for w in windows if w["first_error"]), None),
+        rss_after_mb=windows[-1]["rss_after_mb"],
+    )
+    for k, ratios in (pairs or {}).items():
+        if ratios:
+            out[f"{k}_ratios"] = sorted(ratios)
+            out[f"{k}_ratio"] = median(ratios)
+    return out
 
 
 async def paced(
@@ -1438,7 +1571,7 @@ class Plan:
     """Small non-streamed requests per proxy, for its memory."""
     unpaced_streams: tuple[int, ...]
     unpaced_seconds: float
-    """Each unpaced measurement lasts about this long (its event count is set from a pilot)."""
+    """Each unpaced window lasts about this long (its event count is set from a pilot)."""
     unpaced_min_events: int
     """Events per unpaced stream, at least."""
     paced_streams: tuple[int, ...]
@@ -1451,7 +1584,8 @@ class Plan:
     paced_retry: bool = False
     """A paced K past the bound (the K before within it) is measured once more."""
     unpaced_rounds: int = 1
-    """Each unpaced measurement is taken this many times (the best counts)."""
+    """Unpaced: windows of each column, each between two of bare mitmdump's
+    (``unpaced_paired``)."""
     burst_streams: tuple[int, ...] = ()
     """Unpaced again, the upstream writing ``BATCH`` events per HTTP chunk (a bursty upstream,
     or a gateway that buffers): mitmproxy's own cost per chunk is then spread over more
@@ -1463,8 +1597,8 @@ class Plan:
 FULL = Plan(
     requests=10_000,
     unpaced_streams=(1, 10, 50),
-    unpaced_seconds=3.0,
-    unpaced_min_events=2000,
+    unpaced_seconds=1.0,
+    unpaced_min_events=400,
     paced_streams=(25, 50, 75, 100, 125, 150, 200, 300),
     paced_events=600,
     pace=100.0,
@@ -1472,14 +1606,14 @@ FULL = Plan(
     body_sizes=(10**6, 10**7),
     body_reps=7,
     paced_retry=True,
-    unpaced_rounds=3,
+    unpaced_rounds=5,
     burst_streams=(10,),
 )
 QUICK = Plan(
     requests=250,
     unpaced_streams=(1, 10, 50),
-    unpaced_seconds=0.4,
-    unpaced_min_events=200,
+    unpaced_seconds=0.3,
+    unpaced_min_events=100,
     paced_streams=(25, 100),
     paced_events=80,
     pace=100.0,
@@ -1568,40 +1702,20 @@ async def measure(
     for p in proxies:
         res[p.config.key]["paced_capacity"] = paced_capacity(plan, res[p.config.key])
 
-    rates: dict[str, float] = {}
     runs = [("unpaced", n, 1) for n in plan.unpaced_streams]
     runs += [("burst", n, BATCH) for n in plan.burst_streams]
-    for (kind, n, per_chunk), turn in itertools.product(runs, range(plan.unpaced_rounds)):
-        # Rounds, each starting with another proxy: a slow moment of the machine does not
-        # always fall on the same column; each column keeps its best round.
-        for p in proxies[turn % len(proxies) :] + proxies[: turn % len(proxies)]:
-            key = p.config.key
-            best = res[key].get(f"{kind}_{n}")
-            job = unpaced(
-                p,
-                upstream,
-                n,
-                plan.unpaced_seconds,
-                plan.unpaced_min_events,
-                rates.get(f"{kind} {key}"),
-                per_chunk,
+    for kind, n, per_chunk in runs:
+        row = await unpaced_paired(plan, upstream, proxies, n, per_chunk, say, kind)
+        for key, m in row.items():
+            res[key][f"{kind}_{n}"] = m
+        say(
+            f"{kind:9} {n:3} streams, ratio to bare (median of pairs): "
+            + ", ".join(
+                f"{key} {m['events_per_s_ratio']:.2f}{X}"
+                for key, m in row.items()
+                if "events_per_s_ratio" in m
             )
-            if r := await guarded(res[key], f"{kind}_{n}", job, say, f"{kind} {n} {key}"):
-                rates[f"{kind} {key}"] = r["events_per_s"]
-                say(
-                    f"{kind:9} {key:9} {n:3} {X} {r['events_per_stream']}: {r['events_per_s']:7.0f} ev/s,"
-                    f" lost {r['lost']}, failed {r['failed_streams']}, CPU s proxy"
-                    f" {r['proxy_cpu_s']:.2f} upstream {r['upstream_cpu_s']:.2f} load gen"
-                    f" {r['loadgen_cpu_s']:.2f} in {r['wall_s']:.2f} s"
-                )
-                if best is not None and "error" not in best:
-                    # The best round's figures; what was lost in any round stays counted.
-                    keep = best if best["events_per_s"] > r["events_per_s"] else r
-                    res[key][f"{kind}_{n}"] = {
-                        **keep,
-                        "rounds": best.get("rounds", 1) + 1,
-                        **{k: best[k] + r[k] for k in ("lost", "reordered", "failed_streams")},
-                    }
+        )
 
     for size in plan.body_sizes:
         raws = {
@@ -1733,6 +1847,24 @@ def rows(plan: Plan, results: dict[str, Any]) -> list[Row]:
 
         return cell
 
+    def paired(key: str, digits: int = 0) -> Callable[[dict[str, Any], dict[str, Any] | None], str]:
+        """The column's median, its ratio to bare the median of its pairs' (the lowest and
+        highest pair after it), or bare's own figure where no pair was measured."""
+
+        def cell(m: dict[str, Any], base: dict[str, Any] | None) -> str:
+            text = _num(float(m[key]), digits)
+            ratios = m.get(f"{key}_ratios")
+            if base is None:
+                return text
+            if not ratios:
+                return text + (_ratio(float(m[key]), float(base[key])) if key in base else "")
+            mid = float(m[f"{key}_ratio"])
+            if len(ratios) == 1:
+                return text + f" ({mid:.2f}{X})"
+            return text + f" ({mid:.2f}{X}, {ratios[0]:.2f}-{ratios[-1]:.2f})"
+
+        return cell
+
     def pair(a: str, b: str, digits: int) -> Callable[[dict[str, Any], dict[str, Any] | None], str]:
         def cell(m: dict[str, Any], base: dict[str, Any] | None) -> str:
             text = f"{_num(float(m[a]), digits)} / {_num(float(m[b]), digits)}"
@@ -1758,16 +1890,18 @@ def rows(plan: Plan, results: dict[str, Any]) -> list[Row]:
 
     runs = [(f"unpaced_{n}", n, "") for n in plan.unpaced_streams]
     runs += [(f"burst_{n}", n, f", {BATCH} events per HTTP chunk") for n in plan.burst_streams]
+    windows = (
+        f"{plan.unpaced_rounds} windows of ~{plan.unpaced_seconds:g} s, each between two of"
+        " bare's; median, and the lowest-highest pair"
+        if plan.unpaced_rounds > 1
+        else f"a window of ~{plan.unpaced_seconds:g} s between two of bare's"
+    )
     for name, n, burst in runs:
-        best = f", best of {plan.unpaced_rounds}" if plan.unpaced_rounds > 1 else ""
-        label = (
-            f"unpaced, {n} stream{'s' if n > 1 else ''} at once{burst}"
-            f" (~{plan.unpaced_seconds:g} s{best})"
-        )
-        out.append(Row(f"{label}: events/s", value("events_per_s"), name))
+        label = f"unpaced, {n} stream{'s' if n > 1 else ''} at once{burst} ({windows})"
+        out.append(Row(f"{label}: events/s", paired("events_per_s"), name))
         out.append(Row(f"{label}: lost / reordered events", lost, name))
         out.append(
-            Row(f"{label}: proxy CPU per event, µs", value("proxy_cpu_us_per_event", 1), name)
+            Row(f"{label}: proxy CPU per event, µs", paired("proxy_cpu_us_per_event", 1), name)
         )
         out.append(Row(f"{label}: CPU % proxy / upstream / load gen", cpu_pct, name))
     for k in plan.paced_streams:
