@@ -40,10 +40,13 @@ Section 2, real processes on 127.0.0.1 (ratio = bridge column / bare mitmdump co
 
 Measurements: unpaced streams (1, 10, 50 at once; the client reads each connection at
 most every ``LAZY_READ_S``, so that its own system calls leave the CPU to the proxy; a
-full run adds 10 streams of 16-event chunks); paced streams (100 events/s each,
-K at once, starts spread over the first second); 1 MB and 10 MB request bodies (time
-until the upstream has the whole body, p50); RSS after many small non-streamed
-requests. ``--quick`` shortens all of it. Ratios (not seconds) are what to compare
+full run adds 10 streams of 16-event chunks), in short windows with bare mitmdump measured
+between every two windows of the other columns, each ratio taken against the bare windows
+either side of it (``unpaced_paired``: the machine's changes of speed cancel out); paced
+streams (100 events/s each, K at once, starts spread over the first second; after the
+grid of K, halfway between each column's last K within the bound and its first past it);
+1 MB and 10 MB request bodies (time until the upstream has the whole body, p50); RSS
+after many small non-streamed requests. ``--quick`` shortens all of it. Ratios (not seconds) are what to compare
 across machines; on a 2-core machine the proxy, the upstream and the load generator
 share the cores, which is why their CPU is shown next to each other.
 """
@@ -292,9 +295,9 @@ MAX_EVENTS = 10_000_000
 UPSTREAM_LIFETIME = 4 * 3600.0
 """The scripted upstream exits after this many seconds whatever happens."""
 SLOTS = 10
+"""Paced streams tick every 1/(pace * SLOTS) s, each stream in one slot: sends are spread."""
 LAZY_READ_S = 0.002
 """Unpaced streams: the client reads at most this often per connection (``Conn``)."""
-"""Paced streams tick every 1/(pace * SLOTS) s, each stream in one slot: sends are spread."""
 
 
 def percentile(values: Sequence[float], q: float) -> float:

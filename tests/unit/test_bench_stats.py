@@ -1,0 +1,228 @@
+"""``scripts/bench``'s statistics: paired unpaced windows and the paced capacity.
+
+The machine is replaced by a script of its speed over time (the real windows need seven
+mitmdumps): what the pairing must cancel is a machine that changes speed between windows."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("cursor_bridge_bench", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass(frozen=True)
+class FakeConfig:
+    key: str
+
+
+@dataclass(frozen=True)
+class FakeProxy:
+    config: FakeConfig
+
+
+def machine(
+    bench: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    cost: dict[str, float],
+    speed: list[float],
+    fail: dict[str, int] | None = None,
+) -> list[str]:
+    """Unpaced windows whose events/s is ``speed[i] / cost[column]`` for the i-th window
+    (the calibrating ones not counted), CPU per event its inverse; ``fail[key]`` makes that
+    column's n-th window raise. Returns the order in which columns were measured."""
+    order: list[str] = []
+    fail = fail or {}
+
+    def figures(key: str, each: int) -> dict[str, Any]:
+        i = len(order)
+        order.append(key)
+        if fail.get(key) == sum(k == key for k in order):
+            raise ConnectionError("upstream went away")
+        rate = speed[i % len(speed)] / cost[key]
+        return {
+            "streams": 1,
+            "events_per_stream": each,
+            "events_received": 1000,
+            "events_per_s": rate,
+            "proxy_cpu_us_per_event": 1e6 / rate,
+            "proxy_cpu_pct": 99.0,
+            "upstream_cpu_pct": 5.0,
+            "loadgen_cpu_pct": 20.0,
+            "lost": 0,
+            "reordered": 0,
+            "failed_streams": 0,
+            "first_error": None,
+            "rss_after_mb": 80.0,
+            "wall_s": 1000 / rate,
+        }
+
+    async def calibrate(proxy: FakeProxy, *args: Any) -> dict[str, Any]:
+        return {"events_per_s": 1000.0 / cost[proxy.config.key]}
+
+    async def window(
+        proxy: FakeProxy, upstream: object, streams: int, each: int, *args: Any
+    ) -> dict[str, Any]:
+        return figures(proxy.config.key, each)
+
+    monkeypatch.setattr(bench, "unpaced", calibrate)
+    monkeypatch.setattr(bench, "unpaced_window", window)
+    return order
+
+
+def run_paired(bench: ModuleType, keys: list[str], rounds: int) -> dict[str, dict[str, Any]]:
+    plan = bench.Plan(
+        requests=1,
+        unpaced_streams=(1,),
+        unpaced_seconds=1.0,
+        unpaced_min_events=10,
+        paced_streams=(25,),
+        paced_events=10,
+        pace=100.0,
+        spread=0.1,
+        body_sizes=(),
+        body_reps=1,
+        unpaced_rounds=rounds,
+    )
+    proxies = [FakeProxy(FakeConfig(k)) for k in keys]
+    result: dict[str, dict[str, Any]] = asyncio.run(
+        bench.unpaced_paired(plan, None, proxies, 1, 1, lambda text: None, "unpaced")
+    )
+    return result
+
+
+def test_bare_is_measured_between_every_two_windows_each_round_in_another_order(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    order = machine(bench, monkeypatch, {"bare": 1.0, "a": 1.0, "b": 1.0, "c": 1.0}, [1.0])
+    run_paired(bench, ["bare", "a", "b", "c"], rounds=2)
+    assert order[0::2] == ["bare"] * 7
+    assert order[1::2] == ["a", "b", "c", "b", "c", "a"]
+
+
+def test_phases_of_another_speed_do_not_move_the_ratio(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The machine runs at full speed, then at half for a stretch of windows, then at 1.3:
+    only a pair that straddles a change is off, and the median of five pairs is exactly the
+    column's cost."""
+    cost = {"bare": 1.0, "bare2": 1.0, "slow": 1.25, "fast": 0.9}
+    speed = [1.0] * 9 + [0.5] * 12 + [1.3] * 10
+    order = machine(bench, monkeypatch, cost, speed)
+    out = run_paired(bench, list(cost), rounds=5)
+    assert len(order) == 31
+    assert "events_per_s_ratio" not in out["bare"]
+    assert out["bare"]["windows"] == 16
+    for key in ("bare2", "slow", "fast"):
+        m = out[key]
+        assert m["windows"] == 5
+        assert m["events_per_s_ratios"] == sorted(m["events_per_s_ratios"])
+        assert len(m["events_per_s_ratios"]) == 5
+        assert m["events_per_s_ratio"] == pytest.approx(1 / cost[key])
+        assert m["proxy_cpu_us_per_event_ratio"] == pytest.approx(cost[key])
+
+
+def test_a_steady_drift_cancels_in_every_pair(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The machine slows by 7% a window all run long: over the geometric mean of the bare
+    windows either side, every pair's ratio is the column's cost."""
+    cost = {"bare": 1.0, "slow": 1.25, "fast": 0.8}
+    machine(bench, monkeypatch, cost, [0.93**i for i in range(13)])
+    out = run_paired(bench, list(cost), rounds=3)
+    assert out["slow"]["events_per_s_ratios"] == pytest.approx([0.8] * 3)
+    assert out["fast"]["events_per_s_ratios"] == pytest.approx([1.25] * 3)
+    assert out["slow"]["proxy_cpu_us_per_event_ratio"] == pytest.approx(1.25)
+
+
+def test_figures_are_the_medians_of_the_windows(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cost = {"bare": 1.0, "slow": 1.25}
+    machine(bench, monkeypatch, cost, [3.0, 1.0, 2.0, 5.0, 4.0, 6.0, 7.0])
+    out = run_paired(bench, list(cost), rounds=3)
+    # bare's windows ran at 3, 2, 4, 7 (median 3.5); the column's at 1, 5, 6 over 1.25.
+    assert out["bare"]["events_per_s"] == pytest.approx(3.5)
+    assert out["slow"]["events_per_s"] == pytest.approx(5 / 1.25)
+    assert out["slow"]["lost"] == 0 and out["slow"]["windows"] == 3
+
+
+def test_a_column_that_fails_is_an_error_and_the_others_go_on(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cost = {"bare": 1.0, "broken": 1.0, "fine": 1.1}
+    order = machine(bench, monkeypatch, cost, [1.0], fail={"broken": 1})
+    out = run_paired(bench, list(cost), rounds=3)
+    assert out["broken"] == {"error": "ConnectionError: upstream went away"}
+    assert order.count("broken") == 1  # never tried again
+    assert len(out["fine"]["events_per_s_ratios"]) == 3
+    assert out["fine"]["events_per_s_ratio"] == pytest.approx(1 / 1.1)
+
+
+def test_bare_failing_ends_the_row_for_everyone(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cost = {"bare": 1.0, "a": 1.0}
+    machine(bench, monkeypatch, cost, [1.0], fail={"bare": 1})
+    out = run_paired(bench, list(cost), rounds=3)
+    assert out["bare"] == {"error": "ConnectionError: upstream went away"}
+    assert out["a"] == {"error": "no window measured"}
+
+
+def paced_result(p99: float, lost: int = 0) -> dict[str, Any]:
+    return {"delay_p99_ms": p99, "lost": lost, "failed_streams": 0}
+
+
+def test_paced_capacity_reads_the_grid_and_the_halvings(bench: ModuleType) -> None:
+    results = {
+        "paced_25": paced_result(1.0),
+        "paced_50": paced_result(2.0),
+        "paced_75": paced_result(200.0),
+        "paced_62": paced_result(30.0),
+        "paced_68": paced_result(80.0),
+        "memory": {"requests": 10},
+    }
+    cap = bench.paced_capacity(results)
+    assert (cap["k"], cap["past"], cap["text"]) == (62, 68, "62 (not 68)")
+    assert cap["measured"] == [25, 50, 62, 68, 75]
+
+
+@pytest.mark.parametrize(
+    ("results", "text"),
+    [
+        ({"paced_25": paced_result(1.0), "paced_50": paced_result(2.0)}, "≥ 50"),
+        ({"paced_25": paced_result(60.0)}, "< 25"),
+        ({"paced_25": paced_result(1.0), "paced_50": paced_result(1.0, lost=3)}, "25 (not 50)"),
+        ({"paced_25": paced_result(1.0), "paced_50": {"error": "boom"}}, "25 (not 50)"),
+        # A larger K within the bound after a smaller one past it does not count.
+        (
+            {
+                "paced_25": paced_result(1.0),
+                "paced_50": paced_result(99.0),
+                "paced_75": paced_result(9.0),
+            },
+            "25 (not 50)",
+        ),
+    ],
+)
+def test_paced_capacity_is_the_last_k_before_the_first_past_the_bound(
+    bench: ModuleType, results: dict[str, Any], text: str
+) -> None:
+    assert bench.paced_capacity(results)["text"] == text
