@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import math
 import re
@@ -80,6 +81,7 @@ if TYPE_CHECKING:  # imported when first used: a proxy that repairs nothing neve
     from jsonschema import exceptions as jsonschema_errors
     from jsonschema.protocols import Validator
 
+from addon.jsonio import dumps, loads
 from addon.model import JSON, Notes, Request, Response, Tool, ToolCall
 
 EVENT: Final = "tool_repair"
@@ -141,9 +143,36 @@ TODO_PRIORITY: Final = "medium"
 # --------------------------------------------------------------------------- the schema map
 
 
+VALIDATORS_KEPT: Final = 256
+"""Validators kept for the process, one per distinct schema (``_validator_for``)."""
+
+
+@functools.lru_cache(maxsize=VALIDATORS_KEPT)
+def _validator_for(text: str) -> Validator | None:
+    """A validator for the schema written as ``text``; ``None`` when it is not one
+    ``jsonschema`` can use. Kept for the process: a client sends the same tools with every
+    request of a conversation, and building one (the schema checked against its
+    metaschema, its references resolved) takes about a millisecond, which every tool call
+    of every stream paid. Built from its own copy of the schema (``text`` decoded), so that
+    nothing a request does to its tools later reaches it."""
+    from jsonschema import validators as jsonschema_validators
+
+    schema = loads(text)
+    try:
+        cls = jsonschema_validators.validator_for(
+            schema, default=jsonschema_validators.Draft202012Validator
+        )
+        cls.check_schema(schema)
+        found: Validator = cls(schema)
+    except Exception:  # an invalid schema, an unknown $schema: no validation
+        return None
+    return found
+
+
 class ToolSchemas:
     """The request's own function tools: name → parameters schema (JSON Schema of the
-    arguments object). Validators are built once per tool, on first use."""
+    arguments object). Validators are built on first use, once per distinct schema for the
+    whole process (``_validator_for``)."""
 
     __slots__ = ("_schemas", "_validators")
 
@@ -177,16 +206,11 @@ class ToolSchemas:
         schema = self._schemas.get(name)
         found: Validator | None = None
         if schema is not None:
-            from jsonschema import validators as jsonschema_validators
-
             try:
-                cls = jsonschema_validators.validator_for(
-                    schema, default=jsonschema_validators.Draft202012Validator
-                )
-                cls.check_schema(schema)
-                found = cls(schema)
-            except Exception:  # an invalid schema, an unknown $schema: no validation
-                found = None
+                text = dumps(schema)
+            except Exception:  # not JSON (a value no client could send): no validation
+                text = None
+            found = _validator_for(text) if text is not None else None
         self._validators[name] = found
         return found
 

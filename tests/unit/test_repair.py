@@ -114,6 +114,23 @@ def test_unusable_schema_means_no_validation() -> None:
     assert result.valid is None and result.record is None and not result.changed
 
 
+def test_a_schema_seen_again_reuses_its_validator_built_from_its_own_copy() -> None:
+    """Every request of a conversation carries the same tools: their validators are built once
+    for the process. What a request does to its schema afterwards reaches no validator."""
+    first = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    again = json.loads(json.dumps(first))
+    a, b = ToolSchemas({"t": first}), ToolSchemas({"u": again})
+    validator = a.validator("t")
+    assert validator is not None and b.validator("u") is validator
+    first["properties"]["n"]["type"] = "string"  # the first request's schema, changed later
+    assert run("t", '{"n": 3}', ToolSchemas({"t": again}))[0].valid is True
+    assert run("t", '{"n": "3"}', ToolSchemas({"t": again}))[0].valid is False
+    # A schema written otherwise is another schema: its own validator.
+    other = ToolSchemas({"t": {**again, "required": []}}).validator("t")
+    assert other is not None and other is not validator
+    assert ToolSchemas({"t": {"type": "no-such-type"}}).validator("t") is None
+
+
 # --------------------------------------------------------------------------- untouched
 
 
