@@ -17,6 +17,12 @@ freed) and keeps up to ``HEAP_KEEP`` of free heap; the next large body reuses pa
 already there. The memory goes back once no large body came for ``QUIET_S`` seconds (an
 agent with a long conversation sends one each turn, seconds apart).
 
+A flow with a large body is collected as soon as its hooks are done (a full collection on
+the next turn of the event loop, ~0.2 ms when nothing else waits): finished flows sit in
+reference cycles (below), and until one is found its bodies hold heap that the next large
+body would otherwise take fresh from the system. Without it, every second or third 10 MB body
+took twice as long.
+
 Once the proxy runs, what it loaded (mitmproxy, the bridge, their modules: most of the
 process's objects) is moved out of the garbage collector's way (``gc.freeze``). Finished flows
 sit in reference cycles until a full collection finds them, and CPython runs one only when
@@ -28,6 +34,7 @@ wait; with it, full collections come sooner and scan only what came after the st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import gc
 import os
@@ -93,6 +100,11 @@ def call_later(delay: float, fn: Callable[[], None]) -> None:
     asyncio.get_running_loop().call_later(delay, fn)
 
 
+def call_soon(fn: Callable[[], None]) -> None:
+    """``fn`` on the running event loop's next turn (``RuntimeError`` without one)."""
+    asyncio.get_running_loop().call_soon(fn)
+
+
 def resident_bytes() -> int:
     """This process's resident size (Linux ``/proc``; 0 where there is none)."""
     try:
@@ -115,12 +127,20 @@ class MemoryTrim:
         rss: Callable[[], int] = resident_bytes,
         later: Callable[[float, Callable[[], None]], None] = call_later,
         keep: Callable[[], bool] = keep_large_blocks,
+        soon: Callable[[Callable[[], None]], None] = call_soon,
+        collect: Callable[[], int] = gc.collect,
     ) -> None:
         self._trim = trim if trim is not None else libc_trim()
         self._clock = clock
         self._rss = rss
         self._later = later
         self._keep = keep
+        self._soon = soon
+        self._collect = collect
+        self._collecting = False
+        """A collection is scheduled (``_collect_soon``)."""
+        self.collections = 0
+        """How many times a flow with a large body was collected."""
         self._big_at = float("-inf")
         """When the last large body ended."""
         self._waiting = False
@@ -146,13 +166,16 @@ class MemoryTrim:
         self._ended(flow)
 
     def _ended(self, flow: http.HTTPFlow) -> None:
+        big = any(
+            m is not None and len(m.raw_content or b"") >= BIG_BODY
+            for m in (flow.request, flow.response)
+        )
+        if big:
+            self._collect_soon()
         if self._trim is None:
             return
         self._flows += 1
-        if any(
-            m is not None and len(m.raw_content or b"") >= BIG_BODY
-            for m in (flow.request, flow.response)
-        ):
+        if big:
             self._big_at = self._clock()
             if not self._waiting:
                 try:
@@ -168,6 +191,22 @@ class MemoryTrim:
         self._flows = 0
         if self._rss() - self._floor >= GROWTH:
             self._hand_back(now)
+
+    def _collect_soon(self) -> None:
+        """A full collection once the flow's hooks are done (at once without an event loop)."""
+        if self._collecting:
+            return
+        self._collecting = True
+        try:
+            self._soon(self._collect_now)
+        except RuntimeError:
+            self._collect_now()
+
+    def _collect_now(self) -> None:
+        self._collecting = False
+        self.collections += 1
+        with contextlib.suppress(Exception):  # never let housekeeping break a flow
+            self._collect()
 
     def _quiet(self) -> None:
         """After a large body: hand its memory back if none came since, else look again

@@ -187,3 +187,51 @@ def test_glibc_takes_the_large_block_settings() -> None:
         "b = bytearray(20 << 20); del b\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+class Holder:
+    """A finished flow as mitmproxy leaves it: in a reference cycle, holding a large body."""
+
+    def __init__(self) -> None:
+        self.body = bytearray(BIG_BODY)
+        self.me = self
+
+
+def test_a_flow_with_a_large_body_is_collected_once_its_hooks_are_done() -> None:
+    """Left to the collector's own schedule, its body would hold heap that the next large
+    body then takes fresh from the system."""
+    import weakref
+
+    p = Process()
+    soon: list[Callable[[], None]] = []
+    trim = MemoryTrim(p.trim, p.clock, p.rss, p.later, p.keep, soon=soon.append)
+    held = Holder()
+    gone = weakref.ref(held)
+    del held
+    trim.response(tflow.tflow(resp=True))
+    assert soon == [] and trim.collections == 0, "a small flow: nothing to collect"
+    trim.response(big_flow())  # type: ignore[arg-type]
+    trim.error(big_flow())  # type: ignore[arg-type]
+    assert len(soon) == 1, "one collection scheduled at a time"
+    assert gone() is not None, "not inside the hook: after it"
+    soon.pop()()
+    assert gone() is None and trim.collections == 1
+    trim.response(big_flow())  # type: ignore[arg-type]
+    assert len(soon) == 1, "the next large body schedules the next one"
+
+
+def test_the_collection_happens_without_glibc_and_without_an_event_loop() -> None:
+    """musl or macOS (no ``malloc_trim``) still collect; called outside an event loop (a
+    script, a test) the collection runs at once; a failing one breaks nothing."""
+    runs: list[int] = []
+
+    def collect() -> int:
+        runs.append(1)
+        raise RuntimeError("boom")
+
+    p = Process()
+    trim = MemoryTrim(None, p.clock, p.rss, p.later, p.keep, collect=collect)
+    trim._trim = None  # as on a system without glibc
+    trim.response(big_flow())  # type: ignore[arg-type]
+    trim.response(big_flow())  # type: ignore[arg-type]
+    assert runs == [1, 1] and trim.collections == 2
