@@ -64,6 +64,7 @@ import re
 import resource
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -1414,22 +1415,20 @@ async def unpaced_paired(
         return r
 
     before = await window(base)
-    for turn in range(plan.unpaced_rounds):
+    for turn in range(plan.unpaced_rounds * len(others)):
         if before is None:
-            break
-        for p in others[turn % len(others) :] + others[: turn % len(others)] if others else []:
-            r = await window(p)
-            after = await window(base)
-            if after is None:
-                break
-            if r is not None:
-                for k in PAIRED:
-                    pairs[p.config.key][k].append(r[k] / (before[k] * after[k]) ** 0.5)
-            before = after
+            break  # bare mitmdump failed: nothing left to pair with
+        p = others[(turn + turn // len(others)) % len(others)]  # each round in another order
+        r = await window(p)
+        after = await window(base)
+        if r is not None and after is not None:
+            for k in PAIRED:
+                pairs[p.config.key][k].append(r[k] / (before[k] * after[k]) ** 0.5)
+        before = after
     out: dict[str, dict[str, Any]] = {}
     for p in proxies:
         key = p.config.key
-        if not windows[key] or (key in errors and key != base.config.key and not pairs[key]):
+        if not windows[key]:
             out[key] = {"error": errors.get(key, "no window measured")}
             continue
         out[key] = summarize_windows(windows[key], pairs.get(key))
@@ -1444,13 +1443,8 @@ def summarize_windows(
     """A column's windows as one measurement: the median of each figure, the sum of what
     was lost, and (not bare) each paired figure's ratios, sorted, with their median."""
 
-    def median(values: Sequence[float]) -> float:
-        ordered = sorted(values)
-        n = len(ordered)
-        return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
-
     out: dict[str, Any] = {
-        k: median([w[k] for w in windows])
+        k: statistics.median(w[k] for w in windows)
         for k in (
             *PAIRED,
             "proxy_cpu_pct",
@@ -1473,7 +1467,7 @@ def summarize_windows(
     for k, ratios in (pairs or {}).items():
         if ratios:
             out[f"{k}_ratios"] = sorted(ratios)
-            out[f"{k}_ratio"] = median(ratios)
+            out[f"{k}_ratio"] = statistics.median(ratios)
     return out
 
 
@@ -1931,15 +1925,14 @@ def rows(plan: Plan, results: dict[str, Any]) -> list[Row]:
 
     def paired(key: str, digits: int = 0) -> Callable[[dict[str, Any], dict[str, Any] | None], str]:
         """The column's median, its ratio to bare the median of its pairs' (the lowest and
-        highest pair after it), or bare's own figure where no pair was measured."""
+        highest pair after it); where no pair was measured, as ``value`` writes it."""
+        plain = value(key, digits)
 
         def cell(m: dict[str, Any], base: dict[str, Any] | None) -> str:
-            text = _num(float(m[key]), digits)
             ratios = m.get(f"{key}_ratios")
-            if base is None:
-                return text
-            if not ratios:
-                return text + (_ratio(float(m[key]), float(base[key])) if key in base else "")
+            if base is None or not ratios:
+                return plain(m, base)
+            text = _num(float(m[key]), digits)
             mid = float(m[f"{key}_ratio"])
             if len(ratios) == 1:
                 return text + f" ({mid:.2f}{X})"

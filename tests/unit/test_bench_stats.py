@@ -226,3 +226,16 @@ def test_paced_capacity_is_the_last_k_before_the_first_past_the_bound(
     bench: ModuleType, results: dict[str, Any], text: str
 ) -> None:
     assert bench.paced_capacity(results)["text"] == text
+
+
+def test_bare_failing_midway_stops_the_row_with_what_was_measured(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No window of another column is measured once there is no bare window to pair it with."""
+    cost = {"bare": 1.0, "a": 1.25, "b": 1.0}
+    order = machine(bench, monkeypatch, cost, [1.0], fail={"bare": 3})
+    out = run_paired(bench, list(cost), rounds=3)
+    assert order == ["bare", "a", "bare", "b", "bare"]
+    assert out["a"]["events_per_s_ratios"] == pytest.approx([0.8])
+    assert "events_per_s_ratios" not in out["b"] and out["b"]["windows"] == 1
+    assert out["bare"]["error_later"] == "ConnectionError: upstream went away"

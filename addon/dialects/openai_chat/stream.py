@@ -241,8 +241,9 @@ class OpenAIChatStreamDecoder:
     def skippable_run(self, chunk: bytes) -> int:
         """How many events ``chunk`` holds if every one is ``skippable`` (a plain text chunk in
         the learned frame, before any call or reasoning); 0 otherwise. Escapes inside a text
-        are not checked (a regular expression would double the lane's cost): an event with
-        one JSON has not passes as the upstream's bytes, as it would event by event."""
+        are not checked (a regular expression would double the lane's cost): an event whose text
+        holds an escape JSON has not (``\\x``) passes as the upstream's bytes, as it would event
+        by event."""
         frame = self.text_frame
         if not self._plain or frame is None:
             return 0

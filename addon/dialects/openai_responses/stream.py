@@ -484,9 +484,8 @@ class OpenAIResponsesStreamEncoder:
         m.chunks.append(text)
         seq = self._seq
         self._seq = seq + 1
-        head = m.text_head
-        if head[0] != len(m.parts) - 1:
-            part = len(m.parts) - 1
+        head, part = m.text_head, len(m.parts) - 1
+        if head[0] != part:
             head = m.text_head = (part, _TEXT_HEAD % (dumpb(m.id), m.index, part))
         return head[1] + dumpb(text) + _TEXT_TAIL % seq
 
