@@ -20,6 +20,7 @@ Outcomes, most telling first (a flow shows the first it has as its mark):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -148,7 +149,13 @@ def _sum_notes(notes: Mapping[str, int], prefixes: Iterable[str]) -> int:
 
 
 def _value(v: object) -> str:
-    text = clean(str(v), 300)
+    if type(v) is int:  # counts, the status: nothing to clean or quote
+        return str(v)
+    return _text_value(clean(v, 300))
+
+
+@functools.lru_cache(maxsize=1024)
+def _text_value(text: str) -> str:
     if _PLAIN.fullmatch(text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

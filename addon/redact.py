@@ -27,6 +27,7 @@ free of terminal escapes; cut to ``limit`` characters.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -163,6 +164,22 @@ def clean(text: object, limit: int | None = None) -> str:
         s = text if isinstance(text, str) else str(text)
     except Exception:  # a __str__ that fails: say what it was
         s = f"<{type(text).__name__}>"
+    if len(s) <= MEMO_CHARS:
+        return _clean_short(s, limit)
+    return _clean(s, limit)
+
+
+MEMO_CHARS = 256
+"""Texts up to this long are cleaned once per process (``_clean_short``): most of what a flow
+writes (route and dialect names, outcomes, decisions, counts) is the same for every flow."""
+
+
+@functools.lru_cache(maxsize=2048)
+def _clean_short(s: str, limit: int | None) -> str:
+    return _clean(s, limit)
+
+
+def _clean(s: str, limit: int | None) -> str:
     if limit is not None and len(s) > limit + SLACK:
         s = s[: limit + SLACK]
     s = escape(redact(s))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mitmproxy import ctx, exceptions, http
@@ -71,11 +71,34 @@ def _has_port(host: str) -> bool:
     return bool(sep) and port.isdigit() and not head.endswith(":")
 
 
+def replace_headers(
+    headers: http.Headers, drop: Iterable[str], put: Iterable[tuple[str, str]]
+) -> None:
+    """Every header named in ``drop`` or ``put`` removed, then ``put``'s added (a name put
+    twice: the last value), in one pass over the fields (``pop`` and ``[]=`` each search all
+    of them)."""
+    new = {name.lower(): (name, value) for name, value in put}
+    gone = {name.lower() for name in drop} | new.keys()
+    kept = [(k, v) for k, v in headers.fields if _native(k).lower() not in gone]
+    kept += [(_raw(name), _raw(value)) for name, value in new.values()]
+    headers.fields = tuple(kept)
+
+
+def _native(b: bytes) -> str:
+    return b.decode("utf-8", "surrogateescape")
+
+
+def _raw(s: str) -> bytes:
+    """A header name or value as mitmproxy stores it."""
+    return s.encode("utf-8", "surrogateescape")
+
+
 def header_map(headers: http.Headers) -> dict[str, str]:
     """Names lower-cased; repeated headers joined with ", " (the values may be secrets)."""
     out: dict[str, str] = {}
-    for name in headers:
-        out[name.lower()] = ", ".join(headers.get_all(name))
+    for k, v in headers.fields:
+        name, value = _native(k).lower(), _native(v)
+        out[name] = f"{out[name]}, {value}" if name in out else value
     return out
 
 

@@ -78,6 +78,7 @@ from addon.shell.common import (
     json_response,
     log,
     outside_proxy_hosts,
+    replace_headers,
     set_meta,
 )
 from addon.shell.common import internal_error as log_internal_error
@@ -247,16 +248,15 @@ class RewriteAddon(OptionChecks):
         req.content = d.body
         if path is not None:
             req.path = path
-        for name in wire.drop_headers:
-            req.headers.pop(name, None)
-        for name, value in wire.set_headers:
-            req.headers[name] = value
-        req.headers["accept-encoding"] = "identity"
+        replace_headers(
+            req.headers, wire.drop_headers, (*wire.set_headers, ("accept-encoding", "identity"))
+        )
         self._remember(flow.id, plan)
         self.state.count("requests rewritten")
-        facts = (*plan_facts(plan), ("upstream path", clean(wire.path, 300)))
         decisions = decision_lines(plan.notes)
-        self._keep(flow.id, "request", Original(d.original, d.summary, facts, decisions))
+        if self.keep_originals:
+            facts = (*plan_facts(plan), ("upstream path", clean(wire.path, 300)))
+            self._keep(flow.id, "request", Original(d.original, d.summary, facts, decisions))
         comment(flow, plan.label, decisions or ("no changes needed",))
         set_meta(flow, plan.meta())
         if self.settings.debug:
@@ -293,7 +293,8 @@ class RewriteAddon(OptionChecks):
         resp = flow.response
         if resp is None:
             return
-        sse = resp.headers.get("content-type", "").lower().startswith("text/event-stream")
+        ctype = resp.headers.get("content-type", "").lower()
+        sse = ctype.startswith("text/event-stream")
         # Gemini without ``alt=sse`` streams one JSON array as ``application/json``.
         array = plan is not None and plan.stream and plan.upstream_framing == "json_array"
         # Kiro streams AWS event-stream frames (``application/vnd.amazon.eventstream``).
@@ -301,7 +302,7 @@ class RewriteAddon(OptionChecks):
             plan is not None
             and plan.stream
             and plan.upstream_framing == "aws_eventstream"
-            and resp.headers.get("content-type", "").lower().startswith(KIRO_CONTENT_TYPE)
+            and ctype.startswith(KIRO_CONTENT_TYPE)
         )
         if not (sse or (array and is_json(resp)) or binary):
             return
@@ -314,10 +315,10 @@ class RewriteAddon(OptionChecks):
             if plan.same_dialect:
                 resp.stream = True  # the client reads this error itself: never buffered
             return  # another dialect: buffered, re-shaped in ``response``
+        encoding = resp.headers.get("content-encoding")
         try:
             processor = plan.stream_processor(
-                resp.headers.get("content-encoding"),
-                keep_original=KEEP_STREAM_BYTES if self.keep_originals else 0,
+                encoding, keep_original=KEEP_STREAM_BYTES if self.keep_originals else 0
             )
         except UnsupportedEncoding as e:
             log.warning("%s: stream passed through unchanged: %s", plan.label, short(e))
@@ -326,14 +327,16 @@ class RewriteAddon(OptionChecks):
             resp.stream = True  # still stream it: SSE must never be buffered
             self._plans.pop(flow.id, None)
             return
-        if resp.headers.get("content-encoding"):
-            del resp.headers["content-encoding"]
+        drop = ["content-length"]
+        put = []
+        if encoding:
+            drop.append("content-encoding")
             append_comment(flow, "stream decompressed")
-        resp.headers.pop("content-length", None)
         if flow.request.http_version.startswith("HTTP/1"):
-            resp.headers["transfer-encoding"] = "chunked"
+            put.append(("transfer-encoding", "chunked"))
         if plan.client_framing != plan.upstream_framing:
-            resp.headers["content-type"] = CONTENT_TYPES[plan.client_framing]
+            put.append(("content-type", CONTENT_TYPES[plan.client_framing]))
+        replace_headers(resp.headers, drop, put)
         resp.stream = stream_callable(processor, plan.label, self._reports.get(flow.id))
 
     async def response(self, flow: http.HTTPFlow) -> None:

@@ -196,3 +196,32 @@ def test_the_fast_path_redacts_exactly_what_every_pattern_over_all_text_does(
 def test_the_fast_path_agrees_on_any_text(text: str, tokens: bool) -> None:
     assert redact(text, tokens=tokens) == reference_redact(text, tokens)
     assert escape(text) == _REF_UNSAFE.sub(redact_module._escape_char, text)
+
+
+# --------------------------------------------------------------------------- the memo
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(st.text(max_size=300), st.sampled_from(list(SECRETS.values()))),
+    st.one_of(st.none(), st.integers(min_value=3, max_value=300)),
+)
+def test_a_short_text_cleaned_again_comes_from_the_memo_and_says_the_same(
+    text: str, limit: int | None
+) -> None:
+    first = clean(text, limit)
+    assert first == redact_module._clean(text, limit)  # what cleaning it anew gives
+    assert clean(text, limit) == first
+    if len(text) <= redact_module.MEMO_CHARS:
+        hits = redact_module._clean_short.cache_info().hits
+        clean(text, limit)
+        assert redact_module._clean_short.cache_info().hits == hits + 1
+
+
+def test_the_memo_is_bounded_and_long_texts_never_enter_it() -> None:
+    info = redact_module._clean_short.cache_info()
+    assert info.maxsize is not None and info.maxsize <= 4096
+    long_secret = "x" * redact_module.MEMO_CHARS + " " + SECRETS["openai"]
+    before = redact_module._clean_short.cache_info().currsize
+    assert SECRETS["openai"] not in clean(long_secret, 2000)
+    assert redact_module._clean_short.cache_info().currsize == before
