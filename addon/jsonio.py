@@ -96,3 +96,39 @@ def _dumps_stdlib(value: Any) -> bytes:
         return text.encode()
     except UnicodeEncodeError:
         return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+
+
+_MISSING = object()
+
+
+def same(a: Any, b: Any, budget: int) -> bool:
+    """Whether two values read by ``loads`` are the same JSON, types included (``1`` is not
+    ``1.0`` nor ``true``), the order of object keys aside. Values shared by both (the same
+    object) are not looked into; past ``budget`` containers and values that are not shared,
+    the answer is False (the caller writes the value anew)."""
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if x is y:
+            continue
+        kind = type(x)
+        if kind is not type(y):
+            return False
+        budget -= 1
+        if budget < 0:
+            return False
+        if kind is dict:
+            if len(x) != len(y):
+                return False
+            for key, value in x.items():
+                other = y.get(key, _MISSING)
+                if other is _MISSING:
+                    return False
+                stack.append((value, other))
+        elif kind is list:
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y, strict=True))
+        elif x != y:
+            return False
+    return True

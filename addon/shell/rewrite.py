@@ -245,7 +245,8 @@ class RewriteAddon(OptionChecks):
             # surrogateescape: bytes of the client's query that are not UTF-8 go back as sent
             query = urlencode(wire.query, encoding="utf-8", errors="surrogateescape")
             path = wire.path + (f"?{query}" if wire.query else "")
-        req.content = d.body
+        if d.body is not incoming.body:  # else the client's bytes go on as they came
+            req.content = d.body
         if path is not None:
             req.path = path
         replace_headers(
