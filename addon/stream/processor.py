@@ -218,7 +218,14 @@ class StreamProcessor:
     # ------------------------------------------------------------------ public
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        if self._between and chunk.find(b"\n\n") == len(chunk) - 2:
+        # One whole event: its first blank line is where it ends. (The first line end is
+        # found with ``memchr``; from there the blank line is found at once in a one-line
+        # event, the common read.)
+        if (
+            self._between
+            and (first := chunk.find(b"\n")) != -1
+            and chunk.find(b"\n\n", first) == len(chunk) - 2
+        ):
             # The common read: one whole event, at an event boundary. One nobody reads
             # (``_skip_run``) passes as its bytes; a plain text event of the frame the decoder
             # learned (``text_frame``: its middle is one JSON string and nothing else, or it
