@@ -75,6 +75,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from addon.dialects.openai_chat import DIALECT as OPENAI
 from addon.model import Notes
 from addon.stream.processor import StreamProcessor
@@ -96,6 +98,44 @@ def best_of(n: int, fn: Callable[[], object]) -> float:
         fn()
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def _reference_loop() -> int:
+    total = 0
+    for i in range(1000):
+        total += i * i
+    return total
+
+
+_REFERENCE_EVENT = (
+    b'{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,'
+    b'"model":"bench-model","choices":[{"index":0,"delta":{"content":"@s=5,t=1; "},'
+    b'"finish_reason":null}]}'
+)
+
+
+def host(reps: int = 7) -> dict[str, Any]:
+    """What the host is and how fast it runs two fixed pieces of work (best of ``reps``): a
+    pure-Python loop of 1,000 steps and a msgspec read and write of one stream event. Runs
+    on two hosts of the same VM type differ in speed, and not alike for every kind of work;
+    these say which kind of host a table comes from."""
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    decode, encode = msgspec.json.Decoder().decode, msgspec.json.Encoder().encode
+
+    def json_event() -> None:
+        for _ in range(1000):
+            encode(decode(_REFERENCE_EVENT))
+
+    return {
+        "cpu_model": model,
+        "python_loop_us": best_of(reps, _reference_loop) * 1e6,
+        "json_event_ns": best_of(reps, json_event) * 1e6,
+    }
 
 
 def stream_input(target: int = 1_000_000) -> bytes:
@@ -2165,8 +2205,15 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "python": sys.version.split()[0],
             "platform": sys.platform,
+            **host(),
         },
     }
+    m = report["machine"]
+    say(
+        f"host: {m['cpu_model'] or 'CPU model unknown'}; a 1,000-step Python loop"
+        f" {m['python_loop_us']:.1f} µs, a msgspec read and write of one stream event"
+        f" {m['json_event_ns']:.0f} ns"
+    )
     say(f"section 1: in process (best of {reps}; ratio = bridge / baseline, lower is better)")
     report["in_process"] = run_inprocess(reps, say)
     tables = ["### In process\n", inprocess_table(report["in_process"])]
@@ -2181,7 +2228,9 @@ def main() -> None:
             "\n### Through mitmdump on 127.0.0.1\n",
             f"Ratios in parentheses: bridge column / bare mitmdump. {os.cpu_count()} CPUs"
             f" ({placed}); CPU is shown for the proxy, the scripted upstream and the load"
-            " generator.\n",
+            f" generator. Host: {m['cpu_model'] or 'CPU model unknown'}; a 1,000-step Python"
+            f" loop takes {m['python_loop_us']:.1f} µs, a msgspec read and write of one"
+            f" stream event {m['json_event_ns']:.0f} ns.\n",
             proxy_table(plan, configs, report["proxy"]),
         ]
     say("done")

@@ -239,3 +239,11 @@ def test_bare_failing_midway_stops_the_row_with_what_was_measured(
     assert out["a"]["events_per_s_ratios"] == pytest.approx([0.8])
     assert "events_per_s_ratios" not in out["b"] and out["b"]["windows"] == 1
     assert out["bare"]["error_later"] == "ConnectionError: upstream went away"
+
+
+def test_the_host_line_names_the_cpu_and_times_both_pieces_of_work(bench: ModuleType) -> None:
+    h = bench.host(reps=2)
+    assert set(h) == {"cpu_model", "python_loop_us", "json_event_ns"}
+    assert isinstance(h["cpu_model"], str)
+    assert 0 < h["python_loop_us"] < 100_000 and 0 < h["json_event_ns"] < 1_000_000
+    assert bench._reference_loop() == sum(i * i for i in range(1000))
