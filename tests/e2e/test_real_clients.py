@@ -13,7 +13,10 @@ and tool calls (ids, names, arguments) as the recording.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -130,19 +133,12 @@ def test_recorded_request_through_the_proxy(
         return SSEReply(as_openai_sse(dialect, answer), seed=7)
 
     upstream.script = reply
-    headers = {
-        k: (TEST_KEY if k.lower() in ("x-api-key", "x-goog-api-key") else f"Bearer {TEST_KEY}")
-        if k.lower() in _KEY_HEADERS
-        else v
-        for k, v in recorded["headers"].items()
-        if k.lower() not in _SKIP_HEADERS
-    }
     status, resp_headers, body = raw_request(
         proxy.port,
         recorded["method"],
         recorded["path"],
         json.dumps(recorded["body"]).encode(),
-        headers,
+        client_headers(recorded),
         timeout=15,
     )
     assert status == 200, body[:500]
@@ -152,6 +148,68 @@ def test_recorded_request_through_the_proxy(
     want = summarize(unified(dialect, answer))
     assert got == want
     assert TEST_KEY not in proxy.log_text()
+
+
+def client_headers(recorded: dict[str, Any]) -> dict[str, str]:
+    """The recorded client's headers, its key replaced by the test's."""
+    return {
+        k: (TEST_KEY if k.lower() in ("x-api-key", "x-goog-api-key") else f"Bearer {TEST_KEY}")
+        if k.lower() in _KEY_HEADERS
+        else v
+        for k, v in recorded["headers"].items()
+        if k.lower() not in _SKIP_HEADERS
+    }
+
+
+SAME_DIALECT_ROUTES = """
+[[routes]]
+name = "messages"
+path = "*/v1/messages"
+client = "anthropic"
+upstream = "anthropic"
+
+[[routes]]
+name = "responses"
+path = "*/responses"
+client = "openai_responses"
+upstream = "openai_responses"
+
+[[routes]]
+name = "chat"
+"""
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in recordings() if dialect_of(n) != "gemini" and "ai-sdk" not in n]
+)
+def test_an_unchanged_request_reaches_an_upstream_of_its_dialect_byte_for_byte(
+    name: str, start_proxy: Callable[..., Proxy], upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    """Claude Code, Codex CLI and OpenCode through routes to their own dialect: the rewrite
+    leaves their requests as they were, and the upstream gets the client's very bytes."""
+    recorded = json.loads((CLIENTS / f"{name}.request.json").read_text())
+    answer = (CLIENTS / f"{name}.response.sse").read_bytes()
+    routes = tmp_path / "routes.toml"
+    routes.write_text(SAME_DIALECT_ROUTES)
+    p = start_proxy(bridge_routes=str(routes))
+    upstream.script = lambda rec: SSEReply(answer, seed=7)
+    sent = json.dumps(recorded["body"], indent=1).encode()  # not how the bridge would write it
+    status, _, body = raw_request(
+        p.port, recorded["method"], recorded["path"], sent, client_headers(recorded), timeout=15
+    )
+    assert status == 200, body[:500]
+    (rec,) = upstream.requests
+    assert rec.path == recorded["path"]
+    assert rec.body == sent
+    assert summarize(unified(dialect_of(name), body)) == summarize(
+        unified(dialect_of(name), answer)
+    )
+    dialect = dialect_of(name)
+    p.wait_for_log(
+        re.compile(
+            rf"cursor-bridge flow route=\w+ outcome=rewritten client={dialect} upstream={dialect} "
+        )
+    )
 
 
 def check_chat_body(body: dict[str, Any]) -> None:
