@@ -32,10 +32,11 @@ class StreamDecoder(Protocol):
 class StreamEncoder(Protocol):
     """Unified events in, ``(event name, data)`` pairs out; ``finish`` is idempotent.
 
-    Optional, for speed: ``text_sse(text) -> bytes | None`` gives the SSE bytes that ``feed``
-    of a plain ``TextDelta(text)`` (``text`` not empty) would give, with the same change of
-    state, when that is a fast path (a text block already open); None, with nothing done,
-    when it is not."""
+    Optional, for speed: ``text_sse(text, quoted=None) -> bytes | None`` gives the SSE bytes
+    that ``feed`` of a plain ``TextDelta(text)`` (``text`` not empty) would give, with the same
+    change of state, when that is a fast path (a text block already open); None, with nothing
+    done, when it is not. ``quoted``, when given, is ``dumpb(text)``: the JSON string the
+    caller had already (the upstream's, read as it was), written as it is."""
 
     def feed(self, event: Event) -> list[tuple[str | None, str]]: ...
     def finish(self) -> list[tuple[str | None, str]]: ...

@@ -63,8 +63,9 @@ bad CRC, a cut frame or a failure of ours ends the client's stream with an error
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
 from addon.jsonio import REFUSED, fast_loads
@@ -87,6 +88,13 @@ MAX_EVENT_BYTES = 16 * 1024 * 1024
 """Default bound of one line, one event's data, one JSON-array item, a non-stream body."""
 
 NOT_A_STREAM = "the upstream's body is not an event stream"
+
+_UNQUOTED = re.compile(rb'[^"\x00-\x1f]*').fullmatch
+"""Between a frame's ends: no quote, no control character (``_one_event``)…"""
+_PLAIN_ASCII = re.compile(rb"[ !#-\[\]-~]*").fullmatch
+"""…and printable ASCII without a quote or a backslash: a JSON string's content that is its
+text, written as ``dumpb`` writes it."""
+_BACKSLASH = ord("\\")
 
 
 class Stage(Protocol):
@@ -180,7 +188,7 @@ class StreamProcessor:
         """Binary framing only: the client's stream was ended with an error; later bytes are
         dropped (binary frames are never given to a client raw)."""
         self._writer = JsonArrayWriter() if framing_out == "json_array" else None
-        self._text_sse: Callable[[str], bytes | None] | None = (
+        self._text_sse: Callable[[str, bytes | None], bytes | None] | None = (
             getattr(encoder, "text_sse", None) if self._writer is None else None
         )
         """The encoder's fast path for plain text (``StreamEncoder``), SSE framing only."""
@@ -209,50 +217,19 @@ class StreamProcessor:
         self.error: str | None = None
         """Why the processor fell back to passthrough, for the shell to log."""
         self.last_chunk = b""
-        """The last chunk fed, decompressed: what a same-dialect client gets when the
-        processor fails on it (``abort``)."""
+        """The last chunk fed the general way (``_feed``), decompressed: what a same-dialect
+        client gets when the processor fails on it (``abort``). The common read
+        (``_one_event``) cannot fail that way and does not set it."""
         self.events_in = 0
         self.bytes_in = 0
         self.bytes_out = 0
+        self.feed: Callable[[bytes], list[bytes]] = self._one_event()
+        """Upstream bytes in (split anywhere), client bytes out (see the module docstring)."""
 
     # ------------------------------------------------------------------ public
 
-    def feed(self, chunk: bytes) -> list[bytes]:
-        # One whole event: its first blank line is where it ends. (The first line end is
-        # found with ``memchr``; from there the blank line is found at once in a one-line
-        # event, the common read.)
-        if (
-            self._between
-            and (first := chunk.find(b"\n")) != -1
-            and chunk.find(b"\n\n", first) == len(chunk) - 2
-        ):
-            # The common read: one whole event, at an event boundary. One nobody reads
-            # (``_skip_run``) passes as its bytes; a plain text event of the frame the decoder
-            # learned (``text_frame``: its middle is one JSON string and nothing else, or it
-            # is not one) takes the text lane. Anything else goes the general way.
-            skip = self._skip_run
-            if skip is not None:
-                if skip(chunk):
-                    self.last_chunk = chunk
-                    self.bytes_in += len(chunk)
-                    self.bytes_out += len(chunk)
-                    self.events_in += 1
-                    self.skipped_decoding += 1
-                    return [chunk]
-            elif (
-                (lane := self._lane_decoder) is not None
-                and (frame := lane.text_frame) is not None
-                and chunk.endswith(frame[1])
-                and chunk.startswith(frame[0])
-            ):
-                try:
-                    text = fast_loads(chunk[len(frame[0]) - 1 : len(chunk) - len(frame[1]) + 1])
-                except REFUSED:
-                    text = None
-                if type(text) is str:
-                    self.last_chunk = chunk
-                    self.bytes_in += len(chunk)
-                    return self._run_text(text, 1, chunk)
+    def _feed(self, chunk: bytes) -> list[bytes]:
+        """``feed`` the general way (``_one_event`` first looks for the common read)."""
         if not chunk:
             return []
         if self._decompressor is not None:
@@ -293,6 +270,86 @@ class StreamProcessor:
                 and len(self.original) >= self._keep  # the view's copy of the start is whole
             )
         return out
+
+    def _one_event(self) -> Callable[[bytes], list[bytes]]:
+        """``feed``: the common read taken in one flat function, everything else by ``_feed``.
+
+        The common read is one whole event at an event boundary (``_between``), shaped as the
+        frame the decoder learned (its head, one JSON string's content, its tail: a plain text
+        chunk). On a route where nobody reads such a chunk (``_skip_run``; the decoder's
+        ``plain_frame``) it passes as its bytes; elsewhere (the lane decoder's ``text_frame``)
+        its text takes the text lane without the line and event decoders. What lies between
+        the frame's ends is checked by one regular expression: no quote, no control character
+        (so one line, one event) and, for the text read as it is, printable ASCII without a
+        backslash (the text itself, as ``dumpb`` would write it); any other text is read by
+        msgspec, which refuses anything but one JSON string. Per event, the proxy runs this
+        and the shell's wrapper: on a busy proxy each Python call and attribute more costs
+        several times what it does in a loop (the CPU's caches hold mitmproxy's work between
+        two events), so the checks are inline here rather than in the decoder's methods."""
+        general = self._feed
+        if not self._track:
+            return general
+        decoder: Any = self._decoder
+        if self._skip_run is not None:
+
+            def skip(chunk: bytes) -> list[bytes]:
+                if self._between and (frame := decoder.plain_frame) is not None:
+                    head, tail = frame
+                    start = len(head)
+                    end = len(chunk) - len(tail)
+                    if (
+                        end >= start
+                        and chunk.startswith(head)
+                        and chunk.endswith(tail)
+                        and _UNQUOTED(chunk, start, end) is not None
+                        and chunk[end - 1] != _BACKSLASH
+                    ):
+                        n = len(chunk)
+                        self.events_in += 1
+                        self.skipped_decoding += 1
+                        self.bytes_in += n
+                        self.bytes_out += n
+                        return [chunk]
+                return general(chunk)
+
+            return skip
+        if self._lane_decoder is None:
+            return general
+        lane, sse = self._lane, self._text_sse
+
+        def text(chunk: bytes) -> list[bytes]:
+            if self._between and (frame := decoder.text_frame) is not None:
+                head, tail = frame
+                start = len(head)
+                end = len(chunk) - len(tail)
+                if end >= start and chunk.startswith(head) and chunk.endswith(tail):
+                    value: object
+                    string = chunk[start - 1 : end + 1]  # the text's JSON string
+                    quoted: bytes | None = string
+                    if _PLAIN_ASCII(chunk, start, end) is not None:
+                        value = string[1:-1].decode("ascii")
+                    else:
+                        try:
+                            value = fast_loads(string)
+                        except REFUSED:
+                            value = None
+                        quoted = None  # written anew: as the way without the lane would
+                    if type(value) is str:
+                        self.bytes_in += len(chunk)
+                        if value and not lane and sse is not None:
+                            try:
+                                data = sse(value, quoted)
+                            except Exception as e:
+                                self.events_in += 1
+                                return self._fail(f"{type(e).__name__}: {e}", chunk)
+                            if data is not None:
+                                self.events_in += 1
+                                self.bytes_out += len(data)
+                                return [data]
+                        return self._run_text(value, 1, chunk)
+            return general(chunk)
+
+        return text
 
     def _fast(self, chunk: bytes) -> list[bytes] | None:
         """Whole events read in one pass where the chunk allows it, else None (nothing taken).
@@ -430,7 +487,7 @@ class StreamProcessor:
                         events = _feed_all(stage, events)
                     return self._out(self._encode(events))
             sse = self._text_sse
-            if sse is not None and (data := sse(text)) is not None:
+            if sse is not None and (data := sse(text, None)) is not None:
                 self.bytes_out += len(data)
                 return [data]
             pairs = self._encoder.feed(TextDelta(text))

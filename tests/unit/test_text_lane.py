@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from addon.dialects import DIALECTS
+from addon.jsonio import dumpb
 from addon.model import (
     Event,
     Finish,
@@ -69,10 +70,17 @@ def events(draw: Any) -> Event:
 
 
 @settings(max_examples=300, deadline=None)
-@given(name=st.sampled_from(ENCODERS), seq=st.lists(events(), max_size=25))
-def test_an_encoders_text_shortcut_writes_what_feed_writes(name: str, seq: list[Event]) -> None:
+@given(
+    name=st.sampled_from(ENCODERS),
+    seq=st.lists(events(), max_size=25),
+    quoted=st.booleans(),
+)
+def test_an_encoders_text_shortcut_writes_what_feed_writes(
+    name: str, seq: list[Event], quoted: bool
+) -> None:
     """Wherever ``text_sse`` answers, its bytes are ``feed``'s, and the two encoders stay in
-    the same state: everything after comes out the same."""
+    the same state: everything after comes out the same. Given the text's JSON string as
+    ``dumpb`` writes it (``quoted``), it writes that string."""
     short, long = DIALECTS[name].stream_encoder(), DIALECTS[name].stream_encoder()
     fast = getattr(short, "text_sse", None)
     assert fast is not None, f"{name} has no text shortcut"
@@ -80,7 +88,8 @@ def test_an_encoders_text_shortcut_writes_what_feed_writes(name: str, seq: list[
         expected = b"".join(encode_pairs(long.feed(event)))
         got = None
         if type(event) is TextDelta and not event.extra:
-            got = fast(event.text)
+            string = dumpb(event.text) if quoted else None
+            got = fast(event.text, string)
         if got is None:
             got = b"".join(encode_pairs(short.feed(event)))
         assert got == expected, event
@@ -193,15 +202,16 @@ def test_a_stream_through_the_lane_is_the_stream_without_it(
 
     chunks = _stream(["Hi ", "there ", *parts])  # the first text teaches the decoder the frame
     lane, slow = processor(), processor()
-    runs: list[str] = []
-    run_text = lane._run_text
-    lane._run_text = lambda text, n, chunk: runs.append(text) or run_text(text, n, chunk)  # type: ignore[method-assign]
+    decoded: list[str] = []
+    decoder: Any = lane._decoder
+    decode = decoder.feed
+    decoder.feed = lambda data, event: decoded.append(data) or decode(data, event)
     got = b"".join(b for c in chunks for b in lane.feed(c)) + b"".join(lane.finish())
     whole = b"".join(chunks)
     want = b"".join(b for i in range(len(whole)) for b in slow.feed(whole[i : i + 1]))
     want += b"".join(slow.finish())
     assert got == want
-    assert runs, "the lane was taken"
+    assert len(decoded) < len(chunks), "the lane was taken: some events were not decoded"
 
 
 @settings(max_examples=50, deadline=None)
@@ -259,3 +269,72 @@ def test_no_read_takes_the_lane_once_the_stream_took_a_way_out(client: str, way_
         p.finish() if way_out == "finish" else p.abort("test")
     assert not lane._between
     assert lane.feed(late) == general.feed(late)
+
+
+_RAW_BODIES = [
+    b"plain",
+    b"caf\xc3\xa9",  # UTF-8 as it is
+    b"a\\nb",  # an escape
+    b"\\u00e9",
+    b"\\u0000",
+    b"x\\",  # ends in a backslash: the quote after it is escaped
+    b"\\\\",  # an escaped backslash at the end
+    b'a\\"b',  # an escaped quote
+    b'a"b',  # a bare quote: not one JSON string
+    b"a\rb",  # a raw control character: a line break for SSE
+    b"a\n\ndata: [DONE]",  # two events in one read
+    b"\\x",  # an escape JSON has not
+    b"\xff",  # not UTF-8
+    b"",
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    client=st.sampled_from(ENCODERS),
+    raw_ok=st.booleans(),
+    bodies=st.lists(st.sampled_from(_RAW_BODIES), max_size=8),
+    call_at=st.integers(0, 8),
+)
+def test_a_read_of_one_event_says_what_the_line_decoder_says(
+    client: str, raw_ok: bool, bodies: list[bytes], call_at: int
+) -> None:
+    """Reads of one event each (the skip lane of a same-dialect route with nothing to change,
+    or the text lane) against the same bytes read one at a time (the line and event
+    decoders): the client gets the same bytes, whatever lies between the frame's ends — text
+    as it is, escapes, quotes, control characters, bytes that are not UTF-8 — and after a
+    tool call (no chunk is skippable from then on)."""
+    same = client == "openai_chat"
+
+    def processor() -> StreamProcessor:
+        return StreamProcessor(
+            DIALECTS["openai_chat"].stream_decoder(),
+            DIALECTS[client].stream_encoder(),
+            same_dialect=same,
+            raw_ok=raw_ok and same,
+            coalesce=not same,
+        )
+
+    head = _stream(["Hi ", "there "])
+    body = [_CHUNK % (b'"' + raw + b'"') for raw in bodies]
+    call = (
+        b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+        b'[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function",'
+        b'"function":{"name":"read","arguments":"{}"}}]},"finish_reason":null}]}\n\n'
+    )
+    body.insert(min(call_at, len(body)), call)
+    chunks = [*head[:3], *body, *head[3:]]
+    lane, slow = processor(), processor()
+    general: list[bytes] = []  # the reads that did not take a lane
+    fast = lane._fast
+    lane._fast = lambda chunk: general.append(chunk) or fast(chunk)  # type: ignore[method-assign]
+    got = b"".join(b for c in chunks for b in lane.feed(c)) + b"".join(lane.finish())
+    whole = b"".join(chunks)
+    want = b"".join(b for i in range(len(whole)) for b in slow.feed(whole[i : i + 1]))
+    want += b"".join(slow.finish())
+    assert got == want
+    if lane._track:  # a route with a lane (not same-dialect without raw_ok)
+        assert len(general) < len(chunks), "a lane was taken (at least by 'there ')"
+    assert (lane.error is None) == (slow.error is None)
+    assert lane.events_in == slow.events_in
+    assert lane.bytes_in == slow.bytes_in and lane.bytes_out == slow.bytes_out

@@ -369,7 +369,7 @@ class AnthropicStreamEncoder:
 
     # ------------------------------------------------------------------ events
 
-    def text_sse(self, text: str) -> bytes | None:
+    def text_sse(self, text: str, quoted: bytes | None = None) -> bytes | None:
         """``feed(TextDelta(text))`` as SSE bytes while a text block is open (``StreamEncoder``)."""
         block = self._open
         if self._done or block is None or block[0] != "text":
@@ -377,7 +377,7 @@ class AnthropicStreamEncoder:
         head = self._text_head
         if head[0] != block[1]:
             head = self._text_head = (block[1], _TEXT_HEAD % block[1])
-        return head[1] + dumpb(text) + _TEXT_TAIL
+        return head[1] + (dumpb(text) if quoted is None else quoted) + _TEXT_TAIL
 
     def feed(self, event: Event) -> Out:
         out: Out = []

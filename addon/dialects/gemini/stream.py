@@ -511,7 +511,7 @@ class GeminiStreamEncoder:
         """A one-text-part chunk's SSE bytes before and after the text (``text_sse``); what it
         holds (envelope, wrapper) changes only at ``MessageStart``, which forgets it."""
 
-    def text_sse(self, text: str) -> bytes | None:
+    def text_sse(self, text: str, quoted: bytes | None = None) -> bytes | None:
         """``feed(TextDelta(text))`` as SSE bytes while no thought signature waits for a part
         (``StreamEncoder``)."""
         if self._done or self._writer.pending:
@@ -523,7 +523,7 @@ class GeminiStreamEncoder:
             if frame is None:
                 return None
             self._text_frame = frame
-        return frame[0] + dumpb(text) + frame[1]
+        return frame[0] + (dumpb(text) if quoted is None else quoted) + frame[1]
 
     def _chunk(
         self,

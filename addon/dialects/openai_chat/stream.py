@@ -73,6 +73,9 @@ class OpenAIChatStreamDecoder:
         """The frame as the bytes of a whole SSE event before and after its text's JSON string,
         the string's quotes included (``StreamDecoder``: an event of this shape whose middle
         is one JSON string is a plain text chunk, that text and nothing else)."""
+        self.plain_frame: tuple[bytes, bytes] | None = None
+        """``text_frame`` until a tool call or reasoning is read, then None: an event of that
+        frame is ``skippable`` (the processor's skip lane looks for it)."""
 
     def skippable(self, data: str) -> bool:
         """Whether this event's data is a plain text chunk that nobody but an encoder of this
@@ -193,7 +196,7 @@ class OpenAIChatStreamDecoder:
         at = data.find('"content":' + value)
         if at == -1 or data.find('"content":' + value, at + 1) != -1:
             # Written another way (escapes, spaces): the general path.
-            self._frame = self.text_frame = None
+            self._frame = self.text_frame = self.plain_frame = None
             return
         start = at + len('"content":')
         frame = self._frame = (data[: start + 1], data[start + len(value) - 1 :])
@@ -201,6 +204,7 @@ class OpenAIChatStreamDecoder:
             b"data: " + frame[0].encode("utf-8", "surrogatepass"),
             frame[1].encode("utf-8", "surrogatepass") + b"\n\n",
         )
+        self.plain_frame = self.text_frame if self._plain else None
 
     def text_run(self, chunk: bytes) -> tuple[str, int] | None:
         """A chunk of whole SSE events that are all plain text chunks in the learned frame
@@ -342,6 +346,7 @@ class OpenAIChatStreamDecoder:
             "tool_calls" in delta or "reasoning_content" in delta or "reasoning" in delta
         ):
             self._plain = False
+            self.plain_frame = None
         for key in ("reasoning_content", "reasoning"):  # DeepSeek/Grok; OpenRouter/vLLM
             text = delta.get(key)
             if isinstance(text, str) and text:
@@ -439,7 +444,7 @@ class OpenAIChatStreamEncoder:
             chunk["choices"] = [choice]
         return dumps(chunk)
 
-    def text_sse(self, text: str) -> bytes | None:
+    def text_sse(self, text: str, quoted: bytes | None = None) -> bytes | None:
         """``feed(TextDelta(text))`` as SSE bytes (``StreamEncoder``)."""
         frame = self._text_frame
         if frame is None:
@@ -450,7 +455,7 @@ class OpenAIChatStreamEncoder:
             if frame is None:
                 return None
             self._text_frame = frame
-        return frame[0] + dumpb(text) + frame[1]
+        return frame[0] + (dumpb(text) if quoted is None else quoted) + frame[1]
 
     def feed(self, event: Event) -> list[tuple[str | None, str]]:
         match event:

@@ -476,7 +476,7 @@ class OpenAIResponsesStreamEncoder:
 
     # ------------------------------------------------------------------ events
 
-    def text_sse(self, text: str) -> bytes | None:
+    def text_sse(self, text: str, quoted: bytes | None = None) -> bytes | None:
         """``feed(TextDelta(text))`` as SSE bytes while a text part is open (``StreamEncoder``)."""
         m = self._message
         if self._done or not self._started or m is None or m.kind != "text":
@@ -487,7 +487,7 @@ class OpenAIResponsesStreamEncoder:
         head, part = m.text_head, len(m.parts) - 1
         if head[0] != part:
             head = m.text_head = (part, _TEXT_HEAD % (dumpb(m.id), m.index, part))
-        return head[1] + dumpb(text) + _TEXT_TAIL % seq
+        return head[1] + (dumpb(text) if quoted is None else quoted) + _TEXT_TAIL % seq
 
     def feed(self, event: Event) -> Out:
         out: Out = []

@@ -1,0 +1,57 @@
+"""The stream callable's account of its own time (``bridge_ms`` in the flow's log line): every
+read of a stream's start and its end timed, then one read in ``SAMPLE_EVERY`` standing for the
+ones since the last (the clock costs as much as a read of one event on a busy proxy)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from addon.dialects import DIALECTS
+from addon.outcome import FlowReport
+from addon.shell.rewrite import SAMPLE_EVERY, TIMED_READS, stream_callable
+from addon.stream.processor import StreamProcessor
+
+_CHUNK = (
+    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
+    b'"choices":[{"index":0,"delta":{"content":"t%d "},"finish_reason":null}]}\n\n'
+)
+
+
+class Clock:
+    """Each read takes ``step`` ns: the clock moves by that much between two looks."""
+
+    def __init__(self, step: int) -> None:
+        self.now, self.step, self.looks = 0, step, 0
+
+    def __call__(self) -> int:
+        self.looks += 1
+        if self.looks % 2 == 0:
+            self.now += self.step
+        return self.now
+
+
+def processor() -> StreamProcessor:
+    return StreamProcessor(
+        DIALECTS["openai_chat"].stream_decoder(),
+        DIALECTS["anthropic"].stream_encoder(),
+        same_dialect=False,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(reads=st.integers(0, 600), step=st.integers(1, 10_000))
+def test_the_time_of_a_stream_is_its_reads_time_within_one_sample(reads: int, step: int) -> None:
+    report = FlowReport("r", "rewritten")
+    clock = Clock(step)
+    stream = stream_callable(processor(), "test", report, clock=clock)
+    for i in range(reads):
+        assert stream(_CHUNK % i)
+    stream(b"")
+    exact = (reads + 1) * step
+    assert exact - SAMPLE_EVERY * step < report.spent_ns <= exact
+    if reads <= TIMED_READS:
+        assert report.spent_ns == exact
+    # The clock was looked at twice per timed read only.
+    timed = min(reads, TIMED_READS) + max(0, reads // SAMPLE_EVERY - TIMED_READS // SAMPLE_EVERY)
+    assert clock.looks == 2 * (timed + 1)
