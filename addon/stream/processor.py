@@ -89,12 +89,12 @@ MAX_EVENT_BYTES = 16 * 1024 * 1024
 
 NOT_A_STREAM = "the upstream's body is not an event stream"
 
-_UNQUOTED = re.compile(rb'[^"\x00-\x1f]*').fullmatch
-"""Between a frame's ends: no quote, no control character (``_one_event``)…"""
+_UNQUOTED = re.compile(rb'[^"\x00-\x1f]*(?<!\\)').fullmatch
+"""Between a frame's ends: no quote, no control character, no backslash last (it would
+escape the closing quote) (``_one_event``)…"""
 _PLAIN_ASCII = re.compile(rb"[ !#-\[\]-~]*").fullmatch
 """…and printable ASCII without a quote or a backslash: a JSON string's content that is its
 text, written as ``dumpb`` writes it."""
-_BACKSLASH = ord("\\")
 
 
 class Stage(Protocol):
@@ -289,8 +289,8 @@ class StreamProcessor:
         general = self._feed
         if not self._track:
             return general
-        decoder: Any = self._decoder
         if self._skip_run is not None:
+            decoder: Any = self._decoder  # ``skippable_run``'s: it has a ``plain_frame``
 
             def skip(chunk: bytes) -> list[bytes]:
                 if self._between and (frame := decoder.plain_frame) is not None:
@@ -302,7 +302,6 @@ class StreamProcessor:
                         and chunk.startswith(head)
                         and chunk.endswith(tail)
                         and _UNQUOTED(chunk, start, end) is not None
-                        and chunk[end - 1] != _BACKSLASH
                     ):
                         n = len(chunk)
                         self.events_in += 1
@@ -313,12 +312,13 @@ class StreamProcessor:
                 return general(chunk)
 
             return skip
-        if self._lane_decoder is None:
+        framed = self._lane_decoder
+        if framed is None:
             return general
         lane, sse = self._lane, self._text_sse
 
         def text(chunk: bytes) -> list[bytes]:
-            if self._between and (frame := decoder.text_frame) is not None:
+            if self._between and (frame := framed.text_frame) is not None:
                 head, tail = frame
                 start = len(head)
                 end = len(chunk) - len(tail)

@@ -404,6 +404,26 @@ class ProxyStartError(RuntimeError):
         self.log = log
 
 
+SAME_DIALECT_ROUTES = """
+[[routes]]
+name = "chat"
+path = "*/chat/completions"
+
+[[routes]]
+name = "messages"
+path = "*/v1/messages"
+client = "anthropic"
+upstream = "anthropic"
+
+[[routes]]
+name = "responses"
+path = "*/responses"
+client = "openai_responses"
+upstream = "openai_responses"
+"""
+"""A routes file (``bridge_routes``) that sends each client dialect to an upstream of its own."""
+
+
 READY_MARK = "cursor-bridge-e2e: startup complete"
 
 # A second script, loaded after the addon. It logs READY_MARK two loop turns after the

@@ -37,6 +37,7 @@ from tests.e2e.harness import (
     HOST,
     MAIN_SCRIPT,
     MITMDUMP,
+    SAME_DIALECT_ROUTES,
     JSONReply,
     Proxy,
     RawReply,
@@ -374,23 +375,6 @@ def test_a_routed_request_passed_through_still_streams(
 
 # --------------------------------------------------------------------------- fields kept
 
-SAME_DIALECT_ROUTES = """
-[[routes]]
-name = "chat"
-path = "*/chat/completions"
-
-[[routes]]
-name = "messages"
-path = "*/v1/messages"
-client = "anthropic"
-upstream = "anthropic"
-
-[[routes]]
-name = "responses"
-path = "*/responses"
-client = "openai_responses"
-upstream = "openai_responses"
-"""
 CLIENT_DIALECTS = {
     "claude-code-": "anthropic",
     "ai-sdk-6.0.326-anthropic-": "anthropic",

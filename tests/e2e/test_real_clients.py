@@ -31,7 +31,14 @@ from addon.model import (
 )
 from addon.stream.processor import StreamProcessor
 from addon.stream.sse import EventDecoder, LineDecoder, SSEEvent
-from tests.e2e.harness import Proxy, Recorded, ScriptedUpstream, SSEReply, raw_request
+from tests.e2e.harness import (
+    SAME_DIALECT_ROUTES,
+    Proxy,
+    Recorded,
+    ScriptedUpstream,
+    SSEReply,
+    raw_request,
+)
 from tests.realdata import FIXTURES
 
 CLIENTS = FIXTURES / "clients"
@@ -159,24 +166,6 @@ def client_headers(recorded: dict[str, Any]) -> dict[str, str]:
         for k, v in recorded["headers"].items()
         if k.lower() not in _SKIP_HEADERS
     }
-
-
-SAME_DIALECT_ROUTES = """
-[[routes]]
-name = "messages"
-path = "*/v1/messages"
-client = "anthropic"
-upstream = "anthropic"
-
-[[routes]]
-name = "responses"
-path = "*/responses"
-client = "openai_responses"
-upstream = "openai_responses"
-
-[[routes]]
-name = "chat"
-"""
 
 
 @pytest.mark.parametrize(

@@ -165,6 +165,28 @@ def _stream(texts: list[str]) -> list[bytes]:
     ]
 
 
+def _from_openai(client: str, stages: list[Any] | None = None, **options: Any) -> StreamProcessor:
+    """A processor from an OpenAI chat upstream to ``client`` (same dialect when it is one)."""
+    return StreamProcessor(
+        DIALECTS["openai_chat"].stream_decoder(),
+        DIALECTS[client].stream_encoder(),
+        stages or (),
+        same_dialect=client == "openai_chat",
+        **options,
+    )
+
+
+def _both_ways(
+    lane: StreamProcessor, slow: StreamProcessor, chunks: list[bytes]
+) -> tuple[bytes, bytes]:
+    """What ``lane`` gives for one read per chunk (where the lanes apply) and what ``slow``
+    gives for the same bytes read one at a time (the line and event decoders), ends included."""
+    got = b"".join(b for c in chunks for b in lane.feed(c)) + b"".join(lane.finish())
+    whole = b"".join(chunks)
+    want = b"".join(b for i in range(len(whole)) for b in slow.feed(whole[i : i + 1]))
+    return got, want + b"".join(slow.finish())
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     client=st.sampled_from(ENCODERS),
@@ -192,13 +214,7 @@ def test_a_stream_through_the_lane_is_the_stream_without_it(
                 )
             )
         stages.append(RepairStage(ToolSchemas({"read": {"type": "object"}}), Counter()))
-        return StreamProcessor(
-            DIALECTS["openai_chat"].stream_decoder(),
-            DIALECTS[client].stream_encoder(),
-            stages,
-            same_dialect=client == "openai_chat",
-            coalesce=True,
-        )
+        return _from_openai(client, stages, coalesce=True)
 
     chunks = _stream(["Hi ", "there ", *parts])  # the first text teaches the decoder the frame
     lane, slow = processor(), processor()
@@ -206,10 +222,7 @@ def test_a_stream_through_the_lane_is_the_stream_without_it(
     decoder: Any = lane._decoder
     decode = decoder.feed
     decoder.feed = lambda data, event: decoded.append(data) or decode(data, event)
-    got = b"".join(b for c in chunks for b in lane.feed(c)) + b"".join(lane.finish())
-    whole = b"".join(chunks)
-    want = b"".join(b for i in range(len(whole)) for b in slow.feed(whole[i : i + 1]))
-    want += b"".join(slow.finish())
+    got, want = _both_ways(lane, slow, chunks)
     assert got == want
     assert len(decoded) < len(chunks), "the lane was taken: some events were not decoded"
 
@@ -226,14 +239,7 @@ def test_the_views_copy_of_the_start_is_whole_whatever_path_a_read_takes(
     """``original`` (what the content view shows of the upstream's stream) holds exactly the
     first ``keep_original`` bytes, on the raw path (same dialect, nothing to change) and the
     text lane alike."""
-    same = client == "openai_chat"
-    processor = StreamProcessor(
-        DIALECTS["openai_chat"].stream_decoder(),
-        DIALECTS[client].stream_encoder(),
-        same_dialect=same,
-        raw_ok=same,
-        keep_original=keep,
-    )
+    processor = _from_openai(client, raw_ok=client == "openai_chat", keep_original=keep)
     chunks = _stream(["Hi ", "there ", *parts])
     for chunk in chunks:
         processor.feed(chunk)
@@ -246,19 +252,9 @@ def test_the_views_copy_of_the_start_is_whole_whatever_path_a_read_takes(
 def test_no_read_takes_the_lane_once_the_stream_took_a_way_out(client: str, way_out: str) -> None:
     """After ``finish`` or ``abort`` a read is what the general path says (passed as it is, or
     dropped), never a text event encoded after the client's stream ended."""
-    same = client == "openai_chat"
-
-    def processor() -> StreamProcessor:
-        return StreamProcessor(
-            DIALECTS["openai_chat"].stream_decoder(),
-            DIALECTS[client].stream_encoder(),
-            same_dialect=same,
-            coalesce=True,
-        )
-
     chunks = _stream(["Hi ", "there ", "again "])
     late = chunks[2]
-    lane, general = processor(), processor()
+    lane, general = _from_openai(client, coalesce=True), _from_openai(client, coalesce=True)
     for chunk in chunks[:3]:
         lane.feed(chunk)
     whole = b"".join(chunks[:3])
@@ -307,13 +303,7 @@ def test_a_read_of_one_event_says_what_the_line_decoder_says(
     same = client == "openai_chat"
 
     def processor() -> StreamProcessor:
-        return StreamProcessor(
-            DIALECTS["openai_chat"].stream_decoder(),
-            DIALECTS[client].stream_encoder(),
-            same_dialect=same,
-            raw_ok=raw_ok and same,
-            coalesce=not same,
-        )
+        return _from_openai(client, raw_ok=raw_ok and same, coalesce=not same)
 
     head = _stream(["Hi ", "there "])
     body = [_CHUNK % (b'"' + raw + b'"') for raw in bodies]
@@ -328,10 +318,7 @@ def test_a_read_of_one_event_says_what_the_line_decoder_says(
     general: list[bytes] = []  # the reads that did not take a lane
     fast = lane._fast
     lane._fast = lambda chunk: general.append(chunk) or fast(chunk)  # type: ignore[method-assign]
-    got = b"".join(b for c in chunks for b in lane.feed(c)) + b"".join(lane.finish())
-    whole = b"".join(chunks)
-    want = b"".join(b for i in range(len(whole)) for b in slow.feed(whole[i : i + 1]))
-    want += b"".join(slow.finish())
+    got, want = _both_ways(lane, slow, chunks)
     assert got == want
     if lane._track:  # a route with a lane (not same-dialect without raw_ok)
         assert len(general) < len(chunks), "a lane was taken (at least by 'there ')"

@@ -223,14 +223,6 @@ class OpenAIChatStreamDecoder:
         end = len(chunk) - len(tail)
         if not (head and end >= len(head) and chunk.startswith(head) and chunk.endswith(tail)):
             return None
-        if chunk.find(b"\n\n") == len(chunk) - 2:
-            # One event, the common read: what lies between the frame's ends must be one
-            # JSON string and nothing else (msgspec refuses anything after it).
-            try:
-                text = loads(chunk[len(head) - 1 : end + 1])
-            except ValueError:
-                return None
-            return (text, 1) if type(text) is str else None
         inner = chunk[len(head) : end]
         sep = tail + head
         if inner.endswith(b"\\") or b"\\" + sep in inner:
@@ -245,23 +237,10 @@ class OpenAIChatStreamDecoder:
     def skippable_run(self, chunk: bytes) -> int:
         """How many events ``chunk`` holds if every one is ``skippable`` (a plain text chunk in
         the learned frame, before any call or reasoning); 0 otherwise. Escapes inside a text
-        are not checked (a regular expression would double the lane's cost): an event whose text
-        holds an escape JSON has not (``\\x``) passes as the upstream's bytes, as it would event
-        by event."""
-        frame = self.text_frame
-        if not self._plain or frame is None:
+        are not checked: an event whose text holds an escape JSON has not (``\\x``) passes as
+        the upstream's bytes, as it would event by event."""
+        if self.plain_frame is None:
             return 0
-        head, tail = frame
-        if not (chunk.startswith(head) and chunk.endswith(tail)):
-            return 0
-        end = len(chunk) - len(tail)
-        if end >= len(head) and chunk.find(b'"', len(head), end) == -1:
-            # One event, the common read: nothing between the frame's ends can close its
-            # string (no quote, no backslash before the closing one) or break its line (no
-            # control character), so it is one plain text chunk.
-            body = chunk[len(head) : end]
-            plain = len(body.translate(None, _CONTROL)) == len(body) and body[-1:] != b"\\"
-            return 1 if plain else 0
         n, head, tail = self._frame_events(chunk)
         if not n or len(chunk) - len(chunk.translate(None, _CONTROL)) != 2 * n:
             # Not laid out as n events, or a control character in some body (the frame has
