@@ -1414,12 +1414,17 @@ async def unpaced_paired(
     A window's ratio is its figure over the geometric mean of the bare windows either side
     of it (a change of speed that lasts longer than a window cancels out); a column's ratio
     is the median of its ``plan.unpaced_rounds`` pairs, its figures the median of its
-    windows. What was lost or reordered in any window stays counted."""
+    windows. What was lost or reordered in any window stays counted.
+
+    Every column gets the same load: the events per stream that make bare mitmdump's window
+    about ``plan.unpaced_seconds`` long (a slower column's window lasts longer). Starting a
+    stream costs every proxy something, more so with many at once: with fewer events per
+    stream, a slower column would pay that cost over fewer events and look slower still."""
     base, others = proxies[0], list(proxies[1:])
     seconds = plan.unpaced_seconds
     each: dict[str, int] = {}
     errors: dict[str, str] = {}
-    for p in proxies:  # the events a window needs for ``seconds`` on this column
+    for p in proxies:  # the events a window needs for ``seconds``: bare's, else each column's
         try:
             r = await unpaced(
                 p, upstream, streams, seconds, plan.unpaced_min_events, None, per_chunk
@@ -1429,6 +1434,9 @@ async def unpaced_paired(
             continue
         rate = r["events_per_s"] * seconds / streams
         each[p.config.key] = min(MAX_EVENTS, max(plan.unpaced_min_events, int(rate)))
+        if p is base:
+            each = dict.fromkeys((q.config.key for q in proxies), each[base.config.key])
+            break
     windows: dict[str, list[dict[str, Any]]] = {p.config.key: [] for p in proxies}
     pairs: dict[str, dict[str, list[float]]] = {
         p.config.key: {k: [] for k in PAIRED} for p in others

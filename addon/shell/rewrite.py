@@ -787,13 +787,6 @@ def plan_facts(plan: FlowPlan) -> tuple[tuple[str, str], ...]:
     return tuple((k, clean(v, 300)) for k, v in facts)
 
 
-TIMED_READS = 64
-"""The stream callable times each of a stream's first reads, and the end…"""
-SAMPLE_EVERY = 16
-"""…then one read in this many, counted for the reads since the one timed before: the clock,
-read twice per read of one event, cost as much as the rest of the common read on a busy proxy."""
-
-
 def stream_callable(
     processor: StreamProcessor,
     label: str,
@@ -801,20 +794,17 @@ def stream_callable(
     clock: Callable[[], int] = time.perf_counter_ns,
 ) -> Callable[[bytes], Sequence[bytes]]:
     """The ``flow.response.stream`` callable: ``b""`` ends the body, anything else is fed.
-    The time it takes goes to the flow's report: measured for the first ``TIMED_READS`` reads
-    and the end, then sampled (``SAMPLE_EVERY``)."""
-    reported = False
-    reads = 0
-    feed, finish = processor.feed, processor.finish
 
-    def stream(data: bytes) -> Sequence[bytes]:
-        nonlocal reported, reads
-        reads += 1
-        weight = (
-            1 if reads <= TIMED_READS or not data else 0 if reads % SAMPLE_EVERY else SAMPLE_EVERY
-        )
-        started = clock() if weight else 0
-        out: Sequence[bytes]
+    It is the processor's reader (``StreamProcessor.reader``): the common read in one flat
+    function, the others through ``general`` here, which keeps a failure of ours from eating
+    the stream and logs why the processor gave up (once, at the first read after it did). The
+    time reads take goes to the flow's report, sampled after a stream's first reads."""
+    reported = False
+    feed, finish = processor.feed_general, processor.finish
+
+    def general(data: bytes) -> list[bytes]:
+        nonlocal reported
+        out: list[bytes]
         try:
             out = feed(data) if data else finish()
         except Exception as e:
@@ -828,11 +818,13 @@ def stream_callable(
                 else "stream ended with an error for the client"
             )
             log.warning("%s: %s: %s", label, how, short(processor.error))
-        if weight and report is not None:
-            report.spent_ns += (clock() - started) * weight
         return out
 
-    def failed(data: bytes, e: Exception) -> Sequence[bytes]:
+    def spent(ns: int) -> None:
+        if report is not None:
+            report.spent_ns += ns
+
+    def failed(data: bytes, e: Exception) -> list[bytes]:
         """A bug in the processor itself: never eat the user's stream, never hand a client
         another dialect's bytes."""
         same = processor.same_dialect
@@ -854,4 +846,4 @@ def stream_callable(
             return [chunk] if chunk else []
         return out
 
-    return stream
+    return processor.reader(general, clock, spent)

@@ -36,6 +36,7 @@ them). A new ``MessageStart`` (a spliced stream) ends the turn before it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -117,7 +118,9 @@ class TurnRecorder:
     def _reset(self) -> None:
         self.blocks: list[_Block] = []
         self.open: _Block | None = None
-        self.texts: list[str] = []
+        self.texts: list[str | bytes] = []
+        """The turn's visible text: strings, and plain texts as their JSON strings (printable
+        ASCII without a backslash, quotes included: ``CaptureStage.text_sink``)."""
         self.calls: list[_Call] = []
         self.carried: str | None = None
         """Gemini: a signed thought's signature, for the next call without one."""
@@ -243,7 +246,7 @@ class TurnRecorder:
             if rec and c.id:
                 sink.put(KIND_CALL, c.id, rec.to_json())
         if not self.calls:
-            text = "".join(self.texts)
+            text = "".join(t if isinstance(t, str) else t[1:-1].decode("ascii") for t in self.texts)
             rec = Record(thinking, self.trailing, {}, message_extra)
             if rec and text.strip():
                 sink.put(KIND_TEXT, text_key(text), rec.to_json())
@@ -325,8 +328,12 @@ class CaptureStage:
         self.turn = TurnRecorder()
         self.error: str | None = None
         """Why recording stopped (the stream itself is never touched)."""
+        self.text_sink: Callable[[bytes], None] | None = None
+        """While text follows text: where the next plain text goes, as its JSON string
+        (``Stage``; the turn keeps it so until it writes its records)."""
 
     def feed(self, event: Event) -> list[Event]:
+        self.text_sink = None
         if self.error is None:
             try:
                 self._see(event)
@@ -341,14 +348,18 @@ class CaptureStage:
             if turn.open is None:  # text after text (``TurnRecorder.text``, inlined)
                 turn.texts.append(text)
                 turn.seen = True
-                return True
-            try:
-                turn.text(text)
-            except Exception as e:  # never break a stream over what we only remember
-                self.error = f"{type(e).__name__}: {e}"[:300]
+            else:
+                try:
+                    turn.text(text)
+                except Exception as e:  # never break a stream over what we only remember
+                    self.error = f"{type(e).__name__}: {e}"[:300]
+                    return True
+            if self.text_sink is None:
+                self.text_sink = turn.texts.append
         return True
 
     def finish(self) -> list[Event]:
+        self.text_sink = None
         if self.error is None:
             try:
                 self.turn.flush(self.sink)

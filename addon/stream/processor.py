@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
@@ -91,10 +92,44 @@ NOT_A_STREAM = "the upstream's body is not an event stream"
 
 _UNQUOTED = re.compile(rb'[^"\x00-\x1f]*(?<!\\)').fullmatch
 """Between a frame's ends: no quote, no control character, no backslash last (it would
-escape the closing quote) (``_one_event``)…"""
+escape the closing quote) (``reader``)…"""
 _PLAIN_ASCII = re.compile(rb"[ !#-\[\]-~]*").fullmatch
 """…and printable ASCII without a quote or a backslash: a JSON string's content that is its
 text, written as ``dumpb`` writes it."""
+
+
+TIMED_READS = 64
+"""A stream's first reads, each timed (``StreamProcessor.reader``)…"""
+SAMPLE_EVERY = 16
+"""…then one read in this many (a power of two), counted for all of them."""
+
+
+def _no_clock() -> int:
+    return 0
+
+
+def _no_time(ns: int) -> None:
+    pass
+
+
+def _no_text(text: str, quoted: bytes | None) -> bytes | None:
+    return None
+
+
+def _no_text_sink(quoted: bytes) -> None:
+    pass
+
+
+_NO_KEEPER = SimpleNamespace(text_sink=_no_text_sink)
+"""No stage must see a plain text: nothing to record it in."""
+
+
+def _json_value(raw: bytes) -> object:
+    """The JSON value of ``raw``, or None when it is not JSON."""
+    try:
+        return fast_loads(raw)
+    except REFUSED:
+        return None
 
 
 class Stage(Protocol):
@@ -104,7 +139,12 @@ class Stage(Protocol):
     ``feed`` returns a plain ``TextDelta`` unchanged and records nothing says so with a true
     ``passes_text``; one that may record it or change it has ``take_text(text) -> bool``: True
     when it took the text as ``feed`` would and passes it on unchanged, False (nothing done)
-    when it must be fed the event. A stage with neither always gets the event."""
+    when it must be fed the event. A stage with neither always gets the event.
+
+    With ``take_text``, optional: ``text_sink``, None or a function that takes a plain text as
+    its JSON string (printable ASCII without a backslash, quotes included) and records it as
+    ``take_text`` would; it stays valid until the stage's next ``feed``, ``take_text`` or
+    ``finish``, which sets it anew. The text lane then does without ``take_text``."""
 
     def feed(self, event: Event) -> list[Event]: ...
     def finish(self) -> list[Event]: ...
@@ -169,7 +209,7 @@ class StreamProcessor:
         self._lane = _text_lane(self._stages)
         """(stage index, ``take_text``) of each stage a plain text delta must be shown to, or
         None: some stage must be fed every event (see ``Stage``)."""
-        self.skipped_decoding = 0
+        self._skipped_decoding = 0
         self._max = max_event_bytes
         self._whole = whole
         self._body: bytearray | None = None
@@ -217,19 +257,40 @@ class StreamProcessor:
         self.error: str | None = None
         """Why the processor fell back to passthrough, for the shell to log."""
         self.last_chunk = b""
-        """The last chunk fed the general way (``_feed``), decompressed: what a same-dialect
-        client gets when the processor fails on it (``abort``). The common read
-        (``_one_event``) cannot fail that way and does not set it."""
-        self.events_in = 0
-        self.bytes_in = 0
-        self.bytes_out = 0
-        self.feed: Callable[[bytes], list[bytes]] = self._one_event()
+        """The last chunk fed the general way (``feed_general``), decompressed: what a
+        same-dialect client gets when the processor fails on it (``abort``). The common read
+        (``reader``) cannot fail that way and does not set it."""
+        self._events_in = 0
+        self._bytes_in = 0
+        self._bytes_out = 0
+        self._lane_counts: list[Callable[[], tuple[int, int, int, int]]] = []
+        """Each reader's counts of the common reads it took: events, bytes in, bytes out,
+        events passed undecoded."""
+        self.feed: Callable[[bytes], list[bytes]] = self.reader()
         """Upstream bytes in (split anywhere), client bytes out (see the module docstring)."""
 
     # ------------------------------------------------------------------ public
 
-    def _feed(self, chunk: bytes) -> list[bytes]:
-        """``feed`` the general way (``_one_event`` first looks for the common read)."""
+    @property
+    def events_in(self) -> int:
+        return self._events_in + sum(counts()[0] for counts in self._lane_counts)
+
+    @property
+    def bytes_in(self) -> int:
+        """Bytes fed (decompressed)."""
+        return self._bytes_in + sum(counts()[1] for counts in self._lane_counts)
+
+    @property
+    def bytes_out(self) -> int:
+        return self._bytes_out + sum(counts()[2] for counts in self._lane_counts)
+
+    @property
+    def skipped_decoding(self) -> int:
+        """Events passed on as the upstream's bytes, undecoded (``raw_ok``)."""
+        return self._skipped_decoding + sum(counts()[3] for counts in self._lane_counts)
+
+    def feed_general(self, chunk: bytes) -> list[bytes]:
+        """``feed`` the general way (``reader`` first looks for the common read)."""
         if not chunk:
             return []
         if self._decompressor is not None:
@@ -238,7 +299,7 @@ class StreamProcessor:
             except Exception as e:
                 return self._fail(f"cannot decompress the stream: {e}", chunk)
         self.last_chunk = chunk
-        self.bytes_in += len(chunk)
+        self._bytes_in += len(chunk)
         if self._keep and len(self.original) < self._keep:
             self.original += chunk[: self._keep - len(self.original)]
         if self._stopped:
@@ -271,84 +332,167 @@ class StreamProcessor:
             )
         return out
 
-    def _one_event(self) -> Callable[[bytes], list[bytes]]:
-        """``feed``: the common read taken in one flat function, everything else by ``_feed``.
+    def reader(
+        self,
+        general: Callable[[bytes], list[bytes]] | None = None,
+        clock: Callable[[], int] | None = None,
+        spent: Callable[[int], None] | None = None,
+    ) -> Callable[[bytes], list[bytes]]:
+        """A function for each read of the body (``feed``; the shell's stream callable): the
+        common read taken in one flat function, every other read by ``general`` (default:
+        ``feed_general``; a shell's own also ends the body on ``b""``).
 
         The common read is one whole event at an event boundary (``_between``), shaped as the
         frame the decoder learned (its head, one JSON string's content, its tail: a plain text
         chunk). On a route where nobody reads such a chunk (``_skip_run``; the decoder's
         ``plain_frame``) it passes as its bytes; elsewhere (the lane decoder's ``text_frame``)
-        its text takes the text lane without the line and event decoders. What lies between
-        the frame's ends is checked by one regular expression: no quote, no control character
-        (so one line, one event) and, for the text read as it is, printable ASCII without a
-        backslash (the text itself, as ``dumpb`` would write it); any other text is read by
-        msgspec, which refuses anything but one JSON string. Per event, the proxy runs this
-        and the shell's wrapper: on a busy proxy each Python call and attribute more costs
+        its text takes the text lane without the line and event decoders and, where no stage
+        must see it and the encoder has the frame it writes a text in (its ``text_frame``),
+        the upstream's JSON string goes into that frame as it is. What lies between the frame's
+        ends is checked by one regular expression: no quote, no control character (so one
+        line, one event) and, for the text taken as it is, printable ASCII without a backslash
+        (the text itself, as ``dumpb`` would write it); any other text is read by msgspec,
+        which refuses anything but one JSON string. Per event, the proxy runs this function
+        and nothing else of ours: on a busy proxy each Python call and attribute more costs
         several times what it does in a loop (the CPU's caches hold mitmproxy's work between
-        two events), so the checks are inline here rather than in the decoder's methods."""
-        general = self._feed
+        two events), so the checks are inline, and the counts of these reads are the
+        function's own (``events_in`` and the others add them up).
+
+        With a ``clock`` and ``spent``, the time reads take goes to ``spent``: each of the
+        first ``TIMED_READS`` reads and the end (``b""``), then one read in ``SAMPLE_EVERY``,
+        counted for that many (reading the clock costs as much as a common read)."""
+        general = general or self.feed_general
+        timing = clock is not None and spent is not None
+        now = clock or _no_clock
+        add = spent or _no_time
+        reads = mask = 0
+        events = size_in = size_out = 0
+
+        def took(started: int, chunk: bytes) -> None:
+            nonlocal mask
+            add((now() - started) * (SAMPLE_EVERY if mask and chunk else 1))
+            if reads >= TIMED_READS:
+                mask = SAMPLE_EVERY - 1
+
+        def timed(chunk: bytes) -> list[bytes]:
+            nonlocal reads
+            reads += 1
+            if reads & mask and chunk:
+                return general(chunk)
+            started = now()
+            out = general(chunk)
+            took(started, chunk)
+            return out
+
         if not self._track:
-            return general
+            return timed if timing else general
         if self._skip_run is not None:
             decoder: Any = self._decoder  # ``skippable_run``'s: it has a ``plain_frame``
 
             def skip(chunk: bytes) -> list[bytes]:
+                nonlocal reads, events, size_in
+                started = -1
+                if timing:
+                    reads += 1
+                    if not reads & mask or not chunk:
+                        started = now()
                 if self._between and (frame := decoder.plain_frame) is not None:
                     head, tail = frame
                     start = len(head)
-                    end = len(chunk) - len(tail)
+                    n = len(chunk)
+                    end = n - len(tail)
                     if (
                         end >= start
                         and chunk.startswith(head)
                         and chunk.endswith(tail)
                         and _UNQUOTED(chunk, start, end) is not None
                     ):
-                        n = len(chunk)
-                        self.events_in += 1
-                        self.skipped_decoding += 1
-                        self.bytes_in += n
-                        self.bytes_out += n
+                        events += 1
+                        size_in += n
+                        if started >= 0:
+                            took(started, chunk)
                         return [chunk]
-                return general(chunk)
+                out = general(chunk)
+                if started >= 0:
+                    took(started, chunk)
+                return out
 
+            self._lane_counts.append(lambda: (events, size_in, size_in, events))
             return skip
         framed = self._lane_decoder
         if framed is None:
-            return general
-        lane, sse = self._lane, self._text_sse
+            return timed if timing else general
+        lane = self._lane
+        alone = lane is not None and len(lane) <= 1  # at most one stage must see a plain text
+        take = lane[0][1] if lane and alone else None
+        keeper: Any = self._stages[lane[0][0]] if lane and alone else _NO_KEEPER
+        """The stage ``take`` is of; its ``text_sink`` when it has one (``Stage``)."""
+        write = self._text_sse or _no_text
+        encoder: Any = self._encoder  # its ``text_frame``, where it has one
+        inline = (
+            alone
+            and hasattr(keeper, "text_sink")
+            and self._text_sse is not None
+            and hasattr(encoder, "text_frame")
+        )
 
         def text(chunk: bytes) -> list[bytes]:
+            nonlocal reads, events, size_in, size_out
+            started = -1
+            if timing:
+                reads += 1
+                if not reads & mask or not chunk:
+                    started = now()
+            out: list[bytes] | None = None
             if self._between and (frame := framed.text_frame) is not None:
                 head, tail = frame
                 start = len(head)
                 end = len(chunk) - len(tail)
                 if end >= start and chunk.startswith(head) and chunk.endswith(tail):
-                    value: object
                     string = chunk[start - 1 : end + 1]  # the text's JSON string
+                    value: object = None
                     quoted: bytes | None = string
-                    if _PLAIN_ASCII(chunk, start, end) is not None:
-                        value = string[1:-1].decode("ascii")
-                    else:
-                        try:
-                            value = fast_loads(string)
-                        except REFUSED:
-                            value = None
+                    if _PLAIN_ASCII(chunk, start, end) is None:
+                        value = _json_value(string)
                         quoted = None  # written anew: as the way without the lane would
+                    elif (
+                        inline
+                        and end > start
+                        and (written := encoder.text_frame) is not None
+                        and (sink := keeper.text_sink) is not None
+                    ):
+                        sink(string)
+                        data = written[0] + string + written[1]
+                        events += 1
+                        size_in += len(chunk)
+                        size_out += len(data)
+                        out = [data]
+                    else:
+                        value = string[1:-1].decode("ascii")
                     if type(value) is str:
-                        self.bytes_in += len(chunk)
-                        if value and not lane and sse is not None:
-                            try:
-                                data = sse(value, quoted)
-                            except Exception as e:
-                                self.events_in += 1
-                                return self._fail(f"{type(e).__name__}: {e}", chunk)
-                            if data is not None:
-                                self.events_in += 1
-                                self.bytes_out += len(data)
-                                return [data]
-                        return self._run_text(value, 1, chunk)
-            return general(chunk)
+                        events += 1
+                        size_in += len(chunk)
+                        try:
+                            if not value:
+                                out = []
+                            elif alone and (take is None or take(value)):
+                                data = write(value, quoted)
+                                if data is None:
+                                    out = self._written(value)
+                                else:
+                                    size_out += len(data)
+                                    out = [data]
+                            else:
+                                out = self._lane_text(value)
+                        except Exception as e:
+                            out = self._fail(f"{type(e).__name__}: {e}", chunk)
+            if out is None:
+                out = general(chunk)
+            if started >= 0:
+                took(started, chunk)
+            return out
 
+        self._lane_counts.append(lambda: (events, size_in, size_out, 0))
         return text
 
     def _fast(self, chunk: bytes) -> list[bytes] | None:
@@ -368,8 +512,8 @@ class StreamProcessor:
         whole = start + chunk[:cut] if start else (chunk if cut == len(chunk) else chunk[:cut])
         if self._skip_run is not None and (n := self._skip_run(whole)):
             # Nothing in it anybody reads: the events go on as they came.
-            self.events_in += n
-            self.skipped_decoding += n
+            self._events_in += n
+            self._skipped_decoding += n
             self._events.saw_event()
             out = self._out([whole])
         elif self._text_run is not None and (run := self._text_run(whole)) is not None:
@@ -469,31 +613,40 @@ class StreamProcessor:
         return self._out(out)
 
     def _run_text(self, text: str, n: int, chunk: bytes) -> list[bytes]:
-        """``n`` plain text events read at once (``_text_run``, ``feed``), as one delta.
-        (The event decoder saw events already: the decoder learned its text frame from one.)"""
-        self.events_in += n
+        """``n`` plain text events read at once (``_text_run``), as one delta. (The event
+        decoder saw events already: the decoder learned its text frame from one.)"""
+        self._events_in += n
         if not text:
             return []
         try:
-            lane = self._lane
-            if lane is None:
-                return self._out(self._through([TextDelta(text)]))
-            for at, take in lane:
-                if not take(text):
-                    # This stage must see the event: it and the ones after it are fed it (the
-                    # ones before took the text and passed it on as it was).
-                    events: list[Event] = [TextDelta(text)]
-                    for stage in self._stages[at:]:
-                        events = _feed_all(stage, events)
-                    return self._out(self._encode(events))
-            sse = self._text_sse
-            if sse is not None and (data := sse(text, None)) is not None:
-                self.bytes_out += len(data)
-                return [data]
-            pairs = self._encoder.feed(TextDelta(text))
-            return self._out(self._frame(pairs)) if pairs else []
+            return self._lane_text(text)
         except Exception as e:
             return self._fail(f"{type(e).__name__}: {e}", chunk)
+
+    def _lane_text(self, text: str) -> list[bytes]:
+        """A plain text delta (not empty) shown to the stages of the text lane, or fed to the
+        ones that must see it, then written."""
+        lane = self._lane
+        if lane is None:
+            return self._out(self._through([TextDelta(text)]))
+        for at, take in lane:
+            if not take(text):
+                # This stage must see the event: it and the ones after it are fed it (the
+                # ones before took the text and passed it on as it was).
+                events: list[Event] = [TextDelta(text)]
+                for stage in self._stages[at:]:
+                    events = _feed_all(stage, events)
+                return self._out(self._encode(events))
+        return self._written(text)
+
+    def _written(self, text: str) -> list[bytes]:
+        """A plain text delta (not empty) the stages passed, through the encoder."""
+        sse = self._text_sse
+        if sse is not None and (data := sse(text, None)) is not None:
+            self._bytes_out += len(data)
+            return [data]
+        pairs = self._encoder.feed(TextDelta(text))
+        return self._out(self._frame(pairs)) if pairs else []
 
     def _coalesced(self, events: list[tuple[str, bytes]]) -> list[bytes]:
         """Events that arrived together: decoded, their runs of plain text (or thinking)
@@ -507,7 +660,7 @@ class StreamProcessor:
             for data, raw in events:
                 self._pending_raw += raw
                 if data:
-                    self.events_in += 1
+                    self._events_in += 1
                     decoded += self._decode(data, None)
             out = self._through(join_runs(decoded))
         except Exception as e:
@@ -520,7 +673,7 @@ class StreamProcessor:
         out: list[bytes] = []
         for i, (text, raw) in enumerate(items):
             try:
-                self.events_in += 1
+                self._events_in += 1
                 out.extend(self._through(self._decode(text, None)))
             except Exception as e:
                 rest = b"".join(r for _, r in items[i + 1 :])
@@ -540,7 +693,7 @@ class StreamProcessor:
         out: list[bytes] = []
         for frame in frames:
             try:
-                self.events_in += 1
+                self._events_in += 1
                 out.extend(self._through(self._decode(frame.text, frame.event)))
             except Exception as e:
                 return self._stop(f"{type(e).__name__}: {e}", out)
@@ -621,13 +774,13 @@ class StreamProcessor:
         """The end of a body that was not an event stream (another dialect): read whole."""
         body = bytes(self._body or b"")
         self._body = None
-        if self.events_in or self._whole is None or self._body_cut:
+        if self._events_in or self._whole is None or self._body_cut:
             quote = body[:200].decode("utf-8", "replace").strip()
             return self._stop(f"{NOT_A_STREAM}: {quote!r}")
         out: list[bytes] = []
         try:
             events = self._whole(body)
-            self.events_in += 1
+            self._events_in += 1
             out.extend(self._through(events))
             self._end(out, decoder=False)
         except Exception as e:
@@ -663,12 +816,12 @@ class StreamProcessor:
             # A named event without data carries nothing a dialect could decode.
             self._pending_raw.clear()
             return
-        self.events_in += 1
+        self._events_in += 1
         skippable = self._skippable
         if skippable is not None and item.event is None and skippable(item.data):
             out.append(bytes(self._pending_raw))
             self._pending_raw.clear()
-            self.skipped_decoding += 1
+            self._skipped_decoding += 1
             return
         out.extend(self._through(self._decode(item.data, item.event)))
         self._pending_raw.clear()
@@ -715,7 +868,7 @@ class StreamProcessor:
         data = b"".join(parts)
         if not data:
             return []
-        self.bytes_out += len(data)
+        self._bytes_out += len(data)
         return [data]
 
 

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from addon.dialects import DIALECTS
 from addon.outcome import FlowReport
-from addon.shell.rewrite import SAMPLE_EVERY, TIMED_READS, stream_callable
-from addon.stream.processor import StreamProcessor
+from addon.shell.rewrite import stream_callable
+from addon.stream.processor import SAMPLE_EVERY, TIMED_READS, StreamProcessor
 
 _CHUNK = (
     b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'

@@ -24,6 +24,7 @@ from addon.model import (
     ToolCallEnd,
     ToolCallStart,
 )
+from addon.stream.capture import CaptureStage
 from addon.stream.custom_tools import CustomToolStage
 from addon.stream.processor import StreamProcessor
 from addon.stream.repair import RepairStage
@@ -74,13 +75,16 @@ def events(draw: Any) -> Event:
     name=st.sampled_from(ENCODERS),
     seq=st.lists(events(), max_size=25),
     quoted=st.booleans(),
+    framed=st.booleans(),
 )
 def test_an_encoders_text_shortcut_writes_what_feed_writes(
-    name: str, seq: list[Event], quoted: bool
+    name: str, seq: list[Event], quoted: bool, framed: bool
 ) -> None:
     """Wherever ``text_sse`` answers, its bytes are ``feed``'s, and the two encoders stay in
     the same state: everything after comes out the same. Given the text's JSON string as
-    ``dumpb`` writes it (``quoted``), it writes that string."""
+    ``dumpb`` writes it (``quoted``), it writes that string. Wherever the encoder has a
+    ``text_frame``, a text written into it by the caller (``framed``, encoder untouched) is
+    ``feed``'s bytes too, and nothing after changes."""
     short, long = DIALECTS[name].stream_encoder(), DIALECTS[name].stream_encoder()
     fast = getattr(short, "text_sse", None)
     assert fast is not None, f"{name} has no text shortcut"
@@ -89,11 +93,32 @@ def test_an_encoders_text_shortcut_writes_what_feed_writes(
         got = None
         if type(event) is TextDelta and not event.extra:
             string = dumpb(event.text) if quoted else None
-            got = fast(event.text, string)
+            frame = getattr(short, "text_frame", None)
+            if framed and frame is not None and event.text:
+                got = frame[0] + dumpb(event.text) + frame[1]
+            else:
+                got = fast(event.text, string)
         if got is None:
             got = b"".join(encode_pairs(short.feed(event)))
         assert got == expected, event
     assert encode_pairs(short.finish()) == encode_pairs(long.finish())
+
+
+@pytest.mark.parametrize("name", ["openai_chat", "anthropic", "gemini"])
+def test_a_plain_text_stream_is_written_in_the_encoders_frame(name: str) -> None:
+    """The encoders of these dialects have a ``text_frame`` after their first plain text (the
+    text lane then writes the others itself); the next ``feed`` of something else drops it
+    where the frame may change."""
+    encoder: Any = DIALECTS[name].stream_encoder()
+    for event in (MessageStart("openai_chat", id="c", model="m"), TextDelta("Hi")):
+        pairs = encoder.feed(event)
+    assert encoder.text_frame is None
+    assert encoder.text_sse("there", None) is not None
+    frame = encoder.text_frame
+    assert frame is not None and b"".join(encode_pairs(pairs)).startswith(frame[0][:20])
+    encoder.feed(ToolCallStart(0, "call_1", "read", "{}"))
+    if name != "openai_chat":  # a chat chunk's frame is the envelope's: it stays
+        assert encoder.text_frame is None
 
 
 @settings(max_examples=300, deadline=None)
@@ -323,5 +348,63 @@ def test_a_read_of_one_event_says_what_the_line_decoder_says(
     if lane._track:  # a route with a lane (not same-dialect without raw_ok)
         assert len(general) < len(chunks), "a lane was taken (at least by 'there ')"
     assert (lane.error is None) == (slow.error is None)
+    assert lane.events_in == slow.events_in
+    assert lane.bytes_in == slow.bytes_in and lane.bytes_out == slow.bytes_out
+
+
+class _Records:
+    """A reasoning store's view: what a capture stage wrote."""
+
+    def __init__(self) -> None:
+        self.puts: list[tuple[str, str, Any]] = []
+
+    def put(self, kind: str, key: str, value: Any) -> None:
+        self.puts.append((kind, key, value))
+
+    def get(self, kind: str, key: str) -> None:
+        return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    client=st.sampled_from(ENCODERS),
+    bodies=st.lists(st.sampled_from(_RAW_BODIES), min_size=1, max_size=8),
+    thinking=st.booleans(),
+)
+def test_the_lane_shows_the_capture_stage_the_text_the_long_way_shows_it(
+    client: str, bodies: list[bytes], thinking: bool
+) -> None:
+    """The reasoning store's capture stage on the text lane: by ``take_text`` or, text after
+    text, by its ``text_sink`` (a plain text's JSON string, read when the turn is written). It
+    writes the same records as when every read goes the long way, and the client gets the
+    same bytes. (With reasoning first, the turn's record is keyed by its visible text.)"""
+    same = client == "openai_chat"
+    reasoning = _CHUNK.replace(b'{"content":%s}', b'{"reasoning_content":"Let me see."}')
+    chunks = _stream(["Hi ", "there "])
+    if thinking:
+        chunks.insert(1, reasoning)
+    body = [_CHUNK % (b'"' + raw + b'"') for raw in bodies]
+    at = 4 if thinking else 3
+    chunks[at:at] = body
+    seen: list[_Records] = []
+
+    def processor() -> StreamProcessor:
+        records = _Records()
+        seen.append(records)
+        return _from_openai(client, [CaptureStage(records)], coalesce=not same)
+
+    lane, slow = processor(), processor()
+    got = b"".join(b for c in chunks[:-2] for b in lane.feed(c))
+    # No event lost, and no line that is not SSE (the body is then read whole at its end).
+    intact = lane.error is None and not lane.skipped and lane._body is None
+    if client in ("anthropic", "gemini") and bodies[0] == b"plain" and intact:  # text after text
+        turn = lane._stages[0].turn  # type: ignore[attr-defined]
+        assert b'"plain"' in turn.texts, "the text lane gave a text to the sink"
+    got += b"".join(b for c in chunks[-2:] for b in lane.feed(c)) + b"".join(lane.finish())
+    whole = b"".join(chunks)
+    want = b"".join(b for i in range(len(whole)) for b in slow.feed(whole[i : i + 1]))
+    assert got == want + b"".join(slow.finish())
+    assert seen[0].puts == seen[1].puts
+    assert bool(seen[0].puts) == thinking
     assert lane.events_in == slow.events_in
     assert lane.bytes_in == slow.bytes_in and lane.bytes_out == slow.bytes_out

@@ -178,9 +178,11 @@ class AnthropicStreamEncoder:
 
     def __init__(self) -> None:
         self._done = False
-        self._text_head: tuple[int, bytes] = (-1, b"")
-        """The text lane's head of a delta event (``_TEXT_HEAD``) and the block index it is
-        for (``text_sse``); it depends on nothing else."""
+        self._text_head: tuple[int, tuple[bytes, bytes]] = (-1, (b"", b""))
+        """The block index and the frame of a text delta event in it (``_TEXT_HEAD``,
+        ``_TEXT_TAIL``) for ``text_sse``; it depends on nothing else."""
+        self.text_frame: tuple[bytes, bytes] | None = None
+        """That frame from ``text_sse`` until the next ``feed`` (``StreamEncoder``)."""
         self._reset()
 
     def _reset(self) -> None:
@@ -374,13 +376,15 @@ class AnthropicStreamEncoder:
         block = self._open
         if self._done or block is None or block[0] != "text":
             return None
-        head = self._text_head
-        if head[0] != block[1]:
-            head = self._text_head = (block[1], _TEXT_HEAD % block[1])
-        return head[1] + (dumpb(text) if quoted is None else quoted) + _TEXT_TAIL
+        known = self._text_head
+        if known[0] != block[1]:
+            known = self._text_head = (block[1], (_TEXT_HEAD % block[1], _TEXT_TAIL))
+        frame = self.text_frame = known[1]
+        return frame[0] + (dumpb(text) if quoted is None else quoted) + frame[1]
 
     def feed(self, event: Event) -> Out:
         out: Out = []
+        self.text_frame = None
         if self._done:
             return out
         match event:
@@ -440,6 +444,7 @@ class AnthropicStreamEncoder:
         return out
 
     def finish(self) -> Out:
+        self.text_frame = None
         if self._done:
             return []
         self._done = True

@@ -507,22 +507,25 @@ class GeminiStreamEncoder:
         self._calls: dict[int, _Pending] = {}
         self._finish: Finish | None = None
         self._usage: Usage | None = None
-        self._text_frame: tuple[bytes, bytes] | None = None
+        self._frame: tuple[bytes, bytes] | None = None
         """A one-text-part chunk's SSE bytes before and after the text (``text_sse``); what it
         holds (envelope, wrapper) changes only at ``MessageStart``, which forgets it."""
+        self.text_frame: tuple[bytes, bytes] | None = None
+        """That frame from ``text_sse`` until the next ``feed`` (``StreamEncoder``)."""
 
     def text_sse(self, text: str, quoted: bytes | None = None) -> bytes | None:
         """``feed(TextDelta(text))`` as SSE bytes while no thought signature waits for a part
         (``StreamEncoder``)."""
         if self._done or self._writer.pending:
             return None
-        frame = self._text_frame
+        frame = self._frame
         if frame is None:
             # The candidates come before the envelope: the first text is the part's.
             frame = sse_text_frame(self._chunk([{"text": ""}])[1], '{"text":""')
             if frame is None:
                 return None
-            self._text_frame = frame
+            self._frame = frame
+        self.text_frame = frame
         return frame[0] + (dumpb(text) if quoted is None else quoted) + frame[1]
 
     def _chunk(
@@ -558,11 +561,12 @@ class GeminiStreamEncoder:
         return self._chunks(parts, call.extra)
 
     def feed(self, event: Event) -> Out:
+        self.text_frame = None
         if self._done:
             return []
         match event:
             case MessageStart():
-                self._text_frame = None
+                self._frame = None
                 self._same = event.origin == NAME
                 self._writer.same = self._same
                 if self._same:
@@ -624,6 +628,7 @@ class GeminiStreamEncoder:
                 assert_never(event)
 
     def finish(self) -> Out:
+        self.text_frame = None
         if self._done:
             return []
         self._done = True

@@ -399,9 +399,10 @@ class OpenAIChatStreamEncoder:
         self._same = False
         self._done = False
         self._started = False
-        self._text_frame: tuple[bytes, bytes] | None = None
-        """A text chunk's SSE bytes before and after its content string (``text_sse``); the
-        envelope it holds changes only at ``MessageStart``, which forgets it."""
+        self.text_frame: tuple[bytes, bytes] | None = None
+        """A text chunk's SSE bytes before and after its content string, once ``text_sse``
+        wrote one (``StreamEncoder``); the envelope it holds changes only at ``MessageStart``,
+        which forgets it."""
         self._failed = False
         """An error went out: no ``[DONE]`` made up at the end (an OpenAI client would take
         the stream for complete); only the upstream's own ``[DONE]`` is passed on."""
@@ -425,7 +426,7 @@ class OpenAIChatStreamEncoder:
 
     def text_sse(self, text: str, quoted: bytes | None = None) -> bytes | None:
         """``feed(TextDelta(text))`` as SSE bytes (``StreamEncoder``)."""
-        frame = self._text_frame
+        frame = self.text_frame
         if frame is None:
             # The delta comes after the envelope: the last content is the delta's.
             frame = sse_text_frame(
@@ -433,13 +434,13 @@ class OpenAIChatStreamEncoder:
             )
             if frame is None:
                 return None
-            self._text_frame = frame
+            self.text_frame = frame
         return frame[0] + (dumpb(text) if quoted is None else quoted) + frame[1]
 
     def feed(self, event: Event) -> list[tuple[str | None, str]]:
         match event:
             case MessageStart():
-                self._text_frame = None
+                self.text_frame = None
                 self._same = event.origin == NAME
                 if self._same:
                     known = {"id": event.id, "model": event.model, "created": event.created}
