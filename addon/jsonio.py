@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -132,3 +133,9 @@ def same(a: Any, b: Any, budget: int) -> bool:
         elif x != y:
             return False
     return True
+
+
+def join_texts(parts: Iterable[str | bytes]) -> str:
+    """Texts joined: strings as they are, and plain texts kept as their JSON strings
+    (printable ASCII without a backslash, quotes included), read as such."""
+    return "".join(p if isinstance(p, str) else p[1:-1].decode("ascii") for p in parts)

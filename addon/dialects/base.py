@@ -36,7 +36,9 @@ class StreamEncoder(Protocol):
     that ``feed`` of a plain ``TextDelta(text)`` (``text`` not empty) would give, with the same
     change of state, when that is a fast path (a text block already open); None, with nothing
     done, when it is not. ``quoted``, when given, is ``dumpb(text)``: the JSON string the
-    caller had already (the upstream's, read as it was), written as it is.
+    caller had already (the upstream's, read as it was), written as it is; with a plain text
+    (printable ASCII without a backslash) ``text`` may be None, the encoder reading it from
+    ``quoted`` if it needs it.
 
     Optional with it: ``text_frame: tuple[bytes, bytes] | None``, the bytes ``text_sse`` last
     wrote before and after a text's JSON string, for as long as the next plain text would get

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from addon.dialects.gemini.response import CALL_SIGNATURE, call_signature
+from addon.jsonio import join_texts
 from addon.model import (
     JSON,
     Event,
@@ -246,7 +247,7 @@ class TurnRecorder:
             if rec and c.id:
                 sink.put(KIND_CALL, c.id, rec.to_json())
         if not self.calls:
-            text = "".join(t if isinstance(t, str) else t[1:-1].decode("ascii") for t in self.texts)
+            text = join_texts(self.texts)
             rec = Record(thinking, self.trailing, {}, message_extra)
             if rec and text.strip():
                 sink.put(KIND_TEXT, text_key(text), rec.to_json())

@@ -112,7 +112,7 @@ def _no_time(ns: int) -> None:
     pass
 
 
-def _no_text(text: str, quoted: bytes | None) -> bytes | None:
+def _no_text(text: str | None, quoted: bytes | None) -> bytes | None:
     return None
 
 
@@ -228,7 +228,7 @@ class StreamProcessor:
         """Binary framing only: the client's stream was ended with an error; later bytes are
         dropped (binary frames are never given to a client raw)."""
         self._writer = JsonArrayWriter() if framing_out == "json_array" else None
-        self._text_sse: Callable[[str, bytes | None], bytes | None] | None = (
+        self._text_sse: Callable[[str | None, bytes | None], bytes | None] | None = (
             getattr(encoder, "text_sse", None) if self._writer is None else None
         )
         """The encoder's fast path for plain text (``StreamEncoder``), SSE framing only."""
@@ -428,13 +428,16 @@ class StreamProcessor:
         keeper: Any = self._stages[lane[0][0]] if lane and alone else _NO_KEEPER
         """The stage ``take`` is of; its ``text_sink`` when it has one (``Stage``)."""
         write = self._text_sse or _no_text
-        encoder: Any = self._encoder  # its ``text_frame``, where it has one
+        encoder: Any = self._encoder  # its ``text_frame``
         inline = (
             alone
             and hasattr(keeper, "text_sink")
             and self._text_sse is not None
             and hasattr(encoder, "text_frame")
         )
+        """A plain text may be taken without being decoded: given as its JSON string to the
+        stage that must see it (``text_sink``) and to the encoder (into its ``text_frame``, or
+        to ``text_sse`` without the text)."""
 
         def text(chunk: bytes) -> list[bytes]:
             nonlocal reads, events, size_in, size_out
@@ -455,18 +458,26 @@ class StreamProcessor:
                     if _PLAIN_ASCII(chunk, start, end) is None:
                         value = _json_value(string)
                         quoted = None  # written anew: as the way without the lane would
-                    elif (
-                        inline
-                        and end > start
-                        and (written := encoder.text_frame) is not None
-                        and (sink := keeper.text_sink) is not None
-                    ):
-                        sink(string)
-                        data = written[0] + string + written[1]
-                        events += 1
-                        size_in += len(chunk)
-                        size_out += len(data)
-                        out = [data]
+                    elif inline and end > start and (sink := keeper.text_sink) is not None:
+                        written = encoder.text_frame
+                        try:
+                            data = (
+                                written[0] + string + written[1]
+                                if written is not None
+                                else write(None, string)
+                            )
+                        except Exception as e:
+                            events += 1
+                            size_in += len(chunk)
+                            data, out = None, self._fail(f"{type(e).__name__}: {e}", chunk)
+                        if data is not None:
+                            sink(string)
+                            events += 1
+                            size_in += len(chunk)
+                            size_out += len(data)
+                            out = [data]
+                        elif out is None:
+                            value = string[1:-1].decode("ascii")
                     else:
                         value = string[1:-1].decode("ascii")
                     if type(value) is str:

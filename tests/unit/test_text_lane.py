@@ -4,6 +4,7 @@ that pass it (``passes_text``) or take it (``take_text``), and encoders that wri
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -37,6 +38,8 @@ ORIGINS = ("openai_chat", "anthropic", "openai_responses", "gemini")
 ENCODERS = ("openai_chat", "anthropic", "openai_responses", "gemini")
 
 texts = st.text(min_size=1, max_size=20) | st.sampled_from(["a", "\u00e9\u4e2d", '"\\', "\ud800"])
+_PLAIN = re.compile(r"[ !#-\[\]-~]+")
+"""A plain text: printable ASCII without a quote or a backslash."""
 
 
 @st.composite
@@ -82,7 +85,8 @@ def test_an_encoders_text_shortcut_writes_what_feed_writes(
 ) -> None:
     """Wherever ``text_sse`` answers, its bytes are ``feed``'s, and the two encoders stay in
     the same state: everything after comes out the same. Given the text's JSON string as
-    ``dumpb`` writes it (``quoted``), it writes that string. Wherever the encoder has a
+    ``dumpb`` writes it (``quoted``), it writes that string (and reads a plain text from it:
+    no ``text`` then). Wherever the encoder has a
     ``text_frame``, a text written into it by the caller (``framed``, encoder untouched) is
     ``feed``'s bytes too, and nothing after changes."""
     short, long = DIALECTS[name].stream_encoder(), DIALECTS[name].stream_encoder()
@@ -96,6 +100,8 @@ def test_an_encoders_text_shortcut_writes_what_feed_writes(
             frame = getattr(short, "text_frame", None)
             if framed and frame is not None and event.text:
                 got = frame[0] + dumpb(event.text) + frame[1]
+            elif string is not None and _PLAIN.fullmatch(event.text):
+                got = fast(None, string)  # the encoder reads the plain text from its string
             else:
                 got = fast(event.text, string)
         if got is None:

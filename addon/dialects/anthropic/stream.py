@@ -371,7 +371,7 @@ class AnthropicStreamEncoder:
 
     # ------------------------------------------------------------------ events
 
-    def text_sse(self, text: str, quoted: bytes | None = None) -> bytes | None:
+    def text_sse(self, text: str | None, quoted: bytes | None = None) -> bytes | None:
         """``feed(TextDelta(text))`` as SSE bytes while a text block is open (``StreamEncoder``)."""
         block = self._open
         if self._done or block is None or block[0] != "text":

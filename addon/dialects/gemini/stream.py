@@ -513,7 +513,7 @@ class GeminiStreamEncoder:
         self.text_frame: tuple[bytes, bytes] | None = None
         """That frame from ``text_sse`` until the next ``feed`` (``StreamEncoder``)."""
 
-    def text_sse(self, text: str, quoted: bytes | None = None) -> bytes | None:
+    def text_sse(self, text: str | None, quoted: bytes | None = None) -> bytes | None:
         """``feed(TextDelta(text))`` as SSE bytes while no thought signature waits for a part
         (``StreamEncoder``)."""
         if self._done or self._writer.pending:

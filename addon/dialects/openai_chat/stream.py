@@ -424,7 +424,7 @@ class OpenAIChatStreamEncoder:
             chunk["choices"] = [choice]
         return dumps(chunk)
 
-    def text_sse(self, text: str, quoted: bytes | None = None) -> bytes | None:
+    def text_sse(self, text: str | None, quoted: bytes | None = None) -> bytes | None:
         """``feed(TextDelta(text))`` as SSE bytes (``StreamEncoder``)."""
         frame = self.text_frame
         if frame is None:

@@ -54,7 +54,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from addon.jsonio import dumpb, dumps, loads
+from addon.jsonio import dumpb, dumps, join_texts, loads
 from addon.model import (
     JSON,
     Event,
@@ -114,7 +114,8 @@ class _Message:
     parts: list[JSON] = field(default_factory=list)
     kind: Literal["text", "refusal"] | None = None
     """The kind of the open content part (the last of ``parts``), None when none is open."""
-    chunks: list[str] = field(default_factory=list)
+    chunks: list[str | bytes] = field(default_factory=list)
+    """The open part's text: strings, and plain texts as their JSON strings (``text_sse``)."""
     text_head: tuple[int, bytes] = (-1, b"")
     """The text lane's head of a delta event (``_TEXT_HEAD``) and the content part it is for,
     written once per part (``text_sse``)."""
@@ -145,6 +146,9 @@ class OpenAIResponsesStreamEncoder:
 
     def __init__(self) -> None:
         self._seq = 0
+        self._open_text: tuple[list[str | bytes], bytes] | None = None
+        """The open text part's chunks and the head of a delta in it, from ``text_sse`` until
+        the next ``feed`` or ``finish``."""
         self._started = False
         self._done = False
         self._same = False
@@ -228,7 +232,7 @@ class OpenAIResponsesStreamEncoder:
         return m
 
     def _part_json(self, m: _Message) -> JSON:
-        text = "".join(m.chunks)
+        text = join_texts(m.chunks)
         m.chunks[:] = [text]
         if m.kind == "refusal":
             return {"type": "refusal", "refusal": text}
@@ -476,21 +480,33 @@ class OpenAIResponsesStreamEncoder:
 
     # ------------------------------------------------------------------ events
 
-    def text_sse(self, text: str, quoted: bytes | None = None) -> bytes | None:
+    text_frame: tuple[bytes, bytes] | None = None
+    """Never one: each delta has its own sequence number (``StreamEncoder``)."""
+
+    def text_sse(self, text: str | None, quoted: bytes | None = None) -> bytes | None:
         """``feed(TextDelta(text))`` as SSE bytes while a text part is open (``StreamEncoder``)."""
-        m = self._message
-        if self._done or not self._started or m is None or m.kind != "text":
+        known = self._open_text
+        if known is None:
+            m = self._message
+            if self._done or not self._started or m is None or m.kind != "text":
+                return None
+            head, part = m.text_head, len(m.parts) - 1
+            if head[0] != part:
+                head = m.text_head = (part, _TEXT_HEAD % (dumpb(m.id), m.index, part))
+            known = self._open_text = (m.chunks, head[1])
+        if text is not None:
+            known[0].append(text)
+        elif quoted is not None:
+            known[0].append(quoted)
+        else:
             return None
-        m.chunks.append(text)
         seq = self._seq
         self._seq = seq + 1
-        head, part = m.text_head, len(m.parts) - 1
-        if head[0] != part:
-            head = m.text_head = (part, _TEXT_HEAD % (dumpb(m.id), m.index, part))
-        return head[1] + (dumpb(text) if quoted is None else quoted) + _TEXT_TAIL % seq
+        return known[1] + (dumpb(text) if quoted is None else quoted) + _TEXT_TAIL % seq
 
     def feed(self, event: Event) -> Out:
         out: Out = []
+        self._open_text = None
         if self._done:
             return out
         match event:
@@ -575,6 +591,7 @@ class OpenAIResponsesStreamEncoder:
         self._done = True
 
     def finish(self) -> Out:
+        self._open_text = None
         if self._done:
             return []
         out: Out = []
