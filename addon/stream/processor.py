@@ -142,9 +142,10 @@ class Stage(Protocol):
     when it must be fed the event. A stage with neither always gets the event.
 
     With ``take_text``, optional: ``text_sink``, None or a function that takes a plain text as
-    its JSON string (printable ASCII without a backslash, quotes included) and records it as
-    ``take_text`` would; it stays valid until the stage's next ``feed``, ``take_text`` or
-    ``finish``, which sets it anew. The text lane then does without ``take_text``."""
+    its JSON string (printable ASCII without a backslash, quotes included) as ``take_text``
+    would (False: not taken, nothing done); it stays valid until the stage's next ``feed``,
+    ``take_text`` or ``finish``, which sets it anew. The text lane then does without
+    ``take_text``. A stage may keep it on another object, its ``keeper``."""
 
     def feed(self, event: Event) -> list[Event]: ...
     def finish(self) -> list[Event]: ...
@@ -424,9 +425,16 @@ class StreamProcessor:
             return timed if timing else general
         lane = self._lane
         alone = lane is not None and len(lane) <= 1  # at most one stage must see a plain text
-        take = lane[0][1] if lane and alone else None
-        keeper: Any = self._stages[lane[0][0]] if lane and alone else _NO_KEEPER
-        """The stage ``take`` is of; its ``text_sink`` when it has one (``Stage``)."""
+        take = lane[0][1] if lane and len(lane) <= 2 else None
+        then = lane[1][1] if lane and len(lane) == 2 else None
+        """The ``take_text`` of the first two stages that must see a plain text (the reasoning
+        store's capture, a text protocol's parser), when there are no more than two."""
+        few = lane is not None and len(lane) <= 2
+        keeper: Any = _NO_KEEPER
+        """Where the one stage that must see a plain text keeps its ``text_sink`` (``Stage``)."""
+        if lane and alone:
+            stage: Any = self._stages[lane[0][0]]
+            keeper = getattr(stage, "keeper", stage)
         write = self._text_sse or _no_text
         encoder: Any = self._encoder  # its ``text_frame``
         inline = (
@@ -458,26 +466,25 @@ class StreamProcessor:
                     if _PLAIN_ASCII(chunk, start, end) is None:
                         value = _json_value(string)
                         quoted = None  # written anew: as the way without the lane would
-                    elif inline and end > start and (sink := keeper.text_sink) is not None:
+                    elif (
+                        inline
+                        and end > start
+                        and (sink := keeper.text_sink) is not None
+                        and sink(string) is not False
+                    ):
+                        events += 1
+                        size_in += len(chunk)
                         written = encoder.text_frame
                         try:
-                            data = (
-                                written[0] + string + written[1]
-                                if written is not None
-                                else write(None, string)
-                            )
+                            if written is not None:
+                                data = written[0] + string + written[1]
+                            elif (data := write(None, string)) is None:
+                                out = self._written(string[1:-1].decode("ascii"))
+                            if data is not None:
+                                size_out += len(data)
+                                out = [data]
                         except Exception as e:
-                            events += 1
-                            size_in += len(chunk)
-                            data, out = None, self._fail(f"{type(e).__name__}: {e}", chunk)
-                        if data is not None:
-                            sink(string)
-                            events += 1
-                            size_in += len(chunk)
-                            size_out += len(data)
-                            out = [data]
-                        elif out is None:
-                            value = string[1:-1].decode("ascii")
+                            out = self._fail(f"{type(e).__name__}: {e}", chunk)
                     else:
                         value = string[1:-1].decode("ascii")
                     if type(value) is str:
@@ -486,15 +493,17 @@ class StreamProcessor:
                         try:
                             if not value:
                                 out = []
-                            elif alone and (take is None or take(value)):
+                            elif not few or (take is not None and not take(value)):
+                                out = self._lane_text(value)
+                            elif then is not None and not then(value):
+                                out = self._lane_text(value, 1)  # the first stage took it
+                            else:
                                 data = write(value, quoted)
                                 if data is None:
                                     out = self._written(value)
                                 else:
                                     size_out += len(data)
                                     out = [data]
-                            else:
-                                out = self._lane_text(value)
                         except Exception as e:
                             out = self._fail(f"{type(e).__name__}: {e}", chunk)
             if out is None:
@@ -634,13 +643,14 @@ class StreamProcessor:
         except Exception as e:
             return self._fail(f"{type(e).__name__}: {e}", chunk)
 
-    def _lane_text(self, text: str) -> list[bytes]:
+    def _lane_text(self, text: str, taken: int = 0) -> list[bytes]:
         """A plain text delta (not empty) shown to the stages of the text lane, or fed to the
-        ones that must see it, then written."""
+        ones that must see it, then written. ``taken``: how many of the lane's stages took it
+        already."""
         lane = self._lane
         if lane is None:
             return self._out(self._through([TextDelta(text)]))
-        for at, take in lane:
+        for at, take in lane[taken:]:
             if not take(text):
                 # This stage must see the event: it and the ones after it are fed it (the
                 # ones before took the text and passed it on as it was).

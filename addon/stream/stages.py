@@ -35,13 +35,13 @@ class TextToolStage:
 
     def __init__(self, parser: TextProtocolParser) -> None:
         self.parser = parser
+        self.take_text = parser.take_text
+        """Plain text the parser passes on as it is (``TextProtocolParser.take_text``)."""
+        self.keeper = parser
+        """Where the text lane finds this stage's ``text_sink`` (``Stage``)."""
         self._flushed = False
         self._indexes: dict[tuple[bool, int], int] = {}
         """(parsed, index as it came) → the index the client sees."""
-
-    def take_text(self, text: str) -> bool:
-        """Plain text the parser passes on as it is (see ``TextProtocolParser.take_text``)."""
-        return self.parser.take_text(text)
 
     def feed(self, event: Event) -> list[Event]:
         if isinstance(event, TextDelta):

@@ -123,6 +123,17 @@ class TextProtocolParser:
         self._firsts = re.compile("[" + "".join(map(re.escape, firsts)) + "]") if firsts else None
         """The first characters of the markers: text without any of them holds no marker and
         ends in no part of one."""
+        ascii_firsts = all(c.isascii() for c in firsts)
+        self._firsts_raw = (
+            re.compile(b"[" + b"".join(re.escape(c.encode()) for c in firsts) + b"]").search
+            if firsts and ascii_firsts
+            else None
+        )
+        """The same for a plain text's JSON string (``text_sink``)."""
+        self.text_sink: Callable[[bytes], bool] | None = None
+        """While ``take_text`` would take any text without a marker's first character (after
+        it took one, until the next ``feed`` or ``finish``): ``take_text`` for a plain text
+        given as its JSON string (printable ASCII without a backslash, quotes included)."""
         self._state = State.TEXT
         self._held = ""  # TEXT/THINK: a suffix that may begin a marker
         self._closer = ""  # THINK: the closing tag we wait for
@@ -134,6 +145,7 @@ class TextProtocolParser:
     # ------------------------------------------------------------------ public
 
     def feed(self, text: str) -> list[Event]:
+        self.text_sink = None
         out: list[Event] = []
         if text and not self._finished:
             self._run(text, out)
@@ -151,9 +163,17 @@ class TextProtocolParser:
             or self._finished
         ):
             return False
-        return self._firsts is None or self._firsts.search(text) is None
+        if self._firsts is not None and self._firsts.search(text) is not None:
+            return False
+        if self.text_sink is None and (self._firsts is None or self._firsts_raw is not None):
+            self.text_sink = self._take_quoted
+        return True
+
+    def _take_quoted(self, quoted: bytes) -> bool:
+        return self._firsts_raw is None or self._firsts_raw(quoted) is None
 
     def finish(self) -> list[Event]:
+        self.text_sink = None
         if self._finished:
             return []
         self._finished = True

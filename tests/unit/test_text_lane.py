@@ -158,7 +158,8 @@ def test_the_parser_takes_only_text_it_would_pass_unchanged(
     protocol: str | None, parts: list[str]
 ) -> None:
     """Where ``take_text`` says yes, ``feed`` says exactly ``[TextDelta(text)]``; where it says
-    no, nothing changed: the parser goes on as if it had not been asked."""
+    no, nothing changed: the parser goes on as if it had not been asked. Where it has a
+    ``text_sink``, that says what ``take_text`` says of a plain text's JSON string."""
 
     def parser() -> TextProtocolParser:
         return TextProtocolParser(
@@ -168,14 +169,20 @@ def test_the_parser_takes_only_text_it_would_pass_unchanged(
             ids=lambda n: f"call_{n}",
         )
 
-    asked, plain = parser(), parser()
+    asked, plain, told = parser(), parser(), parser()
     for text in parts:
         expected = plain.feed(text)
         if asked.take_text(text):
             assert expected == [TextDelta(text)]
         else:
             assert asked.feed(text) == expected
-    assert asked.finish() == plain.finish()
+        sink = told.text_sink
+        took = told.take_text(text)
+        if sink is not None and _PLAIN.fullmatch(text):
+            assert sink(dumpb(text)) == took
+        if not took:
+            told.feed(text)
+    assert asked.finish() == plain.finish() == told.finish()
 
 
 _CHUNK = (
