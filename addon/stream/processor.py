@@ -855,8 +855,17 @@ class StreamProcessor:
 
     def _encode(self, events: Iterable[Event]) -> list[bytes]:
         out: list[bytes] = []
-        feed, frame = self._encoder.feed, self._frame
+        feed, frame, sse = self._encoder.feed, self._frame, self._text_sse
         for event in events:
+            if (
+                sse is not None
+                and type(event) is TextDelta
+                and event.text
+                and not event.extra
+                and (data := sse(event.text, None)) is not None
+            ):
+                out.append(data)  # a plain text (the text runs of reads that came together)
+                continue
             pairs = feed(event)
             if pairs:
                 out.extend(frame(pairs))
