@@ -71,7 +71,7 @@ class FlowReport:
     """The status the client got, when known."""
     spent_ns: int = 0
     """Time spent in the bridge's hooks and stream callable for this flow (a long stream's
-    reads after its first ones sampled: ``shell.rewrite.stream_callable``)."""
+    reads after its first ones sampled: ``StreamProcessor.reader``)."""
     retries: Counter[str] = field(default_factory=Counter)
     """Retries by kind (``required_tool``, ``staged``)."""
     counts: dict[str, int] = field(default_factory=dict)
