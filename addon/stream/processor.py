@@ -347,9 +347,10 @@ class StreamProcessor:
         frame the decoder learned (its head, one JSON string's content, its tail: a plain text
         chunk). On a route where nobody reads such a chunk (``_skip_run``; the decoder's
         ``plain_frame``) it passes as its bytes; elsewhere (the lane decoder's ``text_frame``)
-        its text takes the text lane without the line and event decoders and, where no stage
-        must see it and the encoder has the frame it writes a text in (its ``text_frame``),
-        the upstream's JSON string goes into that frame as it is. What lies between the frame's
+        its text takes the text lane without the line and event decoders and, where at most
+        one stage must see it and takes it as its JSON string (``text_sink``), that string goes
+        to the stage and into the frame the encoder writes a text in (``text_frame``), or to its
+        ``text_sse``, undecoded. What lies between the frame's
         ends is checked by one regular expression: no quote, no control character (so one
         line, one event) and, for the text taken as it is, printable ASCII without a backslash
         (the text itself, as ``dumpb`` would write it); any other text is read by msgspec,

@@ -31,20 +31,30 @@ class Clock:
         return self.now
 
 
-def processor() -> StreamProcessor:
+def processor(way: str) -> StreamProcessor:
+    """A stream whose reads of one event take the text lane (another dialect), the skip lane
+    (the same dialect, nothing to change) or the general way (the same dialect otherwise)."""
+    client = "anthropic" if way == "text" else "openai_chat"
     return StreamProcessor(
         DIALECTS["openai_chat"].stream_decoder(),
-        DIALECTS["anthropic"].stream_encoder(),
-        same_dialect=False,
+        DIALECTS[client].stream_encoder(),
+        same_dialect=client == "openai_chat",
+        raw_ok=way == "skip",
     )
 
 
 @settings(max_examples=60, deadline=None)
-@given(reads=st.integers(0, 600), step=st.integers(1, 10_000))
-def test_the_time_of_a_stream_is_its_reads_time_within_one_sample(reads: int, step: int) -> None:
+@given(
+    reads=st.integers(0, 600),
+    step=st.integers(1, 10_000),
+    way=st.sampled_from(["text", "skip", "general"]),
+)
+def test_the_time_of_a_stream_is_its_reads_time_within_one_sample(
+    reads: int, step: int, way: str
+) -> None:
     report = FlowReport("r", "rewritten")
     clock = Clock(step)
-    stream = stream_callable(processor(), "test", report, clock=clock)
+    stream = stream_callable(processor(way), "test", report, clock=clock)
     for i in range(reads):
         assert stream(_CHUNK % i)
     stream(b"")
