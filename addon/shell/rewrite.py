@@ -808,7 +808,6 @@ def stream_callable(
         try:
             out = feed(data) if data else finish()
         except Exception as e:
-            reported = True
             out = failed(data, e)
         if processor.error and not reported:
             reported = True
@@ -826,7 +825,9 @@ def stream_callable(
 
     def failed(data: bytes, e: Exception) -> list[bytes]:
         """A bug in the processor itself: never eat the user's stream, never hand a client
-        another dialect's bytes."""
+        another dialect's bytes. One log line says so."""
+        nonlocal reported
+        reported = True
         same = processor.same_dialect
         log.error(
             "%s: stream rewrite failed (%s: %s); %s",
@@ -846,4 +847,4 @@ def stream_callable(
             return [chunk] if chunk else []
         return out
 
-    return processor.reader(general, clock, spent)
+    return processor.reader(general, clock, spent, failed)

@@ -338,6 +338,7 @@ class StreamProcessor:
         general: Callable[[bytes], list[bytes]] | None = None,
         clock: Callable[[], int] | None = None,
         spent: Callable[[int], None] | None = None,
+        failed: Callable[[bytes, Exception], list[bytes]] | None = None,
     ) -> Callable[[bytes], list[bytes]]:
         """A function for each read of the body (``feed``; the shell's stream callable): the
         common read taken in one flat function, every other read by ``general`` (default:
@@ -362,7 +363,9 @@ class StreamProcessor:
 
         With a ``clock`` and ``spent``, the time reads take goes to ``spent``: each of the
         first ``TIMED_READS`` reads and the end (``b""``), then one read in ``SAMPLE_EVERY``,
-        counted for that many (reading the clock costs as much as a common read)."""
+        counted for that many (reading the clock costs as much as a common read). A failure
+        of the common read itself (a bug of ours) goes to ``failed`` with the chunk (then the
+        ``last_chunk``), as the shell's ``general`` handles one of the general way's."""
         general = general or self.feed_general
         timing = clock is not None and spent is not None
         now = clock or _no_clock
@@ -375,6 +378,12 @@ class StreamProcessor:
             add((now() - started) * (SAMPLE_EVERY if mask and chunk else 1))
             if reads >= TIMED_READS:
                 mask = SAMPLE_EVERY - 1
+
+        def lane_failed(chunk: bytes, e: Exception) -> list[bytes]:
+            if failed is None:
+                raise e
+            self.last_chunk = chunk
+            return failed(chunk, e)
 
         def timed(chunk: bytes) -> list[bytes]:
             nonlocal reads
@@ -393,31 +402,34 @@ class StreamProcessor:
 
             def skip(chunk: bytes) -> list[bytes]:
                 nonlocal reads, events, size_in
-                started = -1
-                if timing:
-                    reads += 1
-                    if not reads & mask or not chunk:
-                        started = now()
-                if self._between and (frame := decoder.plain_frame) is not None:
-                    head, tail = frame
-                    start = len(head)
-                    n = len(chunk)
-                    end = n - len(tail)
-                    if (
-                        end >= start
-                        and chunk.startswith(head)
-                        and chunk.endswith(tail)
-                        and _UNQUOTED(chunk, start, end) is not None
-                    ):
-                        events += 1
-                        size_in += n
-                        if started >= 0:
-                            took(started, chunk)
-                        return [chunk]
-                out = general(chunk)
-                if started >= 0:
-                    took(started, chunk)
-                return out
+                try:
+                    started = -1
+                    if timing:
+                        reads += 1
+                        if not reads & mask or not chunk:
+                            started = now()
+                    if self._between and (frame := decoder.plain_frame) is not None:
+                        head, tail = frame
+                        start = len(head)
+                        n = len(chunk)
+                        end = n - len(tail)
+                        if (
+                            end >= start
+                            and chunk.startswith(head)
+                            and chunk.endswith(tail)
+                            and _UNQUOTED(chunk, start, end) is not None
+                        ):
+                            events += 1
+                            size_in += n
+                            if started >= 0:
+                                took(started, chunk)
+                            return [chunk]
+                    out = general(chunk)
+                    if started >= 0:
+                        took(started, chunk)
+                    return out
+                except Exception as e:  # a bug of ours: never a traceback in the proxy
+                    return lane_failed(chunk, e)
 
             self._lane_counts.append(lambda: (events, size_in, size_in, events))
             return skip
@@ -450,68 +462,71 @@ class StreamProcessor:
 
         def text(chunk: bytes) -> list[bytes]:
             nonlocal reads, events, size_in, size_out
-            started = -1
-            if timing:
-                reads += 1
-                if not reads & mask or not chunk:
-                    started = now()
-            out: list[bytes] | None = None
-            if self._between and (frame := framed.text_frame) is not None:
-                head, tail = frame
-                start = len(head)
-                end = len(chunk) - len(tail)
-                if end >= start and chunk.startswith(head) and chunk.endswith(tail):
-                    string = chunk[start - 1 : end + 1]  # the text's JSON string
-                    value: object = None
-                    quoted: bytes | None = string
-                    if _PLAIN_ASCII(chunk, start, end) is None:
-                        value = _json_value(string)
-                        quoted = None  # written anew: as the way without the lane would
-                    elif (
-                        inline
-                        and end > start
-                        and (sink := keeper.text_sink) is not None
-                        and sink(string) is not False
-                    ):
-                        events += 1
-                        size_in += len(chunk)
-                        written = encoder.text_frame
-                        try:
-                            if written is not None:
-                                data = written[0] + string + written[1]
-                            elif (data := write(None, string)) is None:
-                                out = self._written(string[1:-1].decode("ascii"))
-                            if data is not None:
-                                size_out += len(data)
-                                out = [data]
-                        except Exception as e:
-                            out = self._fail(f"{type(e).__name__}: {e}", chunk)
-                    else:
-                        value = string[1:-1].decode("ascii")
-                    if type(value) is str:
-                        events += 1
-                        size_in += len(chunk)
-                        try:
-                            if not value:
-                                out = []
-                            elif not few or (take is not None and not take(value)):
-                                out = self._lane_text(value)
-                            elif then is not None and not then(value):
-                                out = self._lane_text(value, 1)  # the first stage took it
-                            else:
-                                data = write(value, quoted)
-                                if data is None:
-                                    out = self._written(value)
-                                else:
+            try:
+                started = -1
+                if timing:
+                    reads += 1
+                    if not reads & mask or not chunk:
+                        started = now()
+                out: list[bytes] | None = None
+                if self._between and (frame := framed.text_frame) is not None:
+                    head, tail = frame
+                    start = len(head)
+                    end = len(chunk) - len(tail)
+                    if end >= start and chunk.startswith(head) and chunk.endswith(tail):
+                        string = chunk[start - 1 : end + 1]  # the text's JSON string
+                        value: object = None
+                        quoted: bytes | None = string
+                        if _PLAIN_ASCII(chunk, start, end) is None:
+                            value = _json_value(string)
+                            quoted = None  # written anew: as the way without the lane would
+                        elif (
+                            inline
+                            and end > start
+                            and (sink := keeper.text_sink) is not None
+                            and sink(string) is not False
+                        ):
+                            events += 1
+                            size_in += len(chunk)
+                            written = encoder.text_frame
+                            try:
+                                if written is not None:
+                                    data = written[0] + string + written[1]
+                                elif (data := write(None, string)) is None:
+                                    out = self._written(string[1:-1].decode("ascii"))
+                                if data is not None:
                                     size_out += len(data)
                                     out = [data]
-                        except Exception as e:
-                            out = self._fail(f"{type(e).__name__}: {e}", chunk)
-            if out is None:
-                out = general(chunk)
-            if started >= 0:
-                took(started, chunk)
-            return out
+                            except Exception as e:
+                                out = self._fail(f"{type(e).__name__}: {e}", chunk)
+                        else:
+                            value = string[1:-1].decode("ascii")
+                        if type(value) is str:
+                            events += 1
+                            size_in += len(chunk)
+                            try:
+                                if not value:
+                                    out = []
+                                elif not few or (take is not None and not take(value)):
+                                    out = self._lane_text(value)
+                                elif then is not None and not then(value):
+                                    out = self._lane_text(value, 1)  # the first stage took it
+                                else:
+                                    data = write(value, quoted)
+                                    if data is None:
+                                        out = self._written(value)
+                                    else:
+                                        size_out += len(data)
+                                        out = [data]
+                            except Exception as e:
+                                out = self._fail(f"{type(e).__name__}: {e}", chunk)
+                if out is None:
+                    out = general(chunk)
+                if started >= 0:
+                    took(started, chunk)
+                return out
+            except Exception as e:  # a bug of ours: never a traceback in the proxy
+                return lane_failed(chunk, e)
 
         self._lane_counts.append(lambda: (events, size_in, size_out, 0))
         return text

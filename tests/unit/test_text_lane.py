@@ -4,6 +4,7 @@ that pass it (``passes_text``) or take it (``take_text``), and encoders that wri
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import Counter
 from typing import Any
@@ -25,6 +26,8 @@ from addon.model import (
     ToolCallEnd,
     ToolCallStart,
 )
+from addon.outcome import FlowReport
+from addon.shell.rewrite import stream_callable
 from addon.stream.capture import CaptureStage
 from addon.stream.custom_tools import CustomToolStage
 from addon.stream.processor import StreamProcessor
@@ -421,3 +424,48 @@ def test_the_lane_shows_the_capture_stage_the_text_the_long_way_shows_it(
     assert bool(seen[0].puts) == thinking
     assert lane.events_in == slow.events_in
     assert lane.bytes_in == slow.bytes_in and lane.bytes_out == slow.bytes_out
+
+
+class _BrokenSink:
+    """A stage whose text sink has a bug: it raises."""
+
+    def take_text(self, text: str) -> bool:
+        return True
+
+    @property
+    def text_sink(self) -> Any:
+        def sink(quoted: bytes) -> None:
+            raise RuntimeError("boom")
+
+        return sink
+
+    def feed(self, event: Event) -> list[Event]:
+        return [event]
+
+    def finish(self) -> list[Event]:
+        return []
+
+
+def test_a_bug_in_the_common_read_neither_escapes_nor_eats_the_stream(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The common read runs outside the shell's general way: a bug in it still reaches the
+    shell's handler. Another dialect's client gets an error event in its own dialect; a client
+    of the upstream's dialect gets the upstream's bytes, the failed read's included. One log
+    line, no traceback."""
+    chunks = _stream(["Hi ", "there ", "again "])
+    other = _from_openai("anthropic", [_BrokenSink()], coalesce=True)
+    stream = stream_callable(other, "test", FlowReport("r", "rewritten"))
+    with caplog.at_level(logging.WARNING):
+        out = b"".join(b for c in [*chunks, b""] for b in stream(c))
+    assert b"event: error" in out and b"again" not in out
+    same = _from_openai("openai_chat", raw_ok=True)
+    stream = stream_callable(same, "test", FlowReport("r", "rewritten"))
+    got = b"".join(b for c in chunks[:2] for b in stream(c))
+    same._decoder.plain_frame = 5  # type: ignore[attr-defined]  # the bug: not a frame
+    with caplog.at_level(logging.WARNING):
+        got += b"".join(b for c in [*chunks[2:], b""] for b in stream(c))
+    assert got.endswith(b"".join(chunks[2:])) and same.passthrough  # from the failed read on
+    assert [r.levelno for r in caplog.records] == [logging.ERROR] * 2
+    assert all("stream rewrite failed" in r.getMessage() for r in caplog.records)
+    assert all(r.exc_info is None for r in caplog.records)
