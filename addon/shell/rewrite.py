@@ -820,8 +820,8 @@ def stream_callable(
         return out
 
     def spent(ns: int) -> None:
-        if report is not None:
-            report.spent_ns += ns
+        assert report is not None
+        report.spent_ns += ns
 
     def failed(data: bytes, e: Exception) -> list[bytes]:
         """A bug in the processor itself: never eat the user's stream, never hand a client
@@ -847,4 +847,4 @@ def stream_callable(
             return [chunk] if chunk else []
         return out
 
-    return processor.reader(general, clock, spent, failed)
+    return processor.reader(general, clock, spent if report is not None else None, failed)

@@ -272,23 +272,27 @@ class StreamProcessor:
 
     # ------------------------------------------------------------------ public
 
+    def _lane_count(self, field: int) -> int:
+        """What the readers' common reads add to one count (``_lane_counts``)."""
+        return sum(counts()[field] for counts in self._lane_counts)
+
     @property
     def events_in(self) -> int:
-        return self._events_in + sum(counts()[0] for counts in self._lane_counts)
+        return self._events_in + self._lane_count(0)
 
     @property
     def bytes_in(self) -> int:
         """Bytes fed (decompressed)."""
-        return self._bytes_in + sum(counts()[1] for counts in self._lane_counts)
+        return self._bytes_in + self._lane_count(1)
 
     @property
     def bytes_out(self) -> int:
-        return self._bytes_out + sum(counts()[2] for counts in self._lane_counts)
+        return self._bytes_out + self._lane_count(2)
 
     @property
     def skipped_decoding(self) -> int:
         """Events passed on as the upstream's bytes, undecoded (``raw_ok``)."""
-        return self._skipped_decoding + sum(counts()[3] for counts in self._lane_counts)
+        return self._skipped_decoding + self._lane_count(3)
 
     def feed_general(self, chunk: bytes) -> list[bytes]:
         """``feed`` the general way (``reader`` first looks for the common read)."""
