@@ -338,7 +338,10 @@ UPSTREAM_LIFETIME = 4 * 3600.0
 SLOTS = 10
 """Paced streams tick every 1/(pace * SLOTS) s, each stream in one slot: sends are spread."""
 LAZY_READ_S = 0.002
-"""Unpaced streams: the client reads at most this often per connection (``Conn``)."""
+"""Unpaced streams: the client reads at most this often per connection (``Conn``)…"""
+LAZY_RCVBUF = 4 << 20
+"""…and asks the kernel to hold this much for it meanwhile (``SO_RCVBUF``; Linux caps it at
+``net.core.rmem_max``)."""
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -784,6 +787,15 @@ class Conn(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.open = True
+        sock = transport.get_extra_info("socket")
+        if self.lazy and sock is not None:
+            # What the proxy writes while this connection rests must fit in the kernel's
+            # buffer, or the proxy waits for the load generator (mitmproxy reads nothing more
+            # while a client's writes are pending). With the default buffer the Responses
+            # column's one-stream windows measured 0.79 times bare's events/s, 0.88 with this
+            # one (its CPU per event 1.19 and 1.07 times bare's); the others moved by 0.02.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, LAZY_RCVBUF)
 
     def data_received(self, data: bytes) -> None:
         now = time.monotonic_ns()

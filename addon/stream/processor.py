@@ -69,7 +69,7 @@ from types import SimpleNamespace
 from typing import Any, Protocol
 
 from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
-from addon.jsonio import REFUSED, fast_loads
+from addon.jsonio import REFUSED, fast_loads, fast_strings
 from addon.model import Event, StreamError, TextDelta, ThinkingDelta
 from addon.stream.decompress import Decompressor
 from addon.stream.eventstream import EventStreamSplitter, Frame
@@ -96,6 +96,8 @@ escape the closing quote) (``reader``)…"""
 _PLAIN_ASCII = re.compile(rb"[ !#-\[\]-~]*").fullmatch
 """…and printable ASCII without a quote or a backslash: a JSON string's content that is its
 text, written as ``dumpb`` writes it."""
+_NO_CONTROL = re.compile(rb"[^\x00-\x1f]*").fullmatch
+_BACKSLASH = ord("\\")
 
 
 TIMED_READS = 64
@@ -122,6 +124,59 @@ def _no_text_sink(quoted: bytes) -> None:
 
 _NO_KEEPER = SimpleNamespace(text_sink=_no_text_sink)
 """No stage must see a plain text: nothing to record it in."""
+
+
+def _framed_run(chunk: bytes, head: bytes, tail: bytes, bodies: list[bytes]) -> bool:
+    """Whether ``chunk`` (which starts with ``head``) is events of one frame and nothing else:
+    ``head``, a body without a quote and not ending in a backslash, ``tail``, again and again.
+    The bodies go to ``bodies`` (their other bytes are for the caller to check). The frame's
+    ends are a JSON string's quotes, so a body ends at the first quote after its start."""
+    size, start, close = len(chunk), len(head), len(tail)
+    find, at, add = chunk.find, chunk.startswith, bodies.append
+    pos = start
+    for _ in range(size):  # each event takes at least one byte: bounded
+        end = find(b'"', pos)
+        if end < 0 or not at(tail, end) or chunk[end - 1] == _BACKSLASH:
+            return False
+        add(chunk[pos:end])
+        pos = end + close
+        if pos == size:
+            return True
+        if not at(head, pos):
+            return False
+        pos += start
+    return False
+
+
+def _unquoted_run(chunk: bytes, head: bytes, tail: bytes) -> int:
+    """How many events ``chunk`` holds when it is events of one frame whose bodies
+    ``_UNQUOTED`` takes (``_framed_run``), else 0."""
+    bodies: list[bytes] = []
+    if _framed_run(chunk, head, tail, bodies) and _NO_CONTROL(b"".join(bodies)) is not None:
+        return len(bodies)
+    return 0
+
+
+def _framed_texts(chunk: bytes, head: bytes, tail: bytes) -> tuple[int, bytes | None, object]:
+    """``_framed_run`` for the text lane: how many events, and their text as one delta — as
+    one plain JSON string (printable ASCII without a backslash: its bytes are the text) or
+    decoded (anything else: each body read as a JSON string of its own, as event by event,
+    then joined). ``(0, None, None)``: not such a read, or a body that is not a JSON string's
+    content."""
+    bodies: list[bytes] = []
+    if not _framed_run(chunk, head, tail, bodies):
+        return 0, None, None
+    n = len(bodies)
+    joined = b"".join(bodies)
+    if _PLAIN_ASCII(joined) is not None:
+        return n, b'"' + joined + b'"', None
+    try:
+        # Bodies hold no quote: n strings exactly when none ends in an escape's backslash
+        # (which would take the quote after it) and each is a JSON string's content.
+        texts = fast_strings(b'["' + b'","'.join(bodies) + b'"]')
+    except REFUSED:
+        return 0, None, None
+    return (n, None, "".join(texts)) if len(texts) == n else (0, None, None)
 
 
 def _json_value(raw: bytes) -> object:
@@ -417,13 +472,15 @@ class StreamProcessor:
                         start = len(head)
                         n = len(chunk)
                         end = n - len(tail)
-                        if (
-                            end >= start
-                            and chunk.startswith(head)
-                            and chunk.endswith(tail)
-                            and _UNQUOTED(chunk, start, end) is not None
-                        ):
-                            events += 1
+                        if end >= start and chunk.startswith(head) and chunk.endswith(tail):
+                            if _UNQUOTED(chunk, start, end) is not None:
+                                k = 1
+                            else:  # several events in one read (a burst, or a busy proxy)
+                                k = _unquoted_run(chunk, head, tail)
+                        else:
+                            k = 0
+                        if k:
+                            events += k
                             size_in += n
                             if started >= 0:
                                 took(started, chunk)
@@ -478,19 +535,30 @@ class StreamProcessor:
                     start = len(head)
                     end = len(chunk) - len(tail)
                     if end >= start and chunk.startswith(head) and chunk.endswith(tail):
-                        string = chunk[start - 1 : end + 1]  # the text's JSON string
+                        count = 1
+                        one = chunk[start - 1 : end + 1]  # the text's JSON string
+                        string: bytes | None = one
                         value: object = None
-                        quoted: bytes | None = string
                         if _PLAIN_ASCII(chunk, start, end) is None:
-                            value = _json_value(string)
-                            quoted = None  # written anew: as the way without the lane would
+                            if (
+                                (q := chunk.find(b'"', start)) != end
+                                and chunk.startswith(tail, q)
+                                and (run := _framed_texts(chunk, head, tail))[0]
+                            ):  # several events in one read (a burst, a busy proxy): one delta
+                                count, string, value = run
+                            else:  # one event whose text is not plain
+                                value = _json_value(one)
+                                string = None  # written anew: as without the lane
+                        quoted = string
+                        if string is None:
+                            pass
                         elif (
                             inline
-                            and end > start
+                            and len(string) > 2
                             and (sink := keeper.text_sink) is not None
                             and sink(string) is not False
                         ):
-                            events += 1
+                            events += count
                             size_in += len(chunk)
                             written = encoder.text_frame
                             try:
@@ -505,8 +573,8 @@ class StreamProcessor:
                                 out = self._fail(f"{type(e).__name__}: {e}", chunk)
                         else:
                             value = string[1:-1].decode("ascii")
-                        if type(value) is str:
-                            events += 1
+                        if count and type(value) is str:
+                            events += count
                             size_in += len(chunk)
                             try:
                                 if not value:

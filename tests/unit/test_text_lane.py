@@ -469,3 +469,118 @@ def test_a_bug_in_the_common_read_neither_escapes_nor_eats_the_stream(
     assert [r.levelno for r in caplog.records] == [logging.ERROR] * 2
     assert all("stream rewrite failed" in r.getMessage() for r in caplog.records)
     assert all(r.exc_info is None for r in caplog.records)
+
+
+_SPLIT_BODIES = [
+    b"\\u00",  # an escape the next body would complete: refused, as event by event
+    b"e9",
+    b"\\ud83d",  # half of a surrogate pair, the other half in the next event
+    b"\\ude00",
+    b"a b c",
+]
+_CALL = (
+    b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
+    b'[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function",'
+    b'"function":{"name":"read","arguments":"{}"}}]},"finish_reason":null}]}\n\n'
+)
+_REASONING = _CHUNK.replace(b'{"content":%s}', b'{"reasoning_content":"Let me see."}')
+
+
+@settings(max_examples=250, deadline=None)
+@given(
+    client=st.sampled_from(ENCODERS),
+    raw_ok=st.booleans(),
+    capture=st.booleans(),
+    protocol=st.booleans(),
+    bodies=st.lists(
+        st.sampled_from(
+            [*_RAW_BODIES, *_SPLIT_BODIES, b"plain", b"more plain", b"<<CALL_t1>>", b"<inv"]
+        ),
+        max_size=12,
+    ),
+    other=st.sampled_from([None, _CALL, _REASONING]),
+    other_at=st.integers(0, 12),
+    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=12),
+)
+def test_a_read_of_several_events_says_what_the_general_way_says(
+    client: str,
+    raw_ok: bool,
+    capture: bool,
+    protocol: bool,
+    bodies: list[bytes],
+    other: bytes | None,
+    other_at: int,
+    sizes: list[int],
+) -> None:
+    """Reads of several whole events each (a bursty upstream, or a proxy that fell behind):
+    the common read takes them when they are all of the learned frame (the skip lane passes
+    them as they came; the text lane makes one delta of their text) and the general way for
+    anything else. Against the same reads all taken the general way (``feed_general``): the
+    same bytes to the client, the same records in the reasoning store, the same counts; with
+    the reasoning store's capture and a text protocol's parser (the stages a text is shown to)
+    or without."""
+    same = client == "openai_chat"
+    seen: list[_Records] = []
+
+    def processor() -> StreamProcessor:
+        records = _Records()
+        seen.append(records)
+        stages: list[Any] = [CaptureStage(records)] if capture else []
+        if protocol:
+            parser = TextProtocolParser(
+                "invoke", trigger="<<CALL_t1>>", tools={"read"}, ids=lambda n: f"c{n}"
+            )
+            stages.append(TextToolStage(parser))
+        return _from_openai(client, stages, raw_ok=raw_ok and same, coalesce=not same)
+
+    events = _stream(["Hi ", "there "])
+    body = [_CHUNK % (b'"' + raw + b'"') for raw in bodies]
+    if other is not None:
+        body.insert(min(other_at, len(body)), other)
+    events[3:3] = body
+    reads = events[:3]  # the frame is learned from "there " (one event, one read)
+    rest, i = events[3:], 0
+    for n in sizes * len(rest):
+        if i >= len(rest):
+            break
+        reads.append(b"".join(rest[i : i + n]))
+        i += n
+    lane, general = processor(), processor()
+    fallback: list[bytes] = []  # reads the common read left to the general way
+    fast = lane._fast
+    lane._fast = lambda chunk: fallback.append(chunk) or fast(chunk)  # type: ignore[method-assign]
+    got = b"".join(b for r in reads for b in lane.feed(r)) + b"".join(lane.finish())
+    want = b"".join(b for r in reads for b in general.feed_general(r))
+    assert got == want + b"".join(general.finish())
+    assert seen[0].puts == seen[1].puts
+    assert (lane.error, lane.skipped) == (general.error, general.skipped)
+    assert lane.events_in == general.events_in
+    assert lane.bytes_in == general.bytes_in and lane.bytes_out == general.bytes_out
+    assert lane.skipped_decoding == general.skipped_decoding
+    plain = all(b in (b"plain", b"more plain") for b in bodies)
+    if lane._track and plain and other is None:
+        bursts = {r for r in reads[3:] if r.count(b"\n\n") > 1 and b'finish_reason":"' not in r}
+        assert not bursts & set(fallback), "the lane took every burst of plain text"
+
+
+@pytest.mark.parametrize("client", ENCODERS)
+@pytest.mark.parametrize("n", [2, 16])
+def test_a_burst_of_plain_text_is_one_delta_on_another_dialect_and_as_sent_on_the_same(
+    client: str, n: int
+) -> None:
+    """n plain text events in one read: on a same-dialect route with nothing to change they
+    pass as the upstream's bytes (n events, none decoded); for a client of another dialect
+    their text is one delta, its text all of theirs."""
+    same = client == "openai_chat"
+    processor = _from_openai(client, raw_ok=same, coalesce=not same)
+    events = _stream(["Hi ", "there "])
+    for chunk in events[:3]:
+        processor.feed(chunk)
+    burst = b"".join(_CHUNK % b'"w%d "' % i for i in range(n))
+    out = b"".join(processor.feed(burst))
+    assert processor.events_in == 3 + n
+    if same:
+        assert out == burst and processor.skipped_decoding == n + 1  # "there " passed too
+    else:
+        text = "".join(f"w{i} " for i in range(n))
+        assert out.count(text.encode()) == 1 and out.count(b"\n\n") == 1
