@@ -29,13 +29,14 @@ Do not decode what nobody reads: with ``raw_ok`` (the plan: same dialect, no sta
 events) an event whose data the decoder calls ``skippable`` (for OpenAI chat: a plain text
 chunk) is passed on as the upstream's bytes without being decoded (``skipped_decoding``).
 
-Reads, not events, are the unit of work where it pays (``_fast``): the whole events a read
-completes (the start of the first one held from the read before) are looked at once — a run
-nobody reads passes as its bytes (the decoder's ``skippable_run``), a run of plain text is read
-in one pass (``text_run``) and, with ``coalesce`` (another dialect, or a text protocol that
-rewrites the text anyway), goes through the stages and the encoder as one delta; text that
-arrived together reaches the client together, in fewer events. A same-dialect client without
-``coalesce`` keeps the upstream's chunks one for one, whatever the reads.
+Reads, not events, are the unit of work where it pays (``reader``, ``_fast``): the whole
+events a read completes (the start of the first one held from the read before) are looked at
+once — a run nobody reads passes as its bytes (the decoder's ``skippable_run``), a run of
+plain text is read in one pass (``text_run``) and, with ``coalesce`` (another dialect, or a
+text protocol that rewrites the text anyway), goes through the stages and the encoder as one
+delta; text that arrived together reaches the client together, in fewer events. A
+same-dialect client without ``coalesce`` keeps the upstream's chunks one for one, whatever
+the reads.
 
 A stream the upstream cut (no finish, no ``[DONE]`` / ``message_stop``) is reported by the
 decoders as a ``StreamError`` of type ``upstream_cut``; the encoders then end the client's
@@ -414,7 +415,14 @@ class StreamProcessor:
         ends is checked by one regular expression: no quote, no control character (so one
         line, one event) and, for the text taken as it is, printable ASCII without a backslash
         (the text itself, as ``dumpb`` would write it); any other text is read by msgspec,
-        which refuses anything but one JSON string. Per event, the proxy runs this function
+        which refuses anything but one JSON string.
+
+        A read of several whole events shaped so (a bursty upstream; a proxy that fell behind
+        reads what piled up) is taken too, event by event (``_framed_run``): on the skip lane
+        it passes as its bytes; on the text lane their text is one delta (as ``_text_run``
+        makes it on the general way), its JSON string the bodies joined when every one is
+        plain, else read as one JSON array of the bodies (``_framed_texts``). Per read, the
+        proxy runs this function
         and nothing else of ours: on a busy proxy each Python call and attribute more costs
         several times what it does in a loop (the CPU's caches hold mitmproxy's work between
         two events), so the checks are inline, and the counts of these reads are the
