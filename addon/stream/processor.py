@@ -97,7 +97,9 @@ escape the closing quote) (``reader``)…"""
 _PLAIN_ASCII = re.compile(rb"[ !#-\[\]-~]*").fullmatch
 """…and printable ASCII without a quote or a backslash: a JSON string's content that is its
 text, written as ``dumpb`` writes it."""
-_NO_CONTROL = re.compile(rb"[^\x00-\x1f]*").fullmatch
+_CONTROL = bytes(range(32))
+_NOT_PLAIN = _CONTROL + b'"\\\x7f'
+"""What a plain text's bytes hold none of, bar what is not ASCII (``_PLAIN_ASCII``)."""
 _BACKSLASH = ord("\\")
 
 
@@ -128,33 +130,35 @@ _NO_KEEPER = SimpleNamespace(text_sink=_no_text_sink)
 
 
 def _framed_run(chunk: bytes, head: bytes, tail: bytes, bodies: list[bytes]) -> bool:
-    """Whether ``chunk`` (which starts with ``head``) is events of one frame and nothing else:
-    ``head``, a body without a quote and not ending in a backslash, ``tail``, again and again.
-    The bodies go to ``bodies`` (their other bytes are for the caller to check). The frame's
-    ends are a JSON string's quotes, so a body ends at the first quote after its start."""
-    size, start, close = len(chunk), len(head), len(tail)
-    find, at, add = chunk.find, chunk.startswith, bodies.append
+    """Whether ``chunk`` is events of one frame and nothing else: ``head``, a body without a
+    quote and not ending in a backslash, ``tail``, again and again. The bodies go to
+    ``bodies`` (their other bytes are for the caller to check). The frame's ends are a JSON
+    string's quotes: each body ends at the first quote after its start (``find``: memchr), and
+    the next one starts a frame's tail and head further on; the chunk is then compared with
+    the frames written around the bodies found (one ``memcmp``)."""
+    size, start = len(chunk), len(head)
+    step = len(tail) + start
+    find, add = chunk.find, bodies.append
     pos = start
     for _ in range(size):  # each event takes at least one byte: bounded
         end = find(b'"', pos)
-        if end < 0 or not at(tail, end) or chunk[end - 1] == _BACKSLASH:
+        if end < 0 or chunk[end - 1] == _BACKSLASH:
             return False
         add(chunk[pos:end])
-        pos = end + close
-        if pos == size:
-            return True
-        if not at(head, pos):
-            return False
-        pos += start
-    return False
+        pos = end + step
+        if pos >= size:
+            break
+    return pos == size + start and chunk == head + (tail + head).join(bodies) + tail
 
 
 def _unquoted_run(chunk: bytes, head: bytes, tail: bytes) -> int:
     """How many events ``chunk`` holds when it is events of one frame whose bodies
     ``_UNQUOTED`` takes (``_framed_run``), else 0."""
     bodies: list[bytes] = []
-    if _framed_run(chunk, head, tail, bodies) and _NO_CONTROL(b"".join(bodies)) is not None:
-        return len(bodies)
+    if _framed_run(chunk, head, tail, bodies):
+        joined = b"".join(bodies)
+        if len(joined.translate(None, _CONTROL)) == len(joined):  # none in any body
+            return len(bodies)
     return 0
 
 
@@ -169,8 +173,8 @@ def _framed_texts(chunk: bytes, head: bytes, tail: bytes) -> tuple[int, bytes | 
         return 0, None, None
     n = len(bodies)
     joined = b"".join(bodies)
-    if _PLAIN_ASCII(joined) is not None:
-        return n, b'"' + joined + b'"', None
+    if joined.isascii() and len(joined.translate(None, _NOT_PLAIN)) == len(joined):
+        return n, b'"' + joined + b'"', None  # as _PLAIN_ASCII would say, in fewer passes
     try:
         # Bodies hold no quote: n strings exactly when none ends in an escape's backslash
         # (which would take the quote after it) and each is a JSON string's content.
