@@ -176,8 +176,8 @@ def _framed_texts(chunk: bytes, head: bytes, tail: bytes) -> tuple[int, bytes | 
     if joined.isascii() and len(joined.translate(None, _NOT_PLAIN)) == len(joined):
         return n, b'"' + joined + b'"', None  # as _PLAIN_ASCII would say, in fewer passes
     try:
-        # Bodies hold no quote: n strings exactly when none ends in an escape's backslash
-        # (which would take the quote after it) and each is a JSON string's content.
+        # Bodies hold no quote and end in no backslash (``_framed_run``): n strings exactly
+        # when each is a JSON string's content (the count checked all the same).
         texts = fast_strings(b'["' + b'","'.join(bodies) + b'"]')
     except REFUSED:
         return 0, None, None
@@ -425,12 +425,13 @@ class StreamProcessor:
         reads what piled up) is taken too, event by event (``_framed_run``): on the skip lane
         it passes as its bytes; on the text lane their text is one delta (as ``_text_run``
         makes it on the general way), its JSON string the bodies joined when every one is
-        plain, else read as one JSON array of the bodies (``_framed_texts``). Per read, the
-        proxy runs this function
-        and nothing else of ours: on a busy proxy each Python call and attribute more costs
-        several times what it does in a loop (the CPU's caches hold mitmproxy's work between
-        two events), so the checks are inline, and the counts of these reads are the
-        function's own (``events_in`` and the others add them up).
+        plain, else read as one JSON array of the bodies (``_framed_texts``).
+
+        Per read, the proxy runs this function and nothing else of ours: on a busy proxy each
+        Python call and attribute more costs several times what it does in a loop (the CPU's
+        caches hold mitmproxy's work between two events), so the checks are inline, and the
+        counts of these reads are the function's own (``events_in`` and the others add them
+        up).
 
         With a ``clock`` and ``spent``, the time reads take goes to ``spent``: each of the
         first ``TIMED_READS`` reads and the end (``b""``), then one read in ``SAMPLE_EVERY``,
