@@ -12,7 +12,6 @@ clients must run the loop to the end, streamed and whole.
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -26,6 +25,7 @@ import pytest
 from tests import eventstream_frames as ef
 from tests.e2e.clients import chat_turn
 from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream, SSEReply
+from tests.kiro_rules import IMPROPER, kiro_refusal
 
 KEY = "kiro-e2e-SECRET-token"
 FILE_TOKEN = "aoa-e2e-FILE-token-SECRET"
@@ -53,40 +53,23 @@ LIST_SCHEMA: dict[str, Any] = {
 
 
 def check_body(body: dict[str, Any]) -> dict[str, Any]:
-    """What Kiro refuses (``Improperly formed request``), as assertions; the current message."""
+    """What these tests expect of the bridge's body, beyond what Kiro refuses; the current
+    message."""
     assert set(body) == {"conversationState", "profileArn"}, sorted(body)
     assert body["profileArn"] == ARN
     state = body["conversationState"]
     assert state["chatTriggerType"] == "MANUAL"
     assert isinstance(state["conversationId"], str) and len(state["conversationId"]) == 36
-    history = state["history"]
     current = state["currentMessage"]["userInputMessage"]
-    entries = [*history, state["currentMessage"]]
-    kinds = [next(iter(e)) for e in entries]
-    assert kinds[0] == "userInputMessage"
-    for a, b in itertools.pairwise(kinds):
-        assert a != b, f"roles must alternate: {kinds}"
-    for before, after in itertools.pairwise(entries):
-        if "assistantResponseMessage" not in before:
-            continue
-        calls = [u["toolUseId"] for u in before["assistantResponseMessage"].get("toolUses") or ()]
-        context = after["userInputMessage"].get("userInputMessageContext") or {}
-        results = context.get("toolResults") or []
-        assert [r["toolUseId"] for r in results] == calls, "toolResults must match toolUses"
-        for r in results:
-            assert r["status"] in ("success", "error")
-            assert r["content"] and all(c.get("text") for c in r["content"])
-    for e in entries:
+    for e in [*state["history"], state["currentMessage"]]:
         if "userInputMessage" in e:
             m = e["userInputMessage"]
             assert m["modelId"] == KIRO_MODEL and m["origin"] == "AI_EDITOR"
-            assert isinstance(m["content"], str)
     tools = current["userInputMessageContext"]["tools"]
     for t in tools:
         spec = t["toolSpecification"]
         assert set(spec) == {"name", "description", "inputSchema"}
         schema = spec["inputSchema"]["json"]
-        assert schema["type"] == "object"
         assert "$schema" not in schema and "additionalProperties" not in schema
     assert sorted(t["toolSpecification"]["name"] for t in tools) == ["List", "Read"]
     return cast(dict[str, Any], current)
@@ -109,13 +92,31 @@ def frames_for(turn: int) -> bytes:
     return ef.stream([*events, *ef.usage_events(2.0 * turn)])
 
 
+def calls_only_frames_for(turn: int) -> bytes:
+    """A model that calls without a word: turns 1 and 2 are tool calls only (the history then
+    holds assistant turns of calls only and user turns of results only), one result empty."""
+    if turn == 1:
+        events = [
+            *ef.tool_events("tooluse_read_a", "Read", json.dumps({"path": "a.txt"}), 3),
+            *ef.tool_events("tooluse_read_e", "Read", json.dumps({"path": "empty.txt"}), 2),
+        ]
+    elif turn == 2:
+        events = ef.tool_events("tooluse_list", "List", json.dumps({"pattern": "*.txt"}), 2)
+    else:
+        events = ef.text_events(FINAL, 4)
+    return ef.stream([*events, *ef.usage_events(2.0 * turn)])
+
+
 class Kiro:
     """The scripted upstream's ``script``: validates like Kiro, answers the loop's turn."""
 
-    def __init__(self, token: str = KEY) -> None:
+    def __init__(self, token: str = KEY, frames: Callable[[int], bytes] = frames_for) -> None:
         self.token = token
+        self.frames = frames
         self.bodies: list[dict[str, Any]] = []
         self.refreshes: list[dict[str, Any]] = []
+        self.refusals: list[str] = []
+        """Why bodies were refused (``kiro_refusal``): a test that expects none asserts it."""
 
     def __call__(self, rec: Recorded) -> JSONReply | SSEReply:
         if rec.path == "/refreshToken":
@@ -127,11 +128,15 @@ class Kiro:
         assert not any(h.startswith("anthropic-") for h in rec.headers)
         body = rec.json()
         self.bodies.append(body)
+        refusal = kiro_refusal(body)
+        if refusal is not None:
+            self.refusals.append(refusal)
+            return JSONReply(IMPROPER, status=400)
         current = check_body(body)
         results = (current.get("userInputMessageContext") or {}).get("toolResults") or []
         turn = {0: 1, 2: 2, 1: 3}[len(results)]
         return SSEReply(
-            frames_for(turn),
+            self.frames(turn),
             chunk_min=1,
             chunk_max=23,
             seed=turn,
@@ -173,6 +178,7 @@ def kiro_proxy(
     upstream.script = script
     proxy = start_proxy(bridge_routes=str(routes_file(tmp_path)))
     yield proxy, script
+    assert script.refusals == []
     log = proxy.log_text()
     assert KEY not in log and "Traceback" not in log
 
@@ -190,12 +196,17 @@ CURSOR_TOOLS: list[Any] = [
 
 def run_tool(name: str, args: dict[str, Any]) -> str:
     if name == "Read":
-        return {"a.txt": "A", "b.txt": "B"}[args["path"]]
+        return {"a.txt": "A", "b.txt": "B", "empty.txt": ""}[args["path"]]
     assert name == "List" and args == {"pattern": "*.txt"}
     return "a.txt\nb.txt"
 
 
 def cursor_loop(proxy: Proxy, stream: bool) -> tuple[list[list[str]], str]:
+    return cursor_loop_with(proxy, stream, CURSOR_TOOLS)
+
+
+def cursor_loop_with(proxy: Proxy, stream: bool, tools: Any) -> tuple[list[list[str]], str]:
+    """Cursor's loop on the openai SDK, up to 3 turns: calls per turn, the final text."""
     client = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key=KEY, max_retries=0, timeout=15)
     messages: list[Any] = [
         {"role": "system", "content": "You are Cursor's agent."},
@@ -204,7 +215,7 @@ def cursor_loop(proxy: Proxy, stream: bool) -> tuple[list[list[str]], str]:
     calls_per_turn: list[list[str]] = []
     for _ in range(3):
         content, finish, got = chat_turn(
-            client, stream, model=MODEL, messages=messages, tools=CURSOR_TOOLS
+            client, stream, model=MODEL, messages=messages, tools=tools
         )
         calls_per_turn.append([c["name"] for c in got])
         if not got:
@@ -356,3 +367,155 @@ def test_a_token_file_is_read_and_refreshed(
     log = proxy.log_text()
     for secret in (FILE_TOKEN, NEW_TOKEN, "aor-e2e", KEY):
         assert secret not in log
+
+
+def claude_loop(
+    proxy: Proxy, stream: bool, tools: Any, **extra: Any
+) -> tuple[list[list[str]], anthropic.types.Message]:
+    """Claude Code's loop on the anthropic SDK, up to 3 turns: calls per turn, last answer."""
+    client = anthropic.Anthropic(base_url=proxy.base_url, api_key=KEY, max_retries=0, timeout=15)
+    messages: list[Any] = [{"role": "user", "content": "What do the text files say?"}]
+    calls_per_turn: list[list[str]] = []
+    for _ in range(3):
+        params: dict[str, Any] = {
+            "model": MODEL,
+            "max_tokens": 2048,
+            "system": "You are Claude Code.",
+            "tools": tools,
+            "messages": messages,
+            **extra,
+        }
+        if stream:
+            with client.messages.stream(**params) as s:
+                message = s.get_final_message()
+        else:
+            message = client.messages.create(**params)
+        uses = [b for b in message.content if b.type == "tool_use"]
+        calls_per_turn.append([u.name for u in uses])
+        if not uses:
+            return calls_per_turn, message
+        messages.append({"role": "assistant", "content": [b.model_dump() for b in message.content]})
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": u.id,
+                        "content": run_tool(u.name, cast(dict[str, Any], u.input)),
+                    }
+                    for u in uses
+                ],
+            }
+        )
+    raise AssertionError(f"no final answer after 3 turns: {calls_per_turn}")
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+@pytest.mark.parametrize("client", ["cursor", "claude_code"])
+def test_a_loop_of_calls_only_passes_what_kiro_refuses(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    tmp_path: Path,
+    client: str,
+    stream: bool,
+) -> None:
+    """Turns of calls only, turns of results only, an empty result, a tool without a
+    description or a schema: every blank field Kiro refuses is filled, the loop runs."""
+    kiro = Kiro(frames=calls_only_frames_for)
+    upstream.script = kiro
+    proxy = start_proxy(bridge_routes=str(routes_file(tmp_path)))
+    if client == "cursor":
+        bare_list = {"type": "function", "function": {"name": "List", "parameters": {}}}
+        tools: Any = [CURSOR_TOOLS[0], bare_list]
+        calls, text = cursor_loop_with(proxy, stream, tools)
+    else:
+        tools = [
+            {"name": "Read", "description": "Read a file", "input_schema": READ_SCHEMA},
+            {"name": "List", "description": "", "input_schema": {"type": "object"}},
+        ]
+        calls, message = claude_loop(proxy, stream, tools)
+        assert message.stop_reason == "end_turn"
+        text = "".join(b.text for b in message.content if b.type == "text")
+    assert kiro.refusals == []
+    assert calls == [["Read", "Read"], ["List"], []]
+    assert text == FINAL
+    history = kiro.bodies[-1]["conversationState"]["history"]
+    # [system, ack, question, calls, results, call, results(current) …]
+    assert history[3]["assistantResponseMessage"]["content"] == ""
+    assert [u["name"] for u in history[3]["assistantResponseMessage"]["toolUses"]] == [
+        "Read",
+        "Read",
+    ]
+    results = history[4]["userInputMessage"]
+    assert results["content"] == "(tool results)"
+    texts = [r["content"] for r in results["userInputMessageContext"]["toolResults"]]
+    assert texts == [[{"text": "A"}], [{"text": "(empty result)"}]]
+    current = kiro.bodies[-1]["conversationState"]["currentMessage"]["userInputMessage"]
+    assert current["content"] == "(tool results)"
+    specs = {t["toolSpecification"]["name"]: t for t in current["userInputMessageContext"]["tools"]}
+    assert specs["List"]["toolSpecification"]["description"] == "List"
+    assert specs["List"]["toolSpecification"]["inputSchema"]["json"]["type"] == "object"
+    log = proxy.log_text()
+    assert "Traceback" not in log and KEY not in log
+
+
+def test_the_fake_refuses_what_kiro_refuses() -> None:
+    """The fake's rules, each on a body the bridge once sent (blank content beside results)."""
+    body: dict[str, Any] = {
+        "conversationState": {
+            "conversationId": "c",
+            "chatTriggerType": "MANUAL",
+            "history": [
+                {"userInputMessage": {"content": "hi", "modelId": "m", "origin": "AI_EDITOR"}},
+                {
+                    "assistantResponseMessage": {
+                        "content": "",
+                        "toolUses": [{"toolUseId": "t1", "name": "Read", "input": {}}],
+                    }
+                },
+            ],
+            "currentMessage": {
+                "userInputMessage": {
+                    "content": "",
+                    "modelId": "m",
+                    "origin": "AI_EDITOR",
+                    "userInputMessageContext": {
+                        "toolResults": [
+                            {"toolUseId": "t1", "status": "success", "content": [{"text": "x"}]}
+                        ],
+                        "tools": [
+                            {
+                                "toolSpecification": {
+                                    "name": "Read",
+                                    "description": "Read a file",
+                                    "inputSchema": {"json": {"type": "object"}},
+                                }
+                            }
+                        ],
+                    },
+                }
+            },
+        }
+    }
+    state = body["conversationState"]
+    current = state["currentMessage"]["userInputMessage"]
+    assert kiro_refusal(body) == "currentMessage.userInputMessage.content is blank"
+    current["content"] = "(tool results)"
+    assert kiro_refusal(body) is None  # an assistant turn of calls only may be blank
+    history = state["history"]
+    history[0]["userInputMessage"]["content"] = " \n"
+    assert kiro_refusal(body) == "history[0].userInputMessage.content is blank"
+    history[0]["userInputMessage"]["content"] = "hi"
+    current["userInputMessageContext"]["toolResults"][0]["content"] = [{"text": ""}]
+    assert kiro_refusal(body) == "tool result t1 has blank content"
+    current["userInputMessageContext"]["toolResults"][0]["content"] = [{"text": "x"}]
+    spec = current["userInputMessageContext"]["tools"][0]["toolSpecification"]
+    spec["description"] = ""
+    assert kiro_refusal(body) == "tool Read has a blank description"
+    spec["description"] = "Read a file"
+    spec["inputSchema"]["json"] = {}
+    assert kiro_refusal(body) == "tool Read has no object input schema"
+    spec["inputSchema"]["json"] = {"type": "object"}
+    spec["name"] = "Other"
+    assert kiro_refusal(body) == "tools used in the history are not declared: ['read']"

@@ -22,6 +22,7 @@ from addon.dialects import DIALECTS
 from addon.dialects.kiro.request import (
     ACK,
     EMPTY_RESULT,
+    HISTORY_TOOL,
     NO_RESULT,
     decode_request,
     encode_request,
@@ -29,6 +30,7 @@ from addon.dialects.kiro.request import (
 )
 from addon.plan import Incoming, Reject, Rewrite, RouteCredentials, decide
 from addon.routes import Route, RoutesError, load_routes
+from tests.kiro_rules import kiro_refusal
 from tests.realdata import FIXTURES, read
 
 INTENT = "kiro-generateAssistantResponse-request-intent-classification.opencode-proxy-api.json"
@@ -95,6 +97,7 @@ def check_kiro_shape(body: dict[str, Any]) -> None:
         context = after["userInputMessage"].get("userInputMessageContext") or {}
         answered = [r["toolUseId"] for r in context.get("toolResults") or ()]
         assert answered == calls
+    assert kiro_refusal(body) is None
 
 
 # --------------------------------------------------------------------------- recordings
@@ -595,3 +598,42 @@ def test_a_result_already_in_kiros_shape_is_kept() -> None:
     results = state["currentMessage"]["userInputMessage"]["userInputMessageContext"]["toolResults"]
     assert results == [{**shaped, "toolUseId": "call_b"}]
     assert "tool results already in Kiro's shape kept" in d.summary
+
+
+def test_blank_fields_kiro_refuses_are_filled_in_history_and_current_message() -> None:
+    """Results only, images only, blank text, a blank result, a tool without description or
+    schema type, a tool the history used that the request no longer offers."""
+    pixel = "data:image/png;base64,iVBORw0KGgo="
+    call = {"id": "call_r", "type": "function", "function": {"name": "Read", "arguments": "{}"}}
+    old = {"id": "call_g", "type": "function", "function": {"name": "Grep", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": pixel}}]},
+        {"role": "assistant", "content": None, "tool_calls": [old]},
+        {"role": "tool", "tool_call_id": "call_g", "content": "  "},
+        {"role": "assistant", "content": " ", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_r", "content": "R"},
+    ]
+    tools = [
+        {"type": "function", "function": {"name": "Read", "description": " ", "parameters": {}}},
+        {"type": "function", "function": {"name": "Write", "parameters": {"properties": {}}}},
+    ]
+    d = rewrite({"model": "claude-sonnet-4-5", "messages": messages, "tools": tools})
+    body = d.wire.body
+    check_kiro_shape(body)
+    state = body["conversationState"]
+    history, current = state["history"], state["currentMessage"]["userInputMessage"]
+    assert history[0]["userInputMessage"]["content"] == "(image)"
+    assert history[1]["assistantResponseMessage"]["content"] == ""  # calls only, as the IDE
+    assert history[2]["userInputMessage"]["content"] == "(tool results)"
+    grep_result = history[2]["userInputMessage"]["userInputMessageContext"]["toolResults"][0]
+    assert grep_result["content"] == [{"text": EMPTY_RESULT}]
+    assert current["content"] == "(tool results)"
+    specs = {
+        t["toolSpecification"]["name"]: t["toolSpecification"]
+        for t in current["userInputMessageContext"]["tools"]
+    }
+    assert specs["Read"]["description"] == "Read"
+    assert specs["Write"]["inputSchema"]["json"]["type"] == "object"
+    assert specs["Grep"]["description"] == HISTORY_TOOL
+    assert "1 tools the history used but the request lacks declared" in d.summary
+    assert "user turn of tool results only sent with the text (tool results)" in d.summary

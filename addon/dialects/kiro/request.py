@@ -47,8 +47,14 @@ Encoding
   ``metadata.user_id`` (``…_session_<uuid>``); else a UUID derived from the first user
   message, the same on every turn of the conversation. ``agentContinuationId`` is derived
   from it. ``profileArn`` comes from the route (``prepare``).
-- Empty contents Kiro refuses: a user turn without text, images or results and an assistant
-  turn without text or calls get ``"(empty)"`` (noted).
+- Blank contents Kiro refuses ("Improperly formed request."), in ``currentMessage`` and in
+  ``history`` alike: a user turn of tool results only gets the text ``"(tool results)"``, of
+  images only ``"(image)"``, of nothing ``"(empty)"``; an assistant turn without text or calls
+  ``"(empty)"`` (an assistant turn of calls only keeps ``""``, as the Kiro IDE writes it); a
+  blank tool result ``"(empty result)"``; a tool without a description its name; a tool
+  schema without a ``type`` gets ``"object"``; a tool the history called that the request
+  does not offer is declared (described as used earlier), since Kiro refuses a history that
+  uses an undeclared tool. All noted.
 
 Model names: ``model_id`` maps a client's name to Kiro's ``modelId`` (the route's
 ``model_map`` first, then ``MODEL_IDS``, then Anthropic's dated and dashed names such as
@@ -97,7 +103,14 @@ ACK = "I will follow these instructions."
 """The assistant's answer to the system prompt turn, as the Kiro IDE writes it."""
 CONTINUE = "Continue."
 EMPTY = "(empty)"
+RESULTS_ONLY = "(tool results)"
+"""The text of a user turn that holds only tool results: Kiro refuses blank content."""
+IMAGES_ONLY = "(image)"
+"""The text of a user turn that holds only images."""
 EMPTY_RESULT = "(empty result)"
+HISTORY_TOOL = "A tool used earlier in this conversation."
+"""The description of a tool the history called that the request no longer offers (Kiro
+refuses a history that uses a tool its current message does not declare)."""
 NO_RESULT = "(no result: the client sent none for this call)"
 RAW_ARGUMENTS = "_raw_arguments"
 SYSTEM_TAG = "system"
@@ -248,7 +261,7 @@ class _Encoder:
         message = self.user_message(current)
         # The IDE sends the context on the current message, empty when there is nothing.
         context: JSON = message.pop("userInputMessageContext", {})
-        specs = self.tools()
+        specs = self.tools(turns)
         if specs:
             context["tools"] = specs
         message["userInputMessageContext"] = context
@@ -391,7 +404,7 @@ class _Encoder:
                         texts.append(json.dumps(q.data, ensure_ascii=False))
                     case ToolCall() | ToolResult():
                         texts.append(json.dumps({"kind": q.kind}))
-        content = [{"text": t} for t in texts if t]
+        content = [{"text": t} for t in texts if t.strip()]
         if not content:
             content = [{"text": EMPTY_RESULT}]
         return {
@@ -435,9 +448,18 @@ class _Encoder:
 
     def user_message(self, turn: _Turn) -> JSON:
         content = "\n\n".join(turn.texts)
-        if not content and not turn.results and not turn.images:
-            self.notes["empty user message sent as (empty)"] += 1
-            content = EMPTY
+        if not content.strip():
+            # Kiro refuses blank content, also beside tool results or images
+            # (mikeyobrien/pi-provider-kiro#106; the Kiro IDE never sends it blank).
+            if turn.results:
+                self.notes[f"user turn of tool results only sent with the text {RESULTS_ONLY}"] += 1
+                content = RESULTS_ONLY
+            elif turn.images:
+                self.notes[f"user turn of images only sent with the text {IMAGES_ONLY}"] += 1
+                content = IMAGES_ONLY
+            else:
+                self.notes["empty user message sent as (empty)"] += 1
+                content = EMPTY
         message: JSON = {"content": content, "modelId": self.req.model, "origin": ORIGIN}
         if turn.images:
             message["images"] = turn.images
@@ -454,7 +476,8 @@ class _Encoder:
 
     def assistant_message(self, turn: _Turn) -> JSON:
         content = "\n\n".join(turn.texts)
-        if not content and not turn.uses:
+        # Blank beside calls is how the Kiro IDE itself writes a turn of calls only.
+        if not content.strip() and not turn.uses:
             self.notes["empty assistant message sent as (empty)"] += 1
             content = EMPTY
         message: JSON = {"content": content}
@@ -464,7 +487,7 @@ class _Encoder:
             message |= turn.own.get("message") or {}
         return message
 
-    def tools(self) -> list[JSON]:
+    def tools(self, turns: list[_Turn]) -> list[JSON]:
         specs: list[JSON] = []
         dropped: list[str] = []
         for t in self.req.tools or ():
@@ -475,20 +498,22 @@ class _Encoder:
                     dropped.append(t.name or t.type)
                 continue
             description = t.description
-            if not description:
+            if not description or not description.strip():
                 self.notes["tools without a description described by their name"] += 1
                 description = t.name
-            specs.append(
-                {
-                    "toolSpecification": {
-                        "name": t.name,
-                        "description": description,
-                        "inputSchema": {"json": t.parameters or {"type": "object"}},
-                    }
-                }
-            )
+            specs.append(_spec(t.name, description, t.parameters))
         if dropped:
             self.notes[f"tools Kiro cannot run dropped: {', '.join(dropped)}"] += 1
+        # Kiro refuses a history that calls a tool the current message does not declare
+        # (hank9999/kiro.rs declares such tools; Kiro matches names case-insensitively).
+        declared = {_spec_name(s).lower() for s in specs}
+        for turn in turns:
+            for use in turn.uses:
+                name = use["name"]
+                if name.lower() not in declared:
+                    declared.add(name.lower())
+                    self.notes["tools the history used but the request lacks declared"] += 1
+                    specs.append(_spec(name, HISTORY_TOOL, None))
         return specs
 
     def conversation_id(self, turns: list[_Turn]) -> str:
@@ -504,6 +529,27 @@ class _Encoder:
             seed = "\n".join(turns[0].texts)
         digest = hashlib.sha256(seed.encode("utf-8", "surrogatepass")).hexdigest()
         return str(uuid.uuid5(_NAMESPACE, digest))
+
+
+def _spec(name: str, description: str, parameters: JSON | None) -> JSON:
+    """A ``toolSpecification``; its schema an object schema, as Kiro requires (an empty one, or
+    one without a ``type``, becomes ``{"type": "object", …}``)."""
+    schema: JSON = {"type": "object", **(parameters or {})}
+    if not isinstance(schema.get("type"), str) or not schema["type"]:
+        schema["type"] = "object"
+    return {
+        "toolSpecification": {
+            "name": name,
+            "description": description,
+            "inputSchema": {"json": schema},
+        }
+    }
+
+
+def _spec_name(spec: JSON) -> str:
+    inner = spec.get("toolSpecification")
+    name = inner.get("name") if isinstance(inner, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def _args_object(arguments: str, custom: bool) -> JSON:
@@ -534,7 +580,7 @@ def _kiro_shaped(content: object) -> JSON | None:
         return None
     if not all(isinstance(i, dict) and isinstance(i.get("text"), str) for i in items):
         return None
-    texts = [{"text": i["text"] or EMPTY_RESULT} for i in items]
+    texts = [{"text": i["text"] if i["text"].strip() else EMPTY_RESULT} for i in items]
     return {"content": texts, "status": value["status"]}
 
 
