@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -26,6 +27,7 @@ from tests import eventstream_frames as ef
 from tests.e2e.clients import chat_turn
 from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream, SSEReply
 from tests.kiro_rules import IMPROPER, kiro_refusal
+from tests.realdata import FIXTURES
 
 KEY = "kiro-e2e-SECRET-token"
 FILE_TOKEN = "aoa-e2e-FILE-token-SECRET"
@@ -519,3 +521,44 @@ def test_the_fake_refuses_what_kiro_refuses() -> None:
     spec["inputSchema"]["json"] = {"type": "object"}
     spec["name"] = "Other"
     assert kiro_refusal(body) == "tools used in the history are not declared: ['read']"
+
+
+def test_claude_codes_session_is_the_conversation_in_both_user_id_forms(
+    start_proxy: Callable[..., Proxy], upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    """``metadata.user_id`` as Claude Code 2.1 writes it (a JSON object's ``session_id``), as
+    older versions did (``…_session_<uuid>``), and a real recorded Claude Code 2.1.197 body."""
+    seen: list[dict[str, Any]] = []
+
+    def script(rec: Recorded) -> JSONReply | SSEReply:
+        body = rec.json()
+        seen.append(body)
+        if kiro_refusal(body) is not None:
+            return JSONReply(IMPROPER, status=400)
+        frames = ef.stream([*ef.text_events("hi", 1), *ef.usage_events(1.0)])
+        return SSEReply(frames, headers={"content-type": ef.CONTENT_TYPE})
+
+    upstream.script = script
+    proxy = start_proxy(bridge_routes=str(routes_file(tmp_path)))
+    client = anthropic.Anthropic(base_url=proxy.base_url, api_key=KEY, max_retries=0, timeout=15)
+    session = "89772e65-a5f6-45d5-b37c-e27ca2ea17d4"
+    forms = [
+        json.dumps({"device_id": "42108bcc", "account_uuid": "", "session_id": session}),
+        f"user_42108bcc_account__session_{session}",
+    ]
+    for user_id in forms:
+        message = client.messages.create(
+            model=MODEL,
+            max_tokens=100,
+            messages=[{"role": "user", "content": f"hi from {user_id[:5]}"}],
+            metadata={"user_id": user_id},
+        )
+        assert message.content[0].type == "text" and message.content[0].text == "hi"
+    recorded = FIXTURES / "clients" / "claude-code-2.1.197-default-turn2.request.json"
+    rec = json.loads(recorded.read_text())
+    body = rec["body"]
+    assert json.loads(body["metadata"]["user_id"])["session_id"] == session
+    headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+    got = httpx.post(f"{proxy.base_url}{rec['path']}", json=body, headers=headers, timeout=15)
+    assert got.status_code == 200 and "message_stop" in got.text, got.text[:300]
+    assert [b["conversationState"]["conversationId"] for b in seen] == [session] * 3

@@ -27,6 +27,7 @@ from addon.dialects.kiro.request import (
     decode_request,
     encode_request,
     model_id,
+    session_id,
 )
 from addon.plan import Incoming, Reject, Rewrite, RouteCredentials, decide
 from addon.routes import Route, RoutesError, load_routes
@@ -637,3 +638,51 @@ def test_blank_fields_kiro_refuses_are_filled_in_history_and_current_message() -
     assert specs["Grep"]["description"] == HISTORY_TOOL
     assert "1 tools the history used but the request lacks declared" in d.summary
     assert "user turn of tool results only sent with the text (tool results)" in d.summary
+
+
+SESSION = "0b5e0c9e-1f5d-4a0e-9d55-3f7c1e2a9b10"
+
+
+@pytest.mark.parametrize(
+    ("user_id", "expected"),
+    [
+        pytest.param(f"user_abc_account__session_{SESSION}", SESSION, id="older-form"),
+        pytest.param(
+            json.dumps({"device_id": "d" * 64, "account_uuid": "", "session_id": SESSION}),
+            SESSION,
+            id="claude-code-2.1-json",
+        ),
+        pytest.param(
+            json.dumps({"session_id": SESSION.upper(), "device_id": "x"}), SESSION, id="upper"
+        ),
+        pytest.param(json.dumps({"session_id": "not-a-uuid"}), None, id="json-without-uuid"),
+        pytest.param('{"session_id": ', None, id="broken-json"),
+        pytest.param("someone", None, id="neither"),
+    ],
+)
+def test_the_session_id_is_read_from_both_forms_of_user_id(
+    user_id: str, expected: str | None
+) -> None:
+    assert session_id(user_id) == expected
+    body = claude_code_body([{"role": "user", "content": "hi"}], metadata={"user_id": user_id})
+    d = rewrite(body, path="/v1/messages", route=kiro_route(client="anthropic"))
+    conversation = d.wire.body["conversationState"]["conversationId"]
+    if expected is None:
+        assert conversation != SESSION and uuid.UUID(conversation)
+    else:
+        assert conversation == expected
+
+
+def test_claude_code_2_1_recorded_bodies_keep_their_session_as_the_conversation() -> None:
+    """The JSON ``user_id`` of real Claude Code 2.1.197 bodies, on every turn."""
+    names = sorted((FIXTURES / "clients").glob("claude-code-2.1.197-default-turn*.request.json"))
+    assert len(names) == 3
+    route = kiro_route(client="anthropic", path="*/v1/messages")
+    ids = set()
+    for path in names:
+        rec = json.loads(path.read_text())
+        session = json.loads(rec["body"]["metadata"]["user_id"])["session_id"]
+        headers = {k.lower(): v for k, v in rec["headers"].items()}
+        d = rewrite(rec["body"], route, path=rec["path"], headers=headers)
+        ids.add(d.wire.body["conversationState"]["conversationId"])
+    assert ids == {session}

@@ -44,7 +44,8 @@ Encoding
   and dropped. Images (``data:`` URLs) → ``images`` of their message; others are named in
   the text. Thinking in the history is dropped (Kiro takes none back; noted).
 - ``conversationId``: a Kiro client's own; else the session id Claude Code puts in
-  ``metadata.user_id`` (``…_session_<uuid>``); else a UUID derived from the first user
+  ``metadata.user_id`` (``session_id`` of the JSON object Claude Code 2.1 writes there, or the
+  older ``…_session_<uuid>``: ``session_id``); else a UUID derived from the first user
   message, the same on every turn of the conversation. ``agentContinuationId`` is derived
   from it. ``profileArn`` comes from the route (``prepare``).
 - Blank contents Kiro refuses ("Improperly formed request."), in ``currentMessage`` and in
@@ -118,10 +119,9 @@ DESCRIPTION_LIMIT = 10240
 """Kiro refuses tool descriptions longer than this (characters; a route may set its own)."""
 _NAMESPACE = uuid.UUID("5c1d6b0e-6a35-4f4e-9a7e-6b1f0c2d3e4f")
 """Namespace of the conversation ids the bridge derives (uuid5)."""
-_SESSION = re.compile(
-    r"session_([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
-    r"[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
-)
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_SESSION = re.compile(rf"session_({_UUID})")
+_SESSION_ID = re.compile(_UUID)
 
 MODEL_IDS: dict[str, str] = {
     "claude-sonnet-4-5": "claude-sonnet-4.5",
@@ -520,15 +520,34 @@ class _Encoder:
         own = self.side.get("conversation_id")
         if isinstance(own, str) and own:
             return own
-        user = self.req.params.user
-        if user and (m := _SESSION.search(user)):
-            return m[1].lower()
+        session = session_id(self.req.params.user)
+        if session is not None:
+            return session
         first = next((m for m in self.req.messages if m.role == "user"), None)
         seed = "\n".join(p.text for p in first.parts if isinstance(p, Text)) if first else ""
         if not seed and turns:
             seed = "\n".join(turns[0].texts)
         digest = hashlib.sha256(seed.encode("utf-8", "surrogatepass")).hexdigest()
         return str(uuid.uuid5(_NAMESPACE, digest))
+
+
+def session_id(user: str | None) -> str | None:
+    """The session UUID Claude Code puts in ``metadata.user_id`` (lower case), in either of its
+    forms: a JSON object's ``session_id`` (Claude Code 2.1: ``{"device_id", "account_uuid",
+    "session_id"}``, ../shared/fixtures/real/clients/claude-code-2.1.197-*) or the older
+    ``user_<hash>_account_<uuid>_session_<uuid>``; None when it holds neither."""
+    if not user:
+        return None
+    if user.lstrip().startswith("{"):
+        try:
+            value = strict_json(user)
+        except (ValueError, RecursionError):
+            value = None
+        found = value.get("session_id") if isinstance(value, dict) else None
+        if isinstance(found, str) and _SESSION_ID.fullmatch(found):
+            return found.lower()
+    m = _SESSION.search(user)
+    return m[1].lower() if m else None
 
 
 def _spec(name: str, description: str, parameters: JSON | None) -> JSON:
