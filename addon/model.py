@@ -287,6 +287,19 @@ class Response:
 
 
 @dataclass(frozen=True, slots=True)
+class AnswerDefaults:
+    """What a client's answer says when the upstream's does not say it (Kiro sends no model and
+    no time): the model the client asked for, and when it asked (Unix seconds). Plain values the
+    plan hands the client's encoders; an answer's own model and time win."""
+
+    model: str = ""
+    created: int = 0
+
+
+NO_DEFAULTS = AnswerDefaults()
+
+
+@dataclass(frozen=True, slots=True)
 class MessageStart:
     """The answer begins; carries the envelope every later chunk repeats."""
 

@@ -29,6 +29,7 @@ through ``short`` (redacted, escaped, cut).
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ from addon.dialects.kiro.request import prepare as kiro_prepare
 from addon.jsonio import dumpb, loads, same
 from addon.model import (
     JSON,
+    NO_DEFAULTS,
+    AnswerDefaults,
     ClientError,
     Event,
     Notes,
@@ -177,6 +180,9 @@ class FlowPlan:
     profile_arn: str | None = None
     """A ``profileArn`` the shell read for a Kiro route (its token file's), when the route
     names none."""
+    defaults: AnswerDefaults = NO_DEFAULTS
+    """The model the client asked for and when: what its answer says where the upstream's
+    says nothing (Kiro sends neither), streamed or whole."""
 
     @property
     def label(self) -> str:
@@ -237,7 +243,7 @@ class FlowPlan:
             stages.append(HideThinkingStage())
         self.processor = StreamProcessor(
             self.upstream.stream_decoder(),
-            self.client.stream_encoder(),
+            self.client.stream_encoder(self.defaults),
             stages=stages,
             decompressor=decompressor,
             framing_in=self.upstream_framing,
@@ -376,8 +382,15 @@ class FlowPlan:
             ) from None
 
     def _encode_answer(self, answer: Response) -> bytes:
+        if not answer.model or answer.created is None:
+            answer = dataclasses.replace(
+                answer,
+                model=answer.model or self.defaults.model or None,
+                created=self.defaults.created if answer.created is None else answer.created,
+            )
         if self.stream:
-            return sse_from_response(answer, self.client.stream_encoder(), self.client_framing)
+            encoder = self.client.stream_encoder(self.defaults)
+            return sse_from_response(answer, encoder, self.client_framing)
         return dump(self.client.encode_response(answer))
 
     def error_body(self, status: int, raw: bytes) -> tuple[bytes, str]:
@@ -547,6 +560,7 @@ def decide(
             decoded = dataclasses.replace(
                 decoded, **client.from_path(incoming.bare_path, incoming.query)
             )
+        plan.defaults = AnswerDefaults(decoded.model, int(time.time()))
         unified = transform(decoded, plan, settings)
 
         def wire_for(req: Request, notes: Notes) -> WireRequest:

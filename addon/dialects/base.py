@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict
 
-from addon.model import JSON, ClientError, Event, Notes, Request, Response
+from addon.model import JSON, AnswerDefaults, ClientError, Event, Notes, Request, Response
 
 
 class StreamDecoder(Protocol):
@@ -47,6 +47,13 @@ class StreamEncoder(Protocol):
 
     def feed(self, event: Event) -> list[tuple[str | None, str]]: ...
     def finish(self) -> list[tuple[str | None, str]]: ...
+
+
+class StreamEncoderFactory(Protocol):
+    """A dialect's stream encoder class: built with the answer's defaults (the model the
+    client asked for, the time), or none."""
+
+    def __call__(self, defaults: AnswerDefaults = ...) -> StreamEncoder: ...
 
 
 def sse_text_frame(data: str, marker: str, *, last: bool = False) -> tuple[bytes, bytes] | None:
@@ -158,7 +165,7 @@ class Dialect:
     decode_response: Callable[[JSON], Response]
     encode_response: Callable[[Response], JSON]
     stream_decoder: Callable[[], StreamDecoder]
-    stream_encoder: Callable[[], StreamEncoder]
+    stream_encoder: StreamEncoderFactory
     encode_error: Callable[[ClientError], JSON]
     error_message: Callable[[Any], str | None]
     """The message of an error body the upstream sent in this dialect, if there is one."""

@@ -13,6 +13,7 @@ clients must run the loop to the end, streamed and whole.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -562,3 +563,43 @@ def test_claude_codes_session_is_the_conversation_in_both_user_id_forms(
     got = httpx.post(f"{proxy.base_url}{rec['path']}", json=body, headers=headers, timeout=15)
     assert got.status_code == 200 and "message_stop" in got.text, got.text[:300]
     assert [b["conversationState"]["conversationId"] for b in seen] == [session] * 3
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_answers_name_the_asked_model_and_the_time(
+    kiro_proxy: tuple[Proxy, Kiro], stream: bool
+) -> None:
+    """Kiro's answer names no model and no time: the client sees the model it asked for and
+    the current time (never ``""`` / ``0``), streamed and whole, OpenAI and Anthropic."""
+    proxy, _ = kiro_proxy
+    cursor = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key=KEY, max_retries=0, timeout=15)
+    messages: Any = [{"role": "user", "content": "What do the text files say?"}]
+    now = time.time()
+    if stream:
+        chunks = list(
+            cursor.chat.completions.create(
+                model=MODEL, messages=messages, tools=CURSOR_TOOLS, stream=True
+            )
+        )
+        assert len(chunks) > 2
+        assert {c.model for c in chunks} == {MODEL}
+        assert all(abs(c.created - now) < 10 for c in chunks)
+    else:
+        done = cursor.chat.completions.create(model=MODEL, messages=messages, tools=CURSOR_TOOLS)
+        assert done.model == MODEL and abs(done.created - now) < 10
+    claude = anthropic.Anthropic(base_url=proxy.base_url, api_key=KEY, max_retries=0, timeout=15)
+    tools: Any = [
+        {"name": "Read", "description": "Read a file", "input_schema": READ_SCHEMA},
+        {"name": "List", "description": "List files", "input_schema": LIST_SCHEMA},
+    ]
+    params: dict[str, Any] = {
+        "model": MODEL,
+        "max_tokens": 100,
+        "messages": messages,
+        "tools": tools,
+    }
+    if stream:
+        events = list(claude.messages.create(stream=True, **params))
+        assert events[0].type == "message_start" and events[0].message.model == MODEL
+    else:
+        assert claude.messages.create(**params).model == MODEL

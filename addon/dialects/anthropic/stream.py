@@ -52,7 +52,9 @@ from addon.jsonio import dumpb, dumps, loads
 from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
+    NO_DEFAULTS,
     STREAM_CUT,
+    AnswerDefaults,
     Event,
     Finish,
     FinishReason,
@@ -176,7 +178,8 @@ class _Call:
 class AnthropicStreamEncoder:
     """Unified events → Anthropic SSE ``(event, data)`` pairs (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
+        self._defaults = defaults
         self._done = False
         self._text_head: tuple[int, tuple[bytes, bytes]] = (-1, (b"", b""))
         """The block index and the frame of a text delta event in it (``_TEXT_HEAD``,
@@ -214,7 +217,7 @@ class AnthropicStreamEncoder:
             "id": DEFAULT_ID,
             "type": "message",
             "role": "assistant",
-            "model": "",
+            "model": self._defaults.model,
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
@@ -400,7 +403,10 @@ class AnthropicStreamEncoder:
                 if self._same:
                     self._message = dict(event.envelope)
                 else:
-                    self._message = {"id": event.id or DEFAULT_ID, "model": event.model or ""}
+                    self._message = {
+                        "id": event.id or DEFAULT_ID,
+                        "model": event.model or self._defaults.model,
+                    }
                 self._start(out)
             case TextDelta():
                 if event.text:

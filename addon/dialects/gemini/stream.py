@@ -66,6 +66,8 @@ from addon.jsonio import dumpb, dumps, loads
 from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
+    NO_DEFAULTS,
+    AnswerDefaults,
     Event,
     Finish,
     MessageStart,
@@ -498,7 +500,8 @@ class GeminiStreamEncoder:
 
     _wrapped = False
 
-    def __init__(self) -> None:
+    def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
+        self._defaults = defaults
         self._done = False
         self._same = False
         self._envelope: JSON = {}
@@ -574,8 +577,8 @@ class GeminiStreamEncoder:
                     self._wrapper = dict(event.extra.get(NAME, {}).get("wrapper", {}))
                 else:
                     self._envelope = {}
-                    if event.model:
-                        self._envelope["modelVersion"] = event.model
+                    if model := event.model or self._defaults.model:
+                        self._envelope["modelVersion"] = model
                     if event.id:
                         self._envelope["responseId"] = event.id
                 return []

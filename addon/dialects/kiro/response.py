@@ -16,7 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from addon.model import JSON, ClientError, Response, UnsupportedShape
+from addon.model import (
+    JSON,
+    NO_DEFAULTS,
+    AnswerDefaults,
+    ClientError,
+    Response,
+    UnsupportedShape,
+)
 
 UPSTREAM_ONLY = "kiro is an upstream-only dialect: the bridge does not answer Kiro clients"
 
@@ -58,7 +65,7 @@ def error_message(body: Any) -> str | None:
 class KiroStreamEncoder:
     """Kiro clients are not served: building one raises (``UPSTREAM_ONLY``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
         raise UnsupportedShape(UPSTREAM_ONLY)
 
     def feed(self, event: Any) -> list[tuple[str | None, str]]:  # pragma: no cover

@@ -22,7 +22,9 @@ from addon.dialects.base import sse_text_frame
 from addon.jsonio import REFUSED, dumpb, dumps, fast_strings, loads
 from addon.model import (
     JSON,
+    NO_DEFAULTS,
     STREAM_CUT,
+    AnswerDefaults,
     Event,
     Finish,
     MessageStart,
@@ -389,12 +391,13 @@ def _with_extra(event: Event, extra: JSON) -> Event:
 class OpenAIChatStreamEncoder:
     """Unified events → ``chat.completion.chunk`` payloads (and the final ``[DONE]``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
+        self._defaults = defaults
         self._envelope: JSON = {
             "id": "chatcmpl-bridge",
             "object": "chat.completion.chunk",
-            "created": 0,
-            "model": "",
+            "created": defaults.created,
+            "model": defaults.model,
         }
         self._same = False
         self._done = False
@@ -448,8 +451,8 @@ class OpenAIChatStreamEncoder:
                     self._envelope = {**self._envelope, **fields, **event.envelope}
                 else:
                     self._envelope["id"] = _chat_id(event.id)
-                    self._envelope["model"] = event.model or ""
-                    self._envelope["created"] = event.created or 0
+                    self._envelope["model"] = event.model or self._defaults.model
+                    self._envelope["created"] = event.created or self._defaults.created
                 self._started = True
                 return [(None, self._chunk({"role": "assistant"}, event.extra))]
             case TextDelta():

@@ -57,6 +57,8 @@ from typing import Any, Literal
 from addon.jsonio import dumpb, dumps, join_texts, loads
 from addon.model import (
     JSON,
+    NO_DEFAULTS,
+    AnswerDefaults,
     Event,
     Finish,
     FinishReason,
@@ -144,7 +146,8 @@ class _Call:
 class OpenAIResponsesStreamEncoder:
     """Unified events → Responses SSE ``(event, data)`` pairs (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
+        self._defaults = defaults
         self._seq = 0
         self._open_text: tuple[list[str | bytes], bytes] | None = None
         """The open text part's chunks and the head of a delta in it, from ``text_sse`` until
@@ -180,11 +183,11 @@ class OpenAIResponsesStreamEncoder:
         response: JSON = {
             "id": response_id(None),
             "object": "response",
-            "created_at": 0,
+            "created_at": self._defaults.created,
             "status": status,
             "error": None,
             "incomplete_details": None,
-            "model": "",
+            "model": self._defaults.model,
             "output": [],
             "parallel_tool_calls": True,
             "tool_choice": "auto",
@@ -523,7 +526,10 @@ class OpenAIResponsesStreamEncoder:
                         k: v for k, v in event.envelope.items() if k not in _RESPONSE_OWN
                     }
                 else:
-                    self._response = {"id": response_id(event.id), "model": event.model or ""}
+                    self._response = {
+                        "id": response_id(event.id),
+                        "model": event.model or self._defaults.model,
+                    }
                     if event.created is not None:
                         self._response["created_at"] = event.created
                 self._stem = item_suffix(str(self._response.get("id", "")))
