@@ -63,6 +63,7 @@ from addon.stream.capture import CaptureStage, capture_response
 from addon.stream.custom_tools import CustomToolStage
 from addon.stream.decompress import make_decompressor
 from addon.stream.eventstream import split_all
+from addon.stream.foreign import not_a_stream, quote
 from addon.stream.processor import MAX_EVENT_BYTES, Stage, StreamProcessor
 from addon.stream.repair import RepairStage
 from addon.stream.stages import HideThinkingStage, TextToolStage
@@ -94,6 +95,9 @@ where it expected an object): the body is not understood, like ``UnsupportedShap
 passed on (same dialect) or a 400 (another), never a traceback."""
 MAX_ERROR_QUOTE = 500
 """Characters of an upstream's unreadable error body quoted in the client's error."""
+clock: Callable[[], float] = time.time
+"""The time a client's answer says it was made, where the upstream's does not say
+(``AnswerDefaults``); tests that compare the bytes of two answers pin it."""
 
 
 # --------------------------------------------------------------------------- values
@@ -181,6 +185,8 @@ class FlowPlan:
     """A ``profileArn`` the shell read for a Kiro route (its token file's), when the route
     names none."""
     defaults: AnswerDefaults = NO_DEFAULTS
+    _answer_head: tuple[int | None, str | None] = (None, None)
+    """The streamed answer's status and content type (``stream_processor``)."""
     """The model the client asked for and when: what its answer says where the upstream's
     says nothing (Kiro sends neither), streamed or whole."""
 
@@ -221,10 +227,16 @@ class FlowPlan:
     # ------------------------------------------------------------------ answers
 
     def stream_processor(
-        self, content_encoding: str | None, keep_original: int = 0
+        self,
+        content_encoding: str | None,
+        keep_original: int = 0,
+        *,
+        status: int | None = None,
+        content_type: str | None = None,
     ) -> StreamProcessor:
         """The pipeline for a 2xx SSE answer (``keep_original``: how many of the upstream's
-        bytes to keep for the view). Raises ``UnsupportedEncoding``."""
+        bytes to keep for the view; ``status`` and ``content_type``: the answer's, named when
+        its body is not the stream its framing promised). Raises ``UnsupportedEncoding``."""
         decompressor = make_decompressor(content_encoding)
         stages: list[Stage] = []
         if self.sink is not None:
@@ -256,7 +268,10 @@ class FlowPlan:
             # The text protocol rewrites the text anyway: runs of it read together are parsed
             # and re-encoded as one, on same-dialect routes too.
             coalesce=not self.same_dialect or self.parse_text,
+            status=status,
+            content_type=content_type,
         )
+        self._answer_head = (status, content_type)
         return self.processor
 
     def _whole_events(self, raw: bytes) -> list[Event]:
@@ -276,21 +291,26 @@ class FlowPlan:
                 message = None
             if message:
                 return [StreamError(message, "upstream_error")]
-        text = raw[: MAX_ERROR_QUOTE * 4].decode("utf-8", "replace").strip()
-        return [
-            StreamError(
-                f"the upstream answered with a body that is not an event stream: "
-                f"{text[:MAX_ERROR_QUOTE]!r}",
-                "upstream_error",
-            )
-        ]
+        status, content_type = self._answer_head
+        why = not_a_stream(self.upstream_framing, raw, status=status, content_type=content_type)
+        if why is None:  # it began like one (and then was not)
+            why = f"the upstream answered with a body that is not an event stream: {quote(raw)}"
+        return [StreamError(why, "upstream_error")]
 
-    def decode_answer(self, raw: bytes) -> Response:
+    def decode_answer(
+        self, raw: bytes, *, status: int | None = None, content_type: str | None = None
+    ) -> Response:
         """A whole upstream answer → unified, parsed and filtered as the route says.
 
         Raises ``ValueError`` / ``UnsupportedShape`` / ``RecursionError`` for an answer it
-        cannot read, ``UpstreamError`` for an error the upstream sent in its stream framing."""
-        if self.upstream_framing == "aws_eventstream" and raw.lstrip()[:1] not in (b"{", b"["):
+        cannot read, ``UpstreamError`` for an error the upstream sent in its stream framing.
+        An upstream that answers only in its stream framing (Kiro's frames) and sent something
+        else (an HTML sign-in page, JSON): ``UnsupportedShape`` saying what came instead (its
+        ``status`` and ``content_type`` when given, its first bytes)."""
+        if self.upstream_framing == "aws_eventstream":
+            why = not_a_stream("aws_eventstream", raw, status=status, content_type=content_type)
+            if why is not None:
+                raise UnsupportedShape(why)
             return self._decode_frames(raw)
         try:
             body = load_json(raw)
@@ -560,7 +580,7 @@ def decide(
             decoded = dataclasses.replace(
                 decoded, **client.from_path(incoming.bare_path, incoming.query)
             )
-        plan.defaults = AnswerDefaults(decoded.model, int(time.time()))
+        plan.defaults = AnswerDefaults(decoded.model, int(clock()))
         unified = transform(decoded, plan, settings)
 
         def wire_for(req: Request, notes: Notes) -> WireRequest:

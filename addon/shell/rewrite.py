@@ -319,7 +319,10 @@ class RewriteAddon(OptionChecks):
         encoding = resp.headers.get("content-encoding")
         try:
             processor = plan.stream_processor(
-                encoding, keep_original=KEEP_STREAM_BYTES if self.keep_originals else 0
+                encoding,
+                keep_original=KEEP_STREAM_BYTES if self.keep_originals else 0,
+                status=resp.status_code,
+                content_type=resp.headers.get("content-type"),
             )
         except UnsupportedEncoding as e:
             log.warning("%s: stream passed through unchanged: %s", plan.label, short(e))
@@ -379,7 +382,9 @@ class RewriteAddon(OptionChecks):
             return  # not JSON: the client reads it itself
         raw = resp.get_content(strict=False) or b""
         try:
-            answer = plan.decode_answer(raw)
+            answer = plan.decode_answer(
+                raw, status=resp.status_code, content_type=resp.headers.get("content-type")
+            )
             if plan.needs_retry(answer) and self.retry is not None:
                 again = await self.retry.resend(flow, plan.label)
                 if again is not None:

@@ -74,6 +74,7 @@ from addon.jsonio import REFUSED, fast_loads, fast_strings
 from addon.model import Event, StreamError, TextDelta, ThinkingDelta
 from addon.stream.decompress import Decompressor
 from addon.stream.eventstream import EventStreamSplitter, Frame
+from addon.stream.foreign import not_a_stream
 from addon.stream.framing import JsonArraySplitter, JsonArrayWriter
 from addon.stream.sse import (
     EventDecoder,
@@ -231,6 +232,8 @@ class StreamProcessor:
         keep_original: int = 0,
         raw_ok: bool = False,
         coalesce: bool | None = None,
+        status: int | None = None,
+        content_type: str | None = None,
     ) -> None:
         if framing_in not in ("sse", "json_array", "aws_eventstream") or framing_out not in (
             "sse",
@@ -273,6 +276,10 @@ class StreamProcessor:
         self._skipped_decoding = 0
         self._max = max_event_bytes
         self._whole = whole
+        self._framing_in: Framing = framing_in
+        self._answer = (status, content_type)
+        """The answer's status and content type, to say what came when its body is not the
+        framing's stream (``addon.stream.foreign``)."""
         self._body: bytearray | None = None
         """Another dialect, a body that is not an event stream: collected until it ends."""
         self._body_cut = False
@@ -802,7 +809,8 @@ class StreamProcessor:
                 return self._fail(f"{type(e).__name__}: {e}", raw + rest, out)
         assert self._items is not None
         if self._items.error is not None:
-            return self._fail(f"cannot read the JSON array: {self._items.error}", b"", out)
+            why = self._not_a_stream(self._items.pending())
+            return self._fail(why or f"cannot read the JSON array: {self._items.error}", b"", out)
         if final:
             try:
                 self._end(out)
@@ -821,13 +829,22 @@ class StreamProcessor:
                 return self._stop(f"{type(e).__name__}: {e}", out)
         assert self._frames is not None
         if self._frames.error is not None:
-            return self._stop(f"cannot read the event stream: {self._frames.error}", out)
+            why = self._not_a_stream(self._frames.pending())
+            return self._stop(why or f"cannot read the event stream: {self._frames.error}", out)
         if final:
             try:
                 self._end(out)
             except Exception as e:
                 return self._stop(f"{type(e).__name__}: {e}", out)
         return self._out(out)
+
+    def _not_a_stream(self, head: bytes) -> str | None:
+        """A body whose very first bytes failed to frame: what came instead of the stream, if
+        it is not one at all (an HTML sign-in page, a JSON error); None otherwise."""
+        if self._events_in:
+            return None
+        status, content_type = self._answer
+        return not_a_stream(self._framing_in, head, status=status, content_type=content_type)
 
     def abort(self, why: str) -> list[bytes]:
         """The shell's way out when the processor itself failed: a same-dialect stream passes

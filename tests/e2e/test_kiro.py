@@ -26,7 +26,14 @@ import pytest
 
 from tests import eventstream_frames as ef
 from tests.e2e.clients import chat_turn
-from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream, SSEReply
+from tests.e2e.harness import (
+    JSONReply,
+    Proxy,
+    RawReply,
+    Recorded,
+    ScriptedUpstream,
+    SSEReply,
+)
 from tests.kiro_rules import IMPROPER, kiro_refusal
 from tests.realdata import FIXTURES
 
@@ -603,3 +610,122 @@ def test_answers_name_the_asked_model_and_the_time(
         assert events[0].type == "message_start" and events[0].message.model == MODEL
     else:
         assert claude.messages.create(**params).model == MODEL
+
+
+# --------------------------------------------------------------------------- not a stream
+
+SIGN_IN = (
+    b"<!DOCTYPE html><html><head><title>Sign in to AWS Builder ID</title></head><body>"
+    b"<form>token sk-ant-api03-" + b"Q" * 40 + b"</form></body></html>"
+)
+"""A 200 answer a login wall sends instead of Kiro's frames; a key-shaped string in it."""
+ALL_CLIENTS = """
+[[routes]]
+name = "responses-kiro"
+path = "*/v1/responses"
+client = "openai_responses"
+upstream = "kiro"
+profile_arn = "{arn}"
+
+[[routes]]
+name = "gemini-kiro"
+path = "*/v1beta/models/*"
+client = "gemini"
+upstream = "kiro"
+profile_arn = "{arn}"
+"""
+
+
+def ask_every_client(proxy: Proxy, stream: bool) -> dict[str, tuple[int, str]]:
+    """One question from each client dialect: ``{client: (status, what it was told)}`` —
+    the SDK's error message (openai, anthropic) or the raw body (Responses, Gemini)."""
+    told: dict[str, tuple[int, str]] = {}
+    cursor = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key=KEY, max_retries=0, timeout=15)
+    with pytest.raises(openai.APIError) as oe:
+        got = cursor.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], stream=stream
+        )
+        if stream:
+            list(cast(Any, got))
+    told["openai_chat"] = (getattr(oe.value, "status_code", 200), str(oe.value))
+    claude = anthropic.Anthropic(base_url=proxy.base_url, api_key=KEY, max_retries=0, timeout=15)
+    with pytest.raises(anthropic.APIError) as ae:
+        params: Any = {
+            "model": MODEL,
+            "max_tokens": 10,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        if stream:
+            list(claude.messages.create(stream=True, **params))
+        else:
+            claude.messages.create(**params)
+    told["anthropic"] = (getattr(ae.value, "status_code", 200), str(ae.value))
+    base = proxy.base_url
+    r = httpx.post(
+        f"{base}/v1/responses",
+        json={"model": MODEL, "input": "hi", "stream": stream},
+        headers={"authorization": f"Bearer {KEY}"},
+        timeout=15,
+    )
+    told["openai_responses"] = (r.status_code, r.text)
+    action = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    r = httpx.post(
+        f"{base}/v1beta/models/{MODEL}:{action}",
+        json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+        headers={"x-goog-api-key": KEY},
+        timeout=15,
+    )
+    told["gemini"] = (r.status_code, r.text)
+    return told
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "said"),
+    [
+        pytest.param(SIGN_IN, "text/html; charset=utf-8", "HTTP 200 with text/html", id="html"),
+        pytest.param(
+            b'{"message": "Session expired, sign in again"}',
+            "application/json",
+            "HTTP 200 with application/json",
+            id="json",
+        ),
+        pytest.param(
+            SIGN_IN,
+            ef.CONTENT_TYPE,
+            "not an AWS event stream, although sent as application/vnd.amazon.eventstream",
+            id="html-sent-as-frames",
+        ),
+    ],
+)
+def test_a_200_that_is_not_an_event_stream_says_what_came(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    tmp_path: Path,
+    body: bytes,
+    content_type: str,
+    said: str,
+) -> None:
+    """Every client dialect, streamed and whole, is told the status, the content type and
+    the first bytes (cleaned) of what came instead of Kiro's frames, in its own dialect; the
+    flow is a ⚠ fallback, not a rewrite."""
+    upstream.script = lambda rec: RawReply(body, headers={"content-type": content_type})
+    routes = routes_file(tmp_path, "")
+    routes.write_text(routes.read_text() + ALL_CLIENTS.format(arn=ARN))
+    proxy = start_proxy(bridge_routes=str(routes))
+    for stream in (True, False):
+        told = ask_every_client(proxy, stream)
+        for client, (status, text) in told.items():
+            where = f"{client} {'stream' if stream else 'whole'}"
+            assert said in text, (where, text)
+            first = "Sign in to AWS Builder ID" if body is SIGN_IN else "Session expired"
+            assert first in text, (where, text)
+            assert "sk-ant-api03-" + "Q" * 40 not in text, where
+            assert "prelude" not in text, where
+            # streamed frames were already under way (200, an error event); else a 502
+            assert status == (200 if stream and content_type == ef.CONTENT_TYPE else 502), where
+        assert "error" in told["gemini"][1] and "error" in told["openai_responses"][1]
+    log = proxy.log_text()
+    flows = [line for line in log.splitlines() if "cursor-bridge flow" in line]
+    assert len(flows) == 8, flows
+    assert all("outcome=fallback" in line for line in flows), flows
+    assert "Traceback" not in log and KEY not in log

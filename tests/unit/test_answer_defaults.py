@@ -8,7 +8,6 @@ an upstream's own model and time win.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -26,6 +25,7 @@ from addon.model import (
 )
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
 from addon.routes import Route
+from tests.unit.conftest import PINNED
 
 CLIENTS = ["openai_chat", "anthropic", "openai_responses", "gemini", "gemini_code_assist"]
 ASKED = AnswerDefaults("claude-sonnet-4-6", 1_764_000_000)
@@ -105,10 +105,8 @@ def kiro_plan(client: str) -> FlowPlan:
 def test_a_whole_answer_without_model_or_time_gets_the_asked_ones(
     client: str, stream: bool
 ) -> None:
-    before = int(time.time())
     plan = kiro_plan(client)
-    assert plan.defaults.model == ASKED.model
-    assert before <= plan.defaults.created <= int(time.time())
+    assert plan.defaults == AnswerDefaults(ASKED.model, PINNED)  # the clock: pinned here
     plan.stream = stream
     answer = Response("kiro", None, None, (Text("hi"),), "stop")
     raw = plan.encode_answer(answer)
@@ -129,4 +127,4 @@ def test_a_whole_answer_without_model_or_time_gets_the_asked_ones(
             "gemini_code_assist": lambda b: (b["response"].get("modelVersion"), None),
         }[client](body)
     assert model == ASKED.model
-    assert created is None or before <= created <= int(time.time())
+    assert created in (None, PINNED)

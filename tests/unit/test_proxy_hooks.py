@@ -442,7 +442,7 @@ def test_a_bug_in_the_answer_path_gives_a_502_in_the_clients_dialect(
     flow = chat_flow(ANTHROPIC_BODY, path="/v1/messages")
     addon.request(flow)
     plan = addon._plans[flow.id]
-    monkeypatch.setattr(type(plan), "decode_answer", lambda *_: 1 / 0)
+    monkeypatch.setattr(type(plan), "decode_answer", lambda *_, **__: 1 / 0)
     flow.response = tutils.tresp(
         headers=http.Headers(((b"content-type", b"application/json"),)), content=b"{}"
     )
