@@ -1,13 +1,17 @@
 """End to end: Cursor (openai SDK) and Claude Code (anthropic SDK) → mitmdump → Kiro.
 
-The scripted upstream stands in for Kiro's ``generateAssistantResponse``: it checks what it
-gets the way Kiro does — its path, a Bearer token, the ``conversationState`` body with
-``history`` alternating user / assistant messages, every ``toolUses`` answered by the
-``toolResults`` of the next user message in order, tools as ``toolSpecification``s with JSON
-schemas — and answers in AWS event-stream frames (``application/vnd.amazon.eventstream``),
-written in random pieces. It plays a 3-turn tool loop: two parallel native calls, one call
-written as ``[Calling tool: List]`` text (as some Kiro models still do), a text answer. Both
-clients must run the loop to the end, streamed and whole.
+The scripted upstream stands in for Kiro's ``generateAssistantResponse``: it refuses what Kiro
+refuses with Kiro's own ``400 {"message": "Improperly formed request.", "reason": null}``
+(``tests.kiro_rules``: blank contents in the current message and the history, roles that do
+not alternate, results that do not answer the calls before them, blank results and
+descriptions, schemas that are not objects, tools the history uses but the request does not
+declare), checks its path and Bearer token, and answers in AWS event-stream frames
+(``application/vnd.amazon.eventstream``), written in random pieces. It plays 3-turn tool loops
+— two parallel native calls, one call written as ``[Calling tool: List]`` text (as some Kiro
+models still do), a text answer; or turns of calls only — whose later turns hold only tool
+results. Both clients must run them to the end, streamed and whole. Also: Claude Code's
+session as the conversation, the asked model and time in answers, and a 200 that is not an
+event stream, for every client dialect.
 """
 
 from __future__ import annotations
