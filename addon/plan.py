@@ -14,7 +14,11 @@ The answer side works on the ``FlowPlan``: ``stream_processor`` builds the
 stream pipeline for an SSE answer, ``decode_answer`` / ``encode_answer`` turn a
 whole answer around, ``needs_retry`` says whether a required tool call is
 missing, ``error_body`` re-shapes an upstream error for a client of another
-dialect. Nothing here logs; the shell does, from what these return.
+dialect. The loop guard's verdict on the history (``FlowPlan.loop``) is carried
+as plain values; the answer is judged against it (``guard_response`` whole, the
+``LoopGuardStage`` in a stream), and ``invoke_body`` / ``client_answer`` give the
+shell its second request and that answer's body. Nothing here logs; the shell
+does, from what these return.
 
 Strict JSON both ways: ``load_json`` refuses ``NaN``, ``Infinity`` and numbers
 that overflow a float (``1e400``), ``dump`` never writes them. A body the bridge

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -479,3 +480,38 @@ def test_a_broken_text_protocol_call_is_repaired_too(
     (use,) = [b for b in message.content if b.type == "tool_use"]
     assert use.name == "edit" and use.input == REPAIRED
     assert message.stop_reason == "tool_use"
+
+
+@STREAMS
+def test_gemini_client_gets_the_loop_guards_message(
+    proxy: Proxy, upstream: ScriptedUpstream, stream: bool
+) -> None:
+    """A Gemini client (Gemini CLI's shape, plain HTTP: the route of ``…:generateContent``)."""
+    upstream.enqueue(call_reply(stream))
+    contents: list[Any] = [{"role": "user", "parts": [{"text": "bump x"}]}]
+    for _ in range(3):
+        contents.append(
+            {"role": "model", "parts": [{"functionCall": {"name": "edit", "args": REPAIRED}}]}
+        )
+        response = {"name": "edit", "response": {"error": ERROR}}
+        contents.append({"role": "user", "parts": [{"functionResponse": response}]})
+    body = {
+        "contents": contents,
+        "tools": [{"functionDeclarations": [{"name": "edit", "parameters": EDIT_SCHEMA}]}],
+    }
+    path = "/v1beta/models/m:" + ("streamGenerateContent?alt=sse" if stream else "generateContent")
+    r = httpx.post(
+        f"{proxy.base_url}{path}", json=body, headers={"x-goog-api-key": "k"}, timeout=15
+    )
+    assert r.status_code == 200
+    chunks = (
+        [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:")]
+        if stream
+        else [r.json()]
+    )
+    candidates = [c for chunk in chunks for c in chunk.get("candidates", [])]
+    parts = [p for c in candidates for p in c.get("content", {}).get("parts", [])]
+    assert not any("functionCall" in p for p in parts)
+    assert_stopped("".join(p.get("text", "") for p in parts))
+    assert [c["finishReason"] for c in candidates if c.get("finishReason")] == ["STOP"]
+    assert len(upstream.requests) == 1
