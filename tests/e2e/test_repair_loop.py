@@ -515,3 +515,44 @@ def test_gemini_client_gets_the_loop_guards_message(
     assert_stopped("".join(p.get("text", "") for p in parts))
     assert [c["finishReason"] for c in candidates if c.get("finishReason")] == ["STOP"]
     assert len(upstream.requests) == 1
+
+
+def test_parallel_calls_only_the_repeating_one_is_replaced(
+    proxy: Proxy, upstream: ScriptedUpstream
+) -> None:
+    """The model repeats the call and reads a file in the same answer (streamed): the read
+    reaches the client as call 0, the repeat becomes the message, the finish stays
+    ``tool_calls`` (a call is left to run)."""
+    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    read = {"path": "src/a.py"}
+    calls = [
+        {"index": 0, "id": "call_e", "type": "function", "function": {"name": "edit"}},
+        {"index": 1, "id": "call_r", "type": "function", "function": {"name": "read_file"}},
+    ]
+    payloads: list[Any] = []
+    for call, args in zip(calls, (json.dumps(REPAIRED), json.dumps(read)), strict=True):
+        head = {**call, "function": {**call["function"], "arguments": ""}}
+        payloads.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [head]}}]})
+        piece = {"index": call["index"], "function": {"arguments": args}}
+        payloads.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [piece]}}]})
+    payloads.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    sse = b"".join(b"data: " + json.dumps(p).encode() + b"\n\n" for p in payloads)
+    upstream.enqueue(SSEReply(sse + b"data: [DONE]\n\n", chunk_min=3, chunk_max=20, seed=9))
+    read_tool = {"type": "function", "function": {"name": "read_file", "parameters": {}}}
+    client = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key="k", max_retries=0, timeout=15)
+    text, finish, got = "", None, dict[int, list[str]]()
+    for chunk in client.chat.completions.create(
+        model="m", messages=failing_history(), tools=[*TOOLS, read_tool], stream=True
+    ):
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+            for tc in choice.delta.tool_calls or ():
+                entry = got.setdefault(tc.index, ["", "", ""])
+                entry[0] += tc.id or ""
+                if tc.function is not None:
+                    entry[1] += tc.function.name or ""
+                    entry[2] += tc.function.arguments or ""
+    assert got == {0: ["call_r", "read_file", json.dumps(read)]}
+    assert finish == "tool_calls"
+    assert_stopped(text)
