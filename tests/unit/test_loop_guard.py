@@ -39,7 +39,9 @@ from addon.model import (
 from addon.outcome import FlowReport
 from addon.plan import Incoming, Rewrite, decide, route_for
 from addon.stream.loop_guard import LoopGuardStage
+from addon.stream.processor import StreamProcessor
 from addon.stream.sse import encode_pairs
+from addon.stream.whole import response_from_events
 from addon.transforms.loop_guard import (
     LoopVerdict,
     argument_shape,
@@ -53,6 +55,7 @@ from addon.transforms.loop_guard import (
     stop_finish,
     terminal_message,
 )
+from tests.realdata import as_sse
 from tests.unit.test_anthropic_stream import sdk_message, sse_events
 from tests.unit.test_openai_stream import accumulate, payloads
 
@@ -789,3 +792,163 @@ def test_the_flow_line_carries_the_tool_and_the_count() -> None:
     line = report.line()
     assert line.startswith("cursor-bridge flow route=default outcome=loop_guard ")
     assert " tool=edit failures=3 " in line and report.mark == ":stop_sign:"
+
+
+def anthropic_sse(events: list[dict[str, Any]]) -> bytes:
+    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+
+
+def test_a_same_dialect_anthropic_stream_is_well_formed_without_the_call() -> None:
+    """Anthropic → Anthropic: text block 0, the repeated tool_use as block 1; the client's
+    stream (the SDK's accumulation, strict) holds only text and ends with end_turn."""
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": 1},
+    }
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": message},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": "Again."},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "tool_use", "id": "toolu_9", "name": "edit", "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": SAME},
+        },
+        {"type": "content_block_stop", "index": 1},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": 9},
+        },
+        {"type": "message_stop"},
+    ]
+    dialect = DIALECTS["anthropic"]
+    replaced: list[int] = []
+    processor = StreamProcessor(
+        dialect.stream_decoder(),
+        dialect.stream_encoder(),
+        stages=[LoopGuardStage(verdict_(), lambda: replaced.append(1))],
+        same_dialect=True,
+    )
+    raw = anthropic_sse(events)
+    out = b"".join(
+        [b for i in range(0, len(raw), 7) for b in processor.feed(raw[i : i + 7])]
+        + processor.finish()
+    )
+    got = sdk_message(_pairs(out))
+    assert replaced == [1]
+    # The upstream closed its text block before the call: the message is a block of its own.
+    assert got.stop_reason == "end_turn" and [b.type for b in got.content] == ["text", "text"]
+    text = "".join(b.text for b in got.content)
+    assert text == "Again.\n\n" + terminal_message(verdict_())
+
+
+# --------------------------------------------------------------------------- real recordings
+
+RECORDED = [
+    pytest.param(
+        "anthropic-messages-sse-text-then-tool_use-input_json_delta.anthropic-sdk-python.sse",
+        "anthropic",
+        id="anthropic-text-then-tool_use",
+    ),
+    pytest.param(
+        "openai-chat-sse-parallel-2-tool_calls-args-split.openai-python.sse",
+        "openai_chat",
+        id="openai-parallel-2",
+    ),
+    pytest.param(
+        "openai-chat-stream-claude-text-then-tool_call-index1.vercel-ai.sse",
+        "openai_chat",
+        id="openai-text-then-index1",
+    ),
+    pytest.param(
+        "openai-chat-stream-deepseek-reasoning_content-then-tool_calls.vercel-ai.chunks.txt",
+        "openai_chat",
+        id="deepseek-reasoning-then-calls",
+    ),
+    pytest.param(
+        "gemini-vertex-stream-functionCall-partialArgs-2calls.vercel-ai.chunks.txt",
+        "gemini",
+        id="gemini-2calls",
+    ),
+]
+CLIENTS = ["openai_chat", "anthropic", "openai_responses", "gemini"]
+
+
+class Tap:
+    """A stage that records what passes it."""
+
+    def __init__(self) -> None:
+        self.seen: list[Event] = []
+
+    def feed(self, event: Event) -> list[Event]:
+        self.seen.append(event)
+        return [event]
+
+    def finish(self) -> list[Event]:
+        return []
+
+
+def through(raw: bytes, upstream: str, client: str, *stages: Any) -> bytes:
+    processor = StreamProcessor(
+        DIALECTS[upstream].stream_decoder(),
+        DIALECTS[client].stream_encoder(),
+        stages=list(stages),
+        same_dialect=upstream == client,
+    )
+    out = [b for i in range(0, len(raw), 11) for b in processor.feed(raw[i : i + 11])]
+    return b"".join([*out, *processor.finish()])
+
+
+def read_back(raw: bytes, dialect: str) -> Response:
+    """What a client of ``dialect`` got, read back by that dialect's own decoder."""
+    tap = Tap()
+    through(raw, dialect, dialect, tap)
+    return response_from_events(tap.seen, dialect)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize(("name", "upstream"), RECORDED)
+def test_recorded_streams_lose_only_the_repeated_call(
+    name: str, upstream: str, client: str
+) -> None:
+    """Real answers whose first call is taken as the history's failing call: each client
+    dialect gets every other call as it came, the message instead of that call, and a text
+    finish when no call is left."""
+    raw = as_sse(name)
+    tap = Tap()
+    through(raw, upstream, "openai_chat", tap)
+    calls = [p for p in response_from_events(tap.seen, upstream).parts if isinstance(p, ToolCall)]
+    assert calls, name
+    first = calls[0]
+    verdict = LoopVerdict(first.name, 3, "Error: boom", "f", "not_found", "c0", call_key(first))
+    replaced: list[int] = []
+    got = read_back(
+        through(raw, upstream, client, LoopGuardStage(verdict, lambda: replaced.append(1))),
+        client,
+    )
+    left = [p for p in got.parts if isinstance(p, ToolCall)]
+    kept = [c for c in calls if not verdict.matches(c)]
+    assert [(c.name, json.loads(c.arguments or "{}")) for c in left] == [
+        (c.name, json.loads(c.arguments or "{}")) for c in kept
+    ]
+    assert len(replaced) == len(calls) - len(kept) >= 1
+    text = "".join(p.text for p in got.parts if isinstance(p, Text))
+    assert terminal_message(verdict) in text
+    assert got.finish == ("tool_calls" if kept else "stop")
