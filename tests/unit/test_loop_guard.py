@@ -55,6 +55,7 @@ from addon.transforms.loop_guard import (
     stop_finish,
     terminal_message,
 )
+from tests import eventstream_frames as ef
 from tests.realdata import as_sse
 from tests.unit.test_anthropic_stream import sdk_message, sse_events
 from tests.unit.test_openai_stream import accumulate, payloads
@@ -911,6 +912,7 @@ def through(raw: bytes, upstream: str, client: str, *stages: Any) -> bytes:
         DIALECTS[client].stream_encoder(),
         stages=list(stages),
         same_dialect=upstream == client,
+        framing_in="aws_eventstream" if upstream == "kiro" else "sse",
     )
     out = [b for i in range(0, len(raw), 11) for b in processor.feed(raw[i : i + 11])]
     return b"".join([*out, *processor.finish()])
@@ -923,15 +925,29 @@ def read_back(raw: bytes, dialect: str) -> Response:
     return response_from_events(tap.seen, dialect)
 
 
+def kiro_frames() -> bytes:
+    """Kiro's AWS event-stream answer: text, then two native calls."""
+    return ef.stream(
+        [
+            *ef.text_events("Reading both files.", 3),
+            *ef.tool_events("tooluse_a", "Read", json.dumps({"path": "a.txt"}), 4),
+            *ef.tool_events("tooluse_b", "Read", json.dumps({"path": "b.txt"}), 2),
+            *ef.usage_events(),
+        ]
+    )
+
+
 @pytest.mark.parametrize("client", CLIENTS)
-@pytest.mark.parametrize(("name", "upstream"), RECORDED)
+@pytest.mark.parametrize(
+    ("name", "upstream"), [*RECORDED, pytest.param("", "kiro", id="kiro-frames-2calls")]
+)
 def test_recorded_streams_lose_only_the_repeated_call(
     name: str, upstream: str, client: str
 ) -> None:
-    """Real answers whose first call is taken as the history's failing call: each client
-    dialect gets every other call as it came, the message instead of that call, and a text
-    finish when no call is left."""
-    raw = as_sse(name)
+    """Real answers (and Kiro's frames) whose first call is taken as the history's failing
+    call: each client dialect gets every other call as it came, the message instead of that
+    call, and a text finish when no call is left."""
+    raw = as_sse(name) if name else kiro_frames()
     tap = Tap()
     through(raw, upstream, "openai_chat", tap)
     calls = [p for p in response_from_events(tap.seen, upstream).parts if isinstance(p, ToolCall)]
