@@ -556,3 +556,18 @@ def test_parallel_calls_only_the_repeating_one_is_replaced(
     assert got == {0: ["call_r", "read_file", json.dumps(read)]}
     assert finish == "tool_calls"
     assert_stopped(text)
+
+
+@STREAMS
+def test_with_fallback_an_answer_that_changes_course_is_delivered_as_it_came(
+    start_proxy: Callable[..., Proxy], upstream: ScriptedUpstream, stream: bool
+) -> None:
+    """Fallback on, the model changes course: asked once, its call reaches the client (a
+    stream read whole first, then sent in the client's framing)."""
+    upstream.enqueue(call_reply(stream, arguments=OTHER, text="Other file then."))
+    proxy = start_proxy(bridge_loop_fallback=True)
+    text, finish, calls = chat_answer(proxy, stream)
+    assert (text, finish, calls) == ("Other file then.", "tool_calls", [("edit", OTHER)])
+    assert len(upstream.requests) == 1
+    line = flow_line(proxy, 0, "rewritten")
+    assert "tool=" not in line and "retries" not in line
