@@ -14,7 +14,10 @@ Everything else is untouched: text, thinking and usage go out the moment they ar
 before the call has streamed already: the client sees it, then the terminal message). While a
 call is held, later tool-call events and ``RawEvent``s queue behind it, so calls keep their
 order. The calls after a replaced one are renumbered so that the client's indexes stay dense
-(0, 1 …); a late event of a replaced call is dropped.
+(0, 1 …); a late event of a replaced call is dropped, and so are the ``RawEvent``s queued right
+behind it (they came while it was open and may be part of it: a gateway's chunk with an empty
+fragment, which a same-dialect encoder would re-send verbatim as a delta of a call the client
+never saw start).
 
 The ``Finish`` of an answer whose every call was replaced becomes a text finish
 (``stop_finish``: never ``tool_calls`` without a call); with a call left it is kept.
@@ -175,13 +178,18 @@ class LoopGuardStage:
         """Send the queue's front while it is ready: queued events, judged calls."""
         out: list[Event] = []
         queue = self._queue
+        after_replaced = False
         while queue:
             front = queue[0]
             if isinstance(front, _Held):
                 if not front.ended:
                     break
                 out.extend(self._judge(front))
+                after_replaced = front.start.index in self._dropped
+            elif isinstance(front, RawEvent) and after_replaced:
+                pass  # it came while the replaced call was open: it may be part of it
             else:
+                after_replaced = False
                 out.extend(self._out([front]))
             queue.popleft()
         return out

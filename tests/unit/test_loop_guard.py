@@ -4,6 +4,7 @@ plan's fallback request."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -21,6 +22,7 @@ from addon.model import (
     Message,
     MessageStart,
     Part,
+    RawEvent,
     Request,
     Response,
     StreamEnd,
@@ -599,6 +601,22 @@ def test_a_call_interleaved_with_the_held_one_waits_behind_it() -> None:
         ToolCallEnd(0),
         Finish("tool_calls"),
     ]
+
+
+def test_raw_events_that_came_during_a_replaced_call_go_with_it() -> None:
+    """A gateway's chunk with an empty fragment (a ``RawEvent``) during the call would reach a
+    same-dialect client as a delta of a call it never saw start."""
+    empty = RawEvent("openai_chat", {"choices": [{"delta": {"tool_calls": [{"index": 0}]}}]})
+    call = call_events(0, "edit", SAME)
+    events = [call[0], empty, *call[1:], RawEvent("openai_chat", {"note": "after"})]
+    out, _ = run_stage(events)
+    assert out == [
+        TextDelta(terminal_message(verdict_())),
+        RawEvent("openai_chat", {"note": "after"}),
+    ]
+    # Another call: the raw event goes on, behind the call it came in (queued, in order).
+    other = dataclasses.replace(verdict_(), key="other")
+    assert run_stage([call[0], empty, *call[1:]], verdict=other)[0] == [*call, empty]
 
 
 def test_a_held_call_cut_by_an_error_is_dropped() -> None:
