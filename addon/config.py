@@ -149,17 +149,19 @@ REWRITE_OPTIONS: tuple[OptionSpec, ...] = (
         int,
         3,
         "Loop guard: when the conversation ends with this many identical tool calls that "
-        "failed the same way, the model is not asked again (see bridge_loop_fallback); the "
-        "client gets an answer naming the tool, the count and the last error. 0 turns the "
-        "guard off.",
+        "failed the same way and the model's answer makes the same call once more, that call "
+        "is replaced by a message naming the tool, the count and the last error (see "
+        "bridge_loop_fallback). A different call or text reaches the client untouched. 0 "
+        "turns the guard off.",
     ),
     OptionSpec(
         "bridge_loop_fallback",
         bool,
         False,
-        "Loop guard on a native-tools route: instead of the answer that stops the loop, ask "
-        "the upstream again with the tools described in the prompt (the invoke protocol), "
-        "and send that answer to the client.",
+        "Loop guard on a native-tools route: when the answer repeats the failing call, ask "
+        "the upstream again with the tools described in the prompt (the invoke protocol) "
+        "and send that answer to the client instead of the guard's message. A streamed "
+        "answer on such a turn is then read whole before it is sent.",
     ),
     OptionSpec(
         "bridge_debug",

@@ -9,7 +9,8 @@ counters that ``bridge.stats`` and the shutdown line show.
 Outcomes, most telling first (a flow shows the first it has as its mark):
 
 - ``rejected``: the bridge answered the client itself (400 in its dialect);
-- ``loop_guard``: the loop guard answered instead of the upstream;
+- ``loop_guard``: the loop guard replaced a call of the answer that repeated a failing one
+  (or asked the upstream again);
 - ``fallback``: passed through, or ended with an error for the client, after
   something could not be rewritten (an unreadable body or event, an
   untranslatable answer);
@@ -80,6 +81,8 @@ class FlowReport:
     """The flow's decisions (``FlowPlan.notes``): repairs and restores are counted from them."""
     reason: str = ""
     """Why a fallback, a rejection or an error happened (one line)."""
+    fields: dict[str, str | int] = field(default_factory=dict)
+    """Fields an outcome adds to the line (the loop guard's ``tool`` and ``failures``)."""
 
     def add_outcome(self, outcome: str) -> None:
         """Keep the most telling of the outcomes seen so far."""
@@ -118,6 +121,7 @@ class FlowReport:
             pairs.append(("mode", self.mode))
         if self.status is not None:
             pairs.append(("status", self.status))
+        pairs += list(self.fields.items())
         pairs += [(k, v) for k, v in self.counts.items() if v]
         if self.repairs:
             pairs.append(("repairs", self.repairs))

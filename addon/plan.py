@@ -14,7 +14,11 @@ The answer side works on the ``FlowPlan``: ``stream_processor`` builds the
 stream pipeline for an SSE answer, ``decode_answer`` / ``encode_answer`` turn a
 whole answer around, ``needs_retry`` says whether a required tool call is
 missing, ``error_body`` re-shapes an upstream error for a client of another
-dialect. Nothing here logs; the shell does, from what these return.
+dialect. The loop guard's verdict on the history (``FlowPlan.loop``) is carried
+as plain values; the answer is judged against it (``guard_response`` whole, the
+``LoopGuardStage`` in a stream), and ``invoke_body`` / ``client_answer`` give the
+shell its second request and that answer's body. Nothing here logs; the shell
+does, from what these return.
 
 Strict JSON both ways: ``load_json`` refuses ``NaN``, ``Infinity`` and numbers
 that overflow a float (``1e400``), ``dump`` never writes them. A body the bridge
@@ -54,6 +58,7 @@ from addon.model import (
     StreamError,
     Thinking,
     ToolCall,
+    ToolMode,
     UnsupportedShape,
 )
 from addon.redact import clean
@@ -64,6 +69,7 @@ from addon.stream.custom_tools import CustomToolStage
 from addon.stream.decompress import make_decompressor
 from addon.stream.eventstream import split_all
 from addon.stream.foreign import not_a_stream, quote
+from addon.stream.loop_guard import LoopGuardStage
 from addon.stream.processor import MAX_EVENT_BYTES, Stage, StreamProcessor
 from addon.stream.repair import RepairStage
 from addon.stream.stages import HideThinkingStage, TextToolStage
@@ -77,7 +83,7 @@ from addon.textproto.invoke import make_trigger
 from addon.textproto.parser import Protocol, TextProtocolParser
 from addon.transforms.cache import strip_cache_control
 from addon.transforms.custom_tools import unwrap_custom_calls, wrap_custom_tools
-from addon.transforms.loop_guard import LoopVerdict, check_loop, loop_record, terminal_response
+from addon.transforms.loop_guard import LoopVerdict, check_loop, guard_response
 from addon.transforms.repair import ToolSchemas, parse_arguments, repair_response, schemas_of
 from addon.transforms.restore import restore_request
 from addon.transforms.staged_retry import Stage as Stage_
@@ -157,9 +163,18 @@ class FlowPlan:
     """One structured record per call that was still invalid or had colliding keys; the shell
     logs and clears them."""
     loop: LoopVerdict | None = None
-    """The loop guard's finding on this request's history."""
+    """The loop guard's finding on this request's history: the answer's calls are judged
+    against it (the history's fingerprint and run, as plain values)."""
     loop_fallback: bool = False
-    """The loop guard switched this native route to the invoke text protocol."""
+    """``bridge_loop_fallback`` on a native route with a verdict: an answer that repeats the
+    call is asked again with the invoke text protocol (``invoke_body``)."""
+    loop_replaced: int = 0
+    """Calls of the answer the loop guard replaced by its message."""
+    loop_asked: bool = False
+    """The loop guard asked the upstream again (``invoke_body``)."""
+    encode_invoke: Callable[[], bytes] | None = None
+    """The upstream body of the loop guard's second request (the invoke protocol); switches
+    this plan to read that protocol's answer."""
     request_notes: Notes = field(default_factory=Counter)
     """``notes`` as they were when the request went upstream: what the answer added is the
     rest (``answer_notes``)."""
@@ -251,6 +266,9 @@ class FlowPlan:
             stages.append(
                 RepairStage(self.schemas, self.notes, self.repair_log.append, self.max_event_bytes)
             )
+        if self.loop is not None:
+            # After repair: a call is judged as the client would get it.
+            stages.append(LoopGuardStage(self.loop, self._loop_replaced))
         if self.hide_thinking:
             stages.append(HideThinkingStage())
         self.processor = StreamProcessor(
@@ -264,7 +282,9 @@ class FlowPlan:
             max_event_bytes=self.max_event_bytes,
             whole=self._whole_events,
             keep_original=keep_original,
-            raw_ok=not (self.parse_text or self.custom_tools or self.hide_thinking),
+            raw_ok=not (
+                self.parse_text or self.custom_tools or self.hide_thinking or self.loop is not None
+            ),
             # The text protocol rewrites the text anyway: runs of it read together are parsed
             # and re-encoded as one, on same-dialect routes too.
             coalesce=not self.same_dialect or self.parse_text,
@@ -377,6 +397,10 @@ class FlowPlan:
         if self.schemas:
             answer, records = repair_response(answer, self.schemas, self.notes)
             self.repair_log.extend(records)
+        if self.loop is not None:
+            answer, replaced = guard_response(answer, self.loop)
+            if replaced:
+                self._loop_replaced(replaced)
         if self.hide_thinking:
             answer = dataclasses.replace(
                 answer, parts=tuple(p for p in answer.parts if not isinstance(p, Thinking))
@@ -388,7 +412,61 @@ class FlowPlan:
         return self.notes - self.request_notes
 
     def needs_retry(self, answer: Response) -> bool:
-        return self.tool_required and not any(isinstance(p, ToolCall) for p in answer.parts)
+        """A required tool call is missing (not when the loop guard replaced it)."""
+        return (
+            self.tool_required
+            and not self.loop_replaced
+            and not any(isinstance(p, ToolCall) for p in answer.parts)
+        )
+
+    # ------------------------------------------------------------------ the loop guard
+
+    def _loop_replaced(self, n: int = 1) -> None:
+        assert self.loop is not None
+        self.loop_replaced += n
+        self.notes[self.loop.stop_note] += n
+
+    @property
+    def loop_held(self) -> bool:
+        """A stream the shell reads whole before the client gets it: the loop guard may ask
+        again (``loop_fallback``), and a stream cannot wait for a second request."""
+        return self.stream and self.loop_fallback
+
+    @property
+    def loop_ask_again(self) -> bool:
+        """The answer repeated the call and the route asks again with the invoke protocol."""
+        return self.loop_fallback and self.loop_replaced > 0
+
+    def invoke_body(self) -> bytes | None:
+        """The loop guard's second request: the same conversation with the tools in the
+        prompt (invoke); from here on this plan reads that protocol's answer, and judges it
+        again (no third request). None when it cannot be written (the first answer stays)."""
+        if self.encode_invoke is None:
+            return None
+        self.loop_fallback, self.loop_replaced = False, 0
+        self.sink = self.capture = None  # the store keeps native answers only
+        try:
+            body = self.encode_invoke()
+        except (ClientError, UnsupportedShape, ValueError, RecursionError, *SHAPE_ERRORS):
+            return None
+        self.notes["loop guard: asked again with the invoke text protocol"] += 1
+        self.loop_asked = True
+        return body
+
+    def client_answer(self, raw: bytes, content_type: str) -> tuple[bytes, str]:
+        """A 2xx answer read whole (a retry's, or a stream held back), as the client's body
+        and its content type: through the stream pipeline when it is a stream, else decoded
+        and encoded. Raises as ``decode_answer`` and ``encode_answer`` do."""
+        ctype = content_type.lower()
+        if self.stream and (
+            not ctype.startswith("application/json") or self.upstream_framing == "json_array"
+        ):
+            processor = self.stream_processor(None)
+            body = b"".join([*processor.feed(raw), *processor.finish()])
+            self.processor = None
+            return body, CONTENT_TYPES[self.client_framing]
+        body = self.encode_answer(self.decode_answer(raw))
+        return body, CONTENT_TYPES[self.client_framing] if self.stream else "application/json"
 
     def encode_answer(self, answer: Response) -> bytes:
         """The client's body: its dialect's whole answer, or a stream when it asked for one.
@@ -495,20 +573,7 @@ class Rewrite:
     object) when a same-dialect rewrite left it as it was (``unchanged``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """Answer the client ourselves with a 200 in its dialect (the loop guard's message): the
-    upstream is not called."""
-
-    plan: FlowPlan
-    body: bytes = field(repr=False)
-    content_type: str
-    summary: str
-    record: JSON
-    """The structured log record of the decision."""
-
-
-type Decision = Pass | Reject | Rewrite | Answer
+type Decision = Pass | Reject | Rewrite
 
 CONTENT_TYPES: dict[Framing, str] = {
     "sse": "text/event-stream; charset=utf-8",
@@ -600,6 +665,10 @@ def decide(
         wire = wire_for(unified, notes)
         plan.unified = unified
         plan.encode_stage = lambda req: dump(wire_for(req, Counter()).body)
+        if plan.loop_fallback:
+            plan.encode_invoke = lambda: dump(
+                wire_for(transform(decoded, plan, settings, "invoke"), notes).body
+            )
         if plan.same_dialect and decoded.origin == upstream.name:
             _keep_explicit_empties(body, wire.body)
         if creds is not None and notes.pop("API key from the route's environment variable", 0):
@@ -627,22 +696,12 @@ def decide(
     plan.client_framing = client.framing_for(incoming.query)
     summary = describe(notes) or "no changes needed"
     plan.request_notes = Counter(notes)
-    if plan.loop is not None and not plan.loop_fallback:
-        return _loop_answer(plan, unified.model, summary)
     return Rewrite(plan, wire, summary, incoming.body, encoded)
 
 
 def _readable_object(arguments: str) -> bool:
     """Text-protocol arguments that argument repair can read as an object."""
     return isinstance(parse_arguments(arguments).value, dict)
-
-
-def _loop_answer(plan: FlowPlan, model: str, summary: str) -> Answer:
-    """The loop guard's terminal message, in the client's dialect, streamed if it asked."""
-    assert plan.loop is not None
-    body = plan.encode_answer(terminal_response(plan.loop, model))
-    ctype = CONTENT_TYPES[plan.client_framing] if plan.stream else "application/json"
-    return Answer(plan, body, ctype, summary, loop_record(plan.loop, fallback=False))
 
 
 def internal_error(route: Route, e: BaseException) -> Pass | Reject:
@@ -695,8 +754,9 @@ def _keep_explicit_empties(original: JSON, body: JSON) -> None:
 GEMINI_DIALECTS = frozenset({"gemini", "gemini_code_assist"})
 
 
-def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
-    """The route's transforms, in order; decisions go to ``plan``."""
+def transform(req: Request, plan: FlowPlan, s: Settings, mode: ToolMode | None = None) -> Request:
+    """The route's transforms, in order; decisions go to ``plan``. ``mode``: a tool mode
+    instead of the route's (the loop guard's second request)."""
     notes, route = plan.notes, plan.route
     model, thinking = resolve_model(req.model, s.models)
     if thinking:
@@ -705,14 +765,14 @@ def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
     check_tools(req)
     if (route.tool_repair or s.tool_repair) == "on":
         plan.schemas = schemas_of(req)  # the client's own schemas, before any profile
-    mode = route.tool_mode or s.tool_mode
-    # The loop guard reads the history while it is still structured (before a text protocol).
-    plan.loop = check_loop(req, s.loop_max_repeat)
-    if plan.loop is not None:
-        notes[plan.loop.note] += 1
-        if s.loop_fallback and mode == "native":
-            mode, plan.loop_fallback = "invoke", True
-            notes["loop guard: asked again with the invoke text protocol"] += 1
+    mode = mode or route.tool_mode or s.tool_mode
+    # The loop guard reads the history while it is still structured (before a text protocol);
+    # the answer is judged against its verdict.
+    verdict = check_loop(req, s.loop_max_repeat)
+    if verdict is not None and plan.loop is None:
+        notes[verdict.note] += 1
+    plan.loop = verdict
+    plan.loop_fallback = verdict is not None and s.loop_fallback and mode == "native"
     if req.origin != plan.upstream.name:
         req = _foreign_extras(req, plan.upstream, notes)
         if route.cache_control != "keep":

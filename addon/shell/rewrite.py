@@ -14,9 +14,10 @@ Hooks only apply what ``addon.plan`` decides:
 Every routed flow gets a ``FlowReport`` (``addon.outcome``): the time spent in the
 bridge's hooks and stream callable, retries, what the stream processor counted.
 When the flow is over it sets the flow's mark (one per outcome), adds to the
-counters (``bridge.stats``, the shutdown line) and, for a rewritten flow, is
-logged as one structured info line; ``bridge_debug`` adds the details at debug
-level. The content view gets the originals with the route, dialects and decisions.
+counters (``bridge.stats``, the shutdown line) and is logged as one structured
+info line, the same format for every outcome (rewritten, loop guard, passed
+through, rejected); ``bridge_debug`` adds the details at debug level. The
+content view gets the originals with the route, dialects and decisions.
 
 Problems are logged one line each, never raised: every hook catches what nobody
 expected (one ``internal error`` line, no traceback) and the client still gets an
@@ -51,7 +52,6 @@ from addon.model import ToolCall, UnsupportedShape
 from addon.outcome import FlowReport
 from addon.plan import (
     CONTENT_TYPES,
-    Answer,
     Decision,
     FlowPlan,
     Incoming,
@@ -84,6 +84,7 @@ from addon.shell.common import (
 from addon.shell.common import internal_error as log_internal_error
 from addon.shell.contentview import BridgeContentview
 from addon.shell.kiro_auth import KiroAuth
+from addon.shell.loop_guard import ask_again
 from addon.shell.retry import Retry, RetryAnswer
 from addon.state import AnswerInfo, BridgeState, Original
 from addon.store import ReasoningStore, StoreError
@@ -226,15 +227,22 @@ class RewriteAddon(OptionChecks):
                     return
                 case Pass():
                     self._passthrough(flow, decision)
-                    outcome = "fallback"
+                    outcome, reason = "fallback", f"passed through: {short(decision.reason or '')}"
                 case Reject():
                     self._reject(flow, decision)
                     outcome = "rejected"
-                case Answer():
-                    self._answer(flow, decision)
-                    outcome = "loop_guard"
-            report = FlowReport(route.name, outcome, spent_ns=time.perf_counter_ns() - started)
-            self._close(flow, report, line=False)
+                    reason = f"answered {decision.status}: {short(decision.message)}"
+            # The flow's one line, in the format of every outcome (``FlowReport.line``).
+            report = FlowReport(
+                route.name,
+                outcome,
+                client=route.client,
+                upstream=route.upstream,
+                spent_ns=time.perf_counter_ns() - started,
+                reason=reason,
+                fields={"request": f"{short(flow.request.method)} {short(flow.request.path)}"},
+            )
+            self._close(flow, report, line=True)
         except Exception as e:
             log_internal_error(f"cursor-bridge [{route.name}]: request", e)
 
@@ -316,6 +324,8 @@ class RewriteAddon(OptionChecks):
             if plan.same_dialect:
                 resp.stream = True  # the client reads this error itself: never buffered
             return  # another dialect: buffered, re-shaped in ``response``
+        if plan.loop_held and self.retry is not None:
+            return  # read whole: the loop guard may ask again (``_loop_held``)
         encoding = resp.headers.get("content-encoding")
         try:
             processor = plan.stream_processor(
@@ -378,6 +388,13 @@ class RewriteAddon(OptionChecks):
             if not plan.same_dialect:
                 self._translate_error(flow, plan)
             return
+        if (
+            plan.loop_held
+            and self.retry is not None
+            and (not is_json(resp) or plan.upstream_framing == "json_array")
+        ):
+            await self._loop_held(flow, plan, resp, self.retry)
+            return
         if plan.same_dialect and not is_json(resp):
             return  # not JSON: the client reads it itself
         raw = resp.get_content(strict=False) or b""
@@ -397,6 +414,12 @@ class RewriteAddon(OptionChecks):
                     )
                     answer = retried
             body = plan.encode_answer(answer)
+            calls = sum(isinstance(p, ToolCall) for p in answer.parts)
+            if plan.loop_ask_again and self.retry is not None:
+                second = await self._ask_again(flow, plan, self.retry)
+                if second is not None:
+                    body, _, raw = second
+                    calls = plan.parser.calls if plan.parser is not None else 0
         except UpstreamError as e:
             # An error inside the upstream's answer framing (a Kiro exception frame).
             self.state.count("upstream errors re-shaped")
@@ -416,7 +439,6 @@ class RewriteAddon(OptionChecks):
         self._note_text_calls(flow, plan)
         self._keep_answer(flow, plan, raw, "answer re-encoded", stream=False)
         if report := self._reports.get(flow.id):
-            calls = sum(isinstance(p, ToolCall) for p in answer.parts)
             report.counts.update(bytes_in=len(raw), bytes_out=len(body), tool_calls=calls)
         if plan.stream:
             resp.headers["content-type"] = CONTENT_TYPES[plan.client_framing]
@@ -425,6 +447,40 @@ class RewriteAddon(OptionChecks):
             resp.headers["content-type"] = "application/json"
         resp.content = body
         self.state.count("answers rewritten")
+
+    async def _loop_held(
+        self, flow: http.HTTPFlow, plan: FlowPlan, resp: http.Response, retry: Retry
+    ) -> None:
+        """A stream read whole because the loop guard may ask again (``FlowPlan.loop_held``):
+        through the stream pipeline; when the answer repeated the call, the second answer
+        instead (``ask_again``). The client gets either as one body in its stream framing."""
+        raw = resp.get_content(strict=False) or b""
+        body, ctype = plan.client_answer(raw, resp.headers.get("content-type", ""))
+        if plan.loop_ask_again:
+            again = await self._ask_again(flow, plan, retry)
+            if again is not None:
+                body, ctype, raw = again
+        self._note_text_calls(flow, plan)
+        self._keep_answer(flow, plan, raw, "stream read whole (loop guard)", stream=True)
+        if report := self._reports.get(flow.id):
+            report.counts.update(bytes_in=len(raw), bytes_out=len(body))
+        replace_headers(
+            resp.headers,
+            ["content-length", "content-encoding", "transfer-encoding"],
+            [("content-type", ctype)],
+        )
+        resp.content = body
+        append_comment(flow, "stream read whole before it was sent (loop guard, fallback on)")
+        self.state.count("answers rewritten")
+
+    async def _ask_again(
+        self, flow: http.HTTPFlow, plan: FlowPlan, retry: Retry
+    ) -> tuple[bytes, str, bytes] | None:
+        """The loop guard's second request (``addon.shell.loop_guard``), counted as a retry."""
+        second = await ask_again(retry, flow, plan)
+        if plan.loop_asked:
+            self._retried(flow, "loop guard")
+        return second
 
     async def _staged_retry(self, flow: http.HTTPFlow, plan: FlowPlan, resp: http.Response) -> bool:
         """An upstream 400 over signatures / reasoning: ask again without them (stage 1), then
@@ -585,6 +641,29 @@ class RewriteAddon(OptionChecks):
             self.state.count("tool calls still invalid after repair")
             log.info("%s: %s", plan.label, short(dump(record).decode()))
         plan.repair_log.clear()
+        self._note_loop(flow, plan)
+
+    def _note_loop(self, flow: http.HTTPFlow, plan: FlowPlan) -> None:
+        """The loop guard replaced a call (or asked again): the flow's outcome, and its
+        line's ``tool`` and ``failures`` fields."""
+        if plan.loop is None or not (plan.loop_replaced or plan.loop_asked):
+            return
+        self.state.count("loop guard answers")
+        if report := self._reports.get(flow.id):
+            report.add_outcome("loop_guard")
+            report.fields.update(tool=plan.loop.tool, failures=plan.loop.count)
+        meta = flow.metadata.get(META_KEY)
+        if isinstance(meta, dict):
+            meta["loop_guard"] = clean_data(
+                {
+                    "tool": plan.loop.tool,
+                    "failures": plan.loop.count,
+                    "error_class": plan.loop.error_class,
+                    "fingerprint": plan.loop.fingerprint,
+                    "replaced": plan.loop_replaced,
+                    "asked_again": plan.loop_asked,
+                }
+            )
 
     def _unreadable(self, flow: http.HTTPFlow, plan: FlowPlan, why: str) -> None:
         """An answer that cannot reach a client of another dialect: a 502 in its dialect."""
@@ -637,42 +716,16 @@ class RewriteAddon(OptionChecks):
     def _reject(self, flow: http.HTTPFlow, d: Reject) -> None:
         """Answer the client ourselves, in its dialect; the upstream is not called."""
         label = f"cursor-bridge [{d.route.name}]"
-        req = flow.request
         self.state.count("rejected")
-        log.warning(
-            "%s: %s %s → %d: %s",
-            label,
-            short(req.method),
-            short(req.path),
-            d.status,
-            short(d.message),
-        )
         flow.response = json_response(d.status, d.body)
         append_comment(flow, f"{label}: answered {d.status}: {short(d.message)}")
         set_meta(flow, {"route": d.route.name, "action": "rejected", "error": short(d.message)})
 
-    def _answer(self, flow: http.HTTPFlow, d: Answer) -> None:
-        """The bridge's own 200 in the client's dialect (the loop guard): no upstream call."""
-        plan = d.plan
-        self.state.count("loop guard answers")
-        log.warning("%s: %s", plan.label, short(dump(d.record).decode()))
-        flow.response = http.Response.make(200, d.body, {"content-type": d.content_type})
-        decisions = (*decision_lines(plan.notes), "answered by the loop guard")
-        comment(flow, plan.label, decisions)
-        self._keep(
-            flow.id,
-            "request",
-            Original(flow.request.content or b"", d.summary, plan_facts(plan), decisions),
-        )
-        set_meta(flow, {**plan.meta(), "action": "loop_guard"})
-
     def _passthrough(self, flow: http.HTTPFlow, d: Pass) -> None:
         assert d.route is not None and d.reason is not None
         label = f"cursor-bridge [{d.route.name}]"
-        req = flow.request
         self.state.count("passed through")
         reason = short(d.reason)
-        log.info("%s: %s %s passed through: %s", label, short(req.method), short(req.path), reason)
         append_comment(flow, f"{label}: passed through: {reason}")
         set_meta(flow, {"route": d.route.name, "action": "passthrough", "reason": reason})
 
@@ -680,7 +733,7 @@ class RewriteAddon(OptionChecks):
         self._plans[flow_id] = plan
         self._reports[flow_id] = FlowReport(
             plan.route.name,
-            "loop_guard" if plan.loop_fallback else "rewritten",
+            "rewritten",
             client=plan.client.name,
             upstream=plan.upstream.name,
             mode="stream" if plan.stream else "whole",

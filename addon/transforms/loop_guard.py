@@ -1,10 +1,13 @@
-"""The loop guard: an agent repeating the same failing tool call, seen in the request's history.
+"""The loop guard: an agent repeating the same failing tool call, judged on the model's answer.
 
 Agents loop: the model makes a call, the tool fails, the model makes the very same call again.
-The guard reads the history the client sends (request side, nothing is kept between requests)
-and says when the latest calls are ``max_repeat`` identical failures in a row; the shell then
-answers with ``terminal_response`` (or re-asks in a text protocol) instead of letting the loop
-go on.
+The guard reads the history the client sends (request side, nothing is kept between requests):
+``check_loop`` says when the latest calls are ``max_repeat`` identical failures in a row. The
+upstream is asked as usual (after a third error a model often changes course); only when its
+answer makes that call once more (``LoopVerdict.matches``: same tool, same argument shape) is
+that call replaced by ``terminal_message`` (``guard_response`` for a whole answer,
+``addon.stream.loop_guard.LoopGuardStage`` for a stream). Another call, or text alone, goes to
+the client untouched.
 
 Contract: pure functions over ``addon.model`` values. Cost linear in the size of the history.
 
@@ -48,16 +51,19 @@ in a row, a different call or a success resets the count". Steps with parallel c
 counted per fingerprint, so a loop of ``[A fails, B succeeds]`` steps is still caught: the
 other calls of a step neither count nor reset.
 
-Reading of issue 11's "the history already holds that many identical failing calls and the
-model makes the same call again": the request cannot know the model's next call, so the
-verdict is given on the history alone (``max_repeat`` failures at its end — the next call
-would be the same one with high odds, and sending the request again costs a full turn). A
-shell that prefers to wait for the repeat can still send the request and compare the answer's
-calls with ``LoopVerdict.matches(call)`` (same tool, same normalized arguments).
+Reading of ``max_repeat`` (issue 26): the history holds ``max_repeat`` identical failing calls
+and the model's answer makes the same call a ``max_repeat + 1``-th time: that call is replaced.
+Its error class cannot be known yet (it has not run): the answer's call matches by tool and
+argument shape, the history's run carries the error class.
+
+**Parallel calls**: only the repeating call is replaced; the answer's other calls go on (the
+model asked for them, and in a stream those before it have already left). The finish says
+``tool_calls`` only while a call remains, else it becomes a text finish (``stop``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -65,7 +71,16 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from addon.model import JSON, Message, Request, Response, Text, ToolCall, ToolResult
+from addon.model import (
+    FinishReason,
+    Message,
+    Part,
+    Request,
+    Response,
+    Text,
+    ToolCall,
+    ToolResult,
+)
 from addon.transforms.repair import parse_arguments
 
 type ErrorClass = Literal[
@@ -79,9 +94,6 @@ ERROR_CLASSES: Final[tuple[ErrorClass, ...]] = (
     "nonzero_exit",
     "unknown",
 )
-
-EVENT: Final = "loop_guard"
-"""``event`` of the structured log record."""
 
 MAX_ERROR_TEXT: Final = 500
 """Characters of the last error quoted in the verdict and the terminal message."""
@@ -334,6 +346,11 @@ class LoopVerdict:
         """A line for the flow comment."""
         return f"loop guard: {self.tool} failed {self.count} times in a row ({self.error_class})"
 
+    @property
+    def stop_note(self) -> str:
+        """The answer's note when the model made the call once more and it was replaced."""
+        return f"loop guard: {self.tool} called a {_ordinal(self.count + 1)} time: replaced"
+
 
 @dataclass(slots=True)
 class _Failure:
@@ -444,45 +461,52 @@ def failure_runs(req: Request) -> Counter[str]:
 
 # --------------------------------------------------------------------------- the answer
 
-ORIGIN: Final = "cursor-bridge"
-"""``Response.origin`` of answers the bridge writes itself (no dialect's extras apply)."""
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def terminal_message(verdict: LoopVerdict) -> str:
+    """The text that replaces the repeating call: the tool, the count and the last error."""
     times = "time" if verdict.count == 1 else "times"
     error = verdict.last_error or "(the tool gave no error text)"
     return (
-        f"Stopped by cursor-bridge's loop guard: the tool `{verdict.tool}` was called "
-        f"{verdict.count} {times} in a row with the same arguments and failed the same way "
-        f"each time ({verdict.error_class.replace('_', ' ')}). Last error: {error}\n\n"
+        f"Stopped by cursor-bridge's loop guard: the model called the tool `{verdict.tool}` a "
+        f"{_ordinal(verdict.count + 1)} time with the same arguments, after it failed "
+        f"{verdict.count} {times} in a row the same way "
+        f"({verdict.error_class.replace('_', ' ')}). Last error: {error}\n\n"
         "Calling it again the same way would fail again. Change the arguments or the "
         "approach, check the tool's input (paths, names, required fields), or ask for help."
     )
 
 
-def terminal_response(
-    verdict: LoopVerdict, model: str | None, *, id: str | None = None, created: int | None = None
-) -> Response:
-    """The assistant's answer that ends the loop: one text naming the tool, the repeat count
-    and the last error; ``finish = "stop"``. Any client encoder renders it whole
-    (``encode_response``) or as a stream (``addon.stream.whole.sse_from_response``)."""
-    return Response(
-        origin=ORIGIN,
-        id=id,
-        model=model,
-        parts=(Text(terminal_message(verdict)),),
-        finish="stop",
-        created=created,
-    )
+def stop_finish(reason: FinishReason | None) -> FinishReason:
+    """The finish of an answer whose every call was replaced: a text finish, never
+    ``tool_calls`` without calls (``stop``: OpenAI ``stop``, Anthropic ``end_turn``, a
+    completed Responses message, Gemini ``STOP``); any other reason is kept."""
+    return "stop" if reason is None or reason == "tool_calls" else reason
 
 
-def loop_record(verdict: LoopVerdict, *, fallback: bool) -> JSON:
-    """The one structured log record of a stopped loop (no argument values, no error text)."""
-    return {
-        "event": EVENT,
-        "fingerprint": verdict.fingerprint,
-        "tool": verdict.tool,
-        "error_class": verdict.error_class,
-        "repeat": verdict.count,
-        "fallback": fallback,
-    }
+def guard_response(answer: Response, verdict: LoopVerdict) -> tuple[Response, int]:
+    """A whole answer judged: each call that ``verdict.matches`` is replaced by the terminal
+    message (once, where the first such call was; after a blank line when text came before);
+    ``(answer, how many calls were replaced)``. An answer without such a call is returned as
+    it is."""
+    parts: list[Part] = []
+    replaced = 0
+    for part in answer.parts:
+        if isinstance(part, ToolCall) and verdict.matches(part):
+            if not replaced:
+                text = any(isinstance(p, Text) and p.text for p in parts)
+                parts.append(Text(("\n\n" if text else "") + terminal_message(verdict)))
+            replaced += 1
+        else:
+            parts.append(part)
+    if not replaced:
+        return answer, 0
+    calls = any(isinstance(p, ToolCall) for p in parts)
+    finish, raw = answer.finish, answer.finish_raw
+    if not calls:
+        finish, raw = stop_finish(finish), None
+    return dataclasses.replace(answer, parts=tuple(parts), finish=finish, finish_raw=raw), replaced

@@ -207,7 +207,8 @@ def test_marks_tell_the_outcomes_apart(web: Web, upstream: ScriptedUpstream) -> 
     assert use.input == REPAIRED
     marks["repaired"] = web.flow(before)["marked"]
 
-    # loop guard: three identical failures answered by the bridge
+    # loop guard: after three identical failures the model makes the call a fourth time
+    upstream.enqueue(broken_call_reply(stream=False))  # once repaired, the same call
     before = web.ids()
     oa = openai.OpenAI(base_url=f"{web.proxy.base_url}/v1", api_key=SECRET, max_retries=0)
     tools: Any = [{"type": "function", "function": {"name": "edit", "parameters": EDIT_SCHEMA}}]
@@ -215,7 +216,8 @@ def test_marks_tell_the_outcomes_apart(web: Web, upstream: ScriptedUpstream) -> 
     guarded = web.flow(before)
     marks["loop_guard"] = guarded["marked"]
     view = web.view(guarded["id"], "request")["text"]
-    assert "- answered by the loop guard" in view and "loop guard:" in view
+    assert "loop guard: edit failed 3 times in a row" in view
+    assert "loop guard: edit called a 4th time: replaced" in guarded["comment"]
 
     # retried: an upstream that refuses the history's reasoning answers the staged retry
     refusal = "Missing `reasoning_content` field in the assistant message at message index 1"

@@ -1,7 +1,10 @@
-"""The loop guard (issue 11): ``addon.transforms.loop_guard``."""
+"""The loop guard (issues 11, 26): the history's verdict (``addon.transforms.loop_guard``), the
+answer judged whole (``guard_response``) and streamed (``addon.stream.loop_guard``), the
+plan's fallback request."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -10,21 +13,38 @@ import openai.types.chat
 import openai.types.responses
 import pytest
 
+from addon.config import Settings
 from addon.dialects import DIALECTS
 from addon.model import (
+    Event,
+    Finish,
     Image,
     Message,
+    MessageStart,
     Part,
+    RawEvent,
     Request,
+    Response,
+    StreamEnd,
+    StreamError,
     Text,
+    TextDelta,
     Thinking,
     ToolCall,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
     ToolResult,
+    Usage,
+    UsageEvent,
 )
-from addon.stream.whole import sse_from_response
+from addon.outcome import FlowReport
+from addon.plan import Incoming, Rewrite, decide, route_for
+from addon.stream.loop_guard import LoopGuardStage
+from addon.stream.processor import StreamProcessor
+from addon.stream.sse import encode_pairs
+from addon.stream.whole import response_from_events
 from addon.transforms.loop_guard import (
-    EVENT,
-    ORIGIN,
     LoopVerdict,
     argument_shape,
     call_key,
@@ -32,10 +52,13 @@ from addon.transforms.loop_guard import (
     classify,
     failure_runs,
     fingerprint,
+    guard_response,
     is_read_only,
-    loop_record,
-    terminal_response,
+    stop_finish,
+    terminal_message,
 )
+from tests import eventstream_frames as ef
+from tests.realdata import as_sse
 from tests.unit.test_anthropic_stream import sdk_message, sse_events
 from tests.unit.test_openai_stream import accumulate, payloads
 
@@ -424,7 +447,7 @@ def test_matches_says_whether_a_new_call_is_the_repeated_one() -> None:
     assert verdict.key == call_key(ToolCall("x", "edit", EDIT_ARGS))
 
 
-# --------------------------------------------------------------------------- the answer
+# --------------------------------------------------------------------------- the answer, whole
 
 
 def verdict_() -> LoopVerdict:
@@ -433,65 +456,533 @@ def verdict_() -> LoopVerdict:
     return verdict
 
 
-def test_terminal_response_names_tool_count_and_error() -> None:
-    resp = terminal_response(verdict_(), "gpt-x")
-    assert resp.origin == ORIGIN and resp.model == "gpt-x" and resp.finish == "stop"
-    assert len(resp.parts) == 1 and isinstance(resp.parts[0], Text)
-    text = resp.parts[0].text
-    assert "`edit`" in text and "3 times" in text and NOT_FOUND in text
+SAME = '{"path": "a.py",  "new_string": "y", "old_string": "x"}'
+"""The history's call again: the same shape, keys in another order, other whitespace."""
+OTHER = '{"path": "b.py", "old_string": "x", "new_string": "y"}'
 
 
-def test_loop_record() -> None:
-    v = verdict_()
-    assert loop_record(v, fallback=False) == {
-        "event": EVENT,
-        "fingerprint": v.fingerprint,
-        "tool": "edit",
-        "error_class": "not_found",
-        "repeat": 3,
-        "fallback": False,
-    }
-    assert "loop guard: edit failed 3 times" in v.note
+def answer(*parts: Part, finish: Any = "tool_calls") -> Response:
+    return Response("openai_chat", "id", "m", parts, finish, finish_raw=finish)
 
 
-def _text_of(body: Any) -> str:
-    return json.dumps(body)
+def test_the_terminal_message_names_tool_count_and_error() -> None:
+    text = terminal_message(verdict_())
+    assert "`edit`" in text and "4th time" in text and "failed 3 times" in text
+    assert NOT_FOUND in text and "not found" in text
 
 
-def test_terminal_response_whole_in_every_client_dialect() -> None:
-    resp = terminal_response(verdict_(), "m")
+def test_a_repeated_call_in_a_whole_answer_becomes_the_terminal_text_and_a_stop() -> None:
+    got, replaced = guard_response(
+        answer(Text("Let me try again."), ToolCall("c4", "edit", SAME)), verdict_()
+    )
+    assert replaced == 1
+    assert got.parts[0] == Text("Let me try again.")
+    (second,) = got.parts[1:]
+    assert isinstance(second, Text)
+    assert second.text == "\n\n" + terminal_message(verdict_())
+    assert got.finish == "stop" and got.finish_raw is None
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        pytest.param((ToolCall("c4", "edit", OTHER),), id="other-arguments"),
+        pytest.param((ToolCall("c4", "write", SAME),), id="other-tool"),
+        pytest.param((Text("I will read the file first."),), id="text-alone"),
+    ],
+)
+def test_another_call_or_text_alone_is_untouched(parts: tuple[Part, ...]) -> None:
+    original = answer(*parts)
+    got, replaced = guard_response(original, verdict_())
+    assert replaced == 0 and got is original
+
+
+def test_parallel_calls_only_the_repeating_one_is_replaced() -> None:
+    read = ToolCall("c5", "read_file", '{"path": "a.py"}')
+    got, replaced = guard_response(
+        answer(ToolCall("c4", "edit", SAME), read, ToolCall("c6", "edit", SAME)), verdict_()
+    )
+    assert replaced == 2
+    assert [type(p).__name__ for p in got.parts] == ["Text", "ToolCall"]
+    assert got.parts[1] == read
+    assert got.finish == "tool_calls"  # a call is left: it still runs
+
+
+def test_stop_finish_is_a_text_finish() -> None:
+    assert stop_finish("tool_calls") == "stop" and stop_finish(None) == "stop"
+    assert stop_finish("length") == "length"
+
+
+# --------------------------------------------------------------------------- the answer, streamed
+
+
+def call_events(index: int, name: str, arguments: str, cid: str = "") -> list[Event]:
+    """A call as a stream carries it: start, fragments of 7 characters, end."""
+    out: list[Event] = [ToolCallStart(index, cid or f"call_{index}", name)]
+    out += [ToolCallArgsDelta(index, arguments[i : i + 7]) for i in range(0, len(arguments), 7)]
+    return [*out, ToolCallEnd(index)]
+
+
+def run_stage(events: list[Event], verdict: LoopVerdict | None = None) -> tuple[list[Event], int]:
+    stage = LoopGuardStage(verdict or verdict_())
+    out: list[Event] = []
+    for e in events:
+        out += stage.feed(e)
+    out += stage.finish()
+    assert stage.finish() == []  # idempotent
+    return out, stage.replaced
+
+
+def test_a_streamed_repeat_never_leaves_and_is_told_as_text() -> None:
+    stage = LoopGuardStage(verdict_())
+    assert stage.feed(MessageStart("openai_chat", "id", "m")) == [
+        MessageStart("openai_chat", "id", "m")
+    ]
+    assert stage.feed(TextDelta("Trying again.")) == [TextDelta("Trying again.")]
+    held = [e for e in call_events(0, "edit", SAME)]
+    for e in held[:-1]:
+        assert stage.feed(e) == []  # nothing of the call leaves before it is judged
+    assert stage.feed(held[-1]) == [TextDelta("\n\n" + terminal_message(verdict_()))]
+    assert stage.feed(Finish("tool_calls", raw="tool_calls")) == [Finish("stop", None)]
+    assert stage.feed(StreamEnd()) == [StreamEnd()] and stage.replaced == 1
+
+
+def test_a_streamed_different_call_goes_out_as_it_came() -> None:
+    events = [
+        MessageStart("openai_chat"),
+        *call_events(0, "edit", OTHER),
+        *call_events(1, "read_file", '{"path": "a.py"}'),
+        UsageEvent(Usage(1, 2)),
+        Finish("tool_calls", raw="tool_calls"),
+        StreamEnd(),
+    ]
+    out, replaced = run_stage(events)
+    assert replaced == 0 and out == events
+
+
+def test_streamed_text_alone_is_untouched() -> None:
+    events = [MessageStart("openai_chat"), TextDelta("Done."), Finish("stop", "stop"), StreamEnd()]
+    assert run_stage(events) == (events, 0)
+
+
+def test_streamed_parallel_calls_keep_dense_indexes_and_the_tool_calls_finish() -> None:
+    events = [
+        MessageStart("openai_chat"),
+        *call_events(0, "edit", SAME),
+        *call_events(1, "read_file", '{"path": "a.py"}', cid="call_r"),
+        Finish("tool_calls", raw="tool_calls"),
+    ]
+    out, replaced = run_stage(events)
+    assert replaced == 1
+    assert isinstance(out[1], TextDelta) and out[1].text == terminal_message(verdict_())
+    starts = [e for e in out if isinstance(e, ToolCallStart)]
+    assert [(s.index, s.id) for s in starts] == [(0, "call_r")]
+    assert all(e.index == 0 for e in out if isinstance(e, ToolCallArgsDelta | ToolCallEnd))
+    assert out[-1] == Finish("tool_calls", raw="tool_calls")
+
+
+def test_a_call_interleaved_with_the_held_one_waits_behind_it() -> None:
+    events: list[Event] = [
+        ToolCallStart(0, "c0", "edit"),
+        ToolCallStart(1, "c1", "read_file", '{"path"'),
+        ToolCallArgsDelta(0, SAME),
+        ToolCallArgsDelta(1, ': "a.py"}'),
+        TextDelta("x"),
+        ToolCallEnd(1),
+        ToolCallEnd(0),
+        Finish("tool_calls"),
+    ]
+    out, _ = run_stage(events)
+    assert out[0] == TextDelta("x")  # text is never held back
+    assert out[1] == TextDelta("\n\n" + terminal_message(verdict_()))
+    assert out[2:] == [
+        ToolCallStart(0, "c1", "read_file", '{"path"'),
+        ToolCallArgsDelta(0, ': "a.py"}'),
+        ToolCallEnd(0),
+        Finish("tool_calls"),
+    ]
+
+
+def test_raw_events_that_came_during_a_replaced_call_go_with_it() -> None:
+    """A gateway's chunk with an empty fragment (a ``RawEvent``) during the call would reach a
+    same-dialect client as a delta of a call it never saw start."""
+    empty = RawEvent("openai_chat", {"choices": [{"delta": {"tool_calls": [{"index": 0}]}}]})
+    call = call_events(0, "edit", SAME)
+    events = [call[0], empty, *call[1:], RawEvent("openai_chat", {"note": "after"})]
+    out, _ = run_stage(events)
+    assert out == [
+        TextDelta(terminal_message(verdict_())),
+        RawEvent("openai_chat", {"note": "after"}),
+    ]
+    # Another call: the raw event goes on, behind the call it came in (queued, in order).
+    other = dataclasses.replace(verdict_(), key="other")
+    assert run_stage([call[0], empty, *call[1:]], verdict=other)[0] == [*call, empty]
+
+
+def test_a_held_call_cut_by_an_error_is_dropped() -> None:
+    events = [*call_events(0, "edit", OTHER)[:-1], StreamError("cut", "upstream_cut")]
+    out, replaced = run_stage(events)
+    assert out == [StreamError("cut", "upstream_cut")] and replaced == 0
+
+
+def test_a_held_call_without_its_end_is_judged_at_the_finish() -> None:
+    events = [*call_events(0, "edit", OTHER)[:-1], Finish("tool_calls"), ToolCallEnd(0)]
+    out, _ = run_stage(events)
+    assert out == [*call_events(0, "edit", OTHER), Finish("tool_calls")]  # one end only
+
+
+def encoded(dialect: str, events: list[Event]) -> bytes:
+    encoder = DIALECTS[dialect].stream_encoder()
+    pairs = []
+    for e in events:
+        pairs += encoder.feed(e)
+    pairs += encoder.finish()
+    return b"".join(encode_pairs(pairs))
+
+
+def repeating_stream() -> list[Event]:
+    out, _ = run_stage(
+        [
+            MessageStart("openai_chat", "chatcmpl-1", "m", 1),
+            TextDelta("Again."),
+            *call_events(0, "edit", SAME),
+            Finish("tool_calls", raw="tool_calls"),
+            StreamEnd(),
+        ]
+    )
+    return out
+
+
+def test_the_replaced_stream_is_well_formed_in_every_client_dialect() -> None:
+    message = terminal_message(verdict_())
+    chat = accumulate(payloads(encoded("openai_chat", repeating_stream())))
+    assert chat["finish"] == "stop" and not chat["calls"]
+    assert chat["content"] == "Again.\n\n" + message
+    pairs = _pairs(encoded("anthropic", repeating_stream()))
+    sdk = sdk_message(pairs)
+    assert sdk.stop_reason == "end_turn" and [b.type for b in sdk.content] == ["text"]
+    assert sdk.content[0].text == "Again.\n\n" + message
+    events = _pairs(encoded("openai_responses", repeating_stream()))
+    (done,) = [json.loads(d) for e, d in events if e == "response.completed"]
+    response = openai.types.responses.Response.model_validate(done["response"])
+    assert response.status == "completed" and response.output_text == "Again.\n\n" + message
+    assert not [i for i in response.output if i.type == "function_call"]
+    gemini = [json.loads(d) for _, d in _pairs(encoded("gemini", repeating_stream()))]
+    cands = [cand for c in gemini for cand in c.get("candidates", [])]
+    parts = [p for cand in cands for p in cand.get("content", {}).get("parts", [])]
+    assert not any("functionCall" in p for p in parts)
+    assert "".join(p.get("text", "") for p in parts) == "Again.\n\n" + message
+    assert gemini[-1]["candidates"][0]["finishReason"] == "STOP"
+
+
+def test_the_replaced_whole_answer_is_well_formed_in_every_client_dialect() -> None:
+    got, _ = guard_response(answer(ToolCall("c4", "edit", SAME)), verdict_())
     chat = openai.types.chat.ChatCompletion.model_validate(
-        DIALECTS["openai_chat"].encode_response(resp)
+        DIALECTS["openai_chat"].encode_response(got)
     )
-    assert chat.choices[0].finish_reason == "stop"
-    assert chat.choices[0].message.content is not None
-    assert NOT_FOUND in chat.choices[0].message.content
-    message = anthropic.types.Message.model_validate(DIALECTS["anthropic"].encode_response(resp))
-    assert message.stop_reason == "end_turn"
-    assert [b.type for b in message.content] == ["text"]
+    assert chat.choices[0].finish_reason == "stop" and not chat.choices[0].message.tool_calls
+    assert NOT_FOUND in (chat.choices[0].message.content or "")
+    message = anthropic.types.Message.model_validate(DIALECTS["anthropic"].encode_response(got))
+    assert message.stop_reason == "end_turn" and [b.type for b in message.content] == ["text"]
     responses = openai.types.responses.Response.model_validate(
-        DIALECTS["openai_responses"].encode_response(resp)
+        DIALECTS["openai_responses"].encode_response(got)
     )
-    assert responses.status == "completed"
-    assert NOT_FOUND in responses.output_text
-    gemini = DIALECTS["gemini"].encode_response(resp)
-    assert NOT_FOUND in _text_of(gemini) and "STOP" in _text_of(gemini)
-
-
-def test_terminal_response_streamed_in_every_client_dialect() -> None:
-    resp = terminal_response(verdict_(), "m")
-    chat = sse_from_response(resp, DIALECTS["openai_chat"].stream_encoder()).decode()
-    acc = accumulate(payloads(chat.encode()))
-    assert acc["finish"] == "stop" and NOT_FOUND in acc["content"]
-    assert chat.rstrip().endswith("data: [DONE]")
-    pairs = _pairs(sse_from_response(resp, DIALECTS["anthropic"].stream_encoder()))
-    message = sdk_message(pairs)
-    assert message.stop_reason == "end_turn" and NOT_FOUND in message.content[0].text
-    events = _pairs(sse_from_response(resp, DIALECTS["openai_responses"].stream_encoder()))
-    completed = [json.loads(d) for e, d in events if e == "response.completed"]
-    assert len(completed) == 1 and completed[0]["response"]["status"] == "completed"
-    assert NOT_FOUND in json.dumps(completed[0]["response"]["output"])
+    assert responses.status == "completed" and NOT_FOUND in responses.output_text
+    gemini = DIALECTS["gemini"].encode_response(got)
+    assert gemini["candidates"][0]["finishReason"] == "STOP"
+    assert "functionCall" not in json.dumps(gemini)
 
 
 def _pairs(raw: bytes) -> list[tuple[str | None, str]]:
     return [(e.event, e.data) for e in sse_events(raw)]
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def cursor_body(stream: bool) -> dict[str, Any]:
+    messages: list[Any] = [{"role": "user", "content": "fix a.py"}]
+    for i in range(3):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "edit", "arguments": SAME}}
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": NOT_FOUND},
+        ]
+    tool = {"type": "function", "function": {"name": "edit", "parameters": {"type": "object"}}}
+    return {"model": "m", "stream": stream, "messages": messages, "tools": [tool]}
+
+
+def plan_for(stream: bool, **settings: Any) -> Rewrite:
+    s = Settings(**settings)
+    raw = json.dumps(cursor_body(stream)).encode()
+    inc = Incoming("POST", "api.example.com", "/v1/chat/completions", {}, raw)
+    route = route_for(s, inc.method, inc.host, inc.path)
+    assert route is not None
+    d = decide(s, route, inc, {})
+    assert isinstance(d, Rewrite)
+    return d
+
+
+def test_the_upstream_is_asked_and_the_plan_carries_the_verdict() -> None:
+    d = plan_for(stream=False)
+    assert d.plan.loop is not None and d.plan.loop.count == 3 and not d.plan.loop_fallback
+    assert "tools" in d.wire.body  # asked as usual, with its native tools
+    assert not d.plan.loop_held
+
+
+def test_a_whole_repeat_is_replaced_by_the_plan() -> None:
+    d = plan_for(stream=False)
+    call = {"id": "c9", "type": "function", "function": {"name": "edit", "arguments": SAME}}
+    body = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                "finish_reason": "tool_calls",
+            }
+        ],
+    }
+    got = d.plan.decode_answer(json.dumps(body).encode())
+    out = json.loads(d.plan.encode_answer(got))
+    assert out["choices"][0]["finish_reason"] == "stop"
+    assert "tool_calls" not in out["choices"][0]["message"]
+    assert "loop guard" in out["choices"][0]["message"]["content"]
+    assert d.plan.loop_replaced == 1 and not d.plan.loop_ask_again
+    assert "loop guard: edit called a 4th time: replaced" in d.plan.answer_notes()
+
+
+def test_with_fallback_the_plan_writes_the_invoke_request_and_reads_its_answer() -> None:
+    d = plan_for(stream=True, loop_fallback=True)
+    plan = d.plan
+    assert plan.loop_fallback and plan.loop_held and plan.protocol is None
+    sse = b"".join(
+        b"data: " + json.dumps(c).encode() + b"\n\n"
+        for c in [
+            {
+                "id": "x",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "role": "assistant",
+                            "tool_calls": [
+                                {
+                                    "index": 0,
+                                    "id": "c9",
+                                    "type": "function",
+                                    "function": {"name": "edit", "arguments": SAME},
+                                }
+                            ],
+                        },
+                        "finish_reason": "tool_calls",
+                    }
+                ],
+            }
+        ]
+    )
+    body, ctype = plan.client_answer(sse + b"data: [DONE]\n\n", "text/event-stream")
+    assert ctype.startswith("text/event-stream") and b"loop guard" in body
+    assert plan.loop_ask_again
+    again = plan.invoke_body()
+    assert again is not None
+    sent = json.loads(again)
+    assert "tools" not in sent and "<invoke" in json.dumps(sent["messages"])
+    assert plan.protocol == "invoke" and plan.parse_text and plan.loop_asked
+    assert not plan.loop_fallback and not plan.loop_ask_again  # never a third request
+    assert plan.loop is not None  # the second answer is judged too
+
+
+def test_fallback_is_only_for_native_routes() -> None:
+    d = plan_for(stream=True, loop_fallback=True, tool_mode="invoke")
+    assert d.plan.loop is not None and not d.plan.loop_fallback and not d.plan.loop_held
+
+
+def test_the_flow_line_carries_the_tool_and_the_count() -> None:
+    report = FlowReport("default", "rewritten", client="openai_chat", upstream="openai_chat")
+    report.add_outcome("loop_guard")
+    report.fields.update(tool="edit", failures=3)
+    line = report.line()
+    assert line.startswith("cursor-bridge flow route=default outcome=loop_guard ")
+    assert " tool=edit failures=3 " in line and report.mark == ":stop_sign:"
+
+
+def anthropic_sse(events: list[dict[str, Any]]) -> bytes:
+    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+
+
+def test_a_same_dialect_anthropic_stream_is_well_formed_without_the_call() -> None:
+    """Anthropic → Anthropic: text block 0, the repeated tool_use as block 1; the client's
+    stream (the SDK's accumulation, strict) holds only text and ends with end_turn."""
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": 1},
+    }
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": message},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": "Again."},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "tool_use", "id": "toolu_9", "name": "edit", "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": SAME},
+        },
+        {"type": "content_block_stop", "index": 1},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": 9},
+        },
+        {"type": "message_stop"},
+    ]
+    dialect = DIALECTS["anthropic"]
+    replaced: list[int] = []
+    processor = StreamProcessor(
+        dialect.stream_decoder(),
+        dialect.stream_encoder(),
+        stages=[LoopGuardStage(verdict_(), lambda: replaced.append(1))],
+        same_dialect=True,
+    )
+    raw = anthropic_sse(events)
+    out = b"".join(
+        [b for i in range(0, len(raw), 7) for b in processor.feed(raw[i : i + 7])]
+        + processor.finish()
+    )
+    got = sdk_message(_pairs(out))
+    assert replaced == [1]
+    # The upstream closed its text block before the call: the message is a block of its own.
+    assert got.stop_reason == "end_turn" and [b.type for b in got.content] == ["text", "text"]
+    text = "".join(b.text for b in got.content)
+    assert text == "Again.\n\n" + terminal_message(verdict_())
+
+
+# --------------------------------------------------------------------------- real recordings
+
+RECORDED = [
+    pytest.param(
+        "anthropic-messages-sse-text-then-tool_use-input_json_delta.anthropic-sdk-python.sse",
+        "anthropic",
+        id="anthropic-text-then-tool_use",
+    ),
+    pytest.param(
+        "openai-chat-sse-parallel-2-tool_calls-args-split.openai-python.sse",
+        "openai_chat",
+        id="openai-parallel-2",
+    ),
+    pytest.param(
+        "openai-chat-stream-claude-text-then-tool_call-index1.vercel-ai.sse",
+        "openai_chat",
+        id="openai-text-then-index1",
+    ),
+    pytest.param(
+        "openai-chat-stream-deepseek-reasoning_content-then-tool_calls.vercel-ai.chunks.txt",
+        "openai_chat",
+        id="deepseek-reasoning-then-calls",
+    ),
+    pytest.param(
+        "gemini-vertex-stream-functionCall-partialArgs-2calls.vercel-ai.chunks.txt",
+        "gemini",
+        id="gemini-2calls",
+    ),
+]
+CLIENTS = ["openai_chat", "anthropic", "openai_responses", "gemini"]
+
+
+class Tap:
+    """A stage that records what passes it."""
+
+    def __init__(self) -> None:
+        self.seen: list[Event] = []
+
+    def feed(self, event: Event) -> list[Event]:
+        self.seen.append(event)
+        return [event]
+
+    def finish(self) -> list[Event]:
+        return []
+
+
+def through(raw: bytes, upstream: str, client: str, *stages: Any) -> bytes:
+    processor = StreamProcessor(
+        DIALECTS[upstream].stream_decoder(),
+        DIALECTS[client].stream_encoder(),
+        stages=list(stages),
+        same_dialect=upstream == client,
+        framing_in="aws_eventstream" if upstream == "kiro" else "sse",
+    )
+    out = [b for i in range(0, len(raw), 11) for b in processor.feed(raw[i : i + 11])]
+    return b"".join([*out, *processor.finish()])
+
+
+def read_back(raw: bytes, dialect: str) -> Response:
+    """What a client of ``dialect`` got, read back by that dialect's own decoder."""
+    tap = Tap()
+    through(raw, dialect, dialect, tap)
+    return response_from_events(tap.seen, dialect)
+
+
+def kiro_frames() -> bytes:
+    """Kiro's AWS event-stream answer: text, then two native calls."""
+    return ef.stream(
+        [
+            *ef.text_events("Reading both files.", 3),
+            *ef.tool_events("tooluse_a", "Read", json.dumps({"path": "a.txt"}), 4),
+            *ef.tool_events("tooluse_b", "Read", json.dumps({"path": "b.txt"}), 2),
+            *ef.usage_events(),
+        ]
+    )
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize(
+    ("name", "upstream"), [*RECORDED, pytest.param("", "kiro", id="kiro-frames-2calls")]
+)
+def test_recorded_streams_lose_only_the_repeated_call(
+    name: str, upstream: str, client: str
+) -> None:
+    """Real answers (and Kiro's frames) whose first call is taken as the history's failing
+    call: each client dialect gets every other call as it came, the message instead of that
+    call, and a text finish when no call is left."""
+    raw = as_sse(name) if name else kiro_frames()
+    tap = Tap()
+    through(raw, upstream, "openai_chat", tap)
+    calls = [p for p in response_from_events(tap.seen, upstream).parts if isinstance(p, ToolCall)]
+    assert calls, name
+    first = calls[0]
+    verdict = LoopVerdict(first.name, 3, "Error: boom", "f", "not_found", "c0", call_key(first))
+    replaced: list[int] = []
+    got = read_back(
+        through(raw, upstream, client, LoopGuardStage(verdict, lambda: replaced.append(1))),
+        client,
+    )
+    left = [p for p in got.parts if isinstance(p, ToolCall)]
+    kept = [c for c in calls if not verdict.matches(c)]
+    assert [(c.name, json.loads(c.arguments or "{}")) for c in left] == [
+        (c.name, json.loads(c.arguments or "{}")) for c in kept
+    ]
+    assert len(replaced) == len(calls) - len(kept) >= 1
+    text = "".join(p.text for p in got.parts if isinstance(p, Text))
+    assert terminal_message(verdict) in text
+    assert got.finish == ("tool_calls" if kept else "stop")

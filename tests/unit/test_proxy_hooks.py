@@ -550,7 +550,8 @@ def test_surrogates_and_control_characters_are_written_escaped(
     written = caplog.text + flow.comment + json.dumps(flow.metadata[META_KEY], ensure_ascii=False)
     written.encode("utf-8")  # no lone surrogate anywhere
     assert "\x1b" not in written and "\\ud83d\\x1b[2J" in written
-    assert "\x07" not in written and "?q=\\udcff\\x07" in written
+    # the path, escaped, in the flow's logfmt line (its quoting doubles each backslash)
+    assert "\x07" not in written and 'request="POST /v1/messages?q=\\\\udcff\\\\x07"' in written
     ok = chat_flow({**ANTHROPIC_BODY, "\ud800odd\nkey": 1}, path="/v1/messages")
     addon.request(ok)
     json.dumps(ok.metadata[META_KEY], ensure_ascii=False).encode("utf-8")

@@ -1,0 +1,47 @@
+"""The loop guard's second request: the answer repeated the call, ask again with the invoke protocol.
+
+``bridge_loop_fallback=true`` on a native route (``FlowPlan.loop_fallback``): when the
+upstream's answer makes the call the history shows failing ``bridge_loop_max_repeat`` times in
+a row once more, the same conversation is sent again with the tools in the prompt (the
+``invoke`` text protocol, ``FlowPlan.invoke_body``), through the ``Retry`` addon (httpx, the
+way mitmproxy sent the first request), and that answer, read whole and judged again, is what
+the client gets. When it cannot be asked or does not answer with a 2xx, the client gets the
+first answer with the call replaced by the loop guard's message. Logged and commented.
+"""
+
+from __future__ import annotations
+
+from mitmproxy import http
+
+from addon.model import UnsupportedShape
+from addon.plan import FlowPlan, short
+from addon.shell.common import append_comment, log
+from addon.shell.retry import Retry
+
+
+async def ask_again(
+    retry: Retry, flow: http.HTTPFlow, plan: FlowPlan
+) -> tuple[bytes, str, bytes] | None:
+    """``(client body, its content type, the upstream's answer)`` of the second request, or
+    None: the first answer stands."""
+    body = plan.invoke_body()
+    if body is None:
+        log.warning("%s: loop guard: the invoke request could not be written", plan.label)
+        append_comment(flow, "loop guard: could not ask again (invoke request not written)")
+        return None
+    answer = await retry.send(flow, plan.label, body)
+    if answer is None:
+        return None
+    if not 200 <= answer.status < 300:
+        log.warning("%s: loop guard: asked again, got HTTP %d", plan.label, answer.status)
+        append_comment(flow, f"loop guard: asked again, got HTTP {answer.status}")
+        return None
+    try:
+        client, ctype = plan.client_answer(answer.content, answer.content_type)
+    except (ValueError, UnsupportedShape, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else short(e)
+        log.warning("%s: loop guard: the second answer could not be read: %s", plan.label, why)
+        append_comment(flow, f"loop guard: the second answer could not be read ({why})")
+        return None
+    append_comment(flow, "loop guard: asked again with the invoke text protocol → answered")
+    return client, ctype, answer.content
