@@ -348,6 +348,10 @@ class ToolCallArgsDelta:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallEnd:
+    """The upstream ended the call (its finish, its block's stop, its item's done …): only
+    then is it whole. A call the stream was cut inside, or that an error ended, gets none, and
+    no stage or encoder makes it look whole (issue 26)."""
+
     index: int
 
 

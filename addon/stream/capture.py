@@ -36,12 +36,12 @@ them). A new ``MessageStart`` (a spliced stream) ends the turn before it.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from addon.dialects.gemini.response import CALL_SIGNATURE, call_signature
-from addon.jsonio import join_texts
 from addon.model import (
     JSON,
     Event,
@@ -59,6 +59,7 @@ from addon.model import (
 )
 from addon.transforms.restore import (
     GEMINI_UPSTREAMS,
+    KEY_LENGTH,
     KIND_CALL,
     KIND_LATEST,
     KIND_TEXT,
@@ -78,12 +79,101 @@ _GEMINI_MARK = next(iter(CALL_SIGNATURE))
 """The dialect key of the Gemini decoders' markers in ``extra``."""
 _STRING_PIECES = ("text", "summary", "data", "signature")
 """``reasoning_details`` fields whose streamed pieces are joined."""
+FOLD_PIECES = 256
+"""A turn keeps at most this many pieces of its visible text (or of a thinking block) apart:
+then they are folded (``TextKey.fold``; a thinking block's joined into one), so that a stream
+of many small deltas costs O(1) objects per this many, not one each. (Measured, 8,000 text
+deltas of 8 characters: 389 KiB kept as one bytes object each, 10 KiB compacted.)"""
+FOLD_BYTES = 64 * 1024
+"""Visible text kept before it is hashed (``TextKey``)."""
 
 
 class Sink(Protocol):
     """The reasoning store, bound to this flow's scope."""
 
     def put(self, kind: str, key: str, value: JSON) -> None: ...
+
+
+class TextKey:
+    """The key of a turn's visible text (``addon.transforms.restore.text_key``: SHA-256 of the
+    text with runs of whitespace made one space and the ends trimmed) in bounded memory: the
+    text is kept as it comes — a plain text's JSON string appended to ``plain`` by the text
+    lane (``CaptureStage.text_sink`` is ``plain.extend``: no Python call of ours per event),
+    any other text to ``pieces`` — and compacted as it goes: a run of ``plain`` becomes one
+    piece at the next other text, every ``FOLD_PIECES`` pieces become one, and past
+    ``FOLD_BYTES`` characters what is kept is hashed (its words; whether the last one goes on
+    in the next text is remembered) and let go. A turn that never needs its key (no record
+    to write) never hashes less than ``FOLD_BYTES``, as before.
+
+    A stream whose every text is plain keeps its run in ``plain`` until the turn ends: one
+    object, about a byte a character (plus the quotes)."""
+
+    __slots__ = ("_hash", "_held", "_in_word", "_words", "chunks", "pieces", "plain")
+
+    def __init__(self) -> None:
+        self.plain = bytearray()
+        """The latest run of plain texts, as their JSON strings (printable ASCII without a
+        backslash or a quote inside, quotes included)."""
+        self.pieces: list[str] = []
+        """Texts since the last compaction, in order."""
+        self.chunks: list[str] = []
+        """Compacted runs of pieces not yet hashed, in order."""
+        self._held = 0
+        """Characters in ``chunks``."""
+        self._hash: Any = None
+        self._words = False
+        """A word was hashed: the next one is preceded by a space."""
+        self._in_word = False
+        """The text hashed so far ends inside a word (no whitespace after it yet)."""
+
+    def add(self, text: str) -> None:
+        """A text after the ones added so far (``CaptureStage.take_text`` inlines this)."""
+        if self.plain:
+            self.take_plain()
+        pieces = self.pieces
+        pieces.append(text)
+        if len(pieces) >= FOLD_PIECES:
+            self.compact()
+
+    def take_plain(self) -> None:
+        """The run of plain texts in ``plain`` becomes one piece."""
+        self.pieces.append(self.plain.decode("ascii").replace('"', ""))
+        self.plain.clear()
+
+    def compact(self) -> None:
+        """``pieces`` become one chunk; past ``FOLD_BYTES`` characters the chunks are hashed."""
+        run = "".join(self.pieces)
+        self.pieces.clear()
+        self.chunks.append(run)
+        self._held += len(run)
+        if self._held >= FOLD_BYTES:
+            self._fold()
+
+    def _fold(self) -> None:
+        text = "".join(self.chunks)
+        self.chunks.clear()
+        self._held = 0
+        if not text:
+            return
+        words = text.split()
+        if words:
+            joined = " ".join(words)
+            if self._words and not (self._in_word and not text[0].isspace()):
+                joined = " " + joined
+            if self._hash is None:
+                self._hash = hashlib.sha256()
+            self._hash.update(joined.encode("utf-8", "surrogatepass"))
+            self._words = True
+        self._in_word = not text[-1].isspace()
+
+    def key(self) -> str | None:
+        """The text's key; None when it is empty or only whitespace."""
+        if self.plain:
+            self.take_plain()
+        if self.pieces:
+            self.compact()
+        self._fold()
+        return str(self._hash.hexdigest()[:KEY_LENGTH]) if self._words else None
 
 
 @dataclass(slots=True)
@@ -94,6 +184,8 @@ class _Block:
     extra: JSON = field(default_factory=dict)
     item: str | None = None
     """The Responses item id it belongs to, when known."""
+    packed: int = 0
+    """How many of ``texts`` are folded runs of ``FOLD_PIECES`` deltas."""
 
     def part(self) -> Thinking:
         return Thinking("".join(self.texts), self.signature, self.redacted, self.extra)
@@ -119,9 +211,8 @@ class TurnRecorder:
     def _reset(self) -> None:
         self.blocks: list[_Block] = []
         self.open: _Block | None = None
-        self.texts: list[str | bytes] = []
-        """The turn's visible text: strings, and plain texts as their JSON strings (printable
-        ASCII without a backslash, quotes included: ``CaptureStage.text_sink``)."""
+        self.visible = TextKey()
+        """The turn's visible text, as its key (``CaptureStage.text_sink`` feeds it too)."""
         self.calls: list[_Call] = []
         self.carried: str | None = None
         """Gemini: a signed thought's signature, for the next call without one."""
@@ -181,7 +272,11 @@ class TurnRecorder:
         if b is None or b.signature is not None or b.redacted:
             self.close_block()
             b = self.open = _Block(extra=extra)
-        b.texts.append(text)
+        texts = b.texts
+        texts.append(text)
+        if len(texts) >= b.packed + FOLD_PIECES:  # O(1) objects per FOLD_PIECES deltas
+            texts[b.packed :] = ["".join(texts[b.packed :])]
+            b.packed += 1
         if extra and not b.extra:
             b.extra = extra
 
@@ -200,7 +295,7 @@ class TurnRecorder:
     def text(self, text: str) -> None:
         if text:
             self.close_block()
-            self.texts.append(text)
+            self.visible.add(text)
             self.seen = True
 
     def call(self, call_id: str, extra: JSON) -> None:
@@ -247,10 +342,10 @@ class TurnRecorder:
             if rec and c.id:
                 sink.put(KIND_CALL, c.id, rec.to_json())
         if not self.calls:
-            text = join_texts(self.texts)
             rec = Record(thinking, self.trailing, {}, message_extra)
-            if rec and text.strip():
-                sink.put(KIND_TEXT, text_key(text), rec.to_json())
+            key = self.visible.key() if rec else None
+            if key is not None:
+                sink.put(KIND_TEXT, key, rec.to_json())
         if self.origin in _SIGNED_ORIGINS:
             for b in self.blocks:
                 text = "".join(b.texts)
@@ -331,7 +426,7 @@ class CaptureStage:
         """Why recording stopped (the stream itself is never touched)."""
         self.text_sink: Callable[[bytes], None] | None = None
         """While text follows text: where the next plain text goes, as its JSON string
-        (``Stage``; the turn keeps it so until it writes its records)."""
+        (``Stage``): the turn's ``TextKey.plain``."""
 
     def feed(self, event: Event) -> list[Event]:
         self.text_sink = None
@@ -347,7 +442,13 @@ class CaptureStage:
         turn = self.turn
         if self.error is None:
             if turn.open is None:  # text after text (``TurnRecorder.text``, inlined)
-                turn.texts.append(text)
+                visible = turn.visible  # ``TextKey.add``, inlined
+                if visible.plain:
+                    visible.take_plain()
+                pieces = visible.pieces
+                pieces.append(text)
+                if len(pieces) >= FOLD_PIECES:
+                    visible.compact()
                 turn.seen = True
             else:
                 try:
@@ -356,7 +457,7 @@ class CaptureStage:
                     self.error = f"{type(e).__name__}: {e}"[:300]
                     return True
             if self.text_sink is None:
-                self.text_sink = turn.texts.append
+                self.text_sink = turn.visible.plain.extend
         return True
 
     def finish(self) -> list[Event]:

@@ -12,9 +12,13 @@ once the whole JSON is there, so this stage holds such a call back:
   extras that rode on argument fragments are dropped with them;
 - everything else (text, thinking, other calls, usage, raw events) passes through at once; it
   is never held back by a held call;
-- a ``Finish``, ``StreamEnd`` or ``StreamError`` that arrives while calls are still held (no
-  ``ToolCallEnd``: a cut stream) first releases them, unwrapped as far as possible, each with
-  its end, so that nothing is lost; ``finish()`` does the same and is idempotent.
+- a ``Finish`` or ``StreamEnd`` that arrives while calls are still held (no ``ToolCallEnd``:
+  an answer cut at its token limit) first releases them, unwrapped as far as possible, each
+  with its end;
+- a ``StreamError`` (the stream was cut, or failed) drops the calls still held: a call that
+  never ended must never reach a client as one it can run (half a patch applied is worse than
+  none); ``finish()`` (the stream ended without any of those) does the same and is
+  idempotent.
 
 How the raw input is read from the arguments (leniently, never losing text):
 ``addon.transforms.custom_tools.unwrap_custom_input``.
@@ -72,12 +76,21 @@ class CustomToolStage:
             case ToolCallEnd() if event.index in self._released:
                 self._released.discard(event.index)
                 return []
-            case Finish() | StreamEnd() | StreamError():
+            case Finish() | StreamEnd():
                 return [*self._release_all(), event]
+            case StreamError():
+                self._drop_all()
+                return [event]
         return [event]
 
     def finish(self) -> list[Event]:
-        return self._release_all()
+        self._drop_all()
+        return []
+
+    def _drop_all(self) -> None:
+        """Calls still held never ended: not delivered (a late end of one is ignored)."""
+        self._released.update(self._held)
+        self._held.clear()
 
     def _release_all(self) -> list[Event]:
         out: list[Event] = []

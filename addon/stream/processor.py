@@ -869,10 +869,10 @@ class StreamProcessor:
         self._between = False
         self.error = why
         self._forget()
-        out = [*done, *self._drain_stages()]
+        out = [*done]
         try:
             message = f"cursor-bridge could not read the upstream's stream: {why}"
-            out += self._encode([StreamError(message, "bridge_stream_error")])
+            out += self._encode(self._end_stages(StreamError(message, "bridge_stream_error")))
             out += self._frame(self._encoder.finish())
             if self._writer is not None:
                 out.append(self._writer.close())
@@ -998,6 +998,19 @@ class StreamProcessor:
         held = self._lines.pending() if self._items is None else self._items.pending()
         self._forget()
         return self._out([*done, *self._drain_stages(), raw, held])
+
+    def _end_stages(self, error: StreamError) -> list[Event]:
+        """The stages' ending for a stream that fails: ``error`` through every stage, each
+        finished after it (as ``_end`` does with a decoder's error), so that a stage lets out
+        what it holds before the error and drops what must not reach a client (a tool call
+        that never ended). A stage that fails here costs what it held, never the error."""
+        events: list[Event] = [error]
+        try:
+            for stage in self._stages:
+                events = _feed_all(stage, events) + stage.finish()
+        except Exception:  # already failing: the error event is what matters
+            return [error]
+        return events
 
     def _drain_stages(self) -> list[bytes]:
         """What stages still hold (e.g. text the parser kept back) goes out before the raw rest."""

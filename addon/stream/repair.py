@@ -29,11 +29,19 @@ Ordering guarantee:
 - text, thinking and usage go out the moment they arrive. Text or thinking that arrives while
   a call is held therefore goes out *before* that call (the only reordering this stage makes;
   the client encoders close and open blocks/items accordingly);
-- ``MessageStart``, ``Finish``, ``StreamEnd`` and ``StreamError`` first release every held
-  call (an unended one is repaired as *cut*, and gets its ``ToolCallEnd``) and whatever
-  queued behind it, then go out: a stream's end, or a new message, always follows its calls.
-  A late ``ToolCallEnd`` of a call released that way is dropped (it has had its end);
-- ``finish()`` releases what is left the same way; it is idempotent.
+- ``Finish`` and ``StreamEnd`` (the upstream said the answer is over) first release every
+  held call (an unended one — an answer cut at its token limit — is repaired as *cut*, and
+  gets its ``ToolCallEnd``) and whatever queued behind it, then go out: a stream's end always
+  follows its calls. A late ``ToolCallEnd`` of a call released that way is dropped (it has had
+  its end);
+- ``StreamError`` (the stream was cut, or failed) and ``MessageStart`` (the upstream started
+  over) drop every held call that never ended — never delivered, not even in part: a call
+  that never ended must never reach a client as one it can run (``NOTE_CUT`` counts them) —
+  and release what queued behind it, then go out. Calls that ended go out as usual;
+- ``finish()`` (the stream ended without any of those: the processor gives the rest of a
+  same-dialect stream back raw after it) releases ended calls as usual and unended ones as
+  they came, without an end and unrepaired (the raw bytes after them may continue them); it
+  is idempotent.
 
 A repeated ``ToolCallStart`` for the index of an open held call counts as a fragment of it (its
 ``arguments``), as the client encoders treat a repeated start.
@@ -71,6 +79,7 @@ from addon.transforms.repair import ToolSchemas, repair_call
 MAX_HELD_BYTES = 16 * 1024 * 1024
 """Default bound of what the stage holds (the processor's ``max_event_bytes``)."""
 NOTE_TOO_LONG = "tool calls too long to repair: passed on as they came"
+NOTE_CUT = "tool calls cut by the stream's end: not delivered"
 
 
 @dataclass(slots=True)
@@ -81,6 +90,8 @@ class _Held:
     fragments: list[str] = field(default_factory=list)
     ended: bool = False
     cut: bool = False
+    as_it_came: bool = False
+    """Released unended by ``finish()``: its own events, no end, no repair."""
 
 
 def _ignore(record: JSON) -> None:
@@ -160,12 +171,14 @@ class RepairStage:
                     self._held_bytes += _size(event)
                     return []
                 return [event]
-            case MessageStart() | Finish() | StreamEnd() | StreamError():
+            case Finish() | StreamEnd():
                 return [*self._release_all(), event]
+            case MessageStart() | StreamError():
+                return [*self._drop_open(), event]
         return [event]
 
     def finish(self) -> list[Event]:
-        return self._release_all()
+        return self._release_all(as_they_came=True)
 
     def _give_up(self) -> list[Event]:
         """Too much held: everything goes out as it came, and nothing is held from now on."""
@@ -186,11 +199,22 @@ class RepairStage:
 
     # ------------------------------------------------------------------ internals
 
-    def _release_all(self) -> list[Event]:
+    def _release_all(self, as_they_came: bool = False) -> list[Event]:
         for index, held in self._open.items():
             held.ended = held.cut = True
+            held.as_it_came = as_they_came
             self._released.add(index)
         self._open.clear()
+        return self._drain()
+
+    def _drop_open(self) -> list[Event]:
+        """Held calls that never ended leave the queue unsent (``NOTE_CUT``); the rest drains."""
+        if self._open:
+            self.notes[NOTE_CUT] += len(self._open)
+            dropped = set(map(id, self._open.values()))
+            self._released.update(self._open)
+            self._open.clear()
+            self._queue = deque(item for item in self._queue if id(item) not in dropped)
         return self._drain()
 
     def _drain(self) -> list[Event]:
@@ -212,6 +236,8 @@ class RepairStage:
 
     def _emit(self, held: _Held) -> list[Event]:
         s = held.start
+        if held.as_it_came:
+            return list(held.events)
         result = repair_call(
             s.name, "".join(held.fragments), self.schemas, self.notes, cut=held.cut
         )

@@ -12,6 +12,7 @@ from addon.model import (
     Event,
     Finish,
     StreamEnd,
+    StreamError,
     TextDelta,
     ThinkingDelta,
     ToolCallArgsDelta,
@@ -24,7 +25,8 @@ from addon.textproto.parser import TextProtocolParser
 class TextToolStage:
     """Turns the model's text into text, thinking and tool calls with a ``TextProtocolParser``.
 
-    The parser is flushed before the upstream's ``Finish`` (or ``StreamEnd``) goes on, and
+    The parser is flushed before the upstream's ``Finish`` (or ``StreamEnd``, or a
+    ``StreamError``: a cut stream's unfinished call is text, as at a clean end) goes on, and
     ``Finish`` says ``tool_calls`` when the text held at least one call.
 
     Calls the upstream made natively (Kiro keeps its tools and may still write text calls) pass
@@ -51,7 +53,9 @@ class TextToolStage:
             if self.parser.calls and event.reason != "tool_calls":
                 return [*out, Finish("tool_calls", raw="tool_calls")]
             return [*out, event]
-        if isinstance(event, StreamEnd):
+        if isinstance(event, StreamEnd | StreamError):
+            # A cut or failed stream too: what the parser holds goes out before the error (an
+            # unfinished call as the text it was: text, never a call a client can run).
             return [*self.finish(), event]
         if isinstance(event, ToolCallStart | ToolCallArgsDelta | ToolCallEnd):
             return self._renumber([event], parsed=False)

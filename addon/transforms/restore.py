@@ -118,11 +118,16 @@ class ReasoningLookup(Protocol):
     def get(self, kind: str, key: str) -> JSON | None: ...
 
 
+KEY_LENGTH = 32
+"""Hex digits of a text's key."""
+
+
 def text_key(text: str) -> str:
     """The key of a text: SHA-256 of it with runs of whitespace made one space and the ends
-    trimmed (clients re-flow and trim what they send back)."""
+    trimmed (clients re-flow and trim what they send back). ``addon.stream.capture.TextKey``
+    computes the same key as a stream's text goes by."""
     norm = " ".join(text.split())
-    return hashlib.sha256(norm.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return hashlib.sha256(norm.encode("utf-8", "surrogatepass")).hexdigest()[:KEY_LENGTH]
 
 
 # --------------------------------------------------------------------------- records

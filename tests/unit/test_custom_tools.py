@@ -289,7 +289,7 @@ def test_stage_passes_calls_that_are_already_custom() -> None:
     ]
 
 
-@pytest.mark.parametrize("closer", [Finish("tool_calls"), StreamEnd(), StreamError("cut")])
+@pytest.mark.parametrize("closer", [Finish("length"), StreamEnd()])
 def test_stage_releases_a_call_without_end_before_the_stream_ends(closer: Event) -> None:
     events = [*custom_call_events(0, '{"input": "*** Begin Patch\\n*** Add', [9, 20]), closer]
     out = run_stage([*events, ToolCallEnd(0)])  # a late end must not end the call twice
@@ -300,15 +300,20 @@ def test_stage_releases_a_call_without_end_before_the_stream_ends(closer: Event)
     ]
 
 
-def test_stage_finish_releases_held_calls_and_is_idempotent() -> None:
+def test_stage_never_delivers_a_call_without_end_when_the_stream_fails() -> None:
+    events = [*custom_call_events(0, '{"input": "*** Begin Patch\n*** Add', [9, 20])]
+    error = StreamError("cut", "upstream_cut")
+    # Half a patch is never a call a client can run: the call is dropped, the error goes on.
+    assert run_stage([*events, error, ToolCallEnd(0)]) == [error]
+
+
+def test_stage_finish_drops_held_calls_and_is_idempotent() -> None:
     stage = CustomToolStage(NAMES)
     for e in custom_call_events(3, json.dumps({"input": "x"}), [2]):
         assert stage.feed(e) == []
-    assert stage.finish() == [
-        ToolCallStart(3, "call_3", "ApplyPatch", "x", {"k": 1}, True),
-        ToolCallEnd(3),
-    ]
+    assert stage.finish() == []  # never ended: never delivered
     assert stage.finish() == []
+    assert stage.feed(ToolCallEnd(3)) == []
     assert stage.feed(StreamEnd()) == [StreamEnd()]
 
 
@@ -437,7 +442,7 @@ def test_apply_patch_reaches_a_chat_client_as_raw_text(step: int) -> None:
     assert patch_pos < positions[0]
 
 
-def test_cut_chat_stream_still_delivers_the_patch() -> None:
+def test_cut_chat_stream_never_delivers_half_a_patch() -> None:
     args = json.dumps({"input": PATCH})
     sse = chat_sse([(call_delta(0, args[:30], first="ApplyPatch"), None)])
     sse = sse[: -len(b"data: [DONE]\n\n")]  # the upstream hung up
@@ -452,13 +457,11 @@ def test_cut_chat_stream_still_delivers_the_patch() -> None:
         for choice in c["choices"]
         for call in choice["delta"].get("tool_calls", [])
     ]
-    # The client sees the cut: an error chunk last, and no [DONE].
+    # The client sees the cut: an error chunk last, no [DONE], and no call at all (half a
+    # patch applied is worse than none).
     assert payloads[-1]["error"]["type"] == "upstream_cut"
     assert not out.endswith(b"data: [DONE]\n\n")
-    assert [c["function"]["arguments"] for c in calls] == [unwrap_custom_input(args[:30])]
-    assert calls[0]["type"] == "function"
-    assert calls[0]["function"]["arguments"]
-    assert PATCH.startswith(calls[0]["function"]["arguments"])
+    assert calls == []
 
 
 def test_message_start_and_other_events_pass_untouched() -> None:

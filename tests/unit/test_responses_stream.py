@@ -83,10 +83,12 @@ def encode_all(events: list[Event]) -> Pairs:
     return [p for e in events for p in enc.feed(e)] + enc.finish()
 
 
-def check_sequence(pairs: Pairs) -> list[dict[str, Any]]:
+def check_sequence(pairs: Pairs, unended: bool = False) -> list[dict[str, Any]]:
     """The Responses framing: each payload's type is its event name; sequence numbers count
-    from 0; created and in_progress first; every item added is done once; one terminal
-    event, last."""
+    from 0; created and in_progress first; every item added is done once — with
+    ``unended`` (a failed or restarted answer), but a call item that never ended, which is
+    never done (a client runs a call at its ``output_item.done``) and is not in the output;
+    one terminal event, last."""
     datas = [json.loads(d) for _, d in pairs]
     for (name, _), data in zip(pairs, datas, strict=True):
         assert data["type"] == name
@@ -98,7 +100,15 @@ def check_sequence(pairs: Pairs) -> list[dict[str, Any]]:
     added = [d["output_index"] for d in datas if d["type"] == "response.output_item.added"]
     done = [d["output_index"] for d in datas if d["type"] == "response.output_item.done"]
     assert added == list(range(len(added)))
-    assert sorted(done) == added
+    kinds = {
+        d["output_index"]: d["item"]["type"]
+        for d in datas
+        if d["type"] == "response.output_item.added"
+    }
+    never = [i for i in added if i not in done]
+    assert not never or unended, never
+    assert all(kinds[i] in ("function_call", "custom_tool_call") for i in never)
+    assert sorted(done) == [i for i in added if i not in never]
     done_items = {
         d["output_index"]: d["item"] for d in datas if d["type"] == "response.output_item.done"
     }
@@ -368,12 +378,16 @@ def test_stream_error_fails_the_response_and_closes_open_items() -> None:
     ]
     pairs += enc.feed(StreamError("upstream exploded", "overloaded"))
     assert enc.feed(TextDelta("late")) == [] and enc.finish() == []
-    datas = check_sequence(pairs)
+    datas = check_sequence(pairs, unended=True)
     failed = datas[-1]["response"]
     assert failed["status"] == "failed"
     assert failed["error"] == {"code": "overloaded", "message": "upstream exploded"}
-    # The text ended when the call started; the call was cut.
-    assert [o["status"] for o in failed["output"]] == ["completed", "incomplete"]
+    # The text ended when the call started; the call never ended: no done event, not in
+    # the output (a client would run it).
+    assert [o["type"] for o in failed["output"]] == ["message"]
+    names = [n for n, _ in pairs]
+    assert "response.function_call_arguments.done" not in names
+    assert names.count("response.output_item.done") == 1
 
 
 def test_a_cut_upstream_is_not_a_clean_ending() -> None:
@@ -573,7 +587,7 @@ def test_done_marker_and_garbage() -> None:
         dec.feed("[1]", None)
 
 
-def test_a_cut_upstream_still_ends_its_calls() -> None:
+def test_a_cut_upstream_never_ends_its_calls() -> None:
     dec = OpenAIResponsesStreamDecoder()
     dec.feed(json.dumps(CREATED), None)
     dec.feed(
@@ -581,8 +595,9 @@ def test_a_cut_upstream_still_ends_its_calls() -> None:
                     "item": {"id": "fc", "type": "function_call", "call_id": "c", "name": "f"}}),
         None,
     )  # fmt: skip
-    # Its calls are ended, and the cut is reported (never a made-up clean ending).
-    assert dec.finish() == [ToolCallEnd(0), StreamError(_CUT, "upstream_cut")]
+    # The cut is reported (never a made-up clean ending), and the open call is not ended:
+    # it never was, and no client may get it as a whole call.
+    assert dec.finish() == [StreamError(_CUT, "upstream_cut")]
     assert dec.finish() == []
 
 
@@ -659,13 +674,17 @@ def test_any_event_sequence_gives_a_well_formed_responses_stream(
 ) -> None:
     events, text, calls = case
     pairs = encode_all(events)
-    datas = check_sequence(pairs)
+    failed = any(isinstance(e, StreamError) for e in events) or not any(
+        isinstance(e, Finish | StreamEnd) for e in events
+    )
+    datas = check_sequence(pairs, unended=failed)
     final = sdk_final(pairs)
     terminal = datas[-1]["type"]
-    if any(isinstance(e, StreamError) for e in events) or not any(
-        isinstance(e, Finish | StreamEnd) for e in events
-    ):
+    if failed:
         assert terminal == "response.failed"
+        # A call that never ended is not delivered; the ones that ended are.
+        ended = {f"call_{e.index}" for e in events if isinstance(e, ToolCallEnd)}
+        calls = [c for c in calls if c[0] in ended]
     elif any(isinstance(e, Finish) and e.reason == "length" for e in events):
         assert terminal == "response.incomplete"
     else:

@@ -415,7 +415,7 @@ def test_the_lane_shows_the_capture_stage_the_text_the_long_way_shows_it(
     intact = lane.error is None and not lane.skipped and lane._body is None
     if client in ("anthropic", "gemini") and bodies[0] == b"plain" and intact:  # text after text
         turn = lane._stages[0].turn  # type: ignore[attr-defined]
-        assert b'"plain"' in turn.texts, "the text lane gave a text to the sink"
+        assert b'"plain"' in turn.visible.plain, "the text lane gave a text to the sink"
     got += b"".join(b for c in chunks[-2:] for b in lane.feed(c)) + b"".join(lane.finish())
     whole = b"".join(chunks)
     want = b"".join(b for i in range(len(whole)) for b in slow.feed(whole[i : i + 1]))

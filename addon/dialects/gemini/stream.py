@@ -21,6 +21,8 @@ Decoder:
   ``functionCall`` without ``willContinue`` (``{}``) closes it. The arguments are assembled
   and sent as one JSON text when the call closes (or a new call starts, or the answer
   finishes): clients get one complete call per function call, never fragments to re-join.
+  A call still open when the stream is cut or an error chunk comes never closed: it is not
+  sent at all.
   A call's ``thoughtSignature`` is in its ``extra`` and, as a copy, in a signature-only
   ``ThinkingDelta`` just before it (``response.CALL_SIGNATURE``); a text part's signature is a
   signature-only ``ThinkingDelta`` before its text, the trailing empty part's one after all.
@@ -287,17 +289,19 @@ class GeminiStreamDecoder:
         if self._ended:
             return []
         self._ended = True
-        out = self._close_active()
         if self._failed:
-            return out
+            return []
         if not self._finished:
-            out.append(
+            # Cut: a streamed call still open (``willContinue``) never closed: it is not
+            # sent (a ``ToolCallStart`` would reach the client as a whole call).
+            self._active = None
+            return [
                 StreamError(
                     "the Gemini stream ended without a finish reason (cut short upstream)",
                     "upstream_cut",
                 )
-            )
-            return out
+            ]
+        out = self._close_active()
         if self._usage is not None:
             out.append(UsageEvent(decode_usage(self._usage)))
         out.append(StreamEnd())
@@ -309,7 +313,7 @@ class GeminiStreamDecoder:
         inner, wrapper = unwrap(body)
         err = error_of(inner)
         if err is not None and "candidates" not in inner:
-            out.extend(self._close_active())
+            self._active = None  # a streamed call still open never closed: not sent
             status = err.get("status")
             message = err.get("message")
             out.append(

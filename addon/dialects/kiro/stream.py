@@ -29,7 +29,9 @@ Events (checked against the shapes Kiro gateways read; payloads are JSON objects
 Kiro sends no finish event: the answer ends with the body. ``finish()`` then sends ``Finish``
 (``tool_calls`` when the answer made calls, else ``stop``), the usage and ``StreamEnd``. A body
 that ends inside a tool call (no ``stop``), or without any event at all, was cut: it ends with
-a ``StreamError`` of type ``upstream_cut`` instead — never a made-up clean ending.
+a ``StreamError`` of type ``upstream_cut`` instead — never a made-up clean ending. A call
+that never got its ``stop`` (a cut, an exception frame) gets no ``ToolCallEnd``: it never
+ended, and no client may receive it as a whole call.
 """
 
 from __future__ import annotations
@@ -136,8 +138,7 @@ class KiroStreamDecoder:
             out.append(StreamError(message, "upstream_cut"))
             return out
         if self._calls:
-            out += [ToolCallEnd(c.index) for c in self._calls.values()]
-            self._calls.clear()
+            self._calls.clear()  # never stopped: no ToolCallEnd (the call is not whole)
             out.append(
                 StreamError(
                     "the Kiro stream ended inside a tool call (cut short upstream)",
@@ -199,8 +200,7 @@ class KiroStreamDecoder:
         if kind == LENGTH_EXCEPTION:
             self._finish = Finish("length", raw=kind)
             return
-        out += [ToolCallEnd(c.index) for c in self._calls.values()]
-        self._calls.clear()
+        self._calls.clear()  # calls not stopped never ended: no ToolCallEnd for them
         out.append(StreamError(f"{kind}: {message}", kind, origin=NAME, raw=payload))
         self._failed = True
 

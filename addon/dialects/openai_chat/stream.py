@@ -119,6 +119,7 @@ class OpenAIChatStreamDecoder:
             message = err.get("message") if isinstance(err, dict) else str(err)
             kind = err.get("type") if isinstance(err, dict) else None
             self._ended = True
+            self._calls = {}  # calls still open never ended: no ToolCallEnd for them
             return [StreamError(str(message), kind, origin=NAME, raw=chunk)]
         out: list[Event] = []
         # The common chunk (envelope, choices, maybe usage) costs set operations in C only.
@@ -378,7 +379,10 @@ class OpenAIChatStreamDecoder:
         self._finished = True
         if self._ended:
             return self._end_calls()
-        return [*self._end_calls(), StreamError(STREAM_CUT, "upstream_cut")]
+        # Cut: a call still open never ended, so it gets no ToolCallEnd (a ``ToolCallEnd``
+        # says the upstream finished the call; a cut one must never reach a client as whole).
+        self._calls = {}
+        return [StreamError(STREAM_CUT, "upstream_cut")]
 
 
 def _with_extra(event: Event, extra: JSON) -> Event:

@@ -16,7 +16,8 @@ every payload with a ``type`` equal to its event name and a
   ``response.reasoning_summary_part.done`` (a signature becomes the item's
   ``encrypted_content``, so that the client replays it); tool calls as
   ``function_call`` items with ``response.function_call_arguments.delta`` /
-  ``.done``, custom calls as ``custom_tool_call`` items with
+  ``.done`` (at the call's ``ToolCallEnd``: a call that never ended gets no ``.done``
+  and no ``output_item.done``, whatever follows), custom calls as ``custom_tool_call`` items with
   ``response.custom_tool_call_input.delta`` / ``.done``;
 - finally ``response.completed`` with the whole response (output, usage), or
   ``response.incomplete`` for an answer cut at the token limit (or filtered).
@@ -25,8 +26,8 @@ Items are addressed by ``output_index`` and ``item_id``, so parallel calls whose
 fragments interleave are streamed live, each to its own item; nothing is held
 back. A text or thinking item closes when another kind of item starts; a call
 item closes at its ``ToolCallEnd`` (or at the end). ``finish()`` is
-idempotent and closes whatever is open. ``StreamError`` closes the open items
-and ends the stream with ``response.failed`` (preceded by the upstream's own
+idempotent and closes whatever is open. ``StreamError`` closes the open text and
+reasoning items and ends the stream with ``response.failed`` (preceded by the upstream's own
 ``error`` event on a Responses → Responses route); a stream that ends with
 neither a finish nor an end marker (a cut upstream) ends with
 ``response.failed`` too, never with a made-up ``response.completed``.
@@ -517,6 +518,9 @@ class OpenAIResponsesStreamEncoder:
                 if self._started:
                     # The upstream started over (a retry spliced into the stream): what it
                     # sent so far stays, cut; the new message's blocks become new items.
+                    # (A call item must be done before a response completes: the SDK's
+                    # stream refuses it otherwise. With argument repair, an unended call
+                    # never gets here: the repair stage drops it.)
                     self._close_all(out, "incomplete")
                     self._calls = {}
                     return out
@@ -563,11 +567,15 @@ class OpenAIResponsesStreamEncoder:
                 out.extend(self.finish())
         return out
 
-    def _close_all(self, out: Out, status: str) -> None:
+    def _close_all(self, out: Out, status: str, calls: bool = True) -> None:
+        """Close every open item; without ``calls`` (a failed answer), a call item still open
+        never ended: it gets no ``.done`` events and stays out of the output (a client runs a
+        ``function_call`` item at its ``output_item.done``)."""
         self._close_message(out, status)
         self._close_reasoning(out)
         for index in list(self._calls):
-            self._tool_end(index, out, status)
+            if calls:
+                self._tool_end(index, out, status)
         self._close_raw(out)
 
     def _final(self, status: str) -> JSON:
@@ -580,7 +588,7 @@ class OpenAIResponsesStreamEncoder:
 
     def _fail(self, event: StreamError, out: Out) -> None:
         self._start(out)
-        self._close_all(out, "incomplete")
+        self._close_all(out, "incomplete", calls=False)
         code = event.type or "server_error"
         if event.origin == NAME and event.raw.get("type") == "error":
             raw = {k: v for k, v in event.raw.items() if k not in ("type", "sequence_number")}
@@ -734,6 +742,7 @@ class OpenAIResponsesStreamDecoder:
                 return self._terminal(kind, payload)
             case "error":
                 self._ended = True
+                self._open_calls = []  # never ended: no ToolCallEnd for them
                 err = payload.get("error")
                 err = err if isinstance(err, dict) else payload
                 code = err.get("code") or err.get("type")
@@ -861,7 +870,9 @@ class OpenAIResponsesStreamDecoder:
         self._ended = True
         response = payload.get("response")
         response = response if isinstance(response, dict) else {}
-        out: list[Event] = list(self._end_calls())
+        # Calls still open end with a response that ended; a failed one never ended them.
+        out: list[Event] = [] if kind == "response.failed" else list(self._end_calls())
+        self._open_calls = []
         usage = response.get("usage")
         if isinstance(usage, dict):
             out.append(UsageEvent(decode_usage(usage)))
@@ -900,4 +911,5 @@ class OpenAIResponsesStreamDecoder:
         if self._ended:
             return self._end_calls()
         self._ended = True
-        return [*self._end_calls(), StreamError(_CUT, "upstream_cut")]
+        self._open_calls = []  # cut: a call still open never ended (no ToolCallEnd)
+        return [StreamError(_CUT, "upstream_cut")]
