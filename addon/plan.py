@@ -46,6 +46,7 @@ from addon.model import (
     ClientError,
     Event,
     Notes,
+    OpaqueTool,
     Request,
     Response,
     StreamError,
@@ -80,7 +81,7 @@ from addon.transforms.staged_retry import Stage as Stage_
 from addon.transforms.staged_retry import stage_request
 from addon.transforms.text_tools import TextToolSettings, apply_text_tools, parse_text_tools
 from addon.transforms.thinking import apply_thinking_prompt, resolve_model
-from addon.transforms.tools import check_tools, sanitize_tool_schemas
+from addon.transforms.tools import check_tools, leave_out_tools, sanitize_tool_schemas
 from addon.wire import build_wire
 
 MAX_REASON = 200
@@ -679,6 +680,10 @@ def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
         if s.loop_fallback and mode == "native":
             mode, plan.loop_fallback = "invoke", True
             notes["loop guard: asked again with the invoke text protocol"] += 1
+    if mode == "native":
+        req = leave_out_tools(req, plan.upstream.runs, f"the {plan.upstream.name} upstream", notes)
+    else:
+        req = leave_out_tools(req, _runs_nothing, f"the {mode} text protocol", notes)
     if req.origin != plan.upstream.name:
         req = _foreign_extras(req, plan.upstream, notes)
         if route.cache_control != "keep":
@@ -743,6 +748,11 @@ def transform(req: Request, plan: FlowPlan, s: Settings) -> Request:
         )
     plan.hide_thinking = s.thinking_output == "hidden"
     return req
+
+
+def _runs_nothing(tool: OpaqueTool) -> bool:
+    """A text protocol carries function tools only."""
+    return False
 
 
 def _foreign_extras(req: Request, upstream: Dialect, notes: Notes) -> Request:

@@ -70,6 +70,7 @@ from addon.dialects.base import Query, Target, endpoint_base, split_path
 from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
+    ClientError,
     Image,
     Message,
     Notes,
@@ -466,13 +467,16 @@ class _Encoder:
 
     def tools(self) -> list[JSON]:
         specs: list[JSON] = []
-        dropped: list[str] = []
-        for t in self.req.tools or ():
+        for i, t in enumerate(self.req.tools or ()):
             if isinstance(t, OpaqueTool):
-                if t.origin == NAME:
-                    specs.append(t.data)
-                else:
-                    dropped.append(t.name or t.type)
+                if t.origin != NAME:  # left out before (addon.transforms.tools.leave_out_tools)
+                    raise ClientError(
+                        f"tool '{t.name or t.type}' has type '{t.type}', which a Kiro upstream "
+                        "cannot run; remove it from the request",
+                        param=f"tools[{i}]",
+                        code="unsupported_tool",
+                    )
+                specs.append(t.data)
                 continue
             description = t.description
             if not description:
@@ -487,8 +491,6 @@ class _Encoder:
                     }
                 }
             )
-        if dropped:
-            self.notes[f"tools Kiro cannot run dropped: {', '.join(dropped)}"] += 1
         return specs
 
     def conversation_id(self, turns: list[_Turn]) -> str:

@@ -815,12 +815,20 @@ def _reasoning_item(p: Thinking, notes: Notes) -> JSON | None:
     return None
 
 
+def runs_tool(t: OpaqueTool) -> bool:
+    """What a Responses upstream runs of the tool kinds only some dialects have: its own
+    (hosted tools, ``namespace``, ``tool_search`` …) and OpenAI chat's nested custom tools
+    (written as its custom tools)."""
+    return t.origin == NAME or (
+        t.origin == _CHAT_CUSTOM and t.type == "custom" and isinstance(t.data.get(t.type), dict)
+    )
+
+
 def _encode_tool(i: int, t: Tool | OpaqueTool, same: bool) -> JSON:
     if isinstance(t, OpaqueTool):
         if t.origin == NAME:
             return t.data
-        inner = t.data.get(t.type)
-        if t.origin == _CHAT_CUSTOM and t.type == "custom" and isinstance(inner, dict):
+        if runs_tool(t):
             return _encode_tool(i, _custom_tool(i, t.data), same)
         raise ClientError(
             f"tool '{t.name}' has type '{t.type}', which a Responses upstream cannot run; "
