@@ -63,7 +63,7 @@ from addon.stream.decompress import make_decompressor
 from addon.stream.eventstream import split_all
 from addon.stream.processor import MAX_EVENT_BYTES, Stage, StreamProcessor
 from addon.stream.repair import RepairStage
-from addon.stream.stages import HideThinkingStage, TextToolStage
+from addon.stream.stages import HideThinkingStage, TextToolStage, TrailingSignatureStage
 from addon.stream.whole import (
     StreamFailed,
     response_events,
@@ -77,6 +77,7 @@ from addon.transforms.custom_tools import unwrap_custom_calls, wrap_custom_tools
 from addon.transforms.loop_guard import LoopVerdict, check_loop, loop_record, terminal_response
 from addon.transforms.repair import ToolSchemas, parse_arguments, repair_response, schemas_of
 from addon.transforms.restore import restore_request
+from addon.transforms.signatures import drop_trailing_signatures
 from addon.transforms.staged_retry import Stage as Stage_
 from addon.transforms.staged_retry import stage_request
 from addon.transforms.text_tools import TextToolSettings, apply_text_tools, parse_text_tools
@@ -234,6 +235,8 @@ class FlowPlan:
             stages.append(
                 RepairStage(self.schemas, self.notes, self.repair_log.append, self.max_event_bytes)
             )
+        if not self.same_dialect:
+            stages.append(TrailingSignatureStage())
         if self.hide_thinking:
             stages.append(HideThinkingStage())
         self.processor = StreamProcessor(
@@ -352,6 +355,8 @@ class FlowPlan:
         if self.schemas:
             answer, records = repair_response(answer, self.schemas, self.notes)
             self.repair_log.extend(records)
+        if not self.same_dialect:
+            answer = drop_trailing_signatures(answer)
         if self.hide_thinking:
             answer = dataclasses.replace(
                 answer, parts=tuple(p for p in answer.parts if not isinstance(p, Thinking))
