@@ -24,7 +24,8 @@ Decoding
 - Flat function tools → ``Tool``; custom (freeform) tools → ``Tool`` with
   ``format`` (``{"type": "text"}`` when absent); every other tool type
   (``web_search``, ``tool_search``, ``file_search``, ``mcp`` …) →
-  ``OpaqueTool(NAME)``: only a Responses upstream can run them. Chat-shaped
+  ``OpaqueTool(NAME)``: only a Responses upstream can run them (a route to
+  another leaves them out: ``addon.transforms.tools.leave_out_tools``). Chat-shaped
   tools (``{"type": "function", "function": {…}}``, ``{"type": "custom",
   "custom": {…}}``) and Cursor's typeless ``{name, input_schema}`` tools are
   accepted as well (Cursor mixes them, see ``decode_chat_hybrid``).
