@@ -122,7 +122,9 @@ class TrailingSignatureStage:
             self._held = event  # a later one replaces it: only one can precede a call
             return []
         held, self._held = self._held, None
-        self._thinking = isinstance(event, ThinkingDelta) and bool(event.text)
+        if isinstance(event, ThinkingDelta | TextDelta | ToolCallStart):
+            # (Events the client sees no content in, a usage or a raw event, change nothing.)
+            self._thinking = isinstance(event, ThinkingDelta) and bool(event.text)
         if isinstance(event, ToolCallStart):
             self._seen = True
             return [event] if held is None else [held, event]
