@@ -63,16 +63,24 @@ def leave_out_tools(
 
     A ``ClientError`` (400 in the client's dialect) only where the client asked the upstream
     to run what was left out, so that an answer without it would pretend it ran: a
-    ``tool_choice`` that names a left-out tool, or a request whose every tool was left out
+    ``tool_choice`` that names a left-out tool or a kind it cannot run (a Responses
+    hosted-tool choice, ``ToolChoice.kind``), or a request whose every tool was left out
     (it is there for those tools: Claude Code's WebSearch request carries only Anthropic's
     ``web_search`` server tool, Gemini CLI's web search only ``googleSearch``)."""
+    choice = req.tool_choice
+    kind = choice.kind if choice is not None else None
+    if kind is not None and not runs(OpaqueTool(req.origin, None, kind, {})):
+        raise ClientError(
+            f"tool_choice asks for the '{kind}' tool, which {where} cannot run",
+            param="tool_choice",
+            code="unsupported_tool",
+        )
     if not req.tools:
         return req
     left = [t for t in req.tools if isinstance(t, OpaqueTool) and not runs(t)]
     if not left:
         return req
     kept = tuple(t for t in req.tools if not (isinstance(t, OpaqueTool) and not runs(t)))
-    choice = req.tool_choice
     forced = choice.name if choice is not None and choice.mode == "tool" else None
     named = next((t for t in left if forced is not None and t.name == forced), None)
     if named is not None:

@@ -187,3 +187,26 @@ def test_a_request_of_only_tools_the_upstream_cannot_run_is_refused(upstream: st
     assert isinstance(d, Reject) and d.status == 400
     assert "'web_search', which the" in d.message and "no other tool" in d.message
     assert json.loads(d.body)["error"]["code"] == "unsupported_tool"
+
+
+@pytest.mark.parametrize("upstream", UPSTREAMS)
+def test_a_hosted_tool_choice_only_a_responses_upstream_runs(upstream: str) -> None:
+    """Responses' ``tool_choice: {"type": "web_search"}`` asks the upstream to run it."""
+    body = {**codex_body(), "tool_choice": {"type": "web_search"}}
+    d = run("openai_responses", upstream, body)
+    if upstream == "openai_responses":
+        assert isinstance(d, Rewrite) and d.wire.body["tool_choice"] == {"type": "web_search"}
+        return
+    assert isinstance(d, Reject) and d.status == 400
+    assert (
+        d.message
+        == f"tool_choice asks for the 'web_search' tool, which the {upstream} upstream cannot run"
+    )
+    assert json.loads(d.body)["error"]["param"] == "tool_choice"
+
+
+def test_a_hosted_tool_choice_on_a_text_protocol_is_refused() -> None:
+    body = {**codex_body(), "tool_choice": {"type": "file_search"}}
+    d = run("openai_responses", "openai_responses", body, "invoke")
+    assert isinstance(d, Reject)
+    assert "'file_search' tool, which the invoke text protocol cannot run" in d.message

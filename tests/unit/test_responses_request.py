@@ -318,7 +318,8 @@ def test_tools_of_every_shape() -> None:
         ({"type": "function", "name": "f"}, ToolChoice("tool", "f"), False),
         ({"type": "custom", "name": "free"}, ToolChoice("tool", "free"), False),
         ({"type": "allowed_tools", "mode": "auto", "tools": []}, None, True),
-        ({"type": "web_search"}, None, True),
+        ({"type": "web_search"}, ToolChoice("tool", kind="web_search"), True),
+        ({"type": "mcp", "server_label": "x"}, ToolChoice("tool", kind="mcp"), True),
     ],
 )
 def test_tool_choice(raw: Any, want: ToolChoice | None, kept: bool) -> None:

@@ -136,6 +136,10 @@ def decode_request(body: JSON, notes: Notes) -> Request:
         tool_choice = decode_tool_choice(raw_choice)
         if tool_choice is None:  # allowed_tools, hosted-tool choices, mcp …: kept as sent
             extra["tool_choice"] = raw_choice
+            hosted = raw_choice.get("type") if isinstance(raw_choice, dict) else None
+            if isinstance(hosted, str) and hosted != "allowed_tools":
+                # Said in the model too: another upstream cannot run it (leave_out_tools).
+                tool_choice = ToolChoice("tool", kind=hosted)
     if body.get("parallel_tool_calls") is False and decoded_tools:
         if tool_choice is None:
             side["synthetic_tool_choice"] = True
