@@ -161,6 +161,10 @@ class ToolChoice:
     mode: Literal["auto", "none", "required", "tool"]
     name: str | None = None
     """The tool to call when ``mode == "tool"``."""
+    kind: str | None = None
+    """With ``mode == "tool"`` and no ``name``: a tool of a kind only the client's dialect has,
+    by its type (a Responses hosted-tool choice, ``{"type": "file_search"}``); its own encoder
+    writes it from the client's ``extra``."""
     disable_parallel: bool | None = None
     """Anthropic's ``disable_parallel_tool_use``."""
 

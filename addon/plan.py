@@ -53,6 +53,7 @@ from addon.model import (
     ClientError,
     Event,
     Notes,
+    OpaqueTool,
     Request,
     Response,
     StreamError,
@@ -72,7 +73,7 @@ from addon.stream.foreign import not_a_stream, quote
 from addon.stream.loop_guard import LoopGuardStage
 from addon.stream.processor import MAX_EVENT_BYTES, Stage, StreamProcessor
 from addon.stream.repair import RepairStage
-from addon.stream.stages import HideThinkingStage, TextToolStage
+from addon.stream.stages import HideThinkingStage, TextToolStage, TrailingSignatureStage
 from addon.stream.whole import (
     StreamFailed,
     response_events,
@@ -86,11 +87,12 @@ from addon.transforms.custom_tools import unwrap_custom_calls, wrap_custom_tools
 from addon.transforms.loop_guard import LoopVerdict, check_loop, guard_response
 from addon.transforms.repair import ToolSchemas, parse_arguments, repair_response, schemas_of
 from addon.transforms.restore import restore_request
+from addon.transforms.signatures import drop_trailing_signatures
 from addon.transforms.staged_retry import Stage as Stage_
 from addon.transforms.staged_retry import stage_request
 from addon.transforms.text_tools import TextToolSettings, apply_text_tools, parse_text_tools
 from addon.transforms.thinking import apply_thinking_prompt, resolve_model
-from addon.transforms.tools import check_tools, sanitize_tool_schemas
+from addon.transforms.tools import check_tools, leave_out_tools, sanitize_tool_schemas
 from addon.wire import build_wire
 
 MAX_REASON = 200
@@ -269,6 +271,8 @@ class FlowPlan:
         if self.loop is not None:
             # After repair: a call is judged as the client would get it.
             stages.append(LoopGuardStage(self.loop, self._loop_replaced))
+        if not self.same_dialect:
+            stages.append(TrailingSignatureStage())
         if self.hide_thinking:
             stages.append(HideThinkingStage())
         self.processor = StreamProcessor(
@@ -401,6 +405,8 @@ class FlowPlan:
             answer, replaced = guard_response(answer, self.loop)
             if replaced:
                 self._loop_replaced(replaced)
+        if not self.same_dialect:
+            answer = drop_trailing_signatures(answer)
         if self.hide_thinking:
             answer = dataclasses.replace(
                 answer, parts=tuple(p for p in answer.parts if not isinstance(p, Thinking))
@@ -773,6 +779,10 @@ def transform(req: Request, plan: FlowPlan, s: Settings, mode: ToolMode | None =
         notes[verdict.note] += 1
     plan.loop = verdict
     plan.loop_fallback = verdict is not None and s.loop_fallback and mode == "native"
+    if mode == "native":
+        req = leave_out_tools(req, plan.upstream.runs, f"the {plan.upstream.name} upstream", notes)
+    else:
+        req = leave_out_tools(req, _runs_nothing, f"the {mode} text protocol", notes)
     if req.origin != plan.upstream.name:
         req = _foreign_extras(req, plan.upstream, notes)
         if route.cache_control != "keep":
@@ -837,6 +847,11 @@ def transform(req: Request, plan: FlowPlan, s: Settings, mode: ToolMode | None =
         )
     plan.hide_thinking = s.thinking_output == "hidden"
     return req
+
+
+def _runs_nothing(tool: OpaqueTool) -> bool:
+    """A text protocol carries function tools only."""
+    return False
 
 
 def _foreign_extras(req: Request, upstream: Dialect, notes: Notes) -> Request:

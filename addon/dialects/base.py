@@ -13,7 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict
 
-from addon.model import JSON, AnswerDefaults, ClientError, Event, Notes, Request, Response
+from addon.model import (
+    JSON,
+    AnswerDefaults,
+    ClientError,
+    Event,
+    Notes,
+    OpaqueTool,
+    Request,
+    Response,
+)
 
 
 class StreamDecoder(Protocol):
@@ -193,6 +202,11 @@ class Dialect:
     from_path: Callable[[str, Query], PathFields] | None = None
     """What a client of this dialect says in its path and query rather than its body (Gemini:
     the model, and whether it streams), read after ``decode_request``."""
+    runs_tool: Callable[[OpaqueTool], bool] | None = None
+    """Whether an upstream of this dialect runs a tool of a kind only some dialects carry
+    (``OpaqueTool``: Codex's ``namespace``, OpenAI's hosted ``web_search``, Anthropic's server
+    tools, Gemini's ``googleSearch`` …); ``None``: those of its own dialect and no other. The
+    others are left out before encoding (``addon.transforms.tools.leave_out_tools``)."""
     path_base: Callable[[str], str | None] | None = None
     """Where this dialect's endpoint starts in a client's path: the part before it and its API
     version (Gemini: ``/proxy`` of ``/proxy/v1beta/models/m:generateContent``), or None when
@@ -200,6 +214,10 @@ class Dialect:
 
     def placement(self, req: Request, target: Target) -> tuple[str, Query]:
         return (self.place or suffix_placement(self.path))(req, target)
+
+    def runs(self, tool: OpaqueTool) -> bool:
+        """``runs_tool``, or by default: a tool of this dialect's own kinds."""
+        return tool.origin == self.name if self.runs_tool is None else self.runs_tool(tool)
 
     def framing_for(self, query: Query) -> Framing:
         return "sse" if self.framing is None else self.framing(query)

@@ -38,6 +38,7 @@ from addon.shell.common import (
 )
 from addon.state import BridgeState
 from addon.transforms.tokens import estimate_input_tokens
+from addon.transforms.tools import leave_out_tools
 from addon.wire import credentials
 
 SUFFIX = "/count_tokens"
@@ -95,6 +96,9 @@ class CountTokens:
             notes: Counter[str] = Counter()
             try:
                 unified = DIALECTS["anthropic"].decode_request(body, notes)
+                upstream = DIALECTS[route.upstream]
+                where = f"the {upstream.name} upstream"
+                unified = leave_out_tools(unified, upstream.runs, where, notes)
             except (ClientError, UnsupportedShape, ValueError, TypeError, KeyError):
                 unified = None  # Gemini has no count_tokens path: the estimate answers its 404
         else:

@@ -91,3 +91,51 @@ class HideThinkingStage:
 
     def finish(self) -> list[Event]:
         return []
+
+
+class TrailingSignatureStage:
+    """A signature-only reasoning delta after the answer's text or calls is not passed on,
+    unless a call starts right after it (the rule: ``addon.transforms.signatures``). Such a
+    delta is held until the next event says which; the capture stage, before this one, has
+    it for the store either way. For clients of another dialect than the upstream's."""
+
+    def __init__(self) -> None:
+        self._seen = False
+        """Visible content (text or a call) went by."""
+        self._thinking = False
+        """The last event was reasoning text: a signature then signs that reasoning (an
+        Anthropic upstream's interleaved thinking ends with its ``signature_delta``)."""
+        self._held: ThinkingDelta | None = None
+
+    def take_text(self, text: str) -> bool:
+        """Plain text, for the text lane: passed on unchanged while nothing is held."""
+        if self._held is not None:
+            return False
+        self._seen = self._seen or bool(text)
+        self._thinking = False
+        return True
+
+    def feed(self, event: Event) -> list[Event]:
+        if (
+            isinstance(event, ThinkingDelta)
+            and not event.text
+            and event.signature
+            and self._seen
+            and not self._thinking
+        ):
+            self._held = event  # a later one replaces it: only one can precede a call
+            return []
+        held, self._held = self._held, None
+        if isinstance(event, ThinkingDelta | TextDelta | ToolCallStart):
+            # (Events the client sees no content in, a usage or a raw event, change nothing.)
+            self._thinking = isinstance(event, ThinkingDelta) and bool(event.text)
+        if isinstance(event, ToolCallStart):
+            self._seen = True
+            return [event] if held is None else [held, event]
+        if isinstance(event, TextDelta) and event.text:
+            self._seen = True
+        return [event]
+
+    def finish(self) -> list[Event]:
+        self._held = None
+        return []

@@ -7,8 +7,9 @@ Contract: pure functions over ``addon.model``. A client mistake raises
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
-from addon.model import ClientError, Notes, Request, SchemaProfile, Tool
+from addon.model import ClientError, Notes, OpaqueTool, Request, SchemaProfile, Tool
 from addon.transforms.schema import sanitize_schema
 
 
@@ -45,3 +46,63 @@ def sanitize_tool_schemas(
                 tool = dataclasses.replace(tool, parameters=clean)
         tools.append(tool)
     return dataclasses.replace(req, tools=tuple(tools))
+
+
+def leave_out_tools(
+    req: Request, runs: Callable[[OpaqueTool], bool], where: str, notes: Notes
+) -> Request:
+    """The tools ``where`` (``"the gemini upstream"``, ``"the invoke text protocol"``) cannot run
+    taken out of the request, named in ``notes``.
+
+    The rule, for every client and upstream dialect: a tool of a kind only some dialects carry
+    (``OpaqueTool``: Codex's ``namespace`` and ``tool_search``, OpenAI's hosted ``web_search``,
+    ``file_search``, ``mcp`` …, Anthropic's server tools, Gemini's ``googleSearch``) that the
+    upstream cannot run (``runs``, the upstream dialect's ``Dialect.runs``; nothing on a text
+    protocol) is left out: the model is offered fewer tools, as when a client declares one
+    the upstream lacks, and the turn goes on. Codex declares such tools on every request.
+
+    A ``ClientError`` (400 in the client's dialect) only where the client asked the upstream
+    to run what was left out, so that an answer without it would pretend it ran: a
+    ``tool_choice`` that names a left-out tool or a kind it cannot run (a Responses
+    hosted-tool choice, ``ToolChoice.kind``), or a request whose every tool was left out
+    (it is there for those tools: Claude Code's WebSearch request carries only Anthropic's
+    ``web_search`` server tool, Gemini CLI's web search only ``googleSearch``)."""
+    choice = req.tool_choice
+    kind = choice.kind if choice is not None else None
+    if kind is not None and not runs(OpaqueTool(req.origin, None, kind, {})):
+        raise ClientError(
+            f"tool_choice asks for the '{kind}' tool, which {where} cannot run",
+            param="tool_choice",
+            code="unsupported_tool",
+        )
+    if not req.tools:
+        return req
+    left = [t for t in req.tools if isinstance(t, OpaqueTool) and not runs(t)]
+    if not left:
+        return req
+    kept = tuple(t for t in req.tools if not (isinstance(t, OpaqueTool) and not runs(t)))
+    forced = choice.name if choice is not None and choice.mode == "tool" else None
+    named = next((t for t in left if forced is not None and t.name == forced), None)
+    if named is not None:
+        raise ClientError(
+            f"tool_choice asks for tool '{named.name}' of type '{named.type}', which "
+            f"{where} cannot run",
+            param="tool_choice",
+            code="unsupported_tool",
+        )
+    if not kept:
+        (first, *_) = left
+        raise ClientError(
+            f"tool '{first.name or first.type}' has type '{first.type}', which {where} cannot "
+            "run, and the request has no other tool; remove it from the request",
+            param="tools",
+            code="unsupported_tool",
+        )
+    names = ", ".join(_tool_label(t) for t in left)
+    notes[f"tools {where} cannot run left out: {names}"] += 1
+    return dataclasses.replace(req, tools=kept)
+
+
+def _tool_label(t: OpaqueTool) -> str:
+    """``multi_agent_v1 (namespace)``; a tool without a name of its own by its type."""
+    return t.type if t.name in (None, t.type) else f"{t.name} ({t.type})"

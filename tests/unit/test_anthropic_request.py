@@ -36,6 +36,7 @@ from addon.model import (
     ToolResult,
     UnsupportedShape,
 )
+from addon.transforms.tools import leave_out_tools
 
 CACHE = {"type": "ephemeral"}
 
@@ -374,17 +375,50 @@ def test_unknown_blocks_are_opaque_and_reach_anthropic_unchanged() -> None:
         pytest.param({"type": "code_execution_20250825", "name": "code_execution"}, id="code"),
     ],
 )
-def test_server_tool_is_refused_for_an_openai_upstream(tool: dict[str, Any]) -> None:
+def test_server_tool_is_left_out_for_an_openai_upstream(tool: dict[str, Any]) -> None:
     body = minimal(tools=[{"name": "Read", "input_schema": {}}, tool])
     req = decode(body)
     assert req.tools is not None and req.tools[1] == OpaqueTool(
         "anthropic", tool["name"], tool["type"], tool
     )
     assert to_anthropic(req)["tools"][1] == tool  # an Anthropic upstream runs it
-    with pytest.raises(ClientError) as info:
+    notes: Counter[str] = Counter()
+    sent = leave_out_tools(req, OPENAI.runs, "the openai_chat upstream", notes)
+    label = f"{tool['name']} ({tool['type']})"
+    assert notes == {f"tools the openai_chat upstream cannot run left out: {label}": 1}
+    assert [t["function"]["name"] for t in OPENAI.encode_request(sent, notes)["tools"]] == ["Read"]
+    # The encoder writes only what its wire has.
+    with pytest.raises(ClientError, match="cannot run"):
         to_openai(body)
-    assert tool["name"] in info.value.message and "cannot run" in info.value.message
-    assert info.value.code == "unsupported_tool"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        pytest.param(
+            {"tool_choice": {"type": "tool", "name": "web_search"}},
+            "tool_choice asks for tool 'web_search' of type 'web_search_20250305', which the "
+            "openai_chat upstream cannot run",
+            id="forced",
+        ),
+        pytest.param(
+            {"tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]},
+            "tool 'web_search' has type 'web_search_20250305', which the openai_chat upstream "
+            "cannot run, and the request has no other tool",
+            id="only-tool",
+        ),
+    ],
+)
+def test_a_server_tool_the_client_asks_for_is_refused(fields: dict[str, Any], message: str) -> None:
+    tools = [
+        {"name": "Read", "input_schema": {}},
+        {"type": "web_search_20250305", "name": "web_search"},
+    ]
+    req = decode(minimal(**{"tools": tools, **fields}))
+    with pytest.raises(ClientError) as info:
+        leave_out_tools(req, OPENAI.runs, "the openai_chat upstream", Counter())
+    assert info.value.message.startswith(message)
+    assert info.value.code == "unsupported_tool" and info.value.status == 400
     assert ANTHROPIC.encode_error(info.value) == {
         "type": "error",
         "error": {"type": "invalid_request_error", "message": info.value.message},

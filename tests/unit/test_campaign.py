@@ -273,11 +273,9 @@ def test_every_unmutated_recording_is_rewritten(upstream: str) -> None:
         d = check_decision(
             seed, _route(seed.dialect, upstream), json.dumps(seed.body).encode(), seed.path
         )
-        assert isinstance(d, Rewrite) or (isinstance(d, Reject) and "cannot run" in d.message), (
-            seed.name,
-            upstream,
-            d,
-        )
+        # Tool kinds an upstream cannot run (Codex's tool_search and web_search) are left out,
+        # never a reason to refuse a real client's request.
+        assert isinstance(d, Rewrite), (seed.name, upstream, d)
 
 
 # --------------------------------------------------------------------------- answers

@@ -48,6 +48,7 @@ from addon.model import (
     UnsupportedShape,
 )
 from addon.transforms.restore import restore_request
+from addon.transforms.tools import leave_out_tools
 from addon.wire import build_wire
 from tests.realdata import FIXTURES, read
 
@@ -61,9 +62,11 @@ SCHEMA: dict[str, Any] = {"type": "object", "properties": {"path": {"type": "str
 
 
 def encode(req: Request) -> tuple[dict[str, Any], Counter[str]]:
-    """Encoded as the bridge does for a Gemini upstream: after ``restore_request`` (no store,
-    the route's default ``signature_fallback``), which marks unsigned steps."""
+    """Encoded as the bridge does for a Gemini upstream: after ``leave_out_tools`` and
+    ``restore_request`` (no store, the route's default ``signature_fallback``), which marks
+    unsigned steps."""
     notes: Counter[str] = Counter()
+    req = leave_out_tools(req, DIALECTS["gemini"].runs, "the gemini upstream", notes)
     req = restore_request(req, None, "gemini", notes, signature_fallback="sentinel")
     return encode_request(req, notes), notes
 
@@ -322,7 +325,7 @@ def test_claude_code_request_with_thinking_and_tool_results() -> None:
         {"functionResponse": {"name": "Bash", "id": "toolu_2", "response": {"error": "exit 1"}}}
     ]
     assert notes["unsigned reasoning dropped (Gemini takes only its own)"] == 1
-    assert notes["tools Gemini cannot run dropped: web_search"] == 1
+    assert notes["tools the gemini upstream cannot run left out: web_search (web_search_20250305)"]
     assert [d["name"] for d in body["tools"][0]["functionDeclarations"]] == ["Read", "Bash"]
     assert body["toolConfig"] == {"functionCallingConfig": {"mode": "AUTO"}}
     assert body["generationConfig"] == {
@@ -554,7 +557,7 @@ def test_empty_texts_and_foreign_parts() -> None:
     assert notes["anthropic part sent as JSON text"] == 1
 
 
-def test_gemini_server_tools_are_kept_and_others_dropped() -> None:
+def test_gemini_server_tools_are_kept_and_others_left_out() -> None:
     tools = (
         OpaqueTool(NAME, "googleSearch", "googleSearch", {"googleSearch": {}}),
         Tool("Read", "Read a file", SCHEMA),
@@ -570,7 +573,9 @@ def test_gemini_server_tools_are_kept_and_others_dropped() -> None:
             ]
         },
     ]
-    assert notes["tools Gemini cannot run dropped: web_search"] == 1
+    assert notes["tools the gemini upstream cannot run left out: web_search"] == 1
+    with pytest.raises(ClientError, match="web_search"):  # the encoder writes only its own
+        encode_request(req, Counter())
 
 
 # --------------------------------------------------------------------------- Gemini clients

@@ -39,7 +39,16 @@ from addon.model import (
     ToolResult,
     UnsupportedShape,
 )
+from addon.transforms.tools import leave_out_tools
 from tests.realdata import read
+
+
+def to_chat(req: Request) -> dict[str, Any]:
+    """Encoded for a chat upstream as a route does: the tools it cannot run left out first."""
+    notes: Counter[str] = Counter()
+    req = leave_out_tools(req, DIALECTS["openai_chat"].runs, "the openai_chat upstream", notes)
+    return chat.encode_request(req, notes)
+
 
 CODEX = [f"clients/codex-0.169.0-responses-gpt-5.5-turn{n}.request.json" for n in (1, 2, 3)]
 CHAT_BODY: TypeAdapter[Any] = TypeAdapter(CompletionCreateParams)
@@ -142,9 +151,10 @@ def test_codex_turn3_decodes_into_the_unified_conversation() -> None:
 def test_codex_request_becomes_a_valid_chat_body(name: str) -> None:
     req, _ = decode(codex(name))
     notes: Counter[str] = Counter()
+    req = leave_out_tools(req, DIALECTS["openai_chat"].runs, "the openai_chat upstream", notes)
     body = chat.encode_request(req, notes)
     check_chat_body(body)
-    assert notes["Responses-only tools dropped: tool_search, web_search"] == 1
+    assert notes["tools the openai_chat upstream cannot run left out: tool_search, web_search"]
     tools = {t["function"]["name"]: t["function"] for t in body["tools"]}
     assert "web_search" not in tools
     # apply_patch (a custom tool) goes out as a function with one string parameter, and its
@@ -159,7 +169,7 @@ def test_codex_request_becomes_a_valid_chat_body(name: str) -> None:
 
 def test_codex_turn3_chat_history_pairs_calls_and_results() -> None:
     req, _ = decode(codex(CODEX[2]))
-    body = chat.encode_request(req, Counter())
+    body = to_chat(req)
     roles = [m["role"] for m in body["messages"]]
     assert roles == [
         "developer", "developer", "user", "user", "assistant", "tool", "assistant", "tool", "tool",
@@ -170,12 +180,14 @@ def test_codex_turn3_chat_history_pairs_calls_and_results() -> None:
 
 
 def test_codex_request_reaches_an_anthropic_upstream() -> None:
-    """Codex → a Claude model: server tools are refused by the Anthropic encoder, so the
-    Responses-only tools are taken out first, as a route would."""
+    """Codex → a Claude model: the tools only OpenAI runs are left out first, as a route does
+    (the Anthropic encoder refuses what it cannot write)."""
     req, _ = decode(codex(CODEX[0]))
-    tools = tuple(t for t in req.tools or () if isinstance(t, Tool))
+    notes: Counter[str] = Counter()
+    req = leave_out_tools(req, DIALECTS["anthropic"].runs, "the anthropic upstream", notes)
+    assert notes == {"tools the anthropic upstream cannot run left out: tool_search, web_search": 1}
     body = anthropic.encode_request(
-        Request(req.origin, "claude", req.messages, tools, stream=True), Counter()
+        Request(req.origin, "claude", req.messages, req.tools, stream=True), Counter()
     )
     assert body["system"][0]["text"].startswith("You are Codex")
     assert [t["name"] for t in body["tools"]][:2] == ["exec_command", "write_stdin"]
@@ -229,7 +241,7 @@ def test_content_parts() -> None:
     out = encode_request(req, Counter())
     assert out["input"][0] == body["input"][0]  # the unknown part stays a part
     # A chat upstream gets the text and the image.
-    chat_body = chat.encode_request(req, Counter())
+    chat_body = to_chat(req)
     assert chat_body["messages"][0]["content"][:2] == [
         {"type": "text", "text": "look"},
         {"type": "image_url", "image_url": {"url": "https://x/a.png", "detail": "low"}},
@@ -306,7 +318,8 @@ def test_tools_of_every_shape() -> None:
         ({"type": "function", "name": "f"}, ToolChoice("tool", "f"), False),
         ({"type": "custom", "name": "free"}, ToolChoice("tool", "free"), False),
         ({"type": "allowed_tools", "mode": "auto", "tools": []}, None, True),
-        ({"type": "web_search"}, None, True),
+        ({"type": "web_search"}, ToolChoice("tool", kind="web_search"), True),
+        ({"type": "mcp", "server_label": "x"}, ToolChoice("tool", kind="mcp"), True),
     ],
 )
 def test_tool_choice(raw: Any, want: ToolChoice | None, kept: bool) -> None:
@@ -332,7 +345,7 @@ def test_parallel_tool_calls_false_reaches_a_chat_upstream() -> None:
     req, _ = decode(body)
     assert req.tool_choice == ToolChoice("auto", disable_parallel=True)
     assert encode_request(req, Counter()) == body  # no tool_choice made up
-    assert chat.encode_request(req, Counter())["parallel_tool_calls"] is False
+    assert to_chat(req)["parallel_tool_calls"] is False
 
 
 @pytest.mark.parametrize(
@@ -604,7 +617,7 @@ def test_cursor_agent_body_on_chat_completions_is_a_responses_request() -> None:
 
 def test_cursor_agent_body_becomes_a_valid_chat_body() -> None:
     req = chat.decode_request(cursor_agent_body(), Counter())
-    body = chat.encode_request(req, Counter())
+    body = to_chat(req)
     check_chat_body(body)
     assert body["messages"][0] == {"role": "system", "content": "You are a coding agent in Cursor."}
     assert body["messages"][2]["reasoning_content"] == "I will patch."
@@ -660,7 +673,7 @@ def test_cursor_input_and_messages_messages_hold_the_tool_results() -> None:
     assert [m.role for m in req.messages] == ["user", "assistant", "tool", "user"]
     assert req.messages[-1].parts == (Text("and now?"),)
     assert notes["chat messages used: they hold the tool results input lacks"] == 1
-    check_chat_body(chat.encode_request(req, Counter()))
+    check_chat_body(to_chat(req))
 
 
 def test_cursor_input_and_messages_older_messages_come_first() -> None:
@@ -703,7 +716,7 @@ def test_cursor_ask_mode_mixed_tool_list_on_a_chat_body() -> None:
     read_, patch = req.tools or ()
     assert isinstance(read_, Tool) and read_.format is None
     assert isinstance(patch, Tool) and patch.format == APPLY_PATCH["format"]
-    out = chat.encode_request(req, Counter())
+    out = to_chat(req)
     check_chat_body(out)
     assert out["tools"][1]["function"]["parameters"]["required"] == ["input"]
 
@@ -725,7 +738,8 @@ def test_cursor_ask_mode_mixed_tool_list_in_a_responses_body() -> None:
     assert out["tools"][1] == APPLY_PATCH
 
 
-def test_only_responses_tools_left_means_no_tools_for_a_chat_upstream() -> None:
+def test_a_request_of_only_hosted_tools_is_refused_for_a_chat_upstream() -> None:
+    """It asks the upstream to run them: answered without them, it would pretend they ran."""
     req = Request(
         NAME,
         "m",
@@ -733,7 +747,7 @@ def test_only_responses_tools_left_means_no_tools_for_a_chat_upstream() -> None:
         tools=(OpaqueTool(NAME, None, "web_search", {"type": "web_search"}),),
         tool_choice=ToolChoice("auto"),
     )
-    notes: Counter[str] = Counter()
-    body = chat.encode_request(req, notes)
-    assert "tools" not in body and "tool_choice" not in body
-    assert notes["Responses-only tools dropped: web_search"] == 1
+    with pytest.raises(ClientError, match="'web_search', which the openai_chat upstream"):
+        leave_out_tools(req, DIALECTS["openai_chat"].runs, "the openai_chat upstream", Counter())
+    with pytest.raises(ClientError, match="web_search"):  # the encoder writes only its own
+        chat.encode_request(req, Counter())

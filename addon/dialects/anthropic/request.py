@@ -11,8 +11,9 @@ error shape, see ``response.encode_error``).
 
 Server tools (``web_search_20250305``, ``bash_20250124``, ``text_editor_…``,
 ``computer_…``, ``code_execution_…``) run on Anthropic's side. They are decoded
-as ``OpaqueTool`` so that an Anthropic upstream still gets them; every other
-dialect's encoder refuses them with a ``ClientError`` naming the tool.
+as ``OpaqueTool`` so that an Anthropic upstream still gets them; a route to any
+other upstream leaves them out (``addon.transforms.tools.leave_out_tools``), and
+the other dialects' encoders refuse any that reach them.
 
 System messages inside ``messages`` (Claude Code's default model, beta
 ``mid-conversation-system-2026-04-07``: ``{"role": "system", "content": str |
@@ -272,7 +273,7 @@ def _decode_tools(tools: list[Any]) -> tuple[Tool | OpaqueTool, ...]:
             raise ClientError(f"tools[{i}] has no name", param=f"tools[{i}].name")
         if kind not in _FUNCTION_TOOL_TYPES:
             # Server tools run on Anthropic's side: only an Anthropic upstream can take them;
-            # the other dialects' encoders answer with a ClientError naming the tool.
+            # a route to another upstream leaves them out (transforms.tools.leave_out_tools).
             out.append(OpaqueTool(NAME, name, str(kind), t))
             continue
         schema = t.get("input_schema")

@@ -21,6 +21,7 @@ from .request import (
     path_base,
     place_code_assist,
     place_public,
+    runs_tool,
 )
 from .response import (
     decode_response,
@@ -50,6 +51,7 @@ DIALECT = Dialect(
     framing=framing,
     from_path=from_path,
     path_base=path_base,
+    runs_tool=runs_tool,
 )
 
 CODE_ASSIST_DIALECT = Dialect(
@@ -71,6 +73,7 @@ CODE_ASSIST_DIALECT = Dialect(
     envelope=code_assist_envelope,
     from_path=from_path,
     path_base=path_base,
+    runs_tool=runs_tool,
 )
 
 __all__ = ["CODE_ASSIST", "CODE_ASSIST_DIALECT", "DIALECT", "NAME"]

@@ -67,8 +67,8 @@ Encoding (another dialect's request for a Gemini upstream)
   up → ``HIGH``: the levels every Gemini 3 model takes); Gemini 1.x/2.x models take no level,
   they get a budget for the effort instead.
 - Function declarations with ``parameters``; an object schema without properties is left
-  out (Gemini refuses empty ``properties`` for an OBJECT). Other dialects' server tools are
-  dropped (noted).
+  out (Gemini refuses empty ``properties`` for an OBJECT). Other dialects' own tool kinds
+  never get here (``addon.transforms.tools.leave_out_tools``): the encoder refuses them.
 """
 
 from __future__ import annotations
@@ -135,6 +135,14 @@ MAX_STOP_SEQUENCES = 5
 """Gemini takes at most five stop sequences."""
 
 _OWN = (NAME, CODE_ASSIST)
+
+
+def runs_tool(t: OpaqueTool) -> bool:
+    """What a Gemini upstream runs of the tool kinds only some dialects have: Gemini's own
+    (``googleSearch``, ``codeExecution`` …), from either wrapper."""
+    return t.origin in _OWN
+
+
 _MODELLED = spellings(
     "contents", "systemInstruction", "tools", "toolConfig", "generationConfig", "model"
 )
@@ -916,19 +924,20 @@ class _Encoder:
     def tools(self, tools: tuple[Tool | OpaqueTool, ...]) -> list[JSON]:
         entries: list[JSON] = []
         declarations: list[JSON] = []
-        dropped: list[str] = []
-        for t in tools:
+        for i, t in enumerate(tools):
             if isinstance(t, OpaqueTool):
-                if t.origin in _OWN:
-                    entries.append(t.data)
-                else:
-                    dropped.append(t.name or t.type)
+                if not runs_tool(t):  # left out before (addon.transforms.tools.leave_out_tools)
+                    raise ClientError(
+                        f"tool '{t.name or t.type}' has type '{t.type}', which a Gemini "
+                        "upstream cannot run; remove it from the request",
+                        param=f"tools[{i}]",
+                        code="unsupported_tool",
+                    )
+                entries.append(t.data)
                 continue
             if not declarations:
                 entries.append({"functionDeclarations": declarations})
             declarations.append(self.declaration(t))
-        if dropped:
-            self.notes[f"tools Gemini cannot run dropped: {', '.join(dropped)}"] += 1
         return entries
 
     def declaration(self, t: Tool) -> JSON:

@@ -77,6 +77,7 @@ from addon.dialects.base import Query, Target, endpoint_base, split_path
 from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
+    ClientError,
     Image,
     Message,
     Notes,
@@ -489,21 +490,22 @@ class _Encoder:
 
     def tools(self, turns: list[_Turn]) -> list[JSON]:
         specs: list[JSON] = []
-        dropped: list[str] = []
-        for t in self.req.tools or ():
+        for i, t in enumerate(self.req.tools or ()):
             if isinstance(t, OpaqueTool):
-                if t.origin == NAME:
-                    specs.append(t.data)
-                else:
-                    dropped.append(t.name or t.type)
+                if t.origin != NAME:  # left out before (addon.transforms.tools.leave_out_tools)
+                    raise ClientError(
+                        f"tool '{t.name or t.type}' has type '{t.type}', which a Kiro upstream "
+                        "cannot run; remove it from the request",
+                        param=f"tools[{i}]",
+                        code="unsupported_tool",
+                    )
+                specs.append(t.data)
                 continue
             description = t.description
             if not description or not description.strip():
                 self.notes["tools without a description described by their name"] += 1
                 description = t.name
             specs.append(_spec(t.name, description, t.parameters))
-        if dropped:
-            self.notes[f"tools Kiro cannot run dropped: {', '.join(dropped)}"] += 1
         # Kiro refuses a history that calls a tool the current message does not declare
         # (hank9999/kiro.rs declares such tools; Kiro matches names case-insensitively).
         declared = {_spec_name(s).lower() for s in specs}

@@ -19,8 +19,9 @@ answered in Chat Completions. Ask mode's flat custom tools (``{"type": "custom",
 Custom (freeform) tools reach a chat upstream as function tools with one string
 parameter ``input`` when no transform rewrote them before (``_encode_tool``), and the
 calls of such a tool in the history get their raw input wrapped the same way.
-Responses-only tools (``web_search``, ``tool_search`` … of an ``openai_responses``
-request: Codex always sends them) are dropped with a note rather than refused.
+Tool kinds of other dialects (Codex's ``namespace`` and ``web_search``, Anthropic's server
+tools …) were left out before (``addon.transforms.tools.leave_out_tools``); the encoder
+refuses any that reach it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from addon.dialects.anthropic.blocks import decode_block
-from addon.dialects.openai_responses.request import NAME as RESPONSES
 from addon.dialects.openai_responses.request import decode_chat_hybrid, decode_tools
 from addon.model import (
     JSON,
@@ -485,18 +485,9 @@ def encode_request(req: Request, notes: Notes) -> JSON:
         )
         body.setdefault("reasoning_effort", effort)
     if req.tools is not None:
-        kept = [t for t in req.tools if not _responses_only(t)]
-        if len(kept) < len(req.tools):
-            names = ", ".join(
-                t.name or t.type
-                for t in req.tools
-                if isinstance(t, OpaqueTool) and _responses_only(t)
-            )
-            notes[f"Responses-only tools dropped: {names}"] += 1
-        if kept or not req.tools:
-            body["tools"] = [_encode_tool(t) for t in kept]
+        body["tools"] = [_encode_tool(t) for t in req.tools]
         _wrap_custom_calls(body, req)
-    if req.tool_choice is not None and (req.tools is None or "tools" in body):
+    if req.tool_choice is not None:
         body["tool_choice"] = _encode_tool_choice(req.tool_choice)
         if req.tool_choice.disable_parallel and "parallel_tool_calls" not in body:
             body["parallel_tool_calls"] = False
@@ -515,12 +506,6 @@ _CUSTOM_INPUT: JSON = {
     "required": ["input"],
 }
 """Parameters of a custom tool sent as a function tool (when no transform did it before)."""
-
-
-def _responses_only(t: Tool | OpaqueTool) -> bool:
-    """A hosted tool of a Responses request (web_search, tool_search, …): only a Responses
-    upstream runs it. Codex declares some on every request, so they are dropped, not refused."""
-    return isinstance(t, OpaqueTool) and t.origin == RESPONSES
 
 
 def _wrap_custom_calls(body: JSON, req: Request) -> None:

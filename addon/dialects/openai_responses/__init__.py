@@ -3,7 +3,7 @@
 
 from addon.dialects.base import Dialect
 
-from .request import NAME, decode_request, encode_request
+from .request import NAME, decode_request, encode_request, runs_tool
 from .response import decode_response, encode_error, encode_response, error_message
 from .stream import OpenAIResponsesStreamDecoder, OpenAIResponsesStreamEncoder
 
@@ -21,6 +21,7 @@ DIALECT = Dialect(
     # Codex's own headers (x-codex-turn-metadata holds installation and session ids) mean
     # nothing to another dialect's upstream.
     own_headers=("x-codex-",),
+    runs_tool=runs_tool,
 )
 
 __all__ = ["DIALECT", "NAME"]

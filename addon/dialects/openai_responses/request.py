@@ -24,7 +24,8 @@ Decoding
 - Flat function tools → ``Tool``; custom (freeform) tools → ``Tool`` with
   ``format`` (``{"type": "text"}`` when absent); every other tool type
   (``web_search``, ``tool_search``, ``file_search``, ``mcp`` …) →
-  ``OpaqueTool(NAME)``: only a Responses upstream can run them. Chat-shaped
+  ``OpaqueTool(NAME)``: only a Responses upstream can run them (a route to
+  another leaves them out: ``addon.transforms.tools.leave_out_tools``). Chat-shaped
   tools (``{"type": "function", "function": {…}}``, ``{"type": "custom",
   "custom": {…}}``) and Cursor's typeless ``{name, input_schema}`` tools are
   accepted as well (Cursor mixes them, see ``decode_chat_hybrid``).
@@ -135,6 +136,10 @@ def decode_request(body: JSON, notes: Notes) -> Request:
         tool_choice = decode_tool_choice(raw_choice)
         if tool_choice is None:  # allowed_tools, hosted-tool choices, mcp …: kept as sent
             extra["tool_choice"] = raw_choice
+            hosted = raw_choice.get("type") if isinstance(raw_choice, dict) else None
+            if isinstance(hosted, str) and hosted != "allowed_tools":
+                # Said in the model too: another upstream cannot run it (leave_out_tools).
+                tool_choice = ToolChoice("tool", kind=hosted)
     if body.get("parallel_tool_calls") is False and decoded_tools:
         if tool_choice is None:
             side["synthetic_tool_choice"] = True
@@ -815,12 +820,20 @@ def _reasoning_item(p: Thinking, notes: Notes) -> JSON | None:
     return None
 
 
+def runs_tool(t: OpaqueTool) -> bool:
+    """What a Responses upstream runs of the tool kinds only some dialects have: its own
+    (hosted tools, ``namespace``, ``tool_search`` …) and OpenAI chat's nested custom tools
+    (written as its custom tools)."""
+    return t.origin == NAME or (
+        t.origin == _CHAT_CUSTOM and t.type == "custom" and isinstance(t.data.get(t.type), dict)
+    )
+
+
 def _encode_tool(i: int, t: Tool | OpaqueTool, same: bool) -> JSON:
     if isinstance(t, OpaqueTool):
         if t.origin == NAME:
             return t.data
-        inner = t.data.get(t.type)
-        if t.origin == _CHAT_CUSTOM and t.type == "custom" and isinstance(inner, dict):
+        if runs_tool(t):
             return _encode_tool(i, _custom_tool(i, t.data), same)
         raise ClientError(
             f"tool '{t.name}' has type '{t.type}', which a Responses upstream cannot run; "
