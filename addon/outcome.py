@@ -165,12 +165,19 @@ def _text_value(text: str) -> str:
 def stats_text(counters: Mapping[str, int], uptime_s: float) -> str:
     """The counters as ``bridge.stats`` and the shutdown line show them (one line)."""
     flows = [f"{counters[f'flows {o}']} {o}" for o in OUTCOMES if counters.get(f"flows {o}")]
-    retries = sum(n for k, n in counters.items() if k.startswith("retries ("))
+    kinds = sorted(
+        (k[len("retries (") : -1], n)
+        for k, n in counters.items()
+        if k.startswith("retries (") and n
+    )
+    retries = f"retries: {sum(n for _, n in kinds)}"
+    if kinds:  # said once, by kind: "retries: 3 (required tool call: 1, staged retry 1: 2)"
+        retries += " (" + ", ".join(f"{kind}: {n}" for kind, n in kinds) + ")"
     parts = [
         "flows: " + (", ".join(flows) if flows else "none"),
         f"repairs: {counters.get('repairs', 0)}",
         f"restores: {counters.get('restores', 0)}",
-        f"retries: {retries}",
+        retries,
         f"fallbacks: {counters.get('fallbacks', 0)}",
     ]
     grouped = ("flows ", "retries (", "repairs", "restores", "fallbacks")
