@@ -89,6 +89,7 @@ from addon.state import AnswerInfo, BridgeState, KeptBytes, Original
 from addon.store import ReasoningStore, StoreError
 from addon.stream.decompress import UnsupportedEncoding
 from addon.stream.processor import StreamProcessor
+from addon.transforms.repair import preload as preload_repair
 from addon.transforms.staged_retry import next_stage
 
 KEEP_STREAM_BYTES = 1024 * 1024
@@ -131,6 +132,16 @@ class RewriteAddon(OptionChecks):
         add_options(loader, REWRITE_OPTIONS)
         # The last of the bridge's addons to load: every bridge option is declared now.
         check_deferred_options(getattr(getattr(loader, "master", None), "options", None))
+
+    def running(self) -> None:
+        super().running()
+        s = self.settings
+        if any((route.tool_repair or s.tool_repair) == "on" for route in s.routes):
+            # Start-up work, not the first flow's (its ``bridge_ms``): argument validation.
+            try:
+                preload_repair()
+            except Exception as e:
+                log_internal_error("cursor-bridge: loading argument validation", e)
 
     def configure(self, updated: set[str]) -> None:
         if "flow_detail" in updated:

@@ -147,6 +147,12 @@ VALIDATORS_KEPT: Final = 256
 """Validators kept for the process, one per distinct schema (``_validator_for``)."""
 
 
+def preload() -> None:
+    """Load what validating arguments needs (``jsonschema``: ~150 ms of imports) and build one
+    validator: for a proxy that repairs, before its first flow, which would otherwise pay it."""
+    _validator_for('{"type": "object"}')
+
+
 @functools.lru_cache(maxsize=VALIDATORS_KEPT)
 def _validator_for(text: str) -> Validator | None:
     """A validator for the schema written as ``text``; ``None`` when it is not one
