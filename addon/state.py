@@ -96,9 +96,9 @@ class OriginalStore:
 
     def put(self, flow_id: str, part: str, original: Original) -> None:
         size = original.size
+        self._drop((flow_id, part))  # a new version too big to keep leaves no stale one
         if size > self.max_bytes:
             return
-        self._drop((flow_id, part))
         self._items[(flow_id, part)] = original
         self._bytes += size
         while len(self._items) > self.max_items or self._bytes > self.max_bytes:

@@ -17,6 +17,8 @@ OpenAI → OpenAI; ``/v1/messages`` Anthropic → OpenAI; ``/v1/responses`` Resp
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -71,6 +73,16 @@ def send(proxy: Proxy, client: str) -> tuple[int, bytes]:
     path, body = CLIENTS[client]
     got = stream_request(proxy.port, "POST", path, json.dumps(body).encode(), timeout=10)
     return got.status, got.body
+
+
+def outcome_of_next_flow(proxy: Proxy, since: int) -> str:
+    """The ``outcome`` of the first ``cursor-bridge flow`` line logged after ``since``."""
+    regex = re.compile(r"cursor-bridge flow .*?outcome=(\w+)")
+    deadline = time.monotonic() + 10
+    while (m := regex.search(proxy.log_text(), since)) is None:
+        assert time.monotonic() < deadline, proxy.log_text()[since:]
+        time.sleep(0.05)
+    return m.group(1)
 
 
 def events(body: bytes) -> list[tuple[str | None, Any]]:
@@ -159,12 +171,15 @@ def test_a_200_event_stream_that_is_not_one_is_never_eaten(
 ) -> None:
     body, said = NOT_STREAMS[kind]
     upstream.enqueue(SSEReply(body, chunk_min=5, chunk_max=40))
+    since = len(proxy.log_text())
     status, got = send(proxy, client)
     assert status == 200
     if client == "openai_chat":
         assert got == body  # same dialect: as the upstream sent it
     else:
         assert said in failure(client, got)
+    # Passed through, or ended with an error the bridge wrote: ⚠ either way.
+    assert outcome_of_next_flow(proxy, since) == "fallback"
     clean_log(proxy)
 
 
@@ -186,9 +201,11 @@ def test_a_whole_answer_sent_as_an_event_stream_is_rewritten(
         ],
     }
     upstream.enqueue(SSEReply(json.dumps(answer).encode(), chunk_min=3, chunk_max=30))
+    since = len(proxy.log_text())
     status, got = send(proxy, client)
     assert status == 200 and text_of(client, got) == "fine"
     assert "upstream_error" not in got.decode()
+    assert outcome_of_next_flow(proxy, since) == "rewritten"
     clean_log(proxy)
 
 
@@ -200,9 +217,11 @@ def test_a_cut_stream_shows_as_cut_to_every_client(
     proxy: Proxy, upstream: ScriptedUpstream, client: str
 ) -> None:
     upstream.enqueue(SSEReply(HELLO, chunk_min=4, chunk_max=30))
+    since = len(proxy.log_text())
     status, got = send(proxy, client)
     assert status == 200 and text_of(client, got) == "Hello"
     assert "cut" in failure(client, got)
+    assert outcome_of_next_flow(proxy, since) == "fallback"  # the bridge ended it: ⚠
     clean_log(proxy)
 
 
