@@ -281,9 +281,7 @@ def response_view(
     if up_error:
         notes.append(f"# upstream: not all read: {up_error}")
     if client_body is None:
-        notes.append(
-            "# the client's side was not stored: --set store_streamed_bodies=true keeps it"
-        )
+        notes.append("# the client's side: no body")
     else:
         client_events, client_error = events_of(client, client_framing, client_body, stream)
         right = _rows(client_events)

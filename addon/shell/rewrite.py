@@ -352,7 +352,7 @@ class RewriteAddon(OptionChecks):
             put.append(("content-type", CONTENT_TYPES[plan.client_framing]))
         replace_headers(resp.headers, drop, put)
         read = stream_callable(processor, plan.label, self._reports.get(flow.id))
-        if self.keep_originals:
+        if self.keep_originals and not stores_streamed_bodies():
             # What the client gets, for the content view when mitmproxy keeps no streamed body.
             kept = self._client_bytes[flow.id] = KeptBytes(KEEP_STREAM_BYTES)
             read = keeping(read, kept)
@@ -842,6 +842,14 @@ def views_shown() -> bool:
     except (AttributeError, KeyError):
         return True
     return not isinstance(master, DumpMaster) or detail >= 3
+
+
+def stores_streamed_bodies() -> bool:
+    """mitmproxy's ``store_streamed_bodies``: it keeps a streamed body itself."""
+    try:
+        return bool(ctx.options.store_streamed_bodies)
+    except (AttributeError, KeyError):
+        return False
 
 
 def decision_lines(notes: Mapping[str, int]) -> tuple[str, ...]:

@@ -405,12 +405,22 @@ def columns(view: str, needle: str) -> list[tuple[str, str]]:
     return rows
 
 
+@pytest.mark.parametrize("store", [False, True], ids=["default", "store_streamed_bodies"])
 def test_a_stream_shows_its_timeline_without_store_streamed_bodies(
-    web: Web, upstream: ScriptedUpstream
+    web: Web, upstream: ScriptedUpstream, store: bool
 ) -> None:
     """mitmproxy's default keeps no streamed body ("Content is missing."): the bridge stores
     the bytes the client got, so the view's timeline has both sides and the body saved is
-    the client's, byte for byte."""
+    the client's, byte for byte (as mitmproxy's own with ``store_streamed_bodies``)."""
+    if store:
+        web.set_options(store_streamed_bodies=True)
+    try:
+        streamed_timeline(web, upstream)
+    finally:
+        web.set_options(store_streamed_bodies=False)
+
+
+def streamed_timeline(web: Web, upstream: ScriptedUpstream) -> None:
     upstream.enqueue(SSEReply(as_sse(PARALLEL), chunk_min=1, chunk_max=9, seed=7))
     before = web.ids()
     got = bytearray()
