@@ -12,7 +12,9 @@ Outcomes, most telling first (a flow shows the first it has as its mark):
 - ``loop_guard``: the loop guard answered instead of the upstream;
 - ``fallback``: passed through, or ended with an error for the client, after
   something could not be rewritten (an unreadable body or event, an
-  untranslatable answer);
+  untranslatable answer), or a stream the bridge ended with an error of its own
+  because the upstream's answer could not be read to its end (cut short, not an
+  event stream);
 - ``retried``: asked the upstream again (a required tool call, a staged retry);
 - ``repaired``: tool call arguments repaired to fit their schema;
 - ``rewritten``: rewritten, nothing else to say.

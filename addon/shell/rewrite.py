@@ -892,7 +892,7 @@ def keeping(
 
     def keep(data: bytes) -> Sequence[bytes]:
         out = read(data)
-        if out:
+        if out and kept.whole:
             kept.extend(out)
         return out
 
