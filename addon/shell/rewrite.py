@@ -9,14 +9,17 @@ Hooks only apply what ``addon.plan`` decides:
 - ``response``: a whole answer is re-encoded for the client (retried once through
   the ``Retry`` addon when a required tool call is missing); an upstream error is
   re-shaped for a client of another dialect;
-- ``error``: the flow's state is freed.
+- ``error``: a flow that carried an answer is reported as ``response`` would have
+  (a client that hangs up at the stream's end is no failure); the flow's state is freed.
 
 Every routed flow gets a ``FlowReport`` (``addon.outcome``): the time spent in the
 bridge's hooks and stream callable, retries, what the stream processor counted.
 When the flow is over it sets the flow's mark (one per outcome), adds to the
 counters (``bridge.stats``, the shutdown line) and, for a rewritten flow, is
 logged as one structured info line; ``bridge_debug`` adds the details at debug
-level. The content view gets the originals with the route, dialects and decisions.
+level. The content view gets the originals with the route, dialects and decisions, what
+each retry sent, and (when mitmproxy keeps no streamed body) a stream's body as its client
+got it.
 
 Problems are logged one line each, never raised: every hook catches what nobody
 expected (one ``internal error`` line, no traceback) and the client still gets an

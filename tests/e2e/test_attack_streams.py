@@ -348,3 +348,47 @@ def test_an_error_answer_of_another_status_is_unchanged(
     path, body = CLIENTS["anthropic"]
     status, _, got = raw_request(proxy.port, "POST", path, json.dumps(body).encode())
     assert status == 429 and json.loads(got)["error"]["message"] == "slow down"
+
+
+# --------------------------------------------------------------------------- early hang-up
+
+
+def read_with_sdk(proxy: Proxy, client: str) -> str:
+    """The answer's text, read by the client's official SDK, which closes the connection as
+    soon as it has read the stream's end."""
+    if client == "openai_chat":
+        oai = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key="k", max_retries=0)
+        stream = oai.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        text = "".join(c.delta.content or "" for chunk in stream for c in chunk.choices)
+        stream.close()
+        return text
+    if client == "openai_responses":
+        oai = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key="k", max_retries=0)
+        with oai.responses.stream(model="m", input="hi") as events:
+            return events.get_final_response().output_text
+    ant = anthropic.Anthropic(base_url=proxy.base_url, api_key="k", max_retries=0)
+    with ant.messages.stream(
+        model="m", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
+    ) as s:
+        return s.get_final_text()
+
+
+@pytest.mark.parametrize("client", ["openai_chat", "anthropic", "openai_responses"])
+def test_a_client_that_hangs_up_at_the_streams_end_gets_its_report_once(
+    proxy: Proxy, upstream: ScriptedUpstream, client: str
+) -> None:
+    """The upstream closes its side a while after ``[DONE]``. OpenAI's SDK has hung up by
+    then (the flow ends with "client disconnected"); the others read on to the body's end.
+    Either way the flow's line is the whole report (counts, no disconnect reason), once."""
+    upstream.enqueue(SSEReply(HELLO + END, linger=1.0))
+    since = len(proxy.log_text())
+    assert read_with_sdk(proxy, client) == "Hello"
+    outcome_of_next_flow(proxy, since)
+    time.sleep(1.3)  # the upstream's end arrives after the line: still one line
+    lines = re.findall(r"cursor-bridge flow .*", proxy.log_text()[since:])
+    assert len(lines) == 1, lines
+    assert "outcome=rewritten" in lines[0] and "events_in=5" in lines[0], lines[0]
+    assert "reason=" not in lines[0]
+    clean_log(proxy)

@@ -31,6 +31,7 @@ def chat(delta: dict[str, Any], finish: str | None = None) -> bytes:
 
 GOOD = chat({"role": "assistant"}) + chat({"content": "Hel"}) + chat({"content": "lo"})
 END = chat({}, "stop") + b"data: [DONE]\n\n"
+PARALLEL_RECORDING = "openai-chat-sse-parallel-2-tool_calls-args-split.openai-python.sse"
 
 
 def proc(client: str, upstream: str = "openai_chat", **kw: Any) -> StreamProcessor:
@@ -388,3 +389,26 @@ def test_upstream_ended_tells_a_finished_stream_from_a_cut_one(client: str) -> N
     finished = proc(client)
     run(finished, GOOD, END)
     assert finished.upstream_ended()
+
+
+@pytest.mark.parametrize(
+    ("upstream", "recording"),
+    [
+        (
+            "anthropic",
+            "anthropic-messages-sse-text-then-tool_use-input_json_delta.anthropic-sdk-python.sse",
+        ),
+        ("gemini", "gemini-api-stream-reasoning.vercel-ai.chunks.txt"),
+        ("openai_chat", PARALLEL_RECORDING),
+    ],
+)
+@needs_recordings
+def test_upstream_ended_on_recordings_of_every_upstream(upstream: str, recording: str) -> None:
+    body = as_sse(recording)
+    for client in ("openai_chat", "anthropic"):
+        whole = proc(client, upstream)
+        whole.feed(body)
+        assert whole.upstream_ended(), (upstream, client)
+        half = proc(client, upstream)
+        half.feed(body[: len(body) // 2])
+        assert not half.upstream_ended(), (upstream, client)
