@@ -67,25 +67,40 @@ def request_view(
     lines = _head(summary, facts, decisions)
     before, after = _pretty(client_body), _pretty(upstream_body)
     lines += ["", "# JSON keys sorted"]
-    if before == after:
-        lines.append("# the upstream got the body the client sent (no change)")
-    else:
-        lines += _diff(before, after, "client sent", "upstream got")
+    diff = _diff(before, after, "client sent", "upstream got")
+    lines += diff or ["# the upstream got the body the client sent (no change)"]
     previous, name = after, "upstream got"
     for what, body in attempts:
         lines.append("")
         sent = _pretty(body)
-        if sent == previous:
-            lines.append(f"# {what}: sent the same body again")
+        diff = _diff(previous, sent, name, f"{what} sent")
+        if diff:
+            lines += [f"# {what}: sent this body (its changes to the one before)", *diff]
         else:
-            lines.append(f"# {what}: sent this body (its changes to the one before)")
-            lines += _diff(previous, sent, name, f"{what} sent")
+            lines.append(f"# {what}: sent the same body again")
         previous, name = sent, f"{what} sent"
     return _safe("\n".join(lines)) + "\n"
 
 
-def _diff(before: list[str], after: list[str], a: str, b: str) -> list[str]:
-    diff = list(difflib.unified_diff(before, after, a, b, n=2, lineterm=""))
+def _diff(before: list[str], after: list[str], a: str, b: str, n: int = 2) -> list[str]:
+    """A unified diff of the lines, matched without the commas that end them: a value that
+    became the last one (or stopped being it) is no change."""
+    bare = difflib.SequenceMatcher(
+        None, [x.removesuffix(",") for x in before], [x.removesuffix(",") for x in after], False
+    )
+    diff = [f"--- {a}", f"+++ {b}"]
+    for group in bare.get_grouped_opcodes(n):
+        a0, b0 = group[0][1], group[0][3]
+        a1, b1 = group[-1][2], group[-1][4]
+        diff.append(f"@@ -{a0 + 1},{a1 - a0} +{b0 + 1},{b1 - b0} @@")
+        for op, i1, i2, j1, j2 in group:
+            if op == "equal":
+                diff += [" " + line for line in after[j1:j2]]
+                continue
+            diff += ["-" + line for line in before[i1:i2]]
+            diff += ["+" + line for line in after[j1:j2]]
+    if len(diff) == 2:
+        return []
     if len(diff) > MAX_DIFF_LINES:
         left = len(diff) - MAX_DIFF_LINES
         diff = [*diff[:MAX_DIFF_LINES], f"# … {left:,} more diff lines not shown"]
@@ -102,7 +117,8 @@ def _head(summary: str, facts: Sequence[tuple[str, str]], decisions: Sequence[st
 
 
 def _pretty(body: bytes) -> list[str]:
-    """A body as lines to diff: JSON pretty-printed with long strings cut, else its text."""
+    """A body as lines to diff: JSON pretty-printed with its keys sorted and long strings
+    cut, else its text."""
     try:
         text = json.dumps(_cut(loads(body)), indent=2, ensure_ascii=False, sort_keys=True)
     except (ValueError, TypeError, RecursionError):

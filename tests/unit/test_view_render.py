@@ -143,7 +143,7 @@ def test_gemini_json_array_and_kiro_event_stream_upstreams() -> None:
     assert error is None and sum(isinstance(e, ToolCallStart) for e in streamed) == 2
     text = view(KIRO, ANTHROPIC, kiro, None, framing="aws_eventstream")
     assert rows_with(text, "Hello from Kiro") and rows_with(text, "tool call #0 Read")
-    assert "store_streamed_bodies" in text  # the client side was not kept
+    assert "# the client's side: no body" in text  # an empty body: nothing to read
 
 
 def test_garbage_is_shown_with_a_reason_never_raised() -> None:
@@ -235,6 +235,16 @@ def test_the_diff_is_of_sorted_keys_no_key_order_noise() -> None:
     )
     assert "# the upstream got the body the client sent (no change)" in text
     assert not [line for line in text.splitlines() if line.startswith(("+", "-"))]
+    # A key added after the last one: the old last line's new comma is no change.
+    text = request_view(
+        summary="request",
+        facts=[],
+        decisions=[],
+        client_body=b'{"model": "m", "stream": true}',
+        upstream_body=b'{"model": "m", "stream": true, "zz": 1}',
+    )
+    changed = [line for line in text.splitlines() if line.startswith(("+", "-"))]
+    assert changed == ["--- client sent", "+++ upstream got", '+  "zz": 1'], text
 
 
 def test_each_retry_is_shown_as_what_it_sent() -> None:
