@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -324,9 +325,9 @@ def response_view(
 
 
 def _pair(left: str, right: str) -> list[str]:
-    """One row: a left text longer than the column goes on over the lines below (whole, as
-    the right one is)."""
-    parts = [left[i : i + COLUMN] for i in range(0, len(left), COLUMN)] or [""]
+    """One row: a left text longer than the column goes on over the lines below, indented,
+    broken between words where it can be (whole, as the right one is)."""
+    parts = textwrap.wrap(left, COLUMN, subsequent_indent="  ", break_on_hyphens=False) or [""]
     lines = [f"{parts[0]:<{COLUMN}} │ {right}".rstrip()]
     lines += [f"{part:<{COLUMN}} │" for part in parts[1:]]
     return lines

@@ -466,7 +466,7 @@ def test_a_long_upstream_text_and_its_arguments_are_shown_whole(
     rows = [line for line in text.splitlines() if "│" in line]
     start = next(i for i, line in enumerate(rows) if "The weather in Edinburgh" in line)
     # The upstream's column goes on over the lines below: the text whole, as on the right.
-    left = "".join(line.partition(" │")[0].ljust(80) for line in rows[start : start + 3])
+    left = " ".join(line.partition(" │")[0].strip() for line in rows[start : start + 3])
     right = rows[start].partition("│")[2]
     assert long_text in left, text
     assert long_text in right
