@@ -22,6 +22,7 @@ from tests.e2e.harness import (
     MITMWEB,
     JSONReply,
     Proxy,
+    RawReply,
     ScriptedUpstream,
     SSEReply,
     free_port,
@@ -661,7 +662,17 @@ def test_the_view_on_flows_it_did_not_rewrite_is_one_line(
         timeout=10,
     )
     rejected = web.flow(before)
+    # ⚠ with a 502 of the bridge's: an answer the client's dialect cannot be given.
+    upstream.enqueue(RawReply(b"{not json", headers={"content-type": "application/json"}))
+    before = web.ids()
+    with pytest.raises(anthropic.InternalServerError):
+        claude(web).messages.create(
+            model="m", max_tokens=10, messages=[{"role": "user", "content": "x"}]
+        )
+    untranslatable = web.flow(before)
+    assert untranslatable["marked"] == "⚠"
     shown = {
+        "untranslatable response": web.view(untranslatable["id"], "response"),
         "plain request": web.view(plain["id"], "request"),
         "plain response": web.view(plain["id"], "response"),
         "passed request": web.view(passed["id"], "request"),
@@ -676,3 +687,4 @@ def test_the_view_on_flows_it_did_not_rewrite_is_one_line(
     assert "no route" in shown["plain request"]["text"]
     assert "passed through" in shown["passed request"]["text"]
     assert "answered itself" in shown["rejected response"]["text"]
+    assert "no timeline" in shown["untranslatable response"]["text"]
