@@ -49,6 +49,7 @@ from addon.config import (
     parse_settings,
     parse_store,
 )
+from addon.dialects import DIALECTS
 from addon.dialects.kiro import CONTENT_TYPE as KIRO_CONTENT_TYPE
 from addon.model import ToolCall, UnsupportedShape
 from addon.outcome import FlowReport
@@ -91,6 +92,7 @@ from addon.shell.retry import Retry, RetryAnswer
 from addon.state import AnswerInfo, BridgeState, KeptBytes, Original
 from addon.store import ReasoningStore, StoreError
 from addon.stream.decompress import UnsupportedEncoding
+from addon.stream.eventstream import preload as preload_eventstream
 from addon.stream.processor import StreamProcessor
 from addon.transforms.repair import preload as preload_repair
 from addon.transforms.staged_retry import next_stage
@@ -138,13 +140,16 @@ class RewriteAddon(OptionChecks):
 
     def running(self) -> None:
         super().running()
+        # Start-up work, not the first flow's (its ``bridge_ms``): what the routes will need
+        # and would otherwise import on first use.
         s = self.settings
-        if any((route.tool_repair or s.tool_repair) == "on" for route in s.routes):
-            # Start-up work, not the first flow's (its ``bridge_ms``): argument validation.
-            try:
+        try:
+            if any((route.tool_repair or s.tool_repair) == "on" for route in s.routes):
                 preload_repair()
-            except Exception as e:
-                log_internal_error("cursor-bridge: loading argument validation", e)
+            if any(DIALECTS[r.upstream].framing_for(()) == "aws_eventstream" for r in s.routes):
+                preload_eventstream()
+        except Exception as e:
+            log_internal_error("cursor-bridge: loading what the routes need", e)
 
     def configure(self, updated: set[str]) -> None:
         if "flow_detail" in updated:

@@ -751,12 +751,20 @@ def test_kept_bytes_and_retry_bodies_are_bounded() -> None:
     assert store.get("gone", "request") is None
 
 
-def test_argument_validation_is_loaded_before_the_first_flow() -> None:
+def test_what_the_routes_need_is_loaded_before_the_first_flow(tmp_path: Path) -> None:
+    import sys
+
     from addon.transforms import repair
 
     repair._validator_for.cache_clear()
+    routes = tmp_path / "routes.toml"
+    routes.write_text(
+        '[[routes]]\nname = "kiro"\npath = "*/v1/messages"\nclient = "anthropic"\nupstream = "kiro"\n'
+    )
     bundle = make_addons()
-    with taddons.context(*bundle.all):
+    with taddons.context(*bundle.all) as tctx:
+        tctx.configure(bundle.rewrite, bridge_routes=str(routes))
         for addon in bundle.all:
             getattr(addon, "running", lambda: None)()
-        assert repair._validator_for.cache_info().currsize == 1
+        assert repair._validator_for.cache_info().currsize == 1  # argument validation
+        assert "botocore.eventstream" in sys.modules  # a Kiro route's frames
