@@ -13,7 +13,9 @@ Outcomes, most telling first (a flow shows the first it has as its mark):
   (or asked the upstream again);
 - ``fallback``: passed through, or ended with an error for the client, after
   something could not be rewritten (an unreadable body or event, an
-  untranslatable answer);
+  untranslatable answer), or a stream the bridge ended with an error of its own
+  because the upstream's answer could not be read to its end (cut short, not an
+  event stream);
 - ``retried``: asked the upstream again (a required tool call, a staged retry);
 - ``repaired``: tool call arguments repaired to fit their schema;
 - ``rewritten``: rewritten, nothing else to say.
@@ -169,12 +171,19 @@ def _text_value(text: str) -> str:
 def stats_text(counters: Mapping[str, int], uptime_s: float) -> str:
     """The counters as ``bridge.stats`` and the shutdown line show them (one line)."""
     flows = [f"{counters[f'flows {o}']} {o}" for o in OUTCOMES if counters.get(f"flows {o}")]
-    retries = sum(n for k, n in counters.items() if k.startswith("retries ("))
+    kinds = sorted(
+        (k[len("retries (") : -1], n)
+        for k, n in counters.items()
+        if k.startswith("retries (") and n
+    )
+    retries = f"retries: {sum(n for _, n in kinds)}"
+    if kinds:  # said once, by kind: "retries: 3 (required tool call: 1, staged retry 1: 2)"
+        retries += " (" + ", ".join(f"{kind}: {n}" for kind, n in kinds) + ")"
     parts = [
         "flows: " + (", ".join(flows) if flows else "none"),
         f"repairs: {counters.get('repairs', 0)}",
         f"restores: {counters.get('restores', 0)}",
-        f"retries: {retries}",
+        retries,
         f"fallbacks: {counters.get('fallbacks', 0)}",
     ]
     grouped = ("flows ", "retries (", "repairs", "restores", "fallbacks")

@@ -628,8 +628,8 @@ def decide(
     except RecursionError:
         return _not_understood(plan, "request body is nested too deeply")
     notes = plan.notes
-    if not plan.same_dialect:
-        notes[f"request {client.name} → {upstream.name}"] += 1
+    # First, on every route: the comment's first line names both dialects.
+    notes[f"request {client.name} → {upstream.name}"] += 1
     env_key: str | None = None
     if creds is not None:
         env_key = creds.key

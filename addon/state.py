@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from addon.dialects.base import Framing
 from addon.outcome import stats_text
@@ -58,6 +58,31 @@ class Original:
     decisions: tuple[str, ...] = ()
     answer: AnswerInfo | None = None
     """For a response: how to read its body and the client's."""
+    attempts: tuple[tuple[str, bytes], ...] = ()
+    """For a request: what each later attempt sent the upstream (a staged retry, a retry for
+    a required tool call), as ``(what it was, the body sent)``, in order."""
+
+    @property
+    def size(self) -> int:
+        return len(self.body) + sum(len(body) for _, body in self.attempts)
+
+
+class KeptBytes:
+    """The first ``limit`` bytes of a body, and whether that is all of it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.whole = True
+
+    def extend(self, chunks: Sequence[bytes]) -> None:
+        for chunk in chunks:
+            room = self.limit - len(self.data)
+            if len(chunk) > room:
+                self.whole = False
+                self.data += chunk[:room]
+            else:
+                self.data += chunk
 
 
 class OriginalStore:
@@ -70,15 +95,21 @@ class OriginalStore:
         self._bytes = 0
 
     def put(self, flow_id: str, part: str, original: Original) -> None:
-        body = original.body
-        if len(body) > self.max_bytes:
+        size = original.size
+        self._drop((flow_id, part))  # a new version too big to keep leaves no stale one
+        if size > self.max_bytes:
             return
-        self._drop((flow_id, part))
         self._items[(flow_id, part)] = original
-        self._bytes += len(body)
+        self._bytes += size
         while len(self._items) > self.max_items or self._bytes > self.max_bytes:
             _, old = self._items.popitem(last=False)
-            self._bytes -= len(old.body)
+            self._bytes -= old.size
+
+    def add_attempt(self, flow_id: str, label: str, body: bytes) -> None:
+        """One more attempt at a kept request (nothing when its original is gone)."""
+        found = self._items.get((flow_id, "request"))
+        if found is not None:
+            self.put(flow_id, "request", replace(found, attempts=(*found.attempts, (label, body))))
 
     def get(self, flow_id: str, part: str) -> Original | None:
         return self._items.get((flow_id, part))
@@ -86,7 +117,7 @@ class OriginalStore:
     def _drop(self, key: tuple[str, str]) -> None:
         old = self._items.pop(key, None)
         if old is not None:
-            self._bytes -= len(old.body)
+            self._bytes -= old.size
 
     def __len__(self) -> int:
         return len(self._items)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,21 +60,52 @@ def request_view(
     decisions: Sequence[str],
     client_body: bytes,
     upstream_body: bytes,
+    attempts: Sequence[tuple[str, bytes]] = (),
 ) -> str:
+    """``attempts``: what each later attempt sent (a staged retry …), each shown as a diff
+    against the attempt before it. JSON is diffed with its keys sorted: a key the encoder
+    wrote elsewhere is no change."""
     lines = _head(summary, facts, decisions)
     before, after = _pretty(client_body), _pretty(upstream_body)
-    lines.append("")
-    if before == after:
-        lines.append("# the upstream got the body the client sent (no change)")
-    else:
-        diff = list(
-            difflib.unified_diff(before, after, "client sent", "upstream got", n=2, lineterm="")
-        )
-        if len(diff) > MAX_DIFF_LINES:
-            left = len(diff) - MAX_DIFF_LINES
-            diff = [*diff[:MAX_DIFF_LINES], f"# … {left:,} more diff lines not shown"]
-        lines += diff
+    lines += ["", "# JSON keys sorted"]
+    diff = _diff(before, after, "client sent", "upstream got")
+    lines += diff or ["# the upstream got the body the client sent (no change)"]
+    previous, name = after, "upstream got"
+    for what, body in attempts:
+        lines.append("")
+        sent = _pretty(body)
+        diff = _diff(previous, sent, name, f"{what} sent")
+        if diff:
+            lines += [f"# {what}: sent this body (its changes to the one before)", *diff]
+        else:
+            lines.append(f"# {what}: sent the same body again")
+        previous, name = sent, f"{what} sent"
     return _safe("\n".join(lines)) + "\n"
+
+
+def _diff(before: list[str], after: list[str], a: str, b: str, n: int = 2) -> list[str]:
+    """A unified diff of the lines, matched without the commas that end them: a value that
+    became the last one (or stopped being it) is no change."""
+    bare = difflib.SequenceMatcher(
+        None, [x.removesuffix(",") for x in before], [x.removesuffix(",") for x in after], False
+    )
+    diff = [f"--- {a}", f"+++ {b}"]
+    for group in bare.get_grouped_opcodes(n):
+        a0, b0 = group[0][1], group[0][3]
+        a1, b1 = group[-1][2], group[-1][4]
+        diff.append(f"@@ -{a0 + 1},{a1 - a0} +{b0 + 1},{b1 - b0} @@")
+        for op, i1, i2, j1, j2 in group:
+            if op == "equal":
+                diff += [" " + line for line in after[j1:j2]]
+                continue
+            diff += ["-" + line for line in before[i1:i2]]
+            diff += ["+" + line for line in after[j1:j2]]
+    if len(diff) == 2:
+        return []
+    if len(diff) > MAX_DIFF_LINES:
+        left = len(diff) - MAX_DIFF_LINES
+        diff = [*diff[:MAX_DIFF_LINES], f"# … {left:,} more diff lines not shown"]
+    return diff
 
 
 def _head(summary: str, facts: Sequence[tuple[str, str]], decisions: Sequence[str]) -> list[str]:
@@ -86,9 +118,10 @@ def _head(summary: str, facts: Sequence[tuple[str, str]], decisions: Sequence[st
 
 
 def _pretty(body: bytes) -> list[str]:
-    """A body as lines to diff: JSON pretty-printed with long strings cut, else its text."""
+    """A body as lines to diff: JSON pretty-printed with its keys sorted and long strings
+    cut, else its text."""
     try:
-        text = json.dumps(_cut(loads(body)), indent=2, ensure_ascii=False)
+        text = json.dumps(_cut(loads(body)), indent=2, ensure_ascii=False, sort_keys=True)
     except (ValueError, TypeError, RecursionError):
         text = body.decode("utf-8", "replace")
     return text.splitlines()
@@ -265,17 +298,15 @@ def response_view(
     if up_error:
         notes.append(f"# upstream: not all read: {up_error}")
     if client_body is None:
-        notes.append(
-            "# the client's side was not stored: --set store_streamed_bodies=true keeps it"
-        )
+        notes.append("# the client's side: no body")
     else:
         client_events, client_error = events_of(client, client_framing, client_body, stream)
         right = _rows(client_events)
         if client_error:
             notes.append(f"# client: not all read: {client_error}")
     lines += ["", *notes] if notes else [""]
-    lines.append(_pair(f"upstream sent ({upstream.name})", f"client got ({client.name})"))
-    lines.append(_pair("─" * 20, "─" * 20))
+    lines += _pair(f"upstream sent ({upstream.name})", f"client got ({client.name})")
+    lines += _pair("─" * 20, "─" * 20)
     matcher = difflib.SequenceMatcher(None, [r.key for r in left], [r.key for r in right], False)
     shown = 0
     for op, a0, a1, b0, b1 in matcher.get_opcodes():
@@ -288,12 +319,20 @@ def response_view(
             if shown == MAX_ROWS:
                 lines.append(f"# … {len(left) + len(right) - 2 * shown:,}+ more rows not shown")
                 return _safe("\n".join(lines)) + "\n"
-            lines.append(_pair(a.text if a else "", b.text if b else ""))
+            lines += _pair(a.text if a else "", b.text if b else "")
             shown += 1
     return _safe("\n".join(lines)) + "\n"
 
 
-def _pair(left: str, right: str) -> str:
-    if len(left) > COLUMN:
-        left = left[: COLUMN - 1] + "…"
-    return f"{left:<{COLUMN}} │ {right}".rstrip()
+def _pair(left: str, right: str) -> list[str]:
+    """One row: a left text longer than the column goes on over the lines below, indented,
+    broken between words where it can be (whole, as the right one is)."""
+    parts = textwrap.wrap(left, COLUMN, subsequent_indent="  ", break_on_hyphens=False) or [""]
+    lines = [f"{parts[0]:<{COLUMN}} │ {right}".rstrip()]
+    lines += [f"{part:<{COLUMN}} │" for part in parts[1:]]
+    return lines
+
+
+def note_view(note: str) -> str:
+    """The view's text for a flow it has nothing to show of: one line saying why."""
+    return _safe(f"# cursor-bridge: {note}") + "\n"

@@ -462,7 +462,6 @@ class ProxyProcess:
                 "web_host": HOST,
                 "web_port": str(self.web_port),
                 "web_open_browser": "false",
-                "store_streamed_bodies": "true",  # so mitmweb shows the streamed answers
             }
         for k, v in settings.items():
             args += ["--set", f"{k}={v}"]

@@ -1,12 +1,15 @@
 """mitmweb / mitmproxy content view "cursor-bridge": what the bridge did to a flow.
 
 Part of the shell (it imports mitmproxy); the text comes from ``addon.view``.
-For a request the bridge rewrote: the route, the dialects, every decision, and a
-diff of what the client sent against what the upstream got. For an answer: the
-upstream's events and the client's as one timeline, for whole answers and for
-streams (the first ``KEEP_STREAM_BYTES`` the upstream streamed are kept with the
-originals; the client's side of a stream is there when mitmproxy stores
-streamed bodies, ``store_streamed_bodies``). Everything shown is redacted.
+For a request the bridge rewrote: the route, the dialects, every decision, a diff
+of what the client sent against what the upstream got, and what each retry sent.
+For an answer: the upstream's events and the client's as one timeline, for whole
+answers and for streams (the first ``KEEP_STREAM_BYTES`` the upstream streamed are
+kept with the originals; the client's side is the response's body, which the
+rewrite stores for a stream when mitmproxy did not). Everything shown is redacted.
+
+On any other flow, or a part the bridge did not rewrite (a ⚠ flow's answer passed
+on as it came …), the view says so in one line — never a traceback.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from __future__ import annotations
 from mitmproxy import contentviews, http
 
 from addon.dialects import DIALECTS
+from addon.redact import clean
+from addon.shell.common import META_KEY
 from addon.state import OriginalStore
-from addon.view import request_view, response_view
+from addon.view import note_view, request_view, response_view
 
 
 class BridgeContentview(contentviews.Contentview):
@@ -32,12 +37,18 @@ class BridgeContentview(contentviews.Contentview):
 
     def prettify(self, data: bytes, metadata: contentviews.Metadata) -> str:
         flow, message = metadata.flow, metadata.http_message
-        if flow is None or message is None:
-            raise ValueError("not a flow the bridge rewrote")
+        if not isinstance(flow, http.HTTPFlow) or message is None:
+            return note_view("not an HTTP flow: nothing the bridge rewrote")
         part = "request" if isinstance(message, http.Request) else "response"
+        try:
+            return self._render(flow, part, data)
+        except Exception as e:  # a bug of ours: one line, as everywhere else
+            return note_view(f"the {part} could not be shown ({type(e).__name__}: {clean(e, 300)})")
+
+    def _render(self, flow: http.HTTPFlow, part: str, data: bytes) -> str:
         found = self._originals.get(flow.id, part)
         if found is None:
-            raise ValueError("not a flow the bridge rewrote (or its original was evicted)")
+            return note_view(_why_nothing(flow, part, self._originals.get(flow.id, "request")))
         info = found.answer
         if info is None:
             return request_view(
@@ -46,6 +57,7 @@ class BridgeContentview(contentviews.Contentview):
                 decisions=found.decisions,
                 client_body=found.body,
                 upstream_body=data,
+                attempts=found.attempts,
             )
         return response_view(
             summary=found.summary,
@@ -68,3 +80,21 @@ class BridgeContentview(contentviews.Contentview):
         part = "request" if isinstance(message, http.Request) else "response"
         # Above the JSON view for the flows it rewrote, invisible for all others.
         return 2 if self._originals.get(flow.id, part) is not None else -1
+
+
+def _why_nothing(flow: http.HTTPFlow, part: str, request: object) -> str:
+    """One line: why the view has nothing of this part to show."""
+    meta = flow.metadata.get(META_KEY)
+    if not isinstance(meta, dict):
+        return "not a flow the bridge rewrote (no route matched it)"
+    action = meta.get("action")
+    why = meta.get("reason") or meta.get("error")
+    if action == "passthrough":
+        return f"passed through untouched: {clean(why, 300)}"
+    if action == "rejected":
+        return f"the bridge answered itself, the upstream was not asked: {clean(why, 300)}"
+    if action == "loop_guard" and part == "response":
+        return "the loop guard's own answer: the upstream was not asked (see the request)"
+    if request is None:
+        return "what this flow was before the bridge rewrote it is not kept (the last 200 are)"
+    return "no timeline: the upstream's answer was not rewritten as an answer (see the comment)"

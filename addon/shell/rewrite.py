@@ -9,7 +9,8 @@ Hooks only apply what ``addon.plan`` decides:
 - ``response``: a whole answer is re-encoded for the client (retried once through
   the ``Retry`` addon when a required tool call is missing); an upstream error is
   re-shaped for a client of another dialect;
-- ``error``: the flow's state is freed.
+- ``error``: a flow that carried an answer is reported as ``response`` would have
+  (a client that hangs up at the stream's end is no failure); the flow's state is freed.
 
 Every routed flow gets a ``FlowReport`` (``addon.outcome``): the time spent in the
 bridge's hooks and stream callable, retries, what the stream processor counted.
@@ -17,7 +18,9 @@ When the flow is over it sets the flow's mark (one per outcome), adds to the
 counters (``bridge.stats``, the shutdown line) and is logged as one structured
 info line, the same format for every outcome (rewritten, loop guard, passed
 through, rejected); ``bridge_debug`` adds the details at debug level. The
-content view gets the originals with the route, dialects and decisions.
+content view gets the originals with the route, dialects and decisions, what
+each retry sent, and (when mitmproxy keeps no streamed body) a stream's body as
+its client got it.
 
 Problems are logged one line each, never raised: every hook catches what nobody
 expected (one ``internal error`` line, no traceback) and the client still gets an
@@ -47,6 +50,7 @@ from addon.config import (
     parse_settings,
     parse_store,
 )
+from addon.dialects import DIALECTS
 from addon.dialects.kiro import CONTENT_TYPE as KIRO_CONTENT_TYPE
 from addon.model import ToolCall, UnsupportedShape
 from addon.outcome import FlowReport
@@ -86,10 +90,12 @@ from addon.shell.contentview import BridgeContentview
 from addon.shell.kiro_auth import KiroAuth
 from addon.shell.loop_guard import ask_again
 from addon.shell.retry import Retry, RetryAnswer
-from addon.state import AnswerInfo, BridgeState, Original
+from addon.state import AnswerInfo, BridgeState, KeptBytes, Original
 from addon.store import ReasoningStore, StoreError
 from addon.stream.decompress import UnsupportedEncoding
+from addon.stream.eventstream import preload as preload_eventstream
 from addon.stream.processor import StreamProcessor
+from addon.transforms.repair import preload as preload_repair
 from addon.transforms.staged_retry import next_stage
 
 KEEP_STREAM_BYTES = 1024 * 1024
@@ -114,6 +120,8 @@ class RewriteAddon(OptionChecks):
         self.kiro = kiro
         """Reads the Kiro token file of a route (its ``request`` hook runs before ours)."""
         self._plans: OrderedDict[str, FlowPlan] = OrderedDict()
+        self._client_bytes: OrderedDict[str, KeptBytes] = OrderedDict()
+        """Streams being rewritten: the first bytes their client got (``keep_originals``)."""
         self._reports: OrderedDict[str, FlowReport] = OrderedDict()
         """Routed flows still running: what their log line and mark will say."""
         self.store: ReasoningStore | None = None
@@ -130,6 +138,19 @@ class RewriteAddon(OptionChecks):
         add_options(loader, REWRITE_OPTIONS)
         # The last of the bridge's addons to load: every bridge option is declared now.
         check_deferred_options(getattr(getattr(loader, "master", None), "options", None))
+
+    def running(self) -> None:
+        super().running()
+        # Start-up work, not the first flow's (its ``bridge_ms``): what the routes will need
+        # and would otherwise import on first use.
+        s = self.settings
+        try:
+            if any((route.tool_repair or s.tool_repair) == "on" for route in s.routes):
+                preload_repair()
+            if any(DIALECTS[r.upstream].framing_for(()) == "aws_eventstream" for r in s.routes):
+                preload_eventstream()
+        except Exception as e:
+            log_internal_error("cursor-bridge: loading what the routes need", e)
 
     def configure(self, updated: set[str]) -> None:
         if "flow_detail" in updated:
@@ -265,7 +286,7 @@ class RewriteAddon(OptionChecks):
         decisions = decision_lines(plan.notes)
         if self.keep_originals:
             facts = (*plan_facts(plan), ("upstream path", clean(wire.path, 300)))
-            self._keep(flow.id, "request", Original(d.original, d.summary, facts, decisions))
+            self._keep(flow.id, "request", Original(d.original, "request", facts, decisions))
         comment(flow, plan.label, decisions or ("no changes needed",))
         set_meta(flow, plan.meta())
         if self.settings.debug:
@@ -351,7 +372,14 @@ class RewriteAddon(OptionChecks):
         if plan.client_framing != plan.upstream_framing:
             put.append(("content-type", CONTENT_TYPES[plan.client_framing]))
         replace_headers(resp.headers, drop, put)
-        resp.stream = stream_callable(processor, plan.label, self._reports.get(flow.id))
+        read = stream_callable(processor, plan.label, self._reports.get(flow.id))
+        if self.keep_originals and not stores_streamed_bodies():
+            # What the client gets, for the content view when mitmproxy keeps no streamed body.
+            kept = self._client_bytes[flow.id] = KeptBytes(KEEP_STREAM_BYTES)
+            read = keeping(read, kept)
+            while len(self._client_bytes) > MAX_TRACKED_FLOWS:
+                self._client_bytes.popitem(last=False)
+        resp.stream = read
 
     async def response(self, flow: http.HTTPFlow) -> None:
         started = time.perf_counter_ns()
@@ -361,6 +389,7 @@ class RewriteAddon(OptionChecks):
             if plan is not None and resp is not None:
                 await self._answer_for_client(flow, plan, resp)
         finally:
+            self._client_bytes.pop(flow.id, None)
             report = self._reports.pop(flow.id, None)
             if report is not None:
                 report.spent_ns += time.perf_counter_ns() - started
@@ -403,6 +432,8 @@ class RewriteAddon(OptionChecks):
                 raw, status=resp.status_code, content_type=resp.headers.get("content-type")
             )
             if plan.needs_retry(answer) and self.retry is not None:
+                # ``resend`` sends the request's body again, as the first attempt did.
+                self._attempt(flow, "retry for a required tool call", flow.request.content)
                 again = await self.retry.resend(flow, plan.label)
                 if again is not None:
                     retried = plan.decode_answer(again)
@@ -437,7 +468,7 @@ class RewriteAddon(OptionChecks):
             self._fallback(flow, f"answer not rewritten ({why})")
             return
         self._note_text_calls(flow, plan)
-        self._keep_answer(flow, plan, raw, "answer re-encoded", stream=False)
+        self._keep_answer(flow, plan, raw, "whole answer re-encoded", stream=False)
         if report := self._reports.get(flow.id):
             report.counts.update(bytes_in=len(raw), bytes_out=len(body), tool_calls=calls)
         if plan.stream:
@@ -505,6 +536,7 @@ class RewriteAddon(OptionChecks):
             except (ValueError, UnsupportedShape, RecursionError) as e:
                 log.warning("%s: staged retry %d not possible: %s", plan.label, stage, short(e))
                 return False
+            self._attempt(flow, f"staged retry {stage}", body)
             answer = await self.retry.send(flow, plan.label, body)
             if answer is None:
                 return False
@@ -570,7 +602,7 @@ class RewriteAddon(OptionChecks):
                 flow,
                 plan,
                 bytes(p.original),
-                "stream",
+                "streamed answer",
                 stream=True,
                 cut=p.bytes_in > len(p.original),
             )
@@ -600,8 +632,35 @@ class RewriteAddon(OptionChecks):
             self.state.count("streams ended with an error")
             append_comment(flow, f"stream ended with an error for the client: {short(p.error)}")
             self._fallback(flow, f"stream ended with an error: {short(p.error)}")
+        elif p.ended_with_error:
+            # The bridge wrote that error: the upstream's answer could not be read to its end.
+            self.state.count("streams ended with an error")
+            why = short(p.ended_with_error)
+            append_comment(flow, f"stream ended with an error for the client: {why}")
+            self._fallback(flow, f"stream ended with an error: {why}")
         else:
             self.state.count("streams rewritten")
+        self._store_client_body(flow)
+
+    def _store_client_body(self, flow: http.HTTPFlow) -> None:
+        """A rewritten stream's body as its client got it, stored on the flow when mitmproxy
+        stored none (``store_streamed_bodies=false``, its default) and the bridge kept all of
+        it: exactly the bytes ``store_streamed_bodies=true`` would have stored (so saving and
+        replaying the flow see the real body), and what mitmproxy needs to call the content
+        view at all (it shows "Content is missing." for a body of None). A longer body stays
+        missing: a part of it would pass for all of it."""
+        kept = self._client_bytes.pop(flow.id, None)
+        resp = flow.response
+        if kept is None or resp is None or resp.raw_content is not None:
+            return
+        if kept.whole:
+            resp.raw_content = bytes(kept.data)  # not ``content``: no header is added
+        else:
+            append_comment(
+                flow,
+                f"stream longer than {KEEP_STREAM_BYTES:,} bytes: body not kept "
+                "(--set store_streamed_bodies=true keeps it)",
+            )
 
     def _note_text_calls(self, flow: http.HTTPFlow, plan: FlowPlan) -> None:
         self._note_answer(flow, plan)
@@ -687,14 +746,36 @@ class RewriteAddon(OptionChecks):
         log.info("%s: upstream answered HTTP %d: %s", plan.label, resp.status_code, short(message))
 
     def error(self, flow: http.HTTPFlow) -> None:
-        self._plans.pop(flow.id, None)
+        """A flow that ended without its ``response`` hook (a disconnect): reported once, as
+        ``response`` would have — with what its stream carried (counts, skipped events, the
+        view), and with the disconnect as its reason unless the upstream's stream had already
+        reached its end (a client that hangs up as soon as it has read ``[DONE]``)."""
+        plan = self._plans.pop(flow.id, None)
         report = self._reports.pop(flow.id, None)
-        if report is not None:
-            try:
+        if report is None:
+            self._client_bytes.pop(flow.id, None)
+            return
+        started = time.perf_counter_ns()
+        try:
+            self._reports[flow.id] = report  # ``_stream_done`` adds to it
+            p = plan.processor if plan is not None else None
+            ended = p is not None and p.upstream_ended()
+            if not ended:  # the client got part of an answer: no body to show as its own
+                self._client_bytes.pop(flow.id, None)
                 report.reason = report.reason or clean(flow.error.msg if flow.error else "", 300)
-                self._close(flow, report, line=True)
-            except Exception as e:
-                log_internal_error(f"cursor-bridge [{report.route}]: error", e)
+            if plan is not None and p is not None and (ended or p.events_in):
+                self._stream_done(flow, plan)
+            if ended:
+                append_comment(flow, "the client hung up after the answer's end")
+        except Exception as e:
+            log_internal_error(f"cursor-bridge [{report.route}]: error", e)
+        finally:
+            self._reports.pop(flow.id, None)
+        try:
+            report.spent_ns += time.perf_counter_ns() - started
+            self._close(flow, report, line=True, plan=plan)
+        except Exception as e:
+            log_internal_error(f"cursor-bridge [{report.route}]: error", e)
 
     def done(self) -> None:
         try:
@@ -749,7 +830,7 @@ class RewriteAddon(OptionChecks):
             report.reason = report.reason or clean(why, 300)
 
     def _retried(self, flow: http.HTTPFlow, kind: str) -> None:
-        self.state.count(f"{kind} retries")
+        # Counted once, by the flow's report (``retries (kind)``; ``bridge.stats`` says it).
         if report := self._reports.get(flow.id):
             report.retries[kind] += 1
 
@@ -778,6 +859,11 @@ class RewriteAddon(OptionChecks):
         if report := self._reports.get(flow.id):
             decisions += tuple(f"{n} {kind} asked" for kind, n in report.retries.items())
         self._keep(flow.id, "response", Original(raw, summary, plan_facts(plan), decisions, info))
+
+    def _attempt(self, flow: http.HTTPFlow, what: str, body: bytes | None) -> None:
+        """A later attempt's body, for the request's content view (as it is sent)."""
+        if self.keep_originals:
+            self.state.originals.add_attempt(flow.id, what, body or b"")
 
     def _keep(self, flow_id: str, part: str, original: Original) -> None:
         if self.keep_originals:
@@ -819,6 +905,14 @@ def views_shown() -> bool:
     return not isinstance(master, DumpMaster) or detail >= 3
 
 
+def stores_streamed_bodies() -> bool:
+    """mitmproxy's ``store_streamed_bodies``: it keeps a streamed body itself."""
+    try:
+        return bool(ctx.options.store_streamed_bodies)
+    except (AttributeError, KeyError):
+        return False
+
+
 def decision_lines(notes: Mapping[str, int]) -> tuple[str, ...]:
     """A flow's notes, one line each (``3 flat tools → OpenAI``)."""
     return tuple(f"{n} {what}" for what, n in notes.items())
@@ -832,10 +926,17 @@ def comment(flow: http.HTTPFlow, label: str, lines: Sequence[str]) -> None:
 
 def plan_facts(plan: FlowPlan) -> tuple[tuple[str, str], ...]:
     """What the content view heads a flow with (no header, no key)."""
+    # A framing is a stream's: a whole answer is one JSON body, whatever the dialect.
+    client, upstream = plan.client.name, plan.upstream.name
+    if plan.stream:
+        client, upstream = (
+            f"{client} ({plan.client_framing})",
+            f"{upstream} ({plan.upstream_framing})",
+        )
     facts = [
         ("route", plan.route.name),
-        ("client", f"{plan.client.name} ({plan.client_framing})"),
-        ("upstream", f"{plan.upstream.name} ({plan.upstream_framing}) at {plan.host}"),
+        ("client", client),
+        ("upstream", f"{upstream} at {plan.host}"),
         ("answer", "stream" if plan.stream else "whole"),
     ]
     if plan.protocol:
@@ -843,6 +944,20 @@ def plan_facts(plan: FlowPlan) -> tuple[tuple[str, str], ...]:
     if plan.loop is not None:
         facts.append(("loop guard", plan.loop.note))
     return tuple((k, clean(v, 300)) for k, v in facts)
+
+
+def keeping(
+    read: Callable[[bytes], Sequence[bytes]], kept: KeptBytes
+) -> Callable[[bytes], Sequence[bytes]]:
+    """``read`` whose output is also kept in ``kept`` (the first bytes the client gets)."""
+
+    def keep(data: bytes) -> Sequence[bytes]:
+        out = read(data)
+        if out and kept.whole:
+            kept.extend(out)
+        return out
+
+    return keep
 
 
 def stream_callable(

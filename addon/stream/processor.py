@@ -324,6 +324,11 @@ class StreamProcessor:
         self.passthrough = False
         self.error: str | None = None
         """Why the processor fell back to passthrough, for the shell to log."""
+        self.ended_with_error: str | None = None
+        """Why the client's stream ended with an error the bridge wrote because the upstream's
+        answer could not be read to its end (a cut stream, a body that is not an event stream,
+        ``error``), None when it did not: the shell's ⚠ (an error event the upstream sent in
+        its stream is the upstream's, not this)."""
         self.last_chunk = b""
         """The last chunk fed the general way (``feed_general``), decompressed: what a
         same-dialect client gets when the processor fails on it (``abort``). The common read
@@ -868,6 +873,7 @@ class StreamProcessor:
         self._stopped = True
         self._between = False
         self.error = why
+        self.ended_with_error = why
         self._forget()
         out = [*done]
         try:
@@ -919,6 +925,7 @@ class StreamProcessor:
         out: list[bytes] = []
         try:
             events = self._whole(body)
+            self._note_end_error(events)
             self._events_in += 1
             out.extend(self._through(events))
             self._end(out, decoder=False)
@@ -943,12 +950,33 @@ class StreamProcessor:
     def _end(self, out: list[bytes], decoder: bool = True) -> None:
         """The body ended: flush the decoder, the stages and the encoder; close the framing."""
         events = self._decoder.finish() if decoder else []
+        self._note_end_error(events)
         for stage in self._stages:
             events = _feed_all(stage, events) + stage.finish()
         out.extend(self._encode(events))
         out.extend(self._frame(self._encoder.finish()))
         if self._writer is not None:
             out.append(self._writer.close())
+
+    def _note_end_error(self, events: Sequence[Event]) -> None:
+        """Events read at the body's end (the decoder's ``finish``, a whole body's reading):
+        an error among them is the bridge's (``ended_with_error``)."""
+        for event in events:
+            if isinstance(event, StreamError):
+                self.ended_with_error = self.ended_with_error or event.message
+
+    def upstream_ended(self) -> bool:
+        """Whether the upstream's stream had reached its own end (``[DONE]``,
+        ``message_stop`` …) — for a body that stopped coming (the client hung up) and will
+        never be fed again: asks the decoder's ``finish`` (whose events are dropped)."""
+        if self._finished:
+            return self.ended_with_error is None
+        if self._stopped or self.passthrough or self._body is not None:
+            return False
+        try:
+            return not any(isinstance(e, StreamError) for e in self._decoder.finish())
+        except Exception:
+            return False
 
     def _dispatch(self, item: SSEEvent, out: list[bytes]) -> None:
         if not item.data:

@@ -147,6 +147,15 @@ VALIDATORS_KEPT: Final = 256
 """Validators kept for the process, one per distinct schema (``_validator_for``)."""
 
 
+def preload() -> None:
+    """Load what validating and repairing arguments needs (``jsonschema``: ~150 ms of
+    imports, ``json_repair``: ~20 ms) and build one validator: for a proxy that repairs,
+    before its first flow, which would otherwise pay it."""
+    import json_repair  # noqa: F401
+
+    _validator_for('{"type": "object"}')
+
+
 @functools.lru_cache(maxsize=VALIDATORS_KEPT)
 def _validator_for(text: str) -> Validator | None:
     """A validator for the schema written as ``text``; ``None`` when it is not one

@@ -125,6 +125,9 @@ class SSEReply:
     """Seconds between pieces."""
     headers: dict[str, str] = field(default_factory=dict)
     status: int = 200
+    linger: float = 0.0
+    """Seconds between the last piece and the body's end (an upstream slower to close its
+    side than its client, which may hang up first)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.chunk_min <= self.chunk_max:
@@ -333,6 +336,8 @@ def _make_handler(upstream: ScriptedUpstream) -> type[BaseHTTPRequestHandler]:
                 self._chunk(piece)
             if compressor is not None:
                 self._chunk(compressor.flush())
+            if reply.linger:
+                time.sleep(reply.linger)
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 

@@ -17,6 +17,8 @@ OpenAI → OpenAI; ``/v1/messages`` Anthropic → OpenAI; ``/v1/responses`` Resp
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -71,6 +73,16 @@ def send(proxy: Proxy, client: str) -> tuple[int, bytes]:
     path, body = CLIENTS[client]
     got = stream_request(proxy.port, "POST", path, json.dumps(body).encode(), timeout=10)
     return got.status, got.body
+
+
+def outcome_of_next_flow(proxy: Proxy, since: int) -> str:
+    """The ``outcome`` of the first ``cursor-bridge flow`` line logged after ``since``."""
+    regex = re.compile(r"cursor-bridge flow .*?outcome=(\w+)")
+    deadline = time.monotonic() + 10
+    while (m := regex.search(proxy.log_text(), since)) is None:
+        assert time.monotonic() < deadline, proxy.log_text()[since:]
+        time.sleep(0.05)
+    return m.group(1)
 
 
 def events(body: bytes) -> list[tuple[str | None, Any]]:
@@ -159,12 +171,15 @@ def test_a_200_event_stream_that_is_not_one_is_never_eaten(
 ) -> None:
     body, said = NOT_STREAMS[kind]
     upstream.enqueue(SSEReply(body, chunk_min=5, chunk_max=40))
+    since = len(proxy.log_text())
     status, got = send(proxy, client)
     assert status == 200
     if client == "openai_chat":
         assert got == body  # same dialect: as the upstream sent it
     else:
         assert said in failure(client, got)
+    # Passed through, or ended with an error the bridge wrote: ⚠ either way.
+    assert outcome_of_next_flow(proxy, since) == "fallback"
     clean_log(proxy)
 
 
@@ -186,9 +201,11 @@ def test_a_whole_answer_sent_as_an_event_stream_is_rewritten(
         ],
     }
     upstream.enqueue(SSEReply(json.dumps(answer).encode(), chunk_min=3, chunk_max=30))
+    since = len(proxy.log_text())
     status, got = send(proxy, client)
     assert status == 200 and text_of(client, got) == "fine"
     assert "upstream_error" not in got.decode()
+    assert outcome_of_next_flow(proxy, since) == "rewritten"
     clean_log(proxy)
 
 
@@ -200,9 +217,11 @@ def test_a_cut_stream_shows_as_cut_to_every_client(
     proxy: Proxy, upstream: ScriptedUpstream, client: str
 ) -> None:
     upstream.enqueue(SSEReply(HELLO, chunk_min=4, chunk_max=30))
+    since = len(proxy.log_text())
     status, got = send(proxy, client)
     assert status == 200 and text_of(client, got) == "Hello"
     assert "cut" in failure(client, got)
+    assert outcome_of_next_flow(proxy, since) == "fallback"  # the bridge ended it: ⚠
     clean_log(proxy)
 
 
@@ -329,3 +348,47 @@ def test_an_error_answer_of_another_status_is_unchanged(
     path, body = CLIENTS["anthropic"]
     status, _, got = raw_request(proxy.port, "POST", path, json.dumps(body).encode())
     assert status == 429 and json.loads(got)["error"]["message"] == "slow down"
+
+
+# --------------------------------------------------------------------------- early hang-up
+
+
+def read_with_sdk(proxy: Proxy, client: str) -> str:
+    """The answer's text, read by the client's official SDK, which closes the connection as
+    soon as it has read the stream's end."""
+    if client == "openai_chat":
+        oai = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key="k", max_retries=0)
+        stream = oai.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        text = "".join(c.delta.content or "" for chunk in stream for c in chunk.choices)
+        stream.close()
+        return text
+    if client == "openai_responses":
+        oai = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key="k", max_retries=0)
+        with oai.responses.stream(model="m", input="hi") as events:
+            return events.get_final_response().output_text
+    ant = anthropic.Anthropic(base_url=proxy.base_url, api_key="k", max_retries=0)
+    with ant.messages.stream(
+        model="m", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
+    ) as s:
+        return s.get_final_text()
+
+
+@pytest.mark.parametrize("client", ["openai_chat", "anthropic", "openai_responses"])
+def test_a_client_that_hangs_up_at_the_streams_end_gets_its_report_once(
+    proxy: Proxy, upstream: ScriptedUpstream, client: str
+) -> None:
+    """The upstream closes its side a while after ``[DONE]``. OpenAI's SDK has hung up by
+    then (the flow ends with "client disconnected"); the others read on to the body's end.
+    Either way the flow's line is the whole report (counts, no disconnect reason), once."""
+    upstream.enqueue(SSEReply(HELLO + END, linger=1.0))
+    since = len(proxy.log_text())
+    assert read_with_sdk(proxy, client) == "Hello"
+    outcome_of_next_flow(proxy, since)
+    time.sleep(1.3)  # the upstream's end arrives after the line: still one line
+    lines = re.findall(r"cursor-bridge flow .*", proxy.log_text()[since:])
+    assert len(lines) == 1, lines
+    assert "outcome=rewritten" in lines[0] and "events_in=5" in lines[0], lines[0]
+    assert "reason=" not in lines[0]
+    clean_log(proxy)

@@ -144,6 +144,15 @@ def test_the_demo_through_mitmweb_shows_the_flows_and_stops_on_enter() -> None:
             flows = json.loads(resp.read())
         paths = [f["request"]["path"] for f in flows if f.get("type") == "http"]
         assert paths == ["/v1/chat/completions", "/v1/chat/completions"], flows
+        # Each answer's timeline, with mitmproxy's default store_streamed_bodies.
+        for flow in flows:
+            view = urllib.request.Request(
+                f"{base}/flows/{flow['id']}/response/content/cursor-bridge.json",
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            with opener.open(view, timeout=10) as resp:
+                text = json.loads(resp.read())["text"]
+            assert "upstream sent" in text and "client got" in text, text
 
         proc.stdin.write("\n")
         proc.stdin.flush()

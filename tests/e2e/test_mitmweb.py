@@ -22,6 +22,7 @@ from tests.e2e.harness import (
     MITMWEB,
     JSONReply,
     Proxy,
+    RawReply,
     ScriptedUpstream,
     SSEReply,
     free_port,
@@ -50,6 +51,9 @@ TOOLS: list[Any] = [
 ]
 
 pytestmark = pytest.mark.e2e
+
+_TOKEN = "e2e0123456789abcdef"
+XSRF = {"X-XSRFToken": _TOKEN, "Cookie": f"_mitmproxy_xsrf={_TOKEN}"}
 
 
 class Web:
@@ -90,14 +94,19 @@ class Web:
     def command(self, name: str) -> Any:
         """Run a mitmproxy command the way mitmweb's command bar does (a POST with the XSRF
         double-submit: the same token as cookie and header)."""
-        token = "e2e0123456789abcdef"
-        r = self.http.post(
-            f"/commands/{name}",
-            json={"arguments": []},
-            headers={"X-XSRFToken": token, "Cookie": f"_mitmproxy_xsrf={token}"},
-        )
+        r = self.http.post(f"/commands/{name}", json={"arguments": []}, headers=XSRF)
         r.raise_for_status()
         return r.json()
+
+    def set_options(self, **values: Any) -> None:
+        """Set options the way mitmweb's options dialog does."""
+        self.http.put("/options", json=values, headers=XSRF).raise_for_status()
+
+    def raw(self, flow_id: str, part: str) -> bytes:
+        """The body as mitmweb stores it (its "download" link)."""
+        r = self.http.get(f"/flows/{flow_id}/{part}/content.data")
+        r.raise_for_status()
+        return r.content
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +118,7 @@ def web() -> Iterator[Web]:
             "web_port": port,
             "web_open_browser": False,
             "web_password": TOKEN,
-            "store_streamed_bodies": True,
+            # mitmproxy's default, as in the README's command: streamed bodies not stored.
             "bridge_debug": True,
             "termlog_verbosity": "debug",
         }
@@ -363,3 +372,321 @@ def test_a_key_in_the_query_or_echoed_by_the_upstream_never_reaches_the_view(
         for text in shown:
             assert key not in text, text
     assert key not in web.proxy.log_text()
+
+
+# --------------------------------------------------------------------------- issue 26
+
+
+def flow_lines(web: Web, since: int, n: int = 1) -> list[str]:
+    """The ``cursor-bridge flow`` lines logged after ``since`` characters of the log, once
+    there are ``n`` of them (then a moment more, to see a second line that should not be)."""
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [
+            line[line.index("cursor-bridge flow ") :]
+            for line in web.proxy.log_text()[since:].splitlines()
+            if "cursor-bridge flow " in line
+        ]
+        if len(lines) >= n:
+            time.sleep(0.3)
+            return [
+                line[line.index("cursor-bridge flow ") :]
+                for line in web.proxy.log_text()[since:].splitlines()
+                if "cursor-bridge flow " in line
+            ]
+        assert time.monotonic() < deadline, web.proxy.log_text()[since:]
+        time.sleep(0.05)
+
+
+def columns(view: str, needle: str) -> list[tuple[str, str]]:
+    """The timeline's rows holding ``needle``: (upstream column, client column)."""
+    rows = []
+    for line in view.splitlines():
+        if needle in line and "│" in line:
+            left, _, right = line.partition("│")
+            rows.append((left.strip(), right.strip()))
+    return rows
+
+
+@pytest.mark.parametrize("store", [False, True], ids=["default", "store_streamed_bodies"])
+def test_a_stream_shows_its_timeline_without_store_streamed_bodies(
+    web: Web, upstream: ScriptedUpstream, store: bool
+) -> None:
+    """mitmproxy's default keeps no streamed body ("Content is missing."): the bridge stores
+    the bytes the client got, so the view's timeline has both sides and the body saved is
+    the client's, byte for byte (as mitmproxy's own with ``store_streamed_bodies``)."""
+    if store:
+        web.set_options(store_streamed_bodies=True)
+    try:
+        streamed_timeline(web, upstream)
+    finally:
+        web.set_options(store_streamed_bodies=False)
+
+
+def streamed_timeline(web: Web, upstream: ScriptedUpstream) -> None:
+    upstream.enqueue(SSEReply(as_sse(PARALLEL), chunk_min=1, chunk_max=9, seed=7))
+    before = web.ids()
+    got = bytearray()
+    with httpx.stream(
+        "POST",
+        f"{web.proxy.base_url}/v1/messages",
+        json={
+            "model": "m",
+            "max_tokens": 100,
+            "stream": True,
+            "tools": TOOLS,
+            "messages": [{"role": "user", "content": "Weather in Edinburgh and AAPL?"}],
+        },
+        headers={"x-api-key": SECRET, "anthropic-version": "2023-06-01"},
+        timeout=15,
+    ) as r:
+        for chunk in r.iter_raw():
+            got += chunk
+    flow = web.flow(before)
+    assert web.raw(flow["id"], "response") == bytes(got)  # what the client got, exactly
+    view = web.view(flow["id"], "response")
+    assert view["view_name"] == "cursor-bridge", view
+    text = view["text"]
+    assert "Content is missing" not in text and "not stored" not in text
+    for name in ("GetWeatherArgs", "get_stock_price"):
+        ((up, client),) = columns(text, name)
+        assert name in up and name in client, text
+    ((up, client),) = columns(text, "finish")
+    assert "tool_calls" in up and "tool_use" in client
+
+
+def test_a_long_upstream_text_and_its_arguments_are_shown_whole(
+    web: Web, upstream: ScriptedUpstream
+) -> None:
+    long_text = "The weather in Edinburgh is " + "dreich and grey, " * 8 + "as ever."
+    upstream.enqueue(JSONReply(openai_json(long_text)))
+    before = web.ids()
+    claude(web).messages.create(
+        model="m", max_tokens=100, messages=[{"role": "user", "content": "Weather?"}]
+    )
+    flow = web.flow(before)
+    text = web.view(flow["id"], "response")["text"]
+    rows = [line for line in text.splitlines() if "│" in line]
+    start = next(i for i, line in enumerate(rows) if "The weather in Edinburgh" in line)
+    # The upstream's column goes on over the lines below: the text whole, as on the right.
+    left = " ".join(line.partition(" │")[0].strip() for line in rows[start : start + 3])
+    right = rows[start].partition("│")[2]
+    assert long_text in left, text
+    assert long_text in right
+    # A whole answer has no framing to speak of.
+    assert "(sse)" not in text
+
+
+def test_the_request_view_says_each_decision_once_and_diffs_without_key_order_noise(
+    web: Web, upstream: ScriptedUpstream
+) -> None:
+    upstream.enqueue(JSONReply(openai_json("fine")))
+    before = web.ids()
+    claude(web).messages.create(
+        model="m",
+        max_tokens=100,
+        tools=TOOLS,
+        messages=[{"role": "user", "content": "Weather?"}],
+    )
+    flow = web.flow(before)
+    text = web.view(flow["id"], "request")["text"]
+    assert text.count("request anthropic → openai_chat") == 1, text
+    assert text.count("flat tools → OpenAI") <= 1
+    diff = [
+        line
+        for line in text.splitlines()
+        if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))
+    ]
+    assert not any('"model"' in line or '"messages"' in line for line in diff), text
+    assert any('"parameters"' in line for line in diff)
+    assert "(sse)" not in text  # a whole answer
+
+
+def test_retried_requests_show_what_each_attempt_sent(web: Web, upstream: ScriptedUpstream) -> None:
+    # A staged retry: the upstream refuses the history's reasoning, the retry drops it.
+    refusal = "Missing `reasoning_content` field in the assistant message at message index 1"
+    upstream.enqueue(JSONReply({"error": {"message": refusal}}, status=400))
+    upstream.enqueue(JSONReply(openai_json("The staged answer.")))
+    before = web.ids()
+    client = claude(web)
+    client.messages.create(
+        model="m",
+        max_tokens=100,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        messages=[
+            {"role": "user", "content": "edit it"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "Let me look.", "signature": "c2ln"},
+                    {"type": "tool_use", "id": "toolu_1", "name": "edit", "input": {}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}],
+            },
+        ],
+        tools=[{"name": "edit", "input_schema": {"type": "object"}}],
+    )
+    flow = web.flow(before)
+    first, retried = upstream.wait_for_requests(2)
+    assert first.body != retried.body
+    text = web.view(flow["id"], "request")["text"]
+    assert "# staged retry 1: sent this body" in text, text
+    part = text[text.index("# staged retry 1") :]
+    assert "+++ staged retry 1 sent" in part
+    assert any(line.startswith("-") for line in part.splitlines()[2:]), part
+    assert "bridge.stats" not in text
+
+    stats = web.command("bridge.stats")["value"]
+    assert "staged retry 1 retries" not in stats
+    assert "(staged retry 1: " in stats
+
+    # A retry for a required tool call: the same body sent again.
+    web.set_options(bridge_tool_mode="bracket")
+    try:
+        call = openai_json('[Calling tool: Read]\nInput: {"path": "a"}')
+        upstream.enqueue(JSONReply(openai_json("No tool, sorry.")), JSONReply(call))
+        before = web.ids()
+        oa = openai.OpenAI(base_url=f"{web.proxy.base_url}/v1", api_key=SECRET, max_retries=0)
+        answer = oa.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "read a"}],
+            tools=[{"type": "function", "function": {"name": "Read", "parameters": {}}}],
+            tool_choice="required",
+        )
+        assert answer.choices[0].message.tool_calls
+        flow = web.flow(before)
+        assert flow["marked"] == "🔁"
+        text = web.view(flow["id"], "request")["text"]
+        assert "# retry for a required tool call: sent the same body again" in text, text
+    finally:
+        web.set_options(bridge_tool_mode="native")
+
+
+def test_an_html_page_in_a_200_event_stream_is_a_fallback(
+    web: Web, upstream: ScriptedUpstream
+) -> None:
+    page = b"<html><body><h1>Please sign in</h1></body></html>\n"
+    upstream.enqueue(SSEReply(page, chunk_min=5, chunk_max=20))
+    before = web.ids()
+    since = len(web.proxy.log_text())
+    with (
+        pytest.raises(anthropic.APIStatusError, match="sign in"),
+        claude(web).messages.stream(
+            model="m", max_tokens=10, messages=[{"role": "user", "content": "x"}]
+        ) as s,
+    ):
+        for _ in s:
+            pass
+    flow = web.flow(before)
+    assert flow["marked"] == "⚠", flow
+    (line,) = flow_lines(web, since)
+    assert "outcome=fallback" in line and "reason=" in line
+    # The ⚠ flow's view: its timeline (the upstream's page, the client's error), no traceback.
+    text = web.view(flow["id"], "response")["text"]
+    assert "Traceback" not in text and "error" in text
+
+
+def test_a_client_that_hangs_up_after_done_still_gets_its_report_once(
+    web: Web, upstream: ScriptedUpstream
+) -> None:
+    """The official SDKs close as soon as they have read ``[DONE]``; this upstream closes its
+    side a second later, so the flow ends as "client disconnected"."""
+    upstream.enqueue(SSEReply(as_sse(PARALLEL), chunk_min=20, chunk_max=60, linger=1.5))
+    before = web.ids()
+    since = len(web.proxy.log_text())
+    oa = openai.OpenAI(base_url=f"{web.proxy.base_url}/v1", api_key=SECRET, max_retries=0)
+    stream = oa.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "weather?"}], stream=True
+    )
+    names = [
+        tc.function.name
+        for chunk in stream
+        for c in chunk.choices
+        for tc in c.delta.tool_calls or []
+        if tc.function and tc.function.name
+    ]
+    stream.close()
+    assert names == ["GetWeatherArgs", "get_stock_price"]
+    (line,) = flow_lines(web, since)
+    time.sleep(1.6)  # the upstream's end arrives: still one line
+    lines = flow_lines(web, since)
+    assert lines == [line], lines
+    assert "outcome=rewritten" in line and "events_in=" in line, line
+    assert "client=openai_chat upstream=openai_chat" in line
+    assert "reason=" not in line
+    flow = next(f for f in web.flows() if f["id"] not in before)
+    assert flow["marked"] == "🔀"
+    assert "the client hung up after the answer's end" in flow["comment"]  # the error hook's
+    text = web.view(flow["id"], "response")["text"]
+    assert len(columns(text, "get_stock_price")) == 1
+
+
+def test_the_first_comment_line_names_both_dialects_on_a_same_dialect_route(
+    web: Web, upstream: ScriptedUpstream
+) -> None:
+    upstream.enqueue(JSONReply(openai_json("same")))
+    before = web.ids()
+    oa = openai.OpenAI(base_url=f"{web.proxy.base_url}/v1", api_key=SECRET, max_retries=0)
+    oa.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    flow = web.flow(before)
+    first = flow["comment"].splitlines()[0]
+    assert first.endswith(": 1 request openai_chat → openai_chat"), flow["comment"]
+
+
+def test_the_view_on_flows_it_did_not_rewrite_is_one_line(
+    web: Web, upstream: ScriptedUpstream
+) -> None:
+    # No route: an embeddings request.
+    upstream.enqueue(JSONReply({"data": []}))
+    before = web.ids()
+    httpx.post(f"{web.proxy.base_url}/v1/embeddings", json={"input": "x"}, timeout=10)
+    plain = web.flow(before)
+    # Passed through (⚠): a body the bridge cannot read.
+    upstream.enqueue(JSONReply({"error": {"message": "bad json"}}, status=400))
+    before = web.ids()
+    httpx.post(
+        f"{web.proxy.base_url}/v1/chat/completions",
+        content=b'{"model": "m", "messages": [',
+        headers={"content-type": "application/json", "authorization": f"Bearer {SECRET}"},
+        timeout=10,
+    )
+    passed = web.flow(before)
+    assert passed["marked"] == "⚠"
+    # Rejected (⛔): its answer is the bridge's own.
+    before = web.ids()
+    httpx.post(
+        f"{web.proxy.base_url}/v1/messages",
+        content=b'{"model": "m", "messages": [',
+        headers={"content-type": "application/json", "x-api-key": SECRET},
+        timeout=10,
+    )
+    rejected = web.flow(before)
+    # ⚠ with a 502 of the bridge's: an answer the client's dialect cannot be given.
+    upstream.enqueue(RawReply(b"{not json", headers={"content-type": "application/json"}))
+    before = web.ids()
+    with pytest.raises(anthropic.InternalServerError):
+        claude(web).messages.create(
+            model="m", max_tokens=10, messages=[{"role": "user", "content": "x"}]
+        )
+    untranslatable = web.flow(before)
+    assert untranslatable["marked"] == "⚠"
+    shown = {
+        "untranslatable response": web.view(untranslatable["id"], "response"),
+        "plain request": web.view(plain["id"], "request"),
+        "plain response": web.view(plain["id"], "response"),
+        "passed request": web.view(passed["id"], "request"),
+        "passed response": web.view(passed["id"], "response"),
+        "rejected response": web.view(rejected["id"], "response"),
+    }
+    for what, view in shown.items():
+        text = view["text"]
+        assert "Traceback" not in text and "Couldn't parse" not in text, (what, text)
+        assert text.startswith("# cursor-bridge: ") and text.count("\n") == 1, (what, text)
+        assert SECRET not in text
+    assert "no route" in shown["plain request"]["text"]
+    assert "passed through" in shown["passed request"]["text"]
+    assert "answered itself" in shown["rejected response"]["text"]
+    assert "no timeline" in shown["untranslatable response"]["text"]

@@ -97,7 +97,7 @@ def test_counters_and_stats_text() -> None:
     total["requests rewritten"] += 2
     text = stats_text(total, 3725)
     assert text.startswith("flows: 1 rejected, 1 fallback, 1 repaired; ")  # a is repaired
-    assert "repairs: 1; restores: 0; retries: 2; fallbacks: 1" in text
+    assert "repairs: 1; restores: 0; retries: 2 (staged retry 1: 2); fallbacks: 1" in text
     assert "other: 2 requests rewritten" in text
     assert text.endswith("up 1:02:05")
     assert stats_text(Counter(), 0).startswith("flows: none; repairs: 0")

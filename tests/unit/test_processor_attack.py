@@ -31,6 +31,7 @@ def chat(delta: dict[str, Any], finish: str | None = None) -> bytes:
 
 GOOD = chat({"role": "assistant"}) + chat({"content": "Hel"}) + chat({"content": "lo"})
 END = chat({}, "stop") + b"data: [DONE]\n\n"
+PARALLEL_RECORDING = "openai-chat-sse-parallel-2-tool_calls-args-split.openai-python.sse"
 
 
 def proc(client: str, upstream: str = "openai_chat", **kw: Any) -> StreamProcessor:
@@ -338,3 +339,76 @@ def test_text_that_arrives_in_one_chunk_goes_out_as_one_delta_with_nothing_lost(
     assert len(deltas) == 1 and len([n for n, _ in slow if n == "content_block_delta"]) == 40
     assert burst[-1][0] == slow[-1][0] == "message_stop"
     assert together.events_in == apart.events_in == 43
+
+
+# --------------------------------------------------------------------------- whose error ends it
+
+
+@pytest.mark.parametrize("client", ["openai_chat", "anthropic", "openai_responses", "gemini"])
+def test_a_stream_the_bridge_ends_with_an_error_says_so(client: str) -> None:
+    """A cut stream, a body that is not an event stream: the client's stream ends with an
+    error the bridge wrote (``ended_with_error``: the shell's ⚠); a whole stream does not."""
+    cut = proc(client)
+    run(cut, GOOD)
+    assert cut.ended_with_error and "cut" in cut.ended_with_error
+
+    page = b"<html><body>sign in</body></html>\n"
+    quoted = [StreamError(f"not an event stream: {page[:20]!r}", "upstream_error")]
+    html = proc(client, whole=lambda raw: quoted)
+    run(html, page)
+    if client == "openai_chat":  # same dialect: passed through as it came (also the shell's ⚠)
+        assert html.passthrough and html.error and html.ended_with_error is None
+    else:
+        assert html.ended_with_error and "not an event stream" in html.ended_with_error
+
+    clean = proc(client)
+    run(clean, GOOD, END)
+    assert clean.ended_with_error is None and clean.error is None
+
+    whole = proc(client, whole=lambda raw: [TextDelta("fine")])
+    run(whole, b'{"text": "fine"}')
+    assert whole.ended_with_error is None
+
+
+def test_an_upstream_error_event_in_its_stream_is_not_the_bridges() -> None:
+    error = b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n'
+    p = proc("anthropic")
+    assert "overloaded" in run(p, GOOD, error).decode()
+    assert p.ended_with_error is None
+
+
+@pytest.mark.parametrize("client", ["openai_chat", "anthropic"])
+def test_upstream_ended_tells_a_finished_stream_from_a_cut_one(client: str) -> None:
+    """For a client that hung up before the upstream closed: was the answer whole?"""
+    done = proc(client)
+    done.feed(GOOD + END)
+    assert done.upstream_ended()
+    cut = proc(client)
+    cut.feed(GOOD)
+    assert not cut.upstream_ended()
+    finished = proc(client)
+    run(finished, GOOD, END)
+    assert finished.upstream_ended()
+
+
+@pytest.mark.parametrize(
+    ("upstream", "recording"),
+    [
+        (
+            "anthropic",
+            "anthropic-messages-sse-text-then-tool_use-input_json_delta.anthropic-sdk-python.sse",
+        ),
+        ("gemini", "gemini-api-stream-reasoning.vercel-ai.chunks.txt"),
+        ("openai_chat", PARALLEL_RECORDING),
+    ],
+)
+@needs_recordings
+def test_upstream_ended_on_recordings_of_every_upstream(upstream: str, recording: str) -> None:
+    body = as_sse(recording)
+    for client in ("openai_chat", "anthropic"):
+        whole = proc(client, upstream)
+        whole.feed(body)
+        assert whole.upstream_ended(), (upstream, client)
+        half = proc(client, upstream)
+        half.feed(body[: len(body) // 2])
+        assert not half.upstream_ended(), (upstream, client)

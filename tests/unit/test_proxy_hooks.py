@@ -371,8 +371,10 @@ def test_content_view_shows_original_and_rewritten(bridge: tuple[Bridge, taddons
     other = chat_flow(CURSOR_BODY, path="/v1/embeddings")
     other_meta = contentviews.Metadata(flow=other, http_message=other.request)
     assert view.render_priority(b"{}", other_meta) < 0
-    with pytest.raises(ValueError):
-        view.prettify(b"{}", other_meta)
+    # Chosen by hand on a flow the bridge did not rewrite: one line, no traceback.
+    assert view.prettify(b"{}", other_meta) == (
+        "# cursor-bridge: not a flow the bridge rewrote (no route matched it)\n"
+    )
 
 
 def test_original_store_is_bounded() -> None:
@@ -698,3 +700,72 @@ def test_originals_are_kept_only_where_a_view_renders_them(
     again = chat_flow(CURSOR_BODY)
     addon.request(again)
     assert addon.state.originals.get(again.id, "request") is not None
+
+
+def test_a_hang_up_after_the_answers_end_is_reported_once_without_a_reason(
+    bridge: tuple[Bridge, taddons.context], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="cursor_bridge")
+    addon, _ = bridge
+    body = as_sse(PARALLEL)
+    for cut in (len(body), len(body) // 2):  # all of it read, then half of it
+        caplog.clear()
+        flow = chat_flow(CURSOR_BODY)
+        addon.request(flow)
+        flow.response = sse_response()
+        addon.responseheaders(flow)
+        stream = flow.response.stream
+        assert callable(stream)
+        stream(body[:cut])  # no b"": the client hung up before the upstream's end
+        flow.error = tflow.terr("Client disconnected.")
+        addon.error(flow)
+        addon.error(flow)  # never twice
+        lines = [r.getMessage() for r in caplog.records if "cursor-bridge flow" in r.getMessage()]
+        assert len(lines) == 1, lines
+        assert "events_in=" in lines[0]
+        if cut == len(body):
+            assert "reason=" not in lines[0] and "outcome=rewritten" in lines[0]
+            assert flow.response.raw_content  # the body the client got, for the view
+        else:
+            assert "Client disconnected" in lines[0]
+            assert flow.response.raw_content is None  # part of a body is no body
+    assert not addon._reports and not addon._plans and not addon._client_bytes
+
+
+def test_kept_bytes_and_retry_bodies_are_bounded() -> None:
+    from addon.state import KeptBytes, Original, OriginalStore
+
+    kept = KeptBytes(10)
+    kept.extend([b"12345", b"6789"])
+    assert kept.whole and kept.data == b"123456789"
+    kept.extend([b"abc"])
+    assert not kept.whole and kept.data == b"123456789a"
+
+    store = OriginalStore(max_items=10, max_bytes=100)
+    store.put("f", "request", Original(b"x" * 40, "s"))
+    store.add_attempt("f", "staged retry 1", b"y" * 40)
+    found = store.get("f", "request")
+    assert found is not None and found.attempts == (("staged retry 1", b"y" * 40),)
+    store.add_attempt("f", "staged retry 2", b"z" * 40)  # 120 bytes: past the bound
+    assert store.get("f", "request") is None and len(store) == 0
+    store.add_attempt("gone", "staged retry 1", b"y")  # nothing kept: nothing to add to
+    assert store.get("gone", "request") is None
+
+
+def test_what_the_routes_need_is_loaded_before_the_first_flow(tmp_path: Path) -> None:
+    import sys
+
+    from addon.transforms import repair
+
+    repair._validator_for.cache_clear()
+    routes = tmp_path / "routes.toml"
+    routes.write_text(
+        '[[routes]]\nname = "kiro"\npath = "*/v1/messages"\nclient = "anthropic"\nupstream = "kiro"\n'
+    )
+    bundle = make_addons()
+    with taddons.context(*bundle.all) as tctx:
+        tctx.configure(bundle.rewrite, bridge_routes=str(routes))
+        for addon in bundle.all:
+            getattr(addon, "running", lambda: None)()
+        assert repair._validator_for.cache_info().currsize == 1  # argument validation
+        assert "botocore.eventstream" in sys.modules  # a Kiro route's frames

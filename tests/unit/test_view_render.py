@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 from addon.dialects import DIALECTS
 from addon.model import TextDelta, ToolCallStart
 from addon.stream.processor import StreamProcessor
-from addon.view import MAX_DIFF_LINES, MAX_ROWS, events_of, request_view, response_view
+from addon.view import (
+    MAX_DIFF_LINES,
+    MAX_ROWS,
+    events_of,
+    note_view,
+    request_view,
+    response_view,
+)
 from tests import eventstream_frames as ef
 from tests.realdata import as_sse, read
 
@@ -136,7 +143,7 @@ def test_gemini_json_array_and_kiro_event_stream_upstreams() -> None:
     assert error is None and sum(isinstance(e, ToolCallStart) for e in streamed) == 2
     text = view(KIRO, ANTHROPIC, kiro, None, framing="aws_eventstream")
     assert rows_with(text, "Hello from Kiro") and rows_with(text, "tool call #0 Read")
-    assert "store_streamed_bodies" in text  # the client side was not kept
+    assert "# the client's side: no body" in text  # an empty body: nothing to read
 
 
 def test_garbage_is_shown_with_a_reason_never_raised() -> None:
@@ -218,3 +225,72 @@ def test_bounds_hold() -> None:
 def test_any_bytes_give_a_view(body: bytes, framing: Any) -> None:
     for dialect in (OPENAI, ANTHROPIC, GEMINI, KIRO):
         view(dialect, OPENAI, body, body, framing=framing)
+
+
+def test_the_diff_is_of_sorted_keys_no_key_order_noise() -> None:
+    client = b'{"stream": true, "model": "m", "messages": []}'
+    upstream = b'{"model": "m", "messages": [], "stream": true}'
+    text = request_view(
+        summary="request", facts=[], decisions=[], client_body=client, upstream_body=upstream
+    )
+    assert "# the upstream got the body the client sent (no change)" in text
+    assert not [line for line in text.splitlines() if line.startswith(("+", "-"))]
+    # A key added after the last one: the old last line's new comma is no change.
+    text = request_view(
+        summary="request",
+        facts=[],
+        decisions=[],
+        client_body=b'{"model": "m", "stream": true}',
+        upstream_body=b'{"model": "m", "stream": true, "zz": 1}',
+    )
+    changed = [line for line in text.splitlines() if line.startswith(("+", "-"))]
+    assert changed == ["--- client sent", "+++ upstream got", '+  "zz": 1'], text
+
+
+def test_each_retry_is_shown_as_what_it_sent() -> None:
+    first = b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "thinking": 1}'
+    staged = b'{"model": "m", "messages": [{"role": "user", "content": "x"}]}'
+    text = request_view(
+        summary="request",
+        facts=[],
+        decisions=["1 request anthropic → openai_chat"],
+        client_body=first,
+        upstream_body=first,
+        attempts=[("staged retry 1", staged), ("retry for a required tool call", staged)],
+    )
+    part = text[text.index("# staged retry 1: sent this body") :]
+    assert "--- upstream got" in part and "+++ staged retry 1 sent" in part
+    assert '-  "thinking": 1' in part
+    assert "# retry for a required tool call: sent the same body again" in part
+    assert text.count("1 request anthropic → openai_chat") == 1  # the decision, once
+
+
+def test_a_long_upstream_row_goes_on_below_it_whole() -> None:
+    words = "word " * 36  # 180 characters: within the quote limit (200)
+    answer = {
+        "id": "c",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": words},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+    body = json.dumps(answer).encode()
+    text = view(OPENAI, OPENAI, body, body, stream=False)
+    rows = [line for line in text.splitlines() if "│" in line]
+    start = next(i for i, line in enumerate(rows) if '"word' in line)
+    left = " ".join(line.partition(" │")[0].strip() for line in rows[start : start + 4])
+    assert json.dumps(words).strip('" ') in left  # never cut at the column
+    assert rows[start + 1].startswith("  word")  # the rest below, indented, between words
+    assert json.dumps(words) in rows[start].partition("│")[2]
+
+
+def test_a_note_is_one_line() -> None:
+    assert note_view(f"passed through: key {KEY}") == (
+        "# cursor-bridge: passed through: key [REDACTED]\n"
+    )
