@@ -383,8 +383,11 @@ class FlowPlan:
     def error_body(self, status: int, raw: bytes) -> tuple[bytes, str]:
         """An upstream error re-shaped for the client's dialect: ``(body, message)``. Any
         body works: one that is not a readable error object is quoted (cut)."""
+        kind: int | None = None
         try:
-            message = self.upstream.error_message(load_json(raw))
+            body = load_json(raw)
+            message = self.upstream.error_message(body)
+            kind = self.upstream.error_status(body)
         except (ValueError, RecursionError, UnsupportedShape):
             message = None
         if not message:
@@ -392,7 +395,11 @@ class FlowPlan:
             message = f"upstream answered HTTP {status}" + (
                 f": {text[:MAX_ERROR_QUOTE]}" if text else ""
             )
-        return _error_bytes(self.client, ClientError(message, status=status)), message
+        # The status stays the upstream's; the type is the client dialect's for it, or for the
+        # status the upstream's own type names when that says more (a 400 that is a throttle).
+        named = self.client.error_type(kind) if kind is not None and kind != status else None
+        error = ClientError(message, status=status, type=named)
+        return _error_bytes(self.client, error), message
 
     def upstream_error(self, e: UpstreamError) -> bytes:
         """An error the upstream sent inside its answer's framing (a Kiro exception frame), as
@@ -779,7 +786,9 @@ def _error_bytes(client: Dialect, e: ClientError) -> bytes:
     try:
         return dump(client.encode_error(e))
     except (ValueError, RecursionError):
-        plain = ClientError(clean(e.message, MAX_ERROR_QUOTE), status=e.status, code=e.code)
+        plain = ClientError(
+            clean(e.message, MAX_ERROR_QUOTE), status=e.status, code=e.code, type=e.type
+        )
         return dump(client.encode_error(plain))
 
 
