@@ -396,8 +396,12 @@ class FlowPlan:
                 f": {text[:MAX_ERROR_QUOTE]}" if text else ""
             )
         # The status stays the upstream's; the type is the client dialect's for it, or for the
-        # status the upstream's own type names when that says more (a 400 that is a throttle).
-        named = self.client.error_type(kind) if kind is not None and kind != status else None
+        # status the upstream's own type names when that type is not the one the upstream's
+        # dialect uses for the status anyway (a Kiro 400 that is a ThrottlingException; not
+        # OpenAI's server_error on a 503, which says less than the status).
+        named = None
+        if kind is not None and self.upstream.error_type(kind) != self.upstream.error_type(status):
+            named = self.client.error_type(kind)
         error = ClientError(message, status=status, type=named)
         return _error_bytes(self.client, error), message
 
