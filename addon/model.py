@@ -176,6 +176,10 @@ class Request:
     tools: tuple[Tool | OpaqueTool, ...] | None = None
     tool_choice: ToolChoice | None = None
     stream: bool = False
+    stream_explicit: bool = False
+    """The client said whether to stream (``"stream": false`` in its body, Gemini's
+    ``:generateContent`` path): an upstream dialect with a ``stream`` field gets it written
+    out, false too (some gateways stream when the field is absent)."""
     params: Params = field(default_factory=lambda: Params())
     thinking: ThinkingConfig | None = None
     """Whether the client asked for reasoning (Anthropic ``thinking``, a ``-thinking`` model)."""

@@ -74,6 +74,7 @@ class PathFields(TypedDict, total=False):
 
     model: str
     stream: bool
+    stream_explicit: bool
 
 
 @dataclass(frozen=True, slots=True)
