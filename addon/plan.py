@@ -53,7 +53,7 @@ from addon.model import (
     ToolCall,
     UnsupportedShape,
 )
-from addon.redact import clean
+from addon.redact import Secrets, clean
 from addon.routes import Route, match
 from addon.store import ReasoningStore, Scope, ScopedStore
 from addon.stream.capture import CaptureStage, capture_response
@@ -62,7 +62,7 @@ from addon.stream.decompress import make_decompressor
 from addon.stream.eventstream import split_all
 from addon.stream.processor import MAX_EVENT_BYTES, Stage, StreamProcessor
 from addon.stream.repair import RepairStage
-from addon.stream.stages import HideThinkingStage, TextToolStage
+from addon.stream.stages import HideThinkingStage, RedactErrorStage, TextToolStage
 from addon.stream.whole import (
     StreamFailed,
     response_events,
@@ -177,6 +177,9 @@ class FlowPlan:
     profile_arn: str | None = None
     """A ``profileArn`` the shell read for a Kiro route (its token file's), when the route
     names none."""
+    secrets: Secrets = field(default_factory=Secrets, repr=False)
+    """The flow's exact credential values: redacted from the error bodies the bridge writes
+    (never in ``meta``)."""
 
     @property
     def label(self) -> str:
@@ -235,6 +238,8 @@ class FlowPlan:
             )
         if self.hide_thinking:
             stages.append(HideThinkingStage())
+        if self.secrets and not self.same_dialect:
+            stages.append(RedactErrorStage(self.secrets))
         self.processor = StreamProcessor(
             self.upstream.stream_decoder(),
             self.client.stream_encoder(),
@@ -402,13 +407,14 @@ class FlowPlan:
         named = None
         if kind is not None and self.upstream.error_type(kind) != self.upstream.error_type(status):
             named = self.client.error_type(kind)
-        error = ClientError(message, status=status, type=named)
+        error = ClientError(self.secrets(message), status=status, type=named)
         return _error_bytes(self.client, error), message
 
     def upstream_error(self, e: UpstreamError) -> bytes:
         """An error the upstream sent inside its answer's framing (a Kiro exception frame), as
         an error body in the client's dialect (its status: ``e.status``)."""
-        return _error_bytes(self.client, ClientError(e.message, status=e.status, code=e.code))
+        message = self.secrets(e.message)
+        return _error_bytes(self.client, ClientError(message, status=e.status, code=e.code))
 
     def unreadable_answer(self, why: str) -> bytes:
         """A 502 body in the client's dialect for an upstream answer the bridge cannot turn
@@ -417,7 +423,7 @@ class FlowPlan:
             self.client,
             ClientError(
                 f"cursor-bridge could not translate the {self.upstream.name} upstream's answer "
-                f"for this {self.client.name} client: {why}",
+                f"for this {self.client.name} client: {self.secrets(why)}",
                 status=502,
                 code="untranslatable_answer",
             ),
@@ -511,6 +517,7 @@ def decide(
     env: Mapping[str, str],
     creds: RouteCredentials | None = None,
     store: ReasoningStore | None = None,
+    secrets: Secrets | None = None,
 ) -> Decision:
     """Decode, transform and encode one routed request (see the module docstring). ``creds``:
     what the shell read for the route (a Kiro token file), sent instead of any other key;
@@ -523,6 +530,7 @@ def decide(
         max_event_bytes=settings.max_event_bytes,
         host=incoming.host,
         store=store,
+        secrets=secrets or Secrets(),
     )
     if creds is not None:
         plan.profile_arn = creds.profile_arn

@@ -12,10 +12,11 @@ from __future__ import annotations
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from addon.dialects.base import Framing
 from addon.outcome import stats_text
+from addon.redact import Secrets
 
 
 class BridgeState:
@@ -58,6 +59,9 @@ class Original:
     decisions: tuple[str, ...] = ()
     answer: AnswerInfo | None = None
     """For a response: how to read its body and the client's."""
+    secrets: Secrets = field(default_factory=Secrets, repr=False)
+    """The flow's credential values: the view redacts them from all it shows (this body and
+    the flow's own) when it renders."""
 
 
 class OriginalStore:

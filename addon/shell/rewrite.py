@@ -29,6 +29,7 @@ mitmproxy's ``allow_hosts`` / ``ignore_hosts`` bind the bridge too.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -68,6 +69,7 @@ from addon.plan import (
 from addon.redact import clean, clean_data
 from addon.shell.common import (
     META_KEY,
+    SECRETS,
     OptionChecks,
     add_options,
     append_comment,
@@ -79,6 +81,7 @@ from addon.shell.common import (
     log,
     outside_proxy_hosts,
     replace_headers,
+    seal_flow,
     set_meta,
 )
 from addon.shell.common import internal_error as log_internal_error
@@ -90,6 +93,7 @@ from addon.store import ReasoningStore, StoreError
 from addon.stream.decompress import UnsupportedEncoding
 from addon.stream.processor import StreamProcessor
 from addon.transforms.staged_retry import next_stage
+from addon.wire import secret_values
 
 KEEP_STREAM_BYTES = 1024 * 1024
 """How much of a rewritten stream's upstream bytes is kept for the content view."""
@@ -206,8 +210,12 @@ class RewriteAddon(OptionChecks):
                 req.get_content(strict=False) or b"",
             )
             creds = self.kiro.take(flow.id) if self.kiro is not None else None
+            env = environment()
+            route_key = creds.key if creds else env.get(route.api_key_env or "")
+            secrets = secret_values(incoming.headers, incoming.query, route_key)
+            SECRETS.add(flow.id, secrets)  # before any line about this flow is written
             decision: Decision = decide(
-                self.settings, route, incoming, environment(), creds, store=self.store
+                self.settings, route, incoming, env, creds, store=self.store, secrets=secrets
             )
             if isinstance(decision, Rewrite):
                 # Everything that could fail is done: the flow is changed only from here on.
@@ -223,6 +231,7 @@ class RewriteAddon(OptionChecks):
         try:
             match decision:
                 case Pass(reason=None):
+                    SECRETS.drop(flow.id)
                     return
                 case Pass():
                     self._passthrough(flow, decision)
@@ -605,7 +614,9 @@ class RewriteAddon(OptionChecks):
     def error(self, flow: http.HTTPFlow) -> None:
         self._plans.pop(flow.id, None)
         report = self._reports.pop(flow.id, None)
-        if report is not None:
+        if report is None:
+            SECRETS.drop(flow.id)
+        else:
             try:
                 report.reason = report.reason or clean(flow.error.msg if flow.error else "", 300)
                 self._close(flow, report, line=True)
@@ -723,12 +734,22 @@ class RewriteAddon(OptionChecks):
 
     def _keep(self, flow_id: str, part: str, original: Original) -> None:
         if self.keep_originals:
+            # The view redacts with them when it renders (the flow's own bodies too).
+            original = dataclasses.replace(original, secrets=SECRETS.get(flow_id))
             self.state.originals.put(flow_id, part, original)
 
     def _close(
         self, flow: http.HTTPFlow, report: FlowReport, *, line: bool, plan: FlowPlan | None = None
     ) -> None:
         """The flow is over: its mark, its counters, its log line (and details)."""
+        try:
+            self._report(flow, report, line, plan)
+        finally:
+            seal_flow(flow)  # the flow is over: nothing more is written about it
+
+    def _report(
+        self, flow: http.HTTPFlow, report: FlowReport, line: bool, plan: FlowPlan | None
+    ) -> None:
         if flow.response is not None:
             report.status = flow.response.status_code
         flow.marked = report.mark
