@@ -39,6 +39,12 @@ client = "anthropic"
 api_key_env = "CB_E2E_ECHO_ROUTE_KEY"
 
 [[routes]]
+name = "claude-gemini"
+path = "/gem/v1/messages"
+client = "anthropic"
+upstream = "gemini"
+
+[[routes]]
 name = "messages"
 path = "*/v1/messages"
 client = "anthropic"
@@ -148,6 +154,24 @@ def test_an_echoed_key_is_in_nothing_the_bridge_writes(
     for flow in flows:
         written = flow.comment + json.dumps(flow.metadata)
         assert KEY not in written and ROUTE_KEY not in written, written
+
+
+def test_an_echoed_key_is_not_in_a_count_tokens_error_the_bridge_builds(
+    proxy: Proxy, upstream: ScriptedUpstream
+) -> None:
+    """Claude Code's count_tokens on a Gemini route: Gemini's countTokens refuses the key,
+    quoting it; the Anthropic error the bridge writes does not."""
+    google = {"error": {"code": 400, "message": f"API key not valid: {KEY}",
+                        "status": "INVALID_ARGUMENT"}}  # fmt: skip
+    upstream.enqueue(JSONReply(google, status=400))
+    with pytest.raises(anthropic.BadRequestError) as info:
+        claude(proxy, "/gem").messages.count_tokens(
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )
+    assert upstream.requests[-1].headers["x-goog-api-key"] == KEY
+    body: Any = info.value.body
+    assert body["error"] == {"type": "invalid_request_error",
+                             "message": "API key not valid: [REDACTED]"}  # fmt: skip
 
 
 def test_an_echoed_key_never_reaches_the_content_view(upstream: ScriptedUpstream) -> None:
