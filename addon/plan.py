@@ -255,6 +255,7 @@ class FlowPlan:
             # The text protocol rewrites the text anyway: runs of it read together are parsed
             # and re-encoded as one, on same-dialect routes too.
             coalesce=not self.same_dialect or self.parse_text,
+            redact=self.secrets if self.secrets else None,
         )
         return self.processor
 

@@ -127,3 +127,15 @@ def test_the_stage_passes_text_and_only_rewrites_errors() -> None:
     assert isinstance(error, StreamError)
     assert (error.message, error.status, error.raw) == (f"no {REDACTED}", 401, {"raw": KEY})
     assert stage.finish() == []
+
+
+def test_the_processors_own_error_quoting_the_upstream_never_holds_the_key() -> None:
+    # A stream that turns into plain text midway: the error event quotes it.
+    plan = rewrite("anthropic", "openai_chat").plan
+    text = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": {"content": "Hel"}}]}  # fmt: skip
+    p = plan.stream_processor(None)
+    raw = f"data: {json.dumps(text)}\n\n".encode() + f"Bad key {KEY}\n".encode()
+    out = b"".join([*p.feed(raw), *p.finish()]).decode()
+    assert "cursor-bridge could not read the upstream's stream" in out
+    assert KEY not in out and "Bad key [REDACTED]" in out
