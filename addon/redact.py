@@ -309,19 +309,37 @@ class SecretRegistry:
     def __init__(self, max_flows: int = 10_000) -> None:
         self.max_flows = max_flows
         self._flows: dict[str, Secrets] = {}
+        self._counts: dict[str, int] = {}
+        """How many running flows have each form (most share one key: a few forms in all)."""
         self._forms: tuple[str, ...] = ()
 
     def add(self, flow_id: str, secrets: Secrets) -> None:
         if not secrets:
             return
-        self._flows.pop(flow_id, None)
+        self.drop(flow_id)
         self._flows[flow_id] = secrets
+        new = False
+        for form in secrets.forms:
+            new = new or form not in self._counts
+            self._counts[form] = self._counts.get(form, 0) + 1
         while len(self._flows) > self.max_flows:
-            del self._flows[next(iter(self._flows))]
-        self._update()
+            self.drop(next(iter(self._flows)))
+        if new:
+            self._update()
 
     def drop(self, flow_id: str) -> None:
-        if self._flows.pop(flow_id, None) is not None:
+        secrets = self._flows.pop(flow_id, None)
+        if secrets is None:
+            return
+        gone = False
+        for form in secrets.forms:
+            left = self._counts[form] - 1
+            if left:
+                self._counts[form] = left
+            else:
+                del self._counts[form]
+                gone = True
+        if gone:
             self._update()
 
     def get(self, flow_id: str) -> Secrets:
@@ -332,8 +350,7 @@ class SecretRegistry:
         return redact_exact(text, self._forms) if self._forms else text
 
     def _update(self) -> None:
-        forms = {f for s in self._flows.values() for f in s.forms}
-        self._forms = tuple(sorted(forms, key=len, reverse=True))
+        self._forms = tuple(sorted(self._counts, key=len, reverse=True))
 
     def __len__(self) -> int:
         return len(self._flows)

@@ -139,3 +139,14 @@ def test_the_processors_own_error_quoting_the_upstream_never_holds_the_key() -> 
     out = b"".join([*p.feed(raw), *p.finish()]).decode()
     assert "cursor-bridge could not read the upstream's stream" in out
     assert KEY not in out and "Bad key [REDACTED]" in out
+
+
+def test_flows_sharing_a_key_keep_it_redacted_until_the_last_is_over() -> None:
+    reg = SecretRegistry()
+    reg.add("a", Secrets([KEY]))
+    reg.add("b", Secrets([KEY]))
+    reg.add("b", Secrets([KEY]))  # added again: still one flow
+    reg.drop("a")
+    assert reg.redact(KEY) == REDACTED
+    reg.drop("b")
+    assert reg.redact(KEY) == KEY
