@@ -742,14 +742,6 @@ class RewriteAddon(OptionChecks):
         self, flow: http.HTTPFlow, report: FlowReport, *, line: bool, plan: FlowPlan | None = None
     ) -> None:
         """The flow is over: its mark, its counters, its log line (and details)."""
-        try:
-            self._report(flow, report, line, plan)
-        finally:
-            seal_flow(flow)  # the flow is over: nothing more is written about it
-
-    def _report(
-        self, flow: http.HTTPFlow, report: FlowReport, line: bool, plan: FlowPlan | None
-    ) -> None:
         if flow.response is not None:
             report.status = flow.response.status_code
         flow.marked = report.mark
@@ -770,6 +762,7 @@ class RewriteAddon(OptionChecks):
                     p.skipped,
                     f", error: {short(p.error)}" if p.error else "",
                 )
+        seal_flow(flow)  # the flow is over: nothing more is written about it
 
 
 def views_shown() -> bool:
