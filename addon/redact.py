@@ -210,7 +210,7 @@ def clean_data(value: Any, limit: int = 2000, _depth: int = 0) -> Any:
 MIN_SECRET = 8
 """Credential values shorter than this are not searched for: a placeholder key (``"x"``,
 ``"none"``, ``"ollama"``) would otherwise blank out every word it is part of."""
-MIN_FRAGMENT = 4
+MIN_FRAGMENT = 6
 """A text cut inside a secret (a quote cut at its limit) loses the cut start of it too, from
 this many characters on."""
 

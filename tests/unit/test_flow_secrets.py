@@ -32,7 +32,7 @@ KEY = "SECRETKEY456"
         pytest.param("SECRETKEY€456", json.dumps({"m": "key SECRETKEY€456"}), id="json-ascii"),
         pytest.param("SECRET KEY+456", "GET /x?key=SECRET%20KEY%2B456", id="url"),
         pytest.param(KEY, f"upstream answered HTTP 401: key {KEY[:7]}", id="cut-at-end"),
-        pytest.param(KEY, f"upstream answered HTTP 401: key {KEY[:5]}...", id="cut-with-dots"),
+        pytest.param(KEY, f"upstream answered HTTP 401: key {KEY[:6]}...", id="cut-with-dots"),
     ],
 )
 def test_every_form_of_the_value_is_redacted(value: str, text: str) -> None:
@@ -150,3 +150,7 @@ def test_flows_sharing_a_key_keep_it_redacted_until_the_last_is_over() -> None:
     assert reg.redact(KEY) == REDACTED
     reg.drop("b")
     assert reg.redact(KEY) == KEY
+
+
+def test_a_few_first_characters_at_the_end_of_a_text_are_left_alone() -> None:
+    assert Secrets(["testkey-0123"])("the last word is test") == "the last word is test"
