@@ -293,11 +293,16 @@ def redact_exact(text: str, forms: Iterable[str]) -> str:
 
 
 def _cut_start(text: str, form: str) -> str:
+    """The longest start of ``form`` that ends ``text`` (before a closing ``...``), replaced:
+    looked for only where ``form``'s first characters occur in the last ``len(form)``
+    characters (one ``find`` when none does, which is almost always)."""
     end = len(text) - 3 if text.endswith("...") else len(text)
-    head = text[:end]
-    for k in range(len(form) - 1, MIN_FRAGMENT - 1, -1):
-        if head.endswith(form[:k]):
-            return head[:-k] + REDACTED + text[end:]
+    probe = form[:MIN_FRAGMENT]
+    at = text.find(probe, max(0, end - len(form) + 1), end)
+    while at != -1:
+        if form.startswith(text[at:end]):
+            return text[:at] + REDACTED + text[end:]
+        at = text.find(probe, at + 1, end)
     return text
 
 
