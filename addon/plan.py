@@ -790,6 +790,9 @@ def _not_understood(plan: FlowPlan, why: str) -> Pass | Reject:
 
 
 def _reject(plan: FlowPlan, e: ClientError) -> Reject:
+    if plan.secrets:  # a message that quotes the request never quotes the flow's key
+        message = plan.secrets(e.message)
+        e = ClientError(message, param=e.param, code=e.code, status=e.status, type=e.type)
     return Reject(plan.route, e.status, _error_bytes(plan.client, e), e.message)
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from addon.config import Settings
 from addon.model import StreamError, TextDelta
-from addon.plan import Incoming, Rewrite, UpstreamError, decide
+from addon.plan import Incoming, Reject, Rewrite, UpstreamError, decide
 from addon.redact import REDACTED, SecretRegistry, Secrets, clean
 from addon.routes import Route
 from addon.stream.stages import RedactErrorStage
@@ -154,3 +154,14 @@ def test_flows_sharing_a_key_keep_it_redacted_until_the_last_is_over() -> None:
 
 def test_a_few_first_characters_at_the_end_of_a_text_are_left_alone() -> None:
     assert Secrets(["testkey-0123"])("the last word is test") == "the last word is test"
+
+
+def test_a_400_the_bridge_answers_itself_never_quotes_the_key() -> None:
+    route = Route(name="r", path="*", client="anthropic", upstream="openai_chat")
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"name": KEY, "input_schema": {}}, {"name": KEY, "input_schema": {}}]}  # fmt: skip
+    incoming = Incoming("POST", "h", "/v1/messages", {"x-api-key": KEY}, json.dumps(body).encode())
+    secrets = secret_values(incoming.headers, incoming.query)
+    d = decide(Settings(routes=(route,)), route, incoming, {}, secrets=secrets)
+    assert isinstance(d, Reject) and d.status == 400
+    assert KEY not in d.body.decode() and KEY not in d.message and REDACTED in d.message
