@@ -180,6 +180,10 @@ class Request:
     tools: tuple[Tool | OpaqueTool, ...] | None = None
     tool_choice: ToolChoice | None = None
     stream: bool = False
+    stream_explicit: bool = False
+    """The client said whether to stream (``"stream": false`` in its body, Gemini's
+    ``:generateContent`` path): an upstream dialect with a ``stream`` field gets it written
+    out, false too (some gateways stream when the field is absent)."""
     params: Params = field(default_factory=lambda: Params())
     thinking: ThinkingConfig | None = None
     """Whether the client asked for reasoning (Anthropic ``thinking``, a ``-thinking`` model)."""
@@ -241,13 +245,22 @@ class ClientError(Exception):
     """A mistake in the client's request that the proxy answers itself (no upstream call)."""
 
     def __init__(
-        self, message: str, *, param: str | None = None, code: str | None = None, status: int = 400
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status: int = 400,
+        type: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.code = code
         self.status = status
+        self.type = type
+        """The error type to write, when not the one the client dialect uses for ``status``
+        (an upstream error whose own type names another status: ``Dialect.error_status``)."""
 
 
 class UnsupportedShape(Exception):
@@ -378,12 +391,32 @@ STREAM_CUT = "the upstream's stream ended before its finish (cut short upstream)
 a stream that never said it was complete."""
 
 
+BRIDGE_ERROR_STATUS = {"bridge_stream_error": 500}
+"""The HTTP status of the bridge's own ``StreamError`` types (a failure of the bridge itself);
+any other error without a status (a cut stream, ``upstream_cut``; a 2xx body that is no stream,
+``upstream_error``; an upstream type nobody knows) stands for 502: the upstream failed."""
+
+
 @dataclass(frozen=True, slots=True)
 class StreamError:
+    """An error that ends the answer: the upstream's own error event, or one the bridge saw."""
+
     message: str
     type: str | None = None
+    """The upstream's own type or code (``rate_limit_error``, ``RESOURCE_EXHAUSTED``,
+    ``ThrottlingException``), or the bridge's (``upstream_cut``)."""
     origin: str = ""
     raw: JSON = field(default_factory=dict)
+    status: int | None = None
+    """The HTTP status the error stands for, read by its dialect's decoder (from its type, or
+    the status it names); None when it names none (see ``http_status``)."""
+
+    @property
+    def http_status(self) -> int:
+        """The status a client's error type is derived from (each dialect's ``error_type``)."""
+        if self.status is not None:
+            return self.status
+        return BRIDGE_ERROR_STATUS.get(self.type or "", 502)
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,7 @@ from addon.model import (
     ToolMode,
     UnsupportedShape,
 )
-from addon.redact import clean
+from addon.redact import Secrets, clean
 from addon.routes import Route, match
 from addon.store import ReasoningStore, Scope, ScopedStore
 from addon.stream.capture import CaptureStage, capture_response
@@ -73,7 +73,12 @@ from addon.stream.foreign import not_a_stream, quote
 from addon.stream.loop_guard import LoopGuardStage
 from addon.stream.processor import MAX_EVENT_BYTES, Stage, StreamProcessor
 from addon.stream.repair import RepairStage
-from addon.stream.stages import HideThinkingStage, TextToolStage, TrailingSignatureStage
+from addon.stream.stages import (
+    HideThinkingStage,
+    RedactErrorStage,
+    TextToolStage,
+    TrailingSignatureStage,
+)
 from addon.stream.whole import (
     StreamFailed,
     response_events,
@@ -202,10 +207,13 @@ class FlowPlan:
     """A ``profileArn`` the shell read for a Kiro route (its token file's), when the route
     names none."""
     defaults: AnswerDefaults = NO_DEFAULTS
-    _answer_head: tuple[int | None, str | None] = (None, None)
-    """The streamed answer's status and content type (``stream_processor``)."""
     """The model the client asked for and when: what its answer says where the upstream's
     says nothing (Kiro sends neither), streamed or whole."""
+    _answer_head: tuple[int | None, str | None] = (None, None)
+    """The streamed answer's status and content type (``stream_processor``)."""
+    secrets: Secrets = field(default_factory=Secrets, repr=False)
+    """The flow's exact credential values: redacted from the error bodies the bridge writes
+    (never in ``meta``)."""
 
     @property
     def label(self) -> str:
@@ -275,6 +283,8 @@ class FlowPlan:
             stages.append(TrailingSignatureStage())
         if self.hide_thinking:
             stages.append(HideThinkingStage())
+        if self.secrets and not self.same_dialect:
+            stages.append(RedactErrorStage(self.secrets))
         self.processor = StreamProcessor(
             self.upstream.stream_decoder(),
             self.client.stream_encoder(self.defaults),
@@ -294,6 +304,7 @@ class FlowPlan:
             coalesce=not self.same_dialect or self.parse_text,
             status=status,
             content_type=content_type,
+            redact=self.secrets if self.secrets else None,
         )
         self._answer_head = (status, content_type)
         return self.processor
@@ -500,8 +511,11 @@ class FlowPlan:
     def error_body(self, status: int, raw: bytes) -> tuple[bytes, str]:
         """An upstream error re-shaped for the client's dialect: ``(body, message)``. Any
         body works: one that is not a readable error object is quoted (cut)."""
+        kind: int | None = None
         try:
-            message = self.upstream.error_message(load_json(raw))
+            body = load_json(raw)
+            message = self.upstream.error_message(body)
+            kind = self.upstream.error_status(body)
         except (ValueError, RecursionError, UnsupportedShape):
             message = None
         if not message:
@@ -509,12 +523,21 @@ class FlowPlan:
             message = f"upstream answered HTTP {status}" + (
                 f": {text[:MAX_ERROR_QUOTE]}" if text else ""
             )
-        return _error_bytes(self.client, ClientError(message, status=status)), message
+        # The status stays the upstream's; the type is the client dialect's for it, or for the
+        # status the upstream's own type names when that type is not the one the upstream's
+        # dialect uses for the status anyway (a Kiro 400 that is a ThrottlingException; not
+        # OpenAI's server_error on a 503, which says less than the status).
+        named = None
+        if kind is not None and self.upstream.error_type(kind) != self.upstream.error_type(status):
+            named = self.client.error_type(kind)
+        error = ClientError(self.secrets(message), status=status, type=named)
+        return _error_bytes(self.client, error), message
 
     def upstream_error(self, e: UpstreamError) -> bytes:
         """An error the upstream sent inside its answer's framing (a Kiro exception frame), as
         an error body in the client's dialect (its status: ``e.status``)."""
-        return _error_bytes(self.client, ClientError(e.message, status=e.status, code=e.code))
+        message = self.secrets(e.message)
+        return _error_bytes(self.client, ClientError(message, status=e.status, code=e.code))
 
     def unreadable_answer(self, why: str) -> bytes:
         """A 502 body in the client's dialect for an upstream answer the bridge cannot turn
@@ -523,7 +546,7 @@ class FlowPlan:
             self.client,
             ClientError(
                 f"cursor-bridge could not translate the {self.upstream.name} upstream's answer "
-                f"for this {self.client.name} client: {why}",
+                f"for this {self.client.name} client: {self.secrets(why)}",
                 status=502,
                 code="untranslatable_answer",
             ),
@@ -604,6 +627,7 @@ def decide(
     env: Mapping[str, str],
     creds: RouteCredentials | None = None,
     store: ReasoningStore | None = None,
+    secrets: Secrets | None = None,
 ) -> Decision:
     """Decode, transform and encode one routed request (see the module docstring). ``creds``:
     what the shell read for the route (a Kiro token file), sent instead of any other key;
@@ -616,6 +640,7 @@ def decide(
         max_event_bytes=settings.max_event_bytes,
         host=incoming.host,
         store=store,
+        secrets=secrets or Secrets(),
     )
     if creds is not None:
         plan.profile_arn = creds.profile_arn
@@ -879,6 +904,9 @@ def _not_understood(plan: FlowPlan, why: str) -> Pass | Reject:
 
 
 def _reject(plan: FlowPlan, e: ClientError) -> Reject:
+    if plan.secrets:  # a message that quotes the request never quotes the flow's key
+        message = plan.secrets(e.message)
+        e = ClientError(message, param=e.param, code=e.code, status=e.status, type=e.type)
     return Reject(plan.route, e.status, _error_bytes(plan.client, e), e.message)
 
 
@@ -888,7 +916,9 @@ def _error_bytes(client: Dialect, e: ClientError) -> bytes:
     try:
         return dump(client.encode_error(e))
     except (ValueError, RecursionError):
-        plain = ClientError(clean(e.message, MAX_ERROR_QUOTE), status=e.status, code=e.code)
+        plain = ClientError(
+            clean(e.message, MAX_ERROR_QUOTE), status=e.status, code=e.code, type=e.type
+        )
         return dump(client.encode_error(plain))
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from typing import Any
 
 REDACTED = "[REDACTED]"
@@ -202,3 +203,162 @@ def clean_data(value: Any, limit: int = 2000, _depth: int = 0) -> Any:
     if isinstance(value, list | tuple):
         return [clean_data(v, limit, _depth + 1) for v in value]
     return clean(value, limit)
+
+
+# --------------------------------------------------------------------------- a flow's own secrets
+
+MIN_SECRET = 8
+"""Credential values shorter than this are not searched for: a placeholder key (``"x"``,
+``"none"``, ``"ollama"``) would otherwise blank out every word it is part of."""
+MIN_FRAGMENT = 6
+"""A text cut inside a secret (a quote cut at its limit) loses the cut start of it too, from
+this many characters on."""
+
+
+def _forms(value: str) -> set[str]:
+    """How a value may appear in text the bridge writes: as it is, JSON-escaped (with and
+    without ASCII escapes, ``/`` as ``\\/`` too), URL-encoded."""
+    import json
+    from urllib.parse import quote, quote_plus
+
+    escaped = json.dumps(value)[1:-1]
+    forms = {
+        value,
+        escaped,
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        escaped.replace("/", "\\/"),
+        quote(value, safe=""),
+        quote_plus(value, safe=""),
+    }
+    return {f for f in forms if len(f) >= MIN_SECRET}
+
+
+class Secrets:
+    """The exact credential values of one flow (the client's key, the route's, a Kiro token),
+    and the forms they take in text: ``secrets(text)`` has each replaced by ``[REDACTED]``,
+    also the cut start of one at the end of a text. Never shown (no ``repr`` of the values);
+    kept in memory only, never in ``flow.metadata``."""
+
+    __slots__ = ("_bytes", "_forms")
+
+    def __init__(self, values: Iterable[str | None] = ()) -> None:
+        forms: set[str] = set()
+        for v in values:
+            if v and len(v.strip()) >= MIN_SECRET:
+                forms |= _forms(v.strip())
+        self._forms = tuple(sorted(forms, key=len, reverse=True))
+        self._bytes = tuple(f.encode("utf-8", "surrogatepass") for f in self._forms)
+
+    def __repr__(self) -> str:
+        return f"Secrets({len(self._forms)} forms)"
+
+    def __bool__(self) -> bool:
+        return bool(self._forms)
+
+    @property
+    def forms(self) -> tuple[str, ...]:
+        return self._forms
+
+    def __call__(self, text: str) -> str:
+        return redact_exact(text, self._forms)
+
+    def bytes(self, raw: bytes) -> bytes:
+        for form in self._bytes:
+            if form in raw:
+                raw = raw.replace(form, REDACTED.encode())
+        return raw
+
+    def data(self, value: Any, _depth: int = 0) -> Any:
+        """Plain JSON-like data with every string (keys too) redacted."""
+        if isinstance(value, str):
+            return self(value)
+        if _depth >= 20 or not self._forms:
+            return value
+        if isinstance(value, dict):
+            return {self(k) if isinstance(k, str) else k: self.data(v, _depth + 1)
+                    for k, v in value.items()}  # fmt: skip
+        if isinstance(value, list | tuple):
+            return [self.data(v, _depth + 1) for v in value]
+        return value
+
+
+def redact_exact(text: str, forms: Iterable[str]) -> str:
+    """``text`` with each of ``forms`` replaced, and a trailing cut start of one (at least
+    ``MIN_FRAGMENT`` characters, before a closing ``...`` or at the very end)."""
+    for form in forms:
+        if form in text:
+            text = text.replace(form, REDACTED)
+        text = _cut_start(text, form)
+    return text
+
+
+def _cut_start(text: str, form: str) -> str:
+    """The longest start of ``form`` that ends ``text`` (before a closing ``...``), replaced:
+    looked for only where ``form``'s first characters occur in the last ``len(form)``
+    characters (one ``find`` when none does, which is almost always)."""
+    end = len(text) - 3 if text.endswith("...") else len(text)
+    probe = form[:MIN_FRAGMENT]
+    at = text.find(probe, max(0, end - len(form) + 1), end)
+    while at != -1:
+        if form.startswith(text[at:end]):
+            return text[:at] + REDACTED + text[end:]
+        at = text.find(probe, at + 1, end)
+    return text
+
+
+class SecretRegistry:
+    """The secrets of the flows still running, by flow id (the shell's: every line it logs is
+    redacted with all of them, a flow's comment and metadata with its own). Bounded: past
+    ``max_flows`` the oldest are forgotten."""
+
+    def __init__(self, max_flows: int = 10_000) -> None:
+        self.max_flows = max_flows
+        self._flows: dict[str, Secrets] = {}
+        self._counts: dict[str, int] = {}
+        """How many running flows have each form (most share one key: a few forms in all)."""
+        self._forms: tuple[str, ...] = ()
+
+    def add(self, flow_id: str, secrets: Secrets) -> None:
+        if not secrets:
+            return
+        self.drop(flow_id)
+        self._flows[flow_id] = secrets
+        new = False
+        for form in secrets.forms:
+            new = new or form not in self._counts
+            self._counts[form] = self._counts.get(form, 0) + 1
+        while len(self._flows) > self.max_flows:
+            self.drop(next(iter(self._flows)))
+        if new:
+            self._update()
+
+    def drop(self, flow_id: str) -> None:
+        secrets = self._flows.pop(flow_id, None)
+        if secrets is None:
+            return
+        gone = False
+        for form in secrets.forms:
+            left = self._counts[form] - 1
+            if left:
+                self._counts[form] = left
+            else:
+                del self._counts[form]
+                gone = True
+        if gone:
+            self._update()
+
+    def get(self, flow_id: str) -> Secrets:
+        return self._flows.get(flow_id) or _NONE
+
+    def redact(self, text: str) -> str:
+        """``text`` redacted with the secrets of every flow still running."""
+        return redact_exact(text, self._forms) if self._forms else text
+
+    def _update(self) -> None:
+        self._forms = tuple(sorted(self._counts, key=len, reverse=True))
+
+    def __len__(self) -> int:
+        return len(self._flows)
+
+
+_NONE = Secrets()

@@ -12,10 +12,11 @@ from __future__ import annotations
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from addon.dialects.base import Framing
 from addon.outcome import stats_text
+from addon.redact import Secrets
 
 
 class BridgeState:
@@ -61,6 +62,9 @@ class Original:
     attempts: tuple[tuple[str, bytes], ...] = ()
     """For a request: what each later attempt sent the upstream (a staged retry, a retry for
     a required tool call), as ``(what it was, the body sent)``, in order."""
+    secrets: Secrets = field(default_factory=Secrets, repr=False)
+    """The flow's credential values: the view redacts them from all it shows (this body and
+    the flow's own) when it renders."""
 
     @property
     def size(self) -> int:

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from addon.dialects import DIALECTS
 from addon.dialects.base import Dialect, Query, Target, WireRequest
 from addon.model import JSON, Notes, Request
+from addon.redact import Secrets
 
 CREDENTIAL_HEADERS: frozenset[str] = frozenset(
     {"authorization", "x-api-key", "x-goog-api-key", "api-key"}
@@ -142,3 +143,26 @@ def build_wire(
             notes[f"{client.name} headers removed"] += len(own)
         drop += own
     return WireRequest(out, new_path, new_query, set_headers, tuple(dict.fromkeys(drop)))
+
+
+KEY_PARAMETERS: frozenset[str] = frozenset(
+    {"key", "api_key", "api-key", "apikey", "access_token", "token"}
+    | {d.key_query for d in DIALECTS.values() if d.key_query is not None}
+)
+"""Query parameters a client may carry a credential in (Gemini's ``?key=``)."""
+
+
+def secret_values(headers: Mapping[str, str], query: Query, *keys: str | None) -> Secrets:
+    """The exact credential values of a flow, for redaction (``addon.redact.Secrets``): every
+    credential header the client sent (a scheme's token on its own too), its key-named query
+    parameters, and ``keys`` (the route's ``api_key_env`` value, a Kiro token)."""
+    values: list[str | None] = list(keys)
+    for name in CREDENTIAL_HEADERS:
+        value = headers.get(name, "").strip()
+        if value:
+            values.append(value)
+            scheme, _, token = value.partition(" ")
+            if token.strip() and scheme.lower() in ("bearer", "basic", "token"):
+                values.append(token.strip())
+    values += [v for k, v in query if k.lower() in KEY_PARAMETERS]
+    return Secrets(values)

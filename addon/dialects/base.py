@@ -90,6 +90,7 @@ class PathFields(TypedDict, total=False):
 
     model: str
     stream: bool
+    stream_explicit: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +179,13 @@ class Dialect:
     encode_error: Callable[[ClientError], JSON]
     error_message: Callable[[Any], str | None]
     """The message of an error body the upstream sent in this dialect, if there is one."""
+    error_type: Callable[[int], str]
+    """The error type this dialect's API writes for an HTTP status (``rate_limit_error``,
+    ``RESOURCE_EXHAUSTED`` …): the dialect's one table (its ``errors`` module), used by
+    ``encode_error`` and by the error event that ends its streams."""
+    error_status: Callable[[Any], int | None]
+    """The HTTP status an error body the upstream sent in this dialect names by its own type
+    (its ``errors`` table read backwards), if it names one."""
     place: Callable[[Request, Target], tuple[str, Query]] | None = None
     """Path and query of the upstream request; ``None``: ``suffix_placement(path)``."""
     key_headers: tuple[str, ...] = ("authorization",)

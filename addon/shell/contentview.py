@@ -19,7 +19,7 @@ from mitmproxy import contentviews, http
 from addon.dialects import DIALECTS
 from addon.redact import clean
 from addon.shell.common import META_KEY
-from addon.state import OriginalStore
+from addon.state import AnswerInfo, Original, OriginalStore
 from addon.view import note_view, request_view, response_view
 
 
@@ -49,23 +49,32 @@ class BridgeContentview(contentviews.Contentview):
         found = self._originals.get(flow.id, part)
         if found is None:
             return note_view(_why_nothing(flow, part, self._originals.get(flow.id, "request")))
+        # The flow's credential values (an upstream that echoed the client's key), from every
+        # body shown and from the text around them.
+        redact = found.secrets
+        data, body = redact.bytes(data), redact.bytes(found.body)
         info = found.answer
         if info is None:
-            return request_view(
-                summary=found.summary,
-                facts=found.facts,
-                decisions=found.decisions,
-                client_body=found.body,
-                upstream_body=data,
-                attempts=found.attempts,
+            return redact(
+                request_view(
+                    summary=found.summary,
+                    facts=found.facts,
+                    decisions=found.decisions,
+                    client_body=body,
+                    upstream_body=data,
+                    attempts=tuple((what, redact.bytes(sent)) for what, sent in found.attempts),
+                )
             )
+        return redact(self._response(found, info, body, data))
+
+    def _response(self, found: Original, info: AnswerInfo, body: bytes, data: bytes) -> str:
         return response_view(
             summary=found.summary,
             facts=found.facts,
             decisions=found.decisions,
             upstream=DIALECTS[info.upstream],
             upstream_framing=info.upstream_framing,
-            upstream_body=found.body,
+            upstream_body=body,
             client=DIALECTS[info.client],
             client_framing=info.client_framing,
             client_body=data or None,

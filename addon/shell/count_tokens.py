@@ -29,6 +29,7 @@ from addon.model import ClientError, UnsupportedShape
 from addon.plan import GEMINI_DIALECTS, dump, load_json
 from addon.routes import match
 from addon.shell.common import (
+    SECRETS,
     append_comment,
     environment,
     header_map,
@@ -39,7 +40,7 @@ from addon.shell.common import (
 from addon.state import BridgeState
 from addon.transforms.tokens import estimate_input_tokens
 from addon.transforms.tools import leave_out_tools
-from addon.wire import credentials
+from addon.wire import credentials, secret_values
 
 SUFFIX = "/count_tokens"
 MISSING_ENDPOINT = frozenset({404, 405, 501})
@@ -112,6 +113,9 @@ class CountTokens:
             req.content = dump(new_body)
             req.headers["content-type"] = "application/json"
             self._gemini.add(flow.id)
+        # The flow's own credentials: redacted from the error the bridge writes for it.
+        query = tuple(req.query.items(multi=True))
+        SECRETS.add(flow.id, secret_values(header_map(req.headers), query, env_key))
         for name in drop:
             req.headers.pop(name, None)
         for name, value in set_headers:
@@ -132,6 +136,8 @@ class CountTokens:
                 self._from_gemini(flow, resp)
         except Exception as e:  # the upstream's answer goes on as it is
             internal_error("cursor-bridge: count_tokens answer", e)
+        finally:
+            SECRETS.drop(flow.id)
 
     def _from_gemini(self, flow: http.HTTPFlow, resp: http.Response) -> None:
         """Gemini's ``totalTokens`` as Anthropic's ``input_tokens``; its errors re-shaped."""
@@ -148,6 +154,7 @@ class CountTokens:
             f"the upstream's countTokens answered HTTP {resp.status_code} without a count"
         )
         status = resp.status_code if resp.status_code >= 400 else 502
+        message = SECRETS.get(flow.id)(message)
         error = DIALECTS["anthropic"].encode_error(ClientError(message, status=status))
         flow.response = json_response(status, dump(error))
         append_comment(flow, f"cursor-bridge: count_tokens error from Gemini (HTTP {status})")
@@ -164,3 +171,4 @@ class CountTokens:
     def error(self, flow: http.HTTPFlow) -> None:
         self._estimates.pop(flow.id, None)
         self._gemini.discard(flow.id)
+        SECRETS.drop(flow.id)

@@ -33,6 +33,7 @@ mitmproxy's ``allow_hosts`` / ``ignore_hosts`` bind the bridge too.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -72,6 +73,7 @@ from addon.plan import (
 from addon.redact import clean, clean_data
 from addon.shell.common import (
     META_KEY,
+    SECRETS,
     OptionChecks,
     add_options,
     append_comment,
@@ -83,6 +85,7 @@ from addon.shell.common import (
     log,
     outside_proxy_hosts,
     replace_headers,
+    seal_flow,
     set_meta,
 )
 from addon.shell.common import internal_error as log_internal_error
@@ -97,6 +100,7 @@ from addon.stream.eventstream import preload as preload_eventstream
 from addon.stream.processor import StreamProcessor
 from addon.transforms.repair import preload as preload_repair
 from addon.transforms.staged_retry import next_stage
+from addon.wire import secret_values
 
 KEEP_STREAM_BYTES = 1024 * 1024
 """How much of a rewritten stream's upstream bytes is kept for the content view."""
@@ -228,8 +232,12 @@ class RewriteAddon(OptionChecks):
                 req.get_content(strict=False) or b"",
             )
             creds = self.kiro.take(flow.id) if self.kiro is not None else None
+            env = environment()
+            route_key = creds.key if creds else env.get(route.api_key_env or "")
+            secrets = secret_values(incoming.headers, incoming.query, route_key)
+            SECRETS.add(flow.id, secrets)  # before any line about this flow is written
             decision: Decision = decide(
-                self.settings, route, incoming, environment(), creds, store=self.store
+                self.settings, route, incoming, env, creds, store=self.store, secrets=secrets
             )
             if isinstance(decision, Rewrite):
                 # Everything that could fail is done: the flow is changed only from here on.
@@ -245,6 +253,7 @@ class RewriteAddon(OptionChecks):
         try:
             match decision:
                 case Pass(reason=None):
+                    SECRETS.drop(flow.id)
                     return
                 case Pass():
                     self._passthrough(flow, decision)
@@ -754,6 +763,7 @@ class RewriteAddon(OptionChecks):
         report = self._reports.pop(flow.id, None)
         if report is None:
             self._client_bytes.pop(flow.id, None)
+            SECRETS.drop(flow.id)
             return
         started = time.perf_counter_ns()
         try:
@@ -867,6 +877,8 @@ class RewriteAddon(OptionChecks):
 
     def _keep(self, flow_id: str, part: str, original: Original) -> None:
         if self.keep_originals:
+            # The view redacts with them when it renders (the flow's own bodies too).
+            original = dataclasses.replace(original, secrets=SECRETS.get(flow_id))
             self.state.originals.put(flow_id, part, original)
 
     def _close(
@@ -893,6 +905,7 @@ class RewriteAddon(OptionChecks):
                     p.skipped,
                     f", error: {short(p.error)}" if p.error else "",
                 )
+        seal_flow(flow)  # the flow is over: nothing more is written about it
 
 
 def views_shown() -> bool:

@@ -234,6 +234,7 @@ class StreamProcessor:
         coalesce: bool | None = None,
         status: int | None = None,
         content_type: str | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         if framing_in not in ("sse", "json_array", "aws_eventstream") or framing_out not in (
             "sse",
@@ -242,6 +243,9 @@ class StreamProcessor:
             raise ValueError(f"unknown framing {framing_in!r} → {framing_out!r}")
         self._decoder = decoder
         self._encoder = encoder
+        self._redact = redact
+        """Applied to the error message the processor writes itself (``_stop``): it may quote
+        the upstream's bytes, and with them a credential the upstream echoed."""
         self._stages = tuple(stages)
         self._decompressor = decompressor
         self._lines = LineDecoder()
@@ -878,6 +882,7 @@ class StreamProcessor:
         out = [*done]
         try:
             message = f"cursor-bridge could not read the upstream's stream: {why}"
+            message = self._redact(message) if self._redact is not None else message
             out += self._encode(self._end_stages(StreamError(message, "bridge_stream_error")))
             out += self._frame(self._encoder.finish())
             if self._writer is not None:

@@ -19,6 +19,7 @@ from addon.model import (
     ToolCallEnd,
     ToolCallStart,
 )
+from addon.redact import Secrets
 from addon.textproto.parser import TextProtocolParser
 
 
@@ -138,4 +139,25 @@ class TrailingSignatureStage:
 
     def finish(self) -> list[Event]:
         self._held = None
+        return []
+
+
+class RedactErrorStage:
+    """The message of an error that ends the stream, with the flow's credential values
+    redacted (an upstream that echoes the client's key): the client of another dialect gets
+    an error event the bridge writes. Only that event is touched; text passes as it is."""
+
+    passes_text = True
+
+    def __init__(self, secrets: Secrets) -> None:
+        self._secrets = secrets
+
+    def feed(self, event: Event) -> list[Event]:
+        if isinstance(event, StreamError):
+            message = self._secrets(event.message)
+            if message != event.message:
+                return [dataclasses.replace(event, message=message)]
+        return [event]
+
+    def finish(self) -> list[Event]:
         return []

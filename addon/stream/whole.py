@@ -9,7 +9,8 @@ answer with one JSON object; an SDK waiting for SSE would fail on it.
 only streams, such as Kiro, when the client asked for a whole answer) assembled into one
 ``Response`` — consecutive text and reasoning deltas joined into one part each, each call
 into one ``ToolCall`` where it started, the last ``Finish`` and usage. A ``StreamError`` among
-them raises ``StreamFailed`` (``status`` is the HTTP status the client's error gets).
+them raises ``StreamFailed`` (``status`` is the HTTP status the client's error gets: the one the
+upstream dialect's decoder read, ``StreamError.http_status``).
 """
 
 from __future__ import annotations
@@ -74,39 +75,13 @@ def sse_from_response(resp: Response, encoder: StreamEncoder, framing: Framing =
     return b"".join(encode_pairs(pairs))
 
 
-ERROR_STATUS: dict[str, int] = {
-    "ThrottlingException": 429,
-    "ServiceQuotaExceededException": 429,
-    "rate_limit_error": 429,
-    "RESOURCE_EXHAUSTED": 429,
-    "ValidationException": 400,
-    "invalid_request_error": 400,
-    "INVALID_ARGUMENT": 400,
-    "AccessDeniedException": 403,
-    "permission_error": 403,
-    "PERMISSION_DENIED": 403,
-    "UnauthorizedException": 401,
-    "ExpiredTokenException": 401,
-    "authentication_error": 401,
-    "UNAUTHENTICATED": 401,
-    "ResourceNotFoundException": 404,
-    "not_found_error": 404,
-    "ServiceUnavailableException": 503,
-    "overloaded_error": 503,
-    "UNAVAILABLE": 503,
-    "InternalServerException": 500,
-}
-"""``StreamError.type``s (AWS exception names, Anthropic error types, Google statuses) → the
-HTTP status of the client's error for a whole answer; anything else is 502."""
-
-
 class StreamFailed(Exception):
     """The stream of a whole answer carried an error (``StreamError``)."""
 
     def __init__(self, error: StreamError) -> None:
         super().__init__(error.message)
         self.error = error
-        self.status = ERROR_STATUS.get(error.type or "", 502)
+        self.status = error.http_status
 
 
 def response_from_events(events: Iterable[Event], origin: str) -> Response:

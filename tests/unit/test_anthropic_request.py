@@ -162,6 +162,7 @@ EXPECTED_REQUEST = Request(
     ),
     tool_choice=ToolChoice("auto", disable_parallel=True),
     stream=True,
+    stream_explicit=True,
     params=Params(
         max_tokens=32000,
         temperature=1.0,

@@ -520,6 +520,7 @@ def test_dialect_record() -> None:
                         "type": "error",
                         "error": {"type": "overloaded_error", "message": "Overloaded"},
                     },
+                    status=529,
                 )
             ],
             id="error",

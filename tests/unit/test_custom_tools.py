@@ -459,7 +459,7 @@ def test_cut_chat_stream_never_delivers_half_a_patch() -> None:
     ]
     # The client sees the cut: an error chunk last, no [DONE], and no call at all (half a
     # patch applied is worse than none).
-    assert payloads[-1]["error"]["type"] == "upstream_cut"
+    assert payloads[-1]["error"]["type"] == "server_error"  # OpenAI's type for a cut (502)
     assert not out.endswith(b"data: [DONE]\n\n")
     assert calls == []
 

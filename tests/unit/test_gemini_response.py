@@ -504,7 +504,11 @@ def test_finish_for_a_gemini_client(finish: Any, want: str) -> None:
         (500, "INTERNAL"),
         (503, "UNAVAILABLE"),
         (418, "INVALID_ARGUMENT"),
-        (502, "INTERNAL"),
+        (502, "UNAVAILABLE"),
+        (501, "UNIMPLEMENTED"),
+        (504, "DEADLINE_EXCEEDED"),
+        (529, "UNAVAILABLE"),
+        (599, "INTERNAL"),
     ],
 )
 def test_encode_error(status: int, name: str) -> None:

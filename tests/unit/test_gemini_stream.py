@@ -872,9 +872,9 @@ def test_gemini_encoder_errors_and_raw_events() -> None:
     enc = GeminiStreamEncoder()
     assert enc.feed(MessageStart("openai_chat")) == []
     assert enc.feed(RawEvent("openai_chat", {"x": 1})) == []
-    out = enc.feed(StreamError("overloaded", "overloaded_error"))
+    out = enc.feed(StreamError("overloaded", "overloaded_error", "anthropic", status=529))
     assert json.loads(out[0][1]) == {
-        "error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}
+        "error": {"code": 529, "message": "overloaded", "status": "UNAVAILABLE"}
     }
     assert enc.feed(TextDelta("late")) == [] and enc.finish() == []
 

@@ -376,12 +376,12 @@ def test_stream_error_fails_the_response_and_closes_open_items() -> None:
     pairs = [
         p for e in [*start(), TextDelta("part"), ToolCallStart(0, "c", "f")] for p in enc.feed(e)
     ]
-    pairs += enc.feed(StreamError("upstream exploded", "overloaded"))
+    pairs += enc.feed(StreamError("upstream exploded", "overloaded_error", "anthropic", status=529))
     assert enc.feed(TextDelta("late")) == [] and enc.finish() == []
     datas = check_sequence(pairs, unended=True)
     failed = datas[-1]["response"]
     assert failed["status"] == "failed"
-    assert failed["error"] == {"code": "overloaded", "message": "upstream exploded"}
+    assert failed["error"] == {"code": "server_error", "message": "upstream exploded"}
     # The text ended when the call started; the call never ended: no done event, not in
     # the output (a client would run it).
     assert [o["type"] for o in failed["output"]] == ["message"]
@@ -510,6 +510,7 @@ def test_terminal_events() -> None:
             "rate_limit_exceeded",
             origin=NAME,
             raw={"type": "error", "code": "rate_limit_exceeded", "message": "slow down"},
+            status=429,
         )
     ]
 

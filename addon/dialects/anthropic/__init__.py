@@ -2,6 +2,7 @@
 
 from addon.dialects.base import Dialect
 
+from .errors import body_status, error_type
 from .request import NAME, decode_request, encode_request
 from .response import decode_response, encode_error, encode_response, error_message
 from .stream import AnthropicStreamDecoder, AnthropicStreamEncoder
@@ -17,6 +18,8 @@ DIALECT = Dialect(
     stream_encoder=AnthropicStreamEncoder,
     encode_error=encode_error,
     error_message=error_message,
+    error_type=error_type,
+    error_status=body_status,
     # Claude Code sends x-api-key (ANTHROPIC_API_KEY) or Authorization: Bearer
     # (ANTHROPIC_AUTH_TOKEN); an Anthropic upstream wants x-api-key and a version.
     key_headers=("x-api-key", "authorization"),

@@ -145,6 +145,7 @@ def decode_request(body: JSON, notes: Notes) -> Request:
         tools=_decode_tools(tools) if isinstance(tools, list) else None,
         tool_choice=_decode_tool_choice(body.get("tool_choice")),
         stream=bool(body.get("stream")),
+        stream_explicit=body.get("stream") is not None,
         params=Params(
             max_tokens=_num(body.get("max_tokens"), int),
             temperature=_num(body.get("temperature"), float),
@@ -416,8 +417,8 @@ def encode_request(req: Request, notes: Notes) -> JSON:
         body["tools"] = [_encode_tool(i, t) for i, t in enumerate(req.tools)]
     if req.tool_choice is not None:
         body["tool_choice"] = _encode_tool_choice(req.tool_choice)
-    if req.stream:
-        body["stream"] = True
+    if req.stream or req.stream_explicit:
+        body["stream"] = req.stream
     if same:
         extra = dict(req.extra)
         if isinstance(extra.get("metadata"), dict) and "metadata" in body:

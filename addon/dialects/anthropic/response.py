@@ -47,6 +47,7 @@ from addon.model import (
     Usage,
 )
 
+from .errors import error_body
 from .ids import to_anthropic
 from .request import NAME
 
@@ -67,15 +68,6 @@ _FINISH_TO_STOP: dict[FinishReason, str] = {
     "content_filter": "refusal",
     "error": "end_turn",
     "other": "end_turn",
-}
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
 }
 _TOP = frozenset({"id", "type", "role", "model", "content", "stop_reason", "usage"})
 
@@ -226,10 +218,8 @@ def _encode_block(p: Part, same: bool) -> JSON:
 
 
 def encode_error(err: ClientError) -> JSON:
-    kind = _ERROR_TYPES.get(
-        err.status, "api_error" if err.status >= 500 else "invalid_request_error"
-    )
-    return {"type": "error", "error": {"type": kind, "message": err.message}}
+    """Anthropic's error body, its type from the status (``errors``)."""
+    return error_body(err.message, err.status, err.type)
 
 
 def error_message(body: Any) -> str | None:

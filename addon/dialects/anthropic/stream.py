@@ -72,6 +72,7 @@ from addon.model import (
     UsageEvent,
 )
 
+from .errors import error_body, status_of
 from .ids import to_anthropic
 from .request import NAME
 from .response import DEFAULT_ID, decode_usage, finish_reason, stop_reason
@@ -436,7 +437,7 @@ class AnthropicStreamEncoder:
                 error: JSON = (
                     event.raw
                     if event.origin == NAME and event.raw
-                    else {"type": "error", "error": {"type": "api_error", "message": event.message}}
+                    else error_body(event.message, event.http_status)
                 )
                 out.append(_pair("error", error))
                 self._done = True  # Anthropic ends a stream with its error event
@@ -587,6 +588,7 @@ class AnthropicStreamDecoder:
                         err_type if isinstance(err_type, str) else None,
                         origin=NAME,
                         raw=payload,
+                        status=status_of(err_type),
                     )
                 ]
         return [RawEvent(NAME, payload)]

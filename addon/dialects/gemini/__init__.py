@@ -10,6 +10,7 @@ the path (``from_path``). Streams are SSE with ``alt=sse`` and one JSON array wi
 
 from addon.dialects.base import Dialect
 
+from .errors import error_type
 from .request import (
     CODE_ASSIST,
     NAME,
@@ -29,6 +30,7 @@ from .response import (
     encode_error,
     encode_response,
     error_message,
+    error_status,
 )
 from .stream import CodeAssistStreamEncoder, GeminiStreamDecoder, GeminiStreamEncoder
 
@@ -43,6 +45,8 @@ DIALECT = Dialect(
     stream_encoder=GeminiStreamEncoder,
     encode_error=encode_error,
     error_message=error_message,
+    error_type=error_type,
+    error_status=error_status,
     place=place_public,
     key_headers=("x-goog-api-key", "authorization"),
     key_query="key",
@@ -65,6 +69,8 @@ CODE_ASSIST_DIALECT = Dialect(
     stream_encoder=CodeAssistStreamEncoder,
     encode_error=encode_error,
     error_message=error_message,
+    error_type=error_type,
+    error_status=error_status,
     place=place_code_assist,
     key_headers=("authorization",),
     auth_header="authorization",

@@ -216,6 +216,7 @@ def from_path(path: str, query: Query) -> PathFields:
             out["model"] = name
     if m["method"] in _GENERATE:
         out["stream"] = _GENERATE[m["method"]]
+        out["stream_explicit"] = True  # the client chose the endpoint: it said
     return out
 
 

@@ -82,6 +82,7 @@ from addon.model import (
     Usage,
 )
 
+from .errors import error_body, status_of
 from .request import NAME
 
 SIGNATURE = "thoughtSignature"
@@ -120,20 +121,6 @@ _TO_GEMINI: dict[FinishReason, str] = {
     "content_filter": "SAFETY",
     "error": "OTHER",
     "other": "OTHER",
-}
-_STATUS = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    409: "ABORTED",
-    412: "FAILED_PRECONDITION",
-    429: "RESOURCE_EXHAUSTED",
-    499: "CANCELLED",
-    500: "INTERNAL",
-    501: "UNIMPLEMENTED",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
 }
 
 
@@ -644,15 +631,14 @@ def encode_code_assist_response(r: Response) -> JSON:
     return {"response": encode_response(r), **wrapper}
 
 
-def status_name(code: int) -> str:
-    return _STATUS.get(code, "INTERNAL" if code >= 500 else "INVALID_ARGUMENT")
-
-
 def encode_error(err: ClientError) -> JSON:
-    """``{"error": {"code", "message", "status"}}``."""
-    return {
-        "error": {"code": err.status, "message": err.message, "status": status_name(err.status)}
-    }
+    """``{"error": {"code", "message", "status"}}``, the status name from the code (``errors``)."""
+    return error_body(err.message, err.status, err.type)
+
+
+def error_status(body: Any) -> int | None:
+    """The HTTP status a Google error body names (its ``code``, else its ``status``)."""
+    return status_of(error_of(body))
 
 
 def error_message(body: Any) -> str | None:

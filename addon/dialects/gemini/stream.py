@@ -86,6 +86,7 @@ from addon.model import (
     UsageEvent,
 )
 
+from .errors import error_body, status_of
 from .request import NAME
 from .response import (
     _CANDIDATE_KNOWN,
@@ -108,7 +109,6 @@ from .response import (
     made_call_id,
     parse_malformed,
     signature_of,
-    status_name,
     synthetic,
     unwrap,
 )
@@ -322,6 +322,7 @@ class GeminiStreamDecoder:
                     status if isinstance(status, str) else None,
                     origin=NAME,
                     raw=body,
+                    status=status_of(err),
                 )
             )
             self._failed = True
@@ -619,9 +620,7 @@ class GeminiStreamEncoder:
                 if event.origin == NAME and event.raw:
                     body = event.raw.get("response", event.raw)
                     return [(None, _dumps(body if isinstance(body, dict) else event.raw))]
-                code = _ERROR_CODES.get(event.type or "", 500)
-                error = {"code": code, "message": event.message, "status": status_name(code)}
-                return [(None, _dumps({"error": error}))]
+                return [(None, _dumps(error_body(event.message, event.http_status)))]
             case RawEvent():
                 if event.origin != NAME or not self._same:
                     return []
@@ -661,18 +660,3 @@ class CodeAssistStreamEncoder(GeminiStreamEncoder):
     """Chunks wrapped as Code Assist sends them (``{"response": {…}}``)."""
 
     _wrapped = True
-
-
-_ERROR_CODES = {
-    "rate_limit_error": 429,
-    "overloaded_error": 503,
-    "RESOURCE_EXHAUSTED": 429,
-    "UNAVAILABLE": 503,
-    "INVALID_ARGUMENT": 400,
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "upstream_cut": 502,
-}
-"""Error types of unified ``StreamError``s → the HTTP code a Google error body carries."""

@@ -12,6 +12,7 @@ answer by the plan.
 
 from addon.dialects.base import Dialect
 
+from .errors import body_status, error_type
 from .request import NAME, PATH, decode_request, encode_request, framing, place
 from .response import (
     UPSTREAM_ONLY,
@@ -36,6 +37,8 @@ DIALECT = Dialect(
     stream_encoder=KiroStreamEncoder,
     encode_error=encode_error,
     error_message=error_message,
+    error_type=error_type,
+    error_status=body_status,
     place=place,
     key_headers=("authorization",),
     auth_header="authorization",

@@ -59,6 +59,7 @@ from addon.model import (
     UsageEvent,
 )
 
+from .errors import status_of
 from .request import NAME
 
 CONTEXT_WINDOW = 200_000
@@ -201,7 +202,11 @@ class KiroStreamDecoder:
             self._finish = Finish("length", raw=kind)
             return
         self._calls.clear()  # calls not stopped never ended: no ToolCallEnd for them
-        out.append(StreamError(f"{kind}: {message}", kind, origin=NAME, raw=payload))
+        out.append(
+            StreamError(
+                f"{kind}: {message}", kind, origin=NAME, raw=payload, status=status_of(kind)
+            )
+        )
         self._failed = True
 
     def _usage(self) -> Usage | None:

@@ -198,6 +198,7 @@ def _decode_chat_request(body: JSON, notes: Notes) -> Request:
         tools=None if wire.tools is None else _decode_tools(wire.tools, notes),
         tool_choice=tool_choice,
         stream=wire.stream,
+        stream_explicit=body.get("stream") is not None,
         params=params,
         extra=extra,
     )
@@ -491,12 +492,12 @@ def encode_request(req: Request, notes: Notes) -> JSON:
         body["tool_choice"] = _encode_tool_choice(req.tool_choice)
         if req.tool_choice.disable_parallel and "parallel_tool_calls" not in body:
             body["parallel_tool_calls"] = False
-    if req.stream:
-        body["stream"] = True
-        if req.origin != NAME:
-            # Clients of other dialects expect usage at the end of a stream (Anthropic's
-            # message_delta); OpenAI only sends it when asked.
-            body.setdefault("stream_options", {"include_usage": True})
+    if req.stream or req.stream_explicit:
+        body["stream"] = req.stream
+    if req.stream and req.origin != NAME:
+        # Clients of other dialects expect usage at the end of a stream (Anthropic's
+        # message_delta); OpenAI only sends it when asked.
+        body.setdefault("stream_options", {"include_usage": True})
     return body
 
 

@@ -24,6 +24,7 @@ from addon.model import (
     Usage,
 )
 
+from .errors import error_body
 from .request import NAME
 
 _FINISH: dict[str, FinishReason] = {
@@ -160,14 +161,8 @@ def _encode_finish(reason: FinishReason | None) -> str | None:
 
 
 def encode_error(err: ClientError) -> JSON:
-    return {
-        "error": {
-            "message": err.message,
-            "type": "invalid_request_error",
-            "param": err.param,
-            "code": err.code,
-        }
-    }
+    """OpenAI's error body, its ``type`` (and default ``code``) from the status (``errors``)."""
+    return error_body(err.message, err.status, code=err.code, param=err.param, kind=err.type)
 
 
 def error_message(body: Any) -> str | None:

@@ -40,6 +40,7 @@ from addon.model import (
     UsageEvent,
 )
 
+from .errors import error_body, status_of
 from .request import NAME
 from .response import decode_usage, encode_usage, finish_reason
 
@@ -118,9 +119,13 @@ class OpenAIChatStreamDecoder:
             err = chunk["error"]
             message = err.get("message") if isinstance(err, dict) else str(err)
             kind = err.get("type") if isinstance(err, dict) else None
+            code = err.get("code") if isinstance(err, dict) else None
+            # LiteLLM adds the status beside the error (``status_code``), some gateways write it
+            # as the code.
+            status = status_of(code, kind, chunk.get("status_code"))
             self._ended = True
             self._calls = {}  # calls still open never ended: no ToolCallEnd for them
-            return [StreamError(str(message), kind, origin=NAME, raw=chunk)]
+            return [StreamError(str(message), kind, origin=NAME, raw=chunk, status=status)]
         out: list[Event] = []
         # The common chunk (envelope, choices, maybe usage) costs set operations in C only.
         chunk_extra = (
@@ -500,9 +505,7 @@ class OpenAIChatStreamEncoder:
                 body = (
                     event.raw
                     if event.origin == NAME and event.raw
-                    else {
-                        "error": {"message": event.message, "type": event.type or "upstream_error"}
-                    }
+                    else error_body(event.message, event.http_status)
                 )
                 return [(None, dumps(body))]
             case RawEvent():

@@ -3,6 +3,7 @@
 
 from addon.dialects.base import Dialect
 
+from .errors import body_status, error_type
 from .request import NAME, decode_request, encode_request, runs_tool
 from .response import decode_response, encode_error, encode_response, error_message
 from .stream import OpenAIResponsesStreamDecoder, OpenAIResponsesStreamEncoder
@@ -18,6 +19,8 @@ DIALECT = Dialect(
     stream_encoder=OpenAIResponsesStreamEncoder,
     encode_error=encode_error,
     error_message=error_message,
+    error_type=error_type,
+    error_status=body_status,
     # Codex's own headers (x-codex-turn-metadata holds installation and session ids) mean
     # nothing to another dialect's upstream.
     own_headers=("x-codex-",),

@@ -153,6 +153,7 @@ def decode_request(body: JSON, notes: Notes) -> Request:
         tools=decoded_tools,
         tool_choice=tool_choice,
         stream=bool(body.get("stream")),
+        stream_explicit=body.get("stream") is not None,
         params=Params(
             max_tokens=_int(body.get("max_output_tokens")),
             temperature=_float(body.get("temperature")),
@@ -624,8 +625,8 @@ def encode_request(req: Request, notes: Notes) -> JSON:
     reasoning = _encode_reasoning(req, extra.pop("reasoning", None))
     if reasoning is not None:
         body["reasoning"] = reasoning
-    if req.stream:
-        body["stream"] = True
+    if req.stream or req.stream_explicit:
+        body["stream"] = req.stream
     if same:
         body.update(extra)
     else:

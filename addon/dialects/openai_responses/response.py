@@ -44,6 +44,7 @@ from addon.model import (
     Usage,
 )
 
+from .errors import error_body
 from .request import NAME, decode_reasoning_item
 
 DEFAULT_ID = "resp_bridge"
@@ -54,12 +55,6 @@ _TOP = frozenset(
 _INCOMPLETE: dict[str, FinishReason] = {
     "max_output_tokens": "length",
     "content_filter": "content_filter",
-}
-_ERROR_TYPES = {
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    429: "rate_limit_error",
 }
 
 
@@ -341,10 +336,8 @@ def encode_status(
 
 
 def encode_error(err: ClientError) -> JSON:
-    kind = _ERROR_TYPES.get(
-        err.status, "server_error" if err.status >= 500 else "invalid_request_error"
-    )
-    return {"error": {"message": err.message, "type": kind, "param": err.param, "code": err.code}}
+    """OpenAI's error body, its ``type`` (and default ``code``) from the status (``errors``)."""
+    return error_body(err.message, err.status, code=err.code, param=err.param, kind=err.type)
 
 
 def error_message(body: Any) -> str | None:

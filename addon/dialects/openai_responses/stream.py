@@ -77,6 +77,7 @@ from addon.model import (
     UsageEvent,
 )
 
+from .errors import failed_code, status_of
 from .request import NAME
 from .response import decode_usage, encode_usage, finish_reason, item_suffix, response_id
 
@@ -589,7 +590,7 @@ class OpenAIResponsesStreamEncoder:
     def _fail(self, event: StreamError, out: Out) -> None:
         self._start(out)
         self._close_all(out, "incomplete", calls=False)
-        code = event.type or "server_error"
+        code = failed_code(event.http_status)
         if event.origin == NAME and event.raw.get("type") == "error":
             raw = {k: v for k, v in event.raw.items() if k not in ("type", "sequence_number")}
             self._emit(out, "error", raw)
@@ -752,6 +753,7 @@ class OpenAIResponsesStreamDecoder:
                         code if isinstance(code, str) else None,
                         origin=NAME,
                         raw=payload,
+                        status=status_of(err.get("code"), err.get("type")),
                     )
                 ]
         return [RawEvent(NAME, payload)]
@@ -887,6 +889,7 @@ class OpenAIResponsesStreamDecoder:
                     code if isinstance(code, str) else None,
                     origin=NAME,
                     raw=payload,
+                    status=status_of(code),
                 )
             )
         else:
