@@ -220,6 +220,12 @@ class FlowPlan:
         return f"cursor-bridge [{self.route.name}]"
 
     @property
+    def drops_late_signatures(self) -> bool:
+        """A signature-only reasoning part after the answer's content is left out: the
+        upstream may send one (``Dialect.late_signatures``) to a client of another dialect."""
+        return self.upstream.late_signatures and not self.same_dialect
+
+    @property
     def same_dialect(self) -> bool:
         return self.client.name == self.upstream.name
 
@@ -279,7 +285,7 @@ class FlowPlan:
         if self.loop is not None:
             # After repair: a call is judged as the client would get it.
             stages.append(LoopGuardStage(self.loop, self._loop_replaced))
-        if not self.same_dialect:
+        if self.drops_late_signatures:
             stages.append(TrailingSignatureStage())
         if self.hide_thinking:
             stages.append(HideThinkingStage())
@@ -416,7 +422,7 @@ class FlowPlan:
             answer, replaced = guard_response(answer, self.loop)
             if replaced:
                 self._loop_replaced(replaced)
-        if not self.same_dialect:
+        if self.drops_late_signatures:
             answer = drop_trailing_signatures(answer)
         if self.hide_thinking:
             answer = dataclasses.replace(

@@ -215,6 +215,12 @@ class Dialect:
     (``OpaqueTool``: Codex's ``namespace``, OpenAI's hosted ``web_search``, Anthropic's server
     tools, Gemini's ``googleSearch`` …); ``None``: those of its own dialect and no other. The
     others are left out before encoding (``addon.transforms.tools.leave_out_tools``)."""
+    late_signatures: bool = False
+    """Whether this dialect's answers may carry a signature-only reasoning part after the
+    text (Gemini 3 ends a text answer with an empty text part holding a ``thoughtSignature``):
+    a client of another dialect then gets it only where it signs what follows
+    (``addon.transforms.signatures``). Without it no stage watches the answer's text for it,
+    and plain text keeps the stream's fast path."""
     path_base: Callable[[str], str | None] | None = None
     """Where this dialect's endpoint starts in a client's path: the part before it and its API
     version (Gemini: ``/proxy`` of ``/proxy/v1beta/models/m:generateContent``), or None when

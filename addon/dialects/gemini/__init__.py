@@ -56,6 +56,7 @@ DIALECT = Dialect(
     from_path=from_path,
     path_base=path_base,
     runs_tool=runs_tool,
+    late_signatures=True,
 )
 
 CODE_ASSIST_DIALECT = Dialect(
@@ -80,6 +81,7 @@ CODE_ASSIST_DIALECT = Dialect(
     from_path=from_path,
     path_base=path_base,
     runs_tool=runs_tool,
+    late_signatures=True,
 )
 
 __all__ = ["CODE_ASSIST", "CODE_ASSIST_DIALECT", "DIALECT", "NAME"]
