@@ -65,6 +65,18 @@ class StreamEncoderFactory(Protocol):
     def __call__(self, defaults: AnswerDefaults = ...) -> StreamEncoder: ...
 
 
+def unsupported_tool(tool: OpaqueTool, index: int, upstream: str) -> ClientError:
+    """The 400 for a tool of a kind ``upstream`` (``"an Anthropic upstream"``) cannot run that
+    reached its encoder: routes leave such tools out before (``leave_out_tools``), so this is
+    what a direct caller of the encoder gets."""
+    return ClientError(
+        f"tool '{tool.name or tool.type}' has type '{tool.type}', which {upstream} cannot run; "
+        "remove it from the request",
+        param=f"tools[{index}]",
+        code="unsupported_tool",
+    )
+
+
 def sse_text_frame(data: str, marker: str, *, last: bool = False) -> tuple[bytes, bytes] | None:
     """The SSE event ``data: {data}`` cut around the empty JSON string that ends ``marker``
     (its first occurrence, or its last with ``last``): the bytes before and after a text's JSON

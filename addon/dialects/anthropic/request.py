@@ -53,6 +53,7 @@ from typing import Any, Literal
 
 from addon.dialects.anthropic.blocks import decode_block
 from addon.dialects.anthropic.ids import from_anthropic, to_anthropic
+from addon.dialects.base import unsupported_tool
 from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
@@ -566,12 +567,7 @@ def _encode_tool(i: int, t: Tool | OpaqueTool) -> JSON:
     if isinstance(t, OpaqueTool):
         if t.origin == NAME:
             return t.data
-        raise ClientError(
-            f"tool '{t.name}' has type '{t.type}', which an Anthropic upstream cannot run; "
-            "remove it from the request",
-            param=f"tools[{i}]",
-            code="unsupported_tool",
-        )
+        raise unsupported_tool(t, i, "an Anthropic upstream")
     out: JSON = {"name": t.name}
     if t.description is not None:
         out["description"] = t.description

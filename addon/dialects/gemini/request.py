@@ -87,6 +87,7 @@ from addon.dialects.base import (
     Target,
     endpoint_base,
     split_path,
+    unsupported_tool,
 )
 from addon.model import (
     JSON,
@@ -928,12 +929,7 @@ class _Encoder:
         for i, t in enumerate(tools):
             if isinstance(t, OpaqueTool):
                 if not runs_tool(t):  # left out before (addon.transforms.tools.leave_out_tools)
-                    raise ClientError(
-                        f"tool '{t.name or t.type}' has type '{t.type}', which a Gemini "
-                        "upstream cannot run; remove it from the request",
-                        param=f"tools[{i}]",
-                        code="unsupported_tool",
-                    )
+                    raise unsupported_tool(t, i, "a Gemini upstream")
                 entries.append(t.data)
                 continue
             if not declarations:

@@ -73,11 +73,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from addon.dialects.base import Query, Target, endpoint_base, split_path
+from addon.dialects.base import Query, Target, endpoint_base, split_path, unsupported_tool
 from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
-    ClientError,
     Image,
     Message,
     Notes,
@@ -493,12 +492,7 @@ class _Encoder:
         for i, t in enumerate(self.req.tools or ()):
             if isinstance(t, OpaqueTool):
                 if t.origin != NAME:  # left out before (addon.transforms.tools.leave_out_tools)
-                    raise ClientError(
-                        f"tool '{t.name or t.type}' has type '{t.type}', which a Kiro upstream "
-                        "cannot run; remove it from the request",
-                        param=f"tools[{i}]",
-                        code="unsupported_tool",
-                    )
+                    raise unsupported_tool(t, i, "a Kiro upstream")
                 specs.append(t.data)
                 continue
             description = t.description

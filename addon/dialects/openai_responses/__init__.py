@@ -25,6 +25,8 @@ DIALECT = Dialect(
     # nothing to another dialect's upstream.
     own_headers=("x-codex-",),
     runs_tool=runs_tool,
+    # A reasoning item may follow the message (its encrypted_content alone, no summary).
+    late_signatures=True,
 )
 
 __all__ = ["DIALECT", "NAME"]

@@ -61,6 +61,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Literal, cast
 
+from addon.dialects.base import unsupported_tool
 from addon.model import (
     JSON,
     ClientError,
@@ -836,12 +837,7 @@ def _encode_tool(i: int, t: Tool | OpaqueTool, same: bool) -> JSON:
             return t.data
         if runs_tool(t):
             return _encode_tool(i, _custom_tool(i, t.data), same)
-        raise ClientError(
-            f"tool '{t.name}' has type '{t.type}', which a Responses upstream cannot run; "
-            "remove it from the request",
-            param=f"tools[{i}]",
-            code="unsupported_tool",
-        )
+        raise unsupported_tool(t, i, "a Responses upstream")
     rest = dict(t.extra.get(NAME, {}))
     if t.format is not None:
         out: JSON = {"type": "custom", "name": t.name}
