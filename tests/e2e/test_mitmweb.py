@@ -118,7 +118,7 @@ def web() -> Iterator[Web]:
             "web_port": port,
             "web_open_browser": False,
             "web_password": TOKEN,
-            # mitmproxy's default, as in the README's command: streamed bodies not stored.
+            # mitmproxy's default, as in docs/observability.md's command: streamed bodies not stored.
             "bridge_debug": True,
             "termlog_verbosity": "debug",
         }
