@@ -66,14 +66,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from types import SimpleNamespace
-from typing import Any, Protocol
+from typing import Protocol
 
-from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
+from addon.dialects.base import (
+    DecoderFastPath,
+    EncoderFastPath,
+    Framing,
+    StreamDecoder,
+    StreamEncoder,
+)
 from addon.jsonio import REFUSED, fast_loads, fast_strings
 from addon.model import Event, StreamError, TextDelta, ThinkingDelta
 from addon.stream.decompress import Decompressor
 from addon.stream.eventstream import EventStreamSplitter, Frame
+from addon.stream.fastpath import PASSES_TEXT, TextLane
 from addon.stream.foreign import not_a_stream
 from addon.stream.framing import JsonArraySplitter, JsonArrayWriter
 from addon.stream.sse import (
@@ -126,8 +132,17 @@ def _no_text_sink(quoted: bytes) -> None:
     pass
 
 
-_NO_KEEPER = SimpleNamespace(text_sink=_no_text_sink)
-"""No stage must see a plain text: nothing to record it in."""
+class _Nobody:
+    """No stage must see a plain text: nothing to record it in (a ``text_sink`` that takes
+    every text)."""
+
+    text_sink = staticmethod(_no_text_sink)
+
+    def take_text(self, text: str) -> bool:
+        return True
+
+
+_NOBODY: TextLane = _Nobody()
 
 
 def _framed_run(chunk: bytes, head: bytes, tail: bytes, bodies: list[bytes]) -> bool:
@@ -195,25 +210,13 @@ def _json_value(raw: bytes) -> object:
 
 class Stage(Protocol):
     """A step between decoder and encoder: unified events in, unified events out.
+    ``text_lane``: what it offers the text lane (``addon.stream.fastpath.TextLane``;
+    ``PASSES_TEXT`` when plain text passes it untouched), or None: it is fed every event."""
 
-    The text lane (optional, for speed: plain text is most of a stream): a stage whose
-    ``feed`` returns a plain ``TextDelta`` unchanged and records nothing says so with a true
-    ``passes_text``; one that may record it or change it has ``take_text(text) -> bool``: True
-    when it took the text as ``feed`` would and passes it on unchanged, False (nothing done)
-    when it must be fed the event. A stage with neither always gets the event.
-
-    With ``take_text``, optional: ``text_sink``, None or a function that takes a plain text as
-    its JSON string (printable ASCII without a backslash, quotes included) as ``take_text``
-    would (False: not taken, nothing done); it stays valid until the stage's next ``feed``,
-    ``take_text`` or ``finish``, which sets it anew. The text lane then does without
-    ``take_text``. A stage may keep it on another object, its ``keeper``."""
-
+    @property
+    def text_lane(self) -> TextLane | None: ...
     def feed(self, event: Event) -> list[Event]: ...
     def finish(self) -> list[Event]: ...
-
-
-class _FramedDecoder(Protocol):
-    text_frame: tuple[bytes, bytes] | None
 
 
 class StreamProcessor:
@@ -252,9 +255,11 @@ class StreamProcessor:
         self._events = EventDecoder()
         self._pending_raw = bytearray()  # raw lines of the SSE event being assembled
         self.same_dialect = same_dialect
-        skippable = getattr(decoder, "skippable", None)
+        fast = decoder.fast_path
         self._skippable: Callable[[str], bool] | None = (
-            skippable if raw_ok and same_dialect and framing_in == framing_out == "sse" else None
+            fast.skippable
+            if fast is not None and raw_ok and same_dialect and framing_in == framing_out == "sse"
+            else None
         )
         """``raw_ok``: no stage changes this stream's events (the plan says so); an event the
         decoder says nobody reads goes out as the upstream's bytes, undecoded."""
@@ -264,12 +269,12 @@ class StreamProcessor:
         encoder as one delta (default: for clients of another dialect only; a same-dialect
         client otherwise keeps the upstream's chunks one for one, whatever the reads)."""
         self._skip_run: Callable[[bytes], int] | None = (
-            getattr(decoder, "skippable_run", None) if self._skippable is not None else None
+            fast.skippable_run if fast is not None and self._skippable is not None else None
         )
         """A whole chunk of events nobody reads: how many (the decoder's ``skippable_run``)."""
         self._text_run: Callable[[bytes], tuple[str, int] | None] | None = (
-            getattr(decoder, "text_run", None)
-            if self._skippable is None and sse and self._coalesce
+            fast.text_run
+            if fast is not None and self._skippable is None and sse and self._coalesce
             else None
         )
         """A whole chunk of plain text events, read at once: their joined text and count (the
@@ -300,15 +305,14 @@ class StreamProcessor:
         """Binary framing only: the client's stream was ended with an error; later bytes are
         dropped (binary frames are never given to a client raw)."""
         self._writer = JsonArrayWriter() if framing_out == "json_array" else None
+        self._encoder_fast: EncoderFastPath | None = (
+            encoder.fast_path if self._writer is None else None
+        )
         self._text_sse: Callable[[str | None, bytes | None], bytes | None] | None = (
-            getattr(encoder, "text_sse", None) if self._writer is None else None
+            self._encoder_fast.text_sse if self._encoder_fast is not None else None
         )
         """The encoder's fast path for plain text (``StreamEncoder``), SSE framing only."""
-        self._lane_decoder: _FramedDecoder | None = (
-            decoder  # type: ignore[assignment]  # checked: it has a text_frame
-            if hasattr(decoder, "text_frame") and self._text_run is not None
-            else None
-        )
+        self._lane_decoder: DecoderFastPath | None = fast if self._text_run is not None else None
         """A decoder that knows the frame of its plain text events (``text_frame``) on a
         stream that reads plain text by runs (``_text_run``): a read of one such event, at an
         event boundary, skips the line and event decoders (``feed``)."""
@@ -486,7 +490,8 @@ class StreamProcessor:
         if not self._track:
             return timed if timing else general
         if self._skip_run is not None:
-            decoder: Any = self._decoder  # ``skippable_run``'s: it has a ``plain_frame``
+            decoder = self._decoder.fast_path
+            assert decoder is not None  # ``_skip_run`` is its ``skippable_run``
 
             def skip(chunk: bytes) -> list[bytes]:
                 nonlocal reads, events, size_in
@@ -533,25 +538,20 @@ class StreamProcessor:
         """The ``take_text`` of the first two stages that must see a plain text (the reasoning
         store's capture, a text protocol's parser), when there are no more than two."""
         few = lane is not None and len(lane) <= 2
-        keeper: Any = _NO_KEEPER
-        """Where the one stage that must see a plain text keeps its ``text_sink`` (``Stage``)."""
+        keeper: TextLane = _NOBODY
+        """The text lane of the one stage that must see a plain text: its ``text_sink``."""
         if lane and alone:
-            stage: Any = self._stages[lane[0][0]]
-            keeper = getattr(stage, "keeper", stage)
+            keeper = lane[0][2]
         write = self._text_sse or _no_text
-        encoder: Any = self._encoder  # its ``text_frame``
-        inline = (
-            alone
-            and hasattr(keeper, "text_sink")
-            and self._text_sse is not None
-            and hasattr(encoder, "text_frame")
-        )
+        encoder = self._encoder_fast  # its ``text_frame``
+        inline = alone and encoder is not None
         """A plain text may be taken without being decoded: given as its JSON string to the
         stage that must see it (``text_sink``) and to the encoder (into its ``text_frame``, or
         to ``text_sse`` without the text)."""
 
         def text(chunk: bytes) -> list[bytes]:
             nonlocal reads, events, size_in, size_out
+            data: bytes | None  # (an annotation only: no work per read)
             try:
                 started = -1
                 if timing:
@@ -589,6 +589,7 @@ class StreamProcessor:
                         ):
                             events += count
                             size_in += len(chunk)
+                            assert encoder is not None  # ``inline``
                             written = encoder.text_frame
                             try:
                                 if written is not None:
@@ -767,7 +768,7 @@ class StreamProcessor:
         lane = self._lane
         if lane is None:
             return self._out(self._through([TextDelta(text)]))
-        for at, take in lane[taken:]:
+        for at, take, _ in lane[taken:]:
             if not take(text):
                 # This stage must see the event: it and the ones after it are fed it (the
                 # ones before took the text and passed it on as it was).
@@ -1096,15 +1097,18 @@ def _plain(event: TextDelta | ThinkingDelta) -> bool:
     return not event.extra and getattr(event, "signature", None) is None
 
 
-def _text_lane(stages: Sequence[Stage]) -> tuple[tuple[int, Callable[[str], bool]], ...] | None:
-    lane: list[tuple[int, Callable[[str], bool]]] = []
+def _text_lane(
+    stages: Sequence[Stage],
+) -> tuple[tuple[int, Callable[[str], bool], TextLane], ...] | None:
+    """(stage index, ``take_text``, lane) of each stage a plain text delta must be shown to, or
+    None: some stage must be fed every event."""
+    lane: list[tuple[int, Callable[[str], bool], TextLane]] = []
     for i, stage in enumerate(stages):
-        if getattr(stage, "passes_text", False):
-            continue
-        take = getattr(stage, "take_text", None)
-        if take is None:
+        offer = stage.text_lane
+        if offer is None:
             return None
-        lane.append((i, take))
+        if offer is not PASSES_TEXT:
+            lane.append((i, offer.take_text, offer))
     return tuple(lane)
 
 

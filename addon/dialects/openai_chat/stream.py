@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from addon.dialects.base import sse_text_frame
+from addon.dialects.base import DecoderFastPath, EncoderFastPath, sse_text_frame
 from addon.jsonio import REFUSED, dumpb, dumps, fast_strings, loads
 from addon.model import (
     JSON,
@@ -57,6 +57,11 @@ _CONTROL = bytes(range(32))
 
 
 class OpenAIChatStreamDecoder:
+    @property
+    def fast_path(self) -> DecoderFastPath:
+        """Its own frames, ``skippable`` and runs (``DecoderFastPath``)."""
+        return self
+
     def __init__(self) -> None:
         self._started = False
         self._envelope: JSON = {}
@@ -399,6 +404,11 @@ def _with_extra(event: Event, extra: JSON) -> Event:
 
 class OpenAIChatStreamEncoder:
     """Unified events → ``chat.completion.chunk`` payloads (and the final ``[DONE]``)."""
+
+    @property
+    def fast_path(self) -> EncoderFastPath:
+        """Its own ``text_sse`` and ``text_frame`` (``EncoderFastPath``)."""
+        return self
 
     def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
         self._defaults = defaults
