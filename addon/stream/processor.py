@@ -38,6 +38,9 @@ delta; text that arrived together reaches the client together, in fewer events. 
 same-dialect client without ``coalesce`` keeps the upstream's chunks one for one, whatever
 the reads.
 
+``fast=False`` turns the lanes off (``addon.stream.fastpath``): every read goes the general
+way, to the same bytes, counts and records (``tests/unit/test_fast_path_equivalence.py``).
+
 A stream the upstream cut (no finish, no ``[DONE]`` / ``message_stop``) is reported by the
 decoders as a ``StreamError`` of type ``upstream_cut``; the encoders then end the client's
 stream the way its dialect shows a failure, never with a made-up clean ending.
@@ -238,6 +241,7 @@ class StreamProcessor:
         status: int | None = None,
         content_type: str | None = None,
         redact: Callable[[str], str] | None = None,
+        fast: bool = True,
     ) -> None:
         if framing_in not in ("sse", "json_array", "aws_eventstream") or framing_out not in (
             "sse",
@@ -255,10 +259,13 @@ class StreamProcessor:
         self._events = EventDecoder()
         self._pending_raw = bytearray()  # raw lines of the SSE event being assembled
         self.same_dialect = same_dialect
-        fast = decoder.fast_path
+        self.fast = fast
+        """The fast path's lanes are taken (``addon.stream.fastpath``); False: every read goes
+        the general way, to the same bytes (the equivalence tests run recordings both ways)."""
+        offer = decoder.fast_path
         self._skippable: Callable[[str], bool] | None = (
-            fast.skippable
-            if fast is not None and raw_ok and same_dialect and framing_in == framing_out == "sse"
+            offer.skippable
+            if offer is not None and raw_ok and same_dialect and framing_in == framing_out == "sse"
             else None
         )
         """``raw_ok``: no stage changes this stream's events (the plan says so); an event the
@@ -269,17 +276,19 @@ class StreamProcessor:
         encoder as one delta (default: for clients of another dialect only; a same-dialect
         client otherwise keeps the upstream's chunks one for one, whatever the reads)."""
         self._skip_run: Callable[[bytes], int] | None = (
-            fast.skippable_run if fast is not None and self._skippable is not None else None
+            offer.skippable_run
+            if fast and offer is not None and self._skippable is not None
+            else None
         )
         """A whole chunk of events nobody reads: how many (the decoder's ``skippable_run``)."""
         self._text_run: Callable[[bytes], tuple[str, int] | None] | None = (
-            fast.text_run
-            if fast is not None and self._skippable is None and sse and self._coalesce
+            offer.text_run
+            if fast and offer is not None and self._skippable is None and sse and self._coalesce
             else None
         )
         """A whole chunk of plain text events, read at once: their joined text and count (the
         decoder's ``text_run``); it goes through the stages and the encoder as one delta."""
-        self._lane = _text_lane(self._stages)
+        self._lane = _text_lane(self._stages) if fast else None
         """(stage index, ``take_text``) of each stage a plain text delta must be shown to, or
         None: some stage must be fed every event (see ``Stage``)."""
         self._skipped_decoding = 0
@@ -306,13 +315,13 @@ class StreamProcessor:
         dropped (binary frames are never given to a client raw)."""
         self._writer = JsonArrayWriter() if framing_out == "json_array" else None
         self._encoder_fast: EncoderFastPath | None = (
-            encoder.fast_path if self._writer is None else None
+            encoder.fast_path if fast and self._writer is None else None
         )
         self._text_sse: Callable[[str | None, bytes | None], bytes | None] | None = (
             self._encoder_fast.text_sse if self._encoder_fast is not None else None
         )
         """The encoder's fast path for plain text (``StreamEncoder``), SSE framing only."""
-        self._lane_decoder: DecoderFastPath | None = fast if self._text_run is not None else None
+        self._lane_decoder: DecoderFastPath | None = offer if self._text_run is not None else None
         """A decoder that knows the frame of its plain text events (``text_frame``) on a
         stream that reads plain text by runs (``_text_run``): a read of one such event, at an
         event boundary, skips the line and event decoders (``feed``)."""
