@@ -67,7 +67,6 @@ bad CRC, a cut frame or a failure of ours ends the client's stream with an error
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
@@ -78,7 +77,8 @@ from addon.dialects.base import (
     StreamDecoder,
     StreamEncoder,
 )
-from addon.jsonio import REFUSED, fast_loads, fast_strings
+from addon.dialects.framed import PLAIN_ASCII, UNQUOTED, framed_texts, unquoted_run
+from addon.jsonio import REFUSED, fast_loads
 from addon.model import Event, StreamError, TextDelta, ThinkingDelta
 from addon.stream.decompress import Decompressor
 from addon.stream.eventstream import EventStreamSplitter, Frame
@@ -100,17 +100,6 @@ MAX_EVENT_BYTES = 16 * 1024 * 1024
 """Default bound of one line, one event's data, one JSON-array item, a non-stream body."""
 
 NOT_A_STREAM = "the upstream's body is not an event stream"
-
-_UNQUOTED = re.compile(rb'[^"\x00-\x1f]*(?<!\\)').fullmatch
-"""Between a frame's ends: no quote, no control character, no backslash last (it would
-escape the closing quote) (``reader``)…"""
-_PLAIN_ASCII = re.compile(rb"[ !#-\[\]-~]*").fullmatch
-"""…and printable ASCII without a quote or a backslash: a JSON string's content that is its
-text, written as ``dumpb`` writes it."""
-_CONTROL = bytes(range(32))
-_NOT_PLAIN = _CONTROL + b'"\\\x7f'
-"""What a plain text's bytes hold none of, bar what is not ASCII (``_PLAIN_ASCII``)."""
-_BACKSLASH = ord("\\")
 
 
 TIMED_READS = 64
@@ -146,61 +135,6 @@ class _Nobody:
 
 
 _NOBODY: TextLane = _Nobody()
-
-
-def _framed_run(chunk: bytes, head: bytes, tail: bytes, bodies: list[bytes]) -> bool:
-    """Whether ``chunk`` is events of one frame and nothing else: ``head``, a body without a
-    quote and not ending in a backslash, ``tail``, again and again. The bodies go to
-    ``bodies`` (their other bytes are for the caller to check). The frame's ends are a JSON
-    string's quotes: each body ends at the first quote after its start (``find``: memchr), and
-    the next one starts a frame's tail and head further on; the chunk is then compared with
-    the frames written around the bodies found (one ``memcmp``)."""
-    size, start = len(chunk), len(head)
-    step = len(tail) + start
-    find, add = chunk.find, bodies.append
-    pos = start
-    for _ in range(size):  # each event takes at least one byte: bounded
-        end = find(b'"', pos)
-        if end < 0 or chunk[end - 1] == _BACKSLASH:
-            return False
-        add(chunk[pos:end])
-        pos = end + step
-        if pos >= size:
-            break
-    return pos == size + start and chunk == head + (tail + head).join(bodies) + tail
-
-
-def _unquoted_run(chunk: bytes, head: bytes, tail: bytes) -> int:
-    """How many events ``chunk`` holds when it is events of one frame whose bodies
-    ``_UNQUOTED`` takes (``_framed_run``), else 0."""
-    bodies: list[bytes] = []
-    if _framed_run(chunk, head, tail, bodies):
-        joined = b"".join(bodies)
-        if len(joined.translate(None, _CONTROL)) == len(joined):  # none in any body
-            return len(bodies)
-    return 0
-
-
-def _framed_texts(chunk: bytes, head: bytes, tail: bytes) -> tuple[int, bytes | None, object]:
-    """``_framed_run`` for the text lane: how many events, and their text as one delta — as
-    one plain JSON string (printable ASCII without a backslash: its bytes are the text) or
-    decoded (anything else: each body read as a JSON string of its own, as event by event,
-    then joined). ``(0, None, None)``: not such a read, or a body that is not a JSON string's
-    content."""
-    bodies: list[bytes] = []
-    if not _framed_run(chunk, head, tail, bodies):
-        return 0, None, None
-    n = len(bodies)
-    joined = b"".join(bodies)
-    if joined.isascii() and len(joined.translate(None, _NOT_PLAIN)) == len(joined):
-        return n, b'"' + joined + b'"', None  # as _PLAIN_ASCII would say, in fewer passes
-    try:
-        # Bodies hold no quote and end in no backslash (``_framed_run``): n strings exactly
-        # when each is a JSON string's content (the count checked all the same).
-        texts = fast_strings(b'["' + b'","'.join(bodies) + b'"]')
-    except REFUSED:
-        return 0, None, None
-    return (n, None, "".join(texts)) if len(texts) == n else (0, None, None)
 
 
 def _json_value(raw: bytes) -> object:
@@ -451,10 +385,10 @@ class StreamProcessor:
         which refuses anything but one JSON string.
 
         A read of several whole events shaped so (a bursty upstream; a proxy that fell behind
-        reads what piled up) is taken too, event by event (``_framed_run``): on the skip lane
+        reads what piled up) is taken too, event by event (``framed_run``): on the skip lane
         it passes as its bytes; on the text lane their text is one delta (as ``_text_run``
         makes it on the general way), its JSON string the bodies joined when every one is
-        plain, else read as one JSON array of the bodies (``_framed_texts``).
+        plain, else read as one JSON array of the bodies (``framed_texts``).
 
         Per read, the proxy runs this function and nothing else of ours: on a busy proxy each
         Python call and attribute more costs several times what it does in a loop (the CPU's
@@ -516,10 +450,10 @@ class StreamProcessor:
                         n = len(chunk)
                         end = n - len(tail)
                         if end >= start and chunk.startswith(head) and chunk.endswith(tail):
-                            if _UNQUOTED(chunk, start, end) is not None:
+                            if UNQUOTED(chunk, start, end) is not None:
                                 k = 1
                             else:  # several events in one read (a burst, or a busy proxy)
-                                k = _unquoted_run(chunk, head, tail)
+                                k = unquoted_run(chunk, head, tail)
                         else:
                             k = 0
                         if k:
@@ -577,11 +511,11 @@ class StreamProcessor:
                         one = chunk[start - 1 : end + 1]  # the text's JSON string
                         string: bytes | None = one
                         value: object = None
-                        if _PLAIN_ASCII(chunk, start, end) is None:
+                        if PLAIN_ASCII(chunk, start, end) is None:
                             if (
                                 (q := chunk.find(b'"', start)) != end
                                 and chunk.startswith(tail, q)
-                                and (run := _framed_texts(chunk, head, tail))[0]
+                                and (run := framed_texts(chunk, head, tail))[0]
                             ):  # several events in one read (a burst, a busy proxy): one delta
                                 count, string, value = run
                             else:  # one event whose text is not plain

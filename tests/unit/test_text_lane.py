@@ -609,28 +609,28 @@ _HEAD, _TAIL = _CHUNK.split(b"%s")[0] + b'"', b'"' + _CHUNK.split(b"%s")[1]
 def test_a_read_is_taken_as_framed_events_only_when_it_is_exactly_that(
     bodies: list[bytes], cut: int
 ) -> None:
-    """``_framed_run`` says yes only for bytes that are the frame around each body it found,
+    """``framed_run`` says yes only for bytes that are the frame around each body it found,
     each body without a quote and not ending in a backslash; and it finds the bodies of every
     read made that way."""
-    from addon.stream.processor import _framed_run
+    from addon.dialects.framed import framed_run
 
     chunk = b"".join(_HEAD + b + _TAIL for b in bodies)
     chunk = chunk[: len(chunk) - cut]
     found: list[bytes] = []
-    if _framed_run(chunk, _HEAD, _TAIL, found):
+    if framed_run(chunk, _HEAD, _TAIL, found):
         assert chunk == _HEAD + (_TAIL + _HEAD).join(found) + _TAIL
         assert all(b'"' not in b and not b.endswith(b"\\") for b in found)
     if not cut and all(b'"' not in b and not b.endswith(b"\\") for b in bodies):
         found = []
-        assert _framed_run(chunk, _HEAD, _TAIL, found) and found == bodies
+        assert framed_run(chunk, _HEAD, _TAIL, found) and found == bodies
 
 
 def test_the_plain_text_check_of_several_events_is_the_regular_expressions() -> None:
     """Several events' text is checked for being plain by bytes methods, one event's by a
     regular expression: they say the same of every byte."""
-    from addon.stream.processor import _NOT_PLAIN, _PLAIN_ASCII
+    from addon.dialects.framed import _NOT_PLAIN, PLAIN_ASCII
 
     for b in range(256):
         one = bytes([b])
         by_methods = one.isascii() and len(one.translate(None, _NOT_PLAIN)) == 1
-        assert by_methods == (_PLAIN_ASCII(one) is not None), b
+        assert by_methods == (PLAIN_ASCII(one) is not None), b
