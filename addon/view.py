@@ -154,6 +154,9 @@ def _safe(text: str) -> str:
 class _Recorder:
     """A stream encoder that keeps the events it is given and writes nothing."""
 
+    fast_path: None = None
+    """Nothing for the fast path (``StreamEncoder``)."""
+
     def __init__(self) -> None:
         self.events: list[Event] = []
 

@@ -25,35 +25,68 @@ from addon.model import (
 )
 
 
+class DecoderFastPath(Protocol):
+    """What a stream decoder offers the fast path (``addon.stream.fastpath``), for speed: plain
+    text is most of a stream.
+
+    ``text_frame``: the bytes of a whole SSE event before and after a JSON string (its quotes
+    included) such that an event of exactly that shape is a plain text chunk holding that
+    string's text and nothing else (None while no such frame is known). ``plain_frame``: the
+    same while such an event is also ``skippable`` (None otherwise)."""
+
+    @property
+    def text_frame(self) -> tuple[bytes, bytes] | None: ...
+    @property
+    def plain_frame(self) -> tuple[bytes, bytes] | None: ...
+    def skippable(self, data: str) -> bool:
+        """Whether nobody but an encoder of this dialect would read this event's data."""
+        ...
+
+    def text_run(self, chunk: bytes) -> tuple[str, int] | None:
+        """Whole events that are all plain text: their text joined and how many; else None."""
+        ...
+
+    def skippable_run(self, chunk: bytes) -> int:
+        """How many events ``chunk`` holds when every one is ``skippable``, else 0."""
+        ...
+
+
 class StreamDecoder(Protocol):
-    """One upstream SSE event in, unified events out.
+    """One upstream SSE event in, unified events out; ``fast_path``: what it offers the fast
+    path, or None."""
 
-    Optional, for speed (``StreamProcessor``): ``text_frame``, the bytes of a whole SSE event
-    before and after a JSON string (its quotes included) such that an event of exactly that
-    shape is a plain text chunk holding that string's text and nothing else (None while no
-    such frame is known); ``text_run(chunk)`` and ``skippable_run(chunk)`` for reads of many
-    events."""
-
+    @property
+    def fast_path(self) -> DecoderFastPath | None: ...
     def feed(self, data: str, event: str | None) -> list[Event]: ...
     def finish(self) -> list[Event]: ...
 
 
+class EncoderFastPath(Protocol):
+    """What a stream encoder offers the fast path, for speed.
+
+    ``text_sse(text, quoted=None) -> bytes | None`` gives the SSE bytes that ``feed`` of a
+    plain ``TextDelta(text)`` (``text`` not empty) would give, with the same change of state,
+    when that is a fast path (a text block already open); None, with nothing done, when it is
+    not. ``quoted``, when given, is ``dumpb(text)``: the JSON string the caller had already
+    (the upstream's, read as it was), written as it is; with a plain text (printable ASCII
+    without a backslash) ``text`` may be None, the encoder reading it from ``quoted``.
+
+    ``text_frame``: the bytes ``text_sse`` last wrote before and after a text's JSON string,
+    for as long as the next plain text would get the same frame and change nothing else (None
+    from a ``feed`` or ``finish`` that may change that): the caller may then write ``head +
+    quoted + tail`` itself."""
+
+    @property
+    def text_frame(self) -> tuple[bytes, bytes] | None: ...
+    def text_sse(self, text: str | None, quoted: bytes | None = None) -> bytes | None: ...
+
+
 class StreamEncoder(Protocol):
     """Unified events in, ``(event name, data)`` pairs out; ``finish`` is idempotent.
+    ``fast_path``: what it offers the fast path, or None."""
 
-    Optional, for speed: ``text_sse(text, quoted=None) -> bytes | None`` gives the SSE bytes
-    that ``feed`` of a plain ``TextDelta(text)`` (``text`` not empty) would give, with the same
-    change of state, when that is a fast path (a text block already open); None, with nothing
-    done, when it is not. ``quoted``, when given, is ``dumpb(text)``: the JSON string the
-    caller had already (the upstream's, read as it was), written as it is; with a plain text
-    (printable ASCII without a backslash) ``text`` may be None, the encoder reading it from
-    ``quoted`` if it needs it.
-
-    Optional with it: ``text_frame: tuple[bytes, bytes] | None``, the bytes ``text_sse`` last
-    wrote before and after a text's JSON string, for as long as the next plain text would get
-    the same frame and change nothing else (None from a ``feed`` or ``finish`` that may change
-    that): the caller may then write ``head + quoted + tail`` itself."""
-
+    @property
+    def fast_path(self) -> EncoderFastPath | None: ...
     def feed(self, event: Event) -> list[tuple[str | None, str]]: ...
     def finish(self) -> list[tuple[str | None, str]]: ...
 

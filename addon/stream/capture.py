@@ -57,6 +57,7 @@ from addon.model import (
     ToolCall,
     ToolCallStart,
 )
+from addon.stream.fastpath import TextLane
 from addon.transforms.restore import (
     GEMINI_UPSTREAMS,
     KEY_LENGTH,
@@ -426,7 +427,9 @@ class CaptureStage:
         """Why recording stopped (the stream itself is never touched)."""
         self.text_sink: Callable[[bytes], None] | None = None
         """While text follows text: where the next plain text goes, as its JSON string
-        (``Stage``): the turn's ``TextKey.plain``."""
+        (``TextLane``): the turn's ``TextKey.plain``."""
+        self.text_lane: TextLane | None = self
+        """Its own ``take_text`` and ``text_sink``."""
 
     def feed(self, event: Event) -> list[Event]:
         self.text_sink = None

@@ -39,6 +39,7 @@ from addon.model import (
     ToolCallEnd,
     ToolCallStart,
 )
+from addon.stream.fastpath import PASSES_TEXT, TextLane
 from addon.transforms.custom_tools import unwrap_custom_input
 
 
@@ -49,7 +50,7 @@ class _Held:
 
 
 class CustomToolStage:
-    passes_text = True
+    text_lane: TextLane | None = PASSES_TEXT
     """Only calls are held: a plain text delta passes as it came."""
 
     def __init__(self, names: frozenset[str]) -> None:

@@ -68,6 +68,9 @@ def _nothing() -> None:
 
 
 class LoopGuardStage:
+    text_lane: None = None
+    """Every event is the guard's to see (``Stage``)."""
+
     def __init__(self, verdict: LoopVerdict, on_replace: Callable[[], None] = _nothing) -> None:
         self.verdict = verdict
         self.on_replace = on_replace

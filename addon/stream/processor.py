@@ -38,6 +38,9 @@ delta; text that arrived together reaches the client together, in fewer events. 
 same-dialect client without ``coalesce`` keeps the upstream's chunks one for one, whatever
 the reads.
 
+``fast=False`` turns the lanes off (``addon.stream.fastpath``): every read goes the general
+way, to the same bytes, counts and records (``tests/unit/test_fast_path_equivalence.py``).
+
 A stream the upstream cut (no finish, no ``[DONE]`` / ``message_stop``) is reported by the
 decoders as a ``StreamError`` of type ``upstream_cut``; the encoders then end the client's
 stream the way its dialect shows a failure, never with a made-up clean ending.
@@ -64,16 +67,22 @@ bad CRC, a cut frame or a failure of ours ends the client's stream with an error
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
-from types import SimpleNamespace
-from typing import Any, Protocol
+from typing import Protocol
 
-from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
-from addon.jsonio import REFUSED, fast_loads, fast_strings
+from addon.dialects.base import (
+    DecoderFastPath,
+    EncoderFastPath,
+    Framing,
+    StreamDecoder,
+    StreamEncoder,
+)
+from addon.dialects.framed import PLAIN_ASCII, UNQUOTED, framed_texts, unquoted_run
+from addon.jsonio import REFUSED, fast_loads
 from addon.model import Event, StreamError, TextDelta, ThinkingDelta
 from addon.stream.decompress import Decompressor
 from addon.stream.eventstream import EventStreamSplitter, Frame
+from addon.stream.fastpath import PASSES_TEXT, TextLane
 from addon.stream.foreign import not_a_stream
 from addon.stream.framing import JsonArraySplitter, JsonArrayWriter
 from addon.stream.sse import (
@@ -91,17 +100,6 @@ MAX_EVENT_BYTES = 16 * 1024 * 1024
 """Default bound of one line, one event's data, one JSON-array item, a non-stream body."""
 
 NOT_A_STREAM = "the upstream's body is not an event stream"
-
-_UNQUOTED = re.compile(rb'[^"\x00-\x1f]*(?<!\\)').fullmatch
-"""Between a frame's ends: no quote, no control character, no backslash last (it would
-escape the closing quote) (``reader``)…"""
-_PLAIN_ASCII = re.compile(rb"[ !#-\[\]-~]*").fullmatch
-"""…and printable ASCII without a quote or a backslash: a JSON string's content that is its
-text, written as ``dumpb`` writes it."""
-_CONTROL = bytes(range(32))
-_NOT_PLAIN = _CONTROL + b'"\\\x7f'
-"""What a plain text's bytes hold none of, bar what is not ASCII (``_PLAIN_ASCII``)."""
-_BACKSLASH = ord("\\")
 
 
 TIMED_READS = 64
@@ -126,63 +124,17 @@ def _no_text_sink(quoted: bytes) -> None:
     pass
 
 
-_NO_KEEPER = SimpleNamespace(text_sink=_no_text_sink)
-"""No stage must see a plain text: nothing to record it in."""
+class _Nobody:
+    """No stage must see a plain text: nothing to record it in (a ``text_sink`` that takes
+    every text)."""
+
+    text_sink = staticmethod(_no_text_sink)
+
+    def take_text(self, text: str) -> bool:
+        return True
 
 
-def _framed_run(chunk: bytes, head: bytes, tail: bytes, bodies: list[bytes]) -> bool:
-    """Whether ``chunk`` is events of one frame and nothing else: ``head``, a body without a
-    quote and not ending in a backslash, ``tail``, again and again. The bodies go to
-    ``bodies`` (their other bytes are for the caller to check). The frame's ends are a JSON
-    string's quotes: each body ends at the first quote after its start (``find``: memchr), and
-    the next one starts a frame's tail and head further on; the chunk is then compared with
-    the frames written around the bodies found (one ``memcmp``)."""
-    size, start = len(chunk), len(head)
-    step = len(tail) + start
-    find, add = chunk.find, bodies.append
-    pos = start
-    for _ in range(size):  # each event takes at least one byte: bounded
-        end = find(b'"', pos)
-        if end < 0 or chunk[end - 1] == _BACKSLASH:
-            return False
-        add(chunk[pos:end])
-        pos = end + step
-        if pos >= size:
-            break
-    return pos == size + start and chunk == head + (tail + head).join(bodies) + tail
-
-
-def _unquoted_run(chunk: bytes, head: bytes, tail: bytes) -> int:
-    """How many events ``chunk`` holds when it is events of one frame whose bodies
-    ``_UNQUOTED`` takes (``_framed_run``), else 0."""
-    bodies: list[bytes] = []
-    if _framed_run(chunk, head, tail, bodies):
-        joined = b"".join(bodies)
-        if len(joined.translate(None, _CONTROL)) == len(joined):  # none in any body
-            return len(bodies)
-    return 0
-
-
-def _framed_texts(chunk: bytes, head: bytes, tail: bytes) -> tuple[int, bytes | None, object]:
-    """``_framed_run`` for the text lane: how many events, and their text as one delta — as
-    one plain JSON string (printable ASCII without a backslash: its bytes are the text) or
-    decoded (anything else: each body read as a JSON string of its own, as event by event,
-    then joined). ``(0, None, None)``: not such a read, or a body that is not a JSON string's
-    content."""
-    bodies: list[bytes] = []
-    if not _framed_run(chunk, head, tail, bodies):
-        return 0, None, None
-    n = len(bodies)
-    joined = b"".join(bodies)
-    if joined.isascii() and len(joined.translate(None, _NOT_PLAIN)) == len(joined):
-        return n, b'"' + joined + b'"', None  # as _PLAIN_ASCII would say, in fewer passes
-    try:
-        # Bodies hold no quote and end in no backslash (``_framed_run``): n strings exactly
-        # when each is a JSON string's content (the count checked all the same).
-        texts = fast_strings(b'["' + b'","'.join(bodies) + b'"]')
-    except REFUSED:
-        return 0, None, None
-    return (n, None, "".join(texts)) if len(texts) == n else (0, None, None)
+_NOBODY: TextLane = _Nobody()
 
 
 def _json_value(raw: bytes) -> object:
@@ -195,25 +147,13 @@ def _json_value(raw: bytes) -> object:
 
 class Stage(Protocol):
     """A step between decoder and encoder: unified events in, unified events out.
+    ``text_lane``: what it offers the text lane (``addon.stream.fastpath.TextLane``;
+    ``PASSES_TEXT`` when plain text passes it untouched), or None: it is fed every event."""
 
-    The text lane (optional, for speed: plain text is most of a stream): a stage whose
-    ``feed`` returns a plain ``TextDelta`` unchanged and records nothing says so with a true
-    ``passes_text``; one that may record it or change it has ``take_text(text) -> bool``: True
-    when it took the text as ``feed`` would and passes it on unchanged, False (nothing done)
-    when it must be fed the event. A stage with neither always gets the event.
-
-    With ``take_text``, optional: ``text_sink``, None or a function that takes a plain text as
-    its JSON string (printable ASCII without a backslash, quotes included) as ``take_text``
-    would (False: not taken, nothing done); it stays valid until the stage's next ``feed``,
-    ``take_text`` or ``finish``, which sets it anew. The text lane then does without
-    ``take_text``. A stage may keep it on another object, its ``keeper``."""
-
+    @property
+    def text_lane(self) -> TextLane | None: ...
     def feed(self, event: Event) -> list[Event]: ...
     def finish(self) -> list[Event]: ...
-
-
-class _FramedDecoder(Protocol):
-    text_frame: tuple[bytes, bytes] | None
 
 
 class StreamProcessor:
@@ -235,6 +175,7 @@ class StreamProcessor:
         status: int | None = None,
         content_type: str | None = None,
         redact: Callable[[str], str] | None = None,
+        fast: bool = True,
     ) -> None:
         if framing_in not in ("sse", "json_array", "aws_eventstream") or framing_out not in (
             "sse",
@@ -252,9 +193,14 @@ class StreamProcessor:
         self._events = EventDecoder()
         self._pending_raw = bytearray()  # raw lines of the SSE event being assembled
         self.same_dialect = same_dialect
-        skippable = getattr(decoder, "skippable", None)
+        self.fast = fast
+        """The fast path's lanes are taken (``addon.stream.fastpath``); False: every read goes
+        the general way, to the same bytes (the equivalence tests run recordings both ways)."""
+        offer = decoder.fast_path
         self._skippable: Callable[[str], bool] | None = (
-            skippable if raw_ok and same_dialect and framing_in == framing_out == "sse" else None
+            offer.skippable
+            if offer is not None and raw_ok and same_dialect and framing_in == framing_out == "sse"
+            else None
         )
         """``raw_ok``: no stage changes this stream's events (the plan says so); an event the
         decoder says nobody reads goes out as the upstream's bytes, undecoded."""
@@ -264,17 +210,19 @@ class StreamProcessor:
         encoder as one delta (default: for clients of another dialect only; a same-dialect
         client otherwise keeps the upstream's chunks one for one, whatever the reads)."""
         self._skip_run: Callable[[bytes], int] | None = (
-            getattr(decoder, "skippable_run", None) if self._skippable is not None else None
+            offer.skippable_run
+            if fast and offer is not None and self._skippable is not None
+            else None
         )
         """A whole chunk of events nobody reads: how many (the decoder's ``skippable_run``)."""
         self._text_run: Callable[[bytes], tuple[str, int] | None] | None = (
-            getattr(decoder, "text_run", None)
-            if self._skippable is None and sse and self._coalesce
+            offer.text_run
+            if fast and offer is not None and self._skippable is None and sse and self._coalesce
             else None
         )
         """A whole chunk of plain text events, read at once: their joined text and count (the
         decoder's ``text_run``); it goes through the stages and the encoder as one delta."""
-        self._lane = _text_lane(self._stages)
+        self._lane = _text_lane(self._stages) if fast else None
         """(stage index, ``take_text``) of each stage a plain text delta must be shown to, or
         None: some stage must be fed every event (see ``Stage``)."""
         self._skipped_decoding = 0
@@ -300,15 +248,14 @@ class StreamProcessor:
         """Binary framing only: the client's stream was ended with an error; later bytes are
         dropped (binary frames are never given to a client raw)."""
         self._writer = JsonArrayWriter() if framing_out == "json_array" else None
+        self._encoder_fast: EncoderFastPath | None = (
+            encoder.fast_path if fast and self._writer is None else None
+        )
         self._text_sse: Callable[[str | None, bytes | None], bytes | None] | None = (
-            getattr(encoder, "text_sse", None) if self._writer is None else None
+            self._encoder_fast.text_sse if self._encoder_fast is not None else None
         )
         """The encoder's fast path for plain text (``StreamEncoder``), SSE framing only."""
-        self._lane_decoder: _FramedDecoder | None = (
-            decoder  # type: ignore[assignment]  # checked: it has a text_frame
-            if hasattr(decoder, "text_frame") and self._text_run is not None
-            else None
-        )
+        self._lane_decoder: DecoderFastPath | None = offer if self._text_run is not None else None
         """A decoder that knows the frame of its plain text events (``text_frame``) on a
         stream that reads plain text by runs (``_text_run``): a read of one such event, at an
         event boundary, skips the line and event decoders (``feed``)."""
@@ -438,10 +385,10 @@ class StreamProcessor:
         which refuses anything but one JSON string.
 
         A read of several whole events shaped so (a bursty upstream; a proxy that fell behind
-        reads what piled up) is taken too, event by event (``_framed_run``): on the skip lane
+        reads what piled up) is taken too, event by event (``framed_run``): on the skip lane
         it passes as its bytes; on the text lane their text is one delta (as ``_text_run``
         makes it on the general way), its JSON string the bodies joined when every one is
-        plain, else read as one JSON array of the bodies (``_framed_texts``).
+        plain, else read as one JSON array of the bodies (``framed_texts``).
 
         Per read, the proxy runs this function and nothing else of ours: on a busy proxy each
         Python call and attribute more costs several times what it does in a loop (the CPU's
@@ -486,7 +433,8 @@ class StreamProcessor:
         if not self._track:
             return timed if timing else general
         if self._skip_run is not None:
-            decoder: Any = self._decoder  # ``skippable_run``'s: it has a ``plain_frame``
+            decoder = self._decoder.fast_path
+            assert decoder is not None  # ``_skip_run`` is its ``skippable_run``
 
             def skip(chunk: bytes) -> list[bytes]:
                 nonlocal reads, events, size_in
@@ -502,10 +450,10 @@ class StreamProcessor:
                         n = len(chunk)
                         end = n - len(tail)
                         if end >= start and chunk.startswith(head) and chunk.endswith(tail):
-                            if _UNQUOTED(chunk, start, end) is not None:
+                            if UNQUOTED(chunk, start, end) is not None:
                                 k = 1
                             else:  # several events in one read (a burst, or a busy proxy)
-                                k = _unquoted_run(chunk, head, tail)
+                                k = unquoted_run(chunk, head, tail)
                         else:
                             k = 0
                         if k:
@@ -533,25 +481,20 @@ class StreamProcessor:
         """The ``take_text`` of the first two stages that must see a plain text (the reasoning
         store's capture, a text protocol's parser), when there are no more than two."""
         few = lane is not None and len(lane) <= 2
-        keeper: Any = _NO_KEEPER
-        """Where the one stage that must see a plain text keeps its ``text_sink`` (``Stage``)."""
+        keeper: TextLane = _NOBODY
+        """The text lane of the one stage that must see a plain text: its ``text_sink``."""
         if lane and alone:
-            stage: Any = self._stages[lane[0][0]]
-            keeper = getattr(stage, "keeper", stage)
+            keeper = lane[0][2]
         write = self._text_sse or _no_text
-        encoder: Any = self._encoder  # its ``text_frame``
-        inline = (
-            alone
-            and hasattr(keeper, "text_sink")
-            and self._text_sse is not None
-            and hasattr(encoder, "text_frame")
-        )
+        encoder = self._encoder_fast  # its ``text_frame``
+        inline = alone and encoder is not None
         """A plain text may be taken without being decoded: given as its JSON string to the
         stage that must see it (``text_sink``) and to the encoder (into its ``text_frame``, or
         to ``text_sse`` without the text)."""
 
         def text(chunk: bytes) -> list[bytes]:
             nonlocal reads, events, size_in, size_out
+            data: bytes | None  # (an annotation only: no work per read)
             try:
                 started = -1
                 if timing:
@@ -568,11 +511,11 @@ class StreamProcessor:
                         one = chunk[start - 1 : end + 1]  # the text's JSON string
                         string: bytes | None = one
                         value: object = None
-                        if _PLAIN_ASCII(chunk, start, end) is None:
+                        if PLAIN_ASCII(chunk, start, end) is None:
                             if (
                                 (q := chunk.find(b'"', start)) != end
                                 and chunk.startswith(tail, q)
-                                and (run := _framed_texts(chunk, head, tail))[0]
+                                and (run := framed_texts(chunk, head, tail))[0]
                             ):  # several events in one read (a burst, a busy proxy): one delta
                                 count, string, value = run
                             else:  # one event whose text is not plain
@@ -589,6 +532,7 @@ class StreamProcessor:
                         ):
                             events += count
                             size_in += len(chunk)
+                            assert encoder is not None  # ``inline``
                             written = encoder.text_frame
                             try:
                                 if written is not None:
@@ -767,7 +711,7 @@ class StreamProcessor:
         lane = self._lane
         if lane is None:
             return self._out(self._through([TextDelta(text)]))
-        for at, take in lane[taken:]:
+        for at, take, _ in lane[taken:]:
             if not take(text):
                 # This stage must see the event: it and the ones after it are fed it (the
                 # ones before took the text and passed it on as it was).
@@ -1096,15 +1040,18 @@ def _plain(event: TextDelta | ThinkingDelta) -> bool:
     return not event.extra and getattr(event, "signature", None) is None
 
 
-def _text_lane(stages: Sequence[Stage]) -> tuple[tuple[int, Callable[[str], bool]], ...] | None:
-    lane: list[tuple[int, Callable[[str], bool]]] = []
+def _text_lane(
+    stages: Sequence[Stage],
+) -> tuple[tuple[int, Callable[[str], bool], TextLane], ...] | None:
+    """(stage index, ``take_text``, lane) of each stage a plain text delta must be shown to, or
+    None: some stage must be fed every event."""
+    lane: list[tuple[int, Callable[[str], bool], TextLane]] = []
     for i, stage in enumerate(stages):
-        if getattr(stage, "passes_text", False):
-            continue
-        take = getattr(stage, "take_text", None)
-        if take is None:
+        offer = stage.text_lane
+        if offer is None:
             return None
-        lane.append((i, take))
+        if offer is not PASSES_TEXT:
+            lane.append((i, offer.take_text, offer))
     return tuple(lane)
 
 

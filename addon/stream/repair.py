@@ -74,6 +74,7 @@ from addon.model import (
     ToolCallEnd,
     ToolCallStart,
 )
+from addon.stream.fastpath import PASSES_TEXT, TextLane
 from addon.transforms.repair import ToolSchemas, repair_call
 
 MAX_HELD_BYTES = 16 * 1024 * 1024
@@ -99,7 +100,7 @@ def _ignore(record: JSON) -> None:
 
 
 class RepairStage:
-    passes_text = True
+    text_lane: TextLane | None = PASSES_TEXT
     """Text is never held (only calls are): a plain text delta passes as it came."""
 
     def __init__(

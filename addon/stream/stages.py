@@ -20,6 +20,7 @@ from addon.model import (
     ToolCallStart,
 )
 from addon.redact import Secrets
+from addon.stream.fastpath import PASSES_TEXT, TextLane
 from addon.textproto.parser import TextProtocolParser
 
 
@@ -38,10 +39,9 @@ class TextToolStage:
 
     def __init__(self, parser: TextProtocolParser) -> None:
         self.parser = parser
-        self.take_text = parser.take_text
-        """Plain text the parser passes on as it is (``TextProtocolParser.take_text``)."""
-        self.keeper = parser
-        """Where the text lane finds this stage's ``text_sink`` (``Stage``)."""
+        self.text_lane: TextLane | None = parser
+        """Plain text the parser passes on as it is (``TextProtocolParser.take_text``), and
+        its ``text_sink``."""
         self._flushed = False
         self._indexes: dict[tuple[bool, int], int] = {}
         """(parsed, index as it came) → the index the client sees."""
@@ -85,7 +85,7 @@ class TextToolStage:
 class HideThinkingStage:
     """Drops reasoning (``bridge_thinking_output=hidden``)."""
 
-    passes_text = True
+    text_lane: TextLane | None = PASSES_TEXT
 
     def feed(self, event: Event) -> list[Event]:
         return [] if isinstance(event, ThinkingDelta) else [event]
@@ -107,6 +107,10 @@ class TrailingSignatureStage:
         """The last event was reasoning text: a signature then signs that reasoning (an
         Anthropic upstream's interleaved thinking ends with its ``signature_delta``)."""
         self._held: ThinkingDelta | None = None
+        self.text_lane: TextLane | None = self
+        """Its own ``take_text`` (no ``text_sink``)."""
+
+    text_sink: None = None
 
     def take_text(self, text: str) -> bool:
         """Plain text, for the text lane: passed on unchanged while nothing is held."""
@@ -147,7 +151,7 @@ class RedactErrorStage:
     redacted (an upstream that echoes the client's key): the client of another dialect gets
     an error event the bridge writes. Only that event is touched; text passes as it is."""
 
-    passes_text = True
+    text_lane: TextLane | None = PASSES_TEXT
 
     def __init__(self, secrets: Secrets) -> None:
         self._secrets = secrets

@@ -122,6 +122,8 @@ def sse(datas: list[str]) -> bytes:
 class Collect:
     """A stage after capture: what reached the rest of the pipeline."""
 
+    text_lane = None
+
     def __init__(self) -> None:
         self.events: list[Event] = []
 

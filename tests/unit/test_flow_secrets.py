@@ -17,6 +17,7 @@ from addon.model import StreamError, TextDelta
 from addon.plan import Incoming, Reject, Rewrite, UpstreamError, decide
 from addon.redact import REDACTED, SecretRegistry, Secrets, clean
 from addon.routes import Route
+from addon.stream.fastpath import PASSES_TEXT
 from addon.stream.stages import RedactErrorStage
 from addon.wire import secret_values
 
@@ -121,7 +122,7 @@ def test_the_error_event_that_ends_a_stream_never_holds_the_key() -> None:
 
 def test_the_stage_passes_text_and_only_rewrites_errors() -> None:
     stage = RedactErrorStage(Secrets([KEY]))
-    assert stage.passes_text
+    assert stage.text_lane is PASSES_TEXT
     assert stage.feed(TextDelta(KEY)) == [TextDelta(KEY)]
     (error,) = stage.feed(StreamError(f"no {KEY}", "x", "openai_chat", {"raw": KEY}, 401))
     assert isinstance(error, StreamError)

@@ -148,6 +148,8 @@ def test_writer_writes_geminis_array() -> None:
 class _Echo:
     """A decoder that turns each item into a text delta of its ``t`` field."""
 
+    fast_path = None
+
     def __init__(self) -> None:
         self.started = False
 
@@ -166,6 +168,8 @@ class _Echo:
 
 
 class _JsonEncoder:
+    fast_path = None
+
     def __init__(self) -> None:
         self.done = False
 

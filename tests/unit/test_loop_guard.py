@@ -913,6 +913,8 @@ CLIENTS = ["openai_chat", "anthropic", "openai_responses", "gemini"]
 class Tap:
     """A stage that records what passes it."""
 
+    text_lane = None
+
     def __init__(self) -> None:
         self.seen: list[Event] = []
 

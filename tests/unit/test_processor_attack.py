@@ -162,6 +162,8 @@ def test_a_malformed_event_passes_the_rest_through_on_the_same_dialect() -> None
 
 
 class Boom:
+    text_lane = None
+
     def feed(self, event: Event) -> list[Event]:
         if isinstance(event, TextDelta) and event.text.endswith("lo"):
             raise RuntimeError("a bug")
@@ -200,6 +202,8 @@ def test_abort_closes_another_dialects_stream_and_passes_the_same_dialect_on() -
 
 class _FailingFinish:
     """A stage whose ``finish`` raises: the processor's own failure at the end of a stream."""
+
+    text_lane = None
 
     def feed(self, event: Event) -> list[Event]:
         return [event]

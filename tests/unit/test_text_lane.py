@@ -1,6 +1,6 @@
 """The text lane (``StreamProcessor``): plain text skips the generic event machinery — stages
-that pass it (``passes_text``) or take it (``take_text``), and encoders that write it directly
-(``text_sse``). Each shortcut must say exactly what the long way says, in every state."""
+that pass it (``text_lane`` is ``PASSES_TEXT``) or take it (``take_text``), and encoders that
+write it directly (``fast_path.text_sse``). Each shortcut must say exactly what the long way says, in every state."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from addon.outcome import FlowReport
 from addon.shell.rewrite import stream_callable
 from addon.stream.capture import CaptureStage
 from addon.stream.custom_tools import CustomToolStage
+from addon.stream.fastpath import PASSES_TEXT
 from addon.stream.processor import StreamProcessor
 from addon.stream.repair import RepairStage
 from addon.stream.sse import encode_pairs
@@ -93,14 +94,15 @@ def test_an_encoders_text_shortcut_writes_what_feed_writes(
     ``text_frame``, a text written into it by the caller (``framed``, encoder untouched) is
     ``feed``'s bytes too, and nothing after changes."""
     short, long = DIALECTS[name].stream_encoder(), DIALECTS[name].stream_encoder()
-    fast = getattr(short, "text_sse", None)
-    assert fast is not None, f"{name} has no text shortcut"
+    offer = short.fast_path
+    assert offer is not None, f"{name} has no text shortcut"
+    fast = offer.text_sse
     for event in seq:
         expected = b"".join(encode_pairs(long.feed(event)))
         got = None
         if type(event) is TextDelta and not event.extra:
             string = dumpb(event.text) if quoted else None
-            frame = getattr(short, "text_frame", None)
+            frame = offer.text_frame
             if framed and frame is not None and event.text:
                 got = frame[0] + dumpb(event.text) + frame[1]
             elif string is not None and _PLAIN.fullmatch(event.text):
@@ -139,7 +141,7 @@ def test_stages_that_pass_text_pass_it_in_any_state(seq: list[Event]) -> None:
         HideThinkingStage(),
     ]
     for stage in stages:
-        assert stage.passes_text
+        assert stage.text_lane is PASSES_TEXT
         for event in seq:
             if type(event) is TextDelta and not event.extra:
                 assert stage.feed(event) == [event]
@@ -430,6 +432,10 @@ def test_the_lane_shows_the_capture_stage_the_text_the_long_way_shows_it(
 class _BrokenSink:
     """A stage whose text sink has a bug: it raises."""
 
+    @property
+    def text_lane(self) -> _BrokenSink:
+        return self
+
     def take_text(self, text: str) -> bool:
         return True
 
@@ -603,28 +609,28 @@ _HEAD, _TAIL = _CHUNK.split(b"%s")[0] + b'"', b'"' + _CHUNK.split(b"%s")[1]
 def test_a_read_is_taken_as_framed_events_only_when_it_is_exactly_that(
     bodies: list[bytes], cut: int
 ) -> None:
-    """``_framed_run`` says yes only for bytes that are the frame around each body it found,
+    """``framed_run`` says yes only for bytes that are the frame around each body it found,
     each body without a quote and not ending in a backslash; and it finds the bodies of every
     read made that way."""
-    from addon.stream.processor import _framed_run
+    from addon.dialects.framed import framed_run
 
     chunk = b"".join(_HEAD + b + _TAIL for b in bodies)
     chunk = chunk[: len(chunk) - cut]
     found: list[bytes] = []
-    if _framed_run(chunk, _HEAD, _TAIL, found):
+    if framed_run(chunk, _HEAD, _TAIL, found):
         assert chunk == _HEAD + (_TAIL + _HEAD).join(found) + _TAIL
         assert all(b'"' not in b and not b.endswith(b"\\") for b in found)
     if not cut and all(b'"' not in b and not b.endswith(b"\\") for b in bodies):
         found = []
-        assert _framed_run(chunk, _HEAD, _TAIL, found) and found == bodies
+        assert framed_run(chunk, _HEAD, _TAIL, found) and found == bodies
 
 
 def test_the_plain_text_check_of_several_events_is_the_regular_expressions() -> None:
     """Several events' text is checked for being plain by bytes methods, one event's by a
     regular expression: they say the same of every byte."""
-    from addon.stream.processor import _NOT_PLAIN, _PLAIN_ASCII
+    from addon.dialects.framed import _NOT_PLAIN, PLAIN_ASCII
 
     for b in range(256):
         one = bytes([b])
         by_methods = one.isascii() and len(one.translate(None, _NOT_PLAIN)) == 1
-        assert by_methods == (_PLAIN_ASCII(one) is not None), b
+        assert by_methods == (PLAIN_ASCII(one) is not None), b

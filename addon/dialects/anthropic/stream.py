@@ -48,6 +48,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
 
+from addon.dialects.base import EncoderFastPath
 from addon.jsonio import dumpb, dumps, loads
 from addon.jsonio import loads as strict_json
 from addon.model import (
@@ -178,6 +179,11 @@ class _Call:
 
 class AnthropicStreamEncoder:
     """Unified events → Anthropic SSE ``(event, data)`` pairs (see the module docstring)."""
+
+    @property
+    def fast_path(self) -> EncoderFastPath:
+        """Its own ``text_sse`` and ``text_frame`` (``EncoderFastPath``)."""
+        return self
 
     def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
         self._defaults = defaults
@@ -498,6 +504,9 @@ class AnthropicStreamDecoder:
     ``web_search_tool_result`` …) and unknown events become ``RawEvent``s that
     only the Anthropic encoder re-emits. ``ping`` carries nothing.
     """
+
+    fast_path: None = None
+    """Nothing for the fast path (``StreamDecoder``, ``StreamEncoder``)."""
 
     def __init__(self) -> None:
         self._blocks: dict[int, str] = {}

@@ -63,7 +63,7 @@ import json
 import re
 from typing import Any, assert_never
 
-from addon.dialects.base import sse_text_frame
+from addon.dialects.base import EncoderFastPath, sse_text_frame
 from addon.jsonio import dumpb, dumps, loads
 from addon.jsonio import loads as strict_json
 from addon.model import (
@@ -257,6 +257,9 @@ class _Call:
 
 class GeminiStreamDecoder:
     """Public and Code Assist-wrapped chunks (``{"response": {…}, "traceId"}``) alike."""
+
+    fast_path: None = None
+    """Nothing for the fast path (``StreamDecoder``, ``StreamEncoder``)."""
 
     def __init__(self) -> None:
         self._started = False
@@ -502,6 +505,11 @@ class _Pending:
 
 class GeminiStreamEncoder:
     """Chunks for a public-API Gemini client."""
+
+    @property
+    def fast_path(self) -> EncoderFastPath:
+        """Its own ``text_sse`` and ``text_frame`` (``EncoderFastPath``)."""
+        return self
 
     _wrapped = False
 

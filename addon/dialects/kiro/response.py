@@ -65,6 +65,9 @@ def error_message(body: Any) -> str | None:
 class KiroStreamEncoder:
     """Kiro clients are not served: building one raises (``UPSTREAM_ONLY``)."""
 
+    fast_path: None = None
+    """Nothing for the fast path (``StreamDecoder``, ``StreamEncoder``)."""
+
     def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
         raise UnsupportedShape(UPSTREAM_ONLY)
 

@@ -79,6 +79,9 @@ class _Call:
 
 
 class KiroStreamDecoder:
+    fast_path: None = None
+    """Nothing for the fast path (``StreamDecoder``, ``StreamEncoder``)."""
+
     def __init__(self) -> None:
         self._started = False
         self._calls: dict[str, _Call] = {}

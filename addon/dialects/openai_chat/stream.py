@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from addon.dialects.base import sse_text_frame
-from addon.jsonio import REFUSED, dumpb, dumps, fast_strings, loads
+from addon.dialects.base import DecoderFastPath, EncoderFastPath, sse_text_frame
+from addon.dialects.framed import framed_texts, unquoted_run
+from addon.jsonio import dumpb, dumps, loads
 from addon.model import (
     JSON,
     NO_DEFAULTS,
@@ -51,12 +52,14 @@ _DELTA_KNOWN = frozenset({"role", "content", "tool_calls", "reasoning_content", 
 _NO_EXTRA: JSON = {}
 _NOT_PLAIN = ('"tool_calls"', "reasoning", '"extra_content"', '"error"', '"function_call"')
 """What makes a chunk worth decoding on a same-dialect route (``skippable``)."""
-_NOT_PLAIN_BYTES = tuple(m.encode() for m in _NOT_PLAIN)
-_CONTROL = bytes(range(32))
-"""Bytes no JSON string holds raw (a line break among them: it would end an SSE line)."""
 
 
 class OpenAIChatStreamDecoder:
+    @property
+    def fast_path(self) -> DecoderFastPath:
+        """Its own frames, ``skippable`` and runs (``DecoderFastPath``)."""
+        return self
+
     def __init__(self) -> None:
         self._started = False
         self._envelope: JSON = {}
@@ -216,70 +219,27 @@ class OpenAIChatStreamDecoder:
 
     def text_run(self, chunk: bytes) -> tuple[str, int] | None:
         """A chunk of whole SSE events that are all plain text chunks in the learned frame
-        (``_learn``; LF line ends, one ``data:`` line each), read in one pass: their text
-        joined and how many there were. None when any part of the chunk is anything else (it
-        is then read event by event, with the same text).
-
-        Exact, not a guess. The chunk is the frame's head, n bodies with ``tail + head``
-        (one frame's end, the next one's start) between each two, and the frame's tail. The
-        bodies are decoded as one JSON array of strings, which holds exactly n strings only
-        if no body holds a bare quote (each pair adds a string), a control character (a line
-        break: an event boundary) or a bad escape (both refused), provided none ends in a
-        backslash that could escape the quote after it (such a chunk takes the event-by-event
-        path): then every body is one JSON string's content, each event the frame around it."""
-        head, tail = self._frame_bytes()
-        end = len(chunk) - len(tail)
-        if not (head and end >= len(head) and chunk.startswith(head) and chunk.endswith(tail)):
+        (``_learn``), read in one pass (``framed_texts``, exact): their text joined and how
+        many there were. None when any part of the chunk is anything else (it is then read
+        event by event, with the same text)."""
+        frame = self.text_frame
+        if frame is None:
             return None
-        inner = chunk[len(head) : end]
-        sep = tail + head
-        if inner.endswith(b"\\") or b"\\" + sep in inner:
+        n, string, value = framed_texts(chunk, *frame)
+        if not n:
             return None
-        try:
-            texts = fast_strings(b'["' + inner.replace(sep, b'","') + b'"]')
-        except REFUSED:
-            return None
-        n = inner.count(sep) + 1
-        return ("".join(texts), n) if len(texts) == n else None
+        if string is not None:
+            return string[1:-1].decode("ascii"), n
+        return (value, n) if isinstance(value, str) else None
 
     def skippable_run(self, chunk: bytes) -> int:
         """How many events ``chunk`` holds if every one is ``skippable`` (a plain text chunk in
-        the learned frame, before any call or reasoning); 0 otherwise. Escapes inside a text
+        the learned frame, before any call or reasoning, no quote, control character or
+        closing backslash in its text: ``unquoted_run``); 0 otherwise. Escapes inside a text
         are not checked: an event whose text holds an escape JSON has not (``\\x``) passes as
         the upstream's bytes, as it would event by event."""
-        if self.plain_frame is None:
-            return 0
-        n, head, tail = self._frame_events(chunk)
-        if not n or len(chunk) - len(chunk.translate(None, _CONTROL)) != 2 * n:
-            # Not laid out as n events, or a control character in some body (the frame has
-            # none but the line ends that close each event).
-            return 0
-        if b'\\"' not in chunk:
-            # No escaped quote anywhere: the only quotes are the frame's, so every text is a
-            # plain JSON string and nothing else is in any event.
-            quotes = head.count(b'"') + tail.count(b'"')
-            return n if chunk.count(b'"') == n * quotes else 0
-        if (
-            any(m in chunk for m in _NOT_PLAIN_BYTES)
-            or chunk.count(b'"finish_reason"') != n
-            or b"\\" + tail in chunk  # a body's backslash escapes its closing quote
-        ):
-            return 0
-        return n
-
-    def _frame_events(self, chunk: bytes) -> tuple[int, bytes, bytes]:
-        """How many events ``chunk`` holds if it is laid out as events of the learned frame
-        (the frame's head, something, the frame's tail, again and again, nothing else), else
-        0; and the frame's head and tail bytes. What lies between is for the caller to check."""
-        head, tail = self._frame_bytes()
-        if not (head and chunk.startswith(head) and chunk.endswith(tail)):
-            return 0, head, tail
-        n = chunk.count(tail)
-        return (n if chunk.count(tail + head) == n - 1 else 0), head, tail
-
-    def _frame_bytes(self) -> tuple[bytes, bytes]:
-        """``text_frame``, or ``b"", b""`` before one is learned."""
-        return self.text_frame or (b"", b"")
+        frame = self.plain_frame
+        return 0 if frame is None else unquoted_run(chunk, *frame)
 
     @staticmethod
     def _framed_text(data: str, frame: tuple[str, str]) -> str | None:
@@ -399,6 +359,11 @@ def _with_extra(event: Event, extra: JSON) -> Event:
 
 class OpenAIChatStreamEncoder:
     """Unified events → ``chat.completion.chunk`` payloads (and the final ``[DONE]``)."""
+
+    @property
+    def fast_path(self) -> EncoderFastPath:
+        """Its own ``text_sse`` and ``text_frame`` (``EncoderFastPath``)."""
+        return self
 
     def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
         self._defaults = defaults

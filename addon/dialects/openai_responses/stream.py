@@ -55,6 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from addon.dialects.base import EncoderFastPath
 from addon.jsonio import dumpb, dumps, join_texts, loads
 from addon.model import (
     JSON,
@@ -147,6 +148,11 @@ class _Call:
 
 class OpenAIResponsesStreamEncoder:
     """Unified events → Responses SSE ``(event, data)`` pairs (see the module docstring)."""
+
+    @property
+    def fast_path(self) -> EncoderFastPath:
+        """Its own ``text_sse`` and ``text_frame`` (``EncoderFastPath``)."""
+        return self
 
     def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
         self._defaults = defaults
@@ -662,6 +668,9 @@ class _Item:
 
 class OpenAIResponsesStreamDecoder:
     """Responses upstream SSE → unified events (see the module docstring)."""
+
+    fast_path: None = None
+    """Nothing for the fast path (``StreamDecoder``, ``StreamEncoder``)."""
 
     def __init__(self) -> None:
         self._items: dict[int, _Item] = {}
