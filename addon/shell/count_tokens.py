@@ -17,11 +17,9 @@ body that is not strict JSON goes upstream as it is, without an estimate.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 
 from mitmproxy import http
 
-from addon.config import Settings
 from addon.dialects import DIALECTS
 from addon.dialects.base import Target
 from addon.dialects.gemini.tokens import count_answer, count_request
@@ -37,6 +35,7 @@ from addon.shell.common import (
     json_response,
     outside_proxy_hosts,
 )
+from addon.shell.settings import BridgeSettings
 from addon.state import BridgeState
 from addon.transforms.tokens import estimate_input_tokens
 from addon.transforms.tools import leave_out_tools
@@ -49,7 +48,7 @@ MISSING_ENDPOINT = frozenset({404, 405, 501})
 class CountTokens:
     name = "cursor_bridge_count_tokens"
 
-    def __init__(self, settings: Callable[[], Settings], state: BridgeState) -> None:
+    def __init__(self, settings: BridgeSettings, state: BridgeState) -> None:
         self._settings = settings
         self._state = state
         self._estimates: dict[str, int] = {}
@@ -70,7 +69,7 @@ class CountTokens:
         path = req.path.split("?", 1)[0]
         if req.method != "POST" or not path.endswith("/messages" + SUFFIX):
             return
-        route = match(self._settings().routes, req.host, path[: -len(SUFFIX)], "POST")
+        route = match(self._settings.settings.routes, req.host, path[: -len(SUFFIX)], "POST")
         if route is None or route.client != "anthropic" or outside_proxy_hosts(flow):
             return
         try:
