@@ -41,10 +41,7 @@ from typing import Any
 
 from addon.config import Settings
 from addon.dialects import DIALECTS, Dialect
-from addon.dialects.base import Framing, Query, WireRequest, describe
-from addon.dialects.kiro import NAME as KIRO
-from addon.dialects.kiro.request import DESCRIPTION_LIMIT
-from addon.dialects.kiro.request import prepare as kiro_prepare
+from addon.dialects.base import Framing, Query, RouteFacts, WireRequest, describe
 from addon.jsonio import dumpb, loads, same
 from addon.model import (
     JSON,
@@ -788,9 +785,6 @@ def _keep_explicit_empties(original: JSON, body: JSON) -> None:
             body[key] = value
 
 
-GEMINI_DIALECTS = frozenset({"gemini", "gemini_code_assist"})
-
-
 def transform(req: Request, plan: FlowPlan, s: Settings, mode: ToolMode | None = None) -> Request:
     """The route's transforms, in order; decisions go to ``plan``. ``mode``: a tool mode
     instead of the route's (the loop guard's second request)."""
@@ -821,8 +815,8 @@ def transform(req: Request, plan: FlowPlan, s: Settings, mode: ToolMode | None =
     if route.reasoning == "off" and req.thinking is not None and not thinking:
         notes["reasoning request not sent (route: reasoning = off)"] += 1
         req = dataclasses.replace(req, thinking=None)
-    kiro = plan.upstream.name == KIRO
-    if mode == "native" and not kiro:
+    upstream = plan.upstream
+    if mode == "native" and upstream.reasoning_switch:
         # What the client dropped comes back from the store (scoped to this upstream and the
         # model as sent); the signature rules and the thinking policy apply.
         if plan.store is not None:
@@ -830,26 +824,29 @@ def transform(req: Request, plan: FlowPlan, s: Settings, mode: ToolMode | None =
         req = restore_request(
             req,
             plan.sink,
-            plan.upstream.name,
+            upstream.name,
             notes,
             signature_fallback=route.signature_fallback,
             thinking_budget=s.thinking_budget,
             default_thinking=route.reasoning != "off" and not thinking,
             policy="on" if route.reasoning == "on" else "auto",
         )
-    # Gemini refuses much of JSON Schema: its upstreams get the gemini profile unless the
-    # route names one; Kiro gets the strict one.
-    auto = "gemini" if plan.upstream.name in GEMINI_DIALECTS else "strict" if kiro else s.schema
-    req = sanitize_tool_schemas(req, route.schema_profile or auto, notes)
+    # The route's profile, else the upstream's own (Gemini refuses much of JSON Schema).
+    profile = route.schema_profile or upstream.schema_profile or s.schema
+    req = sanitize_tool_schemas(req, profile, notes)
     # Thinking asked for by name (BASE-thinking), or by a client's switch on an upstream that
     # only has text: ask for <thinking> tags and parse them. Before the text protocol renders
     # tool results as user text, so the hint never lands after a tool result.
-    # Kiro has no reasoning switch: a client's thinking request is the thinking prompt there.
-    asked = req.thinking is not None and req.thinking.enabled and (mode != "native" or kiro)
+    # No reasoning switch (Kiro): a client's thinking request is the thinking prompt there.
+    asked = (
+        req.thinking is not None
+        and req.thinking.enabled
+        and (mode != "native" or not upstream.reasoning_switch)
+    )
     if thinking or asked:
         plan.parse_text = True
         req = apply_thinking_prompt(req, notes)
-    if mode != "native" or plan.upstream.name != "openai_responses":
+    if mode != "native" or not upstream.native_custom_tools:
         req, plan.custom_tools = wrap_custom_tools(req, notes)
     tools = [t.name for t in req.tools or () if t.name]
     choice = req.tool_choice
@@ -864,18 +861,17 @@ def transform(req: Request, plan: FlowPlan, s: Settings, mode: ToolMode | None =
         )
         settings = TextToolSettings(mode, plan.trigger, s.desc_limit, s.param_limit)
         req = apply_text_tools(req, settings, notes)
-    elif kiro and tools:
+    elif upstream.answer_text_calls is not None and tools:
         # Kiro's models still write "[Calling tool: X]" text at times: the answer (only) is
         # read for such calls; the request keeps its native tools.
-        plan.protocol, plan.tools, plan.parse_text = "bracket", tuple(tools), True
-    if kiro:
-        req = kiro_prepare(
-            req,
-            notes,
-            model_map=dict(route.model_map or ()),
-            profile_arn=route.profile_arn or plan.profile_arn,
-            description_limit=route.description_limit or DESCRIPTION_LIMIT,
+        plan.protocol, plan.tools, plan.parse_text = upstream.answer_text_calls, tuple(tools), True
+    if upstream.prepare is not None:
+        facts = RouteFacts(
+            dict(route.model_map or ()),
+            route.profile_arn or plan.profile_arn,
+            route.description_limit,
         )
+        req = upstream.prepare(req, notes, facts)
     plan.hide_thinking = s.thinking_output == "hidden"
     return req
 
