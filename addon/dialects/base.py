@@ -22,6 +22,7 @@ from addon.model import (
     OpaqueTool,
     Request,
     Response,
+    SchemaProfile,
 )
 
 
@@ -49,6 +50,25 @@ class DecoderFastPath(Protocol):
     def skippable_run(self, chunk: bytes) -> int:
         """How many events ``chunk`` holds when every one is ``skippable``, else 0."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class RouteFacts:
+    """What a route tells a dialect's ``prepare`` (plain values: dialects know no routes)."""
+
+    model_map: dict[str, str] = field(default_factory=dict)
+    profile_arn: str | None = None
+    description_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCount:
+    """How an upstream counts a request's tokens itself (Gemini's ``countTokens``)."""
+
+    request: Callable[[Request, Target, str, Notes], tuple[str, Query, JSON]]
+    """``(path, query, body)`` of the counting call, for the dialect named."""
+    answer: Callable[[Any], int | None]
+    """The count in its answer; None: not there."""
 
 
 class StreamDecoder(Protocol):
@@ -266,6 +286,30 @@ class Dialect:
     a client of another dialect then gets it only where it signs what follows
     (``addon.transforms.signatures``). Without it no stage watches the answer's text for it,
     and plain text keeps the stream's fast path."""
+    schema_profile: SchemaProfile | None = None
+    """The tool-schema profile requests to this upstream get unless the route names one
+    (Gemini refuses much of JSON Schema: ``gemini``; Kiro: ``strict``); ``None``: the
+    ``bridge_schema`` option's."""
+    reasoning_switch: bool = True
+    """Whether the upstream has a reasoning switch and carries reasoning back: the store then
+    restores what a client dropped. False (Kiro): a client's thinking request becomes the
+    thinking prompt (``<thinking>`` tags), and nothing is restored."""
+    answer_text_calls: Literal["bracket"] | None = None
+    """A text tool-call protocol this upstream's models write in their answers at times
+    although the request has native tools (Kiro: ``[Calling tool: X]``): a native answer is
+    read for such calls too (the request keeps its native tools)."""
+    native_custom_tools: bool = False
+    """Whether the upstream takes custom (freeform) tools as they are (Responses); else they
+    are carried as function tools and their calls unwrapped."""
+    prepare: Callable[[Request, Notes, RouteFacts], Request] | None = None
+    """The upstream's last step before encoding, with what the route says (Kiro: the model
+    mapped to its ``modelId``, long tool descriptions moved); ``None``: nothing."""
+    token_count: TokenCount | None = None
+    """The upstream's own token counting, for Anthropic's ``count_tokens`` (Gemini);
+    ``None``: the request goes to the upstream's ``count_tokens`` as it came."""
+    counts_tokens: bool = True
+    """Whether the upstream answers Anthropic's ``count_tokens`` (as itself or translated);
+    False (Kiro): the bridge's estimate answers and the upstream is not asked."""
     path_base: Callable[[str], str | None] | None = None
     """Where this dialect's endpoint starts in a client's path: the part before it and its API
     version (Gemini: ``/proxy`` of ``/proxy/v1beta/models/m:generateContent``), or None when

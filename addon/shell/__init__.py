@@ -1,11 +1,12 @@
 """The mitmproxy shell: the only package (with ``addon/main.py``) that imports mitmproxy.
 
 One small addon per feature, as mitmproxy's own addons are split; each hook
-asks the sans-IO layers what to do (``addon.plan``) and applies it:
-
-- ``rewrite.Rewrite``: the chat routes (request, stream and whole answer, errors);
-- ``retry.Retry``: asks the upstream again when the rewrite says so;
-- ``catalogue.ModelCatalogue``: ``GET …/models`` with the configured models;
-- ``count_tokens.CountTokens``: Anthropic ``count_tokens`` when the upstream has none;
-- ``contentview.BridgeContentview``: the "cursor-bridge" view in mitmweb.
+asks the sans-IO layers what to do (``addon.plan``) and applies it. In hook order
+(``addons.make_addons``): ``retry``, ``catalogue`` (``GET …/models``),
+``count_tokens``, ``kiro_auth``, ``settings`` (the options, read by the others),
+``request`` (a routed chat request's decision applied), ``stream_attach`` (a
+streamed answer behind the plan's processor), ``answers`` (whole answers, staged
+retries), ``report`` (what is said about a flow once it is over),
+``reasoning_store`` (the store's life) and ``memory``. A routed flow's state is its
+``runs.FlowRun``; ``contentview`` is the "cursor-bridge" view in mitmweb.
 """

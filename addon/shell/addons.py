@@ -4,52 +4,73 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from addon.shell.answers import Answers
 from addon.shell.catalogue import ModelCatalogue
 from addon.shell.count_tokens import CountTokens
 from addon.shell.kiro_auth import KiroAuth
 from addon.shell.memory import MemoryTrim
+from addon.shell.reasoning_store import ReasoningStoreLife
+from addon.shell.report import Report
+from addon.shell.request import RewriteRequest
 from addon.shell.retry import Retry
-from addon.shell.rewrite import RewriteAddon
+from addon.shell.runs import FlowRuns
+from addon.shell.settings import BridgeSettings
+from addon.shell.stream_attach import StreamAttach
 from addon.state import BridgeState
 
 
 @dataclass(frozen=True, slots=True)
 class Addons:
     state: BridgeState
+    settings: BridgeSettings
     retry: Retry
     catalogue: ModelCatalogue
     count_tokens: CountTokens
-    rewrite: RewriteAddon
     kiro: KiroAuth
+    report: Report
+    store: ReasoningStoreLife
+    request: RewriteRequest
+    stream: StreamAttach
+    answers: Answers
     memory: MemoryTrim
 
     @property
     def all(self) -> list[object]:
-        """In hook order: the catalogue's options load before the rewrite reads them; the Kiro
-        token file is read (``request``, async) before the rewrite uses it; memory is handed
-        back after the rewrite is done with a flow."""
+        """In hook order (mitmproxy calls addons in list order): the Kiro token file is read
+        (``request``, async) before the request is rewritten; the report closes a flow
+        (``response``, ``error``) after the answer is re-encoded, and says its ``done`` line
+        before the store closes; memory is handed back after the flow is over."""
         return [
             self.retry,
             self.catalogue,
             self.count_tokens,
             self.kiro,
-            self.rewrite,
+            self.settings,
+            self.request,
+            self.stream,
+            self.answers,
+            self.report,
+            self.store,
             self.memory,
         ]
 
 
 def make_addons() -> Addons:
-    state = BridgeState()
-    retry = Retry()
-    rewrite = RewriteAddon(state, retry)
-    kiro = KiroAuth(lambda: rewrite.settings)
-    rewrite.kiro = kiro
+    state, settings, retry, runs = BridgeState(), BridgeSettings(), Retry(), FlowRuns()
+    kiro = KiroAuth(settings)
+    report = Report(state, runs, settings)
+    store = ReasoningStoreLife()
     return Addons(
         state,
+        settings,
         retry,
-        ModelCatalogue(lambda: rewrite.settings),
-        CountTokens(lambda: rewrite.settings, state),
-        rewrite,
+        ModelCatalogue(settings),
+        CountTokens(settings, state),
         kiro,
+        report,
+        store,
+        RewriteRequest(settings, store, report, kiro),
+        StreamAttach(report, loop_retry=True),
+        Answers(report, retry),
         MemoryTrim(),
     )

@@ -9,12 +9,11 @@ upstream list it cannot read as strict JSON is replaced by the configured models
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from mitmproxy import ctx, http
 
-from addon.config import CATALOGUE_OPTIONS, ConfigError, Settings, parse_models
+from addon.config import CATALOGUE_OPTIONS, ConfigError, parse_models
 from addon.plan import dump, load_json
 from addon.routes import match
 from addon.shell.common import (
@@ -26,6 +25,7 @@ from addon.shell.common import (
     json_response,
     outside_proxy_hosts,
 )
+from addon.shell.settings import BridgeSettings
 from addon.transforms.thinking import catalogue_models
 
 SUFFIX = "/models"
@@ -36,7 +36,7 @@ CHAT_PATHS = ("/chat/completions", "/messages", "/responses")
 class ModelCatalogue(OptionChecks):
     name = "cursor_bridge_models"
 
-    def __init__(self, settings: Callable[[], Settings]) -> None:
+    def __init__(self, settings: BridgeSettings) -> None:
         self._settings = settings
         self.models: tuple[str, ...] = ()
         self._flows: set[str] = set()
@@ -59,7 +59,7 @@ class ModelCatalogue(OptionChecks):
             path = req.path.split("?", 1)[0]
             if req.method != "GET" or not path.endswith(SUFFIX):
                 return
-            base, routes = path[: -len(SUFFIX)], self._settings().routes
+            base, routes = path[: -len(SUFFIX)], self._settings.settings.routes
             if any(
                 match(routes, req.host, base + chat, "POST") for chat in CHAT_PATHS
             ) and not outside_proxy_hosts(flow):

@@ -17,16 +17,13 @@ body that is not strict JSON goes upstream as it is, without an estimate.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 
 from mitmproxy import http
 
-from addon.config import Settings
 from addon.dialects import DIALECTS
-from addon.dialects.base import Target
-from addon.dialects.gemini.tokens import count_answer, count_request
+from addon.dialects.base import Dialect, Target
 from addon.model import ClientError, UnsupportedShape
-from addon.plan import GEMINI_DIALECTS, dump, load_json
+from addon.plan import dump, load_json
 from addon.routes import match
 from addon.shell.common import (
     SECRETS,
@@ -37,6 +34,7 @@ from addon.shell.common import (
     json_response,
     outside_proxy_hosts,
 )
+from addon.shell.settings import BridgeSettings
 from addon.state import BridgeState
 from addon.transforms.tokens import estimate_input_tokens
 from addon.transforms.tools import leave_out_tools
@@ -49,11 +47,12 @@ MISSING_ENDPOINT = frozenset({404, 405, 501})
 class CountTokens:
     name = "cursor_bridge_count_tokens"
 
-    def __init__(self, settings: Callable[[], Settings], state: BridgeState) -> None:
+    def __init__(self, settings: BridgeSettings, state: BridgeState) -> None:
         self._settings = settings
         self._state = state
         self._estimates: dict[str, int] = {}
-        self._gemini: set[str] = set()
+        self._counted: dict[str, Dialect] = {}
+        """Flows whose upstream counts the tokens itself (``Dialect.token_count``)."""
         """Flows whose count was asked of Gemini's ``countTokens``."""
 
     def request(self, flow: http.HTTPFlow) -> None:
@@ -70,7 +69,7 @@ class CountTokens:
         path = req.path.split("?", 1)[0]
         if req.method != "POST" or not path.endswith("/messages" + SUFFIX):
             return
-        route = match(self._settings().routes, req.host, path[: -len(SUFFIX)], "POST")
+        route = match(self._settings.settings.routes, req.host, path[: -len(SUFFIX)], "POST")
         if route is None or route.client != "anthropic" or outside_proxy_hosts(flow):
             return
         try:
@@ -78,7 +77,8 @@ class CountTokens:
         except (ValueError, RecursionError):
             return  # not ours to judge: the upstream answers
         estimate = estimate_input_tokens(body)
-        if route.upstream == "kiro":
+        upstream = DIALECTS[route.upstream]
+        if not upstream.counts_tokens:
             # Kiro has no token-count endpoint: the estimate answers, the upstream is not asked.
             flow.response = json_response(200, dump({"input_tokens": estimate}))
             append_comment(
@@ -93,26 +93,26 @@ class CountTokens:
             DIALECTS[route.client], DIALECTS[route.upstream], header_map(req.headers),
             env_key or None, Counter(),
         )  # fmt: skip
-        if route.upstream in GEMINI_DIALECTS and isinstance(body, dict):
+        counter = upstream.token_count
+        if counter is not None and isinstance(body, dict):
             notes: Counter[str] = Counter()
             try:
                 unified = DIALECTS["anthropic"].decode_request(body, notes)
-                upstream = DIALECTS[route.upstream]
                 where = f"the {upstream.name} upstream"
                 unified = leave_out_tools(unified, upstream.runs, where, notes)
             except (ClientError, UnsupportedShape, ValueError, TypeError, KeyError):
                 unified = None  # Gemini has no count_tokens path: the estimate answers its 404
         else:
             unified = None
-        if unified is not None:
+        if unified is not None and counter is not None:
             target = Target(
                 path[: -len(SUFFIX)], (), "/messages", same_dialect=False, project=route.project
             )
-            new_path, _, new_body = count_request(unified, target, route.upstream, notes)
+            new_path, _, new_body = counter.request(unified, target, route.upstream, notes)
             req.path = new_path
             req.content = dump(new_body)
             req.headers["content-type"] = "application/json"
-            self._gemini.add(flow.id)
+            self._counted[flow.id] = upstream
         # The flow's own credentials: redacted from the error the bridge writes for it.
         query = tuple(req.query.items(multi=True))
         SECRETS.add(flow.id, secret_values(header_map(req.headers), query, env_key))
@@ -124,33 +124,34 @@ class CountTokens:
 
     def response(self, flow: http.HTTPFlow) -> None:
         estimate = self._estimates.pop(flow.id, None)
-        gemini = flow.id in self._gemini
-        self._gemini.discard(flow.id)
+        counted = self._counted.pop(flow.id, None)
         resp = flow.response
         if estimate is None or resp is None:
             return
         try:
             if resp.status_code in MISSING_ENDPOINT:
                 self._answer(flow, resp.status_code, estimate)
-            elif gemini:
-                self._from_gemini(flow, resp)
+            elif counted is not None:
+                self._from_upstream(flow, resp, counted)
         except Exception as e:  # the upstream's answer goes on as it is
             internal_error("cursor-bridge: count_tokens answer", e)
         finally:
             SECRETS.drop(flow.id)
 
-    def _from_gemini(self, flow: http.HTTPFlow, resp: http.Response) -> None:
+    def _from_upstream(self, flow: http.HTTPFlow, resp: http.Response, upstream: Dialect) -> None:
         """Gemini's ``totalTokens`` as Anthropic's ``input_tokens``; its errors re-shaped."""
         try:
             body = load_json(resp.get_content(strict=False) or b"")
         except (ValueError, RecursionError):
             body = None
-        total = count_answer(body) if 200 <= resp.status_code < 300 else None
+        counter = upstream.token_count
+        assert counter is not None
+        total = counter.answer(body) if 200 <= resp.status_code < 300 else None
         if total is not None:
             flow.response = json_response(200, dump({"input_tokens": total}))
             append_comment(flow, f"cursor-bridge: count_tokens from Gemini's countTokens ({total})")
             return
-        message = DIALECTS["gemini"].error_message(body) or (
+        message = upstream.error_message(body) or (
             f"the upstream's countTokens answered HTTP {resp.status_code} without a count"
         )
         status = resp.status_code if resp.status_code >= 400 else 502
@@ -170,5 +171,5 @@ class CountTokens:
 
     def error(self, flow: http.HTTPFlow) -> None:
         self._estimates.pop(flow.id, None)
-        self._gemini.discard(flow.id)
+        self._counted.pop(flow.id, None)
         SECRETS.drop(flow.id)

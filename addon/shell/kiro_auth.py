@@ -36,7 +36,6 @@ from mitmproxy import http
 if TYPE_CHECKING:
     import httpx
 
-from addon.config import Settings
 from addon.dialects import DIALECTS
 from addon.dialects.kiro.token import (
     KiroToken,
@@ -57,6 +56,7 @@ from addon.shell.common import (
     log,
     outside_proxy_hosts,
 )
+from addon.shell.settings import BridgeSettings
 
 REFRESH_TIMEOUT = 20.0
 MAX_PENDING = 10_000
@@ -66,9 +66,7 @@ MAX_PENDING = 10_000
 class KiroAuth:
     name = "cursor_bridge_kiro_auth"
 
-    def __init__(
-        self, settings: Callable[[], Settings], clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, settings: BridgeSettings, clock: Callable[[], float] = time.time) -> None:
         self._settings = settings
         self._clock = clock
         self._pending: OrderedDict[str, RouteCredentials] = OrderedDict()
@@ -84,7 +82,7 @@ class KiroAuth:
             return None
         req = flow.request
         try:
-            route = route_for(self._settings(), req.method, req.host, req.path)
+            route = route_for(self._settings.settings, req.method, req.host, req.path)
             if route is None or route.upstream != "kiro" or route.token_file is None:
                 return None
             if outside_proxy_hosts(flow):

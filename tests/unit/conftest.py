@@ -1,4 +1,4 @@
-"""Unit tests: the time a bridge-made answer names is pinned (``addon.plan.clock``), so that two
+"""Unit tests: the time a bridge-made answer names is pinned (``addon.plan.request.clock``), so that two
 answers built a second apart still compare equal byte for byte."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
-import addon.plan
+import addon.plan.request
 
 PINNED = 1_764_000_000
-"""What ``addon.plan.clock`` says in unit tests (Unix seconds)."""
+"""What ``addon.plan.request.clock`` says in unit tests (Unix seconds)."""
 
 
 @pytest.fixture(autouse=True)
 def pinned_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(addon.plan, "clock", lambda: float(PINNED))
+    monkeypatch.setattr(addon.plan.request, "clock", lambda: float(PINNED))
     yield

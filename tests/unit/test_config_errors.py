@@ -209,7 +209,7 @@ def test_before_running_a_bad_value_is_one_error_line_not_a_traceback(
         "cursor-bridge: bridge_models lists a more than once",  # two addons read it: said once
     ]
     assert all(r.exc_info is None for r in errors)
-    assert bundle.rewrite.settings.tool_mode == "native"
+    assert bundle.settings.settings.tool_mode == "native"
 
 
 def test_once_running_a_bad_value_is_refused_and_the_old_one_kept(
@@ -223,7 +223,7 @@ def test_once_running_a_bad_value_is_refused_and_the_old_one_kept(
         tctx.options.update(bridge_tool_mode="magic")
     assert info.value.__cause__ is None
     assert tctx.options.bridge_tool_mode == "invoke"
-    assert bundle.rewrite.settings.tool_mode == "invoke"
+    assert bundle.settings.settings.tool_mode == "invoke"
     with pytest.raises(exceptions.OptionsError, match="bridge_retry_timeout"):
         tctx.options.update(bridge_retry_timeout=0)
 

@@ -27,6 +27,7 @@ from addon.dialects.kiro.token import (
 )
 from addon.routes import Route
 from addon.shell.kiro_auth import KiroAuth
+from addon.shell.settings import BridgeSettings
 from tests.e2e.harness import JSONReply, Recorded, ScriptedUpstream
 
 ACCESS = "aoa-ACCESS-token-SECRET-1"
@@ -69,7 +70,7 @@ def flow(path: str = "/v1/chat/completions") -> http.HTTPFlow:
 
 def auth_for(route: Route, now: float = NOW) -> KiroAuth:
     settings = Settings(routes=(route,))
-    return KiroAuth(lambda: settings, clock=lambda: now)
+    return KiroAuth(BridgeSettings(settings), clock=lambda: now)
 
 
 @pytest.fixture

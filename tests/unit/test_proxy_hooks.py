@@ -14,9 +14,8 @@ import pytest
 from mitmproxy import exceptions, http
 from mitmproxy.test import taddons, tflow, tutils
 
-from addon.shell.addons import make_addons
+from addon.shell.addons import Addons, make_addons
 from addon.shell.common import META_KEY
-from addon.shell.rewrite import RewriteAddon as Bridge
 from addon.store import Scope
 from tests.realdata import as_sse
 
@@ -41,13 +40,48 @@ CURSOR_BODY: dict[str, Any] = {
 }
 
 
+class Bridge:
+    """The shell's rewrite addons, hook by hook, as mitmproxy calls them for one flow."""
+
+    def __init__(self, bundle: Addons) -> None:
+        self.bundle = bundle
+        self.state = bundle.state
+        self.runs = bundle.report.runs
+        self.stats = bundle.report.stats
+
+    @property
+    def store(self) -> Any:
+        return self.bundle.store.store
+
+    @property
+    def settings(self) -> Any:
+        return self.bundle.settings.settings
+
+    @property
+    def keep_originals(self) -> bool:
+        return self.bundle.settings.keep_originals
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        self.bundle.request.request(flow)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        self.bundle.stream.responseheaders(flow)
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        await self.bundle.answers.response(flow)
+        self.bundle.report.response(flow)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self.bundle.report.error(flow)
+
+
 @pytest.fixture
 def bridge() -> Iterator[tuple[Bridge, taddons.context]]:
     bundle = make_addons()
     with taddons.context(*bundle.all) as tctx:
         for addon in bundle.all:  # mitmproxy is up: a bad option is refused, not logged
             getattr(addon, "running", lambda: None)()
-        yield bundle.rewrite, tctx
+        yield Bridge(bundle), tctx
 
 
 def respond(addon: Bridge, flow: http.HTTPFlow) -> None:
@@ -272,7 +306,7 @@ def test_sse_answer_is_streamed_through_the_processor(
     assert b"get_stock_price" in out and b"GetWeatherArgs" in out
     respond(addon, flow)
     assert flow.metadata[META_KEY]["stream_fallback"] is None
-    assert flow.id not in addon._plans
+    assert addon.runs.plan(flow.id) is None
 
 
 def test_gzipped_sse_is_decompressed_and_rewritten(bridge: tuple[Bridge, taddons.context]) -> None:
@@ -346,9 +380,9 @@ def test_error_frees_the_flow_state(bridge: tuple[Bridge, taddons.context]) -> N
     addon, _ = bridge
     flow = chat_flow(CURSOR_BODY)
     addon.request(flow)
-    assert flow.id in addon._plans
+    assert addon.runs.plan(flow.id) is not None
     addon.error(flow)
-    assert flow.id not in addon._plans
+    assert addon.runs.plan(flow.id) is None
 
 
 def test_content_view_shows_original_and_rewritten(bridge: tuple[Bridge, taddons.context]) -> None:
@@ -411,7 +445,7 @@ def test_a_bug_in_decide_still_answers_the_client(
     monkeypatch: pytest.MonkeyPatch,
     path: str,
 ) -> None:
-    import addon.shell.rewrite as rewrite
+    import addon.shell.request as rewrite
 
     def broken(*_: object, **__: object) -> object:
         raise KeyError("a bug \ud83d key=s3cr3t")
@@ -443,7 +477,8 @@ def test_a_bug_in_the_answer_path_gives_a_502_in_the_clients_dialect(
     addon, _ = bridge
     flow = chat_flow(ANTHROPIC_BODY, path="/v1/messages")
     addon.request(flow)
-    plan = addon._plans[flow.id]
+    plan = addon.runs.plan(flow.id)
+    assert plan is not None
     monkeypatch.setattr(type(plan), "decode_answer", lambda *_, **__: 1 / 0)
     flow.response = tutils.tresp(
         headers=http.Headers(((b"content-type", b"application/json"),)), content=b"{}"
@@ -610,7 +645,7 @@ def test_a_rewritten_stream_is_marked_counted_and_logged_once(
     assert "events_in=" in line and "bridge_ms=" in line
     assert SECRET not in caplog.text
     assert addon.state.counters["flows rewritten"] == 1
-    assert flow.id not in addon._reports
+    assert flow.id not in addon.runs
     assert addon.stats().startswith("flows: 1 rewritten; ")
 
 
@@ -663,7 +698,7 @@ def test_rejected_passed_and_errored_flows_are_marked_and_freed(
     errored.error = flow_error = tflow.terr("connection closed by peer")
     addon.error(errored)
     assert flow_error.msg and errored.marked == ":twisted_rightwards_arrows:"
-    assert not addon._reports and not addon._plans
+    assert not len(addon.runs)
     assert addon.state.counters["flows rejected"] == 1
     assert addon.state.counters["flows fallback"] == 1
 
@@ -685,7 +720,7 @@ def test_bridge_debug_logs_the_details_at_debug_level(
 def test_originals_are_kept_only_where_a_view_renders_them(
     bridge: tuple[Bridge, taddons.context], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import addon.shell.rewrite as rewrite
+    import addon.shell.settings as rewrite
 
     addon, tctx = bridge
     # As if this were mitmdump: bodies are rendered only from flow_detail 3 on.
@@ -729,7 +764,7 @@ def test_a_hang_up_after_the_answers_end_is_reported_once_without_a_reason(
         else:
             assert "Client disconnected" in lines[0]
             assert flow.response.raw_content is None  # part of a body is no body
-    assert not addon._reports and not addon._plans and not addon._client_bytes
+    assert not len(addon.runs)  # plans, reports, kept bytes: all freed
 
 
 def test_kept_bytes_and_retry_bodies_are_bounded() -> None:
@@ -764,7 +799,7 @@ def test_what_the_routes_need_is_loaded_before_the_first_flow(tmp_path: Path) ->
     )
     bundle = make_addons()
     with taddons.context(*bundle.all) as tctx:
-        tctx.configure(bundle.rewrite, bridge_routes=str(routes))
+        tctx.configure(bundle.settings, bridge_routes=str(routes))
         for addon in bundle.all:
             getattr(addon, "running", lambda: None)()
         assert repair._validator_for.cache_info().currsize == 1  # argument validation

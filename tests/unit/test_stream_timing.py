@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from addon.dialects import DIALECTS
 from addon.outcome import FlowReport
-from addon.shell.rewrite import stream_callable
+from addon.shell.stream_attach import stream_callable
 from addon.stream.processor import SAMPLE_EVERY, TIMED_READS, StreamProcessor
 
 _CHUNK = (

@@ -27,7 +27,7 @@ from addon.model import (
     ToolCallStart,
 )
 from addon.outcome import FlowReport
-from addon.shell.rewrite import stream_callable
+from addon.shell.stream_attach import stream_callable
 from addon.stream.capture import CaptureStage
 from addon.stream.custom_tools import CustomToolStage
 from addon.stream.fastpath import PASSES_TEXT

@@ -8,7 +8,7 @@ the path (``from_path``). Streams are SSE with ``alt=sse`` and one JSON array wi
 (``framing``).
 """
 
-from addon.dialects.base import Dialect
+from addon.dialects.base import Dialect, TokenCount
 
 from .errors import error_type
 from .request import (
@@ -33,6 +33,9 @@ from .response import (
     error_status,
 )
 from .stream import CodeAssistStreamEncoder, GeminiStreamDecoder, GeminiStreamEncoder
+from .tokens import count_answer, count_request
+
+TOKEN_COUNT = TokenCount(count_request, count_answer)
 
 DIALECT = Dialect(
     name=NAME,
@@ -57,6 +60,8 @@ DIALECT = Dialect(
     path_base=path_base,
     runs_tool=runs_tool,
     late_signatures=True,
+    schema_profile="gemini",
+    token_count=TOKEN_COUNT,
 )
 
 CODE_ASSIST_DIALECT = Dialect(
@@ -82,6 +87,8 @@ CODE_ASSIST_DIALECT = Dialect(
     path_base=path_base,
     runs_tool=runs_tool,
     late_signatures=True,
+    schema_profile="gemini",
+    token_count=TOKEN_COUNT,
 )
 
 __all__ = ["CODE_ASSIST", "CODE_ASSIST_DIALECT", "DIALECT", "NAME"]

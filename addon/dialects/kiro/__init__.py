@@ -10,10 +10,20 @@ the shell's ``kiro_auth``); the answer is always AWS event-stream frames
 answer by the plan.
 """
 
-from addon.dialects.base import Dialect
+from addon.dialects.base import Dialect, RouteFacts
+from addon.model import Notes, Request
 
 from .errors import body_status, error_type
-from .request import NAME, PATH, decode_request, encode_request, framing, place
+from .request import (
+    DESCRIPTION_LIMIT,
+    NAME,
+    PATH,
+    decode_request,
+    encode_request,
+    framing,
+    place,
+    prepare,
+)
 from .response import (
     UPSTREAM_ONLY,
     KiroStreamEncoder,
@@ -25,6 +35,17 @@ from .response import (
 from .stream import KiroStreamDecoder
 
 CONTENT_TYPE = "application/vnd.amazon.eventstream"
+
+
+def prepare_for_route(req: Request, notes: Notes, route: RouteFacts) -> Request:
+    return prepare(
+        req,
+        notes,
+        model_map=route.model_map,
+        profile_arn=route.profile_arn,
+        description_limit=route.description_limit or DESCRIPTION_LIMIT,
+    )
+
 
 DIALECT = Dialect(
     name=NAME,
@@ -45,6 +66,11 @@ DIALECT = Dialect(
     own_headers=("x-amzn-kiro-", "x-amzn-codewhisperer-"),
     fixed_headers=(("x-amzn-kiro-agent-mode", "vibe"),),
     framing=framing,
+    schema_profile="strict",
+    reasoning_switch=False,
+    answer_text_calls="bracket",
+    prepare=prepare_for_route,
+    counts_tokens=False,
 )
 
 __all__ = ["CONTENT_TYPE", "DIALECT", "NAME", "UPSTREAM_ONLY"]

@@ -27,6 +27,7 @@ DIALECT = Dialect(
     runs_tool=runs_tool,
     # A reasoning item may follow the message (its encrypted_content alone, no summary).
     late_signatures=True,
+    native_custom_tools=True,
 )
 
 __all__ = ["DIALECT", "NAME"]

@@ -1,0 +1,376 @@
+"""The request side: ``decide(settings, route, incoming, env)`` returns one decision
+(``addon.plan.decision``); ``transform`` runs the route's transforms, in order, and notes
+what it did on the plan. A body the bridge cannot read or cannot write strictly is passed
+on untouched on a same-dialect route, answered with an error in the client's dialect
+otherwise (``_not_understood``); an exception nobody expected becomes the same kind of
+decision (``internal_error``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from addon.config import Settings
+from addon.dialects import DIALECTS, Dialect
+from addon.dialects.base import RouteFacts, WireRequest, describe
+from addon.jsonio import same
+from addon.model import (
+    JSON,
+    AnswerDefaults,
+    ClientError,
+    Notes,
+    OpaqueTool,
+    Request,
+    ToolMode,
+    UnsupportedShape,
+)
+from addon.plan.decision import Decision, Pass, Reject, Rewrite
+from addon.plan.flow import FlowPlan
+from addon.plan.values import (
+    SHAPE_ERRORS,
+    Incoming,
+    RouteCredentials,
+    dump,
+    error_bytes,
+    load_json,
+    short,
+)
+from addon.redact import Secrets
+from addon.routes import Route, match
+from addon.store import ReasoningStore, Scope
+from addon.textproto.invoke import make_trigger
+from addon.transforms.cache import strip_cache_control
+from addon.transforms.custom_tools import wrap_custom_tools
+from addon.transforms.loop_guard import check_loop
+from addon.transforms.repair import schemas_of
+from addon.transforms.restore import restore_request
+from addon.transforms.text_tools import TextToolSettings, apply_text_tools
+from addon.transforms.thinking import apply_thinking_prompt, resolve_model
+from addon.transforms.tools import check_tools, leave_out_tools, sanitize_tool_schemas
+from addon.wire import build_wire
+
+clock: Callable[[], float] = time.time
+"""The time a client's answer says it was made, where the upstream's does not say
+(``AnswerDefaults``); tests that compare the bytes of two answers pin it."""
+
+
+def route_for(settings: Settings, method: str, host: str, path: str) -> Route | None:
+    """The first route that matches, or None: the flow is not the bridge's."""
+    return match(settings.routes, host, path, method)
+
+
+def decide(
+    settings: Settings,
+    route: Route,
+    incoming: Incoming,
+    env: Mapping[str, str],
+    creds: RouteCredentials | None = None,
+    store: ReasoningStore | None = None,
+    secrets: Secrets | None = None,
+) -> Decision:
+    """Decode, transform and encode one routed request (see the module docstring). ``creds``:
+    what the shell read for the route (a Kiro token file), sent instead of any other key;
+    ``store``: the reasoning store (restores what the client dropped; captures the answer)."""
+    client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
+    plan = FlowPlan(
+        route,
+        client,
+        upstream,
+        max_event_bytes=settings.max_event_bytes,
+        host=incoming.host,
+        store=store,
+        secrets=secrets or Secrets(),
+    )
+    if creds is not None:
+        plan.profile_arn = creds.profile_arn
+    try:
+        body = load_json(incoming.body)
+        if not isinstance(body, dict):
+            raise UnsupportedShape("the body is JSON but not an object")
+    except (ValueError, UnsupportedShape) as e:
+        return _not_understood(plan, f"request body is not a JSON object ({short(e)})")
+    except RecursionError:
+        return _not_understood(plan, "request body is nested too deeply")
+    notes = plan.notes
+    # First, on every route: the comment's first line names both dialects.
+    notes[f"request {client.name} → {upstream.name}"] += 1
+    try:
+        env_key = _route_key(route, env, creds)
+    except ClientError as e:
+        return _reject(plan, e)
+    try:
+        decoded = client.decode_request(body, notes)
+        if client.from_path is not None:
+            decoded = dataclasses.replace(
+                decoded, **client.from_path(incoming.bare_path, incoming.query)
+            )
+        plan.defaults = AnswerDefaults(decoded.model, int(clock()))
+        unified = transform(decoded, plan, settings)
+        wire_for = _wire_maker(route, client, upstream, incoming, env_key)
+        wire = wire_for(unified, notes)
+        plan.unified = unified
+        plan.encode_stage = lambda req: dump(wire_for(req, Counter()).body)
+        if plan.loop_fallback:
+            plan.encode_invoke = lambda: dump(
+                wire_for(transform(decoded, plan, settings, "invoke"), notes).body
+            )
+        if plan.same_dialect and decoded.origin == upstream.name:
+            _keep_explicit_empties(body, wire.body)
+        if creds is not None and notes.pop("API key from the route's environment variable", 0):
+            notes["Kiro token from the route's token file"] += 1
+        as_sent = (
+            plan.same_dialect
+            and decoded.origin == upstream.name
+            and unchanged(incoming.body, body, wire.body)
+        )
+        encoded = incoming.body if as_sent else dump(wire.body)
+    except (UnsupportedShape, ClientError, RecursionError, ValueError, *SHAPE_ERRORS) as e:
+        return _refused(plan, e)
+    plan.stream = unified.stream
+    plan.upstream_framing = upstream.framing_for(wire.query)
+    plan.client_framing = client.framing_for(incoming.query)
+    summary = describe(notes) or "no changes needed"
+    plan.request_notes = Counter(notes)
+    return Rewrite(plan, wire, summary, incoming.body, encoded)
+
+
+def _wire_maker(
+    route: Route, client: Dialect, upstream: Dialect, incoming: Incoming, env_key: str | None
+) -> Callable[[Request, Notes], WireRequest]:
+    """The upstream request for a unified one (also for a staged retry or the loop guard's
+    second request, made later from the same client request)."""
+
+    def wire_for(req: Request, notes: Notes) -> WireRequest:
+        return build_wire(
+            req,
+            client,
+            upstream,
+            path=incoming.bare_path,
+            query=incoming.query,
+            headers=incoming.headers,
+            notes=notes,
+            upstream_path=route.upstream_path,
+            env_key=env_key,
+            project=route.project,
+        )
+
+    return wire_for
+
+
+def _route_key(route: Route, env: Mapping[str, str], creds: RouteCredentials | None) -> str | None:
+    """The key sent upstream instead of the client's: the token file's, else the one in the
+    route's environment variable. ``ClientError`` (500) when that variable is not set."""
+    if creds is not None:
+        return creds.key
+    if route.api_key_env is None:
+        return None
+    key = env.get(route.api_key_env) or None
+    if key is None:
+        raise ClientError(
+            f"the bridge's route '{route.name}' takes its API key from the environment "
+            f"variable {route.api_key_env}, which is not set",
+            status=500,
+            code="bridge_configuration",
+        )
+    return key
+
+
+def _refused(plan: FlowPlan, e: Exception) -> Pass | Reject:
+    """What a request the bridge could not read or write becomes (``decide``)."""
+    if isinstance(e, UnsupportedShape):
+        return _not_understood(plan, f"request not understood ({short(e)})")
+    if isinstance(e, ClientError):
+        return _reject(plan, e)
+    if isinstance(e, RecursionError):
+        return _not_understood(plan, "request body is nested too deeply")
+    if isinstance(e, SHAPE_ERRORS):  # a codec met a value of a type it did not foresee
+        return _not_understood(
+            plan, f"request not understood (unexpected shape: {type(e).__name__}: {short(e)})"
+        )
+    # dump: a value JSON has no room for
+    return _not_understood(plan, f"request cannot be written as strict JSON ({short(e)})")
+
+
+def internal_error(route: Route, e: BaseException) -> Pass | Reject:
+    """What the client gets when the bridge itself failed on its request (a bug): the request
+    untouched on a same-dialect route, else a 500 in the client's dialect. Never raises."""
+    plan = FlowPlan(route, DIALECTS[route.client], DIALECTS[route.upstream])
+    why = f"internal error ({type(e).__name__}: {short(e)})"
+    if plan.same_dialect:
+        return Pass(route, why)
+    return _reject(
+        plan,
+        ClientError(
+            f"cursor-bridge failed on this {plan.client.name} request: {why}",
+            status=500,
+            code="bridge_internal_error",
+        ),
+    )
+
+
+_EMPTY: tuple[Any, ...] = (None, False, "", [], {})
+
+
+SAME_MIN_BYTES = 16 * 1024
+"""A same-dialect body this large or larger is looked at for being unchanged (``unchanged``)…"""
+SAME_BYTES_PER_VALUE = 256
+"""…within a budget of one container or value (not shared by both) per this many bytes."""
+
+
+def unchanged(raw: bytes, original: JSON, body: JSON) -> bool:
+    """Whether ``body``, what the codecs wrote for the upstream, is the client's ``original``
+    again (``jsonio.same``): then its bytes ``raw`` go upstream as the client sent them, and
+    the body is not written anew (for a 10 MB body, a third of the bridge's time). A small
+    body is not compared (that costs about what writing it does), nor one with a byte order
+    mark (the upstream gets none)."""
+    if len(raw) < SAME_MIN_BYTES or raw.startswith(b"\xef\xbb\xbf"):
+        return False
+    return same(original, body, len(raw) // SAME_BYTES_PER_VALUE)
+
+
+def _keep_explicit_empties(original: JSON, body: JSON) -> None:
+    """Top-level fields the client set to an explicit nothing (``"stream": false``,
+    ``"tool_choice": null``, ``"system": ""``, ``"stop_sequences": []`` …) that the codec
+    left out: the upstream gets them as sent. Only for a same-dialect route whose body was
+    decoded as that dialect (a Cursor Responses-shaped body on /chat/completions is not)."""
+    for key, value in original.items():
+        if key not in body and any(value == e and type(value) is type(e) for e in _EMPTY):
+            body[key] = value
+
+
+def transform(req: Request, plan: FlowPlan, s: Settings, mode: ToolMode | None = None) -> Request:
+    """The route's transforms, in order; decisions go to ``plan``. ``mode``: a tool mode
+    instead of the route's (the loop guard's second request)."""
+    notes, route = plan.notes, plan.route
+    model, thinking = resolve_model(req.model, s.models)
+    if thinking:
+        notes[f"{req.model} → {model} with thinking"] += 1
+        req = dataclasses.replace(req, model=model)
+    check_tools(req)
+    if (route.tool_repair or s.tool_repair) == "on":
+        plan.schemas = schemas_of(req)  # the client's own schemas, before any profile
+    mode = mode or route.tool_mode or s.tool_mode
+    # The loop guard reads the history while it is still structured (before a text protocol);
+    # the answer is judged against its verdict.
+    verdict = check_loop(req, s.loop_max_repeat)
+    if verdict is not None and plan.loop is None:
+        notes[verdict.note] += 1
+    plan.loop = verdict
+    plan.loop_fallback = verdict is not None and s.loop_fallback and mode == "native"
+    if mode == "native":
+        req = leave_out_tools(req, plan.upstream.runs, f"the {plan.upstream.name} upstream", notes)
+    else:
+        req = leave_out_tools(req, _runs_nothing, f"the {mode} text protocol", notes)
+    if req.origin != plan.upstream.name:
+        req = _foreign_extras(req, plan.upstream, notes)
+        if route.cache_control != "keep":
+            req = strip_cache_control(req, notes)
+    if route.reasoning == "off" and req.thinking is not None and not thinking:
+        notes["reasoning request not sent (route: reasoning = off)"] += 1
+        req = dataclasses.replace(req, thinking=None)
+    upstream = plan.upstream
+    if mode == "native" and upstream.reasoning_switch:
+        # What the client dropped comes back from the store (scoped to this upstream and the
+        # model as sent); the signature rules and the thinking policy apply.
+        if plan.store is not None:
+            plan.sink = plan.store.scoped(Scope.of(route.name, plan.host, req.model))
+        req = restore_request(
+            req,
+            plan.sink,
+            upstream.name,
+            notes,
+            signature_fallback=route.signature_fallback,
+            thinking_budget=s.thinking_budget,
+            default_thinking=route.reasoning != "off" and not thinking,
+            policy="on" if route.reasoning == "on" else "auto",
+        )
+    # The route's profile, else the upstream's own (Gemini refuses much of JSON Schema).
+    profile = route.schema_profile or upstream.schema_profile or s.schema
+    req = sanitize_tool_schemas(req, profile, notes)
+    # Thinking asked for by name (BASE-thinking), or by a client's switch on an upstream that
+    # only has text: ask for <thinking> tags and parse them. Before the text protocol renders
+    # tool results as user text, so the hint never lands after a tool result.
+    # No reasoning switch (Kiro): a client's thinking request is the thinking prompt there.
+    asked = (
+        req.thinking is not None
+        and req.thinking.enabled
+        and (mode != "native" or not upstream.reasoning_switch)
+    )
+    if thinking or asked:
+        plan.parse_text = True
+        req = apply_thinking_prompt(req, notes)
+    if mode != "native" or not upstream.native_custom_tools:
+        req, plan.custom_tools = wrap_custom_tools(req, notes)
+    req = _tool_protocol(req, plan, s, mode)
+    if upstream.prepare is not None:
+        facts = RouteFacts(
+            dict(route.model_map or ()),
+            route.profile_arn or plan.profile_arn,
+            route.description_limit,
+        )
+        req = upstream.prepare(req, notes, facts)
+    plan.hide_thinking = s.thinking_output == "hidden"
+    return req
+
+
+def _tool_protocol(req: Request, plan: FlowPlan, s: Settings, mode: ToolMode) -> Request:
+    """A text protocol's tools in the prompt (``mode`` not native), or, on an upstream whose
+    models write one at times, its calls read from a native answer; noted on ``plan``."""
+    tools = [t.name for t in req.tools or () if t.name]
+    choice = req.tool_choice
+    if mode != "native":
+        plan.protocol = mode
+        plan.trigger = make_trigger() if mode == "invoke" else None
+        plan.tools = tuple(tools)
+        plan.parse_text = True
+        plan.tool_required = bool(tools) and (
+            (choice is not None and choice.mode in ("required", "tool"))
+            or (s.tool_strict and (choice is None or choice.mode != "none"))
+        )
+        settings = TextToolSettings(mode, plan.trigger, s.desc_limit, s.param_limit)
+        return apply_text_tools(req, settings, plan.notes)
+    text_calls = plan.upstream.answer_text_calls
+    if text_calls is not None and tools:
+        # Kiro's models still write "[Calling tool: X]" text at times: the answer (only) is
+        # read for such calls; the request keeps its native tools.
+        plan.protocol, plan.tools, plan.parse_text = text_calls, tuple(tools), True
+    return req
+
+
+def _runs_nothing(tool: OpaqueTool) -> bool:
+    """A text protocol carries function tools only."""
+    return False
+
+
+def _foreign_extras(req: Request, upstream: Dialect, notes: Notes) -> Request:
+    """Fields only the client's dialect has are not sent to another: name them."""
+    # ``__…__`` keys are a codec's private tables (items, turn layout), not the client's fields.
+    fields = sorted(k for k in req.extra if not (k.startswith("__") and k.endswith("__")))
+    if fields and req.origin != upstream.name:
+        notes[f"{req.origin}-only fields not sent: {', '.join(fields)}"] += 1
+    return req
+
+
+def _not_understood(plan: FlowPlan, why: str) -> Pass | Reject:
+    """Same dialect: the upstream can read what we could not, pass it. Otherwise the upstream
+    cannot either (another dialect, another path): say so in the client's dialect."""
+    if plan.same_dialect:
+        return Pass(plan.route, why)
+    return _reject(
+        plan,
+        ClientError(
+            f"cursor-bridge could not translate this {plan.client.name} request for the "
+            f"{plan.upstream.name} upstream: {why}",
+            code="untranslatable_request",
+        ),
+    )
+
+
+def _reject(plan: FlowPlan, e: ClientError) -> Reject:
+    if plan.secrets:  # a message that quotes the request never quotes the flow's key
+        message = plan.secrets(e.message)
+        e = ClientError(message, param=e.param, code=e.code, status=e.status, type=e.type)
+    return Reject(plan.route, e.status, error_bytes(plan.client, e), e.message)

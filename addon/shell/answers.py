@@ -1,0 +1,177 @@
+"""The answers addon: a whole answer re-encoded for the client, in ``response``.
+
+A streamed answer was rewritten as it went (``stream_attach``): here it is only
+reported. A whole answer is decoded, retried once through the ``Retry`` addon when
+a required tool call is missing, and encoded for the client; an upstream error is
+re-shaped for a client of another dialect, or asked again in stages
+(``staged_retry``). What the bridge cannot read reaches a client of another dialect
+as a 502 in its dialect, never as the other dialect's bytes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from mitmproxy import http
+
+from addon.model import ToolCall, UnsupportedShape
+from addon.plan import CONTENT_TYPES, FlowPlan, UpstreamError, short
+from addon.shell.answer_notes import note_text_calls, stream_done
+from addon.shell.common import append_comment, is_json, json_response, log, replace_headers
+from addon.shell.common import internal_error as log_internal_error
+from addon.shell.loop_guard import ask_again
+from addon.shell.report import Report
+from addon.shell.retry import Retry
+from addon.shell.runs import FlowRun
+from addon.shell.staged_retry import StagedRetry, unreadable
+
+
+class Answers:
+    name = "cursor_bridge_answers"
+
+    def __init__(self, report: Report, retry: Retry | None) -> None:
+        self.report = report
+        self.retry = retry
+        self.staged = StagedRetry(report, retry)
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        started = time.perf_counter_ns()
+        run = self.report.runs.get(flow.id)
+        resp = flow.response
+        if run is None:
+            return
+        try:
+            if run.plan is not None and resp is not None:
+                await self._answer_for_client(flow, run, run.plan, resp)
+        finally:
+            run.client_bytes = None
+            run.report.spent_ns += time.perf_counter_ns() - started
+
+    async def _answer_for_client(
+        self, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, resp: http.Response
+    ) -> None:
+        try:
+            await self._response(flow, run, plan, resp)
+        except Exception as e:
+            log_internal_error(f"{plan.label}: answer", e)
+            self.report.fallback(run, f"internal error ({type(e).__name__})")
+            if plan.same_dialect or plan.processor is not None:
+                return  # passed on as the upstream sent it (a stream is already on its way)
+            unreadable(self.report, flow, run, plan, f"internal error ({type(e).__name__})")
+
+    async def _response(
+        self, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, resp: http.Response
+    ) -> None:
+        if plan.processor is not None:
+            stream_done(self.report, flow, run, plan)
+            return
+        if not (200 <= resp.status_code < 300):
+            if await self.staged.answer(flow, run, plan, resp):
+                return
+            if not plan.same_dialect:
+                translate_error(flow, plan)
+            return
+        if (
+            plan.loop_held
+            and self.retry is not None
+            and (not is_json(resp) or plan.upstream_framing == "json_array")
+        ):
+            await self._loop_held(flow, run, plan, resp, self.retry)
+            return
+        if plan.same_dialect and not is_json(resp):
+            return  # not JSON: the client reads it itself
+        raw = resp.get_content(strict=False) or b""
+        try:
+            answer = plan.decode_answer(
+                raw, status=resp.status_code, content_type=resp.headers.get("content-type")
+            )
+            if plan.needs_retry(answer) and self.retry is not None:
+                # ``resend`` sends the request's body again, as the first attempt did.
+                self.report.attempt(flow, "retry for a required tool call", flow.request.content)
+                again = await self.retry.resend(flow, plan.label)
+                if again is not None:
+                    retried = plan.decode_answer(again)
+                    raw = again  # the view shows the answer the client's was made from
+                    self.report.retried(run, "required tool call")
+                    got = "got one" if not plan.needs_retry(retried) else "still none"
+                    append_comment(
+                        flow, f"no tool call although one was required: retried once → {got}"
+                    )
+                    answer = retried
+            body = plan.encode_answer(answer)
+            calls = sum(isinstance(p, ToolCall) for p in answer.parts)
+            if plan.loop_ask_again and self.retry is not None:
+                second = await self._ask_again(flow, run, plan, self.retry)
+                if second is not None:
+                    body, _, raw = second
+                    calls = plan.parser.calls if plan.parser is not None else 0
+        except UpstreamError as e:
+            # An error inside the upstream's answer framing (a Kiro exception frame).
+            self.report.state.count("upstream errors re-shaped")
+            log.info("%s: upstream answered an error: %s", plan.label, short(e.message))
+            append_comment(flow, f"upstream error in its stream → {plan.client.name} shape")
+            flow.response = json_response(e.status, plan.upstream_error(e))
+            return
+        except (ValueError, UnsupportedShape, RecursionError) as e:
+            why = "nested too deeply" if isinstance(e, RecursionError) else short(e)
+            if not plan.same_dialect:
+                unreadable(self.report, flow, run, plan, why)
+                return
+            log.info("%s: answer passed through unchanged: %s", plan.label, why)
+            append_comment(flow, f"answer not rewritten ({why})")
+            self.report.fallback(run, f"answer not rewritten ({why})")
+            return
+        note_text_calls(self.report, flow, run, plan)
+        self.report.keep_answer(flow, run, plan, raw, "whole answer re-encoded", stream=False)
+        run.report.counts.update(bytes_in=len(raw), bytes_out=len(body), tool_calls=calls)
+        if plan.stream:
+            resp.headers["content-type"] = CONTENT_TYPES[plan.client_framing]
+            append_comment(flow, "whole answer sent as a stream (client asked for one)")
+        else:
+            resp.headers["content-type"] = "application/json"
+        resp.content = body
+        self.report.state.count("answers rewritten")
+
+    async def _loop_held(
+        self, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, resp: http.Response, retry: Retry
+    ) -> None:
+        """A stream read whole because the loop guard may ask again (``FlowPlan.loop_held``):
+        through the stream pipeline; when the answer repeated the call, the second answer
+        instead (``ask_again``). The client gets either as one body in its stream framing."""
+        raw = resp.get_content(strict=False) or b""
+        body, ctype = plan.client_answer(raw, resp.headers.get("content-type", ""))
+        if plan.loop_ask_again:
+            again = await self._ask_again(flow, run, plan, retry)
+            if again is not None:
+                body, ctype, raw = again
+        note_text_calls(self.report, flow, run, plan)
+        self.report.keep_answer(flow, run, plan, raw, "stream read whole (loop guard)", stream=True)
+        run.report.counts.update(bytes_in=len(raw), bytes_out=len(body))
+        replace_headers(
+            resp.headers,
+            ["content-length", "content-encoding", "transfer-encoding"],
+            [("content-type", ctype)],
+        )
+        resp.content = body
+        append_comment(flow, "stream read whole before it was sent (loop guard, fallback on)")
+        self.report.state.count("answers rewritten")
+
+    async def _ask_again(
+        self, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, retry: Retry
+    ) -> tuple[bytes, str, bytes] | None:
+        """The loop guard's second request (``addon.shell.loop_guard``), counted as a retry."""
+        second = await ask_again(retry, flow, plan)
+        if plan.loop_asked:
+            self.report.retried(run, "loop guard")
+        return second
+
+
+def translate_error(flow: http.HTTPFlow, plan: FlowPlan) -> None:
+    """An upstream error, re-shaped for a client of another dialect (status kept)."""
+    resp = flow.response
+    assert resp is not None
+    body, message = plan.error_body(resp.status_code, resp.get_content(strict=False) or b"")
+    resp.content = body
+    resp.headers["content-type"] = "application/json"
+    append_comment(flow, f"upstream error {resp.status_code} → {plan.client.name} shape")
+    log.info("%s: upstream answered HTTP %d: %s", plan.label, resp.status_code, short(message))

@@ -1,0 +1,217 @@
+"""The report addon: what the bridge says about each routed flow.
+
+Every routed flow gets a ``FlowReport`` (``addon.outcome``): the time spent in the
+bridge's hooks and stream callable, retries, what the stream processor counted.
+When the flow is over (``response``, or ``error`` for a disconnect) it sets the
+flow's mark (one per outcome), adds to the counters (``bridge.stats``, the
+shutdown line) and is logged as one structured info line, the same format for
+every outcome; ``bridge_debug`` adds the details at debug level. The content view
+gets the originals with the route, dialects and decisions, what each retry sent,
+and (when mitmproxy keeps no streamed body) a stream's body as its client got it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mitmproxy import command, contentviews, ctx, http
+
+from addon.outcome import FlowReport
+from addon.plan import FlowPlan, short
+from addon.redact import clean
+from addon.shell.answer_notes import stream_done
+from addon.shell.common import SECRETS, append_comment, log, seal_flow
+from addon.shell.common import internal_error as log_internal_error
+from addon.shell.contentview import BridgeContentview
+from addon.shell.runs import FlowRun, FlowRuns
+from addon.shell.settings import BridgeSettings
+from addon.state import AnswerInfo, BridgeState, Original
+
+
+class Report:
+    name = "cursor_bridge_report"
+
+    def __init__(self, state: BridgeState, runs: FlowRuns, settings: BridgeSettings) -> None:
+        self.state = state
+        self.runs = runs
+        self._settings = settings
+
+    @property
+    def keep_originals(self) -> bool:
+        return self._settings.keep_originals
+
+    # ------------------------------------------------------------------ hooks
+
+    def load(self, loader: Any) -> None:
+        contentviews.add(BridgeContentview(self.state.originals))
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        """The flow is over (after the answers addon, whatever it did)."""
+        run = self.runs.pop(flow.id)
+        if run is not None:
+            self.close(flow, run.report, line=True, plan=run.plan)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        """A flow that ended without its ``response`` hook (a disconnect): reported once, as
+        ``response`` would have — with what its stream carried (counts, skipped events, the
+        view), and with the disconnect as its reason unless the upstream's stream had already
+        reached its end (a client that hangs up as soon as it has read ``[DONE]``)."""
+        run = self.runs.get(flow.id)
+        if run is None:
+            SECRETS.drop(flow.id)
+            return
+        plan, report = run.plan, run.report
+        started = time.perf_counter_ns()
+        try:
+            p = plan.processor if plan is not None else None
+            ended = p is not None and p.upstream_ended()
+            if not ended:  # the client got part of an answer: no body to show as its own
+                run.client_bytes = None
+                report.reason = report.reason or clean(flow.error.msg if flow.error else "", 300)
+            if plan is not None and p is not None and (ended or p.events_in):
+                stream_done(self, flow, run, plan)
+            if ended:
+                append_comment(flow, "the client hung up after the answer's end")
+        except Exception as e:
+            log_internal_error(f"cursor-bridge [{report.route}]: error", e)
+        finally:
+            self.runs.pop(flow.id)
+        try:
+            report.spent_ns += time.perf_counter_ns() - started
+            self.close(flow, report, line=True, plan=plan)
+        except Exception as e:
+            log_internal_error(f"cursor-bridge [{report.route}]: error", e)
+
+    def done(self) -> None:
+        try:
+            log.info("cursor-bridge: %s", self.state.summary())
+        except Exception as e:
+            log_internal_error("cursor-bridge: done", e)
+
+    @command.command("bridge.stats")  # type: ignore[untyped-decorator]
+    def stats(self) -> str:
+        """What the bridge did since it started: flows by outcome, repairs, restores,
+        retries, fallbacks (also logged)."""
+        text = self.state.summary()
+        log.info("cursor-bridge: %s", text)
+        return text
+
+    # ------------------------------------------------------------------ for the other addons
+
+    def fallback(self, run: FlowRun | None, why: str) -> None:
+        if run is not None:
+            run.report.add_outcome("fallback")
+            run.report.reason = run.report.reason or clean(why, 300)
+
+    def retried(self, run: FlowRun | None, kind: str) -> None:
+        # Counted once, by the flow's report (``retries (kind)``; ``bridge.stats`` says it).
+        if run is not None:
+            run.report.retries[kind] += 1
+
+    def keep_answer(
+        self,
+        flow: http.HTTPFlow,
+        run: FlowRun | None,
+        plan: FlowPlan,
+        raw: bytes,
+        summary: str,
+        *,
+        stream: bool,
+        cut: bool = False,
+    ) -> None:
+        """The upstream's answer as it came, for the content view's timeline."""
+        if not self.keep_originals:
+            return
+        info = AnswerInfo(
+            plan.upstream.name,
+            plan.upstream_framing,
+            plan.client.name,
+            plan.client_framing,
+            stream,
+            cut,
+        )
+        decisions = decision_lines(plan.answer_notes())
+        if run is not None:
+            decisions += tuple(f"{n} {kind} asked" for kind, n in run.report.retries.items())
+        self.keep(flow.id, "response", Original(raw, summary, plan_facts(plan), decisions, info))
+
+    def attempt(self, flow: http.HTTPFlow, what: str, body: bytes | None) -> None:
+        """A later attempt's body, for the request's content view (as it is sent)."""
+        if self.keep_originals:
+            self.state.originals.add_attempt(flow.id, what, body or b"")
+
+    def keep(self, flow_id: str, part: str, original: Original) -> None:
+        if self.keep_originals:
+            # The view redacts with them when it renders (the flow's own bodies too).
+            original = dataclasses.replace(original, secrets=SECRETS.get(flow_id))
+            self.state.originals.put(flow_id, part, original)
+
+    def close(
+        self, flow: http.HTTPFlow, report: FlowReport, *, line: bool, plan: FlowPlan | None = None
+    ) -> None:
+        """The flow is over: its mark, its counters, its log line (and details)."""
+        if flow.response is not None:
+            report.status = flow.response.status_code
+        flow.marked = report.mark
+        self.state.add(report.counters())
+        if line:
+            log.info("%s", report.line())
+        if self._settings.settings.debug and plan is not None:
+            for what in decision_lines(plan.answer_notes()):
+                log.debug("%s: answer: %s", plan.label, clean(what, 500))
+            p = plan.processor
+            if p is not None:
+                log.debug(
+                    "%s: stream: %d bytes in, %d out, %d events decoded, %d skipped%s",
+                    plan.label,
+                    p.bytes_in,
+                    p.bytes_out,
+                    p.events_in,
+                    p.skipped,
+                    f", error: {short(p.error)}" if p.error else "",
+                )
+        seal_flow(flow)  # the flow is over: nothing more is written about it
+
+
+def stores_streamed_bodies() -> bool:
+    """mitmproxy's ``store_streamed_bodies``: it keeps a streamed body itself."""
+    try:
+        return bool(ctx.options.store_streamed_bodies)
+    except (AttributeError, KeyError):
+        return False
+
+
+def decision_lines(notes: Mapping[str, int]) -> tuple[str, ...]:
+    """A flow's notes, one line each (``3 flat tools → OpenAI``)."""
+    return tuple(f"{n} {what}" for what, n in notes.items())
+
+
+def comment(flow: http.HTTPFlow, label: str, lines: Sequence[str]) -> None:
+    """The flow's comment: one line per decision, the first with the route's label."""
+    for i, line in enumerate(lines):
+        append_comment(flow, f"{label}: {line}" if i == 0 else line)
+
+
+def plan_facts(plan: FlowPlan) -> tuple[tuple[str, str], ...]:
+    """What the content view heads a flow with (no header, no key)."""
+    # A framing is a stream's: a whole answer is one JSON body, whatever the dialect.
+    client, upstream = plan.client.name, plan.upstream.name
+    if plan.stream:
+        client, upstream = (
+            f"{client} ({plan.client_framing})",
+            f"{upstream} ({plan.upstream_framing})",
+        )
+    facts = [
+        ("route", plan.route.name),
+        ("client", client),
+        ("upstream", f"{upstream} at {plan.host}"),
+        ("answer", "stream" if plan.stream else "whole"),
+    ]
+    if plan.protocol:
+        facts.append(("tool protocol", plan.protocol))
+    if plan.loop is not None:
+        facts.append(("loop guard", plan.loop.note))
+    return tuple((k, clean(v, 300)) for k, v in facts)
