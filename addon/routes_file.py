@@ -1,13 +1,17 @@
-"""A routes file's contents → ``Route``s, each key's type checked by pydantic.
+"""A routes file → ``Route``s: TOML read, each key's type checked by pydantic.
 
-Imported only when a routes file is read (``addon.routes.load_routes``): the proxy that runs
-on the built-in routes never loads pydantic. The model mirrors ``Route`` field for field (a
-test holds them together); the checks beyond types are ``addon.routes``' own, run on the
-key they are about so that an error names it.
+Contract: ``load_routes`` raises ``RoutesError`` with one line naming the file, the key and
+what it takes. Imported only when a routes file is read (the options import it then): the
+proxy that runs on the built-in routes never loads pydantic. Configuration flows one way:
+this module imports ``addon.routes``, never the reverse. The model mirrors ``Route`` field
+for field (a test holds them together); the checks beyond types are ``addon.routes``' own,
+run on the key they are about so that an error names it.
 """
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -15,6 +19,33 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from addon import routes
 from addon.model import SchemaProfile, ToolMode
 from addon.routes import DialectName, Route
+
+
+class RoutesError(ValueError):
+    """A routes file that cannot be used; the message names the file and the key."""
+
+
+def load_routes(path: str | Path) -> tuple[Route, ...]:
+    p = Path(path).expanduser()
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise RoutesError(f"routes file '{p}': cannot read it: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise RoutesError(
+            f"routes file '{p}': not UTF-8 text (byte {e.start}); TOML files are UTF-8"
+        ) from None
+    except tomllib.TOMLDecodeError as e:
+        raise RoutesError(f"routes file '{p}': not valid TOML: {e}") from None
+    try:
+        routes = read_routes(data)
+    except ValueError as e:
+        raise RoutesError(f"routes file '{p}': {e}") from None
+    names = [r.name for r in routes]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise RoutesError(f"routes file '{p}': route names must be unique: {', '.join(dupes)}")
+    return routes
 
 
 class RouteFields(BaseModel):
