@@ -104,7 +104,6 @@ _OLD_GEMINI = re.compile(r"(?:models/)?gemini-[12][.-]")
 
 type SignatureFallback = Literal["none", "sentinel"]
 """What a Gemini step gets when no signature is known: nothing, or Google's skip value."""
-SIGNATURE_FALLBACKS: tuple[SignatureFallback, ...] = ("none", "sentinel")
 
 BY_CALL = "tool-call id"
 BY_TEXT = "text hash"
