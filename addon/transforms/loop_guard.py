@@ -81,7 +81,7 @@ from addon.model import (
     ToolCall,
     ToolResult,
 )
-from addon.transforms.repair import parse_arguments
+from addon.transforms.arguments import parse_arguments
 
 type ErrorClass = Literal[
     "not_found", "permission", "invalid_arguments", "timeout", "nonzero_exit", "unknown"
