@@ -15,7 +15,6 @@ from addon.transforms.schema.gemini_base import (
     _ARRAY_KEYS,
     _FORMATS,
     _KEYS_OF,
-    _MAX_LISTED,
     _NAME,
     _NUMBER_KEYS,
     _OBJECT_KEYS,
@@ -26,7 +25,6 @@ from addon.transforms.schema.gemini_base import (
     _is_null,
     _num,
     _plain,
-    _render,
 )
 from addon.transforms.schema.gemini_families import _Families
 from addon.transforms.schema.gemini_refs import _Refs
@@ -184,27 +182,7 @@ class _Gemini(_Families, _Refs):
             desc = None
         out: JSON = {} if t == "any" else {"type": self.typ(t)}
         if values is not None:
-            if t == "string":
-                kept: list[str] = []
-                seen: set[str] = set()
-                for v in values:
-                    if isinstance(v, str) and v not in seen:
-                        seen.add(v)
-                        kept.append(v)
-                if len(kept) != len(values):
-                    self.note("enum value dropped", n=len(values) - len(kept))
-                if kept:
-                    out["enum"] = kept
-                elif not values:
-                    self.dropped("enum")
-            elif values:
-                listed = ", ".join(_render(v) for v in values[:_MAX_LISTED])
-                if len(values) > _MAX_LISTED:
-                    listed += ", …"
-                desc = (f"{desc}\n" if desc else "") + f"Allowed values: {listed}"
-                self.note("enum moved to the description", f"{t} values")
-            else:
-                self.dropped("enum")
+            desc = self.enum_keys(values, out, t, desc)
         if desc is not None:
             out["description"] = desc
         if t == "any":

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from addon.model import JSON
-from addon.transforms.schema.gemini_base import _Base, _count, _num
+from addon.transforms.schema.gemini_base import _MAX_LISTED, _Base, _count, _num, _render
 
 
 class _Families(_Base):
@@ -143,3 +143,29 @@ class _Families(_Base):
         if high is not None:
             out["maximum"] = high
         return {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
+
+    def enum_keys(self, values: list[Any], out: JSON, t: str, desc: str | None) -> str | None:
+        """``enum`` written where Gemini takes it (strings); another type's values are listed
+        in the description, which is returned."""
+        if t == "string":
+            kept: list[str] = []
+            seen: set[str] = set()
+            for v in values:
+                if isinstance(v, str) and v not in seen:
+                    seen.add(v)
+                    kept.append(v)
+            if len(kept) != len(values):
+                self.note("enum value dropped", n=len(values) - len(kept))
+            if kept:
+                out["enum"] = kept
+            elif not values:
+                self.dropped("enum")
+        elif values:
+            listed = ", ".join(_render(v) for v in values[:_MAX_LISTED])
+            if len(values) > _MAX_LISTED:
+                listed += ", …"
+            desc = (f"{desc}\n" if desc else "") + f"Allowed values: {listed}"
+            self.note("enum moved to the description", f"{t} values")
+        else:
+            self.dropped("enum")
+        return desc
