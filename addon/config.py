@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 from addon.model import SCHEMA_PROFILES, TOOL_MODES, SchemaProfile, ToolMode
-from addon.routes import DEFAULT_ROUTES, Route, RoutesError, load_routes
+from addon.routes import DEFAULT_ROUTES, Route
 
 type ThinkingOutput = Literal["reasoning", "hidden"]
 
@@ -172,7 +172,7 @@ REWRITE_OPTIONS: tuple[OptionSpec, ...] = (
         "Keys are redacted as everywhere else.",
     ),
 )
-"""Options of the rewrite addon (``addon.shell.rewrite``)."""
+"""Options of the settings addon (``addon.shell.settings``), read by the others."""
 
 CATALOGUE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
@@ -283,6 +283,15 @@ def parse_models(value: str) -> tuple[str, ...]:
     return models
 
 
+def _read_routes(path: str) -> tuple[Route, ...]:
+    from addon.routes_file import RoutesError, load_routes  # pydantic, only to read a file
+
+    try:
+        return load_routes(path)
+    except RoutesError as e:
+        raise ConfigError(str(e)) from e
+
+
 def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settings:
     """``read(name)`` reads an option (one no loaded addon declares reads as its default);
     ``env`` is the environment, for routes that take their key from it."""
@@ -295,10 +304,7 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
             return DEFAULTS[name]
 
     routes_path = get("bridge_routes")
-    try:
-        routes = load_routes(routes_path) if routes_path else DEFAULT_ROUTES
-    except RoutesError as e:
-        raise ConfigError(str(e)) from e
+    routes = _read_routes(routes_path) if routes_path else DEFAULT_ROUTES
     for route in routes:
         if route.api_key_env is not None and route.api_key_env not in env:
             raise ConfigError(

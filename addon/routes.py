@@ -1,56 +1,19 @@
 """Routes: which flows the bridge rewrites, and how.
 
-Contract: parse and validate a routes file (TOML, checked by pydantic; an error
-names the bad key), build the built-in default route, and match a request's
-host, path and method to the first route that fits. No mitmproxy here: the
-shell passes plain strings.
+Contract: what a route is and the checks every route passes (``Route``), the
+built-in default routes, and the first route that fits a request's host, path
+and method. No mitmproxy, no file reading here (``addon.routes_file`` reads
+files and builds routes with these checks); the shell passes plain strings.
 
-A routes file::
-
-    [[routes]]
-    name = "cursor"                    # shown in logs and mitmweb comments
-    host = "*.example.com"             # glob over the request host (default "*")
-    path = "*/chat/completions"        # glob over the path, query string excluded
-    methods = ["POST"]                 # default ["POST"]
-    client = "openai_chat"             # dialect the client speaks: openai_chat | anthropic |
-                                       # openai_responses | gemini | gemini_code_assist
-    upstream = "openai_chat"           # dialect the upstream speaks (same choices, and kiro)
-    tool_mode = "native"               # default: the bridge_tool_mode option
-    schema = "strict"                  # default: the bridge_schema option
-    upstream_path = "/v1/chat/completions"   # optional: the path (and query) sent upstream;
-                                       # by default a client path ending in its dialect's
-                                       # endpoint (/messages) gets the upstream's
-                                       # (/chat/completions), without the client's query
-    api_key_env = "GATEWAY_KEY"        # optional: send this variable's value as the key
-    cache_control = "drop"             # drop | keep: Anthropic cache_control to other dialects
-    reasoning = "auto"                 # auto | on | off: thinking requests → the upstream's
-                                       # switch; on: the model thinks (by default too); off:
-                                       # never sent
-    project = "my-gcp-project"         # gemini_code_assist upstreams: the project to bill
-    tool_repair = "on"                 # on | off: default the bridge_tool_repair option
-    signature_fallback = "sentinel"    # sentinel | none: a Gemini step whose signature is
-                                       # not known gets Google's skip value (or nothing)
-    # kiro upstreams only (client = "kiro" is refused: Kiro is an upstream-only dialect):
-    model_map = {"claude-sonnet-4-6" = "claude-sonnet-4.5"}   # client model → Kiro modelId
-    profile_arn = "arn:aws:codewhisperer:…"  # the body's profileArn (default: the token file's)
-    token_file = "~/.aws/sso/cache/kiro-auth-token.json"  # the Kiro IDE's token, refreshed
-    refresh_url = "https://…/refreshToken"   # with token_file: where to refresh it
-    description_limit = 10240          # tool descriptions cut to this many characters
-
-``load_routes`` raises ``RoutesError`` with one line naming the file, the key
-and what it takes. ``proxy_excludes`` applies mitmproxy's ``allow_hosts`` /
-``ignore_hosts`` to a request (the shell passes the option values).
+The keys of a routes file, with an example: ``addon.routes_file``, which reads such files
+(this module never reads one).
 """
 
 from __future__ import annotations
 
 import re
-import tomllib
-from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from functools import lru_cache
-from pathlib import Path
 from typing import Literal
 
 from addon.model import SchemaProfile, ToolMode
@@ -71,13 +34,9 @@ KIRO_KEYS: tuple[str, ...] = (
 """Route keys that only a ``kiro`` upstream takes."""
 
 
-class RoutesError(ValueError):
-    """A routes file that cannot be used; the message names the file and the key."""
-
-
 @dataclass(frozen=True, slots=True)
 class Route:
-    """One route. Built from a routes file (``load_routes``: every key's type checked there,
+    """One route. Built from a routes file (``addon.routes_file``: every key's type checked there,
     by pydantic, with messages that name the key) or in code; either way the checks below
     (``__post_init__``) hold. A plain dataclass: pydantic is imported only to read a file."""
 
@@ -240,59 +199,8 @@ Claude Code), POST …/responses (OpenAI Responses client, e.g. Codex CLI) and P
 on any host, all to an OpenAI-compatible upstream."""
 
 
-def load_routes(path: str | Path) -> tuple[Route, ...]:
-    p = Path(path).expanduser()
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise RoutesError(f"routes file '{p}': cannot read it: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise RoutesError(
-            f"routes file '{p}': not UTF-8 text (byte {e.start}); TOML files are UTF-8"
-        ) from None
-    except tomllib.TOMLDecodeError as e:
-        raise RoutesError(f"routes file '{p}': not valid TOML: {e}") from None
-    from addon.routes_file import read_routes  # pydantic, only to read a file
-
-    try:
-        routes = read_routes(data)
-    except ValueError as e:
-        raise RoutesError(f"routes file '{p}': {e}") from None
-    names = [r.name for r in routes]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise RoutesError(f"routes file '{p}': route names must be unique: {', '.join(dupes)}")
-    return routes
-
-
 def match(routes: tuple[Route, ...], host: str, path: str, method: str) -> Route | None:
     for route in routes:
         if route.matches(host, path, method):
             return route
     return None
-
-
-def proxy_excludes(names: Sequence[str], allow: Sequence[str], ignore: Sequence[str]) -> bool:
-    """Whether mitmproxy's ``allow_hosts`` / ``ignore_hosts`` leave a request alone.
-
-    ``names`` are the request's ``host:port`` forms (host, Host header, server address).
-    Matched as mitmproxy matches connections (``addons/next_layer.py``): each option value
-    is a regex searched case-insensitively; with ``allow`` set, one must match one of the
-    names; any ``ignore`` match excludes. A regex that does not compile matches nothing
-    (mitmproxy itself refuses it at start)."""
-    if allow and not any(_search(rex, n) for rex in allow for n in names):
-        return True
-    return any(_search(rex, n) for rex in ignore for n in names)
-
-
-@lru_cache(maxsize=256)
-def _compiled(rex: str) -> re.Pattern[str] | None:
-    try:
-        return re.compile(rex, re.IGNORECASE)
-    except re.error:
-        return None
-
-
-def _search(rex: str, name: str) -> bool:
-    pattern = _compiled(rex)
-    return pattern is not None and pattern.search(name) is not None

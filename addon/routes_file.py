@@ -1,13 +1,49 @@
-"""A routes file's contents → ``Route``s, each key's type checked by pydantic.
+"""A routes file → ``Route``s: TOML read, each key's type checked by pydantic.
 
-Imported only when a routes file is read (``addon.routes.load_routes``): the proxy that runs
-on the built-in routes never loads pydantic. The model mirrors ``Route`` field for field (a
-test holds them together); the checks beyond types are ``addon.routes``' own, run on the
-key they are about so that an error names it.
+Contract: ``load_routes`` raises ``RoutesError`` with one line naming the file, the key and
+what it takes. Imported only when a routes file is read (the options import it then): the
+proxy that runs on the built-in routes never loads pydantic. Configuration flows one way:
+this module imports ``addon.routes``, never the reverse. The model mirrors ``Route`` field
+for field (a test holds them together); the checks beyond types are ``addon.routes``' own,
+run on the key they are about so that an error names it.
+
+A routes file::
+
+    [[routes]]
+    name = "cursor"                    # shown in logs and mitmweb comments
+    host = "*.example.com"             # glob over the request host (default "*")
+    path = "*/chat/completions"        # glob over the path, query string excluded
+    methods = ["POST"]                 # default ["POST"]
+    client = "openai_chat"             # dialect the client speaks: openai_chat | anthropic |
+                                       # openai_responses | gemini | gemini_code_assist
+    upstream = "openai_chat"           # dialect the upstream speaks (same choices, and kiro)
+    tool_mode = "native"               # default: the bridge_tool_mode option
+    schema = "strict"                  # default: the bridge_schema option
+    upstream_path = "/v1/chat/completions"   # optional: the path (and query) sent upstream;
+                                       # by default a client path ending in its dialect's
+                                       # endpoint (/messages) gets the upstream's
+                                       # (/chat/completions), without the client's query
+    api_key_env = "GATEWAY_KEY"        # optional: send this variable's value as the key
+    cache_control = "drop"             # drop | keep: Anthropic cache_control to other dialects
+    reasoning = "auto"                 # auto | on | off: thinking requests → the upstream's
+                                       # switch; on: the model thinks (by default too); off:
+                                       # never sent
+    project = "my-gcp-project"         # gemini_code_assist upstreams: the project to bill
+    tool_repair = "on"                 # on | off: default the bridge_tool_repair option
+    signature_fallback = "sentinel"    # sentinel | none: a Gemini step whose signature is
+                                       # not known gets Google's skip value (or nothing)
+    # kiro upstreams only (client = "kiro" is refused: Kiro is an upstream-only dialect):
+    model_map = {"claude-sonnet-4-6" = "claude-sonnet-4.5"}   # client model → Kiro modelId
+    profile_arn = "arn:aws:codewhisperer:…"  # the body's profileArn (default: the token file's)
+    token_file = "~/.aws/sso/cache/kiro-auth-token.json"  # the Kiro IDE's token, refreshed
+    refresh_url = "https://…/refreshToken"   # with token_file: where to refresh it
+    description_limit = 10240          # tool descriptions cut to this many characters
 """
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -15,6 +51,33 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from addon import routes
 from addon.model import SchemaProfile, ToolMode
 from addon.routes import DialectName, Route
+
+
+class RoutesError(ValueError):
+    """A routes file that cannot be used; the message names the file and the key."""
+
+
+def load_routes(path: str | Path) -> tuple[Route, ...]:
+    p = Path(path).expanduser()
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise RoutesError(f"routes file '{p}': cannot read it: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise RoutesError(
+            f"routes file '{p}': not UTF-8 text (byte {e.start}); TOML files are UTF-8"
+        ) from None
+    except tomllib.TOMLDecodeError as e:
+        raise RoutesError(f"routes file '{p}': not valid TOML: {e}") from None
+    try:
+        routes = read_routes(data)
+    except ValueError as e:
+        raise RoutesError(f"routes file '{p}': {e}") from None
+    names = [r.name for r in routes]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise RoutesError(f"routes file '{p}': route names must be unique: {', '.join(dupes)}")
+    return routes
 
 
 class RouteFields(BaseModel):

@@ -35,10 +35,6 @@ CREDENTIAL_HEADERS: frozenset[str] = frozenset(
 """Every header a dialect reads or writes an API key in (``api-key``: Azure OpenAI)."""
 
 
-class MissingKey(Exception):
-    """A route names an environment variable for the key that is not set."""
-
-
 def read_key(
     dialect: Dialect, headers: Mapping[str, str], query: Query = ()
 ) -> tuple[str, str] | None:

@@ -17,7 +17,7 @@ from mitmproxy import ctx, exceptions, http
 
 from addon.config import ConfigError, OptionSpec, check_deferred_option
 from addon.redact import SecretRegistry, clean, clean_data
-from addon.routes import proxy_excludes
+from addon.shell.host_filter import proxy_excludes
 
 log = logging.getLogger("cursor_bridge")
 

@@ -58,17 +58,16 @@ from addon.model import (
     ToolCallStart,
 )
 from addon.stream.fastpath import TextLane
-from addon.transforms.restore import (
-    GEMINI_UPSTREAMS,
+from addon.transforms.reasoning_record import (
     KEY_LENGTH,
     KIND_CALL,
     KIND_LATEST,
     KIND_TEXT,
     KIND_THINKING,
-    MIN_SIGNATURE,
     Record,
     text_key,
 )
+from addon.transforms.restore import GEMINI_UPSTREAMS, MIN_SIGNATURE
 
 ANTHROPIC = "anthropic"
 OPENAI_CHAT = "openai_chat"

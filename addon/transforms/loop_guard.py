@@ -81,19 +81,11 @@ from addon.model import (
     ToolCall,
     ToolResult,
 )
-from addon.transforms.repair import parse_arguments
+from addon.transforms.arguments import parse_arguments
 
 type ErrorClass = Literal[
     "not_found", "permission", "invalid_arguments", "timeout", "nonzero_exit", "unknown"
 ]
-ERROR_CLASSES: Final[tuple[ErrorClass, ...]] = (
-    "not_found",
-    "permission",
-    "invalid_arguments",
-    "timeout",
-    "nonzero_exit",
-    "unknown",
-)
 
 MAX_ERROR_TEXT: Final = 500
 """Characters of the last error quoted in the verdict and the terminal message."""

@@ -1,5 +1,5 @@
-"""Giving the upstream back what the client dropped (unified → unified), the seed's signature
-rules for thinking blocks a client does send, and the thinking policy.
+"""Giving the upstream back what the client dropped (unified → unified), and the seed's signature
+rules for thinking blocks a client does send ("the seed": ``thinking_policy``'s glossary).
 
 Contract: pure over ``addon.model`` values, plus one lookup (``ReasoningLookup``: the reasoning
 store's view for this flow's scope, ``addon.store.ScopedStore``); run on the unified request
@@ -7,15 +7,7 @@ after the client's decoder and before the upstream's encoder. Decisions go to ``
 lookup that fails (the store's file is gone) counts as "nothing known" and is noted: a broken
 store never stops a request.
 
-The record format is defined here (``Record``), because this module is the one that has to
-understand it; ``addon.stream.capture`` writes it. Kinds of key (``KIND_*``):
-
-- ``call``: a tool-call id the client sends back → the ``Record`` of the turn that made the call
-  (its thinking blocks, the call's own signature and extras, the turn's message extras).
-- ``text``: ``text_key`` of the visible text of a turn without calls → its ``Record``.
-- ``thinking``: ``text_key`` of one signed thinking block's text → ``{"signature": …}``.
-- ``latest``: ``""`` → ``{"signature": …}``, the scope's latest valid signature (the seed's
-  process-wide fallback).
+The record format and the kinds of key are ``addon.transforms.reasoning_record``'s.
 
 What is restored, by upstream dialect (only where the client left it out; a value only comes
 from this flow's scope, which the lookup guarantees):
@@ -51,12 +43,7 @@ replace the message's thinking), then by hash (of the block's text: its signatur
 turn's visible text: the turn's blocks), then the scope's latest signature — else it becomes a
 text block.
 
-Thinking policy (the seed's, overridable per route with ``reasoning = "on"``, the ``policy``
-here): ``model_supports_thinking`` (on an upstream that checks thinking, a model not on the
-list gets no thinking request), ``thinking_on_by_default`` (``-thinking`` names and Opus 4.5),
-a budget; and the history check:
-when the last assistant turn used tools without thinking, thinking is switched off for this
-request rather than sent to be rejected (``check_thinking_history``).
+The thinking policy (which models think; the history check): ``addon.transforms.thinking_policy``.
 
 ``restore_request`` runs it all in order: default thinking, restore, signature rules, history
 check.
@@ -65,12 +52,10 @@ check.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 from addon.model import (
     JSON,
@@ -80,14 +65,25 @@ from addon.model import (
     Request,
     Text,
     Thinking,
-    ThinkingConfig,
     ToolCall,
 )
-
-KIND_CALL = "call"
-KIND_TEXT = "text"
-KIND_THINKING = "thinking"
-KIND_LATEST = "latest"
+from addon.transforms.reasoning_record import (
+    KIND_CALL,
+    KIND_LATEST,
+    KIND_TEXT,
+    KIND_THINKING,
+    ReasoningLookup,
+    Record,
+    text_key,
+)
+from addon.transforms.thinking_policy import (
+    ThinkingPolicy,
+    apply_default_thinking,
+    check_thinking_history,
+    check_thinking_support,
+    is_claude,
+    thinking_on,
+)
 
 MIN_SIGNATURE = 50
 """The seed's rule: shorter signatures are not real ones (placeholders clients make up)."""
@@ -104,101 +100,11 @@ _OLD_GEMINI = re.compile(r"(?:models/)?gemini-[12][.-]")
 
 type SignatureFallback = Literal["none", "sentinel"]
 """What a Gemini step gets when no signature is known: nothing, or Google's skip value."""
-SIGNATURE_FALLBACKS: tuple[SignatureFallback, ...] = ("none", "sentinel")
 
 BY_CALL = "tool-call id"
 BY_TEXT = "text hash"
 BY_THINKING = "thinking hash"
 BY_LATEST = "latest signature"
-
-
-class ReasoningLookup(Protocol):
-    """The reasoning store, bound to this flow's scope."""
-
-    def get(self, kind: str, key: str) -> JSON | None: ...
-
-
-KEY_LENGTH = 32
-"""Hex digits of a text's key."""
-
-
-def text_key(text: str) -> str:
-    """The key of a text: SHA-256 of it with runs of whitespace made one space and the ends
-    trimmed (clients re-flow and trim what they send back). ``addon.stream.capture.TextKey``
-    computes the same key as a stream's text goes by."""
-    norm = " ".join(text.split())
-    return hashlib.sha256(norm.encode("utf-8", "surrogatepass")).hexdigest()[:KEY_LENGTH]
-
-
-# --------------------------------------------------------------------------- records
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """What one answer turn left that its client may drop (JSON in the store)."""
-
-    thinking: tuple[Thinking, ...] = ()
-    """The turn's reasoning, in order: Anthropic thinking/redacted blocks, Responses reasoning
-    items (signature = ``encrypted_content``, the item in ``extra``), reasoning_content."""
-    signature: str | None = None
-    """Gemini: the call's own ``thoughtSignature`` (or the trailing one of a text turn)."""
-    call_extra: JSON = field(default_factory=dict)
-    """Fields of the call a client drops (``extra_content`` of Google's OpenAI-compatible API)."""
-    message_extra: JSON = field(default_factory=dict)
-    """Fields of the assistant message a client drops (``reasoning_details``)."""
-
-    def __bool__(self) -> bool:
-        return bool(self.thinking or self.signature or self.call_extra or self.message_extra)
-
-    def to_json(self) -> JSON:
-        out: JSON = {}
-        if self.thinking:
-            out["thinking"] = [_thinking_json(t) for t in self.thinking]
-        if self.signature:
-            out["signature"] = self.signature
-        if self.call_extra:
-            out["call_extra"] = self.call_extra
-        if self.message_extra:
-            out["message_extra"] = self.message_extra
-        return out
-
-    @classmethod
-    def from_json(cls, data: Any) -> Record | None:
-        """Lenient: a value of another shape (an older version's) is None, not an error."""
-        if not isinstance(data, dict):
-            return None
-        thinking: list[Thinking] = []
-        for t in data.get("thinking") or ():
-            if not isinstance(t, dict) or not isinstance(t.get("text"), str):
-                continue
-            sig, extra = t.get("signature"), t.get("extra")
-            thinking.append(
-                Thinking(
-                    t["text"],
-                    sig if isinstance(sig, str) and sig else None,
-                    redacted=t.get("redacted") is True,
-                    extra=extra if isinstance(extra, dict) else {},
-                )
-            )
-        sig = data.get("signature")
-        call_extra, message_extra = data.get("call_extra"), data.get("message_extra")
-        return cls(
-            tuple(thinking),
-            sig if isinstance(sig, str) and sig else None,
-            call_extra if isinstance(call_extra, dict) else {},
-            message_extra if isinstance(message_extra, dict) else {},
-        )
-
-
-def _thinking_json(t: Thinking) -> JSON:
-    out: JSON = {"text": t.text}
-    if t.signature:
-        out["signature"] = t.signature
-    if t.redacted:
-        out["redacted"] = True
-    if t.extra:
-        out["extra"] = t.extra
-    return out
 
 
 class _Safe:
@@ -262,10 +168,6 @@ def call_signature(call: ToolCall) -> str | None:
     return sig if isinstance(sig, str) and sig else None
 
 
-def _thinking_on(req: Request) -> bool:
-    return req.thinking is not None and req.thinking.enabled
-
-
 def _replace_parts(m: Message, parts: list[Part] | tuple[Part, ...]) -> Message:
     return dataclasses.replace(m, parts=tuple(parts))
 
@@ -289,7 +191,7 @@ def restore_reasoning(
     elif upstream == "anthropic":
         messages = (
             _restore_blocks(req.messages, safe, counts, _anthropic_block, text_turns=True)
-            if _thinking_on(req)
+            if thinking_on(req)
             else req.messages
         )
     elif upstream == "openai_responses":
@@ -578,90 +480,10 @@ def _swap_thinking(parts: list[Part], blocks: tuple[Thinking, ...]) -> list[Part
     return [*rest[:at], *blocks, *rest[at:]]
 
 
-# --------------------------------------------------------------------------- thinking policy
-
-_CLAUDE = re.compile(r"(?:^|[/.:])claude-")
-_OPUS_45 = re.compile(r"opus-4[-.]5(?![\d])|4[-.]5-opus")
-
-
-def _name(model: str) -> str:
-    return model.strip().lower()
-
-
-def is_claude(model: str) -> bool:
-    """``claude-…``, also behind a provider prefix (``anthropic/claude-…``,
-    ``us.anthropic.claude-…``)."""
-    return _CLAUDE.search(_name(model)) is not None
-
-
-def model_supports_thinking(model: str) -> bool:
-    """The seed's list: ``-thinking`` in the name, ``gemini-3-pro``, ``claude-*``."""
-    name = _name(model)
-    return "-thinking" in name or "gemini-3-pro" in name or is_claude(model)
-
-
-def thinking_on_by_default(model: str) -> bool:
-    """Models that think unless told otherwise: ``-thinking`` names and Claude Opus 4.5."""
-    name = _name(model)
-    return "-thinking" in name or (is_claude(model) and _OPUS_45.search(name) is not None)
-
-
 def needs_signed_thinking(upstream: str, model: str) -> bool:
     """Upstreams that check thinking signatures and want a tool turn to start with thinking:
     Anthropic, and Claude models behind a Gemini dialect (Code Assist / Antigravity)."""
     return upstream == "anthropic" or (upstream in GEMINI_UPSTREAMS and is_claude(model))
-
-
-ThinkingPolicy = Literal["auto", "on"]
-"""``auto``: the seed's lists decide which models think; ``on``: every model of the route does
-(a route's ``reasoning = "on"``)."""
-
-
-def apply_default_thinking(
-    req: Request, notes: Notes, *, budget: int | None = None, policy: ThinkingPolicy = "auto"
-) -> Request:
-    """Thinking on for models that think by default (when the client said nothing), and the
-    ``budget`` where thinking is on without one (not for adaptive thinking)."""
-    if req.thinking is None:
-        if policy != "on" and not thinking_on_by_default(req.model):
-            return req
-        notes[f"thinking on by default for {req.model}"] += 1
-        return dataclasses.replace(req, thinking=ThinkingConfig(True, budget))
-    t = req.thinking
-    if budget is not None and t.enabled and t.budget_tokens is None and not t.adaptive:
-        notes[f"thinking budget {budget} set"] += 1
-        return dataclasses.replace(req, thinking=dataclasses.replace(t, budget_tokens=budget))
-    return req
-
-
-def check_thinking_support(req: Request, notes: Notes) -> Request:
-    """Thinking not sent for a model the seed's list does not know to think
-    (``model_supports_thinking``), on an upstream that checks thinking: it would be refused
-    there. A route's ``reasoning = "on"`` skips this check."""
-    if not _thinking_on(req) or model_supports_thinking(req.model):
-        return req
-    notes[f"thinking not sent: {req.model} is not known to think"] += 1
-    return dataclasses.replace(req, thinking=None)
-
-
-def check_thinking_history(req: Request, notes: Notes) -> Request:
-    """Thinking off for this request when the last assistant turn (the last run of assistant
-    messages) called tools without any thinking: the upstream would refuse it."""
-    if not _thinking_on(req):
-        return req
-    turn: list[Message] = []
-    for m in reversed(req.messages):
-        if m.role == "assistant":
-            turn.append(m)
-        elif turn:
-            break
-    parts = [p for m in turn for p in m.parts]
-    if any(isinstance(p, ToolCall) for p in parts) and not any(
-        isinstance(p, Thinking) for p in parts
-    ):
-        notes["thinking off: the last assistant turn used tools without thinking"] += 1
-        return dataclasses.replace(req, thinking=None)
-    return req
 
 
 # --------------------------------------------------------------------------- all of it

@@ -6,7 +6,6 @@ mitmdumps): what the pairing must cancel is a machine that changes speed between
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,17 +14,18 @@ from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench.py"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+if str(SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(SCRIPTS))  # scripts/bench runs with scripts/ on its path
+
+from benchlib import inprocess, measuring, run  # noqa: E402
+from benchlib.plan import Plan  # noqa: E402
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cursor_bridge_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    """The measuring module: its ``unpaced`` and ``unpaced_window`` are replaced by fakes."""
+    return measuring
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def machine(
 
 
 def run_paired(bench: ModuleType, keys: list[str], rounds: int) -> dict[str, dict[str, Any]]:
-    plan = bench.Plan(
+    plan = Plan(
         requests=1,
         unpaced_streams=(1,),
         unpaced_seconds=1.0,
@@ -199,7 +199,7 @@ def test_paced_capacity_reads_the_grid_and_the_halvings(bench: ModuleType) -> No
         "paced_68": paced_result(80.0),
         "memory": {"requests": 10},
     }
-    cap = bench.paced_capacity(results)
+    cap = run.paced_capacity(results)
     assert (cap["k"], cap["past"], cap["text"]) == (62, 68, "62 (not 68)")
     assert cap["measured"] == [25, 50, 62, 68, 75]
 
@@ -225,7 +225,7 @@ def test_paced_capacity_reads_the_grid_and_the_halvings(bench: ModuleType) -> No
 def test_paced_capacity_is_the_last_k_before_the_first_past_the_bound(
     bench: ModuleType, results: dict[str, Any], text: str
 ) -> None:
-    assert bench.paced_capacity(results)["text"] == text
+    assert run.paced_capacity(results)["text"] == text
 
 
 def test_bare_failing_midway_stops_the_row_with_what_was_measured(
@@ -242,8 +242,8 @@ def test_bare_failing_midway_stops_the_row_with_what_was_measured(
 
 
 def test_the_host_line_names_the_cpu_and_times_both_pieces_of_work(bench: ModuleType) -> None:
-    h = bench.host(reps=2)
+    h = inprocess.host(reps=2)
     assert set(h) == {"cpu_model", "python_loop_us", "json_event_ns"}
     assert isinstance(h["cpu_model"], str)
     assert 0 < h["python_loop_us"] < 100_000 and 0 < h["json_event_ns"] < 1_000_000
-    assert bench._reference_loop() == sum(i * i for i in range(1000))
+    assert inprocess._reference_loop() == sum(i * i for i in range(1000))

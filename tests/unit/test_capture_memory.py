@@ -22,7 +22,7 @@ from addon.model import Finish, MessageStart, StreamEnd, TextDelta, ThinkingDelt
 from addon.stream import capture
 from addon.stream.capture import CaptureStage, TextKey
 from addon.stream.processor import StreamProcessor
-from addon.transforms.restore import KIND_TEXT, text_key
+from addon.transforms.reasoning_record import KIND_TEXT, text_key
 
 WHITESPACE = " \t\n\r\x0b\x0c\x1c\x85\xa0\u2003\u3000"
 """ASCII and Unicode whitespace (``str.split`` splits on all of them)."""

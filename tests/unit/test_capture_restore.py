@@ -49,25 +49,29 @@ from addon.model import (
 from addon.store import ReasoningStore, Scope, ScopedStore
 from addon.stream.capture import CaptureStage, TurnRecorder, capture_response, merge_details
 from addon.stream.processor import StreamProcessor, join_runs
-from addon.transforms.restore import (
-    GEMINI_SIGNATURE,
+from addon.transforms.reasoning_record import (
     KIND_CALL,
     KIND_LATEST,
     KIND_TEXT,
     KIND_THINKING,
+    Record,
+    text_key,
+)
+from addon.transforms.restore import (
+    GEMINI_SIGNATURE,
     MIN_SIGNATURE,
     SKIP_NOTE,
     SKIP_SIGNATURE,
-    Record,
-    apply_default_thinking,
     apply_signature_rules,
-    check_thinking_history,
-    model_supports_thinking,
     needs_signed_thinking,
     restore_reasoning,
     restore_request,
     signature_valid,
-    text_key,
+)
+from addon.transforms.thinking_policy import (
+    apply_default_thinking,
+    check_thinking_history,
+    model_supports_thinking,
     thinking_on_by_default,
 )
 from tests.realdata import FIXTURES

@@ -17,10 +17,11 @@ from mitmproxy import exceptions
 from mitmproxy.test import taddons
 
 from addon.config import ConfigError, check_deferred_option, parse_settings
-from addon.routes import RoutesError, load_routes, proxy_excludes
+from addon.routes_file import RoutesError, load_routes
 from addon.shell import common
 from addon.shell.addons import make_addons
 from addon.shell.common import check_deferred_options
+from addon.shell.host_filter import proxy_excludes
 
 # --------------------------------------------------------------------------- deferred --set
 

@@ -42,7 +42,7 @@ def test_below_the_shell_nothing_imports_mitmproxy() -> None:
 def test_a_routes_file_brings_pydantic_when_it_is_read() -> None:
     loaded = _loaded(
         "import tempfile, pathlib\n"
-        "from addon.routes import load_routes\n"
+        "from addon.routes_file import load_routes\n"
         "p = pathlib.Path(tempfile.mkdtemp()) / 'r.toml'\n"
         "p.write_text('[[routes]]\\nname = \"a\"\\n')\n"
         "assert load_routes(p)[0].name == 'a'"

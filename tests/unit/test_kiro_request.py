@@ -30,7 +30,8 @@ from addon.dialects.kiro.request import (
     session_id,
 )
 from addon.plan import Incoming, Reject, Rewrite, RouteCredentials, decide
-from addon.routes import Route, RoutesError, load_routes
+from addon.routes import Route
+from addon.routes_file import RoutesError, load_routes
 from tests.kiro_rules import kiro_refusal
 from tests.realdata import FIXTURES, read
 

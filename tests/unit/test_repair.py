@@ -19,11 +19,11 @@ from addon.model import (
     Tool,
     ToolCall,
 )
+from addon.transforms.arguments import parse_arguments
 from addon.transforms.repair import (
     EVENT,
     NOTE_REPAIRED,
     ToolSchemas,
-    parse_arguments,
     repair_call,
     repair_response,
     schemas_of,

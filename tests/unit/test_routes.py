@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from addon.routes import DEFAULT_ROUTES, RoutesError, load_routes, match
+from addon.routes import DEFAULT_ROUTES, match
+from addon.routes_file import RoutesError, load_routes
 
 
 def write(tmp_path: Path, text: str) -> Path:

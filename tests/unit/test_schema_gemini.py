@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from addon.config import parse_settings
 from addon.model import SCHEMA_PROFILES, Notes, Request, Tool
-from addon.routes import load_routes
+from addon.routes_file import load_routes
 from addon.transforms.schema import (
     GEMINI_KEYWORDS,
     GEMINI_MAX_DEPTH,

@@ -1,0 +1,50 @@
+"""JSON Schema sanitizing profiles for tool parameters.
+
+Contract: a pure function ``sanitize_schema(schema, profile, notes) -> schema``
+that returns a new object and never mutates its input. Cost is linear in the
+size of the schema (``gemini``: in the size of its output, which is bounded).
+It knows JSON Schema keywords, nothing about dialects or tools.
+
+Profiles:
+- ``none``: the schema is sent as the client wrote it.
+- ``strict``: for upstreams (Gemini-backed and several OpenAI-compatible
+  gateways) that reject parts of JSON Schema: drop ``additionalProperties``,
+  ``$schema``, ``title`` and ``default``; collapse ``anyOf`` to its first
+  non-null option; drop an empty ``required``. Keys of a ``properties`` map are
+  field names, not keywords: a property called ``title`` or ``default`` stays.
+- ``gemini``: what Gemini's function declarations accept (a subset of OpenAPI
+  3.0's schema object): everything ``strict`` removes, and ``$ref`` inlined,
+  unions turned into ``nullable`` / ``anyOf``, ``const`` turned into ``enum``,
+  every node given a type, and keywords Gemini rejects dropped. See
+  ``gemini_schema``; each change is counted in the notes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from addon.model import Notes, SchemaProfile
+from addon.transforms.schema.gemini import gemini_schema
+from addon.transforms.schema.gemini_base import GEMINI_KEYWORDS, GEMINI_MAX_DEPTH, GEMINI_MAX_NODES
+from addon.transforms.schema.strict import strict_schema
+
+__all__ = [
+    "GEMINI_KEYWORDS",
+    "GEMINI_MAX_DEPTH",
+    "GEMINI_MAX_NODES",
+    "gemini_schema",
+    "sanitize_schema",
+    "strict_schema",
+]
+
+
+def sanitize_schema(
+    schema: Any, profile: SchemaProfile, notes: Notes | None = None, *, upper_types: bool = False
+) -> Any:
+    """``schema`` cleaned for ``profile``; ``gemini`` counts what it changed in ``notes`` and
+    writes upper-case type names with ``upper_types`` (other profiles ignore it)."""
+    if profile == "none":
+        return schema
+    if profile == "gemini":
+        return gemini_schema(schema, upper_types=upper_types, notes=notes)
+    return strict_schema(schema)

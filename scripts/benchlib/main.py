@@ -1,0 +1,136 @@
+"""The command line: ``scripts/bench``'s flags, the two sections in turn, the tables printed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import benchlib
+from benchlib.base import X
+from benchlib.inprocess import bench_request, bench_stream, host
+from benchlib.plan import FULL, QUICK, Progress
+from benchlib.processes import CONFIGS
+from benchlib.run import run_proxies
+from benchlib.table import inprocess_table, proxy_table
+from benchlib.upstream import serve_upstream
+
+
+def run_inprocess(reps: int, say: Progress) -> dict[str, Any]:
+    out: dict[str, Any] = {"reps": reps}
+    for key, protocol in (("stream", False), ("textproto", True)):
+        base, ours, size = bench_stream(reps, protocol=protocol)
+        out[key] = {
+            "bytes": size,
+            "bridge_ms": ours * 1e3,
+            "baseline_ms": base * 1e3,
+            "ratio": ours / base,
+            "mb_per_s": size / ours / 1e6,
+        }
+        say(
+            f"{key:9} {size / 1e6:4.2f} MB SSE: processor {ours * 1e3:7.1f} ms vs line split"
+            f" {base * 1e3:6.1f} ms → {ours / base:4.1f}{X} ({size / ours / 1e6:.1f} MB/s)"
+        )
+    base, ours, size = bench_request(reps)
+    out["request"] = {
+        "bytes": size,
+        "bridge_ms": ours * 1e3,
+        "baseline_ms": base * 1e3,
+        "ratio": ours / base,
+    }
+    say(
+        f"request   {size / 1e6:4.2f} MB Cursor body: decode+transforms+encode {ours * 1e3:6.1f} ms"
+        f" vs json.loads+dumps {base * 1e3:6.1f} ms → {ours / base:4.1f}{X}"
+    )
+    return out
+
+
+def _raise_nofile() -> None:
+    """Room for 400 streams: each is a socket here, two in mitmdump, one in the upstream."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 8192 if hard == resource.RLIM_INFINITY else min(8192, hard)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=benchlib.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="a reduced run (under a minute)")
+    parser.add_argument("--no-proxy", action="store_true", help="only the in-process section")
+    parser.add_argument("--json", metavar="PATH", type=Path, help="write the raw numbers here")
+    parser.add_argument(
+        "--routes",
+        metavar="KEYS",
+        default=",".join(c.key for c in CONFIGS[1:]),
+        help="columns besides bare mitmdump, which is always measured; comma-separated"
+        " (default: all of " + ", ".join(c.key for c in CONFIGS[1:]) + ")",
+    )
+    parser.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="leave the proxies, the upstream and the load generator to the scheduler (default:"
+        " the proxies on the last CPU, the rest on the others)",
+    )
+    parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_upstream:
+        serve_upstream()
+        return
+
+    # SIGTERM ends the run like Ctrl-C: the finally blocks stop every child.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    wanted = {k.strip() for k in args.routes.split(",") if k.strip()}
+    unknown = wanted - {c.key for c in CONFIGS}
+    if unknown:
+        parser.error(f"unknown route(s) {', '.join(sorted(unknown))}")
+    configs = [c for c in CONFIGS if c.key == "bare" or c.key in wanted]
+    plan = QUICK if args.quick else FULL
+    reps = 3 if args.quick else 7
+    say = Progress()
+    report: dict[str, Any] = {
+        "quick": args.quick,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "platform": sys.platform,
+            **host(),
+        },
+    }
+    m = report["machine"]
+    say(
+        f"host: {m['cpu_model'] or 'CPU model unknown'}; a 1,000-step Python loop"
+        f" {m['python_loop_us']:.1f} µs, a msgspec read and write of one stream event"
+        f" {m['json_event_ns']:.0f} ns"
+    )
+    say(f"section 1: in process (best of {reps}; ratio = bridge / baseline, lower is better)")
+    report["in_process"] = run_inprocess(reps, say)
+    tables = ["### In process\n", inprocess_table(report["in_process"])]
+    if not args.no_proxy:
+        _raise_nofile()
+        say("section 2: mitmdump on 127.0.0.1 (ratio = bridge column / bare mitmdump column)")
+        report["plan"] = plan.__dict__
+        report["configs"] = {c.key: c.title for c in configs}
+        report["proxy"], placed = run_proxies(plan, configs, say, pinned=not args.no_pin)
+        report["machine"]["placement"] = placed
+        tables += [
+            "\n### Through mitmdump on 127.0.0.1\n",
+            f"Ratios in parentheses: bridge column / bare mitmdump. {os.cpu_count()} CPUs"
+            f" ({placed}); CPU is shown for the proxy, the scripted upstream and the load"
+            f" generator. Host: {m['cpu_model'] or 'CPU model unknown'}; a 1,000-step Python"
+            f" loop takes {m['python_loop_us']:.1f} µs, a msgspec read and write of one"
+            f" stream event {m['json_event_ns']:.0f} ns.\n",
+            proxy_table(plan, configs, report["proxy"]),
+        ]
+    say("done")
+    print()
+    print("\n".join(tables))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        print(f"\nraw numbers: {args.json}")
