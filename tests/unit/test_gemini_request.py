@@ -16,19 +16,16 @@ import pytest
 from addon.dialects import DIALECTS
 from addon.dialects.anthropic import request as anthropic
 from addon.dialects.base import Target, WireRequest
-from addon.dialects.gemini.parts import SKIP_SIGNATURE
-from addon.dialects.gemini.request import (
-    CODE_ASSIST,
-    NAME,
-    SIDE,
+from addon.dialects.gemini.parts import CODE_ASSIST, NAME, SIDE, SKIP_SIGNATURE
+from addon.dialects.gemini.placement import (
     code_assist_envelope,
-    decode_request,
-    encode_request,
     from_path,
     path_base,
     place_code_assist,
     place_public,
 )
+from addon.dialects.gemini.request import decode_request
+from addon.dialects.gemini.request_encode import encode_request
 from addon.dialects.openai_chat import request as chat
 from addon.model import (
     ClientError,

@@ -83,7 +83,7 @@ from addon.model import (
 )
 
 from .errors import error_body, status_of
-from .request import NAME
+from .parts import NAME
 
 SIGNATURE = "thoughtSignature"
 """The wire name of a part's signature, also the key of a call's signature in its ``extra``."""
