@@ -17,11 +17,8 @@ from addon.dialects import DIALECTS
 from addon.dialects.anthropic import request as anthropic
 from addon.dialects.openai_chat import request as chat
 from addon.dialects.openai_responses import DIALECT, NAME
-from addon.dialects.openai_responses.request import (
-    ITEMS,
-    decode_request,
-    encode_request,
-)
+from addon.dialects.openai_responses.request import ITEMS, decode_request
+from addon.dialects.openai_responses.request_encode import encode_request
 from addon.model import (
     ClientError,
     Image,

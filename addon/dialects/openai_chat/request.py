@@ -12,7 +12,7 @@ assistant content arrays holding ``tool_use`` and ``thinking`` blocks, user
 content arrays holding ``tool_result`` blocks, Anthropic-style ``tool_choice``.
 Cursor's agent mode for GPT-named models posts Responses-shaped bodies (``input``,
 ``instructions``, flat tools) here: those are decoded by the Responses dialect
-(``openai_responses.request.decode_chat_hybrid``, origin ``openai_responses``), and
+(``hybrid.decode_chat_hybrid``, origin ``openai_responses``), and
 answered in Chat Completions. Ask mode's flat custom tools (``{"type": "custom", "name",
 "format"}``) next to nested function tools become custom tools (``Tool.format``).
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from addon.dialects.anthropic.blocks import decode_block
-from addon.dialects.openai_responses.request import decode_chat_hybrid, decode_tools
+from addon.dialects.openai_responses.request import decode_tools
 from addon.model import (
     JSON,
     ClientError,
@@ -52,6 +52,8 @@ from addon.model import (
     ToolResult,
     UnsupportedShape,
 )
+
+from .hybrid import decode_chat_hybrid
 
 NAME = "openai_chat"
 EMPTY_RESULT = "(empty result)"
