@@ -43,8 +43,8 @@ from addon.config import Settings
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import Framing, Query, WireRequest, describe
 from addon.dialects.kiro import NAME as KIRO
-from addon.dialects.kiro.request import DESCRIPTION_LIMIT
-from addon.dialects.kiro.request import prepare as kiro_prepare
+from addon.dialects.kiro.placement import DESCRIPTION_LIMIT
+from addon.dialects.kiro.placement import prepare as kiro_prepare
 from addon.jsonio import dumpb, loads, same
 from addon.model import (
     JSON,

@@ -13,16 +13,17 @@ answer by the plan.
 from addon.dialects.base import Dialect
 
 from .errors import body_status, error_type
-from .request import NAME, PATH, decode_request, encode_request, framing, place
+from .placement import PATH, framing, place
+from .request import NAME, decode_request
+from .request_encode import encode_request
 from .response import (
     UPSTREAM_ONLY,
-    KiroStreamEncoder,
     decode_response,
     encode_error,
     encode_response,
     error_message,
 )
-from .stream import KiroStreamDecoder
+from .stream import KiroStreamDecoder, KiroStreamEncoder
 
 CONTENT_TYPE = "application/vnd.amazon.eventstream"
 
