@@ -16,6 +16,7 @@ from pydantic import TypeAdapter
 from addon.dialects import DIALECTS
 from addon.dialects.anthropic import request as anthropic
 from addon.dialects.openai_chat import request as chat
+from addon.dialects.openai_chat import request_encode as chat_encode
 from addon.dialects.openai_responses import DIALECT, NAME
 from addon.dialects.openai_responses.request import ITEMS, decode_request
 from addon.dialects.openai_responses.request_encode import encode_request
@@ -44,7 +45,7 @@ def to_chat(req: Request) -> dict[str, Any]:
     """Encoded for a chat upstream as a route does: the tools it cannot run left out first."""
     notes: Counter[str] = Counter()
     req = leave_out_tools(req, DIALECTS["openai_chat"].runs, "the openai_chat upstream", notes)
-    return chat.encode_request(req, notes)
+    return chat_encode.encode_request(req, notes)
 
 
 CODEX = [f"clients/codex-0.169.0-responses-gpt-5.5-turn{n}.request.json" for n in (1, 2, 3)]
@@ -149,7 +150,7 @@ def test_codex_request_becomes_a_valid_chat_body(name: str) -> None:
     req, _ = decode(codex(name))
     notes: Counter[str] = Counter()
     req = leave_out_tools(req, DIALECTS["openai_chat"].runs, "the openai_chat upstream", notes)
-    body = chat.encode_request(req, notes)
+    body = chat_encode.encode_request(req, notes)
     check_chat_body(body)
     assert notes["tools the openai_chat upstream cannot run left out: tool_search, web_search"]
     tools = {t["function"]["name"]: t["function"] for t in body["tools"]}
@@ -747,4 +748,4 @@ def test_a_request_of_only_hosted_tools_is_refused_for_a_chat_upstream() -> None
     with pytest.raises(ClientError, match="'web_search', which the openai_chat upstream"):
         leave_out_tools(req, DIALECTS["openai_chat"].runs, "the openai_chat upstream", Counter())
     with pytest.raises(ClientError, match="web_search"):  # the encoder writes only its own
-        chat.encode_request(req, Counter())
+        chat_encode.encode_request(req, Counter())

@@ -2,7 +2,7 @@
 
 An upstream-only dialect: Cursor, Claude Code and every other client reach Kiro's Claude
 models through it; no route takes Kiro clients. The request is the IDE's
-``conversationState`` body (``request.py``), placed at ``/generateAssistantResponse`` with the
+``conversationState`` body (``request_encode.py``), placed at ``/generateAssistantResponse`` with the
 key as a Bearer token (a route may read it from the Kiro IDE's token file: ``token.py`` and
 the shell's ``kiro_auth``); the answer is always AWS event-stream frames
 (``application/vnd.amazon.eventstream``, framing ``aws_eventstream``: split by
