@@ -15,6 +15,7 @@ from pydantic import TypeAdapter
 
 from addon.dialects import DIALECTS
 from addon.dialects.anthropic import request as anthropic
+from addon.dialects.anthropic import request_encode as anthropic_encode
 from addon.dialects.openai_chat import request as chat
 from addon.dialects.openai_chat import request_encode as chat_encode
 from addon.dialects.openai_responses import DIALECT, NAME
@@ -184,7 +185,7 @@ def test_codex_request_reaches_an_anthropic_upstream() -> None:
     notes: Counter[str] = Counter()
     req = leave_out_tools(req, DIALECTS["anthropic"].runs, "the anthropic upstream", notes)
     assert notes == {"tools the anthropic upstream cannot run left out: tool_search, web_search": 1}
-    body = anthropic.encode_request(
+    body = anthropic_encode.encode_request(
         Request(req.origin, "claude", req.messages, req.tools, stream=True), Counter()
     )
     assert body["system"][0]["text"].startswith("You are Codex")
