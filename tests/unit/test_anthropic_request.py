@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from addon.dialects.anthropic import DIALECT as ANTHROPIC
-from addon.dialects.anthropic.request import DEFAULT_MAX_TOKENS
+from addon.dialects.anthropic.request_encode import DEFAULT_MAX_TOKENS
 from addon.dialects.openai_chat import DIALECT as OPENAI
 from addon.model import (
     ClientError,

@@ -16,20 +16,18 @@ import pytest
 from addon.dialects import DIALECTS
 from addon.dialects.anthropic import request as anthropic
 from addon.dialects.base import Target, WireRequest
-from addon.dialects.gemini.parts import SKIP_SIGNATURE
-from addon.dialects.gemini.request import (
-    CODE_ASSIST,
-    NAME,
-    SIDE,
+from addon.dialects.gemini.parts import CODE_ASSIST, NAME, SIDE, SKIP_SIGNATURE
+from addon.dialects.gemini.placement import (
     code_assist_envelope,
-    decode_request,
-    encode_request,
     from_path,
     path_base,
     place_code_assist,
     place_public,
 )
+from addon.dialects.gemini.request import decode_request
+from addon.dialects.gemini.request_encode import encode_request
 from addon.dialects.openai_chat import request as chat
+from addon.dialects.openai_chat import request_encode as chat_encode
 from addon.model import (
     ClientError,
     Image,
@@ -652,7 +650,7 @@ def test_calls_without_ids_get_stable_ids_and_results_pair_up_by_name() -> None:
     again, _ = encode(req)
     assert again["contents"] == body["contents"]
     # and an OpenAI upstream gets pairs it accepts, without Gemini's fields
-    chat_body = chat.encode_request(req, Counter())
+    chat_body = chat_encode.encode_request(req, Counter())
     check_chat(chat_body)
     assert "thoughtSignature" not in json.dumps(chat_body)
 
@@ -787,7 +785,7 @@ def test_gemini_cli_recordings(name: str) -> None:
             == (body["contents"][1]["parts"][0]["thoughtSignature"])
         )
     # an OpenAI upstream: tool messages right after the calls they answer, nothing of Gemini's
-    chat_body = chat.encode_request(req, Counter())
+    chat_body = chat_encode.encode_request(req, Counter())
     check_chat(chat_body)
     assert chat_body["messages"][0] == {
         "role": "system",

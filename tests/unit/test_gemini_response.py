@@ -15,7 +15,7 @@ from openai.types.responses import Response as ResponsesResponse
 
 from addon.dialects.anthropic import DIALECT as ANTHROPIC
 from addon.dialects.gemini import CODE_ASSIST_DIALECT, DIALECT
-from addon.dialects.gemini import response as gemini_response
+from addon.dialects.gemini import malformed as gemini_malformed
 from addon.dialects.gemini.response import (
     CALL_SIGNATURE,
     decode_response,
@@ -81,7 +81,7 @@ def no_json_repair(monkeypatch: pytest.MonkeyPatch) -> None:
     def absent(text: str) -> Any:
         raise ValueError("json_repair not installed")
 
-    monkeypatch.setattr(gemini_response, "_with_json_repair", absent)
+    monkeypatch.setattr(gemini_malformed, "_with_json_repair", absent)
 
 
 WHOLE = whole_answers()

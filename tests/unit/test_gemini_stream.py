@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from addon.dialects.anthropic.stream import AnthropicStreamEncoder
 from addon.dialects.base import Framing, StreamEncoder
-from addon.dialects.gemini import response as gemini_response
+from addon.dialects.gemini import malformed as gemini_malformed
 from addon.dialects.gemini.response import CALL_SIGNATURE
 from addon.dialects.gemini.stream import (
     CodeAssistStreamEncoder,
@@ -106,7 +106,7 @@ def no_json_repair(monkeypatch: pytest.MonkeyPatch) -> None:
     def absent(text: str) -> Any:
         raise ValueError("json_repair not installed")
 
-    monkeypatch.setattr(gemini_response, "_with_json_repair", absent)
+    monkeypatch.setattr(gemini_malformed, "_with_json_repair", absent)
 
 
 STREAMS = _load()

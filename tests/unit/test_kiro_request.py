@@ -19,14 +19,14 @@ import pytest
 
 from addon.config import Settings
 from addon.dialects import DIALECTS
-from addon.dialects.kiro.request import (
+from addon.dialects.kiro.placement import model_id
+from addon.dialects.kiro.request import decode_request
+from addon.dialects.kiro.request_encode import (
     ACK,
     EMPTY_RESULT,
     HISTORY_TOOL,
     NO_RESULT,
-    decode_request,
     encode_request,
-    model_id,
     session_id,
 )
 from addon.plan import Incoming, Reject, Rewrite, RouteCredentials, decide

@@ -15,13 +15,12 @@ from pydantic import TypeAdapter
 
 from addon.dialects import DIALECTS
 from addon.dialects.anthropic import request as anthropic
+from addon.dialects.anthropic import request_encode as anthropic_encode
 from addon.dialects.openai_chat import request as chat
+from addon.dialects.openai_chat import request_encode as chat_encode
 from addon.dialects.openai_responses import DIALECT, NAME
-from addon.dialects.openai_responses.request import (
-    ITEMS,
-    decode_request,
-    encode_request,
-)
+from addon.dialects.openai_responses.request import ITEMS, decode_request
+from addon.dialects.openai_responses.request_encode import encode_request
 from addon.model import (
     ClientError,
     Image,
@@ -47,7 +46,7 @@ def to_chat(req: Request) -> dict[str, Any]:
     """Encoded for a chat upstream as a route does: the tools it cannot run left out first."""
     notes: Counter[str] = Counter()
     req = leave_out_tools(req, DIALECTS["openai_chat"].runs, "the openai_chat upstream", notes)
-    return chat.encode_request(req, notes)
+    return chat_encode.encode_request(req, notes)
 
 
 CODEX = [f"clients/codex-0.169.0-responses-gpt-5.5-turn{n}.request.json" for n in (1, 2, 3)]
@@ -152,7 +151,7 @@ def test_codex_request_becomes_a_valid_chat_body(name: str) -> None:
     req, _ = decode(codex(name))
     notes: Counter[str] = Counter()
     req = leave_out_tools(req, DIALECTS["openai_chat"].runs, "the openai_chat upstream", notes)
-    body = chat.encode_request(req, notes)
+    body = chat_encode.encode_request(req, notes)
     check_chat_body(body)
     assert notes["tools the openai_chat upstream cannot run left out: tool_search, web_search"]
     tools = {t["function"]["name"]: t["function"] for t in body["tools"]}
@@ -186,7 +185,7 @@ def test_codex_request_reaches_an_anthropic_upstream() -> None:
     notes: Counter[str] = Counter()
     req = leave_out_tools(req, DIALECTS["anthropic"].runs, "the anthropic upstream", notes)
     assert notes == {"tools the anthropic upstream cannot run left out: tool_search, web_search": 1}
-    body = anthropic.encode_request(
+    body = anthropic_encode.encode_request(
         Request(req.origin, "claude", req.messages, req.tools, stream=True), Counter()
     )
     assert body["system"][0]["text"].startswith("You are Codex")
@@ -750,4 +749,4 @@ def test_a_request_of_only_hosted_tools_is_refused_for_a_chat_upstream() -> None
     with pytest.raises(ClientError, match="'web_search', which the openai_chat upstream"):
         leave_out_tools(req, DIALECTS["openai_chat"].runs, "the openai_chat upstream", Counter())
     with pytest.raises(ClientError, match="web_search"):  # the encoder writes only its own
-        chat.encode_request(req, Counter())
+        chat_encode.encode_request(req, Counter())

@@ -11,19 +11,17 @@ the path (``from_path``). Streams are SSE with ``alt=sse`` and one JSON array wi
 from addon.dialects.base import Dialect, TokenCount
 
 from .errors import error_type
-from .request import (
-    CODE_ASSIST,
-    NAME,
+from .parts import CODE_ASSIST, NAME
+from .placement import (
     code_assist_envelope,
-    decode_request,
-    encode_request,
     framing,
     from_path,
     path_base,
     place_code_assist,
     place_public,
-    runs_tool,
 )
+from .request import decode_request
+from .request_encode import encode_request, runs_tool
 from .response import (
     decode_response,
     encode_code_assist_response,

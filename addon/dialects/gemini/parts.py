@@ -40,6 +40,7 @@ another codec kept on a unified part (``extra["thoughtSignature"]``, or the
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import mimetypes
 import re
@@ -68,6 +69,12 @@ SKIP_SIGNATURE = "skip_thought_signature_validator"
 conversation moved from another model): Gemini 3 then skips the signature check."""
 RAW_ARGUMENTS = "_raw_arguments"
 """The one key of the object sent for arguments that are not a JSON object."""
+CODE_ASSIST = "gemini_code_assist"
+"""Code Assist / Antigravity: the same JSON, the request in an envelope."""
+OWN = (NAME, CODE_ASSIST)
+"""Both Gemini dialects: a request from either is written back to Gemini as it came."""
+SIDE = "__gemini__"
+"""Key of the private table in ``Request.extra`` (never written to the wire)."""
 
 _SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
 
@@ -305,3 +312,11 @@ def signature_of(p: Text | ToolCall) -> str | None:
     google = content.get("google") if isinstance(content, dict) else None
     sig = google.get("thought_signature") if isinstance(google, dict) else None
     return sig if isinstance(sig, str) and sig else None
+
+
+def digest(text: str) -> str:
+    """A short stable key of ``text``: of all of it, or for a long one (a pasted file) of its
+    length, start and end — without hashing megabytes on every request."""
+    if len(text) > 8192:
+        text = f"{len(text)}\x02{text[:4096]}\x02{text[-4096:]}"
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]

@@ -32,7 +32,7 @@ Assist's ``{"response": {…}, "traceId", "metadata"}`` alike; only candidate 0 
   ``length``, the safety family → ``content_filter``. ``MALFORMED_FUNCTION_CALL``: the
   ``finishMessage`` (``Malformed function call: call:default_api:name{…}``) is read back into
   a call when its arguments parse — as JSON, as Gemini's own call syntax (bare keys,
-  ``<ctrl46>`` quotes), or with ``json_repair`` — and the finish is
+  ``<ctrl46>`` quotes), or with ``json_repair``: ``malformed.py`` — and the finish is
   ``tool_calls``; otherwise the client gets a text saying so and finish ``error``: never an
   empty answer. ``UNEXPECTED_TOOL_CALL``, ``TOO_MANY_TOOL_CALLS``,
   ``MISSING_THOUGHT_SIGNATURE`` are explained the same way. A prompt blocked before any
@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Any
 
 from addon.jsonio import loads as strict_json
@@ -83,7 +82,8 @@ from addon.model import (
 )
 
 from .errors import error_body, status_of
-from .request import NAME
+from .malformed import parse_malformed as parse_malformed
+from .parts import NAME
 
 SIGNATURE = "thoughtSignature"
 """The wire name of a part's signature, also the key of a call's signature in its ``extra``."""
@@ -261,100 +261,6 @@ call (see the module docstring); the Gemini encoders skip it."""
 
 def synthetic() -> JSON:
     return {NAME: {"synthetic": True}}
-
-
-# --------------------------------------------------------------------------- malformed calls
-
-_CALL = re.compile(r"call:(?P<path>[^{(\s]*)\s*(?P<args>\{.*\})?\s*$", re.S)
-_CTRL_QUOTED = re.compile(r"<ctrl46>(.*?)<ctrl46>", re.S)
-_BARE_KEY = re.compile(r"([{,]\s*)([A-Za-z_$][\w$.\-]*)(\s*:)")
-
-
-def parse_malformed(message: str | None) -> tuple[str, str] | None:
-    """``(name, JSON arguments)`` of the call in a ``MALFORMED_FUNCTION_CALL`` finish message
-    (``Malformed function call: call:default_api:write_file{…}``), or None when it cannot be
-    read back without guessing."""
-    if not message:
-        return None
-    text = message.strip()
-    found = re.search(r"\bcall:(?!\s)", text)  # not the "function call: " of the preamble
-    if found is None:
-        return None
-    m = _CALL.match(text, found.start())
-    if m is None or m.group("args") is None:
-        return None  # no arguments (cut short): nothing safe to call
-    name = m.group("path").rstrip(":").rsplit(":", 1)[-1].strip()
-    if not re.fullmatch(r"[A-Za-z_][\w.\-]*", name):
-        return None
-    args = _parse_args(m.group("args"))
-    if args is None:
-        return None
-    return name, json.dumps(args, ensure_ascii=False)
-
-
-def _parse_args(text: str) -> JSON | None:
-    # Gemini's own syntax before json_repair: the repair would keep ``<ctrl46>`` as text.
-    for parse in (_as_json, _as_gemini_syntax, _with_json_repair):
-        try:
-            value = parse(text)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
-
-
-def _as_json(text: str) -> Any:
-    return strict_json(text)
-
-
-def _with_json_repair(text: str) -> Any:
-    import json_repair  # when first needed
-
-    """Trailing commas, single quotes, unescaped newlines, a cut-off end."""
-    return json_repair.loads(text)
-
-
-def _as_gemini_syntax(text: str) -> Any:
-    """Gemini's own call syntax: ``<ctrl46>`` around strings, bare keys
-    (``{path:<ctrl46>src<ctrl46>,limit:3}``)."""
-    pieces: list[str] = []
-    last = 0
-    for m in _CTRL_QUOTED.finditer(text):
-        pieces.append(_quote_keys(text[last : m.start()]))
-        pieces.append(json.dumps(m.group(1), ensure_ascii=False))
-        last = m.end()
-    rest = text[last:]
-    if "<ctrl46>" in rest:
-        raise ValueError("an unclosed <ctrl46> string")
-    pieces.append(_quote_keys(rest))
-    return strict_json("".join(pieces))
-
-
-def _quote_keys(text: str) -> str:
-    """Bare keys quoted, outside JSON strings (which the ``<ctrl46>`` pass already made)."""
-    out: list[str] = []
-    pos = 0
-    in_string = False
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if in_string:
-            if c == "\\":
-                i += 2
-                continue
-            if c == '"':
-                in_string = False
-                out.append(text[pos : i + 1])
-                pos = i + 1
-        elif c == '"':
-            out.append(_BARE_KEY.sub(r'\1"\2"\3', text[pos:i]))
-            pos = i
-            in_string = True
-        i += 1
-    tail = text[pos:]
-    out.append(tail if in_string else _BARE_KEY.sub(r'\1"\2"\3', tail))
-    return "".join(out)
 
 
 # --------------------------------------------------------------------------- encoding parts

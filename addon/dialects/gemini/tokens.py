@@ -14,7 +14,9 @@ from typing import Any
 from addon.dialects.base import Query, Target, endpoint_base
 from addon.model import JSON, Notes, Request
 
-from .request import CODE_ASSIST, bare_model, encode_request
+from .parts import CODE_ASSIST
+from .placement import bare_model
+from .request_encode import encode_request
 
 
 def count_request(req: Request, t: Target, dialect: str, notes: Notes) -> tuple[str, Query, JSON]:

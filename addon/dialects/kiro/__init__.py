@@ -2,7 +2,7 @@
 
 An upstream-only dialect: Cursor, Claude Code and every other client reach Kiro's Claude
 models through it; no route takes Kiro clients. The request is the IDE's
-``conversationState`` body (``request.py``), placed at ``/generateAssistantResponse`` with the
+``conversationState`` body (``request_encode.py``), placed at ``/generateAssistantResponse`` with the
 key as a Bearer token (a route may read it from the Kiro IDE's token file: ``token.py`` and
 the shell's ``kiro_auth``); the answer is always AWS event-stream frames
 (``application/vnd.amazon.eventstream``, framing ``aws_eventstream``: split by
@@ -14,25 +14,17 @@ from addon.dialects.base import Dialect, RouteFacts
 from addon.model import Notes, Request
 
 from .errors import body_status, error_type
-from .request import (
-    DESCRIPTION_LIMIT,
-    NAME,
-    PATH,
-    decode_request,
-    encode_request,
-    framing,
-    place,
-    prepare,
-)
+from .placement import DESCRIPTION_LIMIT, PATH, framing, place, prepare
+from .request import NAME, decode_request
+from .request_encode import encode_request
 from .response import (
     UPSTREAM_ONLY,
-    KiroStreamEncoder,
     decode_response,
     encode_error,
     encode_response,
     error_message,
 )
-from .stream import KiroStreamDecoder
+from .stream import KiroStreamDecoder, KiroStreamEncoder
 
 CONTENT_TYPE = "application/vnd.amazon.eventstream"
 

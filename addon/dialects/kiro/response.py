@@ -8,7 +8,7 @@ splits the frames; ``addon.plan`` assembles a whole answer from them), so a JSON
 ``{"__type": "…#ThrottlingException", "message": …}``): ``error_message`` reads them.
 
 Kiro is an upstream-only dialect: no route takes Kiro clients (the routes file refuses
-``client = "kiro"``), so ``encode_response`` and the stream encoder raise
+``client = "kiro"``), so ``encode_response`` and the stream encoder (``stream.py``) raise
 ``UnsupportedShape`` saying so; ``encode_error`` writes Kiro's own error shape.
 """
 
@@ -18,8 +18,6 @@ from typing import Any
 
 from addon.model import (
     JSON,
-    NO_DEFAULTS,
-    AnswerDefaults,
     ClientError,
     Response,
     UnsupportedShape,
@@ -60,19 +58,3 @@ def error_message(body: Any) -> str | None:
     if isinstance(reason, str) and reason:
         return f"{message} ({reason})"
     return message
-
-
-class KiroStreamEncoder:
-    """Kiro clients are not served: building one raises (``UPSTREAM_ONLY``)."""
-
-    fast_path: None = None
-    """Nothing for the fast path (``StreamDecoder``, ``StreamEncoder``)."""
-
-    def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
-        raise UnsupportedShape(UPSTREAM_ONLY)
-
-    def feed(self, event: Any) -> list[tuple[str | None, str]]:  # pragma: no cover
-        raise UnsupportedShape(UPSTREAM_ONLY)
-
-    def finish(self) -> list[tuple[str | None, str]]:  # pragma: no cover
-        raise UnsupportedShape(UPSTREAM_ONLY)

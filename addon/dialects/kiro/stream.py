@@ -1,4 +1,4 @@
-"""Kiro's streamed answer (AWS event-stream frames) → unified events.
+"""Kiro's streamed answer (AWS event-stream frames) → unified events; no way back.
 
 Contract: sans-IO. ``KiroStreamDecoder.feed(payload, event_type)`` takes one frame at a time:
 its JSON payload text and its ``:event-type`` header, as ``addon.stream.eventstream`` splits
@@ -32,6 +32,9 @@ that ends inside a tool call (no ``stop``), or without any event at all, was cut
 a ``StreamError`` of type ``upstream_cut`` instead — never a made-up clean ending. A call
 that never got its ``stop`` (a cut, an exception frame) gets no ``ToolCallEnd``: it never
 ended, and no client may receive it as a whole call.
+
+``KiroStreamEncoder`` exists for the ``Dialect`` record only: Kiro clients are not served, so
+building one raises (``response.UPSTREAM_ONLY``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from typing import Any
 from addon.jsonio import loads
 from addon.model import (
     JSON,
+    NO_DEFAULTS,
+    AnswerDefaults,
     Event,
     Finish,
     MessageStart,
@@ -61,6 +66,7 @@ from addon.model import (
 
 from .errors import status_of
 from .request import NAME
+from .response import UPSTREAM_ONLY
 
 CONTEXT_WINDOW = 200_000
 """Tokens in the context window of Kiro's Claude models: ``contextUsagePercentage`` of it is
@@ -255,3 +261,19 @@ def _fragment(value: Any) -> str:
 
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class KiroStreamEncoder:
+    """Kiro clients are not served: building one raises (``UPSTREAM_ONLY``)."""
+
+    fast_path: None = None
+    """Nothing for the fast path (``StreamDecoder``, ``StreamEncoder``)."""
+
+    def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
+        raise UnsupportedShape(UPSTREAM_ONLY)
+
+    def feed(self, event: Any) -> list[tuple[str | None, str]]:  # pragma: no cover
+        raise UnsupportedShape(UPSTREAM_ONLY)
+
+    def finish(self) -> list[tuple[str | None, str]]:  # pragma: no cover
+        raise UnsupportedShape(UPSTREAM_ONLY)

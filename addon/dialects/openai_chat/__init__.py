@@ -3,7 +3,8 @@
 from addon.dialects.base import Dialect
 
 from .errors import body_status, error_type
-from .request import NAME, decode_request, encode_request
+from .request import NAME, decode_request
+from .request_encode import encode_request
 from .response import decode_response, encode_error, encode_response, error_message
 from .stream import OpenAIChatStreamDecoder, OpenAIChatStreamEncoder
 

@@ -4,7 +4,8 @@
 from addon.dialects.base import Dialect
 
 from .errors import body_status, error_type
-from .request import NAME, decode_request, encode_request, runs_tool
+from .request import NAME, decode_request
+from .request_encode import encode_request, runs_tool
 from .response import decode_response, encode_error, encode_response, error_message
 from .stream import OpenAIResponsesStreamDecoder, OpenAIResponsesStreamEncoder
 

@@ -1,6 +1,6 @@
-"""OpenAI Responses API requests (``POST /v1/responses``: Codex CLI, the openai SDK) ↔ unified.
+"""OpenAI Responses API requests (``POST /v1/responses``: Codex CLI, the openai SDK) → unified.
 
-Contract: JSON object in, ``Request`` out (and back, for a Responses upstream).
+Contract: JSON object in, ``Request`` out (the way back: ``request_encode``).
 Lenient on input; raises ``UnsupportedShape`` for JSON that is not a Responses
 request (the caller passes it through) and ``ClientError`` for a client's
 mistake (answered with OpenAI's error shape, ``response.encode_error``).
@@ -28,7 +28,7 @@ Decoding
   another leaves them out: ``addon.transforms.tools.leave_out_tools``). Chat-shaped
   tools (``{"type": "function", "function": {…}}``, ``{"type": "custom",
   "custom": {…}}``) and Cursor's typeless ``{name, input_schema}`` tools are
-  accepted as well (Cursor mixes them, see ``decode_chat_hybrid``).
+  accepted as well (Cursor mixes them: ``openai_chat.hybrid``).
 - ``max_output_tokens``, ``temperature``, ``top_p``, ``user`` → ``Params``;
   ``reasoning.effort`` → ``ThinkingConfig`` (``"none"``: no thinking);
   ``parallel_tool_calls: false`` → ``ToolChoice.disable_parallel``. Everything
@@ -41,16 +41,6 @@ are kept in a private table in ``Request.extra`` (``ITEMS``), keyed by call id
 or by a message's text, never in message or part ``extra``: other dialects'
 encoders copy those onto their own wire objects.
 
-Encoding writes what the Responses API accepts: for a Responses client its
-own fields back; for another dialect's request ``store: false`` (with
-``include: ["reasoning.encrypted_content"]`` when thinking is on, so that the
-reasoning can be replayed), leading system/developer text as
-``instructions``, function tools with an explicit ``strict: false`` (the
-Responses API defaults to strict schemas), reasoning without a signature
-dropped (noted).
-
-``decode_chat_hybrid`` reads the Responses-shaped bodies Cursor's agent mode
-posts to ``/chat/completions`` (see its docstring).
 """
 
 from __future__ import annotations
@@ -58,10 +48,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable
 from typing import Any, Literal, cast
 
-from addon.dialects.base import unsupported_tool
 from addon.model import (
     JSON,
     ClientError,
@@ -98,9 +86,9 @@ _MODELLED = frozenset(
 _ROLES = ("user", "assistant", "system", "developer")
 _CALLS = ("function_call", "custom_tool_call")
 _OUTPUTS = ("function_call_output", "custom_tool_call_output")
-_PART_TYPES = frozenset({"input_text", "output_text", "input_image", "input_file", "input_audio"})
+PART_TYPES = frozenset({"input_text", "output_text", "input_image", "input_file", "input_audio"})
 """Content-part types: an ``Opaque`` of this dialect with one of them is a part, else an item."""
-_CHAT_CUSTOM = "openai_chat"
+CHAT_CUSTOM = "openai_chat"
 """The chat dialect's name, for its nested ``{"type": "custom", "custom": {…}}`` tools."""
 _INPUT_SCHEMA_KEYS = ("input_schema", "parameters")
 
@@ -123,7 +111,7 @@ def decode_request(body: JSON, notes: Notes) -> Request:
         user = Message("user", (Text(raw_input),), string_content=True)
         messages.append(user)
         side["input_string"] = True
-        side[_fingerprint("user", user.parts)] = {"_no_type": True, "_string": True}
+        side[fingerprint("user", user.parts)] = {"_no_type": True, "_string": True}
     elif isinstance(raw_input, list):
         messages.extend(_decode_items(raw_input, side, notes))
     extra = {k: v for k, v in body.items() if k not in _MODELLED}
@@ -193,7 +181,7 @@ def _float(value: Any) -> float | None:
     return float(value)
 
 
-def _fingerprint(role: str, parts: list[Part] | tuple[Part, ...]) -> str:
+def fingerprint(role: str, parts: list[Part] | tuple[Part, ...]) -> str:
     """A message item's key in the private table: its role and text."""
     text = "\x00".join(p.text for p in parts if isinstance(p, Text))
     digest = hashlib.sha256(f"{role}\x01{_sample(text)}".encode("utf-8", "surrogatepass"))
@@ -276,7 +264,7 @@ def _decode_items(items: list[Any], side: JSON, notes: Notes) -> list[Message]:
                 if as_string:
                     meta["_string"] = True
                 if meta:
-                    side[_fingerprint(role, parts)] = meta
+                    side[fingerprint(role, parts)] = meta
                 if role == "assistant":
                     g.flush_results()
                     g.assistant.extend(parts)
@@ -328,7 +316,7 @@ def _decode_content(i: int, content: Any, side: JSON, notes: Notes) -> tuple[lis
         else:
             # input_file, input_image by file_id, input_audio, tool_use/tool_result blocks
             # Cursor puts in items (not modelled here), …
-            if isinstance(kind, str) and kind not in _PART_TYPES:
+            if isinstance(kind, str) and kind not in PART_TYPES:
                 side.setdefault("part_types", []).append(kind)
             parts.append(Opaque(NAME, part))
     return parts, False
@@ -406,7 +394,7 @@ def decode_tools(tools: list[Any], notes: Notes) -> tuple[Tool | OpaqueTool, ...
         if kind in ("function", None):  # None: Cursor's {name, input_schema} tools
             out.append(_function_tool(i, t))
         elif kind == "custom":
-            out.append(_custom_tool(i, t))
+            out.append(custom_tool(i, t))
         else:
             name = t.get("name")
             out.append(OpaqueTool(NAME, name if isinstance(name, str) else None, str(kind), t))
@@ -435,7 +423,7 @@ def _function_tool(i: int, t: JSON) -> Tool:
     )
 
 
-def _custom_tool(i: int, t: JSON) -> Tool:
+def custom_tool(i: int, t: JSON) -> Tool:
     nested = isinstance(t.get("custom"), dict)
     src: JSON = t["custom"] if nested else t
     name = src.get("name")
@@ -482,407 +470,3 @@ def decode_tool_choice(raw: Any) -> ToolChoice | None:
             return ToolChoice("tool", name)
         raise ClientError(f"tool_choice of type '{kind}' needs a name", param="tool_choice.name")
     return None
-
-
-# --------------------------------------------------------------------------- Cursor
-
-
-_HYBRID_NOTE = "Responses-shaped body (Cursor agent mode) decoded"
-
-
-def decode_chat_hybrid(
-    body: JSON, notes: Notes, decode_chat: Callable[[JSON, Notes], Request]
-) -> Request:
-    """A ``/chat/completions`` body with an ``input`` key: Cursor's agent mode for GPT-named
-    models sends Responses requests there and expects Chat Completions back.
-
-    The body is decoded as a Responses request (origin ``NAME``, so that the chat encoder
-    does not copy Responses-only fields into a chat body). Chat-only fields it may carry
-    are translated (``max_tokens`` / ``max_completion_tokens`` → ``max_output_tokens``,
-    ``reasoning_effort`` → ``reasoning.effort``) or dropped (``stream_options``, which the
-    Responses API refuses; the chat encoder asks for usage itself). Tool lists may mix
-    nested chat function tools with flat Responses custom tools (Ask mode).
-
-    Cursor sometimes sends ``messages`` as well. Gateways that serve Cursor report that
-    the ``input`` array can lack the tool results that ``messages`` holds (the Bifrost
-    Cursor integration then uses ``messages``; LiteLLM and codex-lb use ``input`` when
-    present). Decided here: both are decoded; the one that holds the conversation's tool
-    results is the base (``input`` when both or neither do), and the other's messages
-    that the base does not already hold (by text, call id, result id, image) are kept:
-    missing ``messages`` entries go before ``input`` (they are older context, e.g. a
-    system prompt); missing ``input`` entries go after ``messages`` (the newest turn).
-    """
-    view = {k: v for k, v in body.items() if k not in ("messages", "stream_options")}
-    if "stream_options" in body:
-        notes["stream_options dropped (not a Responses field)"] += 1
-    for key in ("max_completion_tokens", "max_tokens"):
-        value = view.pop(key, None)
-        if _int(value) is not None:
-            view.setdefault("max_output_tokens", value)
-    effort = view.pop("reasoning_effort", None)
-    if isinstance(effort, str) and not isinstance(view.get("reasoning"), dict):
-        view["reasoning"] = {"effort": effort}
-    req = decode_request(view, notes)
-    notes[_HYBRID_NOTE] += 1
-    chat_messages = body.get("messages")
-    if not isinstance(chat_messages, list) or not chat_messages:
-        return req
-    chat = decode_chat({"model": req.model, "messages": chat_messages}, notes).messages
-    side = req.extra.get(ITEMS, {})
-    head = req.messages[:1] if side.get("instructions") else ()
-    given = req.messages[len(head) :]
-    if not given:
-        merged = chat
-    elif _has_results(chat) and not _has_results(given):
-        notes["chat messages used: they hold the tool results input lacks"] += 1
-        merged = chat + _missing(given, (*head, *chat), notes)
-    else:
-        merged = _missing(chat, (*head, *given), notes) + given
-    return dataclasses.replace(req, messages=(*head, *merged))
-
-
-def _has_results(messages: tuple[Message, ...]) -> bool:
-    return any(isinstance(p, ToolResult) for m in messages for p in m.parts)
-
-
-def _keys(m: Message) -> set[tuple[str, str]]:
-    role = "system" if m.role in ("system", "developer") else m.role
-    keys: set[tuple[str, str]] = set()
-    for p in m.parts:
-        match p:
-            case Text() if p.text.strip():
-                keys.add((role, p.text.strip()))
-            case ToolCall():
-                keys.add(("call", p.id))
-            case ToolResult():
-                keys.add(("result", p.tool_call_id))
-            case Image():
-                keys.add(("image", p.url))
-    return keys
-
-
-def _missing(
-    candidates: tuple[Message, ...], base: tuple[Message, ...], notes: Notes
-) -> tuple[Message, ...]:
-    held: set[tuple[str, str]] = set()
-    for m in base:
-        held |= _keys(m)
-    out = tuple(m for m in candidates if not _keys(m) <= held)
-    if out:
-        notes["messages merged from both input and messages"] += len(out)
-    return out
-
-
-# --------------------------------------------------------------------------- encode
-
-
-def encode_request(req: Request, notes: Notes) -> JSON:
-    """The Responses body for a Responses upstream."""
-    same = req.origin == NAME
-    extra = dict(req.extra) if same else {}
-    side: JSON = extra.pop(ITEMS, {}) if same else {}
-    part_types = frozenset(side.get("part_types", ()))
-    messages = list(req.messages)
-    body: JSON = {"model": req.model}
-    instructions = _take_instructions(messages, same, side)
-    if instructions is not None:
-        body["instructions"] = instructions
-    custom_calls = {p.id for m in messages for p in m.parts if isinstance(p, ToolCall) and p.custom}
-    items: list[JSON] = []
-    for m in messages:
-        items.extend(_encode_message(m, same, side, part_types, custom_calls, notes))
-    if (
-        same
-        and side.get("input_string")
-        and len(items) == 1
-        and items[0].get("role") == "user"
-        and isinstance(items[0].get("content"), str)
-    ):
-        body["input"] = items[0]["content"]
-    else:
-        body["input"] = items
-    p = req.params
-    for key, value in (
-        ("max_output_tokens", p.max_tokens),
-        ("temperature", p.temperature),
-        ("top_p", p.top_p),
-        ("user", p.user),
-        ("service_tier", p.service_tier),
-    ):
-        if value is not None:
-            body[key] = value
-    if p.stop:
-        notes["stop sequences dropped (the Responses API has none)"] += 1
-    for name in ("seed", "presence_penalty", "frequency_penalty"):
-        if getattr(p, name) is not None:
-            notes[f"{name} not sent (the Responses API has no such field)"] += 1
-    if req.tools is not None:
-        body["tools"] = [_encode_tool(i, t, same) for i, t in enumerate(req.tools)]
-    if req.tool_choice is not None:
-        if not side.get("synthetic_tool_choice"):
-            body["tool_choice"] = _encode_tool_choice(req.tool_choice, req.tools)
-        if req.tool_choice.disable_parallel:
-            body["parallel_tool_calls"] = False
-    reasoning = _encode_reasoning(req, extra.pop("reasoning", None))
-    if reasoning is not None:
-        body["reasoning"] = reasoning
-    if req.stream or req.stream_explicit:
-        body["stream"] = req.stream
-    if same:
-        body.update(extra)
-    else:
-        # Nothing is stored upstream for another dialect's client; reasoning comes back
-        # encrypted so that it can be replayed on the next turn.
-        body["store"] = False
-        if req.thinking is not None and req.thinking.enabled:
-            body["include"] = ["reasoning.encrypted_content"]
-    return body
-
-
-def _take_instructions(messages: list[Message], same: bool, side: JSON) -> str | None:
-    """Pop the messages that become ``instructions``: for a Responses client, the one it sent as
-    such; for other dialects, the leading run of text-only system/developer messages."""
-    if same:
-        if side.get("instructions") and messages and messages[0].role == "system":
-            return _text(messages.pop(0).parts)
-        return None
-    texts: list[str] = []
-    while (
-        messages
-        and messages[0].role in ("system", "developer")
-        and all(isinstance(p, Text) for p in messages[0].parts)
-    ):
-        texts.append(_text(messages.pop(0).parts))
-    joined = "\n\n".join(t for t in texts if t)
-    return joined or None
-
-
-def _text(parts: tuple[Part, ...]) -> str:
-    return "".join(p.text for p in parts if isinstance(p, Text))
-
-
-def _encode_message(
-    m: Message,
-    same: bool,
-    side: JSON,
-    part_types: frozenset[str],
-    custom_calls: set[str],
-    notes: Notes,
-) -> list[JSON]:
-    out: list[JSON] = []
-    content: list[Part] = []
-
-    def flush(role: str) -> None:
-        if content:
-            out.append(_message_item(role, content, m.string_content, same, side, notes))
-            content.clear()
-
-    role = m.role
-    if role == "tool":
-        role = "user"
-    for p in m.parts:
-        match p:
-            case ToolResult():
-                flush(role)
-                out.append(_output_item(p, same, side, custom_calls, notes))
-            case ToolCall() if m.role == "assistant":
-                flush(role)
-                out.append(_call_item(p, same, side))
-            case Thinking() if m.role == "assistant":
-                flush(role)
-                item = _reasoning_item(p, notes)
-                if item is not None:
-                    out.append(item)
-            case Opaque() if p.origin == NAME and not _is_part(p, part_types):
-                flush(role)
-                out.append(p.data)
-            case ToolCall():
-                notes[f"tool call in a {m.role} message sent as text"] += 1
-                content.append(Text(json.dumps({"tool_call": p.name, "arguments": p.arguments})))
-            case _:
-                content.append(p)
-    flush(role)
-    if not out and not m.parts:
-        notes["empty message dropped"] += 1
-    return out
-
-
-def _is_part(p: Opaque, part_types: frozenset[str]) -> bool:
-    kind = p.data.get("type")
-    return isinstance(kind, str) and (kind in _PART_TYPES or kind in part_types)
-
-
-def _message_item(
-    role: str, parts: list[Part], string_content: bool, same: bool, side: JSON, notes: Notes
-) -> JSON:
-    meta: JSON = dict(side.get(_fingerprint(role, parts), {})) if same else {}
-    no_type = meta.pop("_no_type", False)
-    as_string = meta.pop("_string", string_content if not same else False)
-    item: JSON = {} if no_type else {"type": "message"}
-    item["role"] = role
-    plain = all(isinstance(p, Text) for p in parts)
-    if plain and (as_string or (not same and role == "assistant")):
-        item["content"] = _text(tuple(parts))
-    else:
-        item["content"] = [c for p in parts if (c := _content_part(role, p, notes))]
-    item.update(meta)
-    return item
-
-
-def _content_part(role: str, p: Part, notes: Notes) -> JSON:
-    match p:
-        case Text():
-            if role == "assistant":
-                return {"type": "output_text", "text": p.text, "annotations": []}
-            return {"type": "input_text", "text": p.text}
-        case Image():
-            if role == "assistant":
-                notes["image in an assistant message dropped"] += 1
-                return {}
-            return {"type": "input_image", "image_url": p.url, "detail": p.detail or "auto"}
-        case Opaque() if p.origin == NAME:
-            return p.data
-        case Opaque():
-            notes[f"{p.origin} part sent as JSON text"] += 1
-            text = json.dumps(p.data, ensure_ascii=False)
-            kind = "output_text" if role == "assistant" else "input_text"
-            return {
-                "type": kind,
-                "text": text,
-                **({"annotations": []} if role == "assistant" else {}),
-            }
-        case Thinking():
-            kind = "output_text" if role == "assistant" else "input_text"
-            return {"type": kind, "text": p.text} if p.text else {}
-        case ToolCall() | ToolResult():
-            raise AssertionError(f"{p.kind} parts are encoded as items")
-
-
-def _call_item(c: ToolCall, same: bool, side: JSON) -> JSON:
-    if c.custom:
-        item: JSON = {
-            "type": "custom_tool_call",
-            "call_id": c.id,
-            "name": c.name,
-            "input": c.arguments,
-        }
-    else:
-        item = {"type": "function_call", "call_id": c.id, "name": c.name, "arguments": c.arguments}
-    if same:
-        item.update(side.get(f"call:{c.id}", {}))
-    return item
-
-
-def _output_item(
-    r: ToolResult, same: bool, side: JSON, custom_calls: set[str], notes: Notes
-) -> JSON:
-    custom = r.custom or r.tool_call_id in custom_calls
-    output: str | list[JSON]
-    if isinstance(r.content, str):
-        output = r.content
-    else:
-        output = [c for p in r.content if (c := _content_part("user", p, notes))]
-        if all(c.get("type") == "input_text" for c in output):
-            output = "\n".join(c["text"] for c in output)  # the common case, as a string
-    if r.is_error and isinstance(output, str) and not same:
-        output = f"[tool error] {output}"
-    item: JSON = {
-        "type": "custom_tool_call_output" if custom else "function_call_output",
-        "call_id": r.tool_call_id,
-        "output": output,
-    }
-    if same:
-        item.update(side.get(f"output:{r.tool_call_id}", {}))
-    return item
-
-
-def _reasoning_item(p: Thinking, notes: Notes) -> JSON | None:
-    stored = p.extra.get(NAME)
-    if isinstance(stored, dict):
-        item = dict(stored)
-        if p.signature:
-            item["encrypted_content"] = p.signature
-        summary = "\n\n".join(
-            s["text"] for s in item.get("summary") or [] if isinstance(s, dict) and "text" in s
-        )
-        if p.text and summary and p.text != summary:  # changed by a transform
-            item["summary"] = [{"type": "summary_text", "text": p.text}]
-        return item
-    if p.signature and not p.redacted:
-        # A signature that travelled through another dialect's client (Claude Code keeps the
-        # encrypted reasoning of a Responses upstream as its thinking signature).
-        digest = hashlib.sha256(p.signature.encode()).hexdigest()[:32]
-        return {
-            "type": "reasoning",
-            "id": f"rs_{digest}",
-            "summary": [{"type": "summary_text", "text": p.text}] if p.text else [],
-            "encrypted_content": p.signature,
-        }
-    notes["reasoning without encrypted content dropped (Responses replays only its own)"] += 1
-    return None
-
-
-def runs_tool(t: OpaqueTool) -> bool:
-    """What a Responses upstream runs of the tool kinds only some dialects have: its own
-    (hosted tools, ``namespace``, ``tool_search`` …) and OpenAI chat's nested custom tools
-    (written as its custom tools)."""
-    return t.origin == NAME or (
-        t.origin == _CHAT_CUSTOM and t.type == "custom" and isinstance(t.data.get(t.type), dict)
-    )
-
-
-def _encode_tool(i: int, t: Tool | OpaqueTool, same: bool) -> JSON:
-    if isinstance(t, OpaqueTool):
-        if t.origin == NAME:
-            return t.data
-        if runs_tool(t):
-            return _encode_tool(i, _custom_tool(i, t.data), same)
-        raise unsupported_tool(t, i, "a Responses upstream")
-    rest = dict(t.extra.get(NAME, {}))
-    if t.format is not None:
-        out: JSON = {"type": "custom", "name": t.name}
-        if t.description is not None:
-            out["description"] = t.description
-        if not (rest.pop("_no_format", False) and t.format == {"type": "text"}):
-            out["format"] = t.format
-        out.update(rest)
-        return out
-    out = {"type": "function", "name": t.name}
-    if t.description is not None:
-        out["description"] = t.description
-    out["parameters"] = t.parameters
-    if t.strict is not None or not same:
-        # Responses function tools are strict unless told otherwise; a schema written for
-        # another API rarely meets the strict rules.
-        out["strict"] = bool(t.strict)
-    out.update(rest)
-    return out
-
-
-def _encode_tool_choice(c: ToolChoice, tools: tuple[Tool | OpaqueTool, ...] | None) -> str | JSON:
-    if c.mode != "tool":
-        return c.mode
-    custom = any(
-        isinstance(t, Tool) and t.name == c.name and t.format is not None for t in tools or ()
-    )
-    return {"type": "custom" if custom else "function", "name": c.name}
-
-
-def _encode_reasoning(req: Request, raw: Any) -> JSON | None:
-    """``reasoning`` for the upstream: a Responses client's own object (effort from the unified
-    config, which transforms may have changed); for others the effort, or one derived from a
-    thinking budget, with summaries so that the client sees the reasoning."""
-    base: JSON = dict(raw) if isinstance(raw, dict) else {}
-    t = req.thinking
-    if t is None or not t.enabled:
-        return base if base.get("effort") == "none" else None
-    effort: str | None = t.effort
-    if effort is None and t.budget_tokens is not None and req.origin != NAME:
-        effort = (
-            "low" if t.budget_tokens <= 4096 else "medium" if t.budget_tokens <= 16384 else "high"
-        )
-    if effort is not None:
-        base["effort"] = effort
-    if req.origin != NAME:
-        base.setdefault("summary", "auto")
-    return base
