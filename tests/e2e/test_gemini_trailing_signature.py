@@ -24,11 +24,13 @@ import pytest
 
 from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream, SSEReply
 from tests.e2e.test_gemini import check_contents
-from tests.realdata import FIXTURES
+from tests.realdata import FIXTURES, read
 
 RECORDING = (
     FIXTURES / "gemini-api-stream-text-trailing-thoughtSignature-gemini3.vercel-ai.chunks.txt"
 )
+if not RECORDING.exists():  # every test here replays it
+    pytest.skip(f"recording {RECORDING.name} not available", allow_module_level=True)
 KEY = "AIza-e2e-trailing-SECRET-key"
 MODEL = "gemini-3-pro-preview"
 THOUGHT = "Counting the r's one by one."
@@ -36,7 +38,8 @@ THOUGHT = "Counting the r's one by one."
 
 def chunks() -> list[dict[str, Any]]:
     """The recording, with a thought summary part first (``includeThoughts``)."""
-    out = [json.loads(line) for line in RECORDING.read_text().splitlines() if line.strip()]
+    raw = read(RECORDING.name).decode()  # a skip where the recordings are not beside us
+    out = [json.loads(line) for line in raw.splitlines() if line.strip()]
     first = json.loads(json.dumps(out[0]))
     first["candidates"][0]["content"]["parts"] = [{"text": THOUGHT, "thought": True}]
     return [first, *out]
