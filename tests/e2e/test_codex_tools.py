@@ -30,7 +30,7 @@ from tests.e2e.harness import (
     sse_from_payloads,
 )
 from tests.e2e.test_real_clients import TEST_KEY, client_headers
-from tests.realdata import FIXTURES
+from tests.realdata import FIXTURES, read
 
 RECORDED = FIXTURES / "clients" / "codex-0.169.0-responses-gpt-5.5-turn1.request.json"
 NAMESPACE: dict[str, Any] = {
@@ -152,7 +152,7 @@ UPSTREAMS = {"anthropic": anthropic_upstream, "gemini": gemini_upstream}
 
 
 def codex_request() -> tuple[dict[str, Any], dict[str, Any]]:
-    recorded = json.loads(RECORDED.read_text())
+    recorded = json.loads(read(f"clients/{RECORDED.name}"))
     body = recorded["body"]
     body["tools"].append(NAMESPACE)
     return recorded, body

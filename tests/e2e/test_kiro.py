@@ -39,7 +39,7 @@ from tests.e2e.harness import (
     SSEReply,
 )
 from tests.kiro_rules import IMPROPER, kiro_refusal
-from tests.realdata import FIXTURES
+from tests.realdata import FIXTURES, read
 
 KEY = "kiro-e2e-SECRET-token"
 FILE_TOKEN = "aoa-e2e-FILE-token-SECRET"
@@ -567,7 +567,7 @@ def test_claude_codes_session_is_the_conversation_in_both_user_id_forms(
         )
         assert message.content[0].type == "text" and message.content[0].text == "hi"
     recorded = FIXTURES / "clients" / "claude-code-2.1.197-default-turn2.request.json"
-    rec = json.loads(recorded.read_text())
+    rec = json.loads(read(f"clients/{recorded.name}"))
     body = rec["body"]
     assert json.loads(body["metadata"]["user_id"])["session_id"] == session
     headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}

@@ -36,7 +36,7 @@ from addon.routes import Route
 from addon.store import ReasoningStore
 from addon.stream.stages import TrailingSignatureStage
 from addon.transforms.signatures import drop_trailing_signatures
-from tests.realdata import FIXTURES
+from tests.realdata import FIXTURES, read
 from tests.unit.test_anthropic_stream import content_of, sdk_message
 
 RECORDING = (
@@ -51,7 +51,7 @@ PATHS = {
 
 
 def chunks(thoughts: bool = False) -> list[dict[str, Any]]:
-    out = [json.loads(line) for line in RECORDING.read_text().splitlines() if line.strip()]
+    out = [json.loads(line) for line in read(RECORDING.name).decode().splitlines() if line.strip()]
     if thoughts:  # Gemini 3 with includeThoughts: a thought summary part first
         first = json.loads(json.dumps(out[0]))
         first["candidates"][0]["content"]["parts"] = [{"text": "Counting r's.", "thought": True}]
