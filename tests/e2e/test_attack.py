@@ -577,7 +577,7 @@ def test_mutated_real_bodies_never_break_the_proxy(
     strict JSON at its own dialect's path), the untouched original (same dialect only) or a
     400 in the client's dialect (the upstream got nothing); no traceback, no key in the log;
     and the proxy still answers the next request. ``CB_E2E_CAMPAIGN_EXAMPLES`` runs longer."""
-    from tests.unit.test_campaign import (
+    from tests.unit.plan.test_campaign import (
         DEEP,
         HUGE,
         SEEDS,

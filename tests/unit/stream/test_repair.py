@@ -38,8 +38,8 @@ from addon.stream.processor import StreamProcessor
 from addon.stream.repair import RepairStage
 from addon.transforms.repair import ToolSchemas, repair_call
 from tests.realdata import as_sse, fixture_names
-from tests.unit.test_anthropic_stream import recorded, sdk_message
-from tests.unit.test_openai_stream import accumulate, payloads
+from tests.unit.dialects.anthropic.test_stream import recorded, sdk_message
+from tests.unit.dialects.openai_chat.test_stream import accumulate, payloads
 
 EDIT: JSON = {
     "type": "object",

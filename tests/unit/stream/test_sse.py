@@ -19,10 +19,11 @@ from addon.stream.sse import (
     encode_data,
     encode_event,
 )
+from tests.realdata import FIXTURES
 
 type Item = SSEEvent | SSEComment
 
-REAL = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real"
+REAL = FIXTURES
 TAIL = b"data: tail"  # trailing data: an extra line without its terminator
 
 

@@ -59,8 +59,8 @@ from addon.transforms.loop_guard import (
 )
 from tests import eventstream_frames as ef
 from tests.realdata import as_sse
-from tests.unit.test_anthropic_stream import sdk_message, sse_events
-from tests.unit.test_openai_stream import accumulate, payloads
+from tests.unit.dialects.anthropic.test_stream import sdk_message, sse_events
+from tests.unit.dialects.openai_chat.test_stream import accumulate, payloads
 
 NOT_FOUND = "Error: String to replace not found in file a.py"
 EDIT_ARGS = '{"path": "a.py", "old_string": "x", "new_string": "y"}'

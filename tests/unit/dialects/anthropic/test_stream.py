@@ -42,7 +42,7 @@ from addon.model import (
 )
 from addon.stream.sse import EventDecoder, LineDecoder, SSEEvent, encode_pairs
 from tests.realdata import OPENAI_STREAMS, as_sse, fixture_names, read
-from tests.unit.test_openai_stream import accumulate, payloads
+from tests.unit.dialects.openai_chat.test_stream import accumulate, payloads
 
 Pairs = list[tuple[str | None, str]]
 STREAM_EVENT: TypeAdapter[RawMessageStreamEvent] = TypeAdapter(RawMessageStreamEvent)

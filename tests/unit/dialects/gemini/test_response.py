@@ -39,7 +39,7 @@ from addon.model import (
     Usage,
 )
 from tests.realdata import FIXTURES
-from tests.unit.test_gemini_stream import (
+from tests.unit.dialects.gemini.test_stream import (
     NAMES,
     STREAMS,
     codeassist_log,

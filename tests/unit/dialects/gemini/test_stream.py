@@ -51,9 +51,9 @@ from addon.model import (
 )
 from addon.stream.processor import StreamProcessor
 from tests.realdata import FIXTURES, fixture_names
-from tests.unit.test_anthropic_stream import sdk_message
-from tests.unit.test_openai_stream import accumulate, payloads
-from tests.unit.test_responses_stream import check_sequence, sdk_final, sse_events
+from tests.unit.dialects.anthropic.test_stream import sdk_message
+from tests.unit.dialects.openai_chat.test_stream import accumulate, payloads
+from tests.unit.dialects.openai_responses.test_stream import check_sequence, sdk_final, sse_events
 
 Pairs = list[tuple[str | None, str]]
 

@@ -49,8 +49,8 @@ from addon.model import (
 from addon.stream.processor import StreamProcessor
 from addon.stream.sse import EventDecoder, LineDecoder, SSEEvent, encode_pairs
 from tests.realdata import OPENAI_STREAMS, as_sse, fixture_names, read
-from tests.unit.test_anthropic_stream import recorded
-from tests.unit.test_openai_stream import accumulate, payloads
+from tests.unit.dialects.anthropic.test_stream import recorded
+from tests.unit.dialects.openai_chat.test_stream import accumulate, payloads
 
 Pairs = list[tuple[str | None, str]]
 CODEX = [f"clients/codex-0.169.0-responses-gpt-5.5-turn{n}.response.sse" for n in (1, 2, 3)]
