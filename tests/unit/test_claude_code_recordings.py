@@ -36,7 +36,7 @@ from addon.stream.processor import StreamProcessor
 from addon.stream.sse import encode_pairs
 from addon.transforms.cache import NOTE, strip_cache_control
 from tests.realdata import FIXTURES
-from tests.unit.dialects.anthropic.test_stream import sdk_message, sse_events
+from tests.unit.helpers import sdk_message, sse_events
 
 CLIENTS = FIXTURES / "clients"
 PREFIX = "claude-code-2.1.197-"

@@ -16,6 +16,7 @@ from addon.stream.decompress import (
     make_decompressor,
     zstd_module,
 )
+from tests.unit.helpers import bytewise, whole
 
 SSE_TEXT = ('data: {"content": "héllo wörld 😀"}\n\n' * 200).encode()
 NOISE = random.Random(0).randbytes(20_000)  # incompressible: many output chunks
@@ -34,14 +35,6 @@ def zstd(data: bytes) -> bytes:
 type Split = Callable[[bytes], list[bytes]]
 
 
-def whole(data: bytes) -> list[bytes]:
-    return [data]
-
-
-def one_byte(data: bytes) -> list[bytes]:
-    return [data[i : i + 1] for i in range(len(data))]
-
-
 def random_sizes(data: bytes) -> list[bytes]:
     rng = random.Random(len(data))
     chunks, i = [], 0
@@ -54,7 +47,7 @@ def random_sizes(data: bytes) -> list[bytes]:
 
 SPLITS = [
     pytest.param(whole, id="whole"),
-    pytest.param(one_byte, id="one-byte"),
+    pytest.param(bytewise, id="one-byte"),
     pytest.param(random_sizes, id="random"),
 ]
 
@@ -86,8 +79,8 @@ def test_round_trip(encoding: str, compress: Callable[[bytes], bytes], split: Sp
 @pytest.mark.parametrize("level", range(10))
 def test_raw_deflate_is_told_from_zlib_at_every_level(level: int) -> None:
     c = zlib.compressobj(level, wbits=-zlib.MAX_WBITS)
-    assert decompress("deflate", one_byte(c.compress(SSE_TEXT) + c.flush())) == SSE_TEXT
-    assert decompress("deflate", one_byte(zlib.compress(SSE_TEXT, level))) == SSE_TEXT
+    assert decompress("deflate", bytewise(c.compress(SSE_TEXT) + c.flush())) == SSE_TEXT
+    assert decompress("deflate", bytewise(zlib.compress(SSE_TEXT, level))) == SSE_TEXT
 
 
 @pytest.mark.parametrize("split", SPLITS)
@@ -241,7 +234,7 @@ def test_truncated_stream_gives_its_bytes_then_raises_once_at_finish(
         data += piece(EVENTS[3])[:3]
     d = make_decompressor(encoding)
     assert d is not None
-    out = b"".join(d.feed(chunk) for chunk in one_byte(data))
+    out = b"".join(d.feed(chunk) for chunk in bytewise(data))
     # Everything flushed, and perhaps the start of the cut block (deflate decodes bit by bit).
     assert out.startswith(b"".join(EVENTS[:3]))
     assert b"".join(EVENTS).startswith(out)

@@ -38,8 +38,7 @@ from addon.stream.processor import StreamProcessor
 from addon.stream.repair import RepairStage
 from addon.transforms.repair import ToolSchemas, repair_call
 from tests.realdata import as_sse, fixture_names
-from tests.unit.dialects.anthropic.test_stream import recorded, sdk_message
-from tests.unit.dialects.openai_chat.test_stream import accumulate, payloads
+from tests.unit.helpers import accumulate, payloads, recorded, sdk_message, split
 
 EDIT: JSON = {
     "type": "object",
@@ -331,16 +330,6 @@ def test_an_empty_schema_map_passes_everything() -> None:
 
 
 # --------------------------------------------------------------------------- any split
-
-
-def split(text: str, cuts: Sequence[int]) -> list[str]:
-    points = sorted({c % (len(text) + 1) for c in cuts})
-    pieces, last = [], 0
-    for p in points:
-        pieces.append(text[last:p])
-        last = p
-    pieces.append(text[last:])
-    return pieces
 
 
 CORRUPTIONS: list[Callable[[str], str]] = [

@@ -20,6 +20,7 @@ from addon.stream.sse import (
     encode_event,
 )
 from tests.realdata import FIXTURES
+from tests.unit.helpers import bytewise, whole
 
 type Item = SSEEvent | SSEComment
 
@@ -62,14 +63,6 @@ def decode(chunks: list[bytes]) -> Decoded:
     assert lines.finish() == []  # idempotent
     assert events.finish() is None  # idempotent
     return Decoded(before, items, pending)
-
-
-def whole(data: bytes) -> list[bytes]:
-    return [data]
-
-
-def bytewise(data: bytes) -> list[bytes]:
-    return [data[i : i + 1] for i in range(len(data))]
 
 
 def check(data: bytes, expected: list[Item], *, at_boundary: bool = True) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from collections import Counter
@@ -43,6 +42,7 @@ from addon.transforms.custom_tools import (
     unwrap_custom_input,
     wrap_custom_tools,
 )
+from tests.unit.helpers import feed_stage, split
 
 GRAMMAR = 'start: begin_patch hunk+ end_patch\nbegin_patch: "*** Begin Patch" LF\n'
 PATCH = "*** Begin Patch\n*** Update File: a.py\n@@\n-x = 1\n+x = «2»\n*** End Patch\n"
@@ -236,17 +236,7 @@ NAMES = frozenset({"ApplyPatch"})
 
 
 def run_stage(events: list[Event], stage: CustomToolStage | None = None) -> list[Event]:
-    stage = stage or CustomToolStage(NAMES)
-    out: list[Event] = []
-    for e in events:
-        out += stage.feed(e)
-    out += stage.finish()
-    return out
-
-
-def split(text: str, cuts: list[int]) -> list[str]:
-    bounds = [0, *sorted(set(cuts)), len(text)]
-    return [text[a:b] for a, b in itertools.pairwise(bounds)]
+    return feed_stage(stage or CustomToolStage(NAMES), events)
 
 
 def custom_call_events(index: int, text: str, cuts: list[int]) -> list[Event]:

@@ -59,8 +59,7 @@ from addon.transforms.loop_guard import (
 )
 from tests import eventstream_frames as ef
 from tests.realdata import as_sse
-from tests.unit.dialects.anthropic.test_stream import sdk_message, sse_events
-from tests.unit.dialects.openai_chat.test_stream import accumulate, payloads
+from tests.unit.helpers import accumulate, feed_stage, payloads, sdk_message, sse_events
 
 NOT_FOUND = "Error: String to replace not found in file a.py"
 EDIT_ARGS = '{"path": "a.py", "old_string": "x", "new_string": "y"}'
@@ -525,12 +524,7 @@ def call_events(index: int, name: str, arguments: str, cid: str = "") -> list[Ev
 
 def run_stage(events: list[Event], verdict: LoopVerdict | None = None) -> tuple[list[Event], int]:
     stage = LoopGuardStage(verdict or verdict_())
-    out: list[Event] = []
-    for e in events:
-        out += stage.feed(e)
-    out += stage.finish()
-    assert stage.finish() == []  # idempotent
-    return out, stage.replaced
+    return feed_stage(stage, events), stage.replaced
 
 
 def test_a_streamed_repeat_never_leaves_and_is_told_as_text() -> None:

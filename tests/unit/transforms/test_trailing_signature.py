@@ -37,7 +37,7 @@ from addon.store import ReasoningStore
 from addon.stream.stages import TrailingSignatureStage
 from addon.transforms.signatures import drop_trailing_signatures
 from tests.realdata import FIXTURES, read
-from tests.unit.dialects.anthropic.test_stream import content_of, sdk_message
+from tests.unit.helpers import content_of, sdk_message
 
 RECORDING = (
     FIXTURES / "gemini-api-stream-text-trailing-thoughtSignature-gemini3.vercel-ai.chunks.txt"

@@ -18,7 +18,7 @@ from addon.dialects.anthropic.ids import PREFIX, from_anthropic, to_anthropic
 from addon.dialects.openai_chat import DIALECT as OPENAI
 from addon.model import Response, ToolCall
 from addon.stream.processor import StreamProcessor
-from tests.unit.dialects.anthropic.test_stream import sdk_message, sse_events
+from tests.unit.helpers import sdk_message, sse_events
 
 ANTHROPIC_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 KIMI_ID = "functions.Read:0"

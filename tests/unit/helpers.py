@@ -1,0 +1,165 @@
+"""Small helpers shared by the unit tests: read SSE bytes back as the official SDKs would, and
+cut an input into pieces.
+
+One copy each; a test module that needs one imports it from here, never from another test
+module (``docs/tests.md``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from anthropic.lib.streaming._messages import accumulate_event
+from anthropic.types import RawMessageStreamEvent
+from pydantic import TypeAdapter
+
+from addon.model import Event
+from addon.stream.sse import EventDecoder, LineDecoder, SSEEvent
+from tests.realdata import read
+
+type Pairs = list[tuple[str | None, str]]
+"""``(event name, data)`` as the SSE layer hands them over."""
+
+
+class Stage(Protocol):
+    """A stream stage as the processor drives it (``addon.stream.processor.Stage``)."""
+
+    def feed(self, event: Event) -> list[Event]: ...
+    def finish(self) -> list[Event]: ...
+
+
+STREAM_EVENT: TypeAdapter[RawMessageStreamEvent] = TypeAdapter(RawMessageStreamEvent)
+
+
+def sse_events(raw: bytes) -> list[SSEEvent]:
+    """The events of an SSE body, through the bridge's own SSE decoder."""
+    lines, decoder = LineDecoder(), EventDecoder()
+    out: list[SSEEvent] = []
+    for line, _ in [*lines.feed(raw), *lines.finish()]:
+        item = decoder.feed_line(line)
+        if isinstance(item, SSEEvent):
+            out.append(item)
+    last = decoder.finish()
+    if last is not None:
+        out.append(last)
+    return out
+
+
+def payloads(sse: bytes) -> list[str]:
+    """The ``data:`` payloads of an SSE body (``[DONE]`` included)."""
+    return [
+        line[len("data: ") :] for line in sse.decode().splitlines() if line.startswith("data: ")
+    ]
+
+
+def accumulate(datas: list[str]) -> dict[str, Any]:
+    """What an SDK's OpenAI chat stream accumulator would build, plus the raw fragments."""
+    acc: dict[str, Any] = {
+        "content": "",
+        "reasoning": "",
+        "calls": {},
+        "finish": None,
+        "usage": None,
+    }
+    for data in datas:
+        if data == "[DONE]":
+            continue
+        chunk = json.loads(data)
+        if chunk.get("usage"):
+            acc["usage"] = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            acc["content"] += delta.get("content") or ""
+            acc["reasoning"] += delta.get("reasoning_content") or delta.get("reasoning") or ""
+            for call in delta.get("tool_calls") or []:
+                slot = acc["calls"].setdefault(
+                    call["index"], {"id": None, "name": "", "fragments": []}
+                )
+                slot["id"] = slot["id"] or call.get("id")
+                fn = call.get("function") or {}
+                if fn.get("name"):
+                    slot["name"] = slot["name"] or fn["name"]
+                if fn.get("arguments"):
+                    slot["fragments"].append(fn["arguments"])
+            if choice.get("finish_reason"):
+                acc["finish"] = choice["finish_reason"]
+    return acc
+
+
+def recorded(name: str) -> Pairs:
+    """An Anthropic recording as ``(event, data)`` pairs, as the SSE layer hands them over.
+
+    ``.chunks.txt`` files hold one event payload per line; they are framed the way
+    the API frames them (``event: <type>``), without OpenAI's ``data: [DONE]``.
+    """
+    raw = read(name)
+    if name.endswith(".chunks.txt"):
+        raw = b"".join(
+            f"event: {json.loads(line)['type']}\ndata: {line}\n\n".encode()
+            for line in raw.decode().splitlines()
+            if line.strip()
+        )
+    return [(e.event, e.data) for e in sse_events(raw)]
+
+
+def sdk_message(pairs: Pairs, *, strict: bool = True) -> Any:
+    """What the anthropic SDK's ``client.messages.stream(...)`` would build from these events.
+
+    ``strict``: every event must also validate against the SDK's types (the SDK itself
+    builds them leniently; vercel-ai's hand-written fixtures omit a thinking block's
+    ``signature``, so recordings are read leniently, our output strictly).
+    """
+    snapshot: Any = None
+    bufs: dict[int, bytes] = {}
+    for name, data in pairs:
+        if name in ("ping", "error"):  # not message events; the SDK's stream skips / raises
+            continue
+        event: Any = STREAM_EVENT.validate_json(data) if strict else json.loads(data)
+        if strict:
+            assert name == event.type  # the SSE event name is the payload's type
+        snapshot = accumulate_event(event=event, current_snapshot=snapshot, json_bufs=bufs)
+    assert snapshot is not None
+    return snapshot
+
+
+def content_of(message: Any) -> list[dict[str, Any]]:
+    """An SDK message's content blocks as dicts, comparable across streams."""
+    blocks: list[dict[str, Any]] = [
+        b.model_dump(exclude={"citations", "parsed_output", "caller"}) for b in message.content
+    ]
+    for b in blocks:
+        if b.get("type") == "thinking":
+            b["signature"] = b["signature"] or ""  # a start without the key, or with "": same
+    return blocks
+
+
+def split[T: (str, bytes)](data: T, cuts: Sequence[int]) -> list[T]:
+    """``data`` cut at ``cuts`` (each taken modulo ``len(data) + 1``); pieces may be empty."""
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    pieces, last = [], 0
+    for p in points:
+        pieces.append(data[last:p])
+        last = p
+    pieces.append(data[last:])
+    return pieces
+
+
+def whole(data: bytes) -> list[bytes]:
+    """``data`` as one piece."""
+    return [data]
+
+
+def bytewise(data: bytes) -> list[bytes]:
+    """``data`` one byte a piece."""
+    return [data[i : i + 1] for i in range(len(data))]
+
+
+def feed_stage(stage: Stage, events: Sequence[Event]) -> list[Event]:
+    """What a stream stage (``feed`` / ``finish``) makes of ``events``; ``finish`` is idempotent."""
+    out: list[Event] = []
+    for e in events:
+        out += stage.feed(e)
+    out += stage.finish()
+    assert stage.finish() == []
+    return out
