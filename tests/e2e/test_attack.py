@@ -572,7 +572,7 @@ def test_bad_options_and_routes_files_stop_the_start_with_one_clear_line(
 def test_mutated_real_bodies_never_break_the_proxy(
     make_proxy: Callable[..., Proxy], upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
-    """The unit campaign's mutations (``tests/unit/test_campaign.py``) drawn by hypothesis and
+    """The unit campaign's mutations (``tests/unit/plan/test_campaign.py``) drawn by hypothesis and
     sent for real through one mitmdump: every answer is the faithful rewrite (the upstream got
     strict JSON at its own dialect's path), the untouched original (same dialect only) or a
     400 in the client's dialect (the upstream got nothing); no traceback, no key in the log;
