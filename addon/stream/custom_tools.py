@@ -1,30 +1,12 @@
 """Stream stage: calls of wrapped custom tools back as custom calls carrying their raw input.
 
-An upstream without custom (freeform) tools got them as function tools with one string parameter
-``input`` (``addon.transforms.custom_tools.wrap_custom_tools``); its calls stream as JSON argument
-fragments such as ``{"input": "*** Begin`` … ``Patch\\n…"}``. The raw text can only be recovered
-once the whole JSON is there, so this stage holds such a call back:
+A call of a wrapped tool streams as JSON fragments of ``{"input": …}``; the raw text can only be
+read once the JSON is whole, so the call is held until its ``ToolCallEnd`` and goes out as one
+``ToolCallStart(custom=True)`` with the raw input, then its end. Everything else passes at once;
+a ``Finish`` / ``StreamEnd`` releases held calls, a ``StreamError`` or ``finish()`` drops them.
 
-- a ``ToolCallStart`` whose name is one of the wrapped names (and that is not already custom)
-  is held with its argument fragments (kept as a list, joined once: linear cost) until its
-  ``ToolCallEnd``; then it goes out as one ``ToolCallStart(index, id, name, arguments=<raw
-  input>, extra=<the start's extra>, custom=True)`` followed by ``ToolCallEnd(index)``. Wire
-  extras that rode on argument fragments are dropped with them;
-- everything else (text, thinking, other calls, usage, raw events) passes through at once; it
-  is never held back by a held call;
-- a ``Finish`` or ``StreamEnd`` that arrives while calls are still held (no ``ToolCallEnd``:
-  an answer cut at its token limit) first releases them, unwrapped as far as possible, each
-  with its end;
-- a ``StreamError`` (the stream was cut, or failed) drops the calls still held: a call that
-  never ended must never reach a client as one it can run (half a patch applied is worse than
-  none); ``finish()`` (the stream ended without any of those) does the same and is
-  idempotent.
-
-How the raw input is read from the arguments (leniently, never losing text):
-``addon.transforms.custom_tools.unwrap_custom_input``.
-
-Contract: sans-IO, the ``Stage`` protocol of ``addon.stream.processor``.
-"""
+Contract: sans-IO, the ``Stage`` protocol of ``addon.stream.processor``. In full:
+docs/tools.md#custom-tools-in-a-stream."""
 
 from __future__ import annotations
 

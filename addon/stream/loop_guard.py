@@ -1,35 +1,13 @@
 """Stream stage: the loop guard judges each completed tool call of the answer.
 
-The request's history already holds ``verdict.count`` identical failing calls
-(``addon.transforms.loop_guard.check_loop``). A call of the verdict's tool is held from its
-``ToolCallStart`` to its ``ToolCallEnd`` (after the repair stage such a call arrives whole
-anyway), so no byte of it leaves before it is judged:
+A call of the verdict's tool (``addon.transforms.loop_guard.check_loop``) is held until its
+``ToolCallEnd``: the same call again (``LoopVerdict.matches``) is replaced by the terminal
+message as text, another call goes out as it came. Text, thinking and usage are never held;
+later calls keep their order and are renumbered densely; a ``Finish`` left without a call
+becomes a text finish.
 
-- the same call again (``LoopVerdict.matches``) → none of its events leave; the terminal
-  message goes out as text in its place (once per answer; after a blank line when text went
-  out before it) and ``on_replace`` is told;
-- another call → its own events go out as they came.
-
-Everything else is untouched: text, thinking and usage go out the moment they arrive (text
-before the call has streamed already: the client sees it, then the terminal message). While a
-call is held, later tool-call events and ``RawEvent``s queue behind it, so calls keep their
-order. The calls after a replaced one are renumbered so that the client's indexes stay dense
-(0, 1 …); a late event of a replaced call is dropped, and so are the ``RawEvent``s queued right
-behind it (they came while it was open and may be part of it: a gateway's chunk with an empty
-fragment, which a same-dialect encoder would re-send verbatim as a delta of a call the client
-never saw start).
-
-The ``Finish`` of an answer whose every call was replaced becomes a text finish
-(``stop_finish``: never ``tool_calls`` without a call); with a call left it is kept.
-``MessageStart``, ``Finish`` and ``StreamEnd`` judge a held call that has not had its end with
-the arguments it has (it gets its ``ToolCallEnd``; a late one is dropped); a ``StreamError``
-drops it instead (a call that never ended must not reach the client as one it can run).
-``finish()`` judges what is left; it is idempotent.
-
-Contract: sans-IO, the ``Stage`` protocol of ``addon.stream.processor``; it is fed every event
-(text too: it must know whether text went out before the message). Memory: the held call and
-what queued behind it (the processor bounds each event).
-"""
+Contract: sans-IO, the ``Stage`` protocol of ``addon.stream.processor``, fed every event.
+Memory: the held call and what queued behind it. In full: docs/tools.md#the-loop-guard-in-a-stream."""
 
 from __future__ import annotations
 

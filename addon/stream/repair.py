@@ -1,59 +1,13 @@
 """Stream stage: each tool call assembled from its fragments and sent on repaired and normalized.
 
-Arguments can only be repaired once they are whole, so a call of a tool in the schema map
-(``addon.transforms.repair.ToolSchemas``, the request's own function tools) is held from its
-``ToolCallStart`` to its ``ToolCallEnd``; then ``repair_call`` decides:
-
-- nothing to change → the call's own events go out as they came (start, every fragment with
-  its wire extras, end): a same-dialect client gets its bytes back;
-- changed → ``ToolCallStart(index, id, name, arguments=<the whole new JSON>, extra=<the
-  start's extra>)`` and ``ToolCallEnd(index)``; the wire extras of the fragments go with them.
-  Every client encoder takes a call whose arguments all arrive on its start.
-
-The log record of a call (``RepairResult.record``: still invalid, alias collisions, unreadable,
-cut) is handed to ``log`` as it is released; notes are counted by ``repair_call``.
-
-What passes at once: calls of tools not in the map and custom (freeform) calls — untouched —
-when no held call is before them, and text, thinking and usage always: text and reasoning are
-never held back by a call.
-
-Ordering guarantee:
-
-- tool-call events and ``RawEvent``s leave in the order they arrived: while a held call is
-  open, the events of later calls (held or passed-through ones, and fragments of calls that
-  started earlier and are not held) and raw events queue behind it, and go out as soon as it
-  is released. So the client sees its calls in the upstream's order, each whole or streamed
-  as it was. Raw events are kept in place because they may belong to the call (a gateway's
-  chunk with an empty fragment, which a same-dialect encoder re-sends verbatim: sent before
-  the call's start it would open the call without its id and name);
-- text, thinking and usage go out the moment they arrive. Text or thinking that arrives while
-  a call is held therefore goes out *before* that call (the only reordering this stage makes;
-  the client encoders close and open blocks/items accordingly);
-- ``Finish`` and ``StreamEnd`` (the upstream said the answer is over) first release every
-  held call (an unended one — an answer cut at its token limit — is repaired as *cut*, and
-  gets its ``ToolCallEnd``) and whatever queued behind it, then go out: a stream's end always
-  follows its calls. A late ``ToolCallEnd`` of a call released that way is dropped (it has had
-  its end);
-- ``StreamError`` (the stream was cut, or failed) and ``MessageStart`` (the upstream started
-  over) drop every held call that never ended — never delivered, not even in part: a call
-  that never ended must never reach a client as one it can run (``NOTE_CUT`` counts them) —
-  and release what queued behind it, then go out. Calls that ended go out as usual;
-- ``finish()`` (the stream ended without any of those: the processor gives the rest of a
-  same-dialect stream back raw after it) releases ended calls as usual and unended ones as
-  they came, without an end and unrepaired (the raw bytes after them may continue them); it
-  is idempotent.
-
-A repeated ``ToolCallStart`` for the index of an open held call counts as a fragment of it (its
-``arguments``), as the client encoders treat a repeated start.
-
-Memory is bounded: what the stage holds (held calls' fragments and the tool-call events
-queued behind them) never grows past ``max_bytes``. Past it the stage stops repairing for the
-rest of the stream: every held call goes out as it came (its events in order, its end if it
-had one), calls still open stream on unheld, and a note says so.
+A call of a tool in the schema map is held from its ``ToolCallStart`` to its ``ToolCallEnd``,
+then ``repair_call`` decides: unchanged → its own events as they came; changed → one
+``ToolCallStart`` with the whole new arguments and its ``ToolCallEnd``. Text, thinking and
+usage are never held; tool-call and raw events keep their order; a call that never ended is
+never delivered; past ``max_bytes`` held, the stage stops repairing for the rest of the stream.
 
 Contract: sans-IO, the ``Stage`` protocol of ``addon.stream.processor``; cost linear in the
-size of the stream (fragments are kept in a list and joined once).
-"""
+stream. The ordering rules in full: docs/tools.md#argument-repair-in-a-stream."""
 
 from __future__ import annotations
 

@@ -1,31 +1,13 @@
 """Custom (freeform) tools for upstreams that only have function tools (unified → unified).
 
-OpenAI's custom tools (Codex's ``apply_patch``, Cursor agent mode's ``ApplyPatch``) take raw
-text, optionally constrained by a grammar, instead of a JSON arguments object. Chat-completions
-gateways and Anthropic only know function tools, so a custom tool is carried as a function with
-one required string parameter, ``input``, and the model's call is unwrapped on the way back.
+OpenAI's custom tools (Codex's ``apply_patch``, Cursor's ``ApplyPatch``) take raw text, not a
+JSON object. ``wrap_custom_tools`` carries each as a function with one required string
+parameter, ``input`` (history re-encoded the same way); ``unwrap_custom_input`` /
+``unwrap_custom_calls`` (and ``addon.stream.custom_tools.CustomToolStage``) give the client its
+custom call and raw input back, leniently, losing no text.
 
 Contract: pure functions over ``addon.model``; nothing here knows a wire format.
-
-Request side (``wrap_custom_tools``):
-- every ``Tool`` with ``format`` becomes a function tool whose parameters are
-  ``{"type": "object", "properties": {"input": {"type": "string", …}}, "required": ["input"]}``
-  and whose description is the tool's own plus a note saying that ``input`` is the raw free-form
-  text the tool takes (not JSON) and, for a grammar, its syntax and definition verbatim. The
-  tool's ``extra`` is dropped: those are wire fields of a *custom* tool definition, which a
-  function tool of the same dialect must not carry;
-- history: a ``ToolCall(custom=True)`` becomes a function call with the arguments
-  ``json.dumps({"input": raw}, ensure_ascii=False)`` (strict JSON); a ``ToolResult(custom=True)``
-  becomes a plain result. Every custom call is re-encoded, declared tool or not: the upstream
-  cannot take a custom call in any case;
-- ``tool_choice`` is left alone: the wrapped function keeps the custom tool's name;
-- the names of the wrapped tools are returned, for the response side.
-
-Response side (``unwrap_custom_input``, ``unwrap_custom_calls``, and the stream stage
-``addon.stream.custom_tools.CustomToolStage``): a call of a wrapped tool gets ``custom=True`` and
-its raw input back. See ``unwrap_custom_input`` for how lenient that is: whatever the model wrote,
-no text is lost.
-"""
+Glossary: *wrapped* (a custom tool carried as a function). In full: docs/tools.md#custom-tools."""
 
 from __future__ import annotations
 
@@ -135,21 +117,9 @@ def _plain_message(m: Message) -> Message:
 
 
 def unwrap_custom_input(arguments: str) -> str:
-    """The raw input of a wrapped custom tool's call, from the function arguments the model wrote.
-
-    In order:
-    1. a JSON object whose ``input`` is a string → that string (other keys are ignored: the
-       schema has ``input`` only). Literal control characters inside strings (raw newlines,
-       which models often write) are accepted;
-    2. a JSON object with exactly one value, a string (the model named the key otherwise)
-       → that value;
-    3. a bare JSON string → it;
-    4. a cut-off object that begins with the ``input`` key (a stream that ended early, or an
-       answer cut at ``max_tokens``) → the string as far as it goes; an escape sequence cut in
-       the middle is kept as the text it was;
-    5. anything else (other JSON, empty or unreadable text) → the arguments unchanged, so that
-       no text is lost.
-    """
+    """The raw input of a wrapped custom tool's call, from the function arguments the model wrote:
+    ``{"input": "…"}``, a one-string object, a bare string, a cut-off ``{"input": "…``, else the
+    arguments unchanged, so that no text is lost (docs/tools.md#custom-tools)."""
     try:
         value: Any = json.loads(arguments, strict=False)
     except ValueError:

@@ -1,65 +1,13 @@
 """The loop guard: an agent repeating the same failing tool call, judged on the model's answer.
 
-Agents loop: the model makes a call, the tool fails, the model makes the very same call again.
-The guard reads the history the client sends (request side, nothing is kept between requests):
-``check_loop`` says when the latest calls are ``max_repeat`` identical failures in a row. The
-upstream is asked as usual (after a third error a model often changes course); only when its
-answer makes that call once more (``LoopVerdict.matches``: same tool, same argument shape) is
-that call replaced by ``terminal_message`` (``guard_response`` for a whole answer,
-``addon.stream.loop_guard.LoopGuardStage`` for a stream). Another call, or text alone, goes to
-the client untouched.
+``check_loop`` reads the history the client sends (nothing is kept between requests) and says
+when the latest calls are ``max_repeat`` identical failures in a row; the upstream is asked as
+usual, and only an answer that makes that call once more has it replaced by
+``terminal_message`` (``guard_response`` whole, ``addon.stream.loop_guard`` streamed).
 
-Contract: pure functions over ``addon.model`` values. Cost linear in the size of the history.
-
-**Fingerprint** of a call and the result that followed it (``fingerprint``): the tool's name,
-the normalized shape of its arguments (parsed as leniently as ``addon.transforms.repair`` does;
-keys sorted, every string with its whitespace collapsed; unreadable arguments as their collapsed
-text) and the *error class* of the result. Read-only exploration tools (``is_read_only``: names
-made of words such as read, view, list, ls, search, grep, glob, find, cat — and none such as
-write, edit, replace, delete, run) also take a digest of the result's whole text: the same
-read that fails differently each time (the files are changing) is not counted as a loop, the
-same read failing the same way is. Fingerprints are ``tool/error_class/digest`` (a SHA-256
-prefix): safe to log, no argument value in them.
-
-**Error class** (``classify``): ``None`` for a success, else one of ``not_found``,
-``permission``, ``invalid_arguments``, ``timeout``, ``nonzero_exit``, ``unknown``. A result is
-a failure when the client flagged it (Anthropic ``is_error``, a Responses/Gemini error) or, as
-OpenAI-style results carry no flag, when its text *reads* as one: it starts like an error
-(``Error:``, ``error …``, ``Failed …``, ``FooError:``, ``ENOENT:``, ``Traceback``,
-``fatal:``, ``<tool_use_error>``, a JSON object opening with a non-empty ``"error"`` or a true
-``"isError"``, a user's refusal) or reports a non-zero exit code (``exit code 1``,
-``exited with code 2``, ``Exit status: 127``) near its start or end. A result that merely
-mentions an error somewhere in a file's contents is a success.
-
-**The run** (``check_loop``), precisely:
-
-- the history is read as *steps*: each assistant message with tool calls is one step, holding
-  its calls that have a result (results are matched by ``tool_call_id`` wherever they are; a
-  call without a result is ignored, a step without any is skipped);
-- an assistant message with text and no tool calls (the model answered), or a user message
-  without tool results (the person typed something), is a *break*; an assistant message with
-  neither calls nor text (reasoning only) is neither a step nor a break;
-- walking back from the last step, the run of a fingerprint ``F`` is the number of ``F``
-  failures in the consecutive steps, ending with the last step, that each hold at least one
-  ``F`` failure. A step without an ``F`` failure — another call, or the same call succeeding —
-  ends the run, and so does a break. The run is 0 when the history ends with a break;
-- the candidates are the failing fingerprints of the last step; the verdict names the one with
-  the longest run (the later call on a tie), when that run is at least ``max_repeat``.
-
-For agents that make one call per step this is exactly "``max_repeat`` identical failing calls
-in a row, a different call or a success resets the count". Steps with parallel calls are
-counted per fingerprint, so a loop of ``[A fails, B succeeds]`` steps is still caught: the
-other calls of a step neither count nor reset.
-
-Reading of ``max_repeat`` (issue 26): the history holds ``max_repeat`` identical failing calls
-and the model's answer makes the same call a ``max_repeat + 1``-th time: that call is replaced.
-Its error class cannot be known yet (it has not run): the answer's call matches by tool and
-argument shape, the history's run carries the error class.
-
-**Parallel calls**: only the repeating call is replaced; the answer's other calls go on (the
-model asked for them, and in a stream those before it have already left). The finish says
-``tool_calls`` only while a call remains, else it becomes a text finish (``stop``).
-"""
+Contract: pure functions over ``addon.model`` values, cost linear in the history. Glossary:
+*fingerprint* (tool, argument shape, error class: safe to log); *error class* (``classify``);
+*step* and *break* (how the history is read); *run*. The rules: docs/tools.md#the-loop-guard."""
 
 from __future__ import annotations
 

@@ -1,69 +1,13 @@
 """Tool-call argument repair and normalization against the request's own tool schemas.
 
-Models write arguments that almost fit the tool they call: ``filePath`` where the schema says
-``path``, ``oldString`` for ``old_string``, a todo status ``done``, a trailing comma, a code
-fence around the JSON, an object cut off at the token limit. This module turns such arguments
-into what the client's tool accepts, without ever changing the call's meaning (the tool stays
-the tool, no value is invented beyond the two defaults below).
+Turns arguments that almost fit the tool they call (``filePath`` for ``path``, a todo status
+``done``, a trailing comma, a cut-off object) into what the client's tool accepts, never
+changing the call's meaning. ``repair_call``: parse, key aliases, todo lists, validate.
 
-Contract: pure functions over ``addon.model`` values; nothing here knows a wire format or a
-stream (the stream stage is ``addon.stream.repair.RepairStage``). Cost is linear in the size
-of the arguments (JSON parsing, one pass of renames, one ``jsonschema`` validation).
-
-The schema map (``ToolSchemas``, from ``schemas_of(request)``) holds the parameters schema of
-every function tool the *client* declared — taken before any schema profile cleans the tools
-for the upstream, so that calls are checked against what the client will check them against.
-Custom (freeform) tools and opaque tools are not in it: their calls are never touched, nor are
-calls of tools the request did not declare.
-
-``repair_call(name, arguments, schemas, notes)`` does, in order:
-
-1. **Parse.** Strict JSON (RFC 8259: no ``NaN``/``Infinity``) → nothing to repair. Otherwise,
-   losslessly first: JSON whose strings hold raw control characters (unescaped newlines and
-   tabs, which models often write); then a JSON *string* that itself holds the object (double
-   encoding); then the ``json-repair`` library: trailing commas, single quotes, unquoted keys,
-   code fences and prose around the object, missing commas, objects cut off (closed where they
-   stop; strings are kept as written, trailing whitespace included). Two values back to back
-   (``{…}{…}``), or anything that does not come out as a JSON object, is left exactly as it
-   was (and logged). Empty arguments (``""``, whitespace) are left as they are and checked as ``{}``.
-2. **Key aliases** (top level only), only towards a key the tool's schema declares, only from
-   a key it does not declare (a tool whose schema has ``file`` keeps its ``file``):
-   ``path | filePath | file_path | target_file | file`` — any of them towards the *one* of
-   them the schema declares (none or several declared: no rename); ``oldString ↔ old_string``,
-   ``newString ↔ new_string``, ``cmd ↔ command`` — towards the one declared; ``contents | text
-   | streamContent → content`` (one way: ``text`` is too common a name to rename *to*).
-   A canonical key that is present wins: aliases of it are dropped (a *collision*, logged);
-   of several aliases of an absent key the first the model wrote is renamed, the others are
-   collisions. Renamed keys keep their position.
-3. **Todo lists** (``todowrite`` and any tool with a top-level array whose item schema has a
-   ``status`` enum containing ``pending``, ``in_progress`` and ``completed``): a status
-   outside the enum is read case- and separator-insensitively — ``todo | pending`` →
-   ``pending``, ``in-progress | in progress | inprogress`` → ``in_progress``, ``done |
-   complete | completed`` → ``completed`` (only to a value the enum has); an item without
-   ``priority`` gets ``"medium"`` when the item schema declares ``priority`` (and its enum, if
-   any, has ``medium``).
-4. **Validate** with ``jsonschema`` (the draft the schema names, 2020-12 by default). Valid →
-   the normalized call. Invalid → the normalized call all the same (still the same tool and
-   the same meaning), and one structured log record. A schema ``jsonschema`` cannot use (not
-   a valid schema, an unresolvable ``$ref``) means no validation, not a failure.
-
-The new arguments are strict compact JSON (``ensure_ascii=False``). When nothing changed, the
-model's own text is kept byte for byte (``RepairResult.changed`` is false).
-
-The log record (``RepairResult.record``) holds key names and JSON Schema keyword paths only,
-never argument values (they may hold file contents or secrets): ``event`` (``"tool_repair"``),
-``tool``, ``original_keys``, ``normalized_keys``, ``aliases`` (``["filePath → path"]``),
-``collisions``, ``missing`` (required keys absent), ``unexpected`` (keys the schema does not
-declare), ``errors`` (up to five ``/json/pointer: keyword`` of validation errors),
-``json_repaired``, ``cut`` and a one-sentence ``hint``. It is made when the call is still
-invalid, when aliases collided, when the arguments could not be read as an object, or when
-the call was cut (``cut=True``: the stream or answer ended inside it) and had to be repaired.
-
-Notes (the flow comment) count ``tool call arguments repaired`` (JSON repair),
-``argument aliases applied: filePath → path``, ``argument alias dropped: filePath (path
-present)``, ``todo status normalized: done → completed``, ``todo priority set: medium`` and
-``tool call arguments still invalid: <tool>``.
-"""
+Contract: pure functions over ``addon.model`` values, cost linear in the arguments' size; the
+stream stage is ``addon.stream.repair.RepairStage``. Glossary: *schema map* (``ToolSchemas``,
+the client's own function tools' parameters, before any schema profile); *collision* (an alias
+dropped because its canonical key is present). The rules: docs/tools.md#argument-repair."""
 
 from __future__ import annotations
 

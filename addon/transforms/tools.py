@@ -52,21 +52,11 @@ def leave_out_tools(
     req: Request, runs: Callable[[OpaqueTool], bool], where: str, notes: Notes
 ) -> Request:
     """The tools ``where`` (``"the gemini upstream"``, ``"the invoke text protocol"``) cannot run
-    taken out of the request, named in ``notes``.
-
-    The rule, for every client and upstream dialect: a tool of a kind only some dialects carry
-    (``OpaqueTool``: Codex's ``namespace`` and ``tool_search``, OpenAI's hosted ``web_search``,
-    ``file_search``, ``mcp`` …, Anthropic's server tools, Gemini's ``googleSearch``) that the
-    upstream cannot run (``runs``, the upstream dialect's ``Dialect.runs``; nothing on a text
-    protocol) is left out: the model is offered fewer tools, as when a client declares one
-    the upstream lacks, and the turn goes on. Codex declares such tools on every request.
-
-    A ``ClientError`` (400 in the client's dialect) only where the client asked the upstream
-    to run what was left out, so that an answer without it would pretend it ran: a
-    ``tool_choice`` that names a left-out tool or a kind it cannot run (a Responses
-    hosted-tool choice, ``ToolChoice.kind``), or a request whose every tool was left out
-    (it is there for those tools: Claude Code's WebSearch request carries only Anthropic's
-    ``web_search`` server tool, Gemini CLI's web search only ``googleSearch``)."""
+    taken out of the request, named in ``notes``: every ``OpaqueTool`` the upstream does not run
+    (``runs``, its ``Dialect.runs``; nothing on a text protocol). A ``ClientError`` only where the
+    client asked the upstream to run what was left out (a ``tool_choice`` naming it or a kind it
+    cannot run, ``ToolChoice.kind``; a request whose every tool was left out, such as Claude
+    Code's WebSearch request). The rule: docs/tools.md#tools-an-upstream-cannot-run."""
     choice = req.tool_choice
     kind = choice.kind if choice is not None else None
     if kind is not None and not runs(OpaqueTool(req.origin, None, kind, {})):
