@@ -4,30 +4,9 @@ Contract: ``loads`` reads RFC 8259 JSON only — no ``NaN``, ``Infinity``, ``-In
 that overflows (``1e400``): ``ValueError`` for those, as for anything else that is not JSON
 (invalid UTF-8 included); nesting too deep raises ``RecursionError``. Integers keep every
 digit, however long. ``dumps`` / ``dumpb`` write compact JSON (no spaces), non-ASCII as UTF-8;
-``dumps`` gives text, ``dumpb`` bytes; always encodable as UTF-8.
-
-Why msgspec, measured against orjson 3.13 on the recordings in ``../shared/fixtures/real``
-(1,510 stream events, the captured client requests) and on bodies of pasted source text:
-
-- reading, it is as fast as orjson on the stream events (1.1 against 1.2 µs per event),
-  faster on a lone JSON string (0.14 against 0.21 µs; the text lane reads one per event),
-  even on the Claude Code requests (80 to 120 KB) and 2.5 times as fast on bodies made big by
-  long text (a pasted file, tool results: 5 against 14 ms for 10 MB). orjson reads an
-  integer past 64 bits as a float, losing digits; msgspec keeps every one;
-- writing, orjson is quicker on many small objects (0.38 against 0.56 µs per event, 30 to 50
-  against 95 to 120 µs for a Claude Code request), msgspec on strings (0.08 against 0.11 µs)
-  and on large bodies: orjson writes a string longer than 4 MiB about ten times slower than
-  a shorter one (8 ms for 10 MB, msgspec 3.5);
-- one library loaded rather than two (each costs ~2 MB of resident memory).
-
-What msgspec refuses that is still JSON goes through the standard library, with the same
-results: a string escape of a lone surrogate (``"\\ud83d"``, valid JSON text; its ``str``
-cannot be UTF-8) is read by ``json`` and written with ASCII escapes; nesting deeper than
-msgspec goes is decided by ``json`` (``RecursionError`` when too deep).
-
-Values the bridge writes all come from strictly parsed input, so no ``NaN`` can reach
-``dumps``; msgspec would write it as ``null``.
-"""
+``dumps`` gives text, ``dumpb`` bytes; always encodable as UTF-8. What msgspec refuses that is
+still JSON (a lone surrogate escape, deep nesting) goes through ``json``, with the same
+results. Why msgspec (measured): docs/speed.md#why-msgspec."""
 
 from __future__ import annotations
 

@@ -2,28 +2,11 @@
 
 Contract: sans-IO, plain strings in and out, never raises on any ``str``.
 
-``redact(text)`` is the one redaction function: every piece of text the bridge
-writes about a flow goes through it (``clean`` and ``clean_data`` call it). It
-replaces
-
-- the values of credential-named parameters: ``key=…``, ``api_key=…``,
-  ``access_token=…``, ``token=…``, ``x-goog-api-key=…`` (a URL's query, a form,
-  a message quoting one) and ``"api_key": "…"`` (JSON or a Python repr);
-- key-shaped strings, wherever they are: ``sk-…`` (OpenAI, ``sk-ant-…``
-  Anthropic, ``sk-proj-…``, ``sk-or-…``), ``AIza…`` (Google API keys), ``ya29.…``
-  (Google OAuth access tokens), GitHub, AWS and Slack tokens, JWTs, and the
-  credentials of ``Bearer …`` / ``Basic …``;
-- with ``tokens=True`` (the default), long random-looking tokens an upstream may
-  echo: 32+ characters of hex, or 32+ characters mixing upper case, lower case
-  and digits (base64 / base64url keys). Model names, UUIDs and paths do not look
-  like that. The content view passes ``tokens=False``: thinking signatures and
-  encrypted reasoning there are what the user wants to see.
-
-``clean(text, limit)`` is what goes into a log line or a comment: redacted, then
-lone surrogates (undecodable bytes of a path or header, ``"\\ud83d"`` in JSON) and
-control characters written as escapes, so the line is one line, valid UTF-8 and
-free of terminal escapes; cut to ``limit`` characters.
-"""
+``redact(text)`` is the one redaction function (``clean`` and ``clean_data`` call it): the
+values of credential-named parameters, key-shaped strings and (``tokens=True``) long
+random-looking tokens become ``[REDACTED]``. ``clean(text, limit)`` is what goes into a log
+line or a comment: redacted, lone surrogates and control characters escaped, one line, cut to
+``limit``. What each replaces: docs/observability.md#what-redact-replaces."""
 
 from __future__ import annotations
 

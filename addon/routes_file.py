@@ -5,40 +5,7 @@ what it takes. Imported only when a routes file is read (the options import it t
 proxy that runs on the built-in routes never loads pydantic. Configuration flows one way:
 this module imports ``addon.routes``, never the reverse. The model mirrors ``Route`` field
 for field (a test holds them together); the checks beyond types are ``addon.routes``' own,
-run on the key they are about so that an error names it.
-
-A routes file::
-
-    [[routes]]
-    name = "cursor"                    # shown in logs and mitmweb comments
-    host = "*.example.com"             # glob over the request host (default "*")
-    path = "*/chat/completions"        # glob over the path, query string excluded
-    methods = ["POST"]                 # default ["POST"]
-    client = "openai_chat"             # dialect the client speaks: openai_chat | anthropic |
-                                       # openai_responses | gemini | gemini_code_assist
-    upstream = "openai_chat"           # dialect the upstream speaks (same choices, and kiro)
-    tool_mode = "native"               # default: the bridge_tool_mode option
-    schema = "strict"                  # default: the bridge_schema option
-    upstream_path = "/v1/chat/completions"   # optional: the path (and query) sent upstream;
-                                       # by default a client path ending in its dialect's
-                                       # endpoint (/messages) gets the upstream's
-                                       # (/chat/completions), without the client's query
-    api_key_env = "GATEWAY_KEY"        # optional: send this variable's value as the key
-    cache_control = "drop"             # drop | keep: Anthropic cache_control to other dialects
-    reasoning = "auto"                 # auto | on | off: thinking requests → the upstream's
-                                       # switch; on: the model thinks (by default too); off:
-                                       # never sent
-    project = "my-gcp-project"         # gemini_code_assist upstreams: the project to bill
-    tool_repair = "on"                 # on | off: default the bridge_tool_repair option
-    signature_fallback = "sentinel"    # sentinel | none: a Gemini step whose signature is
-                                       # not known gets Google's skip value (or nothing)
-    # kiro upstreams only (client = "kiro" is refused: Kiro is an upstream-only dialect):
-    model_map = {"claude-sonnet-4-6" = "claude-sonnet-4.5"}   # client model → Kiro modelId
-    profile_arn = "arn:aws:codewhisperer:…"  # the body's profileArn (default: the token file's)
-    token_file = "~/.aws/sso/cache/kiro-auth-token.json"  # the Kiro IDE's token, refreshed
-    refresh_url = "https://…/refreshToken"   # with token_file: where to refresh it
-    description_limit = 10240          # tool descriptions cut to this many characters
-"""
+run on the key they are about so that an error names it. The file's keys: docs/routes.md."""
 
 from __future__ import annotations
 

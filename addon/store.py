@@ -1,40 +1,12 @@
 """The reasoning store: what clients drop and upstreams need back, kept process-wide.
 
 Contract: plain values, stdlib only (``sqlite3``, ``threading``); no mitmproxy, no logging (the
-shell logs what ``StoreError`` says). One ``ReasoningStore`` lives for the life of the addon:
-created from the options in ``configure``, closed in ``done``. Every flow shares it.
-
-What it holds is opaque here: JSON objects under ``(scope, kind, key)``. The record format
-(thinking blocks, signatures, message extras) and the key kinds (tool-call id, text hash,
-thinking hash, the scope's latest signature) belong to ``addon.transforms.restore``, which
-reads it, and ``addon.stream.capture``, which writes it; both see the store through the
-one-method views ``ScopedStore.get`` / ``ScopedStore.put``, bound to a scope, so neither can
-read or write a value of another scope.
-
-Scope: ``(upstream, model)``. ``upstream`` names where the value came from (the route's name
-and the upstream host, ``Scope.of``): a signature is only valid for the model that made it,
-behind the endpoint that made it. A value is only ever returned for the scope it was put under.
-
-Bounds (all enforced on every ``put``):
-
-- ``max_entries``: at most this many values; the least recently used go first (``get`` counts
-  as a use). ``0`` keeps nothing (the store is off).
-- ``max_bytes``: the sum of the sizes of the values (key and JSON text in UTF-8, plus a fixed
-  overhead per entry); a value bigger than the whole bound is not kept.
-- ``ttl`` (seconds): a value not used (put or read) for this long is gone; ``0``: no expiry.
-  Sliding, not absolute: a conversation that goes on keeps its values, an abandoned one frees
-  them.
-
-Backends: in memory (``path=""``, the default) or SQLite at ``path`` (journal in WAL mode,
-``synchronous=NORMAL``: every ``put`` is committed, so a restart of the proxy mid-conversation
-loses nothing; a power cut may lose the last ones). One process per file: the counts used for
-the bounds are read when the file is opened and kept in memory after that. Times are wall-clock
-seconds (``clock``, injectable for tests), so that a TTL spans restarts.
-
-Thread-safe: one lock around every operation (mitmproxy runs hooks in one event loop, but the
-store does not rely on it). Operations are O(1) in memory and O(log n) in SQLite, except
-eviction, which removes the oldest entries in order.
-"""
+shell logs what ``StoreError`` says). One ``ReasoningStore`` for the life of the addon, shared
+by every flow; opaque JSON objects under ``(scope, kind, key)``, bounded by ``max_entries``
+(LRU), ``max_bytes`` and a sliding ``ttl``; in memory or SQLite (WAL); thread-safe.
+Glossary: *scope* (``Scope``: upstream and model; a value is only returned for the scope it
+was put under); ``ScopedStore`` (the one-scope ``get`` / ``put`` view that ``restore`` and
+``capture`` see). In full: docs/reasoning.md#how-the-store-works."""
 
 from __future__ import annotations
 

@@ -1,39 +1,13 @@
 """AWS event-stream framing (``application/vnd.amazon.eventstream``): binary frames → events.
 
-Kiro (and other AWS streaming APIs) answer with a sequence of binary messages::
-
-    [total length: u32][headers length: u32][prelude CRC32: u32]
-    [headers: name length u8, name, value type u8, value …][payload][message CRC32: u32]
-
-Each message's ``:message-type`` header says ``event`` (its ``:event-type`` names the event, its
-payload is the event's JSON), ``exception`` (``:exception-type``) or ``error``
-(``:error-code``, ``:error-message``).
-
 Contract: sans-IO and incremental, like ``addon.stream.framing``. ``EventStreamSplitter.feed``
-takes byte chunks split anywhere (inside the prelude, a header, the payload, a CRC) and returns
-one ``Frame`` per complete message as soon as its last byte arrives. The frame's prelude, CRCs
-and headers are checked by botocore's event-stream parser (``botocore.eventstream``: the
-prelude CRC as soon as the 12 bytes of the prelude are there, so a corrupt length is refused at
-once instead of being waited for; the message CRC when the message is complete), which is
-given exactly one message at a time: every byte is copied a bounded number of times, whatever
-the chunking, and memory is bounded by the largest message (botocore refuses payloads over
-24 MB and headers over 128 kB). A message that fails a check, or a body that ends inside a
-message, is reported in ``error`` (the frames before it are still returned) and nothing is
-returned after it; the raw bytes of the frames returned plus ``pending()`` always equal the
-input, so that the caller can give back the exact original bytes.
-
-What a ``Frame`` carries for the dialect's stream decoder (``StreamDecoder.feed(text, event)``):
-
-- an event: ``event`` is its ``:event-type`` (None when the header is missing), ``text`` its
-  payload as UTF-8 text (the JSON of the event);
-- an exception or error message: ``event`` is ``":exception"`` / ``":error"`` (names no AWS
-  event can have) and ``text`` the JSON object ``{"exceptionType": …, "message": …}``, the
-  message read from the payload's ``message`` / ``Message`` when it is JSON, else the payload
-  (or the ``:error-message`` header) as text;
-- another message type: ``event`` is ``":" + type`` and ``text`` the payload.
-
-Must not know: mitmproxy, sockets, asyncio or any dialect.
-"""
+takes byte chunks split anywhere and returns one ``Frame`` per complete message as soon as its
+last byte arrives, checked by botocore's event-stream parser (CRCs, bounded sizes); a bad
+message or a cut body is reported in ``error``, nothing after it; the raw bytes of the frames
+returned plus ``pending()`` always equal the input. A ``Frame`` is ``(event, text)`` for the
+dialect's ``StreamDecoder.feed``: exceptions and errors as ``":exception"`` / ``":error"``.
+Must not know: mitmproxy, sockets, asyncio or any dialect. In full:
+docs/streams.md#aws-event-stream."""
 
 from __future__ import annotations
 

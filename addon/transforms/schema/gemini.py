@@ -2,38 +2,9 @@
 
 The walker visits each node once (``node``), gives it one type or an ``anyOf`` (``types``,
 ``single``, ``infer``, ``union``), and leaves the keyword families (``gemini_families``) and
-``$ref`` / ``allOf`` (``gemini_refs``) to its bases. Glossary in ``gemini_base``.
-
-What each keyword becomes (``gemini_schema``):
-
-- ``$ref`` (local JSON pointers: ``#/$defs/X``, ``#/definitions/X``, ``#``, ``~0``/``~1``
-  and %-escapes) is inlined, its sibling keywords kept; a ``$ref`` inside its own expansion
-  becomes its target's type (``object`` if it has none) and description. Other refs go.
-  ``allOf`` is merged into its node (properties and ``required`` united, types and enums
-  intersected, the tighter bound kept).
-- Unions: a ``null`` option of ``anyOf`` / ``oneOf`` (``oneOf`` is sent as ``anyOf``),
-  ``"null"`` in a type list and ``null`` in ``enum`` become ``nullable: true``. One option
-  left is merged into its node (the node's description wins); several stay an ``anyOf``
-  with the node's other constraints copied into each option and ``nullable`` on each.
-  ``type: ["string", "integer"]`` becomes an ``anyOf`` of one option per type, each with the
-  keywords of its type. A schema that allows only null is a nullable string.
-- ``const`` becomes a one-value ``enum``. Gemini takes ``enum`` only for strings: values of
-  another type (``enum: [1, 2]``, ``const: true``) are listed in the description
-  ("Allowed values: 1, 2") and the type kept, so the model still sends a number, which is
-  what the client's tool expects; a string enum keeps only its string values.
-- A node without a type gets one inferred from its keywords, values or default; with
-  nothing to go on (``{}``, ``true``, a description alone) it is any JSON value: an
-  ``anyOf`` of string, number, boolean, object and array (the root: an object).
-- ``exclusiveMinimum`` / ``exclusiveMaximum`` become ``minimum`` / ``maximum`` (exact for
-  integers, one bound looser for numbers). ``format`` stays only where Gemini takes it
-  (``date-time`` and ``enum`` for strings, ``int32`` / ``int64``, ``float`` / ``double``).
-  ``required`` and ``propertyOrdering`` keep only declared properties; an empty
-  ``properties`` goes (``{"type": "object"}`` is valid, ``"properties": {}`` is not); an
-  array without ``items`` gets ``items`` (any value). Tuple ``items`` /
-  ``prefixItems`` become one ``items``: their ``anyOf``.
-- Everything else (``additionalProperties``, ``patternProperties``, ``propertyNames``,
-  ``not``, ``if``/``then``/``else``, ``title``, ``default``, ``examples``, ...) is dropped.
-"""
+``$ref`` / ``allOf`` (``gemini_refs``) to its bases. Glossary in ``gemini_base``. What each
+keyword becomes (``$ref`` inlined, ``null`` unions → ``nullable``, ``const`` → ``enum``,
+unknown keywords dropped): docs/tools.md#the-gemini-profile."""
 
 from __future__ import annotations
 
@@ -67,7 +38,7 @@ def gemini_schema(schema: Any, *, upper_types: bool = False, notes: Notes | None
     keyword appears only on the type Gemini allows it for (it answers 400 to ``properties`` on a
     string, ``enum`` on an integer, an array without ``items``, an empty ``properties``).
 
-    What each keyword becomes: this module's docstring.
+    What each keyword becomes: docs/tools.md#the-gemini-profile.
 
     Types are lower-case (the public API takes both in ``parameters`` and
     ``parametersJsonSchema``); ``upper_types=True`` writes Gemini's enum names (``STRING``) for
