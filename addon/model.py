@@ -1,19 +1,12 @@
 """The unified conversation: what every dialect decodes into and encodes from.
 
-Contract: plain data only. Nothing here knows a wire format, mitmproxy,
-sockets or asyncio. N client dialects and M upstream dialects meet here, so the
-project needs N + M codecs instead of N x M converters.
-
-Wire fields a codec does not model are kept in ``extra`` dicts together with
-the name of the dialect they came from (``origin``): an encoder of the same
-dialect puts them back, an encoder of another dialect ignores them. That is how
-an OpenAI -> OpenAI route keeps ``system_fingerprint``, ``logprobs`` or a
-provider's own fields without the model having to know them.
-
-Parts and events are frozen dataclasses with slots: they are created once per
-stream delta, so they must be cheap (pydantic is used for wire shapes and
-configuration, where validation is the point).
-"""
+Contract: plain data only. Nothing here knows a wire format, mitmproxy, sockets or asyncio.
+N client dialects and M upstream dialects meet here: N + M codecs instead of N x M converters.
+Glossary: ``extra`` (wire fields a codec does not model, kept with the dialect they came from,
+``origin``: an encoder of the same dialect puts them back, another ignores them, so an
+OpenAI -> OpenAI route keeps ``system_fingerprint``). Parts and events are frozen dataclasses
+with slots, made once per stream delta, so cheap (pydantic only for wire shapes and
+configuration, where validation is the point)."""
 
 from __future__ import annotations
 

@@ -1,25 +1,12 @@
 """How a routed flow ended, as plain values: its mark, its log line, what it adds to the counters.
 
-Contract: sans-IO (no mitmproxy). The shell fills a ``FlowReport`` while the flow
-runs (time spent in the bridge, retries, what the stream processor counted) and,
-once the flow is over, sets ``flow.marked`` to ``report.mark``, logs
-``report.line()`` at info level and adds ``report.counters()`` to the process-wide
-counters that ``bridge.stats`` and the shutdown line show.
-
-Outcomes, most telling first (a flow shows the first it has as its mark):
-
-- ``rejected``: the bridge answered the client itself (400 in its dialect);
-- ``loop_guard``: the loop guard replaced a call of the answer that repeated a failing one
-  (or asked the upstream again);
-- ``fallback``: passed through, or ended with an error for the client, after
-  something could not be rewritten (an unreadable body or event, an
-  untranslatable answer), or a stream the bridge ended with an error of its own
-  because the upstream's answer could not be read to its end (cut short, not an
-  event stream);
-- ``retried``: asked the upstream again (a required tool call, a staged retry);
-- ``repaired``: tool call arguments repaired to fit their schema;
-- ``rewritten``: rewritten, nothing else to say.
-"""
+Contract: sans-IO (no mitmproxy). The shell fills a ``FlowReport`` while the flow runs (time
+spent in the bridge, retries, what the stream processor counted) and, once the flow is over,
+sets ``flow.marked`` to ``report.mark``, logs ``report.line()`` at info level and adds
+``report.counters()`` to the process-wide counters that ``bridge.stats`` and the shutdown line
+show. Outcomes, most telling first (a flow's mark is the first it has): ``rejected``,
+``loop_guard``, ``fallback``, ``retried``, ``repaired``, ``rewritten``; what each means:
+docs/observability.md."""
 
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
 """The text of the "cursor-bridge" content view: what the bridge did to one flow.
 
-Contract: sans-IO (no mitmproxy); the shell's content view hands in what it kept
-and shows what comes back. Two renderings:
-
-- ``request_view``: the route and dialects, every decision one per line, then a
-  unified diff of the JSON the client sent against the JSON the upstream got
-  (pretty-printed, long strings cut so that a 1 MB system prompt stays one line);
-- ``response_view``: the upstream's events and the client's as one timeline in two
-  columns, rows aligned by what they are (text runs joined, one row per tool call
-  with its whole arguments, usage, finish, errors), for streams in any framing
-  and for whole answers.
-
-Nothing here raises on what it is shown (bad JSON, deep nesting, lone
-surrogates, garbage bytes: a line says what could not be read), the output is
-bounded, and every line goes through ``addon.redact`` (keys redacted).
-"""
+Contract: sans-IO (no mitmproxy); the shell's content view hands in what it kept and shows
+what comes back. ``request_view``: the route, dialects and decisions, then a unified diff of
+the JSON the client sent against the JSON the upstream got; ``response_view``: the upstream's
+events and the client's as one timeline in two columns (docs/observability.md). Nothing here
+raises on what it is shown (bad JSON, deep nesting, lone surrogates, garbage bytes: a line says
+what could not be read), the output is bounded, and every line goes through ``addon.redact``."""
 
 from __future__ import annotations
 

@@ -1,23 +1,13 @@
 """The upstream request on the wire: body, path, query and headers, credentials included.
 
-Contract: sans-IO. ``build_wire`` takes the unified request, both dialects, the
-client's path, query and headers as plain values, and returns a
-``WireRequest`` the shell applies as it is. The upstream dialect encodes the
-body and places the request (``Dialect.placement``); this module moves the
-client's API key from its dialect's header to the upstream's and removes the
-headers only the client's dialect understands.
-
-Credentials rule: on a dialect change the key is read from the client
-dialect's header (``Authorization: Bearer``, ``x-api-key``, …), or from its
-query parameter (Gemini's ``?key=``), and sent in the upstream dialect's
-header; every other credential header is removed, and so is the client's key
-parameter from the query. A route may name an environment variable
-(``api_key_env``) whose value is sent instead, whatever the dialects (the
-client's key parameter is then removed too). Same dialect and no
-``api_key_env``: the client's headers and query are left as they are. Keys
-live only in ``WireRequest.set_headers`` (hidden from ``repr``); nothing here
-logs, and notes name where a key came from, never its value.
-"""
+Contract: sans-IO. ``build_wire`` takes the unified request, both dialects, the client's path,
+query and headers as plain values, and returns a ``WireRequest`` the shell applies as it is.
+The upstream dialect encodes the body and places the request (``Dialect.placement``); this
+module moves the client's API key (header, or Gemini's ``?key=``) to the upstream dialect's
+header, or sends the route's ``api_key_env`` value, and removes the credential headers and
+query key only the client's dialect understands (docs/routes.md). Keys live only in
+``WireRequest.set_headers`` (hidden from ``repr``); notes name where a key came from, never
+its value."""
 
 from __future__ import annotations
 

@@ -1,25 +1,12 @@
 """Incremental ``Content-Encoding`` decoders for streamed answers.
 
-Contract: bytes in, bytes out, chunk by chunk, the chunks split anywhere;
-``finish`` flushes, raises ``DecompressError`` if the stream stopped before its
-end marker, and is idempotent (a second call returns ``b""``). Corrupt input
-raises ``DecompressError`` (a ``ValueError``), an encoding we cannot undo
-raises ``UnsupportedEncoding`` (also a ``ValueError``); the caller then passes
-the stream through. Some upstreams compress an SSE answer even when the request
-said ``Accept-Encoding: identity``, and the answer must be read as it arrives,
-so whole-body decoding (mitmproxy's ``get_content``) cannot be used.
-
-Must not know: mitmproxy, sockets, asyncio, HTTP headers other than the
-``Content-Encoding`` value handed to ``make_decompressor``, or what the bytes
-mean.
-
-Supported: ``gzip`` / ``x-gzip`` (concatenated members too), ``deflate``
-(zlib-wrapped, or raw as some servers send it: told apart by the first two
-bytes), ``br`` (the ``brotli`` package) and ``zstd`` (``compression.zstd`` on 3.14,
-its ``backports.zstd`` before; several frames too); mitmproxy itself depends
-on both packages.
-``gzip, br`` is undone in reverse order: br first, then gzip.
-"""
+Contract: bytes in, bytes out, chunk by chunk, the chunks split anywhere; ``finish`` flushes,
+raises ``DecompressError`` if the stream stopped before its end marker, and is idempotent.
+Corrupt input raises ``DecompressError``, an encoding we cannot undo ``UnsupportedEncoding``
+(both ``ValueError``); the caller then passes the stream through. Supported: ``gzip`` /
+``x-gzip``, ``deflate`` (zlib-wrapped or raw), ``br``, ``zstd``, and lists of them (undone in
+reverse order). Must not know: mitmproxy, sockets, asyncio, HTTP headers other than the
+``Content-Encoding`` value handed to ``make_decompressor``, or what the bytes mean."""
 
 from __future__ import annotations
 

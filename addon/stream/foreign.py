@@ -1,19 +1,12 @@
 """Whether a 2xx body is the stream its framing promised, and what came instead when it is not.
 
-Upstreams behind a login or a gateway answer 200 with something else at times: an HTML
-sign-in page, a JSON error object. Read as the framing's stream, such a body gives an error
-about the framing (``bad event-stream prelude: lengths … do not fit``) that tells the user
-nothing; ``not_a_stream`` says what came instead — the status, the content type and the first
-bytes, cleaned (``addon.redact.clean``: credentials redacted, control characters escaped).
-
-Each framing declares what its stream is (``FRAMINGS``): its content type, and a check of the
-first bytes (``starts``): whether they can begin such a stream (None while too few have come
-to tell). One function for every framing, used wherever a body is first looked at: the whole
-answer (``addon.plan``) and the stream (``addon.stream.processor``, from the first bytes that
-failed to frame).
-
-Must not know: mitmproxy, sockets, asyncio or any dialect.
-"""
+A 200 behind a login or a gateway may be an HTML sign-in page or a JSON error; read as the
+framing's stream it gives an error that tells the user nothing. ``not_a_stream`` says what came
+instead: the status, the content type and the first bytes, cleaned (``addon.redact.clean``).
+Each framing declares its stream in ``FRAMINGS``: content type, and ``starts`` (whether the
+first bytes can begin one; None while too few have come). Used by the whole answer
+(``addon.plan``) and the stream (``addon.stream.processor``, on the first bytes that failed to
+frame). Must not know: mitmproxy, sockets, asyncio or any dialect."""
 
 from __future__ import annotations
 

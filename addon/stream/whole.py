@@ -1,17 +1,12 @@
 """A whole answer as a stream, and a stream as a whole answer.
 
-Contract: sans-IO. ``response_events`` lists the unified events a stream of
-this answer would have carried; ``sse_from_response`` runs them through a
-client encoder and the SSE encoder. Some gateways ignore ``stream: true`` and
-answer with one JSON object; an SDK waiting for SSE would fail on it.
-
-``response_from_events`` is the other way: the events of a whole stream (an upstream that
-only streams, such as Kiro, when the client asked for a whole answer) assembled into one
-``Response`` — consecutive text and reasoning deltas joined into one part each, each call
-into one ``ToolCall`` where it started, the last ``Finish`` and usage. A ``StreamError`` among
-them raises ``StreamFailed`` (``status`` is the HTTP status the client's error gets: the one the
-upstream dialect's decoder read, ``StreamError.http_status``).
-"""
+Contract: sans-IO. ``response_events`` lists the unified events a stream of this answer would
+have carried and ``sse_from_response`` encodes them for the client (gateways that ignore
+``stream: true`` answer with one JSON object). ``response_from_events`` assembles a whole
+stream's events (Kiro, for a client that asked for a whole answer) into one ``Response``:
+text and reasoning deltas joined, each call where it started, the last ``Finish`` and usage;
+a ``StreamError`` among them raises ``StreamFailed`` with the client's HTTP status
+(``StreamError.http_status``)."""
 
 from __future__ import annotations
 

@@ -1,21 +1,12 @@
 """Prompt-caching markers removed from a unified request (unified → unified).
 
-Contract: pure. ``strip_cache_control`` returns the request without any
-``cache_control`` (``{"type": "ephemeral"}``, with or without ``ttl``) in the
-places a decoder keeps it: the ``extra`` of text, image, tool-call,
-tool-result and thinking parts (parts inside a tool result too), of messages,
-and of tools (directly or one level down, e.g. ``Tool.extra["anthropic"]``,
-``Tool.extra["function"]``). Each removal is counted in ``notes`` under
-``"cache_control removed"``. ``Opaque`` parts and ``OpaqueTool``s are left
-alone: only their own dialect's encoder writes them, and that dialect knows
-the field. A request without markers is returned as it is (the same object).
-
-Anthropic clients (Claude Code) mark cache breakpoints on system blocks, the
-last content block and tools; an OpenAI-compatible upstream either rejects the
-unknown field or, worse, some gateways treat it as their own. The plan calls
-this when the client's dialect differs from the upstream's, unless a route
-keeps the markers (``cache_control = "keep"``, for gateways that honour them).
-"""
+Contract: pure. ``strip_cache_control`` returns the request without any ``cache_control``
+(``{"type": "ephemeral"}``, with or without ``ttl``) in the places a decoder keeps it: the
+``extra`` of parts (inside tool results too), of messages, and of tools (directly or one level
+down, ``Tool.extra["anthropic"]``); each removal counted under ``"cache_control removed"``.
+``Opaque`` parts and ``OpaqueTool``s are left alone (only their own dialect writes them). A
+request without markers is returned as it is (the same object). The plan calls this on a
+dialect change unless the route says ``cache_control = "keep"`` (docs/dialects/anthropic.md)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,12 @@
 """A signature that comes after the answer: kept from the client's view (unified → unified).
 
-Contract: pure. Gemini 3 ends a turn with an empty text part that carries a
-``thoughtSignature`` (``gemini-api-stream-text-trailing-thoughtSignature-gemini3``); a
-Responses upstream may send an encrypted reasoning item after its message. Decoded, that is a
-signature-only ``Thinking("", signature)`` after the text. A client of another dialect would
-get it as a reasoning block after its answer (Anthropic: thinking, text, thinking), out of the
-order those APIs write (reasoning before what it led to): ``claude -p`` then prints an empty
-result. The rule, for every client dialect other than the upstream's:
-
-- a signature-only reasoning part after visible content (text or a call) is not sent on,
-  unless a call follows it at once (a call's signature goes just before its call:
-  ``gemini.response.CALL_SIGNATURE``) or it ends reasoning text (an Anthropic upstream's
-  interleaved thinking block ends with its ``signature_delta``);
-- the reasoning store has it all the same: it captures the upstream's answer before this
-  (``addon.stream.capture``), and gives the signature back by the text's hash when the
-  client sends that answer back (``addon.transforms.restore``).
-
-The stream applies the same rule with ``addon.stream.stages.TrailingSignatureStage``.
-"""
+Contract: pure. Gemini 3's trailing empty text part with a ``thoughtSignature``, or a Responses
+reasoning item after the message, decodes to a signature-only ``Thinking("", signature)``
+after the text. For a client of another dialect it is not sent on (reasoning after the answer
+breaks the order clients read: ``claude -p`` printed nothing), unless a call follows it at
+once (``gemini.response.CALL_SIGNATURE``) or it ends reasoning text. The reasoning store has
+it all the same (``addon.stream.capture``, ``addon.transforms.restore``). The stream applies
+the same rule with ``addon.stream.stages.TrailingSignatureStage``; docs/reasoning.md."""
 
 from __future__ import annotations
 

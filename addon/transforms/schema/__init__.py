@@ -1,23 +1,11 @@
 """JSON Schema sanitizing profiles for tool parameters.
 
-Contract: a pure function ``sanitize_schema(schema, profile, notes) -> schema``
-that returns a new object and never mutates its input. Cost is linear in the
-size of the schema (``gemini``: in the size of its output, which is bounded).
-It knows JSON Schema keywords, nothing about dialects or tools.
-
-Profiles:
-- ``none``: the schema is sent as the client wrote it.
-- ``strict``: for upstreams (Gemini-backed and several OpenAI-compatible
-  gateways) that reject parts of JSON Schema: drop ``additionalProperties``,
-  ``$schema``, ``title`` and ``default``; collapse ``anyOf`` to its first
-  non-null option; drop an empty ``required``. Keys of a ``properties`` map are
-  field names, not keywords: a property called ``title`` or ``default`` stays.
-- ``gemini``: what Gemini's function declarations accept (a subset of OpenAPI
-  3.0's schema object): everything ``strict`` removes, and ``$ref`` inlined,
-  unions turned into ``nullable`` / ``anyOf``, ``const`` turned into ``enum``,
-  every node given a type, and keywords Gemini rejects dropped. See
-  ``gemini_schema``; each change is counted in the notes.
-"""
+Contract: a pure function ``sanitize_schema(schema, profile, notes) -> schema`` that returns a
+new object and never mutates its input. Cost is linear in the size of the schema (``gemini``:
+in the size of its output, which is bounded). It knows JSON Schema keywords, nothing about
+dialects or tools. Profiles: ``none`` (as written), ``strict`` (``strict.py``), ``gemini``
+(``gemini.py``); what each does: ``bridge_schema`` in docs/options.md and
+docs/tools.md#tool-schema-profiles."""
 
 from __future__ import annotations
 
