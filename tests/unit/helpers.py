@@ -29,6 +29,13 @@ class Stage(Protocol):
     def finish(self) -> list[Event]: ...
 
 
+class Processor(Protocol):
+    """What the shell drives: ``addon.stream.processor.StreamProcessor``'s byte interface."""
+
+    def feed(self, data: bytes) -> list[bytes]: ...
+    def finish(self) -> list[bytes]: ...
+
+
 STREAM_EVENT: TypeAdapter[RawMessageStreamEvent] = TypeAdapter(RawMessageStreamEvent)
 
 
@@ -153,6 +160,21 @@ def whole(data: bytes) -> list[bytes]:
 def bytewise(data: bytes) -> list[bytes]:
     """``data`` one byte a piece."""
     return [data[i : i + 1] for i in range(len(data))]
+
+
+def feed_at(processor: Processor, data: bytes, cuts: Sequence[int]) -> bytes:
+    """What ``processor`` writes for ``data`` fed in pieces cut at ``cuts``: never an empty chunk
+    (it would end an HTTP/1 body), and ``finish`` is idempotent."""
+    out: list[bytes] = []
+    start = 0
+    for cut in [*sorted(set(cuts)), len(data)]:
+        chunks = processor.feed(data[start:cut])
+        assert all(chunks)
+        out += chunks
+        start = cut
+    out += processor.finish()
+    assert processor.finish() == []
+    return b"".join(out)
 
 
 def feed_stage(stage: Stage, events: Sequence[Event]) -> list[Event]:

@@ -14,6 +14,7 @@ from addon.dialects.openai_chat.stream import OpenAIChatStreamDecoder, OpenAICha
 from addon.model import Event, MessageStart, StreamEnd, TextDelta
 from addon.stream.framing import JsonArraySplitter, JsonArrayWriter
 from addon.stream.processor import StreamProcessor
+from tests.unit.helpers import feed_at
 
 # --------------------------------------------------------------------------- splitter
 
@@ -182,26 +183,13 @@ class _JsonEncoder:
         return []
 
 
-def run(p: StreamProcessor, data: bytes, cuts: list[int]) -> bytes:
-    out: list[bytes] = []
-    start = 0
-    for cut in [*sorted(set(cuts)), len(data)]:
-        chunks = p.feed(data[start:cut])
-        assert all(chunks)
-        out += chunks
-        start = cut
-    out += p.finish()
-    assert p.finish() == []
-    return b"".join(out)
-
-
 @settings(max_examples=200, deadline=None)
 @given(texts=st.lists(st.text(), max_size=6), data=st.data())
 def test_json_array_in_and_out_split_anywhere(texts: list[str], data: Any) -> None:
     body = array_bytes([{"t": t} for t in texts], 1)
     cuts = data.draw(st.lists(st.integers(0, len(body)), max_size=20))
     p = StreamProcessor(_Echo(), _JsonEncoder(), framing_in="json_array", framing_out="json_array")
-    out = run(p, body, cuts)
+    out = feed_at(p, body, cuts)
     assert p.error is None
     assert json.loads(out) == [{"t": t} for t in texts]
 
@@ -209,25 +197,25 @@ def test_json_array_in_and_out_split_anywhere(texts: list[str], data: Any) -> No
 def test_json_array_in_sse_out() -> None:
     body = b'[{"t": "a"}\n,\r\n{"t": "b"}]'
     p = StreamProcessor(_Echo(), _JsonEncoder(), framing_in="json_array")
-    assert run(p, body, [3, 9]) == b'data: {"t": "a"}\n\ndata: {"t": "b"}\n\n'
+    assert feed_at(p, body, [3, 9]) == b'data: {"t": "a"}\n\ndata: {"t": "b"}\n\n'
 
 
 def test_sse_in_json_array_out_drops_comments() -> None:
     body = b': keep-alive\n\ndata: {"t": "a"}\n\n: ping\n\ndata: {"t": "b"}\n\n'
     p = StreamProcessor(_Echo(), _JsonEncoder(), framing_out="json_array")
-    assert run(p, body, [5]) == b'[{"t": "a"},\r\n{"t": "b"}]'
+    assert feed_at(p, body, [5]) == b'[{"t": "a"},\r\n{"t": "b"}]'
 
 
 def test_nothing_written_is_an_empty_array() -> None:
     p = StreamProcessor(_Echo(), _JsonEncoder(), framing_in="json_array", framing_out="json_array")
-    assert run(p, b"[]", []) == b"[]"
+    assert feed_at(p, b"[]", []) == b"[]"
 
 
 @pytest.mark.parametrize("cut", range(1, 40))
 def test_a_failing_item_gives_back_the_raw_rest(cut: int) -> None:
     body = b'[{"t": "a"},\r\n{"boom": 1},\r\n{"t": "c"}]'
     p = StreamProcessor(_Echo(), _JsonEncoder(), framing_in="json_array", framing_out="json_array")
-    out = run(p, body, [cut])
+    out = feed_at(p, body, [cut])
     assert p.passthrough and p.error is not None and "boom" in p.error
     assert out == b'[{"t": "a"}' + body[len(b'[{"t": "a"}') :]
 
@@ -235,7 +223,7 @@ def test_a_failing_item_gives_back_the_raw_rest(cut: int) -> None:
 def test_bad_framing_gives_back_the_raw_rest() -> None:
     body = b'[{"t": "a"} garbage {"t": "b"}]'
     p = StreamProcessor(_Echo(), _JsonEncoder(), framing_in="json_array")
-    out = run(p, body, [4, 15])
+    out = feed_at(p, body, [4, 15])
     assert p.passthrough and p.error is not None and "JSON array" in p.error
     assert out == b'data: {"t": "a"}\n\n' + body[len(b'[{"t": "a"}') :]
 
@@ -243,7 +231,7 @@ def test_bad_framing_gives_back_the_raw_rest() -> None:
 def test_a_cut_item_at_the_end_is_given_back() -> None:
     body = b'[{"t": "a"},\n{"t": "cu'
     p = StreamProcessor(_Echo(), _JsonEncoder(), framing_in="json_array", framing_out="json_array")
-    out = run(p, body, [7])
+    out = feed_at(p, body, [7])
     assert p.passthrough
     assert out == b'[{"t": "a"}' + b',\n{"t": "cu'
 
@@ -270,7 +258,7 @@ def test_sse_path_is_unchanged_by_the_json_machinery() -> None:
 
     def once(cuts: list[int]) -> bytes:
         p = StreamProcessor(OpenAIChatStreamDecoder(), OpenAIChatStreamEncoder())
-        return run(p, body, cuts)
+        return feed_at(p, body, cuts)
 
     whole = once([])
     for _ in range(20):
