@@ -27,7 +27,8 @@ import pytest
 
 from addon.config import Settings
 from addon.dialects.anthropic import DIALECT as ANTHROPIC
-from addon.dialects.anthropic.stream import AnthropicStreamDecoder, AnthropicStreamEncoder
+from addon.dialects.anthropic.stream import AnthropicStreamDecoder
+from addon.dialects.anthropic.stream_encode import AnthropicStreamEncoder
 from addon.dialects.openai_chat import DIALECT as OPENAI
 from addon.dialects.openai_chat.stream import OpenAIChatStreamDecoder, OpenAIChatStreamEncoder
 from addon.model import Notes, Request, ThinkingConfig

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from addon.dialects.anthropic.stream import AnthropicStreamEncoder
+from addon.dialects.anthropic.stream_encode import AnthropicStreamEncoder
 from addon.dialects.base import Framing, StreamEncoder
 from addon.dialects.gemini import malformed as gemini_malformed
 from addon.dialects.gemini.response import CALL_SIGNATURE

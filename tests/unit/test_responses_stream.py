@@ -22,7 +22,8 @@ from openai._types import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 
-from addon.dialects.anthropic.stream import AnthropicStreamDecoder, AnthropicStreamEncoder
+from addon.dialects.anthropic.stream import AnthropicStreamDecoder
+from addon.dialects.anthropic.stream_encode import AnthropicStreamEncoder
 from addon.dialects.openai_chat.stream import OpenAIChatStreamDecoder, OpenAIChatStreamEncoder
 from addon.dialects.openai_responses import NAME
 from addon.dialects.openai_responses.stream import (
