@@ -32,7 +32,7 @@ from addon.dialects.gemini.stream import (
     _path,
 )
 from addon.dialects.openai_chat.stream import OpenAIChatStreamEncoder
-from addon.dialects.openai_responses.stream import OpenAIResponsesStreamEncoder
+from addon.dialects.openai_responses.stream_encode import OpenAIResponsesStreamEncoder
 from addon.model import (
     Event,
     Finish,
