@@ -113,22 +113,13 @@ class OpenAIChatStreamDecoder:
             raise UnsupportedShape(f"chunk is not JSON: {data[:60]!r}") from e
         if not isinstance(chunk, dict):
             raise UnsupportedShape("chunk is not a JSON object")
-        text = self._plain_text(chunk)
+        text = _plain_text(chunk, self._started, self._envelope)
         if text is not None:
             if text:
                 self._learn(data, text)
             return [TextDelta(text)] if text else []
         if "error" in chunk and "choices" not in chunk:
-            err = chunk["error"]
-            message = err.get("message") if isinstance(err, dict) else str(err)
-            kind = err.get("type") if isinstance(err, dict) else None
-            code = err.get("code") if isinstance(err, dict) else None
-            # LiteLLM adds the status beside the error (``status_code``), some gateways write it
-            # as the code.
-            status = status_of(code, kind, chunk.get("status_code"))
-            self._ended = True
-            self._calls = {}  # calls still open never ended: no ToolCallEnd for them
-            return [StreamError(str(message), kind, origin=NAME, raw=chunk, status=status)]
+            return self._error(chunk)
         out: list[Event] = []
         # The common chunk (envelope, choices, maybe usage) costs set operations in C only.
         chunk_extra = (
@@ -138,46 +129,11 @@ class OpenAIChatStreamDecoder:
         )
         if "usage" in chunk and chunk["usage"] is None:
             chunk_extra["usage"] = None
-        if not self._started:
-            self._started = True
-            self._envelope = {k: chunk[k] for k in _ENVELOPE if k in chunk}
-            out.append(
-                MessageStart(
-                    NAME,
-                    id=chunk.get("id"),
-                    model=chunk.get("model"),
-                    created=chunk.get("created"),
-                    envelope=self._envelope,
-                )
-            )
-        else:
-            # Some gateways change the envelope mid-stream; keep what they sent. Fast check:
-            # the chunk has exactly the first chunk's envelope keys, with the same values.
-            env = self._envelope
-            fields = len(chunk) - ("choices" in chunk) - ("usage" in chunk) - len(chunk_extra)
-            if fields != len(env) or not env.items() <= chunk.items():
-                for k in _ENVELOPE:
-                    if k in chunk and chunk[k] != env.get(k):
-                        chunk_extra[k] = chunk[k]
+        self._envelope_of(chunk, chunk_extra, out)
         choices = chunk.get("choices") or []
         if not isinstance(choices, list):
             raise UnsupportedShape("chunk choices is not a list")
-        choice_extra: JSON = {}
-        delta_extra: JSON = {}
-        for choice in choices:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                raise UnsupportedShape("chunk with more than one choice (n > 1)")
-            if not choice.keys() <= _CHOICE_KNOWN:
-                choice_extra = {k: v for k, v in choice.items() if k not in _CHOICE_KNOWN}
-            delta = choice.get("delta") or {}
-            if not delta.keys() <= _DELTA_KNOWN:
-                delta_extra = {k: v for k, v in delta.items() if k not in _DELTA_KNOWN}
-            self._decode_delta(delta, out)
-            reason = choice.get("finish_reason")
-            if isinstance(reason, str):
-                self._ended = True
-                out.extend(self._end_calls())
-                out.append(Finish(finish_reason(reason), raw=reason))
+        choice_extra, delta_extra = self._choices(choices, out)
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             out.append(UsageEvent(decode_usage(usage)))
@@ -197,6 +153,63 @@ class OpenAIChatStreamDecoder:
                     out[i] = _with_extra(ev, extra)
                     break
         return out
+
+    def _error(self, chunk: JSON) -> list[Event]:
+        err = chunk["error"]
+        message = err.get("message") if isinstance(err, dict) else str(err)
+        kind = err.get("type") if isinstance(err, dict) else None
+        code = err.get("code") if isinstance(err, dict) else None
+        # LiteLLM adds the status beside the error (``status_code``), some gateways write it
+        # as the code.
+        status = status_of(code, kind, chunk.get("status_code"))
+        self._ended = True
+        self._calls = {}  # calls still open never ended: no ToolCallEnd for them
+        return [StreamError(str(message), kind, origin=NAME, raw=chunk, status=status)]
+
+    def _envelope_of(self, chunk: JSON, chunk_extra: JSON, out: list[Event]) -> None:
+        """``MessageStart`` from the first chunk; later, envelope fields that changed go into
+        ``chunk_extra``."""
+        if not self._started:
+            self._started = True
+            self._envelope = {k: chunk[k] for k in _ENVELOPE if k in chunk}
+            out.append(
+                MessageStart(
+                    NAME,
+                    id=chunk.get("id"),
+                    model=chunk.get("model"),
+                    created=chunk.get("created"),
+                    envelope=self._envelope,
+                )
+            )
+            return
+        # Some gateways change the envelope mid-stream; keep what they sent. Fast check:
+        # the chunk has exactly the first chunk's envelope keys, with the same values.
+        env = self._envelope
+        fields = len(chunk) - ("choices" in chunk) - ("usage" in chunk) - len(chunk_extra)
+        if fields != len(env) or not env.items() <= chunk.items():
+            for k in _ENVELOPE:
+                if k in chunk and chunk[k] != env.get(k):
+                    chunk_extra[k] = chunk[k]
+
+    def _choices(self, choices: list[object], out: list[Event]) -> tuple[JSON, JSON]:
+        """The events of the (one) choice; its and its delta's unknown fields."""
+        choice_extra: JSON = {}
+        delta_extra: JSON = {}
+        for choice in choices:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                raise UnsupportedShape("chunk with more than one choice (n > 1)")
+            if not choice.keys() <= _CHOICE_KNOWN:
+                choice_extra = {k: v for k, v in choice.items() if k not in _CHOICE_KNOWN}
+            delta = choice.get("delta") or {}
+            if not delta.keys() <= _DELTA_KNOWN:
+                delta_extra = {k: v for k, v in delta.items() if k not in _DELTA_KNOWN}
+            self._decode_delta(delta, out)
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str):
+                self._ended = True
+                out.extend(self._end_calls())
+                out.append(Finish(finish_reason(reason), raw=reason))
+        return choice_extra, delta_extra
 
     def _learn(self, data: str, text: str) -> None:
         """Keep the text around this plain chunk's ``content`` string: the upstream repeats it
@@ -253,35 +266,6 @@ class OpenAIChatStreamDecoder:
         except ValueError:
             return None
         return text if type(text) is str else None
-
-    def _plain_text(self, chunk: JSON) -> str | None:
-        """The text of the common chunk — the first chunk's envelope unchanged, one choice,
-        a delta with only ``content``, no finish, no usage, nothing else — else None (the
-        general path decodes it). Same events as the general path, a fraction of the work."""
-        if not self._started or "usage" in chunk or not chunk.keys() <= _CHUNK_KNOWN:
-            return None
-        choices = chunk.get("choices")
-        env = self._envelope
-        if (
-            type(choices) is not list
-            or len(choices) != 1
-            or len(chunk) != len(env) + 1
-            or not env.items() <= chunk.items()
-        ):
-            return None
-        choice = choices[0]
-        if (
-            type(choice) is not dict
-            or not choice.keys() <= _CHOICE_KNOWN
-            or choice.get("index", 0) != 0
-            or choice.get("finish_reason") is not None
-        ):
-            return None
-        delta = choice.get("delta")
-        if type(delta) is not dict or len(delta) != 1:
-            return None
-        content = delta.get("content")
-        return content if type(content) is str else None
 
     def _decode_delta(self, delta: JSON, out: list[Event]) -> None:
         if len(delta) == 1 and "content" in delta:  # the common chunk: a piece of text
@@ -348,6 +332,35 @@ class OpenAIChatStreamDecoder:
         # says the upstream finished the call; a cut one must never reach a client as whole).
         self._calls = {}
         return [StreamError(STREAM_CUT, "upstream_cut")]
+
+
+def _plain_text(chunk: JSON, started: bool, env: JSON) -> str | None:
+    """The text of the common chunk — the first chunk's envelope (``env``) unchanged, one choice,
+    a delta with only ``content``, no finish, no usage, nothing else — else None (the
+    general path decodes it). Same events as the general path, a fraction of the work."""
+    if not started or "usage" in chunk or not chunk.keys() <= _CHUNK_KNOWN:
+        return None
+    choices = chunk.get("choices")
+    if (
+        type(choices) is not list
+        or len(choices) != 1
+        or len(chunk) != len(env) + 1
+        or not env.items() <= chunk.items()
+    ):
+        return None
+    choice = choices[0]
+    if (
+        type(choice) is not dict
+        or not choice.keys() <= _CHOICE_KNOWN
+        or choice.get("index", 0) != 0
+        or choice.get("finish_reason") is not None
+    ):
+        return None
+    delta = choice.get("delta")
+    if type(delta) is not dict or len(delta) != 1:
+        return None
+    content = delta.get("content")
+    return content if type(content) is str else None
 
 
 def _with_extra(event: Event, extra: JSON) -> Event:
