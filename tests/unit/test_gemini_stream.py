@@ -27,7 +27,7 @@ from addon.dialects.gemini import malformed as gemini_malformed
 from addon.dialects.gemini.response import CALL_SIGNATURE
 from addon.dialects.gemini.stream import GeminiStreamDecoder, _path
 from addon.dialects.gemini.stream_encode import CodeAssistStreamEncoder, GeminiStreamEncoder
-from addon.dialects.openai_chat.stream import OpenAIChatStreamEncoder
+from addon.dialects.openai_chat.stream_encode import OpenAIChatStreamEncoder
 from addon.dialects.openai_responses.stream_encode import OpenAIResponsesStreamEncoder
 from addon.model import (
     Event,

@@ -24,7 +24,8 @@ from openai.types.responses import ResponseStreamEvent
 
 from addon.dialects.anthropic.stream import AnthropicStreamDecoder
 from addon.dialects.anthropic.stream_encode import AnthropicStreamEncoder
-from addon.dialects.openai_chat.stream import OpenAIChatStreamDecoder, OpenAIChatStreamEncoder
+from addon.dialects.openai_chat.stream import OpenAIChatStreamDecoder
+from addon.dialects.openai_chat.stream_encode import OpenAIChatStreamEncoder
 from addon.dialects.openai_responses import NAME
 from addon.dialects.openai_responses.stream import CUT, OpenAIResponsesStreamDecoder
 from addon.dialects.openai_responses.stream_encode import OpenAIResponsesStreamEncoder
