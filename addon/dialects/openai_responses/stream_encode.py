@@ -40,8 +40,6 @@ from .response import encode_usage, item_suffix, response_id
 from .stream import CUT, RESPONSE_OWN
 from .stream_items import CallItem, MessageItem, Out, Output, ReasoningItem
 
-"""The encoder's ``_emit``: appends one event, numbered."""
-
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 
