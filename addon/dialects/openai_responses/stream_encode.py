@@ -245,13 +245,8 @@ class OpenAIResponsesStreamEncoder:
                     return  # an item of ours ends with our own done event
             elif kind == "response.output_text.annotation.added":
                 m = self._message
-                if m is None or m.index != index or m.kind != "text":
+                if m is None or not m.annotate(index, payload):
                     return  # its text went elsewhere: an annotation pointing nowhere is dropped
-                payload["item_id"] = m.id
-                payload["content_index"] = len(m.parts) - 1
-                annotation = payload.get("annotation")
-                if annotation is not None:
-                    m.parts[-1].setdefault("annotations", []).append(annotation)
         self._emit(out, kind, payload)
 
     # ------------------------------------------------------------------ events

@@ -89,6 +89,19 @@ class MessageItem:
         else:
             emit(out, "response.output_text.delta", {**where, "delta": text, "logprobs": []})
 
+    def annotate(self, index: int, payload: JSON) -> bool:
+        """Address an upstream's ``output_text.annotation.added`` (``payload``, for output
+        ``index``) to the open text part and keep its annotation; False when that is not this
+        item's open text part."""
+        if self.index != index or self.kind != "text":
+            return False
+        payload["item_id"] = self.id
+        payload["content_index"] = len(self.parts) - 1
+        annotation = payload.get("annotation")
+        if annotation is not None:
+            self.parts[-1].setdefault("annotations", []).append(annotation)
+        return True
+
     def done(self, status: str, emit: Emit, out: Out) -> JSON:
         """Close the open part and the item; the item as it goes into the output."""
         self.close_part(emit, out)
