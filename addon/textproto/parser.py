@@ -1,27 +1,12 @@
 """Incremental parser: model text → text, thinking and tool-call events.
 
-Contract: sans-IO. ``feed(text) -> list[Event]`` takes text split anywhere
-(inside a tag, a trigger or a JSON string); ``finish() -> list[Event]``
-flushes and is idempotent. Plain text leaves at once; only a suffix that could
-still begin a marker is held back (bounded by the longest marker), and a call
-is held until it is complete and valid, or until it is longer than ``max_call``
-(then it is text: memory stays bounded). Linear in the input: every character
-is scanned a bounded number of times.
-
-Markers (see ``invoke`` and ``bracket`` for how the model is told about them):
-
-- thinking: ``<thinking>…</thinking>`` and ``<think>…</think>`` (DeepSeek/Qwen
-  style models emit the latter on their own) → ``ThinkingDelta``;
-- ``invoke`` calls: this request's trigger ``<<CALL_xxxxxxxx>>``, then
-  ``<invoke name="TOOL">{json}</invoke>``; a trigger with another nonce is
-  text;
-- ``bracket`` calls: ``[Calling tool: TOOL]`` then ``Input: {json}``.
-
-Nothing is lost: a call whose tag never closes, whose JSON does not parse or
-whose tool the request did not declare is emitted as the text it was (and
-counted in ``rejected`` with the reason, for the shell to log). An unfinished
-thinking block at the end of the stream stays thinking: it was streamed as
-thinking while it arrived, and turning it into text afterwards is impossible.
+Contract: sans-IO. ``feed(text) -> list[Event]`` takes text split anywhere (inside a tag, a
+trigger or a JSON string); ``finish()`` flushes and is idempotent. Plain text leaves at once;
+only a suffix that could begin a marker is held back, a call until it is complete and valid.
+Glossary: *marker* what starts a block: a thinking tag (``<thinking>``, ``<think>``), this
+request's ``invoke`` trigger, ``bracket``'s ``[Calling tool: ``; *header* what follows a call
+marker up to its JSON arguments; *rejected* a would-be call given back as the text it was
+(the reason kept in ``rejected``). More: docs/tools.md#tools-for-upstreams-without-tool-calling.
 """
 
 from __future__ import annotations
@@ -77,6 +62,51 @@ class _Call:
     in_string: bool = False
     escape: bool = False
     close: str = ""
+
+    def scan(self, text: str) -> int:
+        """Follow the JSON arguments' nesting through ``text``: the end of the object (just
+        past its closing brace) if it is in ``text``, else -1."""
+        depth, in_string, escape = self.depth, self.in_string, self.escape
+        end = -1
+        for i, ch in enumerate(text):
+            if in_string:
+                if escape:
+                    escape = False
+                elif ch == "\\":
+                    escape = True
+                elif ch == '"':
+                    in_string = False
+            elif ch == '"':
+                in_string = True
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    end = i + 1
+                    break
+        self.depth, self.in_string, self.escape = depth, in_string, escape
+        return end
+
+
+def parse_header(protocol: Protocol | None, header: str) -> str | None:
+    """The tool name in a call's header (what comes between its marker and its arguments),
+    None when the header is not the protocol's."""
+    if protocol == "invoke":
+        # \n<invoke name="TOOL">  (whitespace around is tolerated)
+        h = header.strip()
+        prefix = '<invoke name="'
+        if not (h.startswith(prefix) and h.endswith('">')):
+            return None
+        name = h[len(prefix) : -2]
+        return name if name and '"' not in name else None
+    # bracket: NAME]\nInput:
+    name, sep, after = header.partition("]")
+    if not sep or "\n" in name.strip() or not name.strip():
+        return None
+    if after.strip() not in ("Input:", "Input"):
+        return None
+    return name.strip()
 
 
 def default_ids(n: int) -> str:
@@ -266,7 +296,7 @@ class TextProtocolParser:
             return rest
         if brace == -1:
             return ""
-        name = self._parse_header(call.header)
+        name = parse_header(self.protocol, call.header)
         if name is None:
             self._reject(f"malformed call header {call.header.strip()[:60]!r}", out)
             return rest
@@ -274,46 +304,10 @@ class TextProtocolParser:
         self._goto(State.ARGS)
         return text[brace:]
 
-    def _parse_header(self, header: str) -> str | None:
-        if self.protocol == "invoke":
-            # \n<invoke name="TOOL">  (whitespace around is tolerated)
-            h = header.strip()
-            prefix = '<invoke name="'
-            if not (h.startswith(prefix) and h.endswith('">')):
-                return None
-            name = h[len(prefix) : -2]
-            return name if name and '"' not in name else None
-        # bracket: NAME]\nInput:
-        name, sep, after = header.partition("]")
-        if not sep or "\n" in name.strip() or not name.strip():
-            return None
-        if after.strip() not in ("Input:", "Input"):
-            return None
-        return name.strip()
-
     def _in_args(self, text: str, out: list[Event]) -> str:
         call = self._call
         assert call is not None
-        depth, in_string, escape = call.depth, call.in_string, call.escape
-        end = -1
-        for i, ch in enumerate(text):
-            if in_string:
-                if escape:
-                    escape = False
-                elif ch == "\\":
-                    escape = True
-                elif ch == '"':
-                    in_string = False
-            elif ch == '"':
-                in_string = True
-            elif ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    end = i + 1
-                    break
-        call.depth, call.in_string, call.escape = depth, in_string, escape
+        end = call.scan(text)
         part = text if end == -1 else text[:end]
         call.args.append(part)
         call.raw.append(part)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from addon.dialects import DIALECTS
-from addon.dialects.openai_chat.stream import OpenAIChatStreamEncoder
+from addon.dialects.openai_chat.stream_encode import OpenAIChatStreamEncoder
 from addon.model import (
     Event,
     TextDelta,

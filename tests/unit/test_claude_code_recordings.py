@@ -27,9 +27,11 @@ import pytest
 
 from addon.config import Settings
 from addon.dialects.anthropic import DIALECT as ANTHROPIC
-from addon.dialects.anthropic.stream import AnthropicStreamDecoder, AnthropicStreamEncoder
+from addon.dialects.anthropic.stream import AnthropicStreamDecoder
+from addon.dialects.anthropic.stream_encode import AnthropicStreamEncoder
 from addon.dialects.openai_chat import DIALECT as OPENAI
-from addon.dialects.openai_chat.stream import OpenAIChatStreamDecoder, OpenAIChatStreamEncoder
+from addon.dialects.openai_chat.stream import OpenAIChatStreamDecoder
+from addon.dialects.openai_chat.stream_encode import OpenAIChatStreamEncoder
 from addon.model import Notes, Request, ThinkingConfig
 from addon.plan import Incoming, Rewrite, decide, route_for
 from addon.stream.processor import StreamProcessor

@@ -6,7 +6,8 @@ from .errors import body_status, error_type
 from .request import NAME, decode_request
 from .request_encode import encode_request
 from .response import decode_response, encode_error, encode_response, error_message
-from .stream import AnthropicStreamDecoder, AnthropicStreamEncoder
+from .stream import AnthropicStreamDecoder
+from .stream_encode import AnthropicStreamEncoder
 
 DIALECT = Dialect(
     name=NAME,

@@ -3,14 +3,7 @@
 Contract: plain values. ``error_type(status)`` is the ``error.type`` the bridge writes in an
 Anthropic error body (``{"type": "error", "error": {type, message}}``) and in the ``error``
 event that ends a stream; ``status_of(kind)`` reads a type an Anthropic upstream wrote back to
-its status.
-
-Anthropic's errors page: 400 ``invalid_request_error`` (also used "for other 4XX status codes
-not listed"), 401 ``authentication_error``, 402 ``billing_error``, 403 ``permission_error``,
-404 ``not_found_error``, 413 ``request_too_large``, 429 ``rate_limit_error``, 500
-``api_error``, 504 ``timeout_error``, 529 ``overloaded_error``. Anthropic has no 503: a 503
-from another upstream (a service that is temporarily unavailable) is ``overloaded_error``, its
-nearest type; every other 5xx is ``api_error``.
+its status. The table: docs/dialects/anthropic.md#module-notes.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Tool-call ids that Anthropic accepts, made from any other dialect's ids, and back.
 
-Contract: pure, stateless, reversible. Anthropic refuses a ``tool_use.id`` (and
-so the ``tool_use_id`` of its result) that does not match ``^[a-zA-Z0-9_-]+$``;
-OpenAI-compatible gateways in front of Kimi K2 send ids like
-``functions.Bash:0``. Nothing per flow or per process remembers a mapping:
-the id itself carries it.
-
-- ``to_anthropic(id)``: an id Anthropic accepts that does not start with
-  ``PREFIX`` is returned unchanged (Anthropic's own ``toolu_…`` ids, OpenAI's
-  ``call_…``); any other string becomes ``PREFIX`` + the URL-safe base64 of its
-  UTF-8 bytes without ``=`` padding (lone surrogates kept with
-  ``surrogatepass``). The result always matches Anthropic's pattern, and the
-  mapping is injective: unchanged ids never start with ``PREFIX``, escaped ids
-  always do, and base64 is injective.
-- ``from_anthropic(id)``: the inverse on everything ``to_anthropic`` produces;
-  any other id (one the client made up, an Anthropic id) is returned unchanged.
-
-Applied by the anthropic dialect only: its response and stream encoders map
-every outgoing ``tool_use`` id (whatever the upstream), its request decoder maps
-the ids a client sends back, and its request encoder maps the ids of a request
-going to an Anthropic upstream. An Anthropic → Anthropic route therefore sees
-the ids unchanged (decode then encode is the identity on them).
+Contract: pure, stateless, reversible. ``to_anthropic`` leaves an id Anthropic accepts
+(``^[a-zA-Z0-9_-]+$``, not starting with ``PREFIX``) unchanged and escapes any other as
+``PREFIX`` + its URL-safe base64; ``from_anthropic`` is the inverse on what ``to_anthropic``
+makes and leaves every other id unchanged. Nothing remembers a mapping: the id carries it.
+Applied by the anthropic dialect only. Details: docs/dialects/anthropic.md#module-notes.
 """
 
 from __future__ import annotations

@@ -1,36 +1,11 @@
 """Anthropic ``/v1/messages`` requests (Claude Code, the anthropic SDK) → unified ``Request``.
 
-Contract: JSON object in, ``Request`` out (the way back, for an Anthropic
-upstream: ``request_encode``). Lenient on input: top-level fields this codec does not model
-(``metadata``, ``service_tier``, ``container``, ``mcp_servers`` …) stay in
-``extra`` and are written back only by this dialect's encoder; unknown content
-blocks become ``Opaque`` parts. Raises ``UnsupportedShape`` for JSON that is
-not a Messages request (the caller passes the body through) and
-``ClientError`` for a client's mistake (the caller answers 400 in Anthropic's
-error shape, see ``response.encode_error``).
-
-Server tools (``web_search_20250305``, ``bash_20250124``, ``text_editor_…``,
-``computer_…``, ``code_execution_…``) run on Anthropic's side. They are decoded
-as ``OpaqueTool`` so that an Anthropic upstream still gets them; a route to any
-other upstream leaves them out (``addon.transforms.tools.leave_out_tools``), and
-the other dialects' encoders refuse any that reach them.
-
-System messages inside ``messages`` (Claude Code's default model, beta
-``mid-conversation-system-2026-04-07``: ``{"role": "system", "content": str |
-text blocks}`` at any index) are decoded in place as ``Message("system", …)``;
-other dialects' encoders write them where they are (OpenAI chat does).
-
-Reasoning: ``thinking`` (``enabled`` with ``budget_tokens``, ``adaptive``) and
-``output_config.effort`` become one ``ThinkingConfig`` (``effort`` ``max`` is
-the unified ``xhigh``, the highest level the model has); ``output_config`` and
-an ``adaptive`` ``thinking`` object also stay in ``extra``, so an Anthropic
-upstream gets them back as they were. Effort alone (no ``thinking``) does not
-turn reasoning on for other dialects: Anthropic applies it to the whole answer.
-
-Tool ids: the ids a client sends back (``tool_use.id``, ``tool_result.tool_use_id``)
-are un-escaped with ``ids.from_anthropic``: answers from other upstreams reach
-the client with ids escaped by ``ids.to_anthropic``, so the upstream gets its own
-ids (``functions.Read:0``) again.
+Contract: JSON object in, ``Request`` out (the way back: ``request_encode``). Lenient on
+input: unmodelled top-level fields stay in ``extra``, unknown blocks become ``Opaque`` parts.
+Raises ``UnsupportedShape`` for JSON that is not a Messages request (passed through) and
+``ClientError`` for a client's mistake. Server tools become ``OpaqueTool``; tool ids a client
+sends back are un-escaped (``ids.from_anthropic``).
+Details: docs/dialects/anthropic.md#module-notes.
 """
 
 from __future__ import annotations

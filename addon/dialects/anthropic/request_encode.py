@@ -2,18 +2,9 @@
 
 Contract: ``Request`` in, JSON body out, for an Anthropic upstream; an Anthropic client's
 unmodelled fields (``Request.extra``) go back as they came. The decoder is ``request``.
-
-``encode_request`` writes what the Messages API accepts: leading system
-messages as ``system`` text blocks; strictly alternating turns (consecutive
-same-role messages are merged, tool results go into the following user turn,
-first in its content); no empty text blocks, no unsigned thinking; tool ids
-escaped with ``ids.to_anthropic`` (reversible, unlike a character
-replacement); ``max_tokens`` always present. System messages after the first
-turn stay in place for an Anthropic client (it sent them so, with the beta
-header that allows them, and the same-dialect route forwards its headers); for
-other dialects' clients they are moved into ``system`` as before, since an
-Anthropic upstream without that beta refuses a ``system`` role in ``messages``.
-Every such change is counted in ``notes``.
+Writes strictly alternating turns, leading system messages as ``system`` blocks, escaped tool
+ids, ``max_tokens`` always; every change is counted in ``notes``.
+Details: docs/dialects/anthropic.md#module-notes.
 """
 
 from __future__ import annotations

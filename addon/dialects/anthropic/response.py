@@ -1,28 +1,10 @@
 """Anthropic ``message`` objects (non-streamed answers) and errors ↔ unified.
 
-Contract: JSON in, ``Response`` out and back; no I/O. ``decode_response``
-reads an Anthropic upstream's answer (unknown blocks such as
-``server_tool_use`` become ``Opaque`` parts, block fields such as
-``citations`` stay in the part's ``extra``). ``encode_response`` writes a
-complete ``message`` the anthropic SDK and Claude Code accept:
-
-- content blocks in the order Anthropic uses — thinking, text, tool_use — for
-  an answer from another dialect; an Anthropic answer keeps its own order;
-- a tool call's ``input`` is its parsed arguments. Arguments that are not a
-  JSON object (a model's broken output) are not dropped and not replaced by
-  ``{}``: the input is ``{"_raw_arguments": "<text>"}``, so the client's tool
-  reports the problem to the model, which can try again;
-- ``stop_reason`` mapped from the unified finish (``tool_calls`` →
-  ``tool_use``, ``length`` → ``max_tokens``, ``content_filter`` → ``refusal``,
-  everything else → ``end_turn``), or the upstream's own when it is Anthropic;
-- the upstream's id is kept (the SDK does not check the ``msg_`` prefix),
-  ``msg_bridge`` when there is none;
-- every ``tool_use`` id goes through ``ids.to_anthropic``: ids Anthropic would
-  refuse (``functions.Read:0``) are escaped, reversibly, and un-escaped when the
-  client sends them back (``request.decode_request``).
-
-``encode_error`` writes Anthropic's error body; the HTTP status stays on the
-``ClientError``.
+Contract: JSON in, ``Response`` out and back; no I/O. ``decode_response`` reads an Anthropic
+upstream's answer (unknown blocks become ``Opaque`` parts); ``encode_response`` writes a
+complete ``message`` the anthropic SDK and Claude Code accept (tool ids escaped with
+``ids.to_anthropic``, broken arguments as ``{"_raw_arguments": …}``); ``encode_error`` writes
+Anthropic's error body. Details: docs/dialects/anthropic.md#module-notes.
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ from .response import (
     error_message,
     error_status,
 )
-from .stream import CodeAssistStreamEncoder, GeminiStreamDecoder, GeminiStreamEncoder
+from .stream import GeminiStreamDecoder
+from .stream_encode import CodeAssistStreamEncoder, GeminiStreamEncoder
 from .tokens import count_answer, count_request
 
 TOKEN_COUNT = TokenCount(count_request, count_answer)

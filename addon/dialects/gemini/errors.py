@@ -3,16 +3,7 @@
 Contract: plain values. A Google error is ``{"error": {"code": <HTTP status>, "message",
 "status": <canonical code name>}}``; ``error_type(status)`` is the name the bridge writes for
 an HTTP status (in whole bodies and in the error chunk that ends a stream), ``status_of``
-reads a name (or the ``code`` number) back.
-
-Google's API error codes (google.rpc.Code, and the HTTP mapping of its API design guide):
-400 ``INVALID_ARGUMENT`` (``FAILED_PRECONDITION``, ``OUT_OF_RANGE`` too), 401
-``UNAUTHENTICATED``, 403 ``PERMISSION_DENIED``, 404 ``NOT_FOUND``, 409 ``ABORTED`` /
-``ALREADY_EXISTS``, 429 ``RESOURCE_EXHAUSTED``, 499 ``CANCELLED``, 500 ``INTERNAL`` (``UNKNOWN``,
-``DATA_LOSS`` too), 501 ``UNIMPLEMENTED``, 503 ``UNAVAILABLE``, 504 ``DEADLINE_EXCEEDED``.
-Statuses Google does not use get the name of their nearest: another 4xx
-``INVALID_ARGUMENT`` (402 and 413 too), 502 and 529 (a gateway or a service that cannot
-answer now) ``UNAVAILABLE``, another 5xx ``INTERNAL``.
+reads a name (or the ``code`` number) back. The table: docs/dialects/gemini.md#module-notes.
 """
 
 from __future__ import annotations

@@ -1,40 +1,11 @@
 """Gemini ``Part`` objects ↔ unified parts: shared by the request and response codecs.
 
-Contract: plain functions over JSON and ``addon.model``; no wire envelope, no
-request or answer structure (that is ``request`` / ``response`` / ``stream``).
-
-Decoding (``decode_part``) is lenient: the REST API takes camelCase and
-snake_case field names alike (``inlineData`` / ``inline_data``; Google's own
-curl examples use the latter), so both are read (``get``). A part is one of
-``text`` (``thought: true`` makes it reasoning), ``inlineData``, ``fileData``,
-``functionCall``, ``functionResponse``, or something the unified model has no
-place for (``executableCode``, ``codeExecutionResult``, a PDF or audio blob),
-which becomes an ``Opaque`` part of this dialect. What a part holds beyond
-its unified form — part-level fields such as ``thoughtSignature`` on a text
-or function call, ``partMetadata``, ``mediaResolution``, and fields inside the
-``functionCall`` / ``functionResponse`` / blob objects — is returned beside it
-as ``Leftover``; the caller decides where to keep it (the request codec keeps
-it in a private table, because other dialects' encoders copy ``Text.extra`` /
-``ToolCall.extra`` onto their own wire objects).
-
-Encoding writes parts the API accepts: only known fields, camelCase.
-
-Arguments: a call's ``args`` object is the unified ``arguments`` JSON text
-(``args_text``); back, anything that is not a JSON object (unparsable text from
-a model, a list, a bare string) is sent as ``{"_raw_arguments": text}``, the
-same rule as the Anthropic encoder, so that a model's broken call is never
-silently turned into ``{}`` (``args_object``). Empty arguments are ``{}``.
-
-Tool results: ``functionResponse.response`` is an object. Unified content →
-``{"output": text}`` (``{"error": text}`` for a failed call); back, a response
-that is exactly ``{"output": str}`` / ``{"error": str}`` gives that string, any
-other object its JSON text (``result_content``).
-
-Thought signatures: Gemini signs the first function call of a step (and the
-last text part of a text answer) with ``thoughtSignature``, and Gemini 3 refuses
-a replayed step whose first call lacks it. ``signature_of`` finds one that
-another codec kept on a unified part (``extra["thoughtSignature"]``, or the
-``extra_content.google.thought_signature`` of Google's OpenAI-compatible API).
+Contract: plain functions over JSON and ``addon.model``; no wire envelope, no request or
+answer structure (that is ``request`` / ``response`` / ``stream``). Decoding reads camelCase
+and snake_case alike; encoding writes only known fields, camelCase.
+Glossary: *Leftover* what a part holds beyond its unified form (``thoughtSignature``,
+``partMetadata`` …), returned beside it for the caller to keep; ``_raw_arguments`` the key of
+arguments that are not a JSON object. Details: docs/dialects/gemini.md#module-notes.
 """
 
 from __future__ import annotations

@@ -1,50 +1,12 @@
 """Gemini requests (``GenerateContentRequest``) → ``addon.model.Request``: the decoder.
 
-Contract: JSON object in, ``Request`` out. Lenient on input: camelCase and snake_case field
-names alike (``parts.get``), unknown top-level fields (``safetySettings``, ``cachedContent``,
-``labels``, Code Assist's ``session_id`` …) kept in ``extra`` and written back only for a
-Gemini client (both Gemini dialects share this JSON). Raises ``UnsupportedShape`` for JSON
-that is not a Gemini request (the caller passes the body through) and ``ClientError`` for a
-client's mistake (a function call in a user turn, a declaration without a name). The way
-back is ``request_encode``; paths and the envelope are ``placement``.
-
-Decoding
-- The Code Assist envelope ``{model, project, user_prompt_id, request: {…}}`` is unwrapped:
-  ``origin`` is then ``gemini_code_assist``, the model comes from it, and its other fields
-  are kept for a Code Assist upstream (``code_assist_envelope``). A public-API body has no
-  model: ``from_path`` reads it (and whether it streams) from the client's path.
-- ``systemInstruction`` → a leading system message; each content → one message (``model`` →
-  assistant; ``user`` → user, its ``functionResponse`` parts as ``ToolResult`` parts in it,
-  which every encoder splits out as it needs).
-- Calls without an ``id`` get ``call_{name}_{content}_{part}`` (deterministic: the same
-  history gives the same ids on every turn); a response without an ``id`` takes the id of the
-  first call of its name not yet answered since the last model turn. Such made-up ids are
-  never sent back to a Gemini upstream.
-- ``functionResponse.response`` → content: the string of ``{"output": str}`` /
-  ``{"error": str}`` (the latter ``is_error``), else the JSON text of the object
-  (``parts.result_content``).
-- ``generationConfig``: ``maxOutputTokens``, ``temperature``, ``topP``, ``topK``,
-  ``stopSequences`` → ``Params``; ``thinkingConfig`` → ``ThinkingConfig`` (``thinkingBudget``
-  0: off, -1: dynamic, no budget; ``thinkingLevel`` → effort); the rest of it
-  (``responseMimeType``, ``responseJsonSchema``, ``seed`` …) stays in
-  ``extra["generationConfig"]``.
-- ``tools``: function declarations → ``Tool`` (``parametersJsonSchema`` as it is;
-  ``parameters``, Gemini's OpenAPI subset, with its upper-case type names lower-cased so
-  other dialects get JSON Schema); ``googleSearch``, ``codeExecution``, ``urlContext`` … →
-  ``OpaqueTool`` (only a Gemini upstream runs them). ``toolConfig.functionCallingConfig`` →
-  ``ToolChoice`` (``ANY`` with one allowed name: that tool).
-
-
-What a same-dialect round trip needs beyond the unified model — thought signatures on
-function calls and texts, other part-level fields, made-up ids, a ``fileData`` image's
-``mimeType``, a function response object as sent, the raw ``thinkingConfig`` and
-``toolConfig``, the envelope — is kept in a private table in ``Request.extra`` (``SIDE``),
-parts keyed by call id or text digest and taken in order. Not in ``ToolCall.extra`` /
-``Text.extra``: the OpenAI chat encoder copies those onto its own wire objects, so a Gemini
-CLI conversation sent to an OpenAI upstream would carry ``thoughtSignature`` fields there.
-The encoder still honours a signature another codec put on a unified part
-(``parts.signature_of``).
-
+Contract: JSON object in, ``Request`` out; camelCase and snake_case alike. Unknown fields stay
+in ``extra`` for a Gemini upstream. Raises ``UnsupportedShape`` for JSON that is not a Gemini
+request (passed through) and ``ClientError`` for a client's mistake. The way back is
+``request_encode``; paths and the Code Assist envelope are ``placement``.
+Glossary: ``SIDE`` the private table in ``Request.extra`` of what only a Gemini round trip
+needs (signatures, part fields, made-up ids, the envelope), kept out of part ``extra`` because
+other encoders copy that onto their wire objects. Details: docs/dialects/gemini.md#module-notes.
 """
 
 from __future__ import annotations

@@ -3,33 +3,9 @@
 Contract: ``Request`` in, JSON body out, for a Gemini upstream (the model goes in the path or
 in Code Assist's envelope: ``placement``). A request that came from a Gemini client is written
 back as it came, from the private table the decoder kept (``request``). Raises ``ClientError``
-for what Gemini cannot be sent (a tool result naming no function).
-
-Encoding (another dialect's request for a Gemini upstream)
-- Leading system/developer messages → ``systemInstruction``. A system message later in the
-  conversation (Claude Code's mid-conversation system messages, Codex's developer messages)
-  stays where it is, as user text wrapped in ``<system>…</system>``: Gemini has one system
-  instruction, and moving it there would change its meaning and its position in time (and
-  the prompt prefix on every turn). Noted.
-- Consecutive turns of one role are merged (roles alternate). In a user turn the function
-  responses come first, in the order of the calls they answer; images of a tool result
-  follow as ``inlineData`` parts of the same turn (a ``functionResponse`` takes an object).
-- A result's function name is its own (OpenAI's ``name``) or its call's; neither →
-  ``ClientError`` naming the call id.
-- Reasoning: only signed thinking is sent (Gemini refuses signatures it did not make, and
-  thoughts without one add nothing); a signature right before a function call without one
-  goes onto that call, where Gemini puts it. Gemini 3 refuses a replayed step whose first
-  call has no signature: ``addon.transforms.restore`` gives it back from the reasoning store
-  or, where the route allows it, marks it with the value Google documents for that case
-  (``parts.SKIP_SIGNATURE``); the encoder writes what the calls carry.
-- Arguments that are not a JSON object → ``{"_raw_arguments": text}`` (noted).
-- ``ThinkingConfig`` → ``thinkingConfig{includeThoughts: true}`` with ``thinkingBudget``
-  from the budget, else ``thinkingLevel`` from the effort (minimal/low → ``LOW``, medium and
-  up → ``HIGH``: the levels every Gemini 3 model takes); Gemini 1.x/2.x models take no level,
-  they get a budget for the effort instead.
-- Function declarations with ``parameters``; an object schema without properties is left
-  out (Gemini refuses empty ``properties`` for an OBJECT). Other dialects' own tool kinds
-  never get here (``addon.transforms.tools.leave_out_tools``): the encoder refuses them.
+for what Gemini cannot be sent (a tool result naming no function). Only signed thinking is
+sent; later system messages stay in place as ``<system>`` text.
+Details: docs/dialects/gemini.md#module-notes.
 """
 
 from __future__ import annotations

@@ -1,61 +1,12 @@
 """Gemini whole answers (``GenerateContentResponse``) ↔ ``addon.model.Response``; errors.
 
-Contract: JSON in, ``Response`` out and back; no I/O. The stream codec (``stream.py``) shares
-the helpers here, so that a streamed and a whole answer read and write the same way.
-
-Decoding (public ``{"candidates", "usageMetadata", "modelVersion", "responseId", …}`` and Code
-Assist's ``{"response": {…}, "traceId", "metadata"}`` alike; only candidate 0 is read):
-
-- ``thought: true`` parts → ``Thinking`` (the part's ``thoughtSignature`` its signature); text
-  parts → ``Text``; ``functionCall`` → ``ToolCall`` with the arguments as JSON text; other parts
-  (``inlineData``, ``executableCode`` …) → ``Opaque`` (only a Gemini client gets them back).
-- ``thoughtSignature`` stays with what it signs. On a ``functionCall`` it goes in the call's
-  ``extra`` as ``{"thoughtSignature": …}`` (a Gemini 3 upstream refuses the next request without
-  it), and a copy goes just before the call as a signature-only ``Thinking("", signature)``
-  (marked ``extra[NAME]["call_signature"]``): clients of other dialects drop call extras but
-  keep thinking signatures (Claude Code's thinking blocks, Codex's encrypted reasoning) and
-  send them back, and the Gemini request encoder puts a signature found before a call back on
-  that call. The Gemini encoders skip the copy. On a text part it signs the reasoning before
-  it, so it becomes the signature of the ``Thinking`` just before (or of a ``Thinking("")`` of
-  its own when there is none). The
-  trailing empty text part Gemini 3 ends a turn with (``{"text": "", "thoughtSignature": …}``)
-  is the signature of the turn: a ``Thinking("", signature)`` at the end. Either way it reaches
-  other dialects' clients as a thinking signature they keep and send back (Anthropic
-  ``signature_delta``, Responses ``encrypted_content``), and the Gemini encoder puts a
-  signature-only ``Thinking`` back on the next text or call part, or as the empty trailing part
-  it was; a signature moved onto a ``Thinking`` with text is marked
-  (``extra[NAME]["signature_on"] == "next"``) so that it goes back on the part after it.
-- ``functionCall.id`` is kept; a call without one gets ``call_<responseId>_<n>`` (unique in the
-  answer, the same every time the answer is read; ``extra[NAME]["made_id"]`` says so, and a
-  Gemini client is not sent an id its upstream never made).
-- Finish: ``STOP`` → ``stop`` (``tool_calls`` when the answer has calls), ``MAX_TOKENS`` →
-  ``length``, the safety family → ``content_filter``. ``MALFORMED_FUNCTION_CALL``: the
-  ``finishMessage`` (``Malformed function call: call:default_api:name{…}``) is read back into
-  a call when its arguments parse — as JSON, as Gemini's own call syntax (bare keys,
-  ``<ctrl46>`` quotes), or with ``json_repair``: ``malformed.py`` — and the finish is
-  ``tool_calls``; otherwise the client gets a text saying so and finish ``error``: never an
-  empty answer. ``UNEXPECTED_TOOL_CALL``, ``TOO_MANY_TOOL_CALLS``,
-  ``MISSING_THOUGHT_SIGNATURE`` are explained the same way. A prompt blocked before any
-  candidate (``promptFeedback.blockReason``) → a text saying so and ``content_filter``. Such
-  texts are the bridge's own (``extra[NAME]["synthetic"]``): a Gemini client gets the upstream's
-  own finish reason and message instead.
-- ``usageMetadata`` → ``Usage``: input ``promptTokenCount``, output ``candidatesTokenCount``
-  plus ``thoughtsTokenCount``, total ``totalTokenCount`` (a count left out is 0: proto3 JSON
-  omits zeros); the whole object kept as ``raw`` (``cachedContentTokenCount`` and the
-  per-modality details live there).
-- Unknown fields ride in ``Response.extra`` for a Gemini client: ``top`` (``createTime``,
-  ``promptFeedback`` …), ``candidate`` (``safetyRatings``, ``groundingMetadata``,
-  ``finishMessage`` …) and ``wrapper`` (Code Assist's ``traceId``, ``metadata``);
-  ``recovered`` says a malformed call was read back (a Gemini client then gets ``STOP``).
-
-Encoding writes what ``@google/genai`` and Gemini CLI read: ``candidates[0].content`` with
-role ``model``, ``finishReason``, ``index``, ``usageMetadata``, ``modelVersion``,
-``responseId``; calls as ``functionCall {name, args, id}`` with ``args`` an object (arguments
-that are not one are kept as ``{"_raw_arguments": text}`` rather than dropped). Gemini CLI drops
-a chunk holding an empty text part from its history, so no such part is written except the
-trailing signature part.
-
-Errors: ``{"error": {"code", "message", "status"}}`` (Google's RPC status names).
+Contract: JSON in, ``Response`` out and back; no I/O. The stream codec (``stream.py``,
+``stream_encode.py``) shares the helpers here, so that a streamed and a whole answer read and
+write the same way. Only candidate 0 is read; Code Assist's ``{"response": …}`` is unwrapped.
+Glossary: *call signature* the copy of a call's ``thoughtSignature`` sent as a signature-only
+``Thinking`` before it; *synthetic* a text the bridge wrote (a malformed or blocked answer
+explained); *recovered* a malformed call read back from ``finishMessage``.
+Details: docs/dialects/gemini.md#module-notes.
 """
 
 from __future__ import annotations

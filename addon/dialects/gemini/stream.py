@@ -1,59 +1,11 @@
-"""Gemini streamed answers (one ``GenerateContentResponse`` per event) ↔ unified events.
+"""Gemini streamed answers (one ``GenerateContentResponse`` a chunk) → unified events.
 
-Contract: sans-IO. The decoder takes the JSON of one chunk at a time — an SSE ``data:`` with
-``alt=sse``, an item of the JSON array without it (``addon.stream.framing``) — and returns
-unified events; the encoder takes unified events and returns ``(None, JSON)`` pairs, one chunk
-each. Both read and write parts the way ``response.py`` does for whole answers (see there for
-signatures, ids, finish reasons, malformed calls and usage).
-
-Decoder:
-
-- Public chunks and Code Assist's ``{"response": {…}, "traceId"}`` alike; a chunk holding an
-  array (an error body ``[{"error": …}]``) is read item by item. ``MessageStart`` comes from the
-  first chunk (``responseId``, ``modelVersion``; ``createTime`` and the Code Assist wrapper
-  kept for a Gemini client).
-- Text and thought parts become deltas as they come. A call is sent whole — ``ToolCallStart``
-  with all its arguments, then ``ToolCallEnd`` — because Gemini sends it whole, except Vertex's
-  streamed arguments (``streamFunctionCallArguments``): a ``functionCall {name,
-  willContinue: true}`` opens the call, parts ``functionCall {partialArgs: [{jsonPath,
-  stringValue | numberValue | boolValue | nullValue, willContinue}], willContinue: true}`` fill
-  its arguments (a string continues while its ``willContinue`` says so), and a
-  ``functionCall`` without ``willContinue`` (``{}``) closes it. The arguments are assembled
-  and sent as one JSON text when the call closes (or a new call starts, or the answer
-  finishes): clients get one complete call per function call, never fragments to re-join.
-  A call still open when the stream is cut or an error chunk comes never closed: it is not
-  sent at all.
-  A call's ``thoughtSignature`` is in its ``extra`` and, as a copy, in a signature-only
-  ``ThinkingDelta`` just before it (``response.CALL_SIGNATURE``); a text part's signature is a
-  signature-only ``ThinkingDelta`` before its text, the trailing empty part's one after all.
-- ``usageMetadata`` is repeated on every chunk (Vertex's early ones carry no counts): the last
-  one with counts goes out as one ``UsageEvent`` at the end.
-- The chunk with ``finishReason`` gives the ``Finish``; Gemini has no ``[DONE]``, so
-  ``StreamEnd`` (after the usage) comes from ``finish()`` at the end of the body. A body that
-  ends without any finish reason was cut: ``finish()`` then ends with a ``StreamError`` (never
-  a made-up clean ending). An error chunk ``{"error": {code, message, status}}`` becomes a
-  ``StreamError`` (its ``status`` the type).
-- Fields the model does not know (``safetyRatings``, ``groundingMetadata``, ``finishMessage``,
-  ``promptFeedback`` …) ride in ``extra[NAME]`` of the chunk's ``Finish``, else of its first
-  event, else in a ``RawEvent``; parts the model does not know (``inlineData``,
-  ``executableCode`` …) are ``RawEvent``s. Only a Gemini client gets them back.
-
-Encoder (for Gemini CLI and ``@google/genai``):
-
-- One chunk per text or thought delta, one chunk per call, sent at ``ToolCallEnd`` with its
-  arguments parsed into ``args`` (Gemini clients read a call from one part); calls never ended
-  are sent by ``finish()``. Every part goes in a chunk of its own: Gemini CLI leaves a chunk
-  with an empty text part out of its history, whatever else the chunk holds.
-- Signatures go back where Gemini wants them (``response.PartWriter``): a call's own
-  ``thoughtSignature`` from its ``extra``, a signature-only delta on the next text or call part,
-  or at the end as ``{"text": "", "thoughtSignature": …}``.
-- The last chunk carries ``finishReason`` and ``usageMetadata`` (no content); a Gemini
-  upstream's envelope (``responseId``, ``modelVersion``, ``createTime``) is on every chunk, and
-  its unknown fields come back where they were.
-- ``StreamError`` → ``{"error": {"code", "message", "status"}}`` (the upstream's own when it
-  was Gemini), and nothing after it: the SDK throws on it.
-- ``CodeAssistStreamEncoder`` wraps each chunk as ``{"response": {…}}`` (with the upstream's
-  ``traceId`` on a Code Assist route); errors are not wrapped.
+Contract: sans-IO. ``GeminiStreamDecoder.feed`` takes the JSON of one chunk (an SSE ``data:``
+with ``alt=sse``, an item of the JSON array without it) and returns unified events; parts are
+read as ``response.py`` reads whole answers. A call goes out whole (``ToolCallStart`` with all
+its arguments, ``ToolCallEnd``); Vertex's streamed arguments (``partialArgs``) are assembled
+first. ``finish()`` sends the usage and ``StreamEnd``, or a ``StreamError`` for a cut body.
+The encoder is ``stream_encode.py``; the rules: docs/dialects/gemini.md#streams.
 """
 
 from __future__ import annotations
@@ -61,15 +13,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import Any, assert_never
+from typing import Any
 
-from addon.dialects.base import EncoderFastPath, sse_text_frame
-from addon.jsonio import dumpb, dumps, loads
+from addon.jsonio import loads
 from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
-    NO_DEFAULTS,
-    AnswerDefaults,
     Event,
     Finish,
     MessageStart,
@@ -78,15 +27,13 @@ from addon.model import (
     StreamError,
     TextDelta,
     ThinkingDelta,
-    ToolCallArgsDelta,
     ToolCallEnd,
     ToolCallStart,
     UnsupportedShape,
-    Usage,
     UsageEvent,
 )
 
-from .errors import error_body, status_of
+from .errors import status_of
 from .request import NAME
 from .response import (
     _CANDIDATE_KNOWN,
@@ -96,15 +43,12 @@ from .response import (
     ENVELOPE,
     MALFORMED,
     SIGNATURE,
-    PartWriter,
     blocked_text,
     decode_usage,
-    encode_usage,
     error_of,
     failure_text,
     finish_reason,
     first_candidate,
-    gemini_finish,
     has_counts,
     made_call_id,
     parse_malformed,
@@ -113,16 +57,10 @@ from .response import (
     unwrap,
 )
 
-type Out = list[tuple[str | None, str]]
-
 _CALL_KNOWN = frozenset({"name", "args", "id", "partialArgs", "willContinue"})
 _PATH_STEP = re.compile(
     r"""\.(?P<name>[^.\[]+)|\[(?P<index>\d+)\]|\['(?P<sq>(?:[^'\\]|\\.)*)'\]|\["(?P<dq>(?:[^"\\]|\\.)*)"\]"""
 )
-
-
-def _dumps(data: JSON) -> str:
-    return dumps(data)
 
 
 # --------------------------------------------------------------------------- streamed arguments
@@ -490,181 +428,3 @@ class GeminiStreamDecoder:
         if raw in _EXPLAINED:
             out.append(TextDelta(failure_text(raw, message), extra=synthetic()))
         out.append(Finish(finish_reason(raw, self._calls > 0), raw=raw))
-
-
-# --------------------------------------------------------------------------- encoder
-
-
-@dataclasses.dataclass(slots=True)
-class _Pending:
-    id: str
-    name: str
-    extra: JSON
-    parts: list[str]
-
-
-class GeminiStreamEncoder:
-    """Chunks for a public-API Gemini client."""
-
-    @property
-    def fast_path(self) -> EncoderFastPath:
-        """Its own ``text_sse`` and ``text_frame`` (``EncoderFastPath``)."""
-        return self
-
-    _wrapped = False
-
-    def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
-        self._defaults = defaults
-        self._done = False
-        self._same = False
-        self._envelope: JSON = {}
-        self._wrapper: JSON = {}
-        self._writer = PartWriter(False)
-        self._calls: dict[int, _Pending] = {}
-        self._finish: Finish | None = None
-        self._usage: Usage | None = None
-        self._frame: tuple[bytes, bytes] | None = None
-        """A one-text-part chunk's SSE bytes before and after the text (``text_sse``); what it
-        holds (envelope, wrapper) changes only at ``MessageStart``, which forgets it."""
-        self.text_frame: tuple[bytes, bytes] | None = None
-        """That frame from ``text_sse`` until the next ``feed`` (``StreamEncoder``)."""
-
-    def text_sse(self, text: str | None, quoted: bytes | None = None) -> bytes | None:
-        """``feed(TextDelta(text))`` as SSE bytes while no thought signature waits for a part
-        (``StreamEncoder``)."""
-        if self._done or self._writer.pending:
-            return None
-        frame = self._frame
-        if frame is None:
-            # The candidates come before the envelope: the first text is the part's.
-            frame = sse_text_frame(self._chunk([{"text": ""}])[1], '{"text":""')
-            if frame is None:
-                return None
-            self._frame = frame
-        self.text_frame = frame
-        return frame[0] + (dumpb(text) if quoted is None else quoted) + frame[1]
-
-    def _chunk(
-        self,
-        parts: list[JSON],
-        extra: JSON | None = None,
-        finish: str | None = None,
-        usage: JSON | None = None,
-    ) -> tuple[str | None, str]:
-        own: JSON = extra.get(NAME, {}) if self._same and extra else {}
-        candidate: JSON = {}
-        if parts:
-            candidate["content"] = {"role": "model", "parts": parts}
-        if finish is not None:
-            candidate["finishReason"] = finish
-        candidate["index"] = 0
-        candidate.update(own.get("candidate", {}))
-        body: JSON = {"candidates": [candidate]}
-        body.update(own.get("chunk", {}))
-        if usage is not None:
-            body["usageMetadata"] = usage
-        body.update(self._envelope)
-        if self._wrapped:
-            body = {"response": body, **self._wrapper}
-        return None, _dumps(body)
-
-    def _chunks(self, parts: list[JSON], extra: JSON) -> Out:
-        """One chunk per part (the first one carries the event's wire extras)."""
-        return [self._chunk([p], extra if i == 0 else None) for i, p in enumerate(parts)]
-
-    def _send_call(self, call: _Pending) -> Out:
-        parts = self._writer.call(call.id, call.name, "".join(call.parts), call.extra)
-        return self._chunks(parts, call.extra)
-
-    def feed(self, event: Event) -> Out:
-        self.text_frame = None
-        if self._done:
-            return []
-        match event:
-            case MessageStart():
-                self._frame = None
-                self._same = event.origin == NAME
-                self._writer.same = self._same
-                if self._same:
-                    self._envelope = dict(event.envelope)
-                    self._wrapper = dict(event.extra.get(NAME, {}).get("wrapper", {}))
-                else:
-                    self._envelope = {}
-                    if model := event.model or self._defaults.model:
-                        self._envelope["modelVersion"] = model
-                    if event.id:
-                        self._envelope["responseId"] = event.id
-                return []
-            case TextDelta():
-                return self._chunks(self._writer.text(event.text, event.extra), event.extra)
-            case ThinkingDelta():
-                parts = self._writer.thinking(event.text, event.signature, event.extra)
-                return self._chunks(parts, event.extra)
-            case ToolCallStart():
-                call = self._calls.get(event.index)
-                if call is None:
-                    self._calls[event.index] = _Pending(
-                        event.id, event.name, event.extra, [event.arguments]
-                    )
-                elif event.arguments:
-                    call.parts.append(event.arguments)
-                return []
-            case ToolCallArgsDelta():
-                call = self._calls.get(event.index)
-                if call is not None:
-                    call.parts.append(event.delta)
-                return []
-            case ToolCallEnd():
-                call = self._calls.pop(event.index, None)
-                return self._send_call(call) if call is not None else []
-            case UsageEvent():
-                self._usage = event.usage
-                return []
-            case Finish():
-                self._finish = event
-                return []
-            case StreamError():
-                self._done = True
-                if event.origin == NAME and event.raw:
-                    body = event.raw.get("response", event.raw)
-                    return [(None, _dumps(body if isinstance(body, dict) else event.raw))]
-                return [(None, _dumps(error_body(event.message, event.http_status)))]
-            case RawEvent():
-                if event.origin != NAME or not self._same:
-                    return []
-                part = event.data.get("part")
-                if isinstance(part, dict):
-                    return [self._chunk([part])]
-                return [self._chunk([], {NAME: event.data})]
-            case StreamEnd():
-                return self.finish()
-            case _:
-                assert_never(event)
-
-    def finish(self) -> Out:
-        self.text_frame = None
-        if self._done:
-            return []
-        self._done = True
-        out: Out = []
-        for index in sorted(self._calls):  # calls whose end never came are still whole calls
-            out += self._send_call(self._calls[index])
-        self._calls.clear()
-        out += self._chunks(self._writer.flush(), {})
-        f = self._finish
-        extra = f.extra if f is not None else {}
-        reason = gemini_finish(
-            f.reason if f is not None else None, f.raw if f is not None else None, self._same, extra
-        )
-        if self._same and extra.get(NAME, {}).get("recovered"):
-            own = extra.get(NAME, {})
-            candidate = {k: v for k, v in own.get("candidate", {}).items() if k != "finishMessage"}
-            extra = {NAME: {**own, "candidate": candidate}}
-        out.append(self._chunk([], extra, finish=reason, usage=encode_usage(self._usage)))
-        return out
-
-
-class CodeAssistStreamEncoder(GeminiStreamEncoder):
-    """Chunks wrapped as Code Assist sends them (``{"response": {…}}``)."""
-
-    _wrapped = True

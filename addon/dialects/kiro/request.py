@@ -4,24 +4,7 @@ Contract: ``decode_request`` reads a body the Kiro IDE sends to ``POST
 /generateAssistantResponse`` leniently (for tests and a same-dialect round trip; no route takes
 Kiro clients). No I/O. The other direction, the one every route to Kiro uses, is
 ``request_encode``; the path, the ``modelId`` and what a route adds are ``placement``.
-
-Shapes were checked against real Kiro IDE 0.11 bodies (``../shared/fixtures/real/
-kiro-generateAssistantResponse-*``)::
-
-    {"conversationState": {
-        "agentContinuationId": uuid, "agentTaskType": "vibe", "chatTriggerType": "MANUAL",
-        "conversationId": uuid,
-        "currentMessage": {"userInputMessage": {
-            "content", "modelId", "origin": "AI_EDITOR",
-            "userInputMessageContext": {"tools": [{"toolSpecification": {
-                "name", "description", "inputSchema": {"json": schema}}}],
-                                        "toolResults": [...]},
-            "images": [{"format": "png", "source": {"bytes": base64}}]}},
-        "history": [{"userInputMessage": {content, modelId, origin,
-                                          userInputMessageContext: {toolResults}}},
-                    {"assistantResponseMessage": {content, toolUses: [
-                        {toolUseId, name, input: object}]}}, …]},
-     "profileArn": "arn:aws:codewhisperer:…"}
+The body's shape (from real Kiro IDE 0.11 bodies): docs/dialects/kiro.md#module-notes.
 """
 
 from __future__ import annotations

@@ -2,43 +2,9 @@
 
 Contract: ``encode_request`` turns a unified request (from any client dialect) into the body
 the Kiro IDE sends (its shape: ``request``); no I/O. Runs after ``placement.prepare``.
-
-Encoding
-- Leading system/developer messages are carried as Kiro carries its own system prompt: the
-  first history entry is a user message holding it, answered by the assistant with
-  ``"I will follow these instructions."`` (the history must alternate). A system message
-  later in the conversation stays where it is, as user text in ``<system>…</system>``.
-- The conversation is folded into alternating user / assistant turns (consecutive turns of
-  one role merged; OpenAI ``tool`` messages are user turns); the last user turn is
-  ``currentMessage``, the rest ``history``. A conversation that ends with the assistant
-  (an Anthropic prefill) gets a user turn ``"Continue."`` after it (noted): Kiro answers a
-  user message only.
-- Tool calls → ``toolUses`` with ``input`` an object (arguments that are not one are sent as
-  ``{"_raw_arguments": text}``); results → ``toolResults`` of the next user turn, in the
-  order of its calls: ``{"content": [{"text"}], "status": "success" | "error",
-  "toolUseId"}``; an empty result is ``"(empty result)"``, a result already in Kiro's shape
-  (a Kiro client's) is kept as it was. Kiro refuses results that answer no call of the turn
-  before and calls left unanswered: the former go as user text, the latter get an error
-  result saying so (both noted).
-- Tools → ``toolSpecification``s in the current message only (as the IDE sends them); a
-  description is required (the tool's name when it has none). Long descriptions are cut to
-  the route's limit by ``prepare`` (with ``...``). Kiro has no ``tool_choice``: it is noted
-  and dropped. Images (``data:`` URLs) → ``images`` of their message; others are named in
-  the text. Thinking in the history is dropped (Kiro takes none back; noted).
-- ``conversationId``: a Kiro client's own; else the session id Claude Code puts in
-  ``metadata.user_id`` (``session_id`` of the JSON object Claude Code 2.1 writes there, or the
-  older ``…_session_<uuid>``: ``session_id``); else a UUID derived from the first user
-  message, the same on every turn of the conversation. ``agentContinuationId`` is derived
-  from it. ``profileArn`` comes from the route (``prepare``).
-- Blank contents Kiro refuses ("Improperly formed request."), in ``currentMessage`` and in
-  ``history`` alike: a user turn of tool results only gets the text ``"(tool results)"``, of
-  images only ``"(image)"``, of nothing ``"(empty)"``; an assistant turn without text or calls
-  ``"(empty)"`` (an assistant turn of calls only keeps ``""``, as the Kiro IDE writes it); a
-  blank tool result ``"(empty result)"``; a tool without a description its name; a tool
-  schema without a ``type`` gets ``"object"``; a tool the history called that the request
-  does not offer is declared (described as used earlier), since Kiro refuses a history that
-  uses an undeclared tool. All noted.
-
+The conversation is folded into alternating turns (``history`` + ``currentMessage``), tools
+go in the current message only, and every blank content Kiro refuses is filled in; each such
+change is noted. Details: docs/dialects/kiro.md#module-notes.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Kiro answers: errors, and what a Kiro client would get (nothing: Kiro is upstream-only).
 
-Contract: JSON in, plain values out; no I/O. Kiro answers ``generateAssistantResponse`` in AWS
-event-stream frames only (``stream.py`` decodes their events; ``addon.stream.eventstream``
-splits the frames; ``addon.plan`` assembles a whole answer from them), so a JSON body on a
-2xx is not an answer the bridge can read: ``decode_response`` says so. Errors come as JSON
-(``{"message": "Improperly formed request.", "reason": null}``, or AWS's
-``{"__type": "…#ThrottlingException", "message": …}``): ``error_message`` reads them.
-
-Kiro is an upstream-only dialect: no route takes Kiro clients (the routes file refuses
-``client = "kiro"``), so ``encode_response`` and the stream encoder (``stream.py``) raise
-``UnsupportedShape`` saying so; ``encode_error`` writes Kiro's own error shape.
+Contract: JSON in, plain values out; no I/O. Kiro answers only in AWS event-stream frames
+(``stream.py``), so ``decode_response`` refuses a JSON body on a 2xx; ``error_message`` reads
+Kiro's and AWS's JSON errors; ``encode_response`` and the stream encoder raise
+``UnsupportedShape`` (no route takes Kiro clients); ``encode_error`` writes Kiro's error shape.
+Details: docs/dialects/kiro.md#module-notes.
 """
 
 from __future__ import annotations

@@ -1,40 +1,11 @@
 """Kiro's streamed answer (AWS event-stream frames) → unified events; no way back.
 
-Contract: sans-IO. ``KiroStreamDecoder.feed(payload, event_type)`` takes one frame at a time:
-its JSON payload text and its ``:event-type`` header, as ``addon.stream.eventstream`` splits
-them (exception and error frames come as the event types ``:exception`` / ``:error`` with a
-payload ``{"exceptionType", "message"}``). ``finish()`` is idempotent.
-
-Events (checked against the shapes Kiro gateways read; payloads are JSON objects):
-
-- ``assistantResponseEvent {content}`` → ``TextDelta``;
-- ``reasoningContentEvent {text, signature?, redactedContent?}`` → ``ThinkingDelta`` (the
-  signature with it; redacted reasoning has no place in a stream delta and rides as a
-  ``RawEvent``);
-- ``toolUseEvent {name, toolUseId, input, stop}``: the first event of an id → ``ToolCallStart``
-  (its ``input`` fragment the first arguments), later ones → ``ToolCallArgsDelta``, ``stop:
-  true`` → ``ToolCallEnd`` (a call whose ``input`` never came gets ``{}``); events of an id
-  after its stop are ignored (Kiro repeats itself at times);
-- ``metadataEvent {tokenUsage: {inputTokens, outputTokens, totalTokens, …}}`` → usage;
-  ``contextUsageEvent {contextUsagePercentage}`` and ``meteringEvent {unit, unitPlural,
-  usage}`` (credits, not tokens) → usage too: without ``tokenUsage`` the input tokens are
-  estimated from the percentage of a 200,000-token context window (Kiro's Claude models).
-  All of them are kept in ``Usage.raw``; one ``UsageEvent`` goes out at the end;
-- exception / error frames → ``StreamError`` (the exception type as its type), and nothing
-  after it; ``ContentLengthExceededException`` (the answer hit its output limit) → ``Finish
-  ("length")`` instead;
-- anything else (``messageMetadataEvent``, ``followupPromptEvent``, ``codeReferenceEvent``,
-  ``initial-response`` …) → ``RawEvent`` (only a Kiro client would get it back: none does).
-
-Kiro sends no finish event: the answer ends with the body. ``finish()`` then sends ``Finish``
-(``tool_calls`` when the answer made calls, else ``stop``), the usage and ``StreamEnd``. A body
-that ends inside a tool call (no ``stop``), or without any event at all, was cut: it ends with
-a ``StreamError`` of type ``upstream_cut`` instead — never a made-up clean ending. A call
-that never got its ``stop`` (a cut, an exception frame) gets no ``ToolCallEnd``: it never
-ended, and no client may receive it as a whole call.
-
-``KiroStreamEncoder`` exists for the ``Dialect`` record only: Kiro clients are not served, so
-building one raises (``response.UPSTREAM_ONLY``).
+Contract: sans-IO. ``KiroStreamDecoder.feed(payload, event_type)`` takes one frame at a time
+(its JSON payload and ``:event-type``, as ``addon.stream.eventstream`` splits them);
+``finish()`` is idempotent. Kiro sends no finish event: ``finish()`` sends ``Finish``, the
+usage and ``StreamEnd``, or a ``StreamError`` (``upstream_cut``) for a body cut inside a call
+or empty. ``KiroStreamEncoder`` exists for the ``Dialect`` record only: building one raises.
+What each event becomes: docs/dialects/kiro.md#module-notes.
 """
 
 from __future__ import annotations

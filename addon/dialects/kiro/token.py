@@ -2,20 +2,8 @@
 
 Contract: pure functions over text and JSON; no file, no network, no clock of its own (the
 caller passes ``now``). Nothing here puts a token in an exception message or a ``repr``.
-
-The Kiro IDE keeps its login in a JSON file (``~/.aws/sso/cache/kiro-auth-token.json``)::
-
-    {"accessToken": "…", "refreshToken": "…", "expiresAt": "2025-11-22T21:07:00.000Z",
-     "authMethod": "social", "provider": "Github", "profileArn": "arn:aws:codewhisperer:…",
-     "region": "us-east-1"}
-
-``accessToken`` is the Bearer token of ``generateAssistantResponse``; ``profileArn`` is the
-body's ``profileArn`` (a route's own ``profile_arn`` wins). The token lives about an hour; a
-refresh posts ``{"refreshToken": …}`` (plus ``clientId`` / ``clientSecret`` / ``grantType``
-when the file holds them: an IAM Identity Center login) and gets ``{accessToken,
-refreshToken?, expiresIn? | expiresAt?, profileArn?}`` back; ``refreshed`` merges it into the
-file's JSON (other fields kept) for the caller to write back, so that the Kiro IDE keeps
-working with a refresh token that may have been rotated.
+``refreshed`` merges a refresh answer into the file's JSON (other fields kept) for the caller
+to write back. The file and the refresh exchange: docs/dialects/kiro.md#module-notes.
 """
 
 from __future__ import annotations

@@ -4,13 +4,7 @@ Contract: plain values. ``error_type(status)`` / ``error_code(status)`` are what
 writes in an OpenAI error body (``{"error": {message, type, param, code}}``) or in the error
 chunk that ends a chat stream; ``status_of(kind)`` reads a type or code an OpenAI-compatible
 upstream wrote back to the status it stands for. ``openai_responses`` uses the same table.
-
-What OpenAI writes (its error-codes guide, and the bodies its API returns): a key it refuses
-is a 401 of type ``invalid_request_error`` (code ``invalid_api_key``); every other client
-error is ``invalid_request_error`` too (404 ``model_not_found`` …); a rate limit is a 429 of
-type ``requests`` or ``tokens`` with code ``rate_limit_exceeded`` (an exhausted quota is type
-and code ``insufficient_quota``); a failure of its own is ``server_error``. The official SDK
-raises by status (``RateLimitError`` for 429) and keeps ``type`` and ``code`` as they came.
+What OpenAI writes: docs/dialects/openai_chat.md#module-notes.
 """
 
 from __future__ import annotations

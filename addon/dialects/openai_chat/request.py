@@ -1,20 +1,10 @@
 """OpenAI ``chat/completions`` requests, with Cursor's variants, → unified ``Request``.
 
 Contract: JSON object in, ``Request`` out (the way back: ``request_encode``). Lenient on
-input: every field this codec does not model is kept in ``extra`` and written back by
-``request_encode.encode_request`` unchanged. Raises ``UnsupportedShape`` for JSON it cannot
-read (the caller passes the body through) and ``ClientError`` for a client's
-mistake (the caller answers 400 in OpenAI's error shape).
-
-Cursor variants handled here (seen when Cursor talks to a custom base URL with
-a Claude model name): flat tools ``{name, description, input_schema}``,
-assistant content arrays holding ``tool_use`` and ``thinking`` blocks, user
-content arrays holding ``tool_result`` blocks, Anthropic-style ``tool_choice``.
-Cursor's agent mode for GPT-named models posts Responses-shaped bodies (``input``,
-``instructions``, flat tools) here: those are decoded by the Responses dialect
-(``hybrid.decode_chat_hybrid``, origin ``openai_responses``), and
-answered in Chat Completions. Ask mode's flat custom tools (``{"type": "custom", "name",
-"format"}``) next to nested function tools become custom tools (``Tool.format``).
+input: every field this codec does not model is kept in ``extra`` and written back unchanged.
+Raises ``UnsupportedShape`` for JSON it cannot read (passed through) and ``ClientError`` for a
+client's mistake (400 in OpenAI's error shape). Cursor's variants (flat tools, Anthropic-style
+blocks, Responses-shaped agent bodies: ``hybrid``): docs/dialects/openai_chat.md#module-notes.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
-"""OpenAI ``chat.completion.chunk`` streams ↔ unified stream events.
+"""OpenAI ``chat.completion.chunk`` streams (an OpenAI-compatible upstream) → unified events.
 
-Contract: the decoder takes the ``data`` of one SSE event at a time and returns
-unified events; the encoder takes unified events and returns ``(event, data)``
-pairs for the SSE encoder. Neither sees bytes, lines or sockets.
-
-Fidelity for OpenAI → OpenAI: the envelope (``id``, ``created``, ``model``,
-``system_fingerprint``) is stamped on every chunk, and the fields of a source
-chunk that are not modelled (chunk, choice and delta level, e.g. ``logprobs``,
-``usage: null``, ``obfuscation``) ride on the first event made from that chunk,
-so the client gets them back. Tool-call argument fragments are never merged or
-re-split. Only choice 0 is modelled: ``n > 1`` raises ``UnsupportedShape`` and
-the stream is passed through from there on.
+Contract: sans-IO. ``OpenAIChatStreamDecoder.feed`` takes the ``data`` of one SSE event and
+returns unified events; ``finish()`` ends a cut stream with a ``StreamError``. Fields of a
+chunk the model does not know (chunk, choice and delta level: ``logprobs``, ``usage: null``,
+``obfuscation`` …) ride on the first event made from it (``extra["wire"]``), so that an
+OpenAI client gets them back. Only choice 0 is modelled: ``n > 1`` raises
+``UnsupportedShape``. Its fast path reads plain text chunks by their frame (``_learn``).
+The encoder is ``stream_encode.py``.
 """
 
 from __future__ import annotations
@@ -18,14 +14,12 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from addon.dialects.base import DecoderFastPath, EncoderFastPath, sse_text_frame
+from addon.dialects.base import DecoderFastPath
 from addon.dialects.framed import framed_texts, unquoted_run
-from addon.jsonio import dumpb, dumps, loads
+from addon.jsonio import dumps, loads
 from addon.model import (
     JSON,
-    NO_DEFAULTS,
     STREAM_CUT,
-    AnswerDefaults,
     Event,
     Finish,
     MessageStart,
@@ -41,9 +35,9 @@ from addon.model import (
     UsageEvent,
 )
 
-from .errors import error_body, status_of
+from .errors import status_of
 from .request import NAME
-from .response import decode_usage, encode_usage, finish_reason
+from .response import decode_usage, finish_reason
 
 _ENVELOPE = ("id", "object", "created", "model", "system_fingerprint")
 _CHUNK_KNOWN = frozenset({*_ENVELOPE, "choices", "usage"})
@@ -113,22 +107,13 @@ class OpenAIChatStreamDecoder:
             raise UnsupportedShape(f"chunk is not JSON: {data[:60]!r}") from e
         if not isinstance(chunk, dict):
             raise UnsupportedShape("chunk is not a JSON object")
-        text = self._plain_text(chunk)
+        text = _plain_text(chunk, self._started, self._envelope)
         if text is not None:
             if text:
                 self._learn(data, text)
             return [TextDelta(text)] if text else []
         if "error" in chunk and "choices" not in chunk:
-            err = chunk["error"]
-            message = err.get("message") if isinstance(err, dict) else str(err)
-            kind = err.get("type") if isinstance(err, dict) else None
-            code = err.get("code") if isinstance(err, dict) else None
-            # LiteLLM adds the status beside the error (``status_code``), some gateways write it
-            # as the code.
-            status = status_of(code, kind, chunk.get("status_code"))
-            self._ended = True
-            self._calls = {}  # calls still open never ended: no ToolCallEnd for them
-            return [StreamError(str(message), kind, origin=NAME, raw=chunk, status=status)]
+            return self._error(chunk)
         out: list[Event] = []
         # The common chunk (envelope, choices, maybe usage) costs set operations in C only.
         chunk_extra = (
@@ -138,46 +123,11 @@ class OpenAIChatStreamDecoder:
         )
         if "usage" in chunk and chunk["usage"] is None:
             chunk_extra["usage"] = None
-        if not self._started:
-            self._started = True
-            self._envelope = {k: chunk[k] for k in _ENVELOPE if k in chunk}
-            out.append(
-                MessageStart(
-                    NAME,
-                    id=chunk.get("id"),
-                    model=chunk.get("model"),
-                    created=chunk.get("created"),
-                    envelope=self._envelope,
-                )
-            )
-        else:
-            # Some gateways change the envelope mid-stream; keep what they sent. Fast check:
-            # the chunk has exactly the first chunk's envelope keys, with the same values.
-            env = self._envelope
-            fields = len(chunk) - ("choices" in chunk) - ("usage" in chunk) - len(chunk_extra)
-            if fields != len(env) or not env.items() <= chunk.items():
-                for k in _ENVELOPE:
-                    if k in chunk and chunk[k] != env.get(k):
-                        chunk_extra[k] = chunk[k]
+        self._envelope_of(chunk, chunk_extra, out)
         choices = chunk.get("choices") or []
         if not isinstance(choices, list):
             raise UnsupportedShape("chunk choices is not a list")
-        choice_extra: JSON = {}
-        delta_extra: JSON = {}
-        for choice in choices:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                raise UnsupportedShape("chunk with more than one choice (n > 1)")
-            if not choice.keys() <= _CHOICE_KNOWN:
-                choice_extra = {k: v for k, v in choice.items() if k not in _CHOICE_KNOWN}
-            delta = choice.get("delta") or {}
-            if not delta.keys() <= _DELTA_KNOWN:
-                delta_extra = {k: v for k, v in delta.items() if k not in _DELTA_KNOWN}
-            self._decode_delta(delta, out)
-            reason = choice.get("finish_reason")
-            if isinstance(reason, str):
-                self._ended = True
-                out.extend(self._end_calls())
-                out.append(Finish(finish_reason(reason), raw=reason))
+        choice_extra, delta_extra = self._choices(choices, out)
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             out.append(UsageEvent(decode_usage(usage)))
@@ -197,6 +147,63 @@ class OpenAIChatStreamDecoder:
                     out[i] = _with_extra(ev, extra)
                     break
         return out
+
+    def _error(self, chunk: JSON) -> list[Event]:
+        err = chunk["error"]
+        message = err.get("message") if isinstance(err, dict) else str(err)
+        kind = err.get("type") if isinstance(err, dict) else None
+        code = err.get("code") if isinstance(err, dict) else None
+        # LiteLLM adds the status beside the error (``status_code``), some gateways write it
+        # as the code.
+        status = status_of(code, kind, chunk.get("status_code"))
+        self._ended = True
+        self._calls = {}  # calls still open never ended: no ToolCallEnd for them
+        return [StreamError(str(message), kind, origin=NAME, raw=chunk, status=status)]
+
+    def _envelope_of(self, chunk: JSON, chunk_extra: JSON, out: list[Event]) -> None:
+        """``MessageStart`` from the first chunk; later, envelope fields that changed go into
+        ``chunk_extra``."""
+        if not self._started:
+            self._started = True
+            self._envelope = {k: chunk[k] for k in _ENVELOPE if k in chunk}
+            out.append(
+                MessageStart(
+                    NAME,
+                    id=chunk.get("id"),
+                    model=chunk.get("model"),
+                    created=chunk.get("created"),
+                    envelope=self._envelope,
+                )
+            )
+            return
+        # Some gateways change the envelope mid-stream; keep what they sent. Fast check:
+        # the chunk has exactly the first chunk's envelope keys, with the same values.
+        env = self._envelope
+        fields = len(chunk) - ("choices" in chunk) - ("usage" in chunk) - len(chunk_extra)
+        if fields != len(env) or not env.items() <= chunk.items():
+            for k in _ENVELOPE:
+                if k in chunk and chunk[k] != env.get(k):
+                    chunk_extra[k] = chunk[k]
+
+    def _choices(self, choices: list[object], out: list[Event]) -> tuple[JSON, JSON]:
+        """The events of the (one) choice; its and its delta's unknown fields."""
+        choice_extra: JSON = {}
+        delta_extra: JSON = {}
+        for choice in choices:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                raise UnsupportedShape("chunk with more than one choice (n > 1)")
+            if not choice.keys() <= _CHOICE_KNOWN:
+                choice_extra = {k: v for k, v in choice.items() if k not in _CHOICE_KNOWN}
+            delta = choice.get("delta") or {}
+            if not delta.keys() <= _DELTA_KNOWN:
+                delta_extra = {k: v for k, v in delta.items() if k not in _DELTA_KNOWN}
+            self._decode_delta(delta, out)
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str):
+                self._ended = True
+                out.extend(self._end_calls())
+                out.append(Finish(finish_reason(reason), raw=reason))
+        return choice_extra, delta_extra
 
     def _learn(self, data: str, text: str) -> None:
         """Keep the text around this plain chunk's ``content`` string: the upstream repeats it
@@ -253,35 +260,6 @@ class OpenAIChatStreamDecoder:
         except ValueError:
             return None
         return text if type(text) is str else None
-
-    def _plain_text(self, chunk: JSON) -> str | None:
-        """The text of the common chunk — the first chunk's envelope unchanged, one choice,
-        a delta with only ``content``, no finish, no usage, nothing else — else None (the
-        general path decodes it). Same events as the general path, a fraction of the work."""
-        if not self._started or "usage" in chunk or not chunk.keys() <= _CHUNK_KNOWN:
-            return None
-        choices = chunk.get("choices")
-        env = self._envelope
-        if (
-            type(choices) is not list
-            or len(choices) != 1
-            or len(chunk) != len(env) + 1
-            or not env.items() <= chunk.items()
-        ):
-            return None
-        choice = choices[0]
-        if (
-            type(choice) is not dict
-            or not choice.keys() <= _CHOICE_KNOWN
-            or choice.get("index", 0) != 0
-            or choice.get("finish_reason") is not None
-        ):
-            return None
-        delta = choice.get("delta")
-        if type(delta) is not dict or len(delta) != 1:
-            return None
-        content = delta.get("content")
-        return content if type(content) is str else None
 
     def _decode_delta(self, delta: JSON, out: list[Event]) -> None:
         if len(delta) == 1 and "content" in delta:  # the common chunk: a piece of text
@@ -350,153 +328,37 @@ class OpenAIChatStreamDecoder:
         return [StreamError(STREAM_CUT, "upstream_cut")]
 
 
+def _plain_text(chunk: JSON, started: bool, env: JSON) -> str | None:
+    """The text of the common chunk — the first chunk's envelope (``env``) unchanged, one choice,
+    a delta with only ``content``, no finish, no usage, nothing else — else None (the
+    general path decodes it). Same events as the general path, a fraction of the work."""
+    if not started or "usage" in chunk or not chunk.keys() <= _CHUNK_KNOWN:
+        return None
+    choices = chunk.get("choices")
+    if (
+        type(choices) is not list
+        or len(choices) != 1
+        or len(chunk) != len(env) + 1
+        or not env.items() <= chunk.items()
+    ):
+        return None
+    choice = choices[0]
+    if (
+        type(choice) is not dict
+        or not choice.keys() <= _CHOICE_KNOWN
+        or choice.get("index", 0) != 0
+        or choice.get("finish_reason") is not None
+    ):
+        return None
+    delta = choice.get("delta")
+    if type(delta) is not dict or len(delta) != 1:
+        return None
+    content = delta.get("content")
+    return content if type(content) is str else None
+
+
 def _with_extra(event: Event, extra: JSON) -> Event:
     """A copy of ``event`` with the wire extras of its source chunk attached."""
     if isinstance(event, ToolCallEnd | StreamEnd | RawEvent | StreamError):
         return event
     return dataclasses.replace(event, extra={**event.extra, "wire": extra})
-
-
-class OpenAIChatStreamEncoder:
-    """Unified events → ``chat.completion.chunk`` payloads (and the final ``[DONE]``)."""
-
-    @property
-    def fast_path(self) -> EncoderFastPath:
-        """Its own ``text_sse`` and ``text_frame`` (``EncoderFastPath``)."""
-        return self
-
-    def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
-        self._defaults = defaults
-        self._envelope: JSON = {
-            "id": "chatcmpl-bridge",
-            "object": "chat.completion.chunk",
-            "created": defaults.created,
-            "model": defaults.model,
-        }
-        self._same = False
-        self._done = False
-        self._started = False
-        self.text_frame: tuple[bytes, bytes] | None = None
-        """A text chunk's SSE bytes before and after its content string, once ``text_sse``
-        wrote one (``StreamEncoder``); the envelope it holds changes only at ``MessageStart``,
-        which forgets it."""
-        self._failed = False
-        """An error went out: no ``[DONE]`` made up at the end (an OpenAI client would take
-        the stream for complete); only the upstream's own ``[DONE]`` is passed on."""
-
-    def _chunk(self, delta: JSON | None, extra: JSON, finish: str | None = None) -> str:
-        wire: JSON = extra.get("wire", _NO_EXTRA) if self._same else _NO_EXTRA
-        chunk: JSON = dict(self._envelope)
-        if wire:
-            chunk.update(wire.get("chunk", _NO_EXTRA))
-        if delta is None:
-            chunk["choices"] = []
-        else:
-            if wire:
-                delta.update(wire.get("delta", _NO_EXTRA))
-            choice: JSON = {"index": 0, "delta": delta}
-            if wire:
-                choice.update(wire.get("choice", _NO_EXTRA))
-            choice["finish_reason"] = finish
-            chunk["choices"] = [choice]
-        return dumps(chunk)
-
-    def text_sse(self, text: str | None, quoted: bytes | None = None) -> bytes | None:
-        """``feed(TextDelta(text))`` as SSE bytes (``StreamEncoder``)."""
-        frame = self.text_frame
-        if frame is None:
-            # The delta comes after the envelope: the last content is the delta's.
-            frame = sse_text_frame(
-                self._chunk({"content": ""}, _NO_EXTRA), '"content":""', last=True
-            )
-            if frame is None:
-                return None
-            self.text_frame = frame
-        return frame[0] + (dumpb(text) if quoted is None else quoted) + frame[1]
-
-    def feed(self, event: Event) -> list[tuple[str | None, str]]:
-        match event:
-            case MessageStart():
-                self.text_frame = None
-                self._same = event.origin == NAME
-                if self._same:
-                    known = {"id": event.id, "model": event.model, "created": event.created}
-                    fields = {k: v for k, v in known.items() if v is not None}
-                    self._envelope = {**self._envelope, **fields, **event.envelope}
-                else:
-                    self._envelope["id"] = _chat_id(event.id)
-                    self._envelope["model"] = event.model or self._defaults.model
-                    self._envelope["created"] = event.created or self._defaults.created
-                self._started = True
-                return [(None, self._chunk({"role": "assistant"}, event.extra))]
-            case TextDelta():
-                return [(None, self._chunk({"content": event.text}, event.extra))]
-            case ThinkingDelta():
-                field = (
-                    event.extra.get("field", "reasoning_content")
-                    if self._same
-                    else "reasoning_content"
-                )
-                return [(None, self._chunk({field: event.text}, event.extra))]
-            case ToolCallStart():
-                call = {
-                    "index": event.index,
-                    "id": event.id,
-                    "type": "function",
-                    "function": {"name": event.name, "arguments": event.arguments},
-                }
-                if self._same:
-                    call.update({k: v for k, v in event.extra.items() if k != "wire"})
-                return [(None, self._chunk({"tool_calls": [call]}, event.extra))]
-            case ToolCallArgsDelta():
-                call = {"index": event.index, "function": {"arguments": event.delta}}
-                if self._same:
-                    call.update({k: v for k, v in event.extra.items() if k != "wire"})
-                return [(None, self._chunk({"tool_calls": [call]}, event.extra))]
-            case ToolCallEnd():
-                return []
-            case Finish():
-                reason = event.raw if self._same and event.raw else _finish_str(event.reason)
-                return [(None, self._chunk({}, event.extra, finish=reason))]
-            case UsageEvent():
-                chunk = dict(self._envelope)
-                wire = event.extra.get("wire", _NO_EXTRA) if self._same else _NO_EXTRA
-                chunk.update(wire.get("chunk", _NO_EXTRA))
-                chunk["choices"] = []
-                chunk["usage"] = encode_usage(event.usage)
-                return [(None, dumps(chunk))]
-            case StreamError():
-                self._failed = True
-                body = (
-                    event.raw
-                    if event.origin == NAME and event.raw
-                    else error_body(event.message, event.http_status)
-                )
-                return [(None, dumps(body))]
-            case RawEvent():
-                if event.origin == NAME:
-                    return [(None, dumps(event.data))]
-                return []
-            case StreamEnd():
-                return self._end()
-
-    def finish(self) -> list[tuple[str | None, str]]:
-        if self._failed:
-            self._done = True
-        return self._end()
-
-    def _end(self) -> list[tuple[str | None, str]]:
-        if self._done:
-            return []
-        self._done = True
-        return [(None, "[DONE]")]
-
-
-def _finish_str(reason: str) -> str:
-    return "stop" if reason in ("other", "error") else reason
-
-
-def _chat_id(upstream_id: str | None) -> str:
-    if not upstream_id:
-        return "chatcmpl-bridge"
-    return upstream_id if upstream_id.startswith("chatcmpl-") else f"chatcmpl-{upstream_id}"

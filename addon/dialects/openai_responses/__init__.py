@@ -7,7 +7,8 @@ from .errors import body_status, error_type
 from .request import NAME, decode_request
 from .request_encode import encode_request, runs_tool
 from .response import decode_response, encode_error, encode_response, error_message
-from .stream import OpenAIResponsesStreamDecoder, OpenAIResponsesStreamEncoder
+from .stream import OpenAIResponsesStreamDecoder
+from .stream_encode import OpenAIResponsesStreamEncoder
 
 DIALECT = Dialect(
     name=NAME,

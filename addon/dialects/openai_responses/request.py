@@ -1,46 +1,12 @@
 """OpenAI Responses API requests (``POST /v1/responses``: Codex CLI, the openai SDK) → unified.
 
-Contract: JSON object in, ``Request`` out (the way back: ``request_encode``).
-Lenient on input; raises ``UnsupportedShape`` for JSON that is not a Responses
-request (the caller passes it through) and ``ClientError`` for a client's
-mistake (answered with OpenAI's error shape, ``response.encode_error``).
-
-Decoding
-- ``instructions`` becomes a leading system message; ``input`` is a string
-  (one user message) or a list of items. Consecutive items are grouped into
-  unified messages: assistant-side items (assistant messages, ``reasoning``,
-  ``function_call``, ``custom_tool_call``, other ``*_call`` items) join one
-  assistant message until a user-side item comes; each
-  ``function_call_output`` / ``custom_tool_call_output`` becomes a tool
-  message, a run of them sorted into the order of their calls.
-- ``custom_tool_call`` → ``ToolCall(custom=True)`` whose ``arguments`` is the
-  raw input text; ``reasoning`` → ``Thinking`` with the summary text, the
-  ``encrypted_content`` as its signature and the item itself (minus that) in
-  ``extra[NAME]``, so that this encoder sends the item back exactly. Other
-  dialects' encoders treat the signature as they treat any provider signature.
-- Items and content parts the model does not know (``item_reference``,
-  ``web_search_call``, ``input_file`` …) become ``Opaque`` parts of this
-  dialect.
-- Flat function tools → ``Tool``; custom (freeform) tools → ``Tool`` with
-  ``format`` (``{"type": "text"}`` when absent); every other tool type
-  (``web_search``, ``tool_search``, ``file_search``, ``mcp`` …) →
-  ``OpaqueTool(NAME)``: only a Responses upstream can run them (a route to
-  another leaves them out: ``addon.transforms.tools.leave_out_tools``). Chat-shaped
-  tools (``{"type": "function", "function": {…}}``, ``{"type": "custom",
-  "custom": {…}}``) and Cursor's typeless ``{name, input_schema}`` tools are
-  accepted as well (Cursor mixes them: ``openai_chat.hybrid``).
-- ``max_output_tokens``, ``temperature``, ``top_p``, ``user`` → ``Params``;
-  ``reasoning.effort`` → ``ThinkingConfig`` (``"none"``: no thinking);
-  ``parallel_tool_calls: false`` → ``ToolChoice.disable_parallel``. Everything
-  else (``store``, ``include``, ``text``, ``prompt_cache_key``,
-  ``previous_response_id`` …) stays in ``extra`` for a Responses upstream.
-
-Wire details that must reach only a Responses upstream (item ids and statuses
-of messages, calls and outputs; which system message was ``instructions``)
-are kept in a private table in ``Request.extra`` (``ITEMS``), keyed by call id
-or by a message's text, never in message or part ``extra``: other dialects'
-encoders copy those onto their own wire objects.
-
+Contract: JSON object in, ``Request`` out (the way back: ``request_encode``). Lenient on input;
+raises ``UnsupportedShape`` for JSON that is not a Responses request (passed through) and
+``ClientError`` for a client's mistake (``response.encode_error``). Items are grouped into
+unified messages; tools only OpenAI runs become ``OpaqueTool(NAME)``.
+Glossary: ``ITEMS`` the private table in ``Request.extra`` of wire details only a Responses
+upstream gets back (item ids and statuses, which system message was ``instructions``).
+Details: docs/dialects/openai_responses.md#module-notes.
 """
 
 from __future__ import annotations

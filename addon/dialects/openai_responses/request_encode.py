@@ -2,15 +2,7 @@
 
 Contract: ``Request`` in, JSON body out, for a Responses upstream; the decoder is ``request``,
 whose private table (``ITEMS``) gives a Responses client's own wire details back.
-
-Encoding writes what the Responses API accepts: for a Responses client its
-own fields back; for another dialect's request ``store: false`` (with
-``include: ["reasoning.encrypted_content"]`` when thinking is on, so that the
-reasoning can be replayed), leading system/developer text as
-``instructions``, function tools with an explicit ``strict: false`` (the
-Responses API defaults to strict schemas), reasoning without a signature
-dropped (noted).
-
+Details: docs/dialects/openai_responses.md#module-notes.
 """
 
 from __future__ import annotations

@@ -1,27 +1,10 @@
 """OpenAI Responses ``response`` objects (non-streamed answers) and errors ↔ unified.
 
-Contract: JSON in, ``Response`` out and back; no I/O. ``decode_response``
-reads a Responses upstream's answer: ``message`` items (``output_text`` and
-``refusal`` parts) → ``Text``, ``reasoning`` → ``Thinking`` (summary text,
-``encrypted_content`` as the signature, the item in ``extra[NAME]``),
-``function_call`` → ``ToolCall``, ``custom_tool_call`` →
-``ToolCall(custom=True)`` with the raw input, other items (``web_search_call``
-…) → ``Opaque``. The finish is ``tool_calls`` when there is a call,
-``length`` for ``incomplete_details.reason == "max_output_tokens"``,
-``content_filter`` for a filtered answer, ``error`` for a failed one.
-
-``encode_response`` writes a complete ``response`` object the openai SDK
-(``Response.model_validate``) and Codex accept: consecutive text parts in one
-``message`` item, ``Thinking`` as a ``reasoning`` item (summary text, and the
-signature as ``encrypted_content``: a Responses upstream's own, or another
-dialect's signature that the client will send back to it), calls as
-``function_call`` / ``custom_tool_call`` items; ids ``resp_…``, ``msg_…``,
-``rs_…``, ``fc_…``, ``ctc_…`` unless the upstream's ids are known; usage in the
-Responses shape (input/output token details included). An answer cut at the
-token limit has ``status: "incomplete"``.
-
-``encode_error`` writes OpenAI's error body ``{"error": {message, type, param,
-code}}``; the HTTP status stays on the ``ClientError``.
+Contract: JSON in, ``Response`` out and back; no I/O. ``decode_response`` reads a Responses
+upstream's answer; ``encode_response`` writes a complete ``response`` object the openai SDK
+and Codex accept (ids ``resp_…``, ``msg_…``, ``rs_…``, ``fc_…``, ``ctc_…`` unless the
+upstream's are known); ``encode_error`` writes OpenAI's error body.
+Details: docs/dialects/openai_responses.md#module-notes.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from addon.dialects.openai_chat.stream import OpenAIChatStreamDecoder, OpenAIChatStreamEncoder
+from addon.dialects.openai_chat.stream import OpenAIChatStreamDecoder
+from addon.dialects.openai_chat.stream_encode import OpenAIChatStreamEncoder
 from addon.model import Event, MessageStart, StreamEnd, TextDelta
 from addon.stream.framing import JsonArraySplitter, JsonArrayWriter
 from addon.stream.processor import StreamProcessor

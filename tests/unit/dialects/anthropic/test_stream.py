@@ -18,12 +18,10 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from addon.dialects.anthropic import DIALECT
-from addon.dialects.anthropic.stream import (
-    AnthropicStreamDecoder,
-    AnthropicStreamEncoder,
-    _Call,
-)
-from addon.dialects.openai_chat.stream import OpenAIChatStreamDecoder, OpenAIChatStreamEncoder
+from addon.dialects.anthropic.stream import AnthropicStreamDecoder
+from addon.dialects.anthropic.stream_encode import AnthropicStreamEncoder, _Call
+from addon.dialects.openai_chat.stream import OpenAIChatStreamDecoder
+from addon.dialects.openai_chat.stream_encode import OpenAIChatStreamEncoder
 from addon.model import (
     Event,
     Finish,

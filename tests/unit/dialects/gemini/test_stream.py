@@ -21,18 +21,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from addon.dialects.anthropic.stream import AnthropicStreamEncoder
+from addon.dialects.anthropic.stream_encode import AnthropicStreamEncoder
 from addon.dialects.base import Framing, StreamEncoder
 from addon.dialects.gemini import malformed as gemini_malformed
 from addon.dialects.gemini.response import CALL_SIGNATURE
-from addon.dialects.gemini.stream import (
-    CodeAssistStreamEncoder,
-    GeminiStreamDecoder,
-    GeminiStreamEncoder,
-    _path,
-)
-from addon.dialects.openai_chat.stream import OpenAIChatStreamEncoder
-from addon.dialects.openai_responses.stream import OpenAIResponsesStreamEncoder
+from addon.dialects.gemini.stream import GeminiStreamDecoder, _path
+from addon.dialects.gemini.stream_encode import CodeAssistStreamEncoder, GeminiStreamEncoder
+from addon.dialects.openai_chat.stream_encode import OpenAIChatStreamEncoder
+from addon.dialects.openai_responses.stream_encode import OpenAIResponsesStreamEncoder
 from addon.model import (
     Event,
     Finish,

@@ -22,14 +22,13 @@ from openai._types import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 
-from addon.dialects.anthropic.stream import AnthropicStreamDecoder, AnthropicStreamEncoder
-from addon.dialects.openai_chat.stream import OpenAIChatStreamDecoder, OpenAIChatStreamEncoder
+from addon.dialects.anthropic.stream import AnthropicStreamDecoder
+from addon.dialects.anthropic.stream_encode import AnthropicStreamEncoder
+from addon.dialects.openai_chat.stream import OpenAIChatStreamDecoder
+from addon.dialects.openai_chat.stream_encode import OpenAIChatStreamEncoder
 from addon.dialects.openai_responses import NAME
-from addon.dialects.openai_responses.stream import (
-    _CUT,
-    OpenAIResponsesStreamDecoder,
-    OpenAIResponsesStreamEncoder,
-)
+from addon.dialects.openai_responses.stream import CUT, OpenAIResponsesStreamDecoder
+from addon.dialects.openai_responses.stream_encode import OpenAIResponsesStreamEncoder
 from addon.model import (
     Event,
     Finish,
@@ -598,7 +597,7 @@ def test_a_cut_upstream_never_ends_its_calls() -> None:
     )  # fmt: skip
     # The cut is reported (never a made-up clean ending), and the open call is not ended:
     # it never was, and no client may get it as a whole call.
-    assert dec.finish() == [StreamError(_CUT, "upstream_cut")]
+    assert dec.finish() == [StreamError(CUT, "upstream_cut")]
     assert dec.finish() == []
 
 
