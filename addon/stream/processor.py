@@ -70,21 +70,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from addon.dialects.base import (
-    DecoderFastPath,
-    EncoderFastPath,
-    Framing,
-    StreamDecoder,
-    StreamEncoder,
-)
-from addon.dialects.framed import PLAIN_ASCII, UNQUOTED, framed_texts, unquoted_run
-from addon.jsonio import REFUSED, fast_loads
+from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
 from addon.model import Event, StreamError, TextDelta, ThinkingDelta
+from addon.stream import lanes
 from addon.stream.decompress import Decompressor
 from addon.stream.eventstream import EventStreamSplitter, Frame
-from addon.stream.fastpath import PASSES_TEXT, TextLane
+from addon.stream.fastpath import FastPath, TextLane
 from addon.stream.foreign import not_a_stream
 from addon.stream.framing import JsonArraySplitter, JsonArrayWriter
+from addon.stream.lanes import Reads
 from addon.stream.sse import (
     EventDecoder,
     LineDecoder,
@@ -100,49 +94,6 @@ MAX_EVENT_BYTES = 16 * 1024 * 1024
 """Default bound of one line, one event's data, one JSON-array item, a non-stream body."""
 
 NOT_A_STREAM = "the upstream's body is not an event stream"
-
-
-TIMED_READS = 64
-"""A stream's first reads, each timed (``StreamProcessor.reader``)…"""
-SAMPLE_EVERY = 16
-"""…then one read in this many (a power of two), counted for all of them."""
-
-
-def _no_clock() -> int:
-    return 0
-
-
-def _no_time(ns: int) -> None:
-    pass
-
-
-def _no_text(text: str | None, quoted: bytes | None) -> bytes | None:
-    return None
-
-
-def _no_text_sink(quoted: bytes) -> None:
-    pass
-
-
-class _Nobody:
-    """No stage must see a plain text: nothing to record it in (a ``text_sink`` that takes
-    every text)."""
-
-    text_sink = staticmethod(_no_text_sink)
-
-    def take_text(self, text: str) -> bool:
-        return True
-
-
-_NOBODY: TextLane = _Nobody()
-
-
-def _json_value(raw: bytes) -> object:
-    """The JSON value of ``raw``, or None when it is not JSON."""
-    try:
-        return fast_loads(raw)
-    except REFUSED:
-        return None
 
 
 class Stage(Protocol):
@@ -184,9 +135,7 @@ class StreamProcessor:
             raise ValueError(f"unknown framing {framing_in!r} → {framing_out!r}")
         self._decoder = decoder
         self._encoder = encoder
-        self._redact = redact
-        """Applied to the error message the processor writes itself (``_stop``): it may quote
-        the upstream's bytes, and with them a credential the upstream echoed."""
+        self._redact = redact  # for the error message of ``_stop`` (it may quote the upstream)
         self._stages = tuple(stages)
         self._decompressor = decompressor
         self._lines = LineDecoder()
@@ -194,128 +143,74 @@ class StreamProcessor:
         self._pending_raw = bytearray()  # raw lines of the SSE event being assembled
         self.same_dialect = same_dialect
         self.fast = fast
-        """The fast path's lanes are taken (``addon.stream.fastpath``); False: every read goes
-        the general way, to the same bytes (the equivalence tests run recordings both ways)."""
-        offer = decoder.fast_path
-        self._skippable: Callable[[str], bool] | None = (
-            offer.skippable
-            if offer is not None and raw_ok and same_dialect and framing_in == framing_out == "sse"
-            else None
-        )
-        """``raw_ok``: no stage changes this stream's events (the plan says so); an event the
-        decoder says nobody reads goes out as the upstream's bytes, undecoded."""
-        sse = framing_in == "sse"
         self._coalesce = (not same_dialect) if coalesce is None else coalesce
-        """Runs of plain text (or thinking) read together go through the stages and the
-        encoder as one delta (default: for clients of another dialect only; a same-dialect
-        client otherwise keeps the upstream's chunks one for one, whatever the reads)."""
-        self._skip_run: Callable[[bytes], int] | None = (
-            offer.skippable_run
-            if fast and offer is not None and self._skippable is not None
-            else None
+        self._fast_path = FastPath.of(
+            decoder.fast_path,
+            encoder.fast_path,
+            [stage.text_lane for stage in self._stages],
+            fast=fast,
+            raw_ok=raw_ok and same_dialect,
+            coalesce=self._coalesce,
+            sse_in=framing_in == "sse",
+            sse_out=framing_out == "sse",
+            raw_bytes=decompressor is None,
         )
-        """A whole chunk of events nobody reads: how many (the decoder's ``skippable_run``)."""
-        self._text_run: Callable[[bytes], tuple[str, int] | None] | None = (
-            offer.text_run
-            if fast and offer is not None and self._skippable is None and sse and self._coalesce
-            else None
-        )
-        """A whole chunk of plain text events, read at once: their joined text and count (the
-        decoder's ``text_run``); it goes through the stages and the encoder as one delta."""
-        self._lane = _text_lane(self._stages) if fast else None
-        """(stage index, ``take_text``) of each stage a plain text delta must be shown to, or
-        None: some stage must be fed every event (see ``Stage``)."""
+        self._skippable = self._fast_path.skippable
+        self._text_sse = self._fast_path.text_sse
+        self._track = self._fast_path.track
+        self._lanes: list[Reads] = []  # the lanes of ``reader``: their counts add to ours
         self._skipped_decoding = 0
         self._max = max_event_bytes
         self._whole = whole
         self._framing_in: Framing = framing_in
-        self._answer = (status, content_type)
-        """The answer's status and content type, to say what came when its body is not the
-        framing's stream (``addon.stream.foreign``)."""
-        self._body: bytearray | None = None
-        """Another dialect, a body that is not an event stream: collected until it ends."""
+        self._answer = (status, content_type)  # what came, when the body is not a stream
+        self._body: bytearray | None = None  # another dialect, not a stream: collected
         self._body_cut = False
         self._keep = keep_original
         self.original = bytearray()
-        """The first ``keep_original`` bytes the upstream sent (decompressed)."""
         self.whole_body = False
-        """The body was not an event stream and was read whole (``whole``)."""
         self.skipped = 0
         self.skip_reason: str | None = None
         self._items = JsonArraySplitter(max_event_bytes) if framing_in == "json_array" else None
         self._frames = EventStreamSplitter() if framing_in == "aws_eventstream" else None
-        self._stopped = False
-        """Binary framing only: the client's stream was ended with an error; later bytes are
-        dropped (binary frames are never given to a client raw)."""
+        self._stopped = False  # the client's stream was ended with an error (``_stop``)
         self._writer = JsonArrayWriter() if framing_out == "json_array" else None
-        self._encoder_fast: EncoderFastPath | None = (
-            encoder.fast_path if fast and self._writer is None else None
-        )
-        self._text_sse: Callable[[str | None, bytes | None], bytes | None] | None = (
-            self._encoder_fast.text_sse if self._encoder_fast is not None else None
-        )
-        """The encoder's fast path for plain text (``StreamEncoder``), SSE framing only."""
-        self._lane_decoder: DecoderFastPath | None = offer if self._text_run is not None else None
-        """A decoder that knows the frame of its plain text events (``text_frame``) on a
-        stream that reads plain text by runs (``_text_run``): a read of one such event, at an
-        event boundary, skips the line and event decoders (``feed``)."""
-        self._track = decompressor is None and (
-            self._lane_decoder is not None or self._skip_run is not None
-        )
-        """Whether reads of one whole event may skip the line and event decoders (``feed``):
-        the bytes fed are the upstream's (nothing to decompress), and there is a way to read
-        such an event whole (``_skip_run`` or the lane decoder)."""
         self._between = False
         """The bytes fed so far end at an event boundary, and the stream goes on as usual (not
         stopped, passed through, finished or collected; the view's copy of its start whole):
-        kept only when ``_track``, and False from any way out (``_stop``, ``_fail``,
-        ``abort``, ``finish``)."""
+        kept only when ``_track``, False from any way out (``_stop``, ``_fail``, ``abort``,
+        ``finish``). A lane takes a read only then."""
         self._frame = encode_pairs if self._writer is None else self._writer.pairs
         self._finished = False
         self.passthrough = False
         self.error: str | None = None
-        """Why the processor fell back to passthrough, for the shell to log."""
         self.ended_with_error: str | None = None
-        """Why the client's stream ended with an error the bridge wrote because the upstream's
-        answer could not be read to its end (a cut stream, a body that is not an event stream,
-        ``error``), None when it did not: the shell's ⚠ (an error event the upstream sent in
-        its stream is the upstream's, not this)."""
         self.last_chunk = b""
-        """The last chunk fed the general way (``feed_general``), decompressed: what a
-        same-dialect client gets when the processor fails on it (``abort``). The common read
-        (``reader``) cannot fail that way and does not set it."""
         self._events_in = 0
         self._bytes_in = 0
         self._bytes_out = 0
-        self._lane_counts: list[Callable[[], tuple[int, int, int, int]]] = []
-        """Each reader's counts of the common reads it took: events, bytes in, bytes out,
-        events passed undecoded."""
         self.feed: Callable[[bytes], list[bytes]] = self.reader()
         """Upstream bytes in (split anywhere), client bytes out (see the module docstring)."""
 
     # ------------------------------------------------------------------ public
 
-    def _lane_count(self, field: int) -> int:
-        """What the readers' common reads add to one count (``_lane_counts``)."""
-        return sum(counts()[field] for counts in self._lane_counts)
-
     @property
     def events_in(self) -> int:
-        return self._events_in + self._lane_count(0)
+        return self._events_in + sum(lane.events_in for lane in self._lanes)
 
     @property
     def bytes_in(self) -> int:
         """Bytes fed (decompressed)."""
-        return self._bytes_in + self._lane_count(1)
+        return self._bytes_in + sum(lane.bytes_in for lane in self._lanes)
 
     @property
     def bytes_out(self) -> int:
-        return self._bytes_out + self._lane_count(2)
+        return self._bytes_out + sum(lane.bytes_out for lane in self._lanes)
 
     @property
     def skipped_decoding(self) -> int:
         """Events passed on as the upstream's bytes, undecoded (``raw_ok``)."""
-        return self._skipped_decoding + self._lane_count(3)
+        return self._skipped_decoding + sum(lane.skipped_decoding for lane in self._lanes)
 
     def feed_general(self, chunk: bytes) -> list[bytes]:
         """``feed`` the general way (``reader`` first looks for the common read)."""
@@ -368,213 +263,16 @@ class StreamProcessor:
         failed: Callable[[bytes, Exception], list[bytes]] | None = None,
     ) -> Callable[[bytes], list[bytes]]:
         """A function for each read of the body (``feed``; the shell's stream callable): the
-        common read taken in one flat function, every other read by ``general`` (default:
-        ``feed_general``; a shell's own also ends the body on ``b""``).
-
-        The common read is one whole event at an event boundary (``_between``), shaped as the
-        frame the decoder learned (its head, one JSON string's content, its tail: a plain text
-        chunk). On a route where nobody reads such a chunk (``_skip_run``; the decoder's
-        ``plain_frame``) it passes as its bytes; elsewhere (the lane decoder's ``text_frame``)
-        its text takes the text lane without the line and event decoders and, where at most
-        one stage must see it and takes it as its JSON string (``text_sink``), that string goes
-        to the stage and into the frame the encoder writes a text in (``text_frame``), or to its
-        ``text_sse``, undecoded. What lies between the frame's
-        ends is checked by one regular expression: no quote, no control character (so one
-        line, one event) and, for the text taken as it is, printable ASCII without a backslash
-        (the text itself, as ``dumpb`` would write it); any other text is read by msgspec,
-        which refuses anything but one JSON string.
-
-        A read of several whole events shaped so (a bursty upstream; a proxy that fell behind
-        reads what piled up) is taken too, event by event (``framed_run``): on the skip lane
-        it passes as its bytes; on the text lane their text is one delta (as ``_text_run``
-        makes it on the general way), its JSON string the bodies joined when every one is
-        plain, else read as one JSON array of the bodies (``framed_texts``).
-
-        Per read, the proxy runs this function and nothing else of ours: on a busy proxy each
-        Python call and attribute more costs several times what it does in a loop (the CPU's
-        caches hold mitmproxy's work between two events), so the checks are inline, and the
-        counts of these reads are the function's own (``events_in`` and the others add them
-        up).
-
-        With a ``clock`` and ``spent``, the time reads take goes to ``spent``: each of the
-        first ``TIMED_READS`` reads and the end (``b""``), then one read in ``SAMPLE_EVERY``,
-        counted for that many (reading the clock costs as much as a common read). A failure
-        of the common read itself (a bug of ours) goes to ``failed`` with the chunk (then the
-        ``last_chunk``), as the shell's ``general`` handles one of the general way's."""
-        general = general or self.feed_general
-        timing = clock is not None and spent is not None
-        now = clock or _no_clock
-        add = spent or _no_time
-        reads = mask = 0
-        events = size_in = size_out = 0
-
-        def took(started: int, chunk: bytes) -> None:
-            nonlocal mask
-            add((now() - started) * (SAMPLE_EVERY if mask and chunk else 1))
-            if reads >= TIMED_READS:
-                mask = SAMPLE_EVERY - 1
-
-        def lane_failed(chunk: bytes, e: Exception) -> list[bytes]:
-            if failed is None:
-                raise e
-            self.last_chunk = chunk
-            return failed(chunk, e)
-
-        def timed(chunk: bytes) -> list[bytes]:
-            nonlocal reads
-            reads += 1
-            if reads & mask and chunk:
-                return general(chunk)
-            started = now()
-            out = general(chunk)
-            took(started, chunk)
-            return out
-
-        if not self._track:
-            return timed if timing else general
-        if self._skip_run is not None:
-            decoder = self._decoder.fast_path
-            assert decoder is not None  # ``_skip_run`` is its ``skippable_run``
-
-            def skip(chunk: bytes) -> list[bytes]:
-                nonlocal reads, events, size_in
-                try:
-                    started = -1
-                    if timing:
-                        reads += 1
-                        if not reads & mask or not chunk:
-                            started = now()
-                    if self._between and (frame := decoder.plain_frame) is not None:
-                        head, tail = frame
-                        start = len(head)
-                        n = len(chunk)
-                        end = n - len(tail)
-                        if end >= start and chunk.startswith(head) and chunk.endswith(tail):
-                            if UNQUOTED(chunk, start, end) is not None:
-                                k = 1
-                            else:  # several events in one read (a burst, or a busy proxy)
-                                k = unquoted_run(chunk, head, tail)
-                        else:
-                            k = 0
-                        if k:
-                            events += k
-                            size_in += n
-                            if started >= 0:
-                                took(started, chunk)
-                            return [chunk]
-                    out = general(chunk)
-                    if started >= 0:
-                        took(started, chunk)
-                    return out
-                except Exception as e:  # a bug of ours: never a traceback in the proxy
-                    return lane_failed(chunk, e)
-
-            self._lane_counts.append(lambda: (events, size_in, size_in, events))
-            return skip
-        framed = self._lane_decoder
-        if framed is None:
-            return timed if timing else general
-        lane = self._lane
-        alone = lane is not None and len(lane) <= 1  # at most one stage must see a plain text
-        take = lane[0][1] if lane and len(lane) <= 2 else None
-        then = lane[1][1] if lane and len(lane) == 2 else None
-        """The ``take_text`` of the first two stages that must see a plain text (the reasoning
-        store's capture, a text protocol's parser), when there are no more than two."""
-        few = lane is not None and len(lane) <= 2
-        keeper: TextLane = _NOBODY
-        """The text lane of the one stage that must see a plain text: its ``text_sink``."""
-        if lane and alone:
-            keeper = lane[0][2]
-        write = self._text_sse or _no_text
-        encoder = self._encoder_fast  # its ``text_frame``
-        inline = alone and encoder is not None
-        """A plain text may be taken without being decoded: given as its JSON string to the
-        stage that must see it (``text_sink``) and to the encoder (into its ``text_frame``, or
-        to ``text_sse`` without the text)."""
-
-        def text(chunk: bytes) -> list[bytes]:
-            nonlocal reads, events, size_in, size_out
-            data: bytes | None  # (an annotation only: no work per read)
-            try:
-                started = -1
-                if timing:
-                    reads += 1
-                    if not reads & mask or not chunk:
-                        started = now()
-                out: list[bytes] | None = None
-                if self._between and (frame := framed.text_frame) is not None:
-                    head, tail = frame
-                    start = len(head)
-                    end = len(chunk) - len(tail)
-                    if end >= start and chunk.startswith(head) and chunk.endswith(tail):
-                        count = 1
-                        one = chunk[start - 1 : end + 1]  # the text's JSON string
-                        string: bytes | None = one
-                        value: object = None
-                        if PLAIN_ASCII(chunk, start, end) is None:
-                            if (
-                                (q := chunk.find(b'"', start)) != end
-                                and chunk.startswith(tail, q)
-                                and (run := framed_texts(chunk, head, tail))[0]
-                            ):  # several events in one read (a burst, a busy proxy): one delta
-                                count, string, value = run
-                            else:  # one event whose text is not plain
-                                value = _json_value(one)
-                                string = None  # written anew: as without the lane
-                        quoted = string
-                        if string is None:
-                            pass
-                        elif (
-                            inline
-                            and len(string) > 2
-                            and (sink := keeper.text_sink) is not None
-                            and sink(string) is not False
-                        ):
-                            events += count
-                            size_in += len(chunk)
-                            assert encoder is not None  # ``inline``
-                            written = encoder.text_frame
-                            try:
-                                if written is not None:
-                                    data = written[0] + string + written[1]
-                                elif (data := write(None, string)) is None:
-                                    out = self._written(string[1:-1].decode("ascii"))
-                                if data is not None:
-                                    size_out += len(data)
-                                    out = [data]
-                            except Exception as e:
-                                out = self._fail(f"{type(e).__name__}: {e}", chunk)
-                        else:
-                            value = string[1:-1].decode("ascii")
-                        if count and type(value) is str:
-                            events += count
-                            size_in += len(chunk)
-                            try:
-                                if not value:
-                                    out = []
-                                elif not few or (take is not None and not take(value)):
-                                    out = self._lane_text(value)
-                                elif then is not None and not then(value):
-                                    out = self._lane_text(value, 1)  # the first stage took it
-                                else:
-                                    data = write(value, quoted)
-                                    if data is None:
-                                        out = self._written(value)
-                                    else:
-                                        size_out += len(data)
-                                        out = [data]
-                            except Exception as e:
-                                out = self._fail(f"{type(e).__name__}: {e}", chunk)
-                if out is None:
-                    out = general(chunk)
-                if started >= 0:
-                    took(started, chunk)
-                return out
-            except Exception as e:  # a bug of ours: never a traceback in the proxy
-                return lane_failed(chunk, e)
-
-        self._lane_counts.append(lambda: (events, size_in, size_out, 0))
-        return text
+        lane's (``addon.stream.lanes``) where the stream has one, ``general`` for every other
+        read (default: ``feed_general``; a shell's own also ends the body on ``b""``). With a
+        ``clock`` and ``spent`` the time reads take goes to ``spent`` (sampled); a failure of a
+        lane itself goes to ``failed`` with the chunk (then the ``last_chunk``)."""
+        read, lane = lanes.reads(
+            self, self._fast_path, general or self.feed_general, clock, spent, failed
+        )
+        if lane is not None:
+            self._lanes.append(lane)
+        return read
 
     def _fast(self, chunk: bytes) -> list[bytes] | None:
         """Whole events read in one pass where the chunk allows it, else None (nothing taken).
@@ -591,13 +289,16 @@ class StreamProcessor:
             return None
         cut += 2
         whole = start + chunk[:cut] if start else (chunk if cut == len(chunk) else chunk[:cut])
-        if self._skip_run is not None and (n := self._skip_run(whole)):
+        if self._fast_path.skip_run is not None and (n := self._fast_path.skip_run(whole)):
             # Nothing in it anybody reads: the events go on as they came.
             self._events_in += n
             self._skipped_decoding += n
             self._events.saw_event()
             out = self._out([whole])
-        elif self._text_run is not None and (run := self._text_run(whole)) is not None:
+        elif (
+            self._fast_path.text_run is not None
+            and (run := self._fast_path.text_run(whole)) is not None
+        ):
             out = self._run_text(*run, whole)
         elif (simple := simple_events(whole)) is not None:
             out = self._run_simple(simple)
@@ -708,7 +409,7 @@ class StreamProcessor:
         """A plain text delta (not empty) shown to the stages of the text lane, or fed to the
         ones that must see it, then written. ``taken``: how many of the lane's stages took it
         already."""
-        lane = self._lane
+        lane = self._fast_path.stages
         if lane is None:
             return self._out(self._through([TextDelta(text)]))
         for at, take, _ in lane[taken:]:
@@ -1038,21 +739,6 @@ def join_runs(events: list[Event]) -> list[Event]:
 
 def _plain(event: TextDelta | ThinkingDelta) -> bool:
     return not event.extra and getattr(event, "signature", None) is None
-
-
-def _text_lane(
-    stages: Sequence[Stage],
-) -> tuple[tuple[int, Callable[[str], bool], TextLane], ...] | None:
-    """(stage index, ``take_text``, lane) of each stage a plain text delta must be shown to, or
-    None: some stage must be fed every event."""
-    lane: list[tuple[int, Callable[[str], bool], TextLane]] = []
-    for i, stage in enumerate(stages):
-        offer = stage.text_lane
-        if offer is None:
-            return None
-        if offer is not PASSES_TEXT:
-            lane.append((i, offer.take_text, offer))
-    return tuple(lane)
 
 
 def _feed_all(stage: Stage, events: list[Event]) -> list[Event]:
