@@ -18,6 +18,7 @@ from addon.dialects.base import DecoderFastPath
 from addon.dialects.framed import PLAIN_ASCII, UNQUOTED, framed_texts, unquoted_run
 from addon.jsonio import REFUSED, fast_loads
 from addon.stream.fastpath import NOBODY, FastPath, TextLane
+from addon.stream.output import Output
 
 TIMED_READS = 64
 """A stream's first reads, each timed…"""
@@ -29,15 +30,14 @@ type Failed = Callable[[bytes, Exception], list[bytes]]
 
 
 class GeneralPath(Protocol):
-    """What a lane reads and calls of the processor (``StreamProcessor``)."""
+    """What a lane reads and calls of the processor (``StreamProcessor``): whether a read
+    may take the lane, and its failure policy (``_fail``)."""
 
     _between: bool
     """The bytes fed so far end at an event boundary and the stream goes on as usual."""
     last_chunk: bytes
 
     def _fail(self, why: str, raw: bytes, done: Sequence[bytes] = ()) -> list[bytes]: ...
-    def _written(self, text: str) -> list[bytes]: ...
-    def _lane_text(self, text: str, taken: int = 0) -> list[bytes]: ...
 
 
 def _no_clock() -> int:
@@ -176,6 +176,7 @@ class TextLaneReads(Reads):
     def __init__(
         self,
         path: GeneralPath,
+        output: Output,
         fast: FastPath,
         general: Read,
         clock: Callable[[], int] | None,
@@ -185,6 +186,7 @@ class TextLaneReads(Reads):
         super().__init__(path, general, clock, spent, failed)
         assert fast.decoder is not None
         self._framed = fast.decoder
+        self._output = output
         lane = fast.stages
         alone = lane is not None and len(lane) <= 1  # at most one stage must see a plain text
         self._take = lane[0][1] if lane and len(lane) <= 2 else None
@@ -262,7 +264,7 @@ class TextLaneReads(Reads):
             if written is not None:
                 data = written[0] + string + written[1]
             elif (data := self._write(None, string)) is None:
-                return self._path._written(string[1:-1].decode("ascii"))
+                return self._output.written(string[1:-1].decode("ascii"))
             self.bytes_out += len(data)
             return [data]
         except Exception as e:
@@ -273,27 +275,28 @@ class TextLaneReads(Reads):
         it, then written."""
         self.events_in += count
         self.bytes_in += len(chunk)
-        path = self._path
+        output = self._output
         try:
             if not value:
                 return []
             take = self._take
             if not self._few or (take is not None and not take(value)):
-                return path._lane_text(value)
+                return output.lane_text(value)
             then = self._then
             if then is not None and not then(value):
-                return path._lane_text(value, 1)  # the first stage took it
+                return output.lane_text(value, 1)  # the first stage took it
             data = self._write(value, quoted)
             if data is None:
-                return path._written(value)
+                return output.written(value)
             self.bytes_out += len(data)
             return [data]
         except Exception as e:
-            return path._fail(f"{type(e).__name__}: {e}", chunk)
+            return self._path._fail(f"{type(e).__name__}: {e}", chunk)
 
 
 def reads(
     path: GeneralPath,
+    output: Output,
     fast: FastPath,
     general: Read,
     clock: Callable[[], int] | None = None,
@@ -307,7 +310,7 @@ def reads(
     if fast.track and fast.skip_run is not None and fast.decoder is not None:
         lane = SkipLane(path, fast.decoder, general, clock, spent, failed)
     elif fast.track and fast.text_run is not None:
-        lane = TextLaneReads(path, fast, general, clock, spent, failed)
+        lane = TextLaneReads(path, output, fast, general, clock, spent, failed)
     else:
         return (Reads(path, general, clock, spent, failed).read if timing else general), None
     return lane.read, lane

@@ -67,18 +67,18 @@ bad CRC, a cut frame or a failure of ours ends the client's stream with an error
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
 
 from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
-from addon.model import Event, StreamError, TextDelta, ThinkingDelta
+from addon.model import Event, StreamError
 from addon.stream import lanes
 from addon.stream.decompress import Decompressor
 from addon.stream.eventstream import EventStreamSplitter, Frame
-from addon.stream.fastpath import FastPath, TextLane
+from addon.stream.fastpath import FastPath
 from addon.stream.foreign import not_a_stream
 from addon.stream.framing import JsonArraySplitter, JsonArrayWriter
 from addon.stream.lanes import Reads
+from addon.stream.output import Output, join_runs
 from addon.stream.sse import (
     EventDecoder,
     LineDecoder,
@@ -86,25 +86,14 @@ from addon.stream.sse import (
     SSEEvent,
     SSEForeign,
     encode_event,
-    encode_pairs,
     simple_events,
 )
+from addon.stream.stages import Stage as Stage  # (plan.flow imports it from here)
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 """Default bound of one line, one event's data, one JSON-array item, a non-stream body."""
 
 NOT_A_STREAM = "the upstream's body is not an event stream"
-
-
-class Stage(Protocol):
-    """A step between decoder and encoder: unified events in, unified events out.
-    ``text_lane``: what it offers the text lane (``addon.stream.fastpath.TextLane``;
-    ``PASSES_TEXT`` when plain text passes it untouched), or None: it is fed every event."""
-
-    @property
-    def text_lane(self) -> TextLane | None: ...
-    def feed(self, event: Event) -> list[Event]: ...
-    def finish(self) -> list[Event]: ...
 
 
 class StreamProcessor:
@@ -134,9 +123,7 @@ class StreamProcessor:
         ):
             raise ValueError(f"unknown framing {framing_in!r} → {framing_out!r}")
         self._decoder = decoder
-        self._encoder = encoder
         self._redact = redact  # for the error message of ``_stop`` (it may quote the upstream)
-        self._stages = tuple(stages)
         self._decompressor = decompressor
         self._lines = LineDecoder()
         self._events = EventDecoder()
@@ -147,7 +134,7 @@ class StreamProcessor:
         self._fast_path = FastPath.of(
             decoder.fast_path,
             encoder.fast_path,
-            [stage.text_lane for stage in self._stages],
+            [stage.text_lane for stage in stages],
             fast=fast,
             raw_ok=raw_ok and same_dialect,
             coalesce=self._coalesce,
@@ -156,7 +143,6 @@ class StreamProcessor:
             raw_bytes=decompressor is None,
         )
         self._skippable = self._fast_path.skippable
-        self._text_sse = self._fast_path.text_sse
         self._track = self._fast_path.track
         self._lanes: list[Reads] = []  # the lanes of ``reader``: their counts add to ours
         self._skipped_decoding = 0
@@ -174,13 +160,14 @@ class StreamProcessor:
         self._items = JsonArraySplitter(max_event_bytes) if framing_in == "json_array" else None
         self._frames = EventStreamSplitter() if framing_in == "aws_eventstream" else None
         self._stopped = False  # the client's stream was ended with an error (``_stop``)
-        self._writer = JsonArrayWriter() if framing_out == "json_array" else None
+        writer = JsonArrayWriter() if framing_out == "json_array" else None
+        self._output = Output(stages, encoder, writer, self._fast_path)
+        self._out = self._output.out
         self._between = False
         """The bytes fed so far end at an event boundary, and the stream goes on as usual (not
         stopped, passed through, finished or collected; the view's copy of its start whole):
         kept only when ``_track``, False from any way out (``_stop``, ``_fail``, ``abort``,
         ``finish``). A lane takes a read only then."""
-        self._frame = encode_pairs if self._writer is None else self._writer.pairs
         self._finished = False
         self.passthrough = False
         self.error: str | None = None
@@ -188,7 +175,6 @@ class StreamProcessor:
         self.last_chunk = b""
         self._events_in = 0
         self._bytes_in = 0
-        self._bytes_out = 0
         self.feed: Callable[[bytes], list[bytes]] = self.reader()
         """Upstream bytes in (split anywhere), client bytes out (see the module docstring)."""
 
@@ -205,7 +191,7 @@ class StreamProcessor:
 
     @property
     def bytes_out(self) -> int:
-        return self._bytes_out + sum(lane.bytes_out for lane in self._lanes)
+        return self._output.bytes_out + sum(lane.bytes_out for lane in self._lanes)
 
     @property
     def skipped_decoding(self) -> int:
@@ -268,7 +254,7 @@ class StreamProcessor:
         ``clock`` and ``spent`` the time reads take goes to ``spent`` (sampled); a failure of a
         lane itself goes to ``failed`` with the chunk (then the ``last_chunk``)."""
         read, lane = lanes.reads(
-            self, self._fast_path, general or self.feed_general, clock, spent, failed
+            self, self._output, self._fast_path, general or self.feed_general, clock, spent, failed
         )
         if lane is not None:
             self._lanes.append(lane)
@@ -353,7 +339,7 @@ class StreamProcessor:
                 item = self._events.feed_line(line)
                 if isinstance(item, SSEComment):
                     del self._pending_raw[len(self._pending_raw) - len(raw) :]
-                    if self._writer is None:
+                    if self._output.writer is None:
                         out.append(encode_event(item))
                 elif isinstance(item, SSEForeign):
                     rest = b"".join(r for _, r in lines[i + 1 :])
@@ -401,35 +387,9 @@ class StreamProcessor:
         if not text:
             return []
         try:
-            return self._lane_text(text)
+            return self._output.lane_text(text)
         except Exception as e:
             return self._fail(f"{type(e).__name__}: {e}", chunk)
-
-    def _lane_text(self, text: str, taken: int = 0) -> list[bytes]:
-        """A plain text delta (not empty) shown to the stages of the text lane, or fed to the
-        ones that must see it, then written. ``taken``: how many of the lane's stages took it
-        already."""
-        lane = self._fast_path.stages
-        if lane is None:
-            return self._out(self._through([TextDelta(text)]))
-        for at, take, _ in lane[taken:]:
-            if not take(text):
-                # This stage must see the event: it and the ones after it are fed it (the
-                # ones before took the text and passed it on as it was).
-                events: list[Event] = [TextDelta(text)]
-                for stage in self._stages[at:]:
-                    events = _feed_all(stage, events)
-                return self._out(self._encode(events))
-        return self._written(text)
-
-    def _written(self, text: str) -> list[bytes]:
-        """A plain text delta (not empty) the stages passed, through the encoder."""
-        sse = self._text_sse
-        if sse is not None and (data := sse(text, None)) is not None:
-            self._bytes_out += len(data)
-            return [data]
-        pairs = self._encoder.feed(TextDelta(text))
-        return self._out(self._frame(pairs)) if pairs else []
 
     def _coalesced(self, events: list[tuple[str, bytes]]) -> list[bytes]:
         """Events that arrived together: decoded, their runs of plain text (or thinking)
@@ -445,7 +405,7 @@ class StreamProcessor:
                 if data:
                     self._events_in += 1
                     decoded += self._decode(data, None)
-            out = self._through(join_runs(decoded))
+            out = self._output.through(join_runs(decoded))
         except Exception as e:
             return self._fail(f"{type(e).__name__}: {e}", bytes(self._pending_raw))
         self._pending_raw.clear()
@@ -457,7 +417,7 @@ class StreamProcessor:
         for i, (text, raw) in enumerate(items):
             try:
                 self._events_in += 1
-                out.extend(self._through(self._decode(text, None)))
+                out.extend(self._output.through(self._decode(text, None)))
             except Exception as e:
                 rest = b"".join(r for _, r in items[i + 1 :])
                 return self._fail(f"{type(e).__name__}: {e}", raw + rest, out)
@@ -478,7 +438,7 @@ class StreamProcessor:
         for frame in frames:
             try:
                 self._events_in += 1
-                out.extend(self._through(self._decode(frame.text, frame.event)))
+                out.extend(self._output.through(self._decode(frame.text, frame.event)))
             except Exception as e:
                 return self._stop(f"{type(e).__name__}: {e}", out)
         assert self._frames is not None
@@ -528,10 +488,7 @@ class StreamProcessor:
         try:
             message = f"cursor-bridge could not read the upstream's stream: {why}"
             message = self._redact(message) if self._redact is not None else message
-            out += self._encode(self._end_stages(StreamError(message, "bridge_stream_error")))
-            out += self._frame(self._encoder.finish())
-            if self._writer is not None:
-                out.append(self._writer.close())
+            out += self._output.end_with(StreamError(message, "bridge_stream_error"))
         except Exception:  # already failing: the error event is best effort
             pass
         return self._out(out)
@@ -577,7 +534,7 @@ class StreamProcessor:
             events = self._whole(body)
             self._note_end_error(events)
             self._events_in += 1
-            out.extend(self._through(events))
+            out.extend(self._output.through(events))
             self._end(out, decoder=False)
         except Exception as e:
             return self._stop(f"{type(e).__name__}: {e}", out)
@@ -601,12 +558,7 @@ class StreamProcessor:
         """The body ended: flush the decoder, the stages and the encoder; close the framing."""
         events = self._decoder.finish() if decoder else []
         self._note_end_error(events)
-        for stage in self._stages:
-            events = _feed_all(stage, events) + stage.finish()
-        out.extend(self._encode(events))
-        out.extend(self._frame(self._encoder.finish()))
-        if self._writer is not None:
-            out.append(self._writer.close())
+        out.extend(self._output.end(events))
 
     def _note_end_error(self, events: Sequence[Event]) -> None:
         """Events read at the body's end (the decoder's ``finish``, a whole body's reading):
@@ -640,32 +592,8 @@ class StreamProcessor:
             self._pending_raw.clear()
             self._skipped_decoding += 1
             return
-        out.extend(self._through(self._decode(item.data, item.event)))
+        out.extend(self._output.through(self._decode(item.data, item.event)))
         self._pending_raw.clear()
-
-    def _through(self, events: list[Event]) -> list[bytes]:
-        """Unified events through the stages, then the client's encoder: its framed bytes."""
-        for stage in self._stages:
-            events = _feed_all(stage, events)
-        return self._encode(events)
-
-    def _encode(self, events: Iterable[Event]) -> list[bytes]:
-        out: list[bytes] = []
-        feed, frame, sse = self._encoder.feed, self._frame, self._text_sse
-        for event in events:
-            if (
-                sse is not None
-                and type(event) is TextDelta
-                and event.text
-                and not event.extra
-                and (data := sse(event.text, None)) is not None
-            ):
-                out.append(data)  # a plain text (the text runs of reads that came together)
-                continue
-            pairs = feed(event)
-            if pairs:
-                out.extend(frame(pairs))
-        return out
 
     def _fail(self, why: str, raw: bytes, done: Sequence[bytes] = ()) -> list[bytes]:
         if self._frames is not None or not self.same_dialect:
@@ -675,74 +603,4 @@ class StreamProcessor:
         self.error = why
         held = self._lines.pending() if self._items is None else self._items.pending()
         self._forget()
-        return self._out([*done, *self._drain_stages(), raw, held])
-
-    def _end_stages(self, error: StreamError) -> list[Event]:
-        """The stages' ending for a stream that fails: ``error`` through every stage, each
-        finished after it (as ``_end`` does with a decoder's error), so that a stage lets out
-        what it holds before the error and drops what must not reach a client (a tool call
-        that never ended). A stage that fails here costs what it held, never the error."""
-        events: list[Event] = [error]
-        try:
-            for stage in self._stages:
-                events = _feed_all(stage, events) + stage.finish()
-        except Exception:  # already failing: the error event is what matters
-            return [error]
-        return events
-
-    def _drain_stages(self) -> list[bytes]:
-        """What stages still hold (e.g. text the parser kept back) goes out before the raw rest."""
-        out: list[bytes] = []
-        try:
-            for i, stage in enumerate(self._stages):
-                events = stage.finish()
-                for later in self._stages[i + 1 :]:
-                    events = _feed_all(later, events)
-                out.extend(self._encode(events))
-        except Exception:  # already failing: keep what could be drained
-            pass
-        return out
-
-    def _out(self, parts: Sequence[bytes]) -> list[bytes]:
-        data = b"".join(parts)
-        if not data:
-            return []
-        self._bytes_out += len(data)
-        return [data]
-
-
-def join_runs(events: list[Event]) -> list[Event]:
-    """Adjacent plain text deltas joined into one, and adjacent plain thinking deltas (plain:
-    no wire extras, no signature); every other event as it was, in order. Linear: each run is
-    joined once."""
-    out: list[Event] = []
-    run: list[TextDelta | ThinkingDelta] = []
-
-    def flush() -> None:
-        if len(run) == 1:
-            out.append(run[0])
-        elif run:
-            out.append(type(run[0])("".join(e.text for e in run)))
-        run.clear()
-
-    for event in events:
-        if isinstance(event, TextDelta | ThinkingDelta) and _plain(event):
-            if run and type(run[0]) is not type(event):
-                flush()
-            run.append(event)
-        else:
-            flush()
-            out.append(event)
-    flush()
-    return out
-
-
-def _plain(event: TextDelta | ThinkingDelta) -> bool:
-    return not event.extra and getattr(event, "signature", None) is None
-
-
-def _feed_all(stage: Stage, events: list[Event]) -> list[Event]:
-    out: list[Event] = []
-    for event in events:
-        out.extend(stage.feed(event))
-    return out
+        return self._out([*done, *self._output.drain(), raw, held])

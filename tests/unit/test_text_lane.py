@@ -417,7 +417,7 @@ def test_the_lane_shows_the_capture_stage_the_text_the_long_way_shows_it(
     # No event lost, and no line that is not SSE (the body is then read whole at its end).
     intact = lane.error is None and not lane.skipped and lane._body is None
     if client in ("anthropic", "gemini") and bodies[0] == b"plain" and intact:  # text after text
-        turn = lane._stages[0].turn  # type: ignore[attr-defined]
+        turn = lane._output.stages[0].turn  # type: ignore[attr-defined]
         assert b'"plain"' in turn.visible.plain, "the text lane gave a text to the sink"
     got += b"".join(b for c in chunks[at + 1 :] for b in lane.feed(c)) + b"".join(lane.finish())
     whole = b"".join(chunks)
