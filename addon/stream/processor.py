@@ -78,16 +78,9 @@ from addon.stream.fastpath import FastPath
 from addon.stream.foreign import not_a_stream
 from addon.stream.framing import JsonArraySplitter, JsonArrayWriter
 from addon.stream.lanes import Reads
-from addon.stream.output import Output, join_runs
-from addon.stream.sse import (
-    EventDecoder,
-    LineDecoder,
-    SSEComment,
-    SSEEvent,
-    SSEForeign,
-    encode_event,
-    simple_events,
-)
+from addon.stream.output import Output
+from addon.stream.output import join_runs as join_runs  # (a test of capture imports it here)
+from addon.stream.sse_reader import SSEReader
 from addon.stream.stages import Stage as Stage  # (plan.flow imports it from here)
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -125,27 +118,22 @@ class StreamProcessor:
         self._decoder = decoder
         self._redact = redact  # for the error message of ``_stop`` (it may quote the upstream)
         self._decompressor = decompressor
-        self._lines = LineDecoder()
-        self._events = EventDecoder()
-        self._pending_raw = bytearray()  # raw lines of the SSE event being assembled
         self.same_dialect = same_dialect
         self.fast = fast
-        self._coalesce = (not same_dialect) if coalesce is None else coalesce
+        coalesce = (not same_dialect) if coalesce is None else coalesce
         self._fast_path = FastPath.of(
             decoder.fast_path,
             encoder.fast_path,
             [stage.text_lane for stage in stages],
             fast=fast,
             raw_ok=raw_ok and same_dialect,
-            coalesce=self._coalesce,
+            coalesce=coalesce,
             sse_in=framing_in == "sse",
             sse_out=framing_out == "sse",
             raw_bytes=decompressor is None,
         )
-        self._skippable = self._fast_path.skippable
         self._track = self._fast_path.track
         self._lanes: list[Reads] = []  # the lanes of ``reader``: their counts add to ours
-        self._skipped_decoding = 0
         self._max = max_event_bytes
         self._whole = whole
         self._framing_in: Framing = framing_in
@@ -163,6 +151,9 @@ class StreamProcessor:
         writer = JsonArrayWriter() if framing_out == "json_array" else None
         self._output = Output(stages, encoder, writer, self._fast_path)
         self._out = self._output.out
+        self._sse = SSEReader(
+            self, self._output, self._fast_path, coalesce=coalesce, max_event_bytes=max_event_bytes
+        )
         self._between = False
         """The bytes fed so far end at an event boundary, and the stream goes on as usual (not
         stopped, passed through, finished or collected; the view's copy of its start whole):
@@ -182,7 +173,7 @@ class StreamProcessor:
 
     @property
     def events_in(self) -> int:
-        return self._events_in + sum(lane.events_in for lane in self._lanes)
+        return self._events_in + self._sse.events_in + sum(lane.events_in for lane in self._lanes)
 
     @property
     def bytes_in(self) -> int:
@@ -196,7 +187,7 @@ class StreamProcessor:
     @property
     def skipped_decoding(self) -> int:
         """Events passed on as the upstream's bytes, undecoded (``raw_ok``)."""
-        return self._skipped_decoding + sum(lane.skipped_decoding for lane in self._lanes)
+        return self._sse.skipped_decoding + sum(lane.skipped_decoding for lane in self._lanes)
 
     def feed_general(self, chunk: bytes) -> list[bytes]:
         """``feed`` the general way (``reader`` first looks for the common read)."""
@@ -222,19 +213,10 @@ class StreamProcessor:
             return self._run_frames(self._frames.feed(chunk), final=False)
         if self._items is not None:
             return self._run_items(self._items.feed(chunk), final=False)
-        if self._events.idle and not self._pending_raw:
-            out = self._fast(chunk)
-            if out is None:
-                out = self._run(self._lines.feed(chunk), final=False)
-        else:
-            out = self._run(self._lines.feed(chunk), final=False)
+        out = self._sse.feed(chunk)
         if self._track:
-            lines = self._lines
             self._between = (
-                lines.started
-                and not lines.held
-                and self._events.idle
-                and not self._pending_raw
+                self._sse.at_boundary()
                 and not (self._stopped or self.passthrough or self._finished)
                 and self._body is None
                 and len(self.original) >= self._keep  # the view's copy of the start is whole
@@ -259,44 +241,6 @@ class StreamProcessor:
         if lane is not None:
             self._lanes.append(lane)
         return read
-
-    def _fast(self, chunk: bytes) -> list[bytes] | None:
-        """Whole events read in one pass where the chunk allows it, else None (nothing taken).
-
-        A read rarely ends where an event does: the events that end in this chunk (with the
-        start of the first one held from the chunk before) are read at once, and what comes
-        after the last of them goes to the line decoder as usual."""
-        cut = chunk.rfind(b"\n\n")
-        if cut == -1:
-            return None
-        lines = self._lines
-        start = b"" if lines.started and not lines.held else lines.take_line_start(chunk)
-        if start is None:
-            return None
-        cut += 2
-        whole = start + chunk[:cut] if start else (chunk if cut == len(chunk) else chunk[:cut])
-        if self._fast_path.skip_run is not None and (n := self._fast_path.skip_run(whole)):
-            # Nothing in it anybody reads: the events go on as they came.
-            self._events_in += n
-            self._skipped_decoding += n
-            self._events.saw_event()
-            out = self._out([whole])
-        elif (
-            self._fast_path.text_run is not None
-            and (run := self._fast_path.text_run(whole)) is not None
-        ):
-            out = self._run_text(*run, whole)
-        elif (simple := simple_events(whole)) is not None:
-            out = self._run_simple(simple)
-        else:
-            # Not for a fast path: the line decoder reads all of it, as if nothing was taken.
-            return self._run(self._lines.feed(start + chunk), final=False)
-        rest = chunk[cut:]
-        if not rest or self._stopped:
-            return out
-        if self.passthrough:  # the fast path failed: from here on the bytes pass as they are
-            return out + self._out([rest])
-        return out + self._run(self._lines.feed(rest), final=False)
 
     def finish(self) -> list[bytes]:
         if self._finished:
@@ -325,91 +269,9 @@ class StreamProcessor:
             if self._items.error is None:
                 items += self._items.finish()
             return self._run_items(items, final=True)
-        lines = self._lines.feed(tail) if tail else []
-        lines += self._lines.finish()
-        return self._run(lines, final=True)
+        return self._sse.finish(tail)
 
     # ------------------------------------------------------------------ internals
-
-    def _run(self, lines: list[tuple[str, bytes]], final: bool) -> list[bytes]:
-        out: list[bytes] = []
-        for i, (line, raw) in enumerate(lines):
-            self._pending_raw += raw
-            try:
-                item = self._events.feed_line(line)
-                if isinstance(item, SSEComment):
-                    del self._pending_raw[len(self._pending_raw) - len(raw) :]
-                    if self._output.writer is None:
-                        out.append(encode_event(item))
-                elif isinstance(item, SSEForeign):
-                    rest = b"".join(r for _, r in lines[i + 1 :])
-                    return self._foreign(bytes(self._pending_raw) + rest, out, final)
-                elif item is not None:
-                    self._dispatch(item, out)
-            except Exception as e:
-                rest = b"".join(r for _, r in lines[i + 1 :])
-                return self._fail(f"{type(e).__name__}: {e}", bytes(self._pending_raw) + rest, out)
-        if self._lines.held > self._max or self._events.size > self._max:
-            return self._fail(
-                f"an event longer than {self._max} bytes", bytes(self._pending_raw), out
-            )
-        if final:
-            try:
-                last = self._events.finish()
-                if last is not None:
-                    self._dispatch(last, out)
-                self._end(out)
-            except Exception as e:
-                return self._fail(f"{type(e).__name__}: {e}", bytes(self._pending_raw), out)
-        return self._out(out)
-
-    def _run_simple(self, events: list[tuple[str, bytes]]) -> list[bytes]:
-        """Whole one-line events (``simple_events``): dispatched as ``_run`` would — except
-        that with ``coalesce`` a run of plain text (or thinking) deltas that came in one
-        chunk goes through the stages and the encoder as one delta (``_coalesced``)."""
-        if self._coalesce and len(events) > 1:
-            return self._coalesced(events)
-        out: list[bytes] = []
-        self._events.saw_event()
-        for i, (data, raw) in enumerate(events):
-            self._pending_raw += raw
-            try:
-                self._dispatch(SSEEvent(data), out)
-            except Exception as e:
-                rest = b"".join(r for _, r in events[i + 1 :])
-                return self._fail(f"{type(e).__name__}: {e}", bytes(self._pending_raw) + rest, out)
-        return self._out(out)
-
-    def _run_text(self, text: str, n: int, chunk: bytes) -> list[bytes]:
-        """``n`` plain text events read at once (``_text_run``), as one delta. (The event
-        decoder saw events already: the decoder learned its text frame from one.)"""
-        self._events_in += n
-        if not text:
-            return []
-        try:
-            return self._output.lane_text(text)
-        except Exception as e:
-            return self._fail(f"{type(e).__name__}: {e}", chunk)
-
-    def _coalesced(self, events: list[tuple[str, bytes]]) -> list[bytes]:
-        """Events that arrived together: decoded, their runs of plain text (or thinking)
-        joined (``join_runs``), then through the stages and the encoder in one pass. The same
-        text reaches the client at the same moment in fewer events (what a model that bursts,
-        or a proxy that fell behind, reads in one go). A failure gives back (same dialect) the
-        bytes of all of them: nothing of them was emitted."""
-        self._events.saw_event()
-        decoded: list[Event] = []
-        try:
-            for data, raw in events:
-                self._pending_raw += raw
-                if data:
-                    self._events_in += 1
-                    decoded += self._decode(data, None)
-            out = self._output.through(join_runs(decoded))
-        except Exception as e:
-            return self._fail(f"{type(e).__name__}: {e}", bytes(self._pending_raw))
-        self._pending_raw.clear()
-        return self._out(out)
 
     def _run_items(self, items: list[tuple[str, bytes]], final: bool) -> list[bytes]:
         """JSON-array framing: each item is one event's data."""
@@ -495,9 +357,7 @@ class StreamProcessor:
 
     def _forget(self) -> None:
         """Drop whatever is held for reading: nothing more will be read (memory returns)."""
-        self._lines.clear()
-        self._events = EventDecoder()
-        self._pending_raw = bytearray()
+        self._sse.forget()
         self._body = None
         if self._items is not None:
             self._items = JsonArraySplitter(self._max)
@@ -507,9 +367,7 @@ class StreamProcessor:
         if self.same_dialect:
             return self._fail(NOT_A_STREAM, raw, done)
         self._body = bytearray(raw)
-        self._body += self._lines.pending()
-        self._lines.clear()
-        self._pending_raw.clear()
+        self._body += self._sse.take_rest()
         out = self._out(done)
         return out + self._end_body() if final else out
 
@@ -526,7 +384,7 @@ class StreamProcessor:
         """The end of a body that was not an event stream (another dialect): read whole."""
         body = bytes(self._body or b"")
         self._body = None
-        if self._events_in or self._whole is None or self._body_cut:
+        if self._events_in or self._sse.events_in or self._whole is None or self._body_cut:
             quote = body[:200].decode("utf-8", "replace").strip()
             return self._stop(f"{NOT_A_STREAM}: {quote!r}")
         out: list[bytes] = []
@@ -580,27 +438,12 @@ class StreamProcessor:
         except Exception:
             return False
 
-    def _dispatch(self, item: SSEEvent, out: list[bytes]) -> None:
-        if not item.data:
-            # A named event without data carries nothing a dialect could decode.
-            self._pending_raw.clear()
-            return
-        self._events_in += 1
-        skippable = self._skippable
-        if skippable is not None and item.event is None and skippable(item.data):
-            out.append(bytes(self._pending_raw))
-            self._pending_raw.clear()
-            self._skipped_decoding += 1
-            return
-        out.extend(self._output.through(self._decode(item.data, item.event)))
-        self._pending_raw.clear()
-
     def _fail(self, why: str, raw: bytes, done: Sequence[bytes] = ()) -> list[bytes]:
         if self._frames is not None or not self.same_dialect:
             return self._stop(why, done)
         self.passthrough = True
         self._between = False
         self.error = why
-        held = self._lines.pending() if self._items is None else self._items.pending()
+        held = self._sse.lines.pending() if self._items is None else self._items.pending()
         self._forget()
         return self._out([*done, *self._output.drain(), raw, held])
