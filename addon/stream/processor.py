@@ -73,10 +73,9 @@ from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
 from addon.model import Event, StreamError
 from addon.stream import lanes
 from addon.stream.decompress import Decompressor
-from addon.stream.eventstream import EventStreamSplitter, Frame
 from addon.stream.fastpath import FastPath
-from addon.stream.foreign import not_a_stream
-from addon.stream.framing import JsonArraySplitter, JsonArrayWriter
+from addon.stream.framed_readers import EventStreamReader, JsonArrayReader
+from addon.stream.framing import JsonArrayWriter
 from addon.stream.lanes import Reads
 from addon.stream.output import Output
 from addon.stream.output import join_runs as join_runs  # (a test of capture imports it here)
@@ -136,8 +135,6 @@ class StreamProcessor:
         self._lanes: list[Reads] = []  # the lanes of ``reader``: their counts add to ours
         self._max = max_event_bytes
         self._whole = whole
-        self._framing_in: Framing = framing_in
-        self._answer = (status, content_type)  # what came, when the body is not a stream
         self._body: bytearray | None = None  # another dialect, not a stream: collected
         self._body_cut = False
         self._keep = keep_original
@@ -145,14 +142,24 @@ class StreamProcessor:
         self.whole_body = False
         self.skipped = 0
         self.skip_reason: str | None = None
-        self._items = JsonArraySplitter(max_event_bytes) if framing_in == "json_array" else None
-        self._frames = EventStreamSplitter() if framing_in == "aws_eventstream" else None
+        self._binary = framing_in == "aws_eventstream"  # never given to a client raw
         self._stopped = False  # the client's stream was ended with an error (``_stop``)
         writer = JsonArrayWriter() if framing_out == "json_array" else None
         self._output = Output(stages, encoder, writer, self._fast_path)
         self._out = self._output.out
-        self._sse = SSEReader(
-            self, self._output, self._fast_path, coalesce=coalesce, max_event_bytes=max_event_bytes
+        answer = (status, content_type)  # to say what came when the body is not a stream
+        self._input: SSEReader | JsonArrayReader | EventStreamReader = (
+            SSEReader(
+                self,
+                self._output,
+                self._fast_path,
+                coalesce=coalesce,
+                max_event_bytes=max_event_bytes,
+            )
+            if framing_in == "sse"
+            else JsonArrayReader(self, self._output, answer, max_event_bytes)
+            if framing_in == "json_array"
+            else EventStreamReader(self, self._output, answer)
         )
         self._between = False
         """The bytes fed so far end at an event boundary, and the stream goes on as usual (not
@@ -173,7 +180,7 @@ class StreamProcessor:
 
     @property
     def events_in(self) -> int:
-        return self._events_in + self._sse.events_in + sum(lane.events_in for lane in self._lanes)
+        return self._events_in + self._input.events_in + sum(lane.events_in for lane in self._lanes)
 
     @property
     def bytes_in(self) -> int:
@@ -187,7 +194,8 @@ class StreamProcessor:
     @property
     def skipped_decoding(self) -> int:
         """Events passed on as the upstream's bytes, undecoded (``raw_ok``)."""
-        return self._sse.skipped_decoding + sum(lane.skipped_decoding for lane in self._lanes)
+        lanes = sum(lane.skipped_decoding for lane in self._lanes)
+        return self._input.skipped_decoding + lanes
 
     def feed_general(self, chunk: bytes) -> list[bytes]:
         """``feed`` the general way (``reader`` first looks for the common read)."""
@@ -209,14 +217,10 @@ class StreamProcessor:
         if self._body is not None:
             self._collect(chunk)
             return []
-        if self._frames is not None:
-            return self._run_frames(self._frames.feed(chunk), final=False)
-        if self._items is not None:
-            return self._run_items(self._items.feed(chunk), final=False)
-        out = self._sse.feed(chunk)
+        out = self._input.feed(chunk)
         if self._track:
             self._between = (
-                self._sse.at_boundary()
+                self._input.at_boundary()
                 and not (self._stopped or self.passthrough or self._finished)
                 and self._body is None
                 and len(self.original) >= self._keep  # the view's copy of the start is whole
@@ -260,73 +264,15 @@ class StreamProcessor:
         if self._body is not None:
             self._collect(tail)
             return self._end_body()
-        if self._frames is not None:
-            frames = self._frames.feed(tail) if tail else []
-            self._frames.finish()
-            return self._run_frames(frames, final=True)
-        if self._items is not None:
-            items = self._items.feed(tail) if tail else []
-            if self._items.error is None:
-                items += self._items.finish()
-            return self._run_items(items, final=True)
-        return self._sse.finish(tail)
+        return self._input.finish(tail)
 
     # ------------------------------------------------------------------ internals
-
-    def _run_items(self, items: list[tuple[str, bytes]], final: bool) -> list[bytes]:
-        """JSON-array framing: each item is one event's data."""
-        out: list[bytes] = []
-        for i, (text, raw) in enumerate(items):
-            try:
-                self._events_in += 1
-                out.extend(self._output.through(self._decode(text, None)))
-            except Exception as e:
-                rest = b"".join(r for _, r in items[i + 1 :])
-                return self._fail(f"{type(e).__name__}: {e}", raw + rest, out)
-        assert self._items is not None
-        if self._items.error is not None:
-            why = self._not_a_stream(self._items.pending())
-            return self._fail(why or f"cannot read the JSON array: {self._items.error}", b"", out)
-        if final:
-            try:
-                self._end(out)
-            except Exception as e:
-                return self._fail(f"{type(e).__name__}: {e}", b"", out)
-        return self._out(out)
-
-    def _run_frames(self, frames: list[Frame], final: bool) -> list[bytes]:
-        """AWS event-stream framing: each frame is one event (its type from its headers)."""
-        out: list[bytes] = []
-        for frame in frames:
-            try:
-                self._events_in += 1
-                out.extend(self._output.through(self._decode(frame.text, frame.event)))
-            except Exception as e:
-                return self._stop(f"{type(e).__name__}: {e}", out)
-        assert self._frames is not None
-        if self._frames.error is not None:
-            why = self._not_a_stream(self._frames.pending())
-            return self._stop(why or f"cannot read the event stream: {self._frames.error}", out)
-        if final:
-            try:
-                self._end(out)
-            except Exception as e:
-                return self._stop(f"{type(e).__name__}: {e}", out)
-        return self._out(out)
-
-    def _not_a_stream(self, head: bytes) -> str | None:
-        """A body whose very first bytes failed to frame: what came instead of the stream, if
-        it is not one at all (an HTML sign-in page, a JSON error); None otherwise."""
-        if self._events_in:
-            return None
-        status, content_type = self._answer
-        return not_a_stream(self._framing_in, head, status=status, content_type=content_type)
 
     def abort(self, why: str) -> list[bytes]:
         """The shell's way out when the processor itself failed: a same-dialect stream passes
         through from here on (nothing to give back: ``[]``); another dialect's is ended with an
         error event in the client's dialect (its bytes returned)."""
-        if self.same_dialect and self._frames is None:
+        if self.same_dialect and not self._binary:
             self.passthrough = True
             self._between = False
             self.error = self.error or why
@@ -357,17 +303,16 @@ class StreamProcessor:
 
     def _forget(self) -> None:
         """Drop whatever is held for reading: nothing more will be read (memory returns)."""
-        self._sse.forget()
+        self._input.forget()
         self._body = None
-        if self._items is not None:
-            self._items = JsonArraySplitter(self._max)
 
     def _foreign(self, raw: bytes, done: list[bytes], final: bool) -> list[bytes]:
         """A line that is no event-stream line: the rest of the body is something else."""
         if self.same_dialect:
             return self._fail(NOT_A_STREAM, raw, done)
         self._body = bytearray(raw)
-        self._body += self._sse.take_rest()
+        self._body += self._input.pending()
+        self._input.forget()
         out = self._out(done)
         return out + self._end_body() if final else out
 
@@ -384,7 +329,7 @@ class StreamProcessor:
         """The end of a body that was not an event stream (another dialect): read whole."""
         body = bytes(self._body or b"")
         self._body = None
-        if self._events_in or self._sse.events_in or self._whole is None or self._body_cut:
+        if self._events_in or self._input.events_in or self._whole is None or self._body_cut:
             quote = body[:200].decode("utf-8", "replace").strip()
             return self._stop(f"{NOT_A_STREAM}: {quote!r}")
         out: list[bytes] = []
@@ -405,7 +350,7 @@ class StreamProcessor:
         try:
             return self._decoder.feed(data, event)
         except Exception as e:
-            if self.same_dialect and self._frames is None:
+            if self.same_dialect and not self._binary:
                 raise
             self.skipped += 1
             if self.skip_reason is None:
@@ -439,11 +384,11 @@ class StreamProcessor:
             return False
 
     def _fail(self, why: str, raw: bytes, done: Sequence[bytes] = ()) -> list[bytes]:
-        if self._frames is not None or not self.same_dialect:
+        if self._binary or not self.same_dialect:
             return self._stop(why, done)
         self.passthrough = True
         self._between = False
         self.error = why
-        held = self._sse.lines.pending() if self._items is None else self._items.pending()
+        held = self._input.pending()
         self._forget()
         return self._out([*done, *self._output.drain(), raw, held])

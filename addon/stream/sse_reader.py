@@ -28,13 +28,15 @@ from addon.stream.sse import (
 
 
 class Host(Protocol):
-    """What the SSE reader calls of the processor: its decoding and failure policy."""
+    """What a body's reader calls of the processor: its decoding, its failure policy, its
+    end."""
 
     _stopped: bool
     passthrough: bool
 
     def _decode(self, data: str, event: str | None) -> list[Event]: ...
     def _fail(self, why: str, raw: bytes, done: Sequence[bytes] = ()) -> list[bytes]: ...
+    def _stop(self, why: str, done: Sequence[bytes] = ()) -> list[bytes]: ...
     def _foreign(self, raw: bytes, done: list[bytes], final: bool) -> list[bytes]: ...
     def _end(self, out: list[bytes], decoder: bool = True) -> None: ...
 
@@ -88,12 +90,9 @@ class SSEReader:
         self.events = EventDecoder()
         self.pending_raw = bytearray()
 
-    def take_rest(self) -> bytes:
-        """The bytes held but not read as lines (the rest of a body that is no stream)."""
-        rest = self.lines.pending()
-        self.lines.clear()
-        self.pending_raw.clear()
-        return rest
+    def pending(self) -> bytes:
+        """The bytes held but not read as lines."""
+        return self.lines.pending()
 
     def read_whole(self, chunk: bytes) -> list[bytes] | None:
         """Whole events read in one pass where the chunk allows it, else None (nothing taken).

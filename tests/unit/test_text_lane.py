@@ -359,8 +359,8 @@ def test_a_read_of_one_event_says_what_the_line_decoder_says(
     chunks = [*head[:3], *body, *head[3:]]
     lane, slow = processor(), processor()
     general: list[bytes] = []  # the reads that did not take a lane
-    fast = lane._sse.read_whole
-    lane._sse.read_whole = lambda chunk: general.append(chunk) or fast(chunk)  # type: ignore[method-assign]
+    fast = lane._input.read_whole
+    lane._input.read_whole = lambda chunk: general.append(chunk) or fast(chunk)  # type: ignore[method-assign]
     got, want = _both_ways(lane, slow, chunks)
     assert got == want
     if lane._track:  # a route with a lane (not same-dialect without raw_ok)
@@ -554,8 +554,8 @@ def test_a_read_of_several_events_says_what_the_general_way_says(
         i += n
     lane, general = processor(), processor()
     fallback: list[bytes] = []  # reads the common read left to the general way
-    fast = lane._sse.read_whole
-    lane._sse.read_whole = lambda chunk: fallback.append(chunk) or fast(chunk)  # type: ignore[method-assign]
+    fast = lane._input.read_whole
+    lane._input.read_whole = lambda chunk: fallback.append(chunk) or fast(chunk)  # type: ignore[method-assign]
     got = b"".join(b for r in reads for b in lane.feed(r)) + b"".join(lane.finish())
     want = b"".join(b for r in reads for b in general.feed_general(r))
     assert got == want + b"".join(general.finish())
