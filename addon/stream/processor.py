@@ -148,24 +148,10 @@ class StreamProcessor:
         self._output = Output(stages, encoder, writer, self._fast_path)
         self._out = self._output.out
         answer = (status, content_type)  # to say what came when the body is not a stream
-        self._input: SSEReader | JsonArrayReader | EventStreamReader = (
-            SSEReader(
-                self,
-                self._output,
-                self._fast_path,
-                coalesce=coalesce,
-                max_event_bytes=max_event_bytes,
-            )
-            if framing_in == "sse"
-            else JsonArrayReader(self, self._output, answer, max_event_bytes)
-            if framing_in == "json_array"
-            else EventStreamReader(self, self._output, answer)
-        )
+        self._input = _reader(self, framing_in, self._output, self._fast_path, answer, coalesce)
+        # A lane takes a read only when the bytes fed so far end at an event boundary and the
+        # stream goes on as usual (kept when ``_track``; False from any way out).
         self._between = False
-        """The bytes fed so far end at an event boundary, and the stream goes on as usual (not
-        stopped, passed through, finished or collected; the view's copy of its start whole):
-        kept only when ``_track``, False from any way out (``_stop``, ``_fail``, ``abort``,
-        ``finish``). A lane takes a read only then."""
         self._finished = False
         self.passthrough = False
         self.error: str | None = None
@@ -392,3 +378,22 @@ class StreamProcessor:
         held = self._input.pending()
         self._forget()
         return self._out([*done, *self._output.drain(), raw, held])
+
+
+type _Reader = SSEReader | JsonArrayReader | EventStreamReader
+
+
+def _reader(
+    host: StreamProcessor,
+    framing: Framing,
+    output: Output,
+    fast: FastPath,
+    answer: tuple[int | None, str | None],
+    coalesce: bool,
+) -> _Reader:
+    """The reader of the upstream's body for its framing."""
+    if framing == "sse":
+        return SSEReader(host, output, fast, coalesce=coalesce, max_event_bytes=host._max)
+    if framing == "json_array":
+        return JsonArrayReader(host, output, answer, host._max)
+    return EventStreamReader(host, output, answer)
