@@ -156,50 +156,52 @@ class JsonArraySplitter:
             if m is None:
                 pos = len(buf)
                 break
-            at = m.start()
-            c = buf[at]
-            if state == "start":
-                if at == 0 and c == _BOM[0]:  # nothing is consumed before the first item
-                    if len(buf) < len(_BOM) and _BOM.startswith(bytes(buf)):
-                        break  # the rest of a byte-order mark may follow
-                    if buf.startswith(_BOM):
-                        pos = len(_BOM)
-                        continue
-                if c == 0x5B:  # [
-                    self._state = "item"
-                    pos = at + 1
-                elif c == 0x7B:  # {: one object, not an array
-                    self._single = True
-                    self._open_item(at)
-                    pos = at + 1
-                else:
-                    self._fail(f"the body is not a JSON array (starts with {bytes([c])!r})")
-                    break
-            elif state == "item":
-                if c in (0x7B, 0x5B):
-                    self._open_item(at)
-                    pos = at + 1
-                elif c == 0x5D:  # ]: an empty array, or a comma before the end
-                    self._state = "done"
-                    pos = at + 1
-                else:
-                    self._fail(f"a JSON array item that is not an object ({bytes([c])!r})")
-                    break
-            elif state == "after":
-                if c == 0x2C:  # ,
-                    self._state = "item"
-                    pos = at + 1
-                elif c == 0x5D:
-                    self._state = "done"
-                    pos = at + 1
-                else:
-                    self._fail(f"{bytes([c])!r} after a JSON array item, not ',' or ']'")
-                    break
-            else:  # done (or failed)
-                self._fail("data after the end of the JSON array")
+            step = self._punctuation(buf, m.start(), state)
+            if step is None:
                 break
+            pos = step
         self._pos = pos
         return consumed
+
+    def _punctuation(self, buf: bytearray, at: int, state: _State) -> int | None:
+        """The non-blank byte at ``at``, between items: where scanning resumes, or None to
+        stop (more bytes needed, or the framing failed)."""
+        c = buf[at]
+        if state == "start":
+            if at == 0 and c == _BOM[0]:  # nothing is consumed before the first item
+                if len(buf) < len(_BOM) and _BOM.startswith(bytes(buf)):
+                    return None  # the rest of a byte-order mark may follow
+                if buf.startswith(_BOM):
+                    return len(_BOM)
+            if c == 0x5B:  # [
+                self._state = "item"
+                return at + 1
+            if c == 0x7B:  # {: one object, not an array
+                self._single = True
+                self._open_item(at)
+                return at + 1
+            self._fail(f"the body is not a JSON array (starts with {bytes([c])!r})")
+            return None
+        if state == "item":
+            if c in (0x7B, 0x5B):
+                self._open_item(at)
+                return at + 1
+            if c == 0x5D:  # ]: an empty array, or a comma before the end
+                self._state = "done"
+                return at + 1
+            self._fail(f"a JSON array item that is not an object ({bytes([c])!r})")
+            return None
+        if state == "after":
+            if c == 0x2C:  # ,
+                self._state = "item"
+                return at + 1
+            if c == 0x5D:
+                self._state = "done"
+                return at + 1
+            self._fail(f"{bytes([c])!r} after a JSON array item, not ',' or ']'")
+            return None
+        self._fail("data after the end of the JSON array")  # done (or failed)
+        return None
 
     def _open_item(self, at: int) -> None:
         self._state = "in_item"
