@@ -1,13 +1,11 @@
-"""The fast path: a shortcut to the bytes the general path (``StreamProcessor``) would write.
+"""The fast path's door: what a dialect or stage offers it, and what one stream may take.
 
 Glossary. A **lane** is a way of reading that skips part of the general path: the **skip
 lane** passes events nobody reads as their bytes; the **text lane** takes plain text past the
-line and event decoders and past the stages that only need to see it. The **common read** is
-one read (or a few whole events in one read) that a lane takes in one flat function.
-
-What a dialect or stage offers the fast path is declared, never probed: a decoder's
-``fast_path`` (``DecoderFastPath``), an encoder's (``EncoderFastPath``), a stage's
-``text_lane`` (``TextLane``, or ``PASSES_TEXT``), each None when it offers nothing.
+line and event decoders and past the stages that only need to see it (``addon.stream.lanes``
+holds them). What a decoder, an encoder or a stage offers is declared, never probed: its
+``fast_path`` (``DecoderFastPath``, ``EncoderFastPath``) or ``text_lane`` (``TextLane``, or
+``PASSES_TEXT``), None when it offers nothing; ``FastPath.of`` gathers one stream's, once.
 """
 
 from __future__ import annotations

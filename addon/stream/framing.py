@@ -2,25 +2,9 @@
 
 Gemini answers ``:streamGenerateContent`` without ``alt=sse`` this way: ``[`` then one
 ``GenerateContentResponse`` object per chunk, separated by ``,`` (and whatever whitespace the
-server likes, ``\\r\\n`` between items), then ``]``.
-
-Contract: sans-IO and incremental, like ``addon.stream.sse``. ``JsonArraySplitter`` turns byte
-chunks split anywhere (inside a string, an escape, a UTF-8 character) into the JSON text of
-each top-level item as soon as its closing bracket arrives. It scans every byte about once (possessive
-regular expressions skip strings and text up to the next bracket, in C), decodes UTF-8 only on whole items, and holds
-only the item being assembled: memory is bounded by the largest item (``max_item`` bytes, an
-error beyond). Each item comes with its raw bytes (the separators before it included), and the
-raw parts of all items returned so far plus ``pending()`` always equal the input, so that the
-caller can give back the exact original bytes if it has to give up. Malformed framing (not an
-array, a bare scalar item, text after the closing ``]``) is reported in ``error`` — the items
-before it are still returned — and nothing is consumed after it.
-
-Leniency: a body that is one JSON object instead of an array (some gateways answer an error
-or a single chunk so) is that one item; a comma before ``]`` is accepted. The items' own
-JSON is not validated here: that is the dialect decoder's job.
-
-``JsonArrayWriter`` is the other direction: ``[`` before the first item, ``,\\r\\n``
-between items, ``]`` at the end (``[]`` for no item), as Gemini writes it.
+server likes, ``\\r\\n`` between items), then ``]``. ``JsonArraySplitter`` reads it
+(sans-IO, incremental, like ``addon.stream.sse``); ``JsonArrayWriter`` writes it: ``[``
+before the first item, ``,\\r\\n`` between items, ``]`` at the end (``[]`` for no item).
 
 Must not know: mitmproxy, sockets, asyncio or any dialect.
 """
@@ -50,7 +34,22 @@ def _match_end(pattern: re.Pattern[bytes], buf: bytearray, pos: int) -> int:
 
 
 class JsonArraySplitter:
-    """bytes → ``(item text, raw bytes)`` pairs, one per top-level item of a JSON array."""
+    """bytes → ``(item text, raw bytes)`` pairs, one per top-level item of a JSON array.
+
+    Chunks split anywhere (inside a string, an escape, a UTF-8 character) give the JSON text of
+    each top-level item as soon as its closing bracket arrives. Every byte is scanned about
+    once (possessive regular expressions skip strings and text up to the next bracket, in C),
+    UTF-8 is decoded only on whole items, and only the item being assembled is held: memory is
+    bounded by the largest item (``max_item`` bytes, an error beyond). Each item comes with its
+    raw bytes (the separators before it included), and the raw parts of all items returned so
+    far plus ``pending()`` always equal the input, so that the caller can give back the exact
+    original bytes. Malformed framing (not an array, a bare scalar item, text after the
+    closing ``]``) is reported in ``error`` (the items before it are still returned) and
+    nothing is consumed after it.
+
+    Leniency: a body that is one JSON object instead of an array (some gateways answer an
+    error or a single chunk so) is that one item; a comma before ``]`` is accepted. The items'
+    own JSON is not validated here: that is the dialect decoder's job."""
 
     __slots__ = (
         "_buf",

@@ -1,68 +1,13 @@
-"""The stream pipeline: upstream SSE bytes in, client SSE bytes out.
+"""The stream pipeline: upstream bytes in, client bytes out (``StreamProcessor``), sans-IO.
 
-    bytes ─► [decompress] ─► SSE lines ─► SSE events ─► upstream decoder ─► unified events
-          ─► stages (text protocol, tool-call assembly, ...) ─► client encoder ─► SSE ─► bytes
-
-Contract: sans-IO. ``feed(chunk) -> list[bytes]`` may be called with chunks
-split anywhere (inside a line, inside a UTF-8 character); it returns ``[]``
-when nothing is ready and never an empty ``bytes`` (mitmproxy would end an
-HTTP/1 chunked body on it). ``finish()`` flushes and is idempotent.
-
-Never eat a stream, and never hand a client bytes of another dialect. What happens when
-something cannot be read depends on ``same_dialect`` (client and upstream speak one dialect):
-
-- same dialect: if decoding or rewriting fails, the processor records why in ``error``,
-  switches to ``passthrough`` and returns the raw (decompressed) bytes of everything not yet
-  emitted: the event that failed, the lines after it and the unfinished tail. Bytes fed after
-  that are returned as they come;
-- another dialect: an event the upstream decoder cannot read is skipped (``skipped`` counts
-  them, ``skip_reason`` keeps the first reason) and the stream goes on; a failure anywhere
-  else ends the client's stream with an error event in its own dialect (``_stop``) and later
-  bytes are dropped.
-
-A body sent as ``text/event-stream`` that is not an event stream (a JSON error object, an HTML
-page, plain text: ``SSEForeign``) is passed through on a same-dialect route; on another it is
-collected (bounded) and, when it ends, handed to ``whole`` — the plan's reading of a whole
-body: a whole answer's events, or a ``StreamError`` quoting it.
-
-Do not decode what nobody reads: with ``raw_ok`` (the plan: same dialect, no stage that changes
-events) an event whose data the decoder calls ``skippable`` (for OpenAI chat: a plain text
-chunk) is passed on as the upstream's bytes without being decoded (``skipped_decoding``).
-
-Reads, not events, are the unit of work where it pays (``reader``, ``_fast``): the whole
-events a read completes (the start of the first one held from the read before) are looked at
-once — a run nobody reads passes as its bytes (the decoder's ``skippable_run``), a run of
-plain text is read in one pass (``text_run``) and, with ``coalesce`` (another dialect, or a
-text protocol that rewrites the text anyway), goes through the stages and the encoder as one
-delta; text that arrived together reaches the client together, in fewer events. A
-same-dialect client without ``coalesce`` keeps the upstream's chunks one for one, whatever
-the reads.
-
-``fast=False`` turns the lanes off (``addon.stream.fastpath``): every read goes the general
-way, to the same bytes, counts and records (``tests/unit/test_fast_path_equivalence.py``).
-
-A stream the upstream cut (no finish, no ``[DONE]`` / ``message_stop``) is reported by the
-decoders as a ``StreamError`` of type ``upstream_cut``; the encoders then end the client's
-stream the way its dialect shows a failure, never with a made-up clean ending.
-
-Memory is bounded: an unfinished line, an event's data, a JSON-array item and the collected
-non-stream body never grow past ``max_event_bytes``. Past it the stream is passed through
-(same dialect; memory returns) or ended with an error event (another dialect). ``original``
-keeps the first ``keep_original`` bytes the upstream sent (decompressed) for the shell's view.
-
-SSE comments (``: keep-alive``) are forwarded as they are, so that idle
-connections stay open through the proxy.
-
-Framings (``addon.stream.framing``): the upstream's body is read as SSE (``framing_in="sse"``)
-or as one JSON array whose items are the events (``"json_array"``, Gemini without
-``alt=sse``: each item goes to the decoder as ``feed(item, None)``); the client's body is
-written as SSE or as one JSON array of the encoder's data (``[`` item ``,\r\n`` item … ``]``,
-closed by ``finish()``). SSE comments have no JSON-array form and are dropped there. On a
-failure the raw bytes given back are the upstream's, whatever the framings — except for AWS
-event-stream frames (``"aws_eventstream"``, Kiro; ``addon.stream.eventstream``: each frame goes to
-the decoder as ``feed(payload, event type)``), which no client of another dialect can read: a
-bad CRC, a cut frame or a failure of ours ends the client's stream with an error in its dialect
-(``_stop``) and the bytes after it are dropped.
+Contract: ``feed(chunk) -> list[bytes]`` takes chunks split anywhere and returns ``[]``, never
+an empty ``bytes``, when nothing is ready; ``finish()`` flushes and is idempotent; ``abort``
+is the shell's way out. Never eat a stream, never hand a client another dialect's bytes: a
+same-dialect stream falls back to ``passthrough`` of the raw bytes (``error`` says why),
+another dialect's ends with an error event in the client's dialect (``_stop``). The body's
+reader is the framing's (``SSEReader``, ``JsonArrayReader``, ``EventStreamReader``), the
+client's side is ``Output``; the lanes (``addon.stream.lanes``) take the common read, and
+``fast=False`` turns them off, to the same bytes. The whole story: docs/streams.md.
 """
 
 from __future__ import annotations
@@ -85,10 +30,22 @@ from addon.stream.stages import Stage as Stage  # (plan.flow imports it from her
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 """Default bound of one line, one event's data, one JSON-array item, a non-stream body."""
 
+_OUT = ("sse", "json_array")
+"""The client's framings."""
+
 NOT_A_STREAM = "the upstream's body is not an event stream"
 
 
 class StreamProcessor:
+    """One streamed answer, the general way. Public state, for the shell: ``passthrough`` and
+    ``error`` (why it fell back); ``ended_with_error`` (why the client's stream ended with an
+    error the bridge wrote: a cut stream, a body that is not a stream; the shell's ⚠);
+    ``skipped`` / ``skip_reason`` (events of another dialect it could not read);
+    ``whole_body``; ``original`` (the first ``keep_original`` bytes, for the view);
+    ``last_chunk`` (the last chunk fed the general way, decompressed: what a same-dialect
+    client gets when the processor fails on it); the counts ``events_in``, ``bytes_in``,
+    ``bytes_out``, ``skipped_decoding`` (the lanes' added)."""
+
     def __init__(
         self,
         decoder: StreamDecoder,
@@ -109,10 +66,7 @@ class StreamProcessor:
         redact: Callable[[str], str] | None = None,
         fast: bool = True,
     ) -> None:
-        if framing_in not in ("sse", "json_array", "aws_eventstream") or framing_out not in (
-            "sse",
-            "json_array",
-        ):
+        if framing_in not in ("sse", "json_array", "aws_eventstream") or framing_out not in _OUT:
             raise ValueError(f"unknown framing {framing_in!r} → {framing_out!r}")
         self._decoder = decoder
         self._redact = redact  # for the error message of ``_stop`` (it may quote the upstream)
