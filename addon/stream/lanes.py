@@ -26,6 +26,8 @@ SAMPLE_EVERY = 16
 """…then one read in this many (a power of two), counted for all of them."""
 
 type Read = Callable[[bytes], list[bytes]]
+type Lane = SkipLane | TextLaneReads
+"""A reader that takes reads itself: its counts add to the processor's."""
 type Failed = Callable[[bytes, Exception], list[bytes]]
 
 
@@ -64,8 +66,6 @@ class Reads:
     """The general way for every read, timed (``read``). Also the base of the lanes: the
     clock, the count of reads, and ``failed`` for a failure of a lane itself (a bug of ours:
     never a traceback in the proxy; without ``failed`` it is raised)."""
-
-    events_in = bytes_in = bytes_out = skipped_decoding = 0
 
     def __init__(
         self,
@@ -126,11 +126,11 @@ class SkipLane(Reads):
         self.bytes_in = 0
 
     @property
-    def bytes_out(self) -> int:  # type: ignore[override]
+    def bytes_out(self) -> int:
         return self.bytes_in
 
     @property
-    def skipped_decoding(self) -> int:  # type: ignore[override]
+    def skipped_decoding(self) -> int:
         return self.events_in
 
     def read(self, chunk: bytes) -> list[bytes]:
@@ -204,6 +204,7 @@ class TextLaneReads(Reads):
         self.events_in = 0
         self.bytes_in = 0
         self.bytes_out = 0
+        self.skipped_decoding = 0
 
     def read(self, chunk: bytes) -> list[bytes]:
         try:
@@ -302,11 +303,11 @@ def reads(
     clock: Callable[[], int] | None = None,
     spent: Callable[[int], None] | None = None,
     failed: Failed | None = None,
-) -> tuple[Read, Reads | None]:
+) -> tuple[Read, Lane | None]:
     """The stream's read function, and the lane behind it (None: none, ``general``, timed when
     given ``clock`` and ``spent``)."""
     timing = clock is not None and spent is not None
-    lane: Reads
+    lane: Lane
     if fast.track and fast.skip_run is not None and fast.decoder is not None:
         lane = SkipLane(path, fast.decoder, general, clock, spent, failed)
     elif fast.track and fast.text_run is not None:

@@ -21,7 +21,7 @@ from addon.stream.decompress import Decompressor
 from addon.stream.fastpath import FastPath
 from addon.stream.framed_readers import EventStreamReader, JsonArrayReader
 from addon.stream.framing import JsonArrayWriter
-from addon.stream.lanes import Reads
+from addon.stream.lanes import Lane
 from addon.stream.output import Output
 from addon.stream.output import join_runs as join_runs  # (a test of capture imports it here)
 from addon.stream.sse_reader import SSEReader
@@ -86,7 +86,7 @@ class StreamProcessor:
             raw_bytes=decompressor is None,
         )
         self._track = self._fast_path.track
-        self._lanes: list[Reads] = []  # the lanes of ``reader``: their counts add to ours
+        self._lanes: list[Lane] = []  # the lanes of ``reader``: their counts add to ours
         self._max = max_event_bytes
         self._whole = whole
         self._body: bytearray | None = None  # another dialect, not a stream: collected
