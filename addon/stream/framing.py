@@ -2,25 +2,9 @@
 
 Gemini answers ``:streamGenerateContent`` without ``alt=sse`` this way: ``[`` then one
 ``GenerateContentResponse`` object per chunk, separated by ``,`` (and whatever whitespace the
-server likes, ``\\r\\n`` between items), then ``]``.
-
-Contract: sans-IO and incremental, like ``addon.stream.sse``. ``JsonArraySplitter`` turns byte
-chunks split anywhere (inside a string, an escape, a UTF-8 character) into the JSON text of
-each top-level item as soon as its closing bracket arrives. It scans every byte about once (possessive
-regular expressions skip strings and text up to the next bracket, in C), decodes UTF-8 only on whole items, and holds
-only the item being assembled: memory is bounded by the largest item (``max_item`` bytes, an
-error beyond). Each item comes with its raw bytes (the separators before it included), and the
-raw parts of all items returned so far plus ``pending()`` always equal the input, so that the
-caller can give back the exact original bytes if it has to give up. Malformed framing (not an
-array, a bare scalar item, text after the closing ``]``) is reported in ``error`` — the items
-before it are still returned — and nothing is consumed after it.
-
-Leniency: a body that is one JSON object instead of an array (some gateways answer an error
-or a single chunk so) is that one item; a comma before ``]`` is accepted. The items' own
-JSON is not validated here: that is the dialect decoder's job.
-
-``JsonArrayWriter`` is the other direction: ``[`` before the first item, ``,\\r\\n``
-between items, ``]`` at the end (``[]`` for no item), as Gemini writes it.
+server likes, ``\\r\\n`` between items), then ``]``. ``JsonArraySplitter`` reads it
+(sans-IO, incremental, like ``addon.stream.sse``); ``JsonArrayWriter`` writes it: ``[``
+before the first item, ``,\\r\\n`` between items, ``]`` at the end (``[]`` for no item).
 
 Must not know: mitmproxy, sockets, asyncio or any dialect.
 """
@@ -50,7 +34,22 @@ def _match_end(pattern: re.Pattern[bytes], buf: bytearray, pos: int) -> int:
 
 
 class JsonArraySplitter:
-    """bytes → ``(item text, raw bytes)`` pairs, one per top-level item of a JSON array."""
+    """bytes → ``(item text, raw bytes)`` pairs, one per top-level item of a JSON array.
+
+    Chunks split anywhere (inside a string, an escape, a UTF-8 character) give the JSON text of
+    each top-level item as soon as its closing bracket arrives. Every byte is scanned about
+    once (possessive regular expressions skip strings and text up to the next bracket, in C),
+    UTF-8 is decoded only on whole items, and only the item being assembled is held: memory is
+    bounded by the largest item (``max_item`` bytes, an error beyond). Each item comes with its
+    raw bytes (the separators before it included), and the raw parts of all items returned so
+    far plus ``pending()`` always equal the input, so that the caller can give back the exact
+    original bytes. Malformed framing (not an array, a bare scalar item, text after the
+    closing ``]``) is reported in ``error`` (the items before it are still returned) and
+    nothing is consumed after it.
+
+    Leniency: a body that is one JSON object instead of an array (some gateways answer an
+    error or a single chunk so) is that one item; a comma before ``]`` is accepted. The items'
+    own JSON is not validated here: that is the dialect decoder's job."""
 
     __slots__ = (
         "_buf",
@@ -156,50 +155,52 @@ class JsonArraySplitter:
             if m is None:
                 pos = len(buf)
                 break
-            at = m.start()
-            c = buf[at]
-            if state == "start":
-                if at == 0 and c == _BOM[0]:  # nothing is consumed before the first item
-                    if len(buf) < len(_BOM) and _BOM.startswith(bytes(buf)):
-                        break  # the rest of a byte-order mark may follow
-                    if buf.startswith(_BOM):
-                        pos = len(_BOM)
-                        continue
-                if c == 0x5B:  # [
-                    self._state = "item"
-                    pos = at + 1
-                elif c == 0x7B:  # {: one object, not an array
-                    self._single = True
-                    self._open_item(at)
-                    pos = at + 1
-                else:
-                    self._fail(f"the body is not a JSON array (starts with {bytes([c])!r})")
-                    break
-            elif state == "item":
-                if c in (0x7B, 0x5B):
-                    self._open_item(at)
-                    pos = at + 1
-                elif c == 0x5D:  # ]: an empty array, or a comma before the end
-                    self._state = "done"
-                    pos = at + 1
-                else:
-                    self._fail(f"a JSON array item that is not an object ({bytes([c])!r})")
-                    break
-            elif state == "after":
-                if c == 0x2C:  # ,
-                    self._state = "item"
-                    pos = at + 1
-                elif c == 0x5D:
-                    self._state = "done"
-                    pos = at + 1
-                else:
-                    self._fail(f"{bytes([c])!r} after a JSON array item, not ',' or ']'")
-                    break
-            else:  # done (or failed)
-                self._fail("data after the end of the JSON array")
+            step = self._punctuation(buf, m.start(), state)
+            if step is None:
                 break
+            pos = step
         self._pos = pos
         return consumed
+
+    def _punctuation(self, buf: bytearray, at: int, state: _State) -> int | None:
+        """The non-blank byte at ``at``, between items: where scanning resumes, or None to
+        stop (more bytes needed, or the framing failed)."""
+        c = buf[at]
+        if state == "start":
+            if at == 0 and c == _BOM[0]:  # nothing is consumed before the first item
+                if len(buf) < len(_BOM) and _BOM.startswith(bytes(buf)):
+                    return None  # the rest of a byte-order mark may follow
+                if buf.startswith(_BOM):
+                    return len(_BOM)
+            if c == 0x5B:  # [
+                self._state = "item"
+                return at + 1
+            if c == 0x7B:  # {: one object, not an array
+                self._single = True
+                self._open_item(at)
+                return at + 1
+            self._fail(f"the body is not a JSON array (starts with {bytes([c])!r})")
+            return None
+        if state == "item":
+            if c in (0x7B, 0x5B):
+                self._open_item(at)
+                return at + 1
+            if c == 0x5D:  # ]: an empty array, or a comma before the end
+                self._state = "done"
+                return at + 1
+            self._fail(f"a JSON array item that is not an object ({bytes([c])!r})")
+            return None
+        if state == "after":
+            if c == 0x2C:  # ,
+                self._state = "item"
+                return at + 1
+            if c == 0x5D:
+                self._state = "done"
+                return at + 1
+            self._fail(f"{bytes([c])!r} after a JSON array item, not ',' or ']'")
+            return None
+        self._fail("data after the end of the JSON array")  # done (or failed)
+        return None
 
     def _open_item(self, at: int) -> None:
         self._state = "in_item"

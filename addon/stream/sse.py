@@ -1,17 +1,12 @@
 """Server-sent events: bytes ↔ lines ↔ events, per the WHATWG event-stream rules.
 
-Contract: sans-IO and incremental. ``LineDecoder`` turns byte chunks split
-anywhere into complete lines, decoding UTF-8 only on whole lines (a character
-cut across two chunks survives) and holding back only the unfinished line;
-lines end at LF, CR or CRLF, and a CRLF split across two chunks is one
-terminator. Each line comes with its raw bytes, terminator included, so the
-caller can give back the exact original bytes if it has to give up: the raw
-parts of all lines returned so far plus ``pending()`` always equal the input.
-``EventDecoder`` turns lines into events and comments. ``encode_event`` /
-``encode_data`` write them back with LF endings.
+Contract: sans-IO and incremental. ``LineDecoder`` turns byte chunks split anywhere into
+complete lines, each with its raw bytes (so a caller can give back the exact original bytes);
+``EventDecoder`` turns lines into events and comments; ``encode_event`` / ``encode_data``
+write them back with LF endings.
 
-Must not know: mitmproxy, sockets, asyncio, JSON or any dialect. Only bytes,
-str and the event-stream grammar.
+Must not know: mitmproxy, sockets, asyncio, JSON or any dialect. Only bytes, str and the
+event-stream grammar.
 """
 
 from __future__ import annotations
@@ -49,7 +44,10 @@ _BOM_BYTES = _BOM.encode()
 class LineDecoder:
     """bytes → ``(line, raw)`` pairs, ``raw`` being the line's bytes with its terminator.
 
-    A byte-order mark at the very start of the stream is dropped from the first
+    UTF-8 is decoded only on whole lines (a character cut across two chunks survives) and only
+    the unfinished line is held; lines end at LF, CR or CRLF, and a CRLF split across two
+    chunks is one terminator. The raw parts of all lines returned so far plus ``pending()``
+    always equal the input. A byte-order mark at the very start of the stream is dropped from the first
     line's text (WHATWG), never from its raw bytes. ``held`` is the size of the
     unfinished line, for the caller to bound.
     """

@@ -7,6 +7,7 @@ events; ``finish`` flushes and is idempotent. Sans-IO.
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol
 
 from addon.model import (
     Event,
@@ -22,6 +23,17 @@ from addon.model import (
 from addon.redact import Secrets
 from addon.stream.fastpath import PASSES_TEXT, TextLane
 from addon.textproto.parser import TextProtocolParser
+
+
+class Stage(Protocol):
+    """A step between decoder and encoder: unified events in, unified events out.
+    ``text_lane``: what it offers the text lane (``addon.stream.fastpath.TextLane``;
+    ``PASSES_TEXT`` when plain text passes it untouched), or None: it is fed every event."""
+
+    @property
+    def text_lane(self) -> TextLane | None: ...
+    def feed(self, event: Event) -> list[Event]: ...
+    def finish(self) -> list[Event]: ...
 
 
 class TextToolStage:

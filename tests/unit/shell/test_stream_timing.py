@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from addon.dialects import DIALECTS
 from addon.outcome import FlowReport
 from addon.shell.stream_attach import stream_callable
-from addon.stream.processor import SAMPLE_EVERY, TIMED_READS, StreamProcessor
+from addon.stream.lanes import SAMPLE_EVERY, TIMED_READS
+from addon.stream.processor import StreamProcessor
 
 _CHUNK = (
     b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'

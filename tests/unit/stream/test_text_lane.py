@@ -359,8 +359,8 @@ def test_a_read_of_one_event_says_what_the_line_decoder_says(
     chunks = [*head[:3], *body, *head[3:]]
     lane, slow = processor(), processor()
     general: list[bytes] = []  # the reads that did not take a lane
-    fast = lane._fast
-    lane._fast = lambda chunk: general.append(chunk) or fast(chunk)  # type: ignore[method-assign]
+    fast = lane._input.read_whole
+    lane._input.read_whole = lambda chunk: general.append(chunk) or fast(chunk)  # type: ignore[method-assign]
     got, want = _both_ways(lane, slow, chunks)
     assert got == want
     if lane._track:  # a route with a lane (not same-dialect without raw_ok)
@@ -417,7 +417,7 @@ def test_the_lane_shows_the_capture_stage_the_text_the_long_way_shows_it(
     # No event lost, and no line that is not SSE (the body is then read whole at its end).
     intact = lane.error is None and not lane.skipped and lane._body is None
     if client in ("anthropic", "gemini") and bodies[0] == b"plain" and intact:  # text after text
-        turn = lane._stages[0].turn  # type: ignore[attr-defined]
+        turn = lane._output.stages[0].turn  # type: ignore[attr-defined]
         assert b'"plain"' in turn.visible.plain, "the text lane gave a text to the sink"
     got += b"".join(b for c in chunks[at + 1 :] for b in lane.feed(c)) + b"".join(lane.finish())
     whole = b"".join(chunks)
@@ -554,8 +554,8 @@ def test_a_read_of_several_events_says_what_the_general_way_says(
         i += n
     lane, general = processor(), processor()
     fallback: list[bytes] = []  # reads the common read left to the general way
-    fast = lane._fast
-    lane._fast = lambda chunk: fallback.append(chunk) or fast(chunk)  # type: ignore[method-assign]
+    fast = lane._input.read_whole
+    lane._input.read_whole = lambda chunk: fallback.append(chunk) or fast(chunk)  # type: ignore[method-assign]
     got = b"".join(b for r in reads for b in lane.feed(r)) + b"".join(lane.finish())
     want = b"".join(b for r in reads for b in general.feed_general(r))
     assert got == want + b"".join(general.finish())
