@@ -9,6 +9,8 @@ from mitmproxy import http
 
 from addon.model import UnsupportedShape
 from addon.plan import CONTENT_TYPES, FlowPlan, short
+from addon.plan.answer import decode_answer, encode_answer, stage_body, stream_processor
+from addon.plan.errors import error_message, unreadable_answer
 from addon.shell.answer_notes import note_text_calls
 from addon.shell.common import META_KEY, append_comment, json_response, log
 from addon.shell.report import Report
@@ -29,7 +31,7 @@ class StagedRetry:
         streamed if it asked."""
         if self.retry is None or plan.unified is None:
             return False
-        message = plan.error_message(resp.get_content(strict=False) or b"")
+        message = error_message(plan, resp.get_content(strict=False) or b"")
         stage = next_stage(0, resp.status_code, message)
         first = resp.status_code
         while stage is not None:
@@ -42,7 +44,7 @@ class StagedRetry:
                 stage,
             )
             try:
-                body = plan.stage_body(stage)
+                body = stage_body(plan, run.answer, stage)
             except (ValueError, UnsupportedShape, RecursionError) as e:
                 log.warning("%s: staged retry %d not possible: %s", plan.label, stage, short(e))
                 return False
@@ -53,7 +55,7 @@ class StagedRetry:
             if 200 <= answer.status < 300:
                 self._deliver(flow, run, plan, answer, stage)
                 return True
-            message = plan.error_message(answer.content)
+            message = error_message(plan, answer.content)
             append_comment(flow, f"staged retry {stage} got HTTP {answer.status}")
             stage = next_stage(stage, answer.status, message)
         return False
@@ -64,13 +66,13 @@ class StagedRetry:
         """A staged retry's 2xx answer, rewritten for the client as a first answer would be."""
         streamed = plan.stream and not answer.content_type.lower().startswith("application/json")
         if streamed or (plan.stream and plan.upstream_framing == "json_array"):
-            processor = plan.stream_processor(None)
+            processor = stream_processor(plan, run.answer, None)
             body = b"".join([*processor.feed(answer.content), *processor.finish()])
-            plan.processor = None
+            run.answer.processor = None
             content_type = CONTENT_TYPES[plan.client_framing]
         else:
             try:
-                body = plan.encode_answer(plan.decode_answer(answer.content))
+                body = encode_answer(plan, decode_answer(plan, run.answer, answer.content))
             except (ValueError, UnsupportedShape, RecursionError) as e:
                 why = "nested too deeply" if isinstance(e, RecursionError) else short(e)
                 flow.response = http.Response.make(
@@ -106,4 +108,4 @@ def unreadable(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan
     log.warning("%s: upstream answer (HTTP %d) not translatable: %s", plan.label, status, why)
     report.fallback(run, f"upstream answer not translatable: {why}")
     append_comment(flow, f"upstream answer (HTTP {status}) not translatable: {why} → 502")
-    flow.response = json_response(502, plan.unreadable_answer(why))
+    flow.response = json_response(502, unreadable_answer(plan, why))

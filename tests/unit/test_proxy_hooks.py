@@ -14,6 +14,7 @@ import pytest
 from mitmproxy import exceptions, http
 from mitmproxy.test import taddons, tflow, tutils
 
+from addon.shell import answers
 from addon.shell.addons import Addons, make_addons
 from addon.shell.common import META_KEY
 from addon.store import Scope
@@ -477,9 +478,8 @@ def test_a_bug_in_the_answer_path_gives_a_502_in_the_clients_dialect(
     addon, _ = bridge
     flow = chat_flow(ANTHROPIC_BODY, path="/v1/messages")
     addon.request(flow)
-    plan = addon.runs.plan(flow.id)
-    assert plan is not None
-    monkeypatch.setattr(type(plan), "decode_answer", lambda *_, **__: 1 / 0)
+    assert addon.runs.plan(flow.id) is not None
+    monkeypatch.setattr(answers, "decode_answer", lambda *_, **__: 1 / 0)
     flow.response = tutils.tresp(
         headers=http.Headers(((b"content-type", b"application/json"),)), content=b"{}"
     )
