@@ -139,6 +139,7 @@ def stream_processor(
         status=status,
         content_type=content_type,
         redact=plan.secrets if plan.secrets else None,
+        fast=plan.fast_path,
     )
     state.head = (status, content_type)
     return state.processor
@@ -149,7 +150,7 @@ def _stages(plan: FlowPlan, state: AnswerState) -> list[Stage]:
     stages: list[Stage] = []
     if plan.sink is not None:
         # First: it must see the upstream's own events, before any stage changes them.
-        state.capture = CaptureStage(plan.sink)
+        state.capture = CaptureStage(plan.sink, plan.upstream.reasoning)
         stages.append(state.capture)
     if plan.parse_text:
         stages.append(TextToolStage(state.new_parser(plan)))
@@ -228,7 +229,7 @@ def decode_answer(
         answer = plan.upstream.decode_response(body)
         if plan.sink is not None:
             try:
-                capture_response(answer, plan.sink)
+                capture_response(answer, plan.sink, plan.upstream.reasoning)
             except Exception as e:  # remembering never costs the client its answer
                 state.capture_error = f"{type(e).__name__}: {e}"
         return _filtered(plan, state, answer)

@@ -59,6 +59,8 @@ class FlowPlan:
     that reads its answer and the upstream body; what it does is noted in the notes given."""
     max_event_bytes: int = MAX_EVENT_BYTES
     """The bound of what a stream's rewrite holds (``bridge_max_event_bytes``)."""
+    fast_path: bool = True
+    """The stream's fast path (``bridge_fast_path``): off, every event goes the general way."""
     host: str = ""
     """The upstream host (part of the reasoning store's scope)."""
     store: ReasoningStore | None = None

@@ -81,6 +81,7 @@ def decide(
         client,
         upstream,
         max_event_bytes=settings.max_event_bytes,
+        fast_path=settings.fast_path,
         host=incoming.host,
         store=store,
         secrets=secrets or Secrets(),
@@ -301,12 +302,14 @@ def transform(
         # model as sent); the signature rules and the thinking policy apply.
         if plan.store is not None:
             plan = replace(plan, sink=plan.store.scoped(Scope.of(route.name, plan.host, req.model)))
+        origin = DIALECTS.get(req.origin)
         req = restore_request(
             req,
             plan.sink,
-            upstream.name,
+            upstream.reasoning,
             notes,
             signature_fallback=route.signature_fallback,
+            origin=origin.reasoning if origin is not None else "none",
             thinking_budget=s.thinking_budget,
             default_thinking=route.reasoning != "off" and not thinking,
             policy="on" if route.reasoning == "on" else "auto",

@@ -62,6 +62,7 @@ from addon.model import (
     Message,
     Notes,
     Part,
+    ReasoningStyle,
     Request,
     Text,
     Thinking,
@@ -94,7 +95,6 @@ SKIP_SIGNATURE = "skip_thought_signature_validator"
 """Mirrors ``addon.dialects.gemini.parts.SKIP_SIGNATURE``."""
 SKIP_NOTE = "function calls without a thought signature marked to skip the check"
 """The same words as the Gemini encoder's note for the same decision."""
-GEMINI_UPSTREAMS = frozenset({"gemini", "gemini_code_assist"})
 _OLD_GEMINI = re.compile(r"(?:models/)?gemini-[12][.-]")
 """Gemini 1.x / 2.x check no thought signatures (the Gemini encoder's rule)."""
 
@@ -178,25 +178,32 @@ def _replace_parts(m: Message, parts: list[Part] | tuple[Part, ...]) -> Message:
 def restore_reasoning(
     req: Request,
     lookup: ReasoningLookup | None,
-    upstream: str,
+    upstream: ReasoningStyle,
     notes: Notes,
     *,
     signature_fallback: SignatureFallback = "none",
+    origin: ReasoningStyle = "none",
 ) -> Request:
-    """What the client dropped, back from the store (see the module docstring)."""
+    """What the client dropped, back from the store, for an upstream of that reasoning style
+    (see the module docstring). ``origin``: the style of the dialect the request was written
+    in (a request written for Gemini carries its own signatures)."""
     safe = _Safe(lookup)
     counts: Counter[str] = Counter()
-    if upstream in GEMINI_UPSTREAMS:
-        messages = _restore_gemini(req, safe, counts, signature_fallback, notes)
-    elif upstream == "anthropic":
+    if upstream == "signed_parts":
+        messages = (
+            req.messages
+            if origin == "signed_parts"
+            else _restore_gemini(req, safe, counts, signature_fallback, notes)
+        )
+    elif upstream == "signed_blocks":
         messages = (
             _restore_blocks(req.messages, safe, counts, _anthropic_block, text_turns=True)
             if thinking_on(req)
             else req.messages
         )
-    elif upstream == "openai_responses":
+    elif upstream == "reasoning_items":
         messages = _restore_blocks(req.messages, safe, counts, _responses_item, text_turns=False)
-    elif upstream == "openai_chat":
+    elif upstream == "reasoning_fields":
         messages = _restore_chat(req.messages, safe, counts)
     else:
         return req
@@ -346,8 +353,6 @@ def _restore_gemini(
     fallback: SignatureFallback,
     notes: Notes,
 ) -> tuple[Message, ...]:
-    if req.origin in GEMINI_UPSTREAMS:
-        return req.messages
     sentinel = fallback == "sentinel" and not _OLD_GEMINI.match(req.model)
     messages = list(req.messages)
     changed = False
@@ -480,10 +485,11 @@ def _swap_thinking(parts: list[Part], blocks: tuple[Thinking, ...]) -> list[Part
     return [*rest[:at], *blocks, *rest[at:]]
 
 
-def needs_signed_thinking(upstream: str, model: str) -> bool:
+def needs_signed_thinking(upstream: ReasoningStyle, model: str) -> bool:
     """Upstreams that check thinking signatures and want a tool turn to start with thinking:
-    Anthropic, and Claude models behind a Gemini dialect (Code Assist / Antigravity)."""
-    return upstream == "anthropic" or (upstream in GEMINI_UPSTREAMS and is_claude(model))
+    Anthropic's (signed blocks), and Claude models behind a Gemini dialect (Code Assist /
+    Antigravity: signed parts)."""
+    return upstream == "signed_blocks" or (upstream == "signed_parts" and is_claude(model))
 
 
 # --------------------------------------------------------------------------- all of it
@@ -492,10 +498,11 @@ def needs_signed_thinking(upstream: str, model: str) -> bool:
 def restore_request(
     req: Request,
     lookup: ReasoningLookup | None,
-    upstream: str,
+    upstream: ReasoningStyle,
     notes: Notes,
     *,
     signature_fallback: SignatureFallback = "none",
+    origin: ReasoningStyle = "none",
     thinking_budget: int | None = None,
     default_thinking: bool = True,
     policy: ThinkingPolicy = "auto",
@@ -506,7 +513,9 @@ def restore_request(
     the rules still apply, without repairs)."""
     if default_thinking:
         req = apply_default_thinking(req, notes, budget=thinking_budget, policy=policy)
-    req = restore_reasoning(req, lookup, upstream, notes, signature_fallback=signature_fallback)
+    req = restore_reasoning(
+        req, lookup, upstream, notes, signature_fallback=signature_fallback, origin=origin
+    )
     if needs_signed_thinking(upstream, req.model):
         if policy == "auto":
             req = check_thinking_support(req, notes)

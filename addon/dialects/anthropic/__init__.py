@@ -10,6 +10,8 @@ from .stream import AnthropicStreamDecoder, AnthropicStreamEncoder
 
 DIALECT = Dialect(
     name=NAME,
+    reasoning="signed_blocks",
+    token_count_endpoint=True,
     path="/messages",
     decode_request=decode_request,
     encode_request=encode_request,

@@ -37,6 +37,7 @@ TOKEN_COUNT = TokenCount(count_request, count_answer)
 
 DIALECT = Dialect(
     name=NAME,
+    reasoning="signed_parts",
     path=":generateContent",
     decode_request=decode_request,
     encode_request=encode_request,
@@ -64,6 +65,7 @@ DIALECT = Dialect(
 
 CODE_ASSIST_DIALECT = Dialect(
     name=CODE_ASSIST,
+    reasoning="signed_parts",
     path=":generateContent",
     decode_request=decode_request,
     encode_request=encode_request,

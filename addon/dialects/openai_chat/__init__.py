@@ -10,6 +10,7 @@ from .stream import OpenAIChatStreamDecoder, OpenAIChatStreamEncoder
 
 DIALECT = Dialect(
     name=NAME,
+    reasoning="reasoning_fields",
     path="/chat/completions",
     decode_request=decode_request,
     encode_request=encode_request,

@@ -11,6 +11,7 @@ from .stream import OpenAIResponsesStreamDecoder, OpenAIResponsesStreamEncoder
 
 DIALECT = Dialect(
     name=NAME,
+    reasoning="reasoning_items",
     path="/responses",
     decode_request=decode_request,
     encode_request=encode_request,
