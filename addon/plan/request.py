@@ -1,6 +1,6 @@
 """The request side: ``decide(settings, route, incoming, env)`` returns one decision
-(``addon.plan.decision``); ``transform`` runs the route's transforms, in order, and notes
-what it did on the plan. A body the bridge cannot read or cannot write strictly is passed
+(``addon.plan.decision``); ``transform`` runs the route's transforms, in order, and returns
+the plan with what they decided (``FlowPlan`` is frozen: each decision is a new one). A body the bridge cannot read or cannot write strictly is passed
 on untouched on a same-dialect route, answered with an error in the client's dialect
 otherwise (``_not_understood``); an exception nobody expected becomes the same kind of
 decision (``internal_error``)."""

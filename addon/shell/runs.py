@@ -1,11 +1,10 @@
 """The per-flow run: what the shell keeps about a routed flow while it runs.
 
-A run starts when ``request`` rewrites a flow and ends when its ``response`` or
-``error`` hook has reported it. It holds the flow's frozen plan (dropped early when
-the flow falls back to passing its answer on), its ``AnswerState`` (what changes while
-the answer is read), its report, and the first bytes a rewritten stream gave its
-client (for the content view). Every addon of the shell
-reads the same ``FlowRuns``: the one place per-flow state lives.
+A run starts when ``request`` rewrites a flow and ends when its ``response`` or ``error``
+hook has reported it. It holds the frozen plan (dropped when the flow falls back to passing
+its answer on; the loop guard's second request replaces it), the ``AnswerState`` (what
+changes while the answer is read), the report, and the first bytes a rewritten stream gave
+its client (for the content view). Every addon reads the same ``FlowRuns``.
 """
 
 from __future__ import annotations

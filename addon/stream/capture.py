@@ -1,37 +1,13 @@
 """Capture: what an upstream's answer holds that a client may drop, written to the reasoning
 store as it goes by.
 
-Contract: sans-IO. ``CaptureStage`` is a stream stage that passes every event through
-unchanged (the same objects, in the same order) and records from the unified events;
-``capture_response`` does the same for a whole answer. Both write ``Record``s
-(``addon.transforms.restore``) through a ``Sink`` (the store's view for the flow's scope,
-``addon.store.ScopedStore``). Put the stage first, right after the upstream's decoder: it must
-see the upstream's events before any stage changes them. A failure of its own (a bug, a store
-that cannot write) never touches the stream: the stage stops recording and says why in
-``error`` for the shell to log.
-
-What is recorded, from each upstream dialect's unified events:
-
-- Anthropic: ``thinking`` blocks with their ``signature_delta`` (a block ends at its
-  ``content_block_stop``, or when text or a call follows), ``redacted_thinking`` blocks (they
-  reach the unified stream as ``RawEvent``s of their ``content_block_start``), in order.
-- Responses: reasoning items — summary text, ``encrypted_content`` as the signature, the item
-  (without ``encrypted_content``) in ``extra["openai_responses"]``, as its request encoder
-  wants it back.
-- OpenAI-compatible: ``reasoning_content`` / ``reasoning`` text (the field in ``extra``),
-  ``reasoning_details`` (OpenRouter; streamed pieces merged by their ``index``), a call's
-  ``extra_content`` (Google's OpenAI-compatible API carries the thought signature there).
-- Gemini: each call's ``thoughtSignature`` (from ``ToolCallStart.extra``; a signed thought
-  before an unsigned call lends it its signature, as the Gemini request encoder does); the
-  signature of a text turn (the trailing empty part, or a text part's). The signature-only
-  thinking copies the Gemini decoders put before calls (``CALL_SIGNATURE``) are skipped: the
-  call has the signature.
-
-Keys (see ``addon.transforms.restore``): every call id of the turn → the turn's record (its
-thinking, that call's signature and extras, the message extras); a turn without calls → the
-hash of its visible text; each signed thinking block → the hash of its text; the turn's last
-valid signature → the scope's ``latest`` (Anthropic and Gemini only: the signature rules use
-them). A new ``MessageStart`` (a spliced stream) ends the turn before it.
+Contract: sans-IO. ``CaptureStage`` (the first stage, right after the upstream's decoder)
+passes every event through unchanged and records from the unified events;
+``capture_response`` does the same for a whole answer. Both write ``Record``s through a
+``Sink`` (the store's view for the flow's scope). What is recorded follows the upstream's
+reasoning style (``ReasoningStyle``, from the plan), never its name; the records and keys:
+docs/reasoning.md ("How the store captures and restores"). A failure of its own never
+touches the stream: recording stops and ``error`` says why, for the shell to log.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ routes. Whatever the input:
   one line, valid UTF-8, without the key from the path.
 
 The answer side gets the same treatment: mutated whole answers of each
-upstream dialect through ``FlowPlan.decode_answer`` / ``encode_answer`` (either
+upstream dialect through ``addon.plan.answer.decode_answer`` / ``encode_answer`` (either
 readable and re-encoded as strict JSON / SSE, or refused with the errors the
 shell turns into a passthrough or a 502), and mutated upstream error bodies
 through ``FlowPlan.error_body``. ``CB_CAMPAIGN_EXAMPLES=5000`` runs a longer campaign.

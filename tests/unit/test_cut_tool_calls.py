@@ -2,7 +2,7 @@
 
 Every client dialect, every upstream dialect, native (argument repair on: the call is held;
 off: it streams as it comes) and text-protocol (``invoke``) routes, through the plan's own
-processor (``decide`` → ``FlowPlan.stream_processor``): the upstream's stream holds text, then a
+processor (``decide`` → ``addon.plan.answer.stream_processor``): the upstream's stream holds text, then a
 call whose arguments are cut at any point (hypothesis draws it), and ends there — cut (no
 finish) or with the upstream's own error event.
 

@@ -3,7 +3,7 @@ the answer, and still comes back to Gemini on the next turn (``transforms.signat
 
 The recording ``gemini-api-stream-text-trailing-thoughtSignature-gemini3.vercel-ai.chunks.txt``
 (a real Gemini 3 stream: two text chunks, then an empty text part with a ``thoughtSignature``)
-goes through the flow's own pipeline (``decide`` → ``FlowPlan.stream_processor``, the store
+goes through the flow's own pipeline (``decide`` → ``addon.plan.answer.stream_processor``, the store
 on), streamed and whole, for an Anthropic, an OpenAI chat and a Responses client; the
 Anthropic stream is accumulated by the anthropic SDK's own ``accumulate_event``. A variant
 with thought parts before the text (thinking, text, signature) checks the order Anthropic
