@@ -73,7 +73,7 @@ class KiroAuth:
         req = flow.request
         try:
             route = route_for(self._settings.settings, req.method, req.host, req.path)
-            if route is None or route.upstream != "kiro" or route.token_file is None:
+            if route is None or route.token_file is None:  # only a kiro route has one (Route)
                 return None
             if outside_proxy_hosts(flow):
                 return None
