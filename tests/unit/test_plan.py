@@ -326,3 +326,17 @@ def test_a_query_that_is_not_utf8_survives_the_trip_back() -> None:
     inc = incoming("/v1/x?alt=sse&a=%FF&b=\udcfe", b"{}")
     assert inc.query == (("alt", "sse"), ("a", "\udcff"), ("b", "\udcfe"))
     assert urlencode(inc.query, errors="surrogateescape") == "alt=sse&a=%FF&b=%FE"
+
+
+def test_the_plan_is_frozen_and_the_answer_side_keeps_its_own_state() -> None:
+    import dataclasses
+
+    d = run(incoming("/v1/messages", ANTHROPIC_BODY, x_api_key=KEY, anthropic_version="1"))
+    assert isinstance(d, Rewrite)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d.plan.stream = True  # type: ignore[misc]
+    state = AnswerState.of(d.plan)
+    assert state.notes == d.plan.request_notes and state.notes is not d.plan.request_notes
+    state.notes["an answer's change"] += 1
+    assert state.answer_notes(d.plan) == {"an answer's change": 1}
+    assert "an answer's change" not in d.plan.request_notes
