@@ -5,7 +5,8 @@ return. ``request``: ``decide(settings, route, incoming, env)`` returns one ``de
 ``Pass``, ``Reject`` (an error in the client's dialect) or ``Rewrite`` (the ``WireRequest``
 and the frozen ``FlowPlan`` of ``flow``). ``answer``: the answer side, on the plan and the
 flow's ``AnswerState`` (stream pipeline, whole answers, the loop guard's second request).
-``errors``: error bodies for the client. ``values``: the values both sides speak in."""
+``errors``: error bodies for the client. ``staged``: each step of the staged retry.
+``count_tokens``: Anthropic's token count. ``values``: what both sides speak in."""
 
 from addon.plan.answer import AnswerState
 from addon.plan.decision import Decision, Pass, Reject, Rewrite

@@ -4,7 +4,7 @@ at once with an estimate (``CountLocally``: the upstream has no such endpoint), 
 upstream (``CountUpstream``: as it came, or as the upstream's own counting call).
 ``count_answer``: what the client gets instead of the upstream's answer, if anything (an
 estimate when the endpoint is missing, the upstream's own count, its error re-shaped).
-How and why: docs/options.md ("count_tokens")."""
+How and why: docs/dialects/anthropic.md."""
 
 from __future__ import annotations
 

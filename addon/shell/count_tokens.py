@@ -3,7 +3,7 @@ has no such endpoint. ``addon.plan.count_tokens`` decides (send it upstream as i
 the upstream's own counting call, or answer with an estimate at once); this applies the
 decision in ``request`` and the answer it gives for the upstream's in ``response``. Never a
 host outside mitmproxy's ``allow_hosts`` / ``ignore_hosts``. How it answers:
-docs/options.md ("count_tokens")."""
+docs/dialects/anthropic.md."""
 
 from __future__ import annotations
 
