@@ -117,6 +117,14 @@ REWRITE_OPTIONS: tuple[OptionSpec, ...] = (
         "is sent on as text.",
     ),
     OptionSpec(
+        "bridge_fast_path",
+        bool,
+        True,
+        "Streams: events nobody needs to change pass as their bytes, and plain text skips the "
+        "generic decoders (the same bytes to the client, faster). false sends every event the "
+        "general way: for comparing, or should the shortcut ever be wrong.",
+    ),
+    OptionSpec(
         "bridge_store",
         str,
         "",
@@ -264,6 +272,7 @@ class Settings:
     loop_max_repeat: int = 3
     loop_fallback: bool = False
     max_event_bytes: int = 16 * 1024 * 1024
+    fast_path: bool = True
     thinking_budget: int | None = None
     debug: bool = False
 
@@ -332,6 +341,7 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
     if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
         raise ConfigError(f"bridge_thinking_budget takes a whole number >= 0, not {budget!r}")
     fallback, debug = _flag(get, "bridge_loop_fallback"), _flag(get, "bridge_debug")
+    fast_path = _flag(get, "bridge_fast_path")
     return Settings(
         routes=routes,
         tool_mode=cast(ToolMode, _choice(by_name["bridge_tool_mode"], get("bridge_tool_mode"))),
@@ -350,6 +360,7 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
         loop_max_repeat=repeat,
         loop_fallback=fallback,
         max_event_bytes=max_event,
+        fast_path=fast_path,
         thinking_budget=budget or None,
         debug=debug,
     )

@@ -20,6 +20,14 @@ type JSON = dict[str, Any]
 type Notes = Counter[str]
 """What codecs and transforms changed, counted by description: shown in mitmweb's flow comment."""
 
+type ReasoningStyle = Literal[
+    "none", "signed_parts", "signed_blocks", "reasoning_items", "reasoning_fields"
+]
+"""What an upstream dialect's answers carry as reasoning, for the reasoning store to capture
+and restore (``Dialect.reasoning``; docs/reasoning.md): a thought signature per part (Gemini),
+signed thinking blocks (Anthropic), reasoning items (Responses), reasoning fields on the
+message (OpenAI-compatible chat), or nothing to keep."""
+
 
 # --------------------------------------------------------------------------- parts
 

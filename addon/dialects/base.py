@@ -20,6 +20,7 @@ from addon.model import (
     Event,
     Notes,
     OpaqueTool,
+    ReasoningStyle,
     Request,
     Response,
     SchemaProfile,
@@ -290,6 +291,9 @@ class Dialect:
     """The tool-schema profile requests to this upstream get unless the route names one
     (Gemini refuses much of JSON Schema: ``gemini``; Kiro: ``strict``); ``None``: the
     ``bridge_schema`` option's."""
+    reasoning: ReasoningStyle = "none"
+    """What this dialect's answers carry as reasoning (``addon.model.ReasoningStyle``): what the
+    reasoning store captures from an upstream of this dialect and gives back to it."""
     reasoning_switch: bool = True
     """Whether the upstream has a reasoning switch and carries reasoning back: the store then
     restores what a client dropped. False (Kiro): a client's thinking request becomes the
@@ -307,6 +311,10 @@ class Dialect:
     token_count: TokenCount | None = None
     """The upstream's own token counting, for Anthropic's ``count_tokens`` (Gemini);
     ``None``: the request goes to the upstream's ``count_tokens`` as it came."""
+    token_count_endpoint: bool = False
+    """Whether clients of this dialect ask ``<chat path>/count_tokens`` (Anthropic's
+    ``/messages/count_tokens``): the bridge answers it for an upstream without one
+    (``addon.plan.count_tokens``)."""
     counts_tokens: bool = True
     """Whether the upstream answers Anthropic's ``count_tokens`` (as itself or translated);
     False (Kiro): the bridge's estimate answers and the upstream is not asked."""

@@ -1,16 +1,14 @@
 """What to do with a flow, decided with plain values: the shell only applies it.
 
-Contract: sans-IO (no mitmproxy, no sockets). The request side is one call,
-``decide(settings, route, incoming, env)`` (``request``), returning one of the
-decisions (``decision``): ``Pass`` (leave the flow alone, with a reason when it was
-routed), ``Reject`` (answer the client ourselves, in its dialect), ``Rewrite`` (the
-``WireRequest`` to send upstream and the ``FlowPlan`` that says how to rewrite the
-answer). The answer side works on the ``FlowPlan`` (``flow``): the stream pipeline,
-whole answers decoded and encoded, error bodies. The values both sides speak in, and
-strict JSON in and out, are ``values``. Nothing here logs; the shell does, from what
-these return.
-"""
+Sans-IO (no mitmproxy, no sockets); nothing here logs, the shell does from what these
+return. ``request``: ``decide(settings, route, incoming, env)`` returns one ``decision``:
+``Pass``, ``Reject`` (an error in the client's dialect) or ``Rewrite`` (the ``WireRequest``
+and the frozen ``FlowPlan`` of ``flow``). ``answer``: the answer side, on the plan and the
+flow's ``AnswerState`` (stream pipeline, whole answers, the loop guard's second request).
+``errors``: error bodies for the client. ``staged``: each step of the staged retry.
+``count_tokens``: Anthropic's token count. ``values``: what both sides speak in."""
 
+from addon.plan.answer import AnswerState
 from addon.plan.decision import Decision, Pass, Reject, Rewrite
 from addon.plan.flow import FlowPlan
 from addon.plan.request import (
@@ -38,6 +36,7 @@ __all__ = [
     "MAX_REASON",
     "SAME_MIN_BYTES",
     "SHAPE_ERRORS",
+    "AnswerState",
     "Decision",
     "FlowPlan",
     "Incoming",

@@ -1,6 +1,6 @@
 """The request side: ``decide(settings, route, incoming, env)`` returns one decision
-(``addon.plan.decision``); ``transform`` runs the route's transforms, in order, and notes
-what it did on the plan. A body the bridge cannot read or cannot write strictly is passed
+(``addon.plan.decision``); ``transform`` runs the route's transforms, in order, and returns
+the plan with what they decided (``FlowPlan`` is frozen: each decision is a new one). A body the bridge cannot read or cannot write strictly is passed
 on untouched on a same-dialect route, answered with an error in the client's dialect
 otherwise (``_not_understood``); an exception nobody expected becomes the same kind of
 decision (``internal_error``)."""
@@ -11,6 +11,7 @@ import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from addon.config import Settings
@@ -80,12 +81,12 @@ def decide(
         client,
         upstream,
         max_event_bytes=settings.max_event_bytes,
+        fast_path=settings.fast_path,
         host=incoming.host,
         store=store,
         secrets=secrets or Secrets(),
+        profile_arn=creds.profile_arn if creds is not None else None,
     )
-    if creds is not None:
-        plan.profile_arn = creds.profile_arn
     try:
         body = load_json(incoming.body)
         if not isinstance(body, dict):
@@ -94,7 +95,7 @@ def decide(
         return _not_understood(plan, f"request body is not a JSON object ({short(e)})")
     except RecursionError:
         return _not_understood(plan, "request body is nested too deeply")
-    notes = plan.notes
+    notes: Notes = Counter()
     # First, on every route: the comment's first line names both dialects.
     notes[f"request {client.name} → {upstream.name}"] += 1
     try:
@@ -107,16 +108,17 @@ def decide(
             decoded = dataclasses.replace(
                 decoded, **client.from_path(incoming.bare_path, incoming.query)
             )
-        plan.defaults = AnswerDefaults(decoded.model, int(clock()))
-        unified = transform(decoded, plan, settings)
+        plan = replace(plan, defaults=AnswerDefaults(decoded.model, int(clock())))
+        unified, plan = transform(decoded, plan, settings, notes)
         wire_for = _wire_maker(route, client, upstream, incoming, env_key)
         wire = wire_for(unified, notes)
-        plan.unified = unified
-        plan.encode_stage = lambda req: dump(wire_for(req, Counter()).body)
-        if plan.loop_fallback:
-            plan.encode_invoke = lambda: dump(
-                wire_for(transform(decoded, plan, settings, "invoke"), notes).body
-            )
+        invoke = _invoke_maker(decoded, settings, wire_for) if plan.loop_fallback else None
+        plan = replace(
+            plan,
+            unified=unified,
+            encode_stage=lambda req: dump(wire_for(req, Counter()).body),
+            encode_invoke=invoke,
+        )
         if plan.same_dialect and decoded.origin == upstream.name:
             _keep_explicit_empties(body, wire.body)
         if creds is not None and notes.pop("API key from the route's environment variable", 0):
@@ -129,12 +131,30 @@ def decide(
         encoded = incoming.body if as_sent else dump(wire.body)
     except (UnsupportedShape, ClientError, RecursionError, ValueError, *SHAPE_ERRORS) as e:
         return _refused(plan, e)
-    plan.stream = unified.stream
-    plan.upstream_framing = upstream.framing_for(wire.query)
-    plan.client_framing = client.framing_for(incoming.query)
     summary = describe(notes) or "no changes needed"
-    plan.request_notes = Counter(notes)
+    plan = replace(
+        plan,
+        stream=unified.stream,
+        upstream_framing=upstream.framing_for(wire.query),
+        client_framing=client.framing_for(incoming.query),
+        request_notes=Counter(notes),
+    )
     return Rewrite(plan, wire, summary, incoming.body, encoded)
+
+
+def _invoke_maker(
+    decoded: Request, settings: Settings, wire_for: Callable[[Request, Notes], WireRequest]
+) -> Callable[[FlowPlan, Notes], tuple[FlowPlan, bytes]]:
+    """The loop guard's second request, made later from the same client request: the
+    route's transforms again with the invoke text protocol, on the first plan (no store:
+    it keeps native answers only; no third request)."""
+
+    def invoke(first: FlowPlan, notes: Notes) -> tuple[FlowPlan, bytes]:
+        base = dataclasses.replace(first, sink=None, encode_invoke=None)
+        req, second = transform(decoded, base, settings, notes, "invoke")
+        return second, dump(wire_for(req, notes).body)
+
+    return invoke
 
 
 def _wire_maker(
@@ -241,48 +261,55 @@ def _keep_explicit_empties(original: JSON, body: JSON) -> None:
             body[key] = value
 
 
-def transform(req: Request, plan: FlowPlan, s: Settings, mode: ToolMode | None = None) -> Request:
-    """The route's transforms, in order; decisions go to ``plan``. ``mode``: a tool mode
-    instead of the route's (the loop guard's second request)."""
-    notes, route = plan.notes, plan.route
+def transform(
+    req: Request, plan: FlowPlan, s: Settings, notes: Notes, mode: ToolMode | None = None
+) -> tuple[Request, FlowPlan]:
+    """The route's transforms, in order: the request for the upstream and the plan with what
+    they decided; what they did goes to ``notes``. ``mode``: a tool mode instead of the
+    route's (the loop guard's second request)."""
+    route, upstream = plan.route, plan.upstream
     model, thinking = resolve_model(req.model, s.models)
     if thinking:
         notes[f"{req.model} → {model} with thinking"] += 1
         req = dataclasses.replace(req, model=model)
     check_tools(req)
     if (route.tool_repair or s.tool_repair) == "on":
-        plan.schemas = schemas_of(req)  # the client's own schemas, before any profile
+        plan = replace(plan, schemas=schemas_of(req))  # the client's own, before any profile
     mode = mode or route.tool_mode or s.tool_mode
     # The loop guard reads the history while it is still structured (before a text protocol);
     # the answer is judged against its verdict.
     verdict = check_loop(req, s.loop_max_repeat)
     if verdict is not None and plan.loop is None:
         notes[verdict.note] += 1
-    plan.loop = verdict
-    plan.loop_fallback = verdict is not None and s.loop_fallback and mode == "native"
+    plan = replace(
+        plan,
+        loop=verdict,
+        loop_fallback=verdict is not None and s.loop_fallback and mode == "native",
+    )
     if mode == "native":
-        req = leave_out_tools(req, plan.upstream.runs, f"the {plan.upstream.name} upstream", notes)
+        req = leave_out_tools(req, upstream.runs, f"the {upstream.name} upstream", notes)
     else:
         req = leave_out_tools(req, _runs_nothing, f"the {mode} text protocol", notes)
-    if req.origin != plan.upstream.name:
-        req = _foreign_extras(req, plan.upstream, notes)
+    if req.origin != upstream.name:
+        req = _foreign_extras(req, upstream, notes)
         if route.cache_control != "keep":
             req = strip_cache_control(req, notes)
     if route.reasoning == "off" and req.thinking is not None and not thinking:
         notes["reasoning request not sent (route: reasoning = off)"] += 1
         req = dataclasses.replace(req, thinking=None)
-    upstream = plan.upstream
     if mode == "native" and upstream.reasoning_switch:
         # What the client dropped comes back from the store (scoped to this upstream and the
         # model as sent); the signature rules and the thinking policy apply.
         if plan.store is not None:
-            plan.sink = plan.store.scoped(Scope.of(route.name, plan.host, req.model))
+            plan = replace(plan, sink=plan.store.scoped(Scope.of(route.name, plan.host, req.model)))
+        origin = DIALECTS.get(req.origin)
         req = restore_request(
             req,
             plan.sink,
-            upstream.name,
+            upstream.reasoning,
             notes,
             signature_fallback=route.signature_fallback,
+            origin=origin.reasoning if origin is not None else "none",
             thinking_budget=s.thinking_budget,
             default_thinking=route.reasoning != "off" and not thinking,
             policy="on" if route.reasoning == "on" else "auto",
@@ -300,11 +327,12 @@ def transform(req: Request, plan: FlowPlan, s: Settings, mode: ToolMode | None =
         and (mode != "native" or not upstream.reasoning_switch)
     )
     if thinking or asked:
-        plan.parse_text = True
+        plan = replace(plan, parse_text=True)
         req = apply_thinking_prompt(req, notes)
     if mode != "native" or not upstream.native_custom_tools:
-        req, plan.custom_tools = wrap_custom_tools(req, notes)
-    req = _tool_protocol(req, plan, s, mode)
+        req, custom = wrap_custom_tools(req, notes)
+        plan = replace(plan, custom_tools=custom)
+    req, plan = _tool_protocol(req, plan, s, notes, mode)
     if upstream.prepare is not None:
         facts = RouteFacts(
             dict(route.model_map or ()),
@@ -312,32 +340,38 @@ def transform(req: Request, plan: FlowPlan, s: Settings, mode: ToolMode | None =
             route.description_limit,
         )
         req = upstream.prepare(req, notes, facts)
-    plan.hide_thinking = s.thinking_output == "hidden"
-    return req
+    return req, replace(plan, hide_thinking=s.thinking_output == "hidden")
 
 
-def _tool_protocol(req: Request, plan: FlowPlan, s: Settings, mode: ToolMode) -> Request:
+def _tool_protocol(
+    req: Request, plan: FlowPlan, s: Settings, notes: Notes, mode: ToolMode
+) -> tuple[Request, FlowPlan]:
     """A text protocol's tools in the prompt (``mode`` not native), or, on an upstream whose
-    models write one at times, its calls read from a native answer; noted on ``plan``."""
+    models write one at times, its calls read from a native answer; decided on the plan."""
     tools = [t.name for t in req.tools or () if t.name]
     choice = req.tool_choice
     if mode != "native":
-        plan.protocol = mode
-        plan.trigger = make_trigger() if mode == "invoke" else None
-        plan.tools = tuple(tools)
-        plan.parse_text = True
-        plan.tool_required = bool(tools) and (
-            (choice is not None and choice.mode in ("required", "tool"))
-            or (s.tool_strict and (choice is None or choice.mode != "none"))
+        trigger = make_trigger() if mode == "invoke" else None
+        plan = replace(
+            plan,
+            protocol=mode,
+            trigger=trigger,
+            tools=tuple(tools),
+            parse_text=True,
+            tool_required=bool(tools)
+            and (
+                (choice is not None and choice.mode in ("required", "tool"))
+                or (s.tool_strict and (choice is None or choice.mode != "none"))
+            ),
         )
-        settings = TextToolSettings(mode, plan.trigger, s.desc_limit, s.param_limit)
-        return apply_text_tools(req, settings, plan.notes)
+        settings = TextToolSettings(mode, trigger, s.desc_limit, s.param_limit)
+        return apply_text_tools(req, settings, notes), plan
     text_calls = plan.upstream.answer_text_calls
     if text_calls is not None and tools:
         # Kiro's models still write "[Calling tool: X]" text at times: the answer (only) is
         # read for such calls; the request keeps its native tools.
-        plan.protocol, plan.tools, plan.parse_text = text_calls, tuple(tools), True
-    return req
+        plan = replace(plan, protocol=text_calls, tools=tuple(tools), parse_text=True)
+    return req, plan
 
 
 def _runs_nothing(tool: OpaqueTool) -> bool:

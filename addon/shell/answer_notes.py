@@ -26,7 +26,7 @@ class Report(Protocol):
     def keep_answer(
         self,
         flow: http.HTTPFlow,
-        run: FlowRun | None,
+        run: FlowRun,
         plan: FlowPlan,
         raw: bytes,
         summary: str,
@@ -36,12 +36,10 @@ class Report(Protocol):
     ) -> None: ...
 
 
-def note_text_calls(
-    report: Report, flow: http.HTTPFlow, run: FlowRun | None, plan: FlowPlan
-) -> None:
+def note_text_calls(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan) -> None:
     """The answer's changes (``note_answer``), and the text tool calls its parser found."""
     note_answer(report, flow, run, plan)
-    parser = plan.parser
+    parser = run.answer.parser
     if parser is None:
         return
     if parser.calls:
@@ -55,39 +53,40 @@ def note_text_calls(
         )
 
 
-def note_answer(report: Report, flow: http.HTTPFlow, run: FlowRun | None, plan: FlowPlan) -> None:
+def note_answer(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan) -> None:
     """What the answer's rewrite changed (argument repairs …): in the comment and the
     metadata; one structured log line per call that still does not fit its schema."""
-    failed = plan.capture_error or (plan.capture.error if plan.capture else None)
+    state = run.answer
+    failed = state.capture_error or (state.capture.error if state.capture else None)
     if failed:
-        plan.capture_error = None
-        if plan.capture is not None:
-            plan.capture.error = None
+        state.capture_error = None
+        if state.capture is not None:
+            state.capture.error = None
         report.state.count("answers not remembered")
         log.warning("%s: the answer's reasoning was not remembered: %s", plan.label, short(failed))
-    changes = tuple(f"{n} {what}" for what, n in plan.answer_notes().items())
+    changes = tuple(f"{n} {what}" for what, n in state.answer_notes(plan).items())
     if changes:
         for line in changes:
             append_comment(flow, f"answer: {line}")
         meta = flow.metadata.get(META_KEY)
         if isinstance(meta, dict):
-            meta["answer_changes"] = clean_data(dict(plan.answer_notes()))
-    for record in plan.repair_log:
+            meta["answer_changes"] = clean_data(dict(state.answer_notes(plan)))
+    for record in state.repair_log:
         report.state.count("tool calls still invalid after repair")
         log.info("%s: %s", plan.label, short(dump(record).decode()))
-    plan.repair_log.clear()
+    state.repair_log.clear()
     note_loop(report, flow, run, plan)
 
 
-def note_loop(report: Report, flow: http.HTTPFlow, run: FlowRun | None, plan: FlowPlan) -> None:
+def note_loop(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan) -> None:
     """The loop guard replaced a call (or asked again): the flow's outcome, and its
     line's ``tool`` and ``failures`` fields."""
-    if plan.loop is None or not (plan.loop_replaced or plan.loop_asked):
+    state = run.answer
+    if plan.loop is None or not (state.loop_replaced or state.loop_asked):
         return
     report.state.count("loop guard answers")
-    if run is not None:
-        run.report.add_outcome("loop_guard")
-        run.report.fields.update(tool=plan.loop.tool, failures=plan.loop.count)
+    run.report.add_outcome("loop_guard")
+    run.report.fields.update(tool=plan.loop.tool, failures=plan.loop.count)
     meta = flow.metadata.get(META_KEY)
     if isinstance(meta, dict):
         meta["loop_guard"] = clean_data(
@@ -96,22 +95,22 @@ def note_loop(report: Report, flow: http.HTTPFlow, run: FlowRun | None, plan: Fl
                 "failures": plan.loop.count,
                 "error_class": plan.loop.error_class,
                 "fingerprint": plan.loop.fingerprint,
-                "replaced": plan.loop_replaced,
-                "asked_again": plan.loop_asked,
+                "replaced": state.loop_replaced,
+                "asked_again": state.loop_asked,
             }
         )
 
 
 def stream_done(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan) -> None:
     """A rewritten stream is over: what it carried, in the metadata, counters and comment."""
-    p = plan.processor
+    p, parser = run.answer.processor, run.answer.parser
     assert p is not None
     meta = flow.metadata.get(META_KEY)
     if isinstance(meta, dict):
         meta["stream_events"] = p.events_in
         meta["stream_fallback"] = short(p.error) if p.error else p.error
-        if plan.parser is not None:
-            meta["text_tool_calls"] = plan.parser.calls
+        if parser is not None:
+            meta["text_tool_calls"] = parser.calls
         meta["stream_skipped"] = p.skipped
     note_text_calls(report, flow, run, plan)
     if p.original:
@@ -126,8 +125,8 @@ def stream_done(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPla
         )
     counts = run.report.counts
     counts.update(events_in=p.events_in, skipped=p.skipped)
-    if plan.parser is not None:
-        counts["text_tool_calls"] = plan.parser.calls
+    if parser is not None:
+        counts["text_tool_calls"] = parser.calls
     if plan.client.name != plan.upstream.name or not p.passthrough:
         counts["bytes_in"] = p.bytes_in
         counts["bytes_out"] = p.bytes_out

@@ -16,6 +16,14 @@ from mitmproxy import http
 
 from addon.model import ToolCall, UnsupportedShape
 from addon.plan import CONTENT_TYPES, FlowPlan, UpstreamError, short
+from addon.plan.answer import (
+    client_answer,
+    decode_answer,
+    encode_answer,
+    loop_ask_again,
+    needs_retry,
+)
+from addon.plan.errors import error_body, upstream_error
 from addon.shell.answer_notes import note_text_calls, stream_done
 from addon.shell.common import append_comment, is_json, json_response, log, replace_headers
 from addon.shell.common import internal_error as log_internal_error
@@ -55,14 +63,15 @@ class Answers:
         except Exception as e:
             log_internal_error(f"{plan.label}: answer", e)
             self.report.fallback(run, f"internal error ({type(e).__name__})")
-            if plan.same_dialect or plan.processor is not None:
+            if plan.same_dialect or run.answer.processor is not None:
                 return  # passed on as the upstream sent it (a stream is already on its way)
             unreadable(self.report, flow, run, plan, f"internal error ({type(e).__name__})")
 
     async def _response(
         self, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, resp: http.Response
     ) -> None:
-        if plan.processor is not None:
+        state = run.answer
+        if state.processor is not None:
             stream_done(self.report, flow, run, plan)
             return
         if not (200 <= resp.status_code < 300):
@@ -82,35 +91,40 @@ class Answers:
             return  # not JSON: the client reads it itself
         raw = resp.get_content(strict=False) or b""
         try:
-            answer = plan.decode_answer(
-                raw, status=resp.status_code, content_type=resp.headers.get("content-type")
+            answer = decode_answer(
+                plan,
+                state,
+                raw,
+                status=resp.status_code,
+                content_type=resp.headers.get("content-type"),
             )
-            if plan.needs_retry(answer) and self.retry is not None:
+            if needs_retry(plan, state, answer) and self.retry is not None:
                 # ``resend`` sends the request's body again, as the first attempt did.
                 self.report.attempt(flow, "retry for a required tool call", flow.request.content)
                 again = await self.retry.resend(flow, plan.label)
                 if again is not None:
-                    retried = plan.decode_answer(again)
+                    retried = decode_answer(plan, state, again)
                     raw = again  # the view shows the answer the client's was made from
                     self.report.retried(run, "required tool call")
-                    got = "got one" if not plan.needs_retry(retried) else "still none"
+                    got = "got one" if not needs_retry(plan, state, retried) else "still none"
                     append_comment(
                         flow, f"no tool call although one was required: retried once → {got}"
                     )
                     answer = retried
-            body = plan.encode_answer(answer)
+            body = encode_answer(plan, answer)
             calls = sum(isinstance(p, ToolCall) for p in answer.parts)
-            if plan.loop_ask_again and self.retry is not None:
+            if loop_ask_again(plan, state) and self.retry is not None:
                 second = await self._ask_again(flow, run, plan, self.retry)
                 if second is not None:
                     body, _, raw = second
-                    calls = plan.parser.calls if plan.parser is not None else 0
+                    calls = state.parser.calls if state.parser is not None else 0
+                plan = run.plan or plan  # the second request's, when it was asked
         except UpstreamError as e:
             # An error inside the upstream's answer framing (a Kiro exception frame).
             self.report.state.count("upstream errors re-shaped")
             log.info("%s: upstream answered an error: %s", plan.label, short(e.message))
             append_comment(flow, f"upstream error in its stream → {plan.client.name} shape")
-            flow.response = json_response(e.status, plan.upstream_error(e))
+            flow.response = json_response(e.status, upstream_error(plan, e))
             return
         except (ValueError, UnsupportedShape, RecursionError) as e:
             why = "nested too deeply" if isinstance(e, RecursionError) else short(e)
@@ -139,11 +153,12 @@ class Answers:
         through the stream pipeline; when the answer repeated the call, the second answer
         instead (``ask_again``). The client gets either as one body in its stream framing."""
         raw = resp.get_content(strict=False) or b""
-        body, ctype = plan.client_answer(raw, resp.headers.get("content-type", ""))
-        if plan.loop_ask_again:
+        body, ctype = client_answer(plan, run.answer, raw, resp.headers.get("content-type", ""))
+        if loop_ask_again(plan, run.answer):
             again = await self._ask_again(flow, run, plan, retry)
             if again is not None:
                 body, ctype, raw = again
+            plan = run.plan or plan  # the second request's, when it was asked
         note_text_calls(self.report, flow, run, plan)
         self.report.keep_answer(flow, run, plan, raw, "stream read whole (loop guard)", stream=True)
         run.report.counts.update(bytes_in=len(raw), bytes_out=len(body))
@@ -160,8 +175,8 @@ class Answers:
         self, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, retry: Retry
     ) -> tuple[bytes, str, bytes] | None:
         """The loop guard's second request (``addon.shell.loop_guard``), counted as a retry."""
-        second = await ask_again(retry, flow, plan)
-        if plan.loop_asked:
+        second = await ask_again(retry, flow, run, plan)
+        if run.answer.loop_asked:
             self.report.retried(run, "loop guard")
         return second
 
@@ -170,7 +185,7 @@ def translate_error(flow: http.HTTPFlow, plan: FlowPlan) -> None:
     """An upstream error, re-shaped for a client of another dialect (status kept)."""
     resp = flow.response
     assert resp is not None
-    body, message = plan.error_body(resp.status_code, resp.get_content(strict=False) or b"")
+    body, message = error_body(plan, resp.status_code, resp.get_content(strict=False) or b"")
     resp.content = body
     resp.headers["content-type"] = "application/json"
     append_comment(flow, f"upstream error {resp.status_code} → {plan.client.name} shape")

@@ -1,15 +1,11 @@
 """mitmweb / mitmproxy content view "cursor-bridge": what the bridge did to a flow.
 
-Part of the shell (it imports mitmproxy); the text comes from ``addon.view``.
-For a request the bridge rewrote: the route, the dialects, every decision, a diff
-of what the client sent against what the upstream got, and what each retry sent.
-For an answer: the upstream's events and the client's as one timeline, for whole
-answers and for streams (the first ``KEEP_STREAM_BYTES`` the upstream streamed are
-kept with the originals; the client's side is the response's body, which the
-rewrite stores for a stream when mitmproxy did not). Everything shown is redacted.
-
-On any other flow, or a part the bridge did not rewrite (a ⚠ flow's answer passed
-on as it came …), the view says so in one line — never a traceback.
+Part of the shell (it imports mitmproxy); the text comes from ``addon.view``. For a
+rewritten request: the route, the dialects, every decision, a diff of what the client sent
+against what the upstream got, and what each retry sent. For an answer: the upstream's
+events and the client's as one timeline, whole or streamed (the first ``KEEP_STREAM_BYTES``
+of a stream are kept). Everything shown is redacted. On any other flow, or a part the
+bridge did not rewrite, the view says so in one line — never a traceback.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
-"""The Kiro credentials addon: a route's ``token_file`` read (and refreshed) for each request.
+"""The Kiro credentials addon: a route's ``token_file`` read (and refreshed) for each request,
+before the rewrite addon runs.
 
-A route to a ``kiro`` upstream may name the Kiro IDE's token file (``token_file``) instead of
-taking the client's key. For each request on such a route this addon, which runs before the
-rewrite addon, reads the file (``addon.dialects.kiro.token``); when the token has expired (or
-expires within a minute) and the file holds a refresh token, it asks the route's
-``refresh_url`` (default: Kiro's own endpoint for the login) for a new one with httpx — never
-through a proxy named in the environment (``trust_env=False``) — and writes the refreshed
-token back to the file, atomically, other fields kept, so that the Kiro IDE goes on working
-with a refresh token that may have been rotated. One refresh at a time per file; the others
-wait for it. The access token (and the file's ``profileArn``) are handed to the rewrite addon
-for that flow only (``take``); the rewrite sends the token as ``Authorization: Bearer`` and
-drops the client's credential headers.
-
-A file that cannot be read, or holds no token, gets the client an error in its dialect
-(HTTP 500, naming the route and the file, never a token) and the upstream is not called. A
-failed refresh is logged (status or exception type only) and the token in the file is used
-as it is: the upstream then says whether it still works. Tokens are never logged, put in
-comments, metadata or exception messages.
+The file is read with ``addon.dialects.kiro.token``; an expired token (or one expiring
+within a minute) is refreshed at the route's ``refresh_url`` with httpx (never through the
+environment's proxies), one refresh per file at a time, and written back atomically. The
+token and ``profileArn`` go to the rewrite for that flow only (``take``). An unreadable file
+gets the client a 500 in its dialect; a failed refresh is logged and the old token tried.
+Tokens are never logged or written anywhere. docs/dialects/kiro.md says more.
 """
 
 from __future__ import annotations
@@ -83,7 +73,7 @@ class KiroAuth:
         req = flow.request
         try:
             route = route_for(self._settings.settings, req.method, req.host, req.path)
-            if route is None or route.upstream != "kiro" or route.token_file is None:
+            if route is None or route.token_file is None:  # only a kiro route has one (Route)
                 return None
             if outside_proxy_hosts(flow):
                 return None

@@ -3,7 +3,7 @@
 ``bridge_loop_fallback=true`` on a native route (``FlowPlan.loop_fallback``): when the
 upstream's answer makes the call the history shows failing ``bridge_loop_max_repeat`` times in
 a row once more, the same conversation is sent again with the tools in the prompt (the
-``invoke`` text protocol, ``FlowPlan.invoke_body``), through the ``Retry`` addon (httpx, the
+``invoke`` text protocol, ``addon.plan.answer.ask_again``), through the ``Retry`` addon (httpx, the
 way mitmproxy sent the first request), and that answer, read whole and judged again, is what
 the client gets. When it cannot be asked or does not answer with a 2xx, the client gets the
 first answer with the call replaced by the loop guard's message. Logged and commented.
@@ -15,20 +15,26 @@ from mitmproxy import http
 
 from addon.model import UnsupportedShape
 from addon.plan import FlowPlan, short
+from addon.plan.answer import ask_again as invoke_request
+from addon.plan.answer import client_answer
 from addon.shell.common import append_comment, log
 from addon.shell.retry import Retry
+from addon.shell.runs import FlowRun
 
 
 async def ask_again(
-    retry: Retry, flow: http.HTTPFlow, plan: FlowPlan
+    retry: Retry, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan
 ) -> tuple[bytes, str, bytes] | None:
     """``(client body, its content type, the upstream's answer)`` of the second request, or
-    None: the first answer stands."""
-    body = plan.invoke_body()
-    if body is None:
+    None: the first answer stands. Once asked, ``run.plan`` is the plan of the second
+    request (the invoke protocol's)."""
+    asked = invoke_request(plan, run.answer)
+    if asked is None:
         log.warning("%s: loop guard: the invoke request could not be written", plan.label)
         append_comment(flow, "loop guard: could not ask again (invoke request not written)")
         return None
+    plan, body = asked
+    run.plan = plan
     answer = await retry.send(flow, plan.label, body)
     if answer is None:
         return None
@@ -37,7 +43,7 @@ async def ask_again(
         append_comment(flow, f"loop guard: asked again, got HTTP {answer.status}")
         return None
     try:
-        client, ctype = plan.client_answer(answer.content, answer.content_type)
+        client, ctype = client_answer(plan, run.answer, answer.content, answer.content_type)
     except (ValueError, UnsupportedShape, RecursionError) as e:
         why = "nested too deeply" if isinstance(e, RecursionError) else short(e)
         log.warning("%s: loop guard: the second answer could not be read: %s", plan.label, why)

@@ -1,34 +1,12 @@
-"""Memory the proxy freed goes back to the system.
+"""Memory the proxy freed goes back to the system (glibc only; elsewhere it does nothing).
 
-glibc keeps the heap memory a process frees for later use: a proxy that rewrote a 10 MB body,
-or served thousands of requests of varying sizes (a text-protocol route renders a large
-system prompt for each), stays at its high-water mark although Python holds none of it. Now and
-then, after flows end, the addon looks at the process's resident size; when it grew by
-``GROWTH`` since the last time, it asks glibc to return its free pages (``malloc_trim(0)``: a
-few ms on the event loop, at most once per ``MIN_INTERVAL_S``). Without glibc (musl, macOS)
-it does nothing.
-
-Large bodies are the exception while they keep coming. A body the bridge rewrites takes three
-buffers of its size (mitmproxy's copy, the parsed text, the new body), and memory fresh from
-the system costs a page fault per 4 KiB on first touch: on a VM, faulting 30 MB in takes
-longer than parsing and writing 10 MB of JSON. So from the start glibc serves blocks up to
-``HEAP_BLOCKS`` from its heap (by default it maps each large block anew and unmaps it when
-freed) and keeps up to ``HEAP_KEEP`` of free heap; the next large body reuses pages that are
-already there. The memory goes back once no large body came for ``QUIET_S`` seconds (an
-agent with a long conversation sends one each turn, seconds apart).
-
-A flow with a large body is collected as soon as its hooks are done (a full collection on
-the next turn of the event loop, ~0.2 ms when nothing else waits): finished flows sit in
-reference cycles (below), and until one is found its bodies hold heap that the next large
-body would otherwise take fresh from the system. Without it, every second or third 10 MB body
-took twice as long.
-
-Once the proxy runs, what it loaded (mitmproxy, the bridge, their modules: most of the
-process's objects) is moved out of the garbage collector's way (``gc.freeze``). Finished flows
-sit in reference cycles until a full collection finds them, and CPython runs one only when
-the objects waiting amount to a quarter of all long-lived ones: without the freeze that
-lets some 250 finished flows (and their request bodies: a text-protocol route's are ~30 KB)
-wait; with it, full collections come sooner and scan only what came after the start.
+After flows end, when the process's resident size grew by ``GROWTH``, glibc is asked to
+return its free pages (``malloc_trim(0)``, at most once per ``MIN_INTERVAL_S``). While large
+bodies keep coming, glibc serves blocks up to ``HEAP_BLOCKS`` from its heap and keeps up to
+``HEAP_KEEP`` free (no page faults on the next large body), given back after ``QUIET_S``
+quiet seconds. A flow with a large body is collected as soon as its hooks are done, and
+what the start loaded is frozen out of the collector's way (``gc.freeze``). Why and what
+it measured: docs/speed.md ("Memory").
 """
 
 from __future__ import annotations

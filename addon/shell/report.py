@@ -52,7 +52,7 @@ class Report:
         """The flow is over (after the answers addon, whatever it did)."""
         run = self.runs.pop(flow.id)
         if run is not None:
-            self.close(flow, run.report, line=True, plan=run.plan)
+            self.close(flow, run.report, line=True, run=run)
 
     def error(self, flow: http.HTTPFlow) -> None:
         """A flow that ended without its ``response`` hook (a disconnect): reported once, as
@@ -66,7 +66,7 @@ class Report:
         plan, report = run.plan, run.report
         started = time.perf_counter_ns()
         try:
-            p = plan.processor if plan is not None else None
+            p = run.answer.processor if plan is not None else None
             ended = p is not None and p.upstream_ended()
             if not ended:  # the client got part of an answer: no body to show as its own
                 run.client_bytes = None
@@ -81,7 +81,7 @@ class Report:
             self.runs.pop(flow.id)
         try:
             report.spent_ns += time.perf_counter_ns() - started
-            self.close(flow, report, line=True, plan=plan)
+            self.close(flow, report, line=True, run=run)
         except Exception as e:
             log_internal_error(f"cursor-bridge [{report.route}]: error", e)
 
@@ -114,7 +114,7 @@ class Report:
     def keep_answer(
         self,
         flow: http.HTTPFlow,
-        run: FlowRun | None,
+        run: FlowRun,
         plan: FlowPlan,
         raw: bytes,
         summary: str,
@@ -133,9 +133,8 @@ class Report:
             stream,
             cut,
         )
-        decisions = decision_lines(plan.answer_notes())
-        if run is not None:
-            decisions += tuple(f"{n} {kind} asked" for kind, n in run.report.retries.items())
+        decisions = decision_lines(run.answer.answer_notes(plan))
+        decisions += tuple(f"{n} {kind} asked" for kind, n in run.report.retries.items())
         self.keep(flow.id, "response", Original(raw, summary, plan_facts(plan), decisions, info))
 
     def attempt(self, flow: http.HTTPFlow, what: str, body: bytes | None) -> None:
@@ -150,7 +149,7 @@ class Report:
             self.state.originals.put(flow_id, part, original)
 
     def close(
-        self, flow: http.HTTPFlow, report: FlowReport, *, line: bool, plan: FlowPlan | None = None
+        self, flow: http.HTTPFlow, report: FlowReport, *, line: bool, run: FlowRun | None = None
     ) -> None:
         """The flow is over: its mark, its counters, its log line (and details)."""
         if flow.response is not None:
@@ -159,10 +158,11 @@ class Report:
         self.state.add(report.counters())
         if line:
             log.info("%s", report.line())
-        if self._settings.settings.debug and plan is not None:
-            for what in decision_lines(plan.answer_notes()):
+        plan = run.plan if run is not None else None
+        if self._settings.settings.debug and run is not None and plan is not None:
+            for what in decision_lines(run.answer.answer_notes(plan)):
                 log.debug("%s: answer: %s", plan.label, clean(what, 500))
-            p = plan.processor
+            p = run.answer.processor
             if p is not None:
                 log.debug(
                     "%s: stream: %d bytes in, %d out, %d events decoded, %d skipped%s",

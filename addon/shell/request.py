@@ -142,7 +142,7 @@ class RewriteRequest:
         )
         run = self.report.runs.start(flow.id, plan)
         self.report.state.count("requests rewritten")
-        decisions = decision_lines(plan.notes)
+        decisions = decision_lines(plan.request_notes)
         if self.report.keep_originals:
             facts = (*plan_facts(plan), ("upstream path", clean(wire.path, 300)))
             self.report.keep(flow.id, "request", Original(d.original, "request", facts, decisions))

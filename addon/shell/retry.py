@@ -1,14 +1,11 @@
 """The retry addon: asks the upstream once more, when the rewrite says so.
 
-It owns the HTTP clients (httpx) and its option (``bridge_retry_timeout``). The
-request is sent again exactly as the upstream got it (rewritten body, path and
-headers, hop-by-hop headers removed), to the same address and the way mitmproxy
-sent it: through the upstream proxy of ``--mode upstream:…`` (with
-``upstream_auth`` as ``Proxy-Authorization``, as mitmproxy's ``upstream_auth``
-addon sends it), directly otherwise. The environment is never read
-(``HTTPS_PROXY`` where the bridge runs is not where the request went). The retried
-answer is delivered whole: a stream cannot be restarted mid-way. ``send`` also takes
-another body: the rewrite addon's staged retry on signature errors.
+It owns the HTTP clients (httpx) and ``bridge_retry_timeout``. ``resend`` sends the request
+again exactly as the upstream got it, ``send`` with another body (a staged retry, the loop
+guard's second request): to the same address, the way mitmproxy sent it (through the
+upstream proxy of ``--mode upstream:…`` with ``upstream_auth``, directly otherwise), never
+through the environment's proxies. The answer is delivered whole: a stream cannot be
+restarted mid-way.
 """
 
 from __future__ import annotations

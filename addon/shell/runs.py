@@ -1,19 +1,19 @@
 """The per-flow run: what the shell keeps about a routed flow while it runs.
 
-A run starts when ``request`` rewrites a flow and ends when its ``response`` or
-``error`` hook has reported it. It holds the flow's plan (dropped early when the
-flow falls back to passing its answer on), its report, and the first bytes a
-rewritten stream gave its client (for the content view). Every addon of the shell
-reads the same ``FlowRuns``: the one place per-flow state lives.
+A run starts when ``request`` rewrites a flow and ends when its ``response`` or ``error``
+hook has reported it. It holds the frozen plan (dropped when the flow falls back to passing
+its answer on; the loop guard's second request replaces it), the ``AnswerState`` (what
+changes while the answer is read), the report, and the first bytes a rewritten stream gave
+its client (for the content view). Every addon reads the same ``FlowRuns``.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from addon.outcome import FlowReport
-from addon.plan import FlowPlan
+from addon.plan import AnswerState, FlowPlan
 from addon.state import KeptBytes
 
 KEEP_STREAM_BYTES = 1024 * 1024
@@ -28,7 +28,10 @@ class FlowRun:
     report: FlowReport
     """What the flow's log line and mark will say."""
     plan: FlowPlan | None = None
-    """What ``decide`` settled; None once the answer is passed on as it comes."""
+    """What ``decide`` settled; None once the answer is passed on as it comes. The loop
+    guard's second request replaces it with the plan that reads its answer."""
+    answer: AnswerState = field(default_factory=AnswerState)
+    """What changes while the answer is read (notes, the stream's processor and parser …)."""
     client_bytes: KeptBytes | None = None
     """A rewritten stream's first bytes as its client got them (``keep_originals``)."""
 
@@ -41,6 +44,7 @@ class FlowRuns:
         self._limit = limit
 
     def start(self, flow_id: str, plan: FlowPlan) -> FlowRun:
+        answer = AnswerState.of(plan)
         run = self._runs[flow_id] = FlowRun(
             FlowReport(
                 plan.route.name,
@@ -48,9 +52,10 @@ class FlowRuns:
                 client=plan.client.name,
                 upstream=plan.upstream.name,
                 mode="stream" if plan.stream else "whole",
-                notes=plan.notes,
+                notes=answer.notes,
             ),
             plan,
+            answer,
         )
         while len(self._runs) > self._limit:
             self._runs.popitem(last=False)

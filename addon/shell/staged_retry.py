@@ -1,20 +1,22 @@
 """The staged retry: an upstream 400 over signatures or reasoning is asked again without
 them (stage 1), then with tools as text too (stage 2, when the error names a tool).
-``transforms.staged_retry.next_stage`` decides each step; this only sends what the plan
-builds and delivers the answer as a first answer would be."""
+``addon.plan.staged.staged_step`` decides each step (the body to send, or stop); this only
+sends it and delivers the answer as a first answer would be."""
 
 from __future__ import annotations
 
 from mitmproxy import http
 
 from addon.model import UnsupportedShape
-from addon.plan import CONTENT_TYPES, FlowPlan, short
+from addon.plan import FlowPlan, short
+from addon.plan.answer import client_answer
+from addon.plan.errors import unreadable_answer
+from addon.plan.staged import Stop, staged_step
 from addon.shell.answer_notes import note_text_calls
 from addon.shell.common import META_KEY, append_comment, json_response, log
 from addon.shell.report import Report
 from addon.shell.retry import Retry, RetryAnswer
 from addon.shell.runs import FlowRun
-from addon.transforms.staged_retry import next_stage
 
 
 class StagedRetry:
@@ -27,60 +29,54 @@ class StagedRetry:
     ) -> bool:
         """True when a stage was answered: the client gets that answer, in its dialect,
         streamed if it asked."""
-        if self.retry is None or plan.unified is None:
+        if self.retry is None:
             return False
-        message = plan.error_message(resp.get_content(strict=False) or b"")
-        stage = next_stage(0, resp.status_code, message)
         first = resp.status_code
-        while stage is not None:
-            self.report.retried(run, f"staged retry {stage}")
-            log.info(
-                "%s: upstream refused the reasoning (HTTP %d: %s): staged retry %d",
-                plan.label,
-                first,
-                short(message),
-                stage,
-            )
-            try:
-                body = plan.stage_body(stage)
-            except (ValueError, UnsupportedShape, RecursionError) as e:
-                log.warning("%s: staged retry %d not possible: %s", plan.label, stage, short(e))
+        step = staged_step(plan, run.answer, 0, first, resp.get_content(strict=False) or b"")
+        while True:
+            if step.stage is not None:
+                self.report.retried(run, f"staged retry {step.stage}")
+                log.info(
+                    "%s: upstream refused the reasoning (HTTP %d: %s): staged retry %d",
+                    plan.label,
+                    first,
+                    short(step.message),
+                    step.stage,
+                )
+            if isinstance(step, Stop):
+                if step.stage is not None:
+                    log.warning(
+                        "%s: staged retry %d not possible: %s", plan.label, step.stage, step.reason
+                    )
                 return False
-            self.report.attempt(flow, f"staged retry {stage}", body)
-            answer = await self.retry.send(flow, plan.label, body)
+            self.report.attempt(flow, f"staged retry {step.stage}", step.body)
+            answer = await self.retry.send(flow, plan.label, step.body)
             if answer is None:
                 return False
             if 200 <= answer.status < 300:
-                self._deliver(flow, run, plan, answer, stage)
+                self._deliver(flow, run, plan, answer, step.stage)
                 return True
-            message = plan.error_message(answer.content)
-            append_comment(flow, f"staged retry {stage} got HTTP {answer.status}")
-            stage = next_stage(stage, answer.status, message)
-        return False
+            append_comment(flow, f"staged retry {step.stage} got HTTP {answer.status}")
+            step = staged_step(plan, run.answer, step.stage, answer.status, answer.content)
 
     def _deliver(
         self, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, answer: RetryAnswer, stage: int
     ) -> None:
         """A staged retry's 2xx answer, rewritten for the client as a first answer would be."""
         streamed = plan.stream and not answer.content_type.lower().startswith("application/json")
-        if streamed or (plan.stream and plan.upstream_framing == "json_array"):
-            processor = plan.stream_processor(None)
-            body = b"".join([*processor.feed(answer.content), *processor.finish()])
-            plan.processor = None
-            content_type = CONTENT_TYPES[plan.client_framing]
-        else:
-            try:
-                body = plan.encode_answer(plan.decode_answer(answer.content))
-            except (ValueError, UnsupportedShape, RecursionError) as e:
-                why = "nested too deeply" if isinstance(e, RecursionError) else short(e)
-                flow.response = http.Response.make(
-                    answer.status, answer.content, {"content-type": answer.content_type}
-                )
-                append_comment(flow, f"staged retry {stage} answered")
-                if not plan.same_dialect:
-                    unreadable(self.report, flow, run, plan, why)
-                return
-            content_type = CONTENT_TYPES[plan.client_framing] if plan.stream else "application/json"
+        try:
+            body, content_type = client_answer(
+                plan, run.answer, answer.content, answer.content_type
+            )
+        except (ValueError, UnsupportedShape, RecursionError) as e:
+            why = "nested too deeply" if isinstance(e, RecursionError) else short(e)
+            flow.response = http.Response.make(
+                answer.status, answer.content, {"content-type": answer.content_type}
+            )
+            append_comment(flow, f"staged retry {stage} answered")
+            if not plan.same_dialect:
+                unreadable(self.report, flow, run, plan, why)
+            return
         self.report.keep_answer(
             flow, run, plan, answer.content, f"staged retry {stage} answered", stream=streamed
         )
@@ -106,4 +102,4 @@ def unreadable(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan
     log.warning("%s: upstream answer (HTTP %d) not translatable: %s", plan.label, status, why)
     report.fallback(run, f"upstream answer not translatable: {why}")
     append_comment(flow, f"upstream answer (HTTP {status}) not translatable: {why} → 502")
-    flow.response = json_response(502, plan.unreadable_answer(why))
+    flow.response = json_response(502, unreadable_answer(plan, why))

@@ -16,6 +16,7 @@ from mitmproxy import http
 from addon.dialects.kiro import CONTENT_TYPE as KIRO_CONTENT_TYPE
 from addon.outcome import FlowReport
 from addon.plan import CONTENT_TYPES, short
+from addon.plan.answer import stream_processor
 from addon.shell.common import META_KEY, append_comment, is_json, log, replace_headers
 from addon.shell.common import internal_error as log_internal_error
 from addon.shell.report import Report, stores_streamed_bodies
@@ -90,7 +91,9 @@ class StreamAttach:
         keep = self.report.keep_originals
         encoding = resp.headers.get("content-encoding")
         try:
-            processor = plan.stream_processor(
+            processor = stream_processor(
+                plan,
+                run.answer,
                 encoding,
                 keep_original=KEEP_STREAM_BYTES if keep else 0,
                 status=resp.status_code,

@@ -1,37 +1,13 @@
 """Capture: what an upstream's answer holds that a client may drop, written to the reasoning
 store as it goes by.
 
-Contract: sans-IO. ``CaptureStage`` is a stream stage that passes every event through
-unchanged (the same objects, in the same order) and records from the unified events;
-``capture_response`` does the same for a whole answer. Both write ``Record``s
-(``addon.transforms.restore``) through a ``Sink`` (the store's view for the flow's scope,
-``addon.store.ScopedStore``). Put the stage first, right after the upstream's decoder: it must
-see the upstream's events before any stage changes them. A failure of its own (a bug, a store
-that cannot write) never touches the stream: the stage stops recording and says why in
-``error`` for the shell to log.
-
-What is recorded, from each upstream dialect's unified events:
-
-- Anthropic: ``thinking`` blocks with their ``signature_delta`` (a block ends at its
-  ``content_block_stop``, or when text or a call follows), ``redacted_thinking`` blocks (they
-  reach the unified stream as ``RawEvent``s of their ``content_block_start``), in order.
-- Responses: reasoning items — summary text, ``encrypted_content`` as the signature, the item
-  (without ``encrypted_content``) in ``extra["openai_responses"]``, as its request encoder
-  wants it back.
-- OpenAI-compatible: ``reasoning_content`` / ``reasoning`` text (the field in ``extra``),
-  ``reasoning_details`` (OpenRouter; streamed pieces merged by their ``index``), a call's
-  ``extra_content`` (Google's OpenAI-compatible API carries the thought signature there).
-- Gemini: each call's ``thoughtSignature`` (from ``ToolCallStart.extra``; a signed thought
-  before an unsigned call lends it its signature, as the Gemini request encoder does); the
-  signature of a text turn (the trailing empty part, or a text part's). The signature-only
-  thinking copies the Gemini decoders put before calls (``CALL_SIGNATURE``) are skipped: the
-  call has the signature.
-
-Keys (see ``addon.transforms.restore``): every call id of the turn → the turn's record (its
-thinking, that call's signature and extras, the message extras); a turn without calls → the
-hash of its visible text; each signed thinking block → the hash of its text; the turn's last
-valid signature → the scope's ``latest`` (Anthropic and Gemini only: the signature rules use
-them). A new ``MessageStart`` (a spliced stream) ends the turn before it.
+Contract: sans-IO. ``CaptureStage`` (the first stage, right after the upstream's decoder)
+passes every event through unchanged and records from the unified events;
+``capture_response`` does the same for a whole answer. Both write ``Record``s through a
+``Sink`` (the store's view for the flow's scope). What is recorded follows the upstream's
+reasoning style (``ReasoningStyle``, from the plan), never its name; the records and keys:
+docs/reasoning.md ("How the store captures and restores"). A failure of its own never
+touches the stream: recording stops and ``error`` says why, for the shell to log.
 """
 
 from __future__ import annotations
@@ -48,6 +24,7 @@ from addon.model import (
     Finish,
     MessageStart,
     RawEvent,
+    ReasoningStyle,
     Response,
     StreamEnd,
     Text,
@@ -67,12 +44,12 @@ from addon.transforms.reasoning_record import (
     Record,
     text_key,
 )
-from addon.transforms.restore import GEMINI_UPSTREAMS, MIN_SIGNATURE
+from addon.transforms.restore import MIN_SIGNATURE
 
 ANTHROPIC = "anthropic"
-OPENAI_CHAT = "openai_chat"
 RESPONSES = "openai_responses"
-_SIGNED_ORIGINS = frozenset({ANTHROPIC, *GEMINI_UPSTREAMS})
+"""The keys of those dialects' own fields in an event's ``extra``."""
+_SIGNED: frozenset[ReasoningStyle] = frozenset({"signed_blocks", "signed_parts"})
 """Where thinking hashes and the latest signature are kept: the upstreams whose signatures the
 signature rules repair (``addon.transforms.restore.needs_signed_thinking``)."""
 _GEMINI_MARK = next(iter(CALL_SIGNATURE))
@@ -205,7 +182,8 @@ class TurnRecorder:
     """One answer turn, from events or parts; ``flush`` writes its records and starts over."""
 
     def __init__(self) -> None:
-        self.origin = ""
+        self.style: ReasoningStyle = "none"
+        """The upstream's reasoning style, from the turn's start (``start``)."""
         self._reset()
 
     def _reset(self) -> None:
@@ -225,12 +203,12 @@ class TurnRecorder:
 
     @property
     def gemini(self) -> bool:
-        return self.origin in GEMINI_UPSTREAMS
+        return self.style == "signed_parts"
 
     # ------------------------------------------------------------------ what comes in
 
-    def start(self, origin: str) -> None:
-        self.origin = origin
+    def start(self, style: ReasoningStyle) -> None:
+        self.style = style
 
     def thinking(self, text: str, signature: str | None, extra: JSON) -> None:
         """A piece of reasoning: text and/or a signature; ``extra`` already in the form the
@@ -249,7 +227,7 @@ class TurnRecorder:
                     self._text_block(text, {})
                 return
             extra = {}
-        item = extra.get(RESPONSES, {}).get("id") if self.origin == RESPONSES else None
+        item = extra.get(RESPONSES, {}).get("id") if self.style == "reasoning_items" else None
         if self.open is not None and item and self.open.item and item != self.open.item:
             self.close_block()
         if text:
@@ -306,7 +284,7 @@ class TurnRecorder:
         if self.gemini:
             self.carried = None
         kept: JSON = {}
-        if self.origin == OPENAI_CHAT and isinstance(extra.get("extra_content"), dict):
+        if self.style == "reasoning_fields" and isinstance(extra.get("extra_content"), dict):
             kept["extra_content"] = extra["extra_content"]
         if sig:
             self.latest = sig
@@ -346,7 +324,7 @@ class TurnRecorder:
             key = self.visible.key() if rec else None
             if key is not None:
                 sink.put(KIND_TEXT, key, rec.to_json())
-        if self.origin in _SIGNED_ORIGINS:
+        if self.style in _SIGNED:
             for b in self.blocks:
                 text = "".join(b.texts)
                 if text and b.signature and not b.redacted:
@@ -385,16 +363,16 @@ def merge_details(acc: list[JSON], items: list[Any]) -> None:
 # --------------------------------------------------------------------------- streams
 
 
-def _stream_extra(origin: str, extra: JSON) -> JSON:
+def _stream_extra(style: ReasoningStyle, extra: JSON) -> JSON:
     """A ``ThinkingDelta``'s extra → what the upstream's request encoder reads on a
     ``Thinking``: Anthropic's unknown block fields flat; Responses' item without
     ``encrypted_content``; the OpenAI field name; Gemini's markers (read, then dropped)."""
-    match origin:
-        case "anthropic":
+    match style:
+        case "signed_blocks":
             own = extra.get(ANTHROPIC)
             block = own.get("block") if isinstance(own, dict) else None
             return dict(block) if isinstance(block, dict) else {}
-        case "openai_responses":
+        case "reasoning_items":
             own = extra.get(RESPONSES)
             own = own if isinstance(own, dict) else {}
             item = own.get("item")
@@ -402,7 +380,7 @@ def _stream_extra(origin: str, extra: JSON) -> JSON:
                 return {RESPONSES: {k: v for k, v in item.items() if k != "encrypted_content"}}
             item_id = own.get("item_id")
             return {RESPONSES: {"id": item_id}} if isinstance(item_id, str) else {}
-        case "openai_chat":
+        case "reasoning_fields":
             field_name = extra.get("field")
             return {"field": field_name} if isinstance(field_name, str) else {}
         case _:
@@ -419,8 +397,10 @@ def _wire_details(extra: JSON) -> Any:
 class CaptureStage:
     """A stream stage: every event through, unchanged; the turn recorded (module docstring)."""
 
-    def __init__(self, sink: Sink) -> None:
+    def __init__(self, sink: Sink, style: ReasoningStyle) -> None:
         self.sink = sink
+        self.style = style
+        """The upstream's reasoning style (``Dialect.reasoning``): what its events carry."""
         self.turn = TurnRecorder()
         self.error: str | None = None
         """Why recording stopped (the stream itself is never touched)."""
@@ -476,13 +456,13 @@ class CaptureStage:
         if isinstance(event, MessageStart):
             if turn.seen:
                 turn.flush(self.sink)
-            turn.start(event.origin)
+            turn.start(self.style)
         extra = getattr(event, "extra", None)
-        if turn.origin == OPENAI_CHAT and isinstance(extra, dict) and "wire" in extra:
+        if turn.style == "reasoning_fields" and isinstance(extra, dict) and "wire" in extra:
             turn.reasoning_details(_wire_details(extra))
         match event:
             case ThinkingDelta():
-                turn.thinking(event.text, event.signature, _stream_extra(turn.origin, event.extra))
+                turn.thinking(event.text, event.signature, _stream_extra(turn.style, event.extra))
             case TextDelta():
                 turn.text(event.text)
             case ToolCallStart():
@@ -496,7 +476,7 @@ class CaptureStage:
 
     def _raw(self, event: RawEvent) -> None:
         data = event.data
-        if event.origin == ANTHROPIC:
+        if self.style == "signed_blocks":
             kind = data.get("type")
             block = data.get("content_block")
             if kind == "content_block_start" and isinstance(block, dict):
@@ -507,7 +487,7 @@ class CaptureStage:
                     self.turn.close_block()
             elif kind == "content_block_stop":
                 self.turn.close_block()
-        elif event.origin == OPENAI_CHAT:
+        elif self.style == "reasoning_fields":
             choices = data.get("choices")
             first = choices[0] if isinstance(choices, list) and choices else None
             delta = first.get("delta") if isinstance(first, dict) else None
@@ -518,18 +498,19 @@ class CaptureStage:
 # --------------------------------------------------------------------------- whole answers
 
 
-def capture_response(answer: Response, sink: Sink) -> None:
-    """The same records from a whole answer (``FlowPlan.decode_answer``'s, before filters).
-    Raises what the sink raises (``StoreError``): the caller logs it and goes on."""
+def capture_response(answer: Response, sink: Sink, style: ReasoningStyle) -> None:
+    """The same records from a whole answer (``addon.plan.answer.decode_answer``'s, before
+    filters) of an upstream of that reasoning ``style``. Raises what the sink raises
+    (``StoreError``): the caller logs it and goes on."""
     turn = TurnRecorder()
-    turn.start(answer.origin)
+    turn.start(style)
     for p in answer.parts:
         match p:
             case Thinking(redacted=True):
                 turn.redacted(p.text, dict(p.extra))
             case Thinking():
-                turn.thinking(p.text, p.signature, _whole_extra(answer.origin, p.extra))
-                if answer.origin not in GEMINI_UPSTREAMS:
+                turn.thinking(p.text, p.signature, _whole_extra(style, p.extra))
+                if style != "signed_parts":
                     turn.close_block()  # each part is one whole block / item
             case Text():
                 turn.text(p.text)
@@ -537,7 +518,7 @@ def capture_response(answer: Response, sink: Sink) -> None:
                 turn.call(p.id, p.extra)
             case _:
                 pass
-    if answer.origin == OPENAI_CHAT:
+    if style == "reasoning_fields":
         message = answer.extra.get("message")
         message = message if isinstance(message, dict) else {}
         reasoning = message.get("reasoning")
@@ -552,10 +533,10 @@ def capture_response(answer: Response, sink: Sink) -> None:
     turn.flush(sink)
 
 
-def _whole_extra(origin: str, extra: JSON) -> JSON:
+def _whole_extra(style: ReasoningStyle, extra: JSON) -> JSON:
     """A whole answer's ``Thinking.extra`` is already what the request encoders read, except
     Gemini's markers (kept for ``TurnRecorder.thinking`` to read)."""
-    if origin in GEMINI_UPSTREAMS:
+    if style == "signed_parts":
         own = extra.get(_GEMINI_MARK)
         return {_GEMINI_MARK: own} if isinstance(own, dict) else {}
     return dict(extra)

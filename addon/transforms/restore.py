@@ -1,52 +1,12 @@
-"""Giving the upstream back what the client dropped (unified → unified), and the seed's signature
-rules for thinking blocks a client does send ("the seed": ``thinking_policy``'s glossary).
+"""Giving the upstream back what the client dropped (unified → unified), and the seed's
+signature rules for thinking blocks a client does send ("the seed": ``thinking_policy``).
 
-Contract: pure over ``addon.model`` values, plus one lookup (``ReasoningLookup``: the reasoning
-store's view for this flow's scope, ``addon.store.ScopedStore``); run on the unified request
-after the client's decoder and before the upstream's encoder. Decisions go to ``notes``. A
-lookup that fails (the store's file is gone) counts as "nothing known" and is noted: a broken
-store never stops a request.
-
-The record format and the kinds of key are ``addon.transforms.reasoning_record``'s.
-
-What is restored, by upstream dialect (only where the client left it out; a value only comes
-from this flow's scope, which the lookup guarantees):
-
-- ``gemini`` / ``gemini_code_assist``: in each step (a run of assistant messages, which the
-  Gemini encoder merges into one model turn) whose calls carry no ``thoughtSignature`` (in
-  ``ToolCall.extra``, Google's OpenAI-compatible ``extra_content``, or a signed thinking part
-  before a call, which the encoder moves onto it), each call gets the signature the upstream
-  put on it — in practice the first call of the step; parallel siblings had none and get none.
-  Nothing known and the route allows it (``signature_fallback="sentinel"``, not Gemini 1.x/2.x):
-  the first call of the step gets ``skip_thought_signature_validator``, the value Google
-  documents for calls it did not make. A text turn gets its trailing signature back as the
-  empty signed text part Gemini ended it with. A Gemini client's own request is left alone:
-  its signatures ride in the codec's private table.
-- ``anthropic`` (only when thinking is on: with thinking off, Anthropic refuses thinking in the
-  final assistant message): an assistant message without any thinking part gets the turn's
-  signed ``thinking`` / ``redacted_thinking`` blocks back at its start, before its
-  ``tool_use`` blocks — by tool-call id, or by text hash for a turn without calls.
-- ``openai_responses``: an assistant message with calls and no thinking gets the turn's
-  ``reasoning`` items (``encrypted_content`` as the signature, the item in ``extra``) at its
-  start.
-- ``openai_chat`` (DeepSeek, Kimi, GLM, OpenRouter): an assistant message with calls and no
-  reasoning gets the turn's reasoning as ``Thinking`` parts (the encoder writes them as
-  ``reasoning_content``); message extras the upstream sent (``reasoning_details``) and call
-  extras (``extra_content`` of Google's OpenAI-compatible API) come back where missing.
-
-Signature rules (the seed's; for upstreams that check thinking signatures:
-``needs_signed_thinking``): a thinking block's signature is valid when it has at least
-``MIN_SIGNATURE`` characters; an empty thinking block with any signature is valid (a trailing
-signature); a redacted block is valid when it has data. An empty block without a signature is
-dropped. An invalid block is repaired from the store — by tool-call id (the turn's blocks
-replace the message's thinking), then by hash (of the block's text: its signature; of the
-turn's visible text: the turn's blocks), then the scope's latest signature — else it becomes a
-text block.
-
-The thinking policy (which models think; the history check): ``addon.transforms.thinking_policy``.
-
-``restore_request`` runs it all in order: default thinking, restore, signature rules, history
-check.
+Contract: pure over ``addon.model`` values plus one lookup (``ReasoningLookup``: the store's
+view for this flow's scope); run after the client's decoder, before the upstream's encoder;
+decisions go to ``notes``; a failing lookup is "nothing known" (noted), never a stopped
+request. What is restored follows the upstream's reasoning style (``ReasoningStyle``, from
+the plan), never its name: docs/reasoning.md ("How the store captures and restores").
+``restore_request`` runs it all: default thinking, restore, signature rules, history check.
 """
 
 from __future__ import annotations
@@ -62,6 +22,7 @@ from addon.model import (
     Message,
     Notes,
     Part,
+    ReasoningStyle,
     Request,
     Text,
     Thinking,
@@ -94,7 +55,6 @@ SKIP_SIGNATURE = "skip_thought_signature_validator"
 """Mirrors ``addon.dialects.gemini.parts.SKIP_SIGNATURE``."""
 SKIP_NOTE = "function calls without a thought signature marked to skip the check"
 """The same words as the Gemini encoder's note for the same decision."""
-GEMINI_UPSTREAMS = frozenset({"gemini", "gemini_code_assist"})
 _OLD_GEMINI = re.compile(r"(?:models/)?gemini-[12][.-]")
 """Gemini 1.x / 2.x check no thought signatures (the Gemini encoder's rule)."""
 
@@ -178,25 +138,32 @@ def _replace_parts(m: Message, parts: list[Part] | tuple[Part, ...]) -> Message:
 def restore_reasoning(
     req: Request,
     lookup: ReasoningLookup | None,
-    upstream: str,
+    upstream: ReasoningStyle,
     notes: Notes,
     *,
     signature_fallback: SignatureFallback = "none",
+    origin: ReasoningStyle = "none",
 ) -> Request:
-    """What the client dropped, back from the store (see the module docstring)."""
+    """What the client dropped, back from the store, for an upstream of that reasoning style
+    (see the module docstring). ``origin``: the style of the dialect the request was written
+    in (a request written for Gemini carries its own signatures)."""
     safe = _Safe(lookup)
     counts: Counter[str] = Counter()
-    if upstream in GEMINI_UPSTREAMS:
-        messages = _restore_gemini(req, safe, counts, signature_fallback, notes)
-    elif upstream == "anthropic":
+    if upstream == "signed_parts":
+        messages = (
+            req.messages
+            if origin == "signed_parts"
+            else _restore_gemini(req, safe, counts, signature_fallback, notes)
+        )
+    elif upstream == "signed_blocks":
         messages = (
             _restore_blocks(req.messages, safe, counts, _anthropic_block, text_turns=True)
             if thinking_on(req)
             else req.messages
         )
-    elif upstream == "openai_responses":
+    elif upstream == "reasoning_items":
         messages = _restore_blocks(req.messages, safe, counts, _responses_item, text_turns=False)
-    elif upstream == "openai_chat":
+    elif upstream == "reasoning_fields":
         messages = _restore_chat(req.messages, safe, counts)
     else:
         return req
@@ -346,8 +313,6 @@ def _restore_gemini(
     fallback: SignatureFallback,
     notes: Notes,
 ) -> tuple[Message, ...]:
-    if req.origin in GEMINI_UPSTREAMS:
-        return req.messages
     sentinel = fallback == "sentinel" and not _OLD_GEMINI.match(req.model)
     messages = list(req.messages)
     changed = False
@@ -480,10 +445,11 @@ def _swap_thinking(parts: list[Part], blocks: tuple[Thinking, ...]) -> list[Part
     return [*rest[:at], *blocks, *rest[at:]]
 
 
-def needs_signed_thinking(upstream: str, model: str) -> bool:
+def needs_signed_thinking(upstream: ReasoningStyle, model: str) -> bool:
     """Upstreams that check thinking signatures and want a tool turn to start with thinking:
-    Anthropic, and Claude models behind a Gemini dialect (Code Assist / Antigravity)."""
-    return upstream == "anthropic" or (upstream in GEMINI_UPSTREAMS and is_claude(model))
+    Anthropic's (signed blocks), and Claude models behind a Gemini dialect (Code Assist /
+    Antigravity: signed parts)."""
+    return upstream == "signed_blocks" or (upstream == "signed_parts" and is_claude(model))
 
 
 # --------------------------------------------------------------------------- all of it
@@ -492,10 +458,11 @@ def needs_signed_thinking(upstream: str, model: str) -> bool:
 def restore_request(
     req: Request,
     lookup: ReasoningLookup | None,
-    upstream: str,
+    upstream: ReasoningStyle,
     notes: Notes,
     *,
     signature_fallback: SignatureFallback = "none",
+    origin: ReasoningStyle = "none",
     thinking_budget: int | None = None,
     default_thinking: bool = True,
     policy: ThinkingPolicy = "auto",
@@ -506,7 +473,9 @@ def restore_request(
     the rules still apply, without repairs)."""
     if default_thinking:
         req = apply_default_thinking(req, notes, budget=thinking_budget, policy=policy)
-    req = restore_reasoning(req, lookup, upstream, notes, signature_fallback=signature_fallback)
+    req = restore_reasoning(
+        req, lookup, upstream, notes, signature_fallback=signature_fallback, origin=origin
+    )
     if needs_signed_thinking(upstream, req.model):
         if policy == "auto":
             req = check_thinking_support(req, notes)

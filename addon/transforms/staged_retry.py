@@ -1,28 +1,11 @@
-"""Staged retry on signature errors: which upstream errors call for it, and the requests of
-each stage (unified → unified).
+"""Staged retry on signature errors: which upstream errors call for it (``next_stage``) and
+the request of each stage (``stage_request``, unified → unified).
 
-Contract: pure. The shell sends the request (stage 0); on an error it asks ``next_stage`` and,
-for a stage, encodes ``stage_request(transformed, stage)`` for the same upstream and sends it
-there (mitmproxy's own upstream settings, never the environment's proxies). ``transformed`` is
-the unified request as it was about to be encoded the first time (after
-``addon.transforms.restore``): the stages take away, they never restore again.
-
-- Stage 1 — thinking off, thinking blocks as text: ``Request.thinking`` cleared (and the
-  reasoning switches a client's dialect kept as extra fields), every
-  ``Thinking`` part with text becomes a ``Text`` part with that text (redacted and empty
-  ones dropped), and every signature and reasoning extra is taken off what remains
-  (``thoughtSignature`` on calls and texts, ``extra_content.google.thought_signature``,
-  ``reasoning_content`` / ``reasoning`` / ``reasoning_details`` message extras, and signatures
-  a Gemini client's codec kept in the request's private tables).
-- Stage 2 — also tool calls and results as text: each call becomes ``[Calling tool: NAME]`` /
-  ``Input: {…}`` text in its assistant message, each result ``[Tool Result]`` text in a user
-  message (the ``bracket`` rendering of ``addon.textproto``); consecutive messages of one role
-  are merged. The tools stay declared: the model may still call them in this answer.
-
-When (``next_stage``): stage 0 → 1 on an HTTP 400 whose message mentions a signature
-(``is_signature_error``: ``signature``, ``thought_signature``, ``reasoning_content``, or
-Anthropic's "must start with a thinking block"); stage 1 → 2 when stage 1 failed the same way
-and its error names a tool or a function (``names_tool``); after stage 2, nothing more.
+Contract: pure. Stage 1: thinking off, thinking blocks as text, every signature and
+reasoning extra taken off. Stage 2: tool calls and results as text too. The stages start
+from the unified request as first encoded (after restore): they take away, never restore.
+The decision of each step is ``addon.plan.staged``'s; when and what exactly:
+docs/reasoning.md ("When the staged retry asks again").
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ import pytest
 from addon.config import Settings
 from addon.model import StreamError, TextDelta
 from addon.plan import Incoming, Reject, Rewrite, UpstreamError, decide
+from addon.plan.answer import AnswerState, stream_processor
+from addon.plan.errors import error_body, unreadable_answer, upstream_error
 from addon.redact import REDACTED, SecretRegistry, Secrets, clean
 from addon.routes import Route
 from addon.stream.fastpath import PASSES_TEXT
@@ -97,11 +99,11 @@ def rewrite(client: str, upstream: str) -> Rewrite:
 def test_error_bodies_the_bridge_builds_never_hold_the_key() -> None:
     plan = rewrite("anthropic", "openai_chat").plan
     echoed = json.dumps({"error": {"message": f"Incorrect API key provided: {KEY}"}}).encode()
-    body, _ = plan.error_body(401, echoed)
+    body, _ = error_body(plan, 401, echoed)
     assert KEY not in body.decode() and REDACTED in json.loads(body)["error"]["message"]
-    assert KEY not in plan.error_body(401, f"<html>bad key {KEY}</html>".encode())[0].decode()
-    assert KEY not in plan.upstream_error(UpstreamError(f"echo {KEY}", 403)).decode()
-    assert KEY not in plan.unreadable_answer(f"not JSON: {KEY}").decode()
+    assert KEY not in error_body(plan, 401, f"<html>bad key {KEY}</html>".encode())[0].decode()
+    assert KEY not in upstream_error(plan, UpstreamError(f"echo {KEY}", 403)).decode()
+    assert KEY not in unreadable_answer(plan, f"not JSON: {KEY}").decode()
     assert KEY not in repr(plan) and KEY not in json.dumps(plan.meta())
 
 
@@ -112,7 +114,7 @@ def test_the_error_event_that_ends_a_stream_never_holds_the_key() -> None:
     text = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
             "choices": [{"index": 0, "delta": {"content": f"text {KEY}"}}]}  # fmt: skip
     raw = f"data: {json.dumps(text)}\n\ndata: {json.dumps(chunk)}\n\n".encode()
-    p = plan.stream_processor(None)
+    p = stream_processor(plan, AnswerState.of(plan), None)
     out = b"".join([*p.feed(raw), *p.finish()]).decode()
     assert f"text {KEY}" in out  # the model's own text is the client's answer: untouched
     error = json.loads(out.strip().split("\n")[-1].removeprefix("data: "))
@@ -135,7 +137,7 @@ def test_the_processors_own_error_quoting_the_upstream_never_holds_the_key() -> 
     plan = rewrite("anthropic", "openai_chat").plan
     text = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
             "choices": [{"index": 0, "delta": {"content": "Hel"}}]}  # fmt: skip
-    p = plan.stream_processor(None)
+    p = stream_processor(plan, AnswerState.of(plan), None)
     raw = f"data: {json.dumps(text)}\n\n".encode() + f"Bad key {KEY}\n".encode()
     out = b"".join([*p.feed(raw), *p.finish()]).decode()
     assert "cursor-bridge could not read the upstream's stream" in out

@@ -11,6 +11,8 @@ from .stream_encode import AnthropicStreamEncoder
 
 DIALECT = Dialect(
     name=NAME,
+    reasoning="signed_blocks",
+    token_count_endpoint=True,
     path="/messages",
     decode_request=decode_request,
     encode_request=encode_request,

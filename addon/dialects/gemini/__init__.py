@@ -38,6 +38,7 @@ TOKEN_COUNT = TokenCount(count_request, count_answer)
 
 DIALECT = Dialect(
     name=NAME,
+    reasoning="signed_parts",
     path=":generateContent",
     decode_request=decode_request,
     encode_request=encode_request,
@@ -65,6 +66,7 @@ DIALECT = Dialect(
 
 CODE_ASSIST_DIALECT = Dialect(
     name=CODE_ASSIST,
+    reasoning="signed_parts",
     path=":generateContent",
     decode_request=decode_request,
     encode_request=encode_request,

@@ -11,6 +11,7 @@ from .stream_encode import OpenAIChatStreamEncoder
 
 DIALECT = Dialect(
     name=NAME,
+    reasoning="reasoning_fields",
     path="/chat/completions",
     decode_request=decode_request,
     encode_request=encode_request,

@@ -12,6 +12,7 @@ from .stream_encode import OpenAIResponsesStreamEncoder
 
 DIALECT = Dialect(
     name=NAME,
+    reasoning="reasoning_items",
     path="/responses",
     decode_request=decode_request,
     encode_request=encode_request,

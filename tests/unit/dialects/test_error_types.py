@@ -18,6 +18,7 @@ import pytest
 from addon.dialects import DIALECTS
 from addon.model import ClientError, MessageStart, StreamError, TextDelta
 from addon.plan import FlowPlan
+from addon.plan.errors import error_body
 from addon.routes import Route
 from addon.stream.whole import StreamFailed
 
@@ -234,7 +235,7 @@ PAIRS = [
 def test_a_re_shaped_upstream_error_keeps_its_status_and_takes_its_type(
     client: str, upstream: str, status: int
 ) -> None:
-    body, message = plan(client, upstream).error_body(status, b'{"message": "no way"}')
+    body, message = error_body(plan(client, upstream), status, b'{"message": "no way"}')
     assert body_type(client, json.loads(body)) == EXPECTED[client][status]
     assert "no way" in message
 
@@ -243,7 +244,7 @@ def test_a_re_shaped_upstream_error_keeps_its_status_and_takes_its_type(
 def test_the_upstreams_own_type_wins_where_it_names_another_status(client: str) -> None:
     # A Kiro throttle sent as a 400: still a rate limit for the client, its status kept.
     throttle = b'{"__type": "x#ThrottlingException", "message": "slow down"}'
-    body, _ = plan(client, "kiro").error_body(400, throttle)
+    body, _ = error_body(plan(client, "kiro"), 400, throttle)
     assert body_type(client, json.loads(body)) == EXPECTED[client][429]
     if client.startswith("gemini"):
         assert json.loads(body)["error"]["code"] == 400

@@ -7,6 +7,7 @@ an upstream's own model and time win.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -24,6 +25,7 @@ from addon.model import (
     TextDelta,
 )
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
+from addon.plan.answer import encode_answer
 from addon.routes import Route
 from tests.unit.conftest import PINNED
 
@@ -107,9 +109,9 @@ def test_a_whole_answer_without_model_or_time_gets_the_asked_ones(
 ) -> None:
     plan = kiro_plan(client)
     assert plan.defaults == AnswerDefaults(ASKED.model, PINNED)  # the clock: pinned here
-    plan.stream = stream
+    plan = dataclasses.replace(plan, stream=stream)
     answer = Response("kiro", None, None, (Text("hi"),), "stop")
-    raw = plan.encode_answer(answer)
+    raw = encode_answer(plan, answer)
     if stream:
         if plan.client_framing == "json_array":
             first = json.loads(raw)[0]

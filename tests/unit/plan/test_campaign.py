@@ -16,7 +16,7 @@ routes. Whatever the input:
   one line, valid UTF-8, without the key from the path.
 
 The answer side gets the same treatment: mutated whole answers of each
-upstream dialect through ``FlowPlan.decode_answer`` / ``encode_answer`` (either
+upstream dialect through ``addon.plan.answer.decode_answer`` / ``encode_answer`` (either
 readable and re-encoded as strict JSON / SSE, or refused with the errors the
 shell turns into a passthrough or a 502), and mutated upstream error bodies
 through ``FlowPlan.error_body``. ``CB_CAMPAIGN_EXAMPLES=5000`` runs a longer campaign.
@@ -39,6 +39,8 @@ from hypothesis import strategies as st
 from addon.config import Settings
 from addon.model import UnsupportedShape
 from addon.plan import Decision, Incoming, Pass, Reject, Rewrite, decide, load_json, short
+from addon.plan.answer import AnswerState, decode_answer, encode_answer
+from addon.plan.errors import error_body, unreadable_answer
 from addon.redact import clean_data
 from addon.routes import Route
 from tests.realdata import FIXTURES, cursor_byok_body
@@ -375,10 +377,10 @@ def test_mutated_whole_answers_are_re_encoded_strictly_or_refused(
     plan = _plan_for(client, upstream, stream)
     raw = data.draw(mutated_answer(upstream))
     try:
-        body = plan.encode_answer(plan.decode_answer(raw))
+        body = encode_answer(plan, decode_answer(plan, AnswerState.of(plan), raw))
     except (ValueError, UnsupportedShape, RecursionError):
         # The shell: passed on untouched (same dialect) or a 502 in the client's dialect.
-        _error_shape(client, load_json(plan.unreadable_answer("x")))
+        _error_shape(client, load_json(unreadable_answer(plan, "x")))
         return
     if stream:
         for line in body.decode("utf-8").split("\n"):  # SSE lines end at \n (not U+2028)
@@ -399,6 +401,6 @@ def test_mutated_upstream_errors_are_re_shaped_for_the_client(
     error = {"error": {"message": f"Incorrect API key provided: {PATH_KEY}", "type": "x"}}
     raw = data.draw(mutated([Seed("error", upstream, "/", {}, error)]))[1]
     status = data.draw(st.sampled_from([400, 401, 429, 500, 503]))
-    body, message = plan.error_body(status, raw)
+    body, message = error_body(plan, status, raw)
     assert _error_shape(client, load_json(body)) == message
     _one_safe_line(short(message))

@@ -2,7 +2,7 @@
 
 Every client dialect, every upstream dialect, native (argument repair on: the call is held;
 off: it streams as it comes) and text-protocol (``invoke``) routes, through the plan's own
-processor (``decide`` → ``FlowPlan.stream_processor``): the upstream's stream holds text, then a
+processor (``decide`` → ``addon.plan.answer.stream_processor``): the upstream's stream holds text, then a
 call whose arguments are cut at any point (hypothesis draws it), and ends there — cut (no
 finish) or with the upstream's own error event.
 
@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from addon.config import Settings
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
+from addon.plan.answer import AnswerState, stream_processor
 from addon.routes import Route
 from tests import eventstream_frames as ef
 
@@ -287,7 +288,7 @@ def upstream_body(plan: FlowPlan, upstream: str, mode: str, cut: int, ending: st
 
 
 def run(plan: FlowPlan, body: bytes, sizes: list[int]) -> bytes:
-    processor = plan.stream_processor(None)
+    processor = stream_processor(plan, AnswerState.of(plan), None)
     out: list[bytes] = []
     pos, i = 0, 0
     while pos < len(body):
@@ -482,7 +483,7 @@ def test_a_failure_of_the_bridge_inside_a_held_call_never_delivers_it(client: st
     """The shell's way out (``abort``, a bug of ours) ends the client's stream with an error:
     the held call never ended, so it is dropped there too."""
     plan = plan_for(client, "openai_chat", "held")
-    processor = plan.stream_processor(None)
+    processor = stream_processor(plan, AnswerState.of(plan), None)
     body = chat([TEXT], ARGS[:-1], "cut")
     raw = b"".join(processor.feed(body)) + b"".join(processor.abort("a bug of ours"))
     got = seen(client, raw)

@@ -140,7 +140,7 @@ def test_tools_an_upstream_cannot_run_are_left_out_and_named(client: str, upstre
     for kind in labels:
         assert (f'"{kind}"' in tools) == runs, (kind, tools)
     assert "Read" in tools or "exec_command" in tools  # the function tools go on
-    notes = [n for n in d.plan.notes if "cannot run left out" in n]
+    notes = [n for n in d.plan.request_notes if "cannot run left out" in n]
     if runs:
         assert notes == []
     else:
@@ -156,7 +156,7 @@ def test_a_text_protocol_carries_function_tools_only(client: str, mode: ToolMode
     d = run(client, "openai_chat", body, mode)
     assert isinstance(d, Rewrite), d
     assert "tools" not in d.wire.body
-    assert d.plan.notes[
+    assert d.plan.request_notes[
         f"tools the {mode} text protocol cannot run left out: {', '.join(labels.values())}"
     ]
     system = json.dumps(d.wire.body["messages"][0])

@@ -20,6 +20,8 @@ from addon.plan import (
     load_json,
     route_for,
 )
+from addon.plan.answer import AnswerState, decode_answer
+from addon.plan.errors import error_body, unreadable_answer
 from addon.routes import Route
 
 KEY = "sk-SECRET-route-key"
@@ -217,11 +219,11 @@ def test_an_upstream_error_of_any_shape_is_re_shaped() -> None:
     d = run(incoming("/v1/messages", ANTHROPIC_BODY))
     assert isinstance(d, Rewrite)
     for raw in (b"[" * 100_000, b'{"error": NaN}', b"\xff\xfe", b"", b"<html>" + b"x" * 10_000):
-        body, message = d.plan.error_body(502, raw)
+        body, message = error_body(d.plan, 502, raw)
         error = json.loads(body)
         assert error["type"] == "error" and error["error"]["message"] == message
         assert len(message) < 600
-    body, message = d.plan.error_body(401, b'{"error": {"message": "bad key \\ud83d"}}')
+    body, message = error_body(d.plan, 401, b'{"error": {"message": "bad key \\ud83d"}}')
     assert message == "bad key \ud83d" and json.loads(body)["error"]["message"] == message
 
 
@@ -230,8 +232,8 @@ def test_an_unreadable_answer_becomes_a_502_in_the_clients_dialect() -> None:
     assert isinstance(d, Rewrite)
     for raw in (b'{"choices": NaN}', b"[" * 100_000 + b"]" * 100_000, b"<html>", b"[]"):
         with pytest.raises((ValueError, UnsupportedShape, RecursionError)):
-            d.plan.decode_answer(raw)
-    error = json.loads(d.plan.unreadable_answer("why"))
+            decode_answer(d.plan, AnswerState.of(d.plan), raw)
+    error = json.loads(unreadable_answer(d.plan, "why"))
     assert error["error"]["type"] == "api_error" and error["error"]["message"].endswith(": why")
 
 
@@ -324,3 +326,17 @@ def test_a_query_that_is_not_utf8_survives_the_trip_back() -> None:
     inc = incoming("/v1/x?alt=sse&a=%FF&b=\udcfe", b"{}")
     assert inc.query == (("alt", "sse"), ("a", "\udcff"), ("b", "\udcfe"))
     assert urlencode(inc.query, errors="surrogateescape") == "alt=sse&a=%FF&b=%FE"
+
+
+def test_the_plan_is_frozen_and_the_answer_side_keeps_its_own_state() -> None:
+    import dataclasses
+
+    d = run(incoming("/v1/messages", ANTHROPIC_BODY, x_api_key=KEY, anthropic_version="1"))
+    assert isinstance(d, Rewrite)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d.plan.stream = True  # type: ignore[misc]
+    state = AnswerState.of(d.plan)
+    assert state.notes == d.plan.request_notes and state.notes is not d.plan.request_notes
+    state.notes["an answer's change"] += 1
+    assert state.answer_notes(d.plan) == {"an answer's change": 1}
+    assert "an answer's change" not in d.plan.request_notes

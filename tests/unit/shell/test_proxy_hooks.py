@@ -14,6 +14,7 @@ import pytest
 from mitmproxy import exceptions, http
 from mitmproxy.test import taddons, tflow, tutils
 
+from addon.shell import answers
 from addon.shell.addons import Addons, make_addons
 from addon.shell.common import META_KEY
 from addon.store import Scope
@@ -477,9 +478,8 @@ def test_a_bug_in_the_answer_path_gives_a_502_in_the_clients_dialect(
     addon, _ = bridge
     flow = chat_flow(ANTHROPIC_BODY, path="/v1/messages")
     addon.request(flow)
-    plan = addon.runs.plan(flow.id)
-    assert plan is not None
-    monkeypatch.setattr(type(plan), "decode_answer", lambda *_, **__: 1 / 0)
+    assert addon.runs.plan(flow.id) is not None
+    monkeypatch.setattr(answers, "decode_answer", lambda *_, **__: 1 / 0)
     flow.response = tutils.tresp(
         headers=http.Headers(((b"content-type", b"application/json"),)), content=b"{}"
     )
@@ -625,7 +625,7 @@ def test_allow_and_ignore_hosts_bind_the_bridge(
     assert (META_KEY in flows[0].metadata) is rewritten
     counter = bundle_addons.get("cursor_bridge_count_tokens")
     catalogue = bundle_addons.get("cursor_bridge_models")
-    assert (flows[1].id in counter._estimates) is rewritten
+    assert (flows[1].id in counter._sent) is rewritten
     assert (flows[2].id in catalogue._flows) is rewritten
 
 
@@ -804,3 +804,36 @@ def test_what_the_routes_need_is_loaded_before_the_first_flow(tmp_path: Path) ->
             getattr(addon, "running", lambda: None)()
         assert repair._validator_for.cache_info().currsize == 1  # argument validation
         assert "botocore.eventstream" in sys.modules  # a Kiro route's frames
+
+
+# --------------------------------------------------------------------------- the fast path option
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["default", "off"])
+def test_bridge_fast_path_reaches_the_stream_processor(
+    bridge: tuple[Bridge, taddons.context], fast: bool
+) -> None:
+    addon, tctx = bridge
+    if not fast:
+        tctx.configure(addon.bundle.settings, bridge_fast_path=False)
+    assert addon.settings.fast_path is fast
+    flow = chat_flow(CURSOR_BODY)
+    addon.request(flow)
+    flow.response = sse_response()
+    addon.responseheaders(flow)
+    run = addon.runs.get(flow.id)
+    assert run is not None and run.plan is not None and run.plan.fast_path is fast
+    processor = run.answer.processor
+    assert processor is not None and processor.fast is fast
+
+
+def test_bridge_fast_path_takes_true_or_false() -> None:
+    from addon.config import ConfigError, parse_settings
+
+    def read(name: str) -> Any:
+        if name == "bridge_fast_path":
+            return "maybe"
+        raise KeyError(name)
+
+    with pytest.raises(ConfigError, match="bridge_fast_path takes true or false"):
+        parse_settings(read, {})

@@ -91,7 +91,7 @@ def expected_text(n: int, mixed: bool) -> str:
 @pytest.mark.parametrize("mixed", [False, True], ids=["plain", "mixed"])
 def test_a_capture_keeps_bounded_memory_over_8000_text_events(mixed: bool) -> None:
     records = Records()
-    stage = CaptureStage(records)
+    stage = CaptureStage(records, DIALECTS["openai_chat"].reasoning)
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
@@ -135,7 +135,7 @@ def test_a_streams_records_are_the_whole_texts_through_the_lane_and_the_long_way
         p = StreamProcessor(
             DIALECTS["openai_chat"].stream_decoder(),
             DIALECTS[client].stream_encoder(),
-            [CaptureStage(records)],
+            [CaptureStage(records, DIALECTS["openai_chat"].reasoning)],
             same_dialect=client == "openai_chat",
             coalesce=client != "openai_chat",
         )
@@ -152,7 +152,7 @@ def test_a_streams_records_are_the_whole_texts_through_the_lane_and_the_long_way
 
 def test_a_thinking_block_of_many_deltas_is_compacted_and_whole() -> None:
     records = Records()
-    stage = CaptureStage(records)
+    stage = CaptureStage(records, DIALECTS["anthropic"].reasoning)
     stage.feed(MessageStart("anthropic"))
     parts = [f"step {i}. " for i in range(3 * capture.FOLD_PIECES + 7)]
     for part in parts:

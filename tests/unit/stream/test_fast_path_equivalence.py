@@ -60,7 +60,7 @@ def _run(upstream: str, client: str, reads: list[bytes], fast: bool) -> tuple[An
     p = StreamProcessor(
         DIALECTS[upstream].stream_decoder(),
         DIALECTS[client].stream_encoder(),
-        [CaptureStage(records)],
+        [CaptureStage(records, DIALECTS[upstream].reasoning)],
         same_dialect=same,
         raw_ok=same,
         coalesce=not same,

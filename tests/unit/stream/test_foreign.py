@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from addon.model import UnsupportedShape
+from addon.plan.answer import AnswerState, decode_answer
 from addon.stream.foreign import FRAMINGS, not_a_stream
 from tests import eventstream_frames as ef
 from tests.unit.dialects.kiro.test_stream import CLIENTS, TEXT_ANSWER, plan_for, run
@@ -66,10 +67,12 @@ def test_a_whole_answer_that_is_a_page_is_refused_saying_what_came(client: str) 
     with pytest.raises(
         UnsupportedShape, match="HTTP 200 with text/html instead of an AWS event stream"
     ):
-        plan.decode_answer(PAGE, status=200, content_type="text/html")
+        decode_answer(plan, AnswerState.of(plan), PAGE, status=200, content_type="text/html")
     # without the headers (a retried body), its bytes alone tell
     with pytest.raises(
         UnsupportedShape, match="with a body that is not an AWS event stream: '<!DOC"
     ):
-        plan.decode_answer(PAGE)
-    assert plan.decode_answer(TEXT_ANSWER, status=200, content_type=FRAMES).parts
+        decode_answer(plan, AnswerState.of(plan), PAGE)
+    assert decode_answer(
+        plan, AnswerState.of(plan), TEXT_ANSWER, status=200, content_type=FRAMES
+    ).parts

@@ -409,7 +409,9 @@ def test_the_lane_shows_the_capture_stage_the_text_the_long_way_shows_it(
     def processor() -> StreamProcessor:
         records = _Records()
         seen.append(records)
-        return _from_openai(client, [CaptureStage(records)], coalesce=not same)
+        return _from_openai(
+            client, [CaptureStage(records, DIALECTS["openai_chat"].reasoning)], coalesce=not same
+        )
 
     lane, slow = processor(), processor()
     # Up to the first body: a later text that is not plain folds the run of plain texts away.
@@ -532,7 +534,9 @@ def test_a_read_of_several_events_says_what_the_general_way_says(
     def processor() -> StreamProcessor:
         records = _Records()
         seen.append(records)
-        stages: list[Any] = [CaptureStage(records)] if capture else []
+        stages: list[Any] = (
+            [CaptureStage(records, DIALECTS["openai_chat"].reasoning)] if capture else []
+        )
         if protocol:
             parser = TextProtocolParser(
                 "invoke", trigger="<<CALL_t1>>", tools={"read"}, ids=lambda n: f"c{n}"

@@ -33,6 +33,7 @@ from addon.model import (
     Finish,
     Message,
     MessageStart,
+    ReasoningStyle,
     Request,
     StreamEnd,
     Text,
@@ -139,12 +140,17 @@ class Collect:
         return []
 
 
+def style(dialect: str) -> ReasoningStyle:
+    """The reasoning style of a dialect, as the plan passes it down (``Dialect.reasoning``)."""
+    return DIALECTS[dialect].reasoning
+
+
 def capture(
     upstream: str, datas: list[str], store: ReasoningStore | None = None, scope: Scope = SCOPE
 ) -> tuple[ScopedStore, list[Event]]:
     store = store if store is not None else ReasoningStore()
     view = store.scoped(scope)
-    stage, seen = CaptureStage(view), Collect()
+    stage, seen = CaptureStage(view, style(upstream)), Collect()
     proc = StreamProcessor(
         DIALECTS[upstream].stream_decoder(),
         DIALECTS["openai_chat"].stream_encoder(),
@@ -381,7 +387,7 @@ EVERY = [
 def test_capture_passes_every_event_through_unchanged(upstream: str, name: str) -> None:
     datas = payloads(name)
     outs = []
-    for stages in ([], [CaptureStage(ReasoningStore().scoped(SCOPE))]):
+    for stages in ([], [CaptureStage(ReasoningStore().scoped(SCOPE), style(upstream))]):
         for client in ("openai_chat", "anthropic"):
             proc = StreamProcessor(
                 DIALECTS[upstream].stream_decoder(),
@@ -412,7 +418,7 @@ def test_a_failing_store_never_touches_the_stream() -> None:
             raise OSError("disk full")
 
     datas = payloads(ANTHROPIC_CALLS[1])
-    stage, seen = CaptureStage(Broken()), Collect()
+    stage, seen = CaptureStage(Broken(), style("anthropic")), Collect()
     proc = StreamProcessor(
         DIALECTS["anthropic"].stream_decoder(),
         DIALECTS["openai_chat"].stream_encoder(),
@@ -446,7 +452,7 @@ def test_gemini_signatures_come_back_exactly_on_the_calls_that_had_them(name: st
     assert turns, "a recording with function calls"
     req = cursor_request(turns, "gemini-3-pro-preview")
     notes: Counter[str] = Counter()
-    restored = restore_reasoning(req, store.scoped(SCOPE), "gemini", notes)
+    restored = restore_reasoning(req, store.scoped(SCOPE), style("gemini"), notes)
     assistants = [m for m in restored.messages if m.role == "assistant"]
     got = [
         [p.extra.get(GEMINI_SIGNATURE) for p in m.parts if isinstance(p, ToolCall)]
@@ -474,7 +480,7 @@ def test_gemini_parallel_siblings_get_nothing() -> None:
     (calls,) = [t for t in turns_of(events) if t]
     assert [n for _, n, _ in calls] == ["read_theme", "read_screen", "read_screen", "read_screen"]
     restored = restore_reasoning(
-        cursor_request([calls], "gemini-3-flash"), view, "gemini", Counter()
+        cursor_request([calls], "gemini-3-flash"), view, style("gemini"), Counter()
     )
     (msg,) = [m for m in restored.messages if m.role == "assistant"]
     sigs = [p.extra.get(GEMINI_SIGNATURE) for p in msg.parts if isinstance(p, ToolCall)]
@@ -488,7 +494,7 @@ def test_gemini_for_a_claude_code_client_that_dropped_its_thinking() -> None:
     view, events = capture("gemini", datas)
     (calls,) = [t for t in turns_of(events) if t]
     req = claude_request(calls, "gemini-3-pro-preview")
-    body = encode(restore_reasoning(req, view, "gemini", Counter()), "gemini")
+    body = encode(restore_reasoning(req, view, style("gemini"), Counter()), "gemini")
     (model,) = [c for c in body["contents"] if c["role"] == "model"]
     assert [p.get("thoughtSignature") for p in model["parts"]] == gemini_expected(datas)[0]
 
@@ -502,15 +508,15 @@ def test_gemini_text_turn_gets_its_trailing_signature_back() -> None:
     (want,) = _trailing(datas)
     req = cursor_request([], "gemini-3-pro-preview", text=text)
     notes: Counter[str] = Counter()
-    body = encode(restore_reasoning(req, view, "gemini", notes), "gemini")
+    body = encode(restore_reasoning(req, view, style("gemini"), notes), "gemini")
     assert notes == {"reasoning restored from the store by text hash": 1}
     (model,) = [c for c in body["contents"] if c["role"] == "model"]
     assert model["parts"][-1] == {"text": "", "thoughtSignature": want}
     # A client that re-flowed the text still matches; another text does not.
     reflowed = cursor_request([], "gemini-3-pro-preview", text="  " + " \n".join(text.split()))
-    assert restore_reasoning(reflowed, view, "gemini", Counter()) != reflowed
+    assert restore_reasoning(reflowed, view, style("gemini"), Counter()) != reflowed
     other = cursor_request([], "gemini-3-pro-preview", text=text + " more")
-    assert restore_reasoning(other, view, "gemini", Counter()) == other
+    assert restore_reasoning(other, view, style("gemini"), Counter()) == other
 
 
 def _trailing(datas: list[str]) -> list[str]:
@@ -534,7 +540,10 @@ def test_a_gemini_clients_own_request_is_left_alone() -> None:
             if isinstance(p, ToolCall):
                 view.put(KIND_CALL, p.id, Record(signature="X" * 80).to_json())
     notes: Counter[str] = Counter()
-    assert restore_reasoning(req, view, "gemini", notes, signature_fallback="sentinel") is req
+    restored = restore_reasoning(
+        req, view, style("gemini"), notes, signature_fallback="sentinel", origin=style(req.origin)
+    )
+    assert restored is req
     assert notes == {}
 
 
@@ -542,10 +551,10 @@ def test_sentinel_only_when_the_route_allows_it_and_where_the_encoder_puts_it() 
     calls = [[("c1", "read", "{}"), ("c2", "glob", "{}")], [("c3", "read", "{}")]]
     req = cursor_request(calls, "gemini-3-pro-preview")
     empty = ReasoningStore().scoped(SCOPE)
-    assert restore_reasoning(req, empty, "gemini", Counter()) is req  # fallback "none"
-    assert restore_reasoning(req, None, "gemini", Counter()) is req
+    assert restore_reasoning(req, empty, style("gemini"), Counter()) is req  # fallback "none"
+    assert restore_reasoning(req, None, style("gemini"), Counter()) is req
     notes: Counter[str] = Counter()
-    marked = restore_reasoning(req, empty, "gemini", notes, signature_fallback="sentinel")
+    marked = restore_reasoning(req, empty, style("gemini"), notes, signature_fallback="sentinel")
     sigs = [
         [p.extra.get(GEMINI_SIGNATURE) for p in m.parts if isinstance(p, ToolCall)]
         for m in marked.messages
@@ -569,7 +578,10 @@ def test_sentinel_only_when_the_route_allows_it_and_where_the_encoder_puts_it() 
         assert enc_notes[SKIP_NOTE] == 2
     # Gemini 1.x / 2.x check no signatures: no sentinel.
     old = dataclasses.replace(req, model="gemini-2.5-pro")
-    assert restore_reasoning(old, empty, "gemini", Counter(), signature_fallback="sentinel") is old
+    assert (
+        restore_reasoning(old, empty, style("gemini"), Counter(), signature_fallback="sentinel")
+        is old
+    )
 
 
 def test_consecutive_assistant_messages_are_one_gemini_step() -> None:
@@ -584,7 +596,7 @@ def test_consecutive_assistant_messages_are_one_gemini_step() -> None:
             Message("tool", (ToolResult("b", "ok"),)),
         ),
     )
-    marked = restore_reasoning(req, None, "gemini", Counter(), signature_fallback="sentinel")
+    marked = restore_reasoning(req, None, style("gemini"), Counter(), signature_fallback="sentinel")
     assert marked.messages[1].parts[0].extra == {GEMINI_SIGNATURE: SKIP_SIGNATURE}  # type: ignore[union-attr]
     assert marked.messages[2].parts[0].extra == {}  # type: ignore[union-attr]
 
@@ -605,7 +617,8 @@ def test_a_step_the_client_kept_signed_is_not_touched() -> None:
     for m in (own, carried, google):
         req = Request("anthropic", "gemini-3-pro-preview", (Message("user", (Text("x"),)), m))
         assert (
-            restore_reasoning(req, view, "gemini", Counter(), signature_fallback="sentinel") is req
+            restore_reasoning(req, view, style("gemini"), Counter(), signature_fallback="sentinel")
+            is req
         )
 
 
@@ -621,7 +634,7 @@ def test_anthropic_thinking_blocks_come_back_before_the_tool_use(name: str) -> N
     assert len(turns) == len(expected)
     req = thinking_on(cursor_request(turns, "claude-sonnet-4-5"))
     notes: Counter[str] = Counter()
-    body = encode(restore_reasoning(req, view, "anthropic", notes), "anthropic")
+    body = encode(restore_reasoning(req, view, style("anthropic"), notes), "anthropic")
     assistants = [t for t in body["messages"] if t["role"] == "assistant"]
     assert len(assistants) == len([t for t in turns if t])
     for turn, calls, want in zip(assistants, [t for t in turns if t], expected, strict=False):
@@ -636,7 +649,7 @@ def test_anthropic_restore_only_with_thinking_on() -> None:
     datas = payloads(ANTHROPIC_CALLS[1])
     view, events = capture("anthropic", datas)
     req = cursor_request(turns_of(events), "claude-sonnet-4-5")  # no thinking asked for
-    assert restore_reasoning(req, view, "anthropic", Counter()) is req
+    assert restore_reasoning(req, view, style("anthropic"), Counter()) is req
 
 
 def test_anthropic_text_turn_by_text_hash() -> None:
@@ -646,7 +659,7 @@ def test_anthropic_text_turn_by_text_hash() -> None:
     (want,) = anthropic_expected(datas)
     req = thinking_on(cursor_request([], "claude-sonnet-4-5", text=visible_text(events)))
     notes: Counter[str] = Counter()
-    body = encode(restore_reasoning(req, view, "anthropic", notes), "anthropic")
+    body = encode(restore_reasoning(req, view, style("anthropic"), notes), "anthropic")
     (turn,) = [t for t in body["messages"] if t["role"] == "assistant"]
     assert turn["content"][: len(want)] == want
     assert notes == {"reasoning restored from the store by text hash": 1}
@@ -670,7 +683,7 @@ def test_anthropic_redacted_thinking_comes_back_whole() -> None:
     datas = [json.dumps(e) for e in events]
     view, seen = capture("anthropic", datas)
     req = thinking_on(claude_request(turns_of(seen)[0], "claude-opus-4-5"))
-    body = encode(restore_reasoning(req, view, "anthropic", Counter()), "anthropic")
+    body = encode(restore_reasoning(req, view, style("anthropic"), Counter()), "anthropic")
     assert body["messages"][1]["content"] == [
         {"type": "thinking", "thinking": "Plan.", "signature": LONG},
         {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
@@ -691,7 +704,7 @@ def test_a_client_that_kept_its_thinking_gets_nothing_added() -> None:
             for m in req.messages
         ),
     )
-    assert restore_reasoning(kept, view, "anthropic", Counter()) is kept
+    assert restore_reasoning(kept, view, style("anthropic"), Counter()) is kept
 
 
 # --------------------------------------------------------------------------- OpenAI-compatible
@@ -706,7 +719,7 @@ def test_reasoning_content_comes_back_on_tool_call_turns(name: str) -> None:
     assert want
     req = cursor_request(turns, "deepseek-reasoner", text=None)
     notes: Counter[str] = Counter()
-    body = encode(restore_reasoning(req, view, "openai_chat", notes), "openai_chat")
+    body = encode(restore_reasoning(req, view, style("openai_chat"), notes), "openai_chat")
     (assistant,) = [m for m in body["messages"] if m["role"] == "assistant"]
     assert assistant["reasoning_content"] == want
     assert [c["id"] for c in assistant["tool_calls"]] == [i for i, _, _ in turns[0]]
@@ -717,7 +730,7 @@ def test_reasoning_content_is_not_put_on_text_turns() -> None:
     name = "openai-chat-stream-deepseek-reasoning_content-text.vercel-ai.chunks.txt"
     view, events = capture("openai_chat", payloads(name))
     req = cursor_request([], "deepseek-reasoner", text=visible_text(events))
-    assert restore_reasoning(req, view, "openai_chat", Counter()) is req
+    assert restore_reasoning(req, view, style("openai_chat"), Counter()) is req
 
 
 def test_openrouter_reasoning_details_and_googles_call_signature() -> None:
@@ -757,7 +770,7 @@ def test_openrouter_reasoning_details_and_googles_call_signature() -> None:
     view, events = capture("openai_chat", datas)
     req = cursor_request(turns_of(events), "google/gemini-3-pro-preview")
     notes: Counter[str] = Counter()
-    body = encode(restore_reasoning(req, view, "openai_chat", notes), "openai_chat")
+    body = encode(restore_reasoning(req, view, style("openai_chat"), notes), "openai_chat")
     (assistant,) = [m for m in body["messages"] if m["role"] == "assistant"]
     assert assistant["reasoning_content"] == "Think "
     assert assistant["reasoning_details"] == [
@@ -791,7 +804,9 @@ def test_responses_reasoning_items_come_back_with_their_encrypted_content(name: 
     (item,) = responses_expected(datas)
     req = cursor_request(turns, "gpt-5.5")
     notes: Counter[str] = Counter()
-    body = encode(restore_reasoning(req, view, "openai_responses", notes), "openai_responses")
+    body = encode(
+        restore_reasoning(req, view, style("openai_responses"), notes), "openai_responses"
+    )
     kinds = [i.get("type") for i in body["input"]]
     at = kinds.index("reasoning")
     assert body["input"][at] == item  # the item as the upstream sent it, encrypted_content too
@@ -804,7 +819,7 @@ def test_responses_reasoning_items_come_back_with_their_encrypted_content(name: 
 
 def _whole(upstream: str, body: JSON) -> ScopedStore:
     view = ReasoningStore().scoped(SCOPE)
-    capture_response(DIALECTS[upstream].decode_response(body), view)
+    capture_response(DIALECTS[upstream].decode_response(body), view, style(upstream))
     return view
 
 
@@ -823,7 +838,7 @@ def test_whole_anthropic_answer() -> None:
     )  # fmt: skip
     calls = [("toolu_a", "read", '{"p": 1}'), ("toolu_b", "glob", "{}")]
     req = thinking_on(cursor_request([calls], "claude-opus-4-5"))
-    body = encode(restore_reasoning(req, view, "anthropic", Counter()), "anthropic")
+    body = encode(restore_reasoning(req, view, style("anthropic"), Counter()), "anthropic")
     content = body["messages"][1]["content"]
     assert content[:2] == blocks[:2]
     assert [b["type"] for b in content[2:]] == ["tool_use", "tool_use"]
@@ -853,7 +868,7 @@ def test_whole_gemini_answer() -> None:
     answer = DIALECTS["gemini"].decode_response(body)
     calls = [(p.id, p.name, p.arguments) for p in answer.parts if isinstance(p, ToolCall)]
     req = cursor_request([calls], "gemini-3-pro-preview")
-    out = encode(restore_reasoning(req, view, "gemini", Counter()), "gemini")
+    out = encode(restore_reasoning(req, view, style("gemini"), Counter()), "gemini")
     (model,) = [c for c in out["contents"] if c["role"] == "model"]
     assert [p.get("thoughtSignature") for p in model["parts"]] == [sig, None]
 
@@ -873,7 +888,7 @@ def test_whole_gemini_text_answer_trailing_signature() -> None:
     }
     view = _whole("gemini", body)
     req = cursor_request([], "gemini-3-pro-preview", text="The answer is 4.")
-    out = encode(restore_reasoning(req, view, "gemini", Counter()), "gemini")
+    out = encode(restore_reasoning(req, view, style("gemini"), Counter()), "gemini")
     (model,) = [c for c in out["contents"] if c["role"] == "model"]
     assert model["parts"] == [{"text": "The answer is 4."}, {"text": "", "thoughtSignature": sig}]
 
@@ -904,7 +919,7 @@ def test_whole_deepseek_and_openrouter_answers() -> None:
         }
         view = _whole("openai_chat", body)
         req = cursor_request([[("call_w", "read", "{}")]], "deepseek-reasoner")
-        out = encode(restore_reasoning(req, view, "openai_chat", Counter()), "openai_chat")
+        out = encode(restore_reasoning(req, view, style("openai_chat"), Counter()), "openai_chat")
         (assistant,) = [m for m in out["messages"] if m["role"] == "assistant"]
         assert {k: assistant[k] for k in want} == want
 
@@ -928,7 +943,9 @@ def test_whole_responses_answer() -> None:
     }  # fmt: skip
     view = _whole("openai_responses", body)
     req = cursor_request([[("call_w", "read", "{}")]], "gpt-5")
-    out = encode(restore_reasoning(req, view, "openai_responses", Counter()), "openai_responses")
+    out = encode(
+        restore_reasoning(req, view, style("openai_responses"), Counter()), "openai_responses"
+    )
     assert [i for i in out["input"] if i.get("type") == "reasoning"] == [item]
 
 
@@ -990,7 +1007,7 @@ def test_restore_never_attaches_a_value_of_another_scope(
     for n, (s, origin, call_id, text_turn) in enumerate(captures):
         mark = f"<scope{s}:{n}>" + "x" * MIN_SIGNATURE
         turn = TurnRecorder()
-        turn.start(origin)
+        turn.start(style(origin))
         extra: JSON = (
             {"openai_responses": {"id": f"rs{n}", "type": "reasoning"}}
             if origin == "openai_responses"
@@ -1032,8 +1049,8 @@ def test_scope_isolation_on_a_real_recording() -> None:
     view, events = capture("gemini", payloads(name), store=store)
     req = cursor_request([t for t in turns_of(events) if t], "gemini-3-pro-preview")
     for other in (Scope(SCOPE.upstream, "gemini-3-flash"), Scope("other@host", SCOPE.model)):
-        assert restore_reasoning(req, store.scoped(other), "gemini", Counter()) is req
-    assert restore_reasoning(req, view, "gemini", Counter()) is not req
+        assert restore_reasoning(req, store.scoped(other), style("gemini"), Counter()) is req
+    assert restore_reasoning(req, view, style("gemini"), Counter()) is not req
 
 
 # --------------------------------------------------------------------------- signature rules
@@ -1107,22 +1124,22 @@ def test_rules_turn_unrepairable_thinking_into_text() -> None:
 
 
 def test_rules_only_where_signatures_are_checked() -> None:
-    assert needs_signed_thinking("anthropic", "anything")
-    assert needs_signed_thinking("gemini_code_assist", "claude-sonnet-4-5-thinking")
-    assert not needs_signed_thinking("gemini", "gemini-3-pro-preview")
-    assert not needs_signed_thinking("openai_chat", "claude-sonnet-4-5")
+    assert needs_signed_thinking(style("anthropic"), "anything")
+    assert needs_signed_thinking(style("gemini_code_assist"), "claude-sonnet-4-5-thinking")
+    assert not needs_signed_thinking(style("gemini"), "gemini-3-pro-preview")
+    assert not needs_signed_thinking(style("openai_chat"), "claude-sonnet-4-5")
     req = Request(
         "openai_chat",
         "deepseek-reasoner",
         (Message("assistant", (Thinking("plain reasoning"), ToolCall("c", "f", "{}"))),),
     )
-    assert restore_request(req, None, "openai_chat", Counter()) is req
+    assert restore_request(req, None, style("openai_chat"), Counter()) is req
 
 
 def test_latest_signature_is_only_a_valid_one() -> None:
     view = ReasoningStore().scoped(SCOPE)
     turn = TurnRecorder()
-    turn.start("anthropic")
+    turn.start(style("anthropic"))
     turn.thinking("t", "short-sig", {})
     turn.call("c", {})
     turn.flush(view)
@@ -1187,20 +1204,22 @@ def test_thinking_policy_model_list_and_the_routes_override() -> None:
         thinking=ThinkingConfig(True, 2048),
     )
     notes: Counter[str] = Counter()
-    dropped = restore_request(asked, None, "anthropic", notes)
+    dropped = restore_request(asked, None, style("anthropic"), notes)
     assert dropped.thinking is None
     assert notes == {"thinking not sent: my-gateway-alias is not known to think": 1}
-    kept = restore_request(asked, None, "anthropic", Counter(), policy="on")
+    kept = restore_request(asked, None, style("anthropic"), Counter(), policy="on")
     assert kept.thinking == ThinkingConfig(True, 2048)
     for model in ("claude-sonnet-4-5", "gemini-3-pro-preview", "gpt-5-thinking"):
         same = dataclasses.replace(asked, model=model)
-        assert restore_request(same, None, "anthropic", Counter()).thinking == asked.thinking
+        assert restore_request(same, None, style("anthropic"), Counter()).thinking == asked.thinking
     # Another upstream (its own reasoning switch): the list does not decide there.
-    assert restore_request(asked, None, "openai_chat", Counter()).thinking == asked.thinking
+    assert restore_request(asked, None, style("openai_chat"), Counter()).thinking == asked.thinking
     # Default thinking: only listed models in auto, every model with the route's "on".
     silent = dataclasses.replace(asked, thinking=None)
-    assert restore_request(silent, None, "openai_chat", Counter()).thinking is None
-    on = restore_request(silent, None, "openai_chat", Counter(), policy="on", thinking_budget=1024)
+    assert restore_request(silent, None, style("openai_chat"), Counter()).thinking is None
+    on = restore_request(
+        silent, None, style("openai_chat"), Counter(), policy="on", thinking_budget=1024
+    )
     assert on.thinking == ThinkingConfig(True, 1024)
 
 
@@ -1235,7 +1254,7 @@ def test_restore_request_puts_it_together() -> None:
     turns = turns_of(events)
     req = cursor_request(turns, "claude-opus-4-5")  # thinking on by default for Opus 4.5
     notes: Counter[str] = Counter()
-    out = restore_request(req, view, "anthropic", notes, thinking_budget=3000)
+    out = restore_request(req, view, style("anthropic"), notes, thinking_budget=3000)
     assert out.thinking == ThinkingConfig(True, 3000)
     assert isinstance(out.messages[1].parts[0], Thinking)
     assert notes == {
@@ -1244,7 +1263,7 @@ def test_restore_request_puts_it_together() -> None:
     }
     # Nothing in the store: the tool turn has no thinking, so thinking goes off.
     notes = Counter()
-    out = restore_request(req, ReasoningStore().scoped(SCOPE), "anthropic", notes)
+    out = restore_request(req, ReasoningStore().scoped(SCOPE), style("anthropic"), notes)
     assert out.thinking is None
     assert notes == {
         "thinking on by default for claude-opus-4-5": 1,
@@ -1252,7 +1271,8 @@ def test_restore_request_puts_it_together() -> None:
     }
     # A route with reasoning off: no default.
     assert (
-        restore_request(req, view, "anthropic", Counter(), default_thinking=False).thinking is None
+        restore_request(req, view, style("anthropic"), Counter(), default_thinking=False).thinking
+        is None
     )
 
 
@@ -1263,7 +1283,7 @@ def test_a_broken_store_is_noted_and_the_request_goes_on() -> None:
 
     req = cursor_request([[("c", "f", "{}")]], "gemini-3-pro-preview")
     notes: Counter[str] = Counter()
-    out = restore_reasoning(req, Broken(), "gemini", notes, signature_fallback="sentinel")
+    out = restore_reasoning(req, Broken(), style("gemini"), notes, signature_fallback="sentinel")
     assert notes == {"reasoning store unavailable (OSError: disk gone)": 1, SKIP_NOTE: 1}
     assert out.messages[1].parts[0].extra == {GEMINI_SIGNATURE: SKIP_SIGNATURE}  # type: ignore[union-attr]
 
@@ -1287,7 +1307,7 @@ def test_constants_mirror_the_gemini_dialect() -> None:
 def test_spliced_stream_records_each_message() -> None:
     """A second ``message_start`` ends the first message's turn (vercel-ai's spliced edge case)."""
     view = ReasoningStore().scoped(SCOPE)
-    stage = CaptureStage(view)
+    stage = CaptureStage(view, style("anthropic"))
     events: list[Event] = [
         MessageStart("anthropic"),
         ThinkingDelta("first"),
@@ -1315,7 +1335,7 @@ def test_spliced_stream_records_each_message() -> None:
 
 def test_gemini_call_signature_copies_are_not_thinking() -> None:
     view = ReasoningStore().scoped(SCOPE)
-    stage = CaptureStage(view)
+    stage = CaptureStage(view, style("gemini"))
     events: list[Event] = [
         MessageStart("gemini"),
         ThinkingDelta("thought text"),

@@ -40,6 +40,14 @@ from addon.model import (
 )
 from addon.outcome import FlowReport
 from addon.plan import Incoming, Rewrite, decide, route_for
+from addon.plan.answer import (
+    AnswerState,
+    ask_again,
+    client_answer,
+    decode_answer,
+    encode_answer,
+    loop_ask_again,
+)
 from addon.stream.loop_guard import LoopGuardStage
 from addon.stream.processor import StreamProcessor
 from addon.stream.sse import encode_pairs
@@ -740,13 +748,14 @@ def test_a_whole_repeat_is_replaced_by_the_plan() -> None:
             }
         ],
     }
-    got = d.plan.decode_answer(json.dumps(body).encode())
-    out = json.loads(d.plan.encode_answer(got))
+    state = AnswerState.of(d.plan)
+    got = decode_answer(d.plan, state, json.dumps(body).encode())
+    out = json.loads(encode_answer(d.plan, got))
     assert out["choices"][0]["finish_reason"] == "stop"
     assert "tool_calls" not in out["choices"][0]["message"]
     assert "loop guard" in out["choices"][0]["message"]["content"]
-    assert d.plan.loop_replaced == 1 and not d.plan.loop_ask_again
-    assert "loop guard: edit called a 4th time: replaced" in d.plan.answer_notes()
+    assert state.loop_replaced == 1 and not loop_ask_again(d.plan, state)
+    assert "loop guard: edit called a 4th time: replaced" in state.answer_notes(d.plan)
 
 
 def test_with_fallback_the_plan_writes_the_invoke_request_and_reads_its_answer() -> None:
@@ -781,16 +790,20 @@ def test_with_fallback_the_plan_writes_the_invoke_request_and_reads_its_answer()
             }
         ]
     )
-    body, ctype = plan.client_answer(sse + b"data: [DONE]\n\n", "text/event-stream")
+    state = AnswerState.of(plan)
+    body, ctype = client_answer(plan, state, sse + b"data: [DONE]\n\n", "text/event-stream")
     assert ctype.startswith("text/event-stream") and b"loop guard" in body
-    assert plan.loop_ask_again
-    again = plan.invoke_body()
-    assert again is not None
+    assert loop_ask_again(plan, state)
+    asked = ask_again(plan, state)
+    assert asked is not None
+    second, again = asked
     sent = json.loads(again)
     assert "tools" not in sent and "<invoke" in json.dumps(sent["messages"])
-    assert plan.protocol == "invoke" and plan.parse_text and plan.loop_asked
-    assert not plan.loop_fallback and not plan.loop_ask_again  # never a third request
-    assert plan.loop is not None  # the second answer is judged too
+    assert second.protocol == "invoke" and second.parse_text and state.loop_asked
+    assert not second.loop_fallback and not loop_ask_again(second, state)  # never a third
+    assert second.loop is not None  # the second answer is judged too
+    assert second.sink is None and second.encode_invoke is None
+    assert plan.protocol is None and plan.loop_fallback  # the first plan is as decided
 
 
 def test_fallback_is_only_for_native_routes() -> None:

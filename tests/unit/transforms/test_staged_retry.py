@@ -289,3 +289,45 @@ def test_stage_1_drops_the_reasoning_switches_a_client_kept_as_extras() -> None:
     assert "reasoning_effort" not in wire and "thinking" not in wire
     assert wire["temperature"] == 0.2
     assert notes["thinking off (staged retry)"] == 1
+
+
+# --------------------------------------------------------------------------- the decision
+
+
+def _plan() -> Any:
+    from addon.config import Settings
+    from addon.plan import Incoming, Rewrite, decide
+    from addon.routes import Route
+
+    route = Route(name="r", path="*/v1/messages", client="anthropic", upstream="openai_chat")
+    body = {
+        "model": "m",
+        "max_tokens": 9,
+        "messages": [{"role": "user", "content": "x"}],
+    }
+    inc = Incoming("POST", "h", "/v1/messages", {}, json.dumps(body).encode())
+    d = decide(Settings(routes=(route,)), route, inc, {})
+    assert isinstance(d, Rewrite)
+    return d.plan
+
+
+SIGNATURE_400 = b'{"error": {"message": "Invalid `signature` in `thinking` block"}}'
+TOOL_400 = b'{"error": {"message": "function call is missing a thought_signature"}}'
+
+
+def test_the_staged_retry_is_decided_with_plain_values() -> None:
+    from addon.plan import AnswerState
+    from addon.plan.staged import NextStage, Stop, staged_step
+
+    plan = _plan()
+    state = AnswerState.of(plan)
+    first = staged_step(plan, state, 0, 400, SIGNATURE_400)
+    assert isinstance(first, NextStage) and first.stage == 1
+    assert "signature" in first.message and "thinking" not in json.loads(first.body)
+    # Stage 1 refused again without naming a tool: stop; naming one: stage 2.
+    assert staged_step(plan, state, 1, 400, SIGNATURE_400) == Stop("after stage 1")
+    second = staged_step(plan, state, 1, 400, TOOL_400)
+    assert isinstance(second, NextStage) and second.stage == 2
+    assert staged_step(plan, state, 2, 400, TOOL_400) == Stop("after stage 2")
+    assert staged_step(plan, state, 0, 401, SIGNATURE_400) == Stop("not a signature error")
+    assert staged_step(plan, state, 0, 400, b"<html>") == Stop("not a signature error")

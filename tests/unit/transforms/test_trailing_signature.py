@@ -3,7 +3,7 @@ the answer, and still comes back to Gemini on the next turn (``transforms.signat
 
 The recording ``gemini-api-stream-text-trailing-thoughtSignature-gemini3.vercel-ai.chunks.txt``
 (a real Gemini 3 stream: two text chunks, then an empty text part with a ``thoughtSignature``)
-goes through the flow's own pipeline (``decide`` → ``FlowPlan.stream_processor``, the store
+goes through the flow's own pipeline (``decide`` → ``addon.plan.answer.stream_processor``, the store
 on), streamed and whole, for an Anthropic, an OpenAI chat and a Responses client; the
 Anthropic stream is accumulated by the anthropic SDK's own ``accumulate_event``. A variant
 with thought parts before the text (thinking, text, signature) checks the order Anthropic
@@ -32,6 +32,7 @@ from addon.model import (
     ToolCallStart,
 )
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
+from addon.plan.answer import AnswerState, decode_answer, encode_answer, stream_processor
 from addon.routes import Route
 from addon.store import ReasoningStore
 from addon.stream.stages import TrailingSignatureStage
@@ -106,11 +107,11 @@ def streamed(plan: FlowPlan, payloads: list[dict[str, Any]]) -> bytes:
     on the proxy's own reader (the fast path's common reads)."""
     events = [b"data: " + json.dumps(c).encode() + b"\r\n\r\n" for c in payloads]
     raw = b"".join(events)
-    proc = plan.stream_processor(None)
+    proc = stream_processor(plan, AnswerState.of(plan), None)
     out = b"".join(b for i in range(0, len(raw), 97) for b in proc.feed(raw[i : i + 97]))
     out += b"".join(proc.finish())
     assert proc.error is None, proc.error
-    fast = plan.stream_processor(None)
+    fast = stream_processor(plan, AnswerState.of(plan), None)
     read = fast.reader()
     again = b"".join(b for e in events for b in read(e)) + b"".join(fast.finish())
     assert _without_ids(again) == _without_ids(out)
@@ -146,7 +147,7 @@ def whole(payloads: list[dict[str, Any]]) -> dict[str, Any]:
 def turn2_trailing_part(client: str, store: ReasoningStore) -> Any:
     d = plan_for(client, store, history=text())
     (model,) = [c for c in d.wire.body["contents"] if c["role"] == "model"]
-    assert d.plan.notes["reasoning restored from the store by text hash"] == 1
+    assert d.plan.request_notes["reasoning restored from the store by text hash"] == 1
     return model["parts"][-1]
 
 
@@ -162,8 +163,8 @@ def test_an_anthropic_client_gets_no_thinking_block_after_its_text(
         message = sdk_message(sse_pairs(streamed(d.plan, payloads)))
         blocks = content_of(message)
     else:
-        answer = d.plan.decode_answer(json.dumps(whole(payloads)).encode())
-        blocks = json.loads(d.plan.encode_answer(answer))["content"]
+        answer = decode_answer(d.plan, AnswerState.of(d.plan), json.dumps(whole(payloads)).encode())
+        blocks = json.loads(encode_answer(d.plan, answer))["content"]
     kinds = [b["type"] for b in blocks]
     assert kinds == (["thinking", "text"] if thoughts else ["text"])
     assert blocks[-1]["text"] == text()
@@ -186,8 +187,8 @@ def test_openai_clients_get_no_reasoning_after_the_message(client: str, stream: 
             assert not any("reasoning_content" in x or "reasoning" in x for x in deltas)
             assert "".join(x.get("content") or "" for x in deltas) == text()
     else:
-        answer = d.plan.decode_answer(json.dumps(whole(chunks())).encode())
-        body = json.loads(d.plan.encode_answer(answer))
+        answer = decode_answer(d.plan, AnswerState.of(d.plan), json.dumps(whole(chunks())).encode())
+        body = json.loads(encode_answer(d.plan, answer))
         if client == "openai_responses":
             output = body["output"]
         else:

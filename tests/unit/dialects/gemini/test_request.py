@@ -65,7 +65,15 @@ def encode(req: Request) -> tuple[dict[str, Any], Counter[str]]:
     unsigned steps."""
     notes: Counter[str] = Counter()
     req = leave_out_tools(req, DIALECTS["gemini"].runs, "the gemini upstream", notes)
-    req = restore_request(req, None, "gemini", notes, signature_fallback="sentinel")
+    origin = DIALECTS[req.origin].reasoning if req.origin in DIALECTS else "none"
+    req = restore_request(
+        req,
+        None,
+        DIALECTS["gemini"].reasoning,
+        notes,
+        signature_fallback="sentinel",
+        origin=origin,
+    )
     return encode_request(req, notes), notes
 
 

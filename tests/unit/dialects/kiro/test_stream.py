@@ -30,6 +30,8 @@ from addon.model import (
     UsageEvent,
 )
 from addon.plan import FlowPlan, Incoming, Rewrite, UpstreamError, decide
+from addon.plan.answer import AnswerState, decode_answer, encode_answer, stream_processor
+from addon.plan.errors import unreadable_answer, upstream_error
 from addon.routes import Route
 from addon.stream.eventstream import EventStreamSplitter, split_all
 from tests import eventstream_frames as ef
@@ -94,7 +96,7 @@ def plan_for(client: str, stream: bool = True) -> FlowPlan:
 
 
 def run(client: str, pieces: list[bytes]) -> bytes:
-    processor = plan_for(client).stream_processor(None)
+    processor = stream_processor(plan_for(client), AnswerState.of(plan_for(client)), None)
     out: list[bytes] = []
     for p in pieces:
         got = processor.feed(p)
@@ -376,7 +378,7 @@ def test_a_bad_crc_mid_stream_ends_the_clients_stream_with_an_error(client: str)
     good = ef.stream(ef.text_events("kept ", 1))
     bad = bytearray(ef.stream(ef.text_events("lost", 1)))
     bad[-1] ^= 0xFF
-    processor = plan_for(client).stream_processor(None)
+    processor = stream_processor(plan_for(client), AnswerState.of(plan_for(client)), None)
     out = processor.feed(good + bytes(bad)) + processor.feed(b"after") + processor.finish()
     got = view(client, b"".join(out))
     assert got["text"] == "kept "
@@ -410,8 +412,8 @@ def test_bracket_text_calls_are_read_beside_native_ones() -> None:
 @pytest.mark.parametrize("client", list(CLIENTS))
 def test_a_whole_answer_is_assembled_from_the_frames(client: str) -> None:
     plan = plan_for(client, stream=False)
-    answer = plan.decode_answer(TOOL_LOOP)
-    body = json.loads(plan.encode_answer(answer))
+    answer = decode_answer(plan, AnswerState.of(plan), TOOL_LOOP)
+    body = json.loads(encode_answer(plan, answer))
     if client == "openai_chat":
         message = body["choices"][0]["message"]
         assert message["content"] == "I'll read both files. "
@@ -438,9 +440,9 @@ def test_a_whole_answer_that_is_an_exception_is_the_clients_error(client: str) -
     plan = plan_for(client, stream=False)
     raw = ef.exception("ThrottlingException", "slow down")
     with pytest.raises(UpstreamError) as caught:
-        plan.decode_answer(raw)
+        decode_answer(plan, AnswerState.of(plan), raw)
     assert caught.value.status == 429
-    body = json.loads(plan.upstream_error(caught.value))
+    body = json.loads(upstream_error(plan, caught.value))
     assert "ThrottlingException: slow down" in json.dumps(body)
     if client == "anthropic":
         assert body["type"] == "error" and body["error"]["type"] == "rate_limit_error"
@@ -453,8 +455,8 @@ def test_a_whole_answer_with_a_bad_crc_is_unreadable() -> None:
     bad[-2] ^= 1
     plan = plan_for("openai_chat", stream=False)
     with pytest.raises(UnsupportedShape, match="Checksum mismatch"):
-        plan.decode_answer(bytes(bad))
-    assert b"Checksum" in plan.unreadable_answer("Checksum mismatch")
+        decode_answer(plan, AnswerState.of(plan), bytes(bad))
+    assert b"Checksum" in unreadable_answer(plan, "Checksum mismatch")
 
 
 def test_a_whole_bracket_answer_keeps_the_order_of_its_parts() -> None:
@@ -465,7 +467,7 @@ def test_a_whole_bracket_answer_keeps_the_order_of_its_parts() -> None:
             *ef.text_events('Sure.\n[Calling tool: List]\nInput: {"pattern": "x"}', 3),
         ]
     )
-    body = json.loads(plan.encode_answer(plan.decode_answer(raw)))
+    body = json.loads(encode_answer(plan, decode_answer(plan, AnswerState.of(plan), raw)))
     assert [b["type"] for b in body["content"]] == ["thinking", "text", "tool_use"]
     assert body["content"][2]["name"] == "List"
     assert re.fullmatch(r"[A-Za-z0-9_-]+", body["content"][2]["id"])

@@ -1,0 +1,152 @@
+"""Anthropic's ``POST …/messages/count_tokens``, decided with plain values (the shell's
+``count_tokens`` addon only applies it). ``count_request``: not the bridge's (None), answer
+at once with an estimate (``CountLocally``: the upstream has no such endpoint), or send it
+upstream (``CountUpstream``: as it came, or as the upstream's own counting call).
+``count_answer``: what the client gets instead of the upstream's answer, if anything (an
+estimate when the endpoint is missing, the upstream's own count, its error re-shaped).
+How and why: docs/dialects/anthropic.md."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from addon.dialects import DIALECTS, Dialect
+from addon.dialects.base import Query, Target
+from addon.model import ClientError, UnsupportedShape
+from addon.plan.values import dump, load_json
+from addon.redact import Secrets
+from addon.routes import Route, match
+from addon.transforms.tokens import estimate_input_tokens
+from addon.transforms.tools import leave_out_tools
+from addon.wire import credentials, secret_values
+
+SUFFIX = "/count_tokens"
+MISSING_ENDPOINT = frozenset({404, 405, 501})
+"""The upstream's answers that say it has no such endpoint: the estimate answers instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class CountLocally:
+    """Answer the client at once with the estimate; the upstream is not asked."""
+
+    body: bytes
+    comment: str
+
+
+@dataclass(frozen=True, slots=True)
+class CountUpstream:
+    """Send the request upstream with these headers (and, when set, this path and body)."""
+
+    estimate: int
+    client: Dialect
+    set_headers: tuple[tuple[str, str], ...]
+    drop_headers: tuple[str, ...]
+    secrets: Secrets
+    """The flow's credential values: redacted from an error the bridge writes for it."""
+    path: str | None = None
+    body: bytes | None = None
+    counter: Dialect | None = None
+    """The upstream that counts itself (``Dialect.token_count``): its answer is read."""
+
+
+@dataclass(frozen=True, slots=True)
+class CountAnswer:
+    """The client's answer instead of the upstream's."""
+
+    status: int
+    body: bytes
+    comment: str
+    estimated: bool = False
+
+
+def count_route(routes: tuple[Route, ...], method: str, host: str, path: str) -> Route | None:
+    """The route of a token-count request of a client dialect that has one, or None."""
+    if method != "POST" or not path.endswith(SUFFIX):
+        return None
+    chat = path[: -len(SUFFIX)]
+    route = match(routes, host, chat, "POST")
+    if route is None:
+        return None
+    client = DIALECTS[route.client]
+    return route if client.token_count_endpoint and chat.endswith(client.path) else None
+
+
+def count_request(
+    route: Route,
+    path: str,
+    raw: bytes,
+    headers: Mapping[str, str],
+    query: Query,
+    env: Mapping[str, str],
+) -> CountLocally | CountUpstream | None:
+    """What to do with a token-count request on ``route`` (``count_route``); None: send it
+    upstream as it came (a body that is not strict JSON is not the bridge's to judge)."""
+    try:
+        body = load_json(raw)
+    except (ValueError, RecursionError):
+        return None
+    estimate = estimate_input_tokens(body)
+    client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
+    if not upstream.counts_tokens:
+        # Kiro has no token-count endpoint: the estimate answers, the upstream is not asked.
+        return CountLocally(
+            dump({"input_tokens": estimate}),
+            f"cursor-bridge: count_tokens estimated ({estimate}; Kiro has no such endpoint)",
+        )
+    # The key follows the upstream's dialect here too (a Bearer gateway would say 401).
+    env_key = (env.get(route.api_key_env) or None) if route.api_key_env else None
+    set_headers, drop = credentials(client, upstream, headers, env_key, Counter())
+    secrets = secret_values(headers, query, env_key)
+    counter = upstream.token_count
+    if counter is None or not isinstance(body, dict):
+        return CountUpstream(estimate, client, set_headers, drop, secrets)
+    notes: Counter[str] = Counter()
+    try:
+        unified = client.decode_request(body, notes)
+        unified = leave_out_tools(unified, upstream.runs, f"the {upstream.name} upstream", notes)
+    except (ClientError, UnsupportedShape, ValueError, TypeError, KeyError):
+        # Gemini has no count_tokens path: the estimate answers its 404.
+        return CountUpstream(estimate, client, set_headers, drop, secrets)
+    chat = path[: -len(SUFFIX)]
+    target = Target(chat, (), client.path, same_dialect=False, project=route.project)
+    new_path, _, new_body = counter.request(unified, target, route.upstream, notes)
+    return CountUpstream(
+        estimate, client, set_headers, drop, secrets, new_path, dump(new_body), counter=upstream
+    )
+
+
+def count_answer(sent: CountUpstream, status: int, raw: bytes) -> CountAnswer | None:
+    """The client's answer instead of the upstream's (``status``, body ``raw``), or None: the
+    upstream's goes on as it is (an auth, rate-limit or server error is the client's)."""
+    if status in MISSING_ENDPOINT:
+        return CountAnswer(
+            200,
+            dump({"input_tokens": sent.estimate}),
+            f"cursor-bridge: count_tokens estimated ({sent.estimate}; the upstream has no such "
+            f"endpoint: HTTP {status})",
+            estimated=True,
+        )
+    upstream = sent.counter
+    if upstream is None or upstream.token_count is None:
+        return None
+    try:
+        body = load_json(raw)
+    except (ValueError, RecursionError):
+        body = None
+    total = upstream.token_count.answer(body) if 200 <= status < 300 else None
+    if total is not None:
+        return CountAnswer(
+            200,
+            dump({"input_tokens": total}),
+            f"cursor-bridge: count_tokens from Gemini's countTokens ({total})",
+        )
+    message = upstream.error_message(body) or (
+        f"the upstream's countTokens answered HTTP {status} without a count"
+    )
+    status = status if status >= 400 else 502
+    error = sent.client.encode_error(ClientError(sent.secrets(message), status=status))
+    return CountAnswer(
+        status, dump(error), f"cursor-bridge: count_tokens error from Gemini (HTTP {status})"
+    )

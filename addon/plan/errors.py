@@ -1,0 +1,73 @@
+"""Error bodies for a flow's client, from its frozen plan: an upstream error re-shaped for
+the client's dialect (``error_body``), an error the upstream sent inside its framing
+(``upstream_error``), an answer the bridge cannot translate (``unreadable_answer``), and
+the message of an upstream error body (``error_message``). Pure: bytes in, bytes out; the
+flow's secrets never reach a body."""
+
+from __future__ import annotations
+
+from addon.model import ClientError, UnsupportedShape
+from addon.plan.flow import FlowPlan
+from addon.plan.values import (
+    MAX_ERROR_QUOTE,
+    SHAPE_ERRORS,
+    UpstreamError,
+    error_bytes,
+    load_json,
+)
+
+
+def error_message(plan: FlowPlan, raw: bytes) -> str:
+    """The message of an upstream error body (its dialect's), else its text (cut)."""
+    try:
+        message = plan.upstream.error_message(load_json(raw))
+    except (ValueError, RecursionError, UnsupportedShape, *SHAPE_ERRORS):
+        message = None
+    return message or raw[: MAX_ERROR_QUOTE * 4].decode("utf-8", "replace")
+
+
+def error_body(plan: FlowPlan, status: int, raw: bytes) -> tuple[bytes, str]:
+    """An upstream error re-shaped for the client's dialect: ``(body, message)``. Any
+    body works: one that is not a readable error object is quoted (cut)."""
+    kind: int | None = None
+    try:
+        body = load_json(raw)
+        message = plan.upstream.error_message(body)
+        kind = plan.upstream.error_status(body)
+    except (ValueError, RecursionError, UnsupportedShape):
+        message = None
+    if not message:
+        text = raw[: MAX_ERROR_QUOTE * 4].decode("utf-8", "replace").strip()
+        message = f"upstream answered HTTP {status}" + (
+            f": {text[:MAX_ERROR_QUOTE]}" if text else ""
+        )
+    # The status stays the upstream's; the type is the client dialect's for it, or for the
+    # status the upstream's own type names when that type is not the one the upstream's
+    # dialect uses for the status anyway (a Kiro 400 that is a ThrottlingException; not
+    # OpenAI's server_error on a 503, which says less than the status).
+    named = None
+    if kind is not None and plan.upstream.error_type(kind) != plan.upstream.error_type(status):
+        named = plan.client.error_type(kind)
+    error = ClientError(plan.secrets(message), status=status, type=named)
+    return error_bytes(plan.client, error), message
+
+
+def upstream_error(plan: FlowPlan, e: UpstreamError) -> bytes:
+    """An error the upstream sent inside its answer's framing (a Kiro exception frame), as
+    an error body in the client's dialect (its status: ``e.status``)."""
+    message = plan.secrets(e.message)
+    return error_bytes(plan.client, ClientError(message, status=e.status, code=e.code))
+
+
+def unreadable_answer(plan: FlowPlan, why: str) -> bytes:
+    """A 502 body in the client's dialect for an upstream answer the bridge cannot turn
+    into the client's dialect (on a same-dialect route the answer is passed on instead)."""
+    return error_bytes(
+        plan.client,
+        ClientError(
+            f"cursor-bridge could not translate the {plan.upstream.name} upstream's answer "
+            f"for this {plan.client.name} client: {plan.secrets(why)}",
+            status=502,
+            code="untranslatable_answer",
+        ),
+    )
