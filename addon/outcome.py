@@ -67,7 +67,7 @@ class FlowReport:
     counts: dict[str, int] = field(default_factory=dict)
     """What was counted along the way (events, tool calls, skipped events …)."""
     notes: Mapping[str, int] = field(default_factory=dict)
-    """The flow's decisions (``FlowPlan.notes``): repairs and restores are counted from them."""
+    """The flow's decisions (``AnswerState.notes``): repairs and restores are counted from them."""
     reason: str = ""
     """Why a fallback, a rejection or an error happened (one line)."""
     fields: dict[str, str | int] = field(default_factory=dict)

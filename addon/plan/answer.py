@@ -37,11 +37,12 @@ from addon.stream.decompress import make_decompressor
 from addon.stream.eventstream import split_all
 from addon.stream.foreign import not_a_stream, quote
 from addon.stream.loop_guard import LoopGuardStage
-from addon.stream.processor import Stage, StreamProcessor
+from addon.stream.processor import StreamProcessor
 from addon.stream.repair import RepairStage
 from addon.stream.stages import (
     HideThinkingStage,
     RedactErrorStage,
+    Stage,
     TextToolStage,
     TrailingSignatureStage,
 )

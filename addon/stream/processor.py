@@ -23,9 +23,8 @@ from addon.stream.framed_readers import EventStreamReader, JsonArrayReader
 from addon.stream.framing import JsonArrayWriter
 from addon.stream.lanes import Lane
 from addon.stream.output import Output
-from addon.stream.output import join_runs as join_runs  # (a test of capture imports it here)
 from addon.stream.sse_reader import SSEReader
-from addon.stream.stages import Stage as Stage  # (plan.flow imports it from here)
+from addon.stream.stages import Stage
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 """Default bound of one line, one event's data, one JSON-array item, a non-stream body."""

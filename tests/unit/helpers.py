@@ -23,7 +23,7 @@ type Pairs = list[tuple[str | None, str]]
 
 
 class Stage(Protocol):
-    """A stream stage as the processor drives it (``addon.stream.processor.Stage``)."""
+    """A stream stage as the processor drives it (``addon.stream.stages.Stage``)."""
 
     def feed(self, event: Event) -> list[Event]: ...
     def finish(self) -> list[Event]: ...

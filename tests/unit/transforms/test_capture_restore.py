@@ -49,7 +49,8 @@ from addon.model import (
 )
 from addon.store import ReasoningStore, Scope, ScopedStore
 from addon.stream.capture import CaptureStage, TurnRecorder, capture_response, merge_details
-from addon.stream.processor import StreamProcessor, join_runs
+from addon.stream.output import join_runs
+from addon.stream.processor import StreamProcessor
 from addon.transforms.reasoning_record import (
     KIND_CALL,
     KIND_LATEST,
