@@ -12,6 +12,10 @@ from typing import Any, Protocol
 
 from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import RawMessageStreamEvent
+from openai._models import construct_type
+from openai._types import omit
+from openai.lib.streaming.responses._responses import ResponseStreamState
+from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from addon.model import Event
@@ -139,6 +143,51 @@ def content_of(message: Any) -> list[dict[str, Any]]:
         if b.get("type") == "thinking":
             b["signature"] = b["signature"] or ""  # a start without the key, or with "": same
     return blocks
+
+
+def check_sequence(pairs: Pairs, unended: bool = False) -> list[dict[str, Any]]:
+    """The Responses framing: each payload's type is its event name; sequence numbers count
+    from 0; created and in_progress first; every item added is done once — with
+    ``unended`` (a failed or restarted answer), but a call item that never ended, which is
+    never done (a client runs a call at its ``output_item.done``) and is not in the output;
+    one terminal event, last."""
+    datas = [json.loads(d) for _, d in pairs]
+    for (name, _), data in zip(pairs, datas, strict=True):
+        assert data["type"] == name
+    assert [d["sequence_number"] for d in datas] == list(range(len(datas)))
+    assert [d["type"] for d in datas[:2]] == ["response.created", "response.in_progress"]
+    terminal = ("response.completed", "response.incomplete", "response.failed")
+    assert datas[-1]["type"] in terminal
+    assert sum(d["type"] in terminal for d in datas) == 1
+    added = [d["output_index"] for d in datas if d["type"] == "response.output_item.added"]
+    done = [d["output_index"] for d in datas if d["type"] == "response.output_item.done"]
+    assert added == list(range(len(added)))
+    kinds = {
+        d["output_index"]: d["item"]["type"]
+        for d in datas
+        if d["type"] == "response.output_item.added"
+    }
+    never = [i for i in added if i not in done]
+    assert not never or unended, never
+    assert all(kinds[i] in ("function_call", "custom_tool_call") for i in never)
+    assert sorted(done) == [i for i in added if i not in never]
+    done_items = {
+        d["output_index"]: d["item"] for d in datas if d["type"] == "response.output_item.done"
+    }
+    assert datas[-1]["response"]["output"] == [done_items[i] for i in sorted(done_items)]
+    return datas
+
+
+def sdk_final(pairs: Pairs) -> Any:
+    """What the openai SDK's Responses stream builds from these events (the final response)."""
+    state: ResponseStreamState[Any] = ResponseStreamState(input_tools=omit, text_format=omit)
+    last: Any = None
+    for _, data in pairs:
+        event = construct_type(type_=ResponseStreamEvent, value=json.loads(data))
+        for ev in state.handle_event(event):  # type: ignore[arg-type]
+            last = ev
+    assert last is not None
+    return last.response
 
 
 def split[T: (str, bytes)](data: T, cuts: Sequence[int]) -> list[T]:
