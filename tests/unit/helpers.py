@@ -6,6 +6,7 @@ module (``docs/tests.md``)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -211,19 +212,23 @@ def bytewise(data: bytes) -> list[bytes]:
     return [data[i : i + 1] for i in range(len(data))]
 
 
-def feed_at(processor: Processor, data: bytes, cuts: Sequence[int]) -> bytes:
-    """What ``processor`` writes for ``data`` fed in pieces cut at ``cuts``: never an empty chunk
-    (it would end an HTTP/1 body), and ``finish`` is idempotent."""
+def feed_pieces(processor: Processor, pieces: Sequence[bytes]) -> bytes:
+    """What ``processor`` writes for ``pieces`` fed in order: never an empty chunk (it would end
+    an HTTP/1 body), and ``finish`` is idempotent."""
     out: list[bytes] = []
-    start = 0
-    for cut in [*sorted(set(cuts)), len(data)]:
-        chunks = processor.feed(data[start:cut])
-        assert all(chunks)
+    for piece in pieces:
+        chunks = processor.feed(piece)
+        assert all(chunks), "never an empty chunk mid-stream"
         out += chunks
-        start = cut
     out += processor.finish()
     assert processor.finish() == []
     return b"".join(out)
+
+
+def feed_at(processor: Processor, data: bytes, cuts: Sequence[int]) -> bytes:
+    """What ``processor`` writes for ``data`` fed in pieces cut at ``cuts`` (``feed_pieces``)."""
+    points = [0, *sorted(set(cuts)), len(data)]
+    return feed_pieces(processor, [data[a:b] for a, b in itertools.pairwise(points)])
 
 
 def feed_stage(stage: Stage, events: Sequence[Event]) -> list[Event]:
