@@ -32,22 +32,16 @@ from addon.plan import UpstreamError
 from addon.stream.eventstream import EventStreamSplitter, split_all
 from tests import eventstream_frames as ef
 from tests.unit.dialects.kiro.conftest import CLIENTS, TEXT_ANSWER, plan_for, run
+from tests.unit.helpers import sse_events
 
 
 def sse(raw: bytes) -> list[tuple[str | None, Any]]:
-    events: list[tuple[str | None, Any]] = []
-    for block in raw.decode().split("\n\n"):
-        name = None
-        data = []
-        for line in block.splitlines():
-            if line.startswith("event:"):
-                name = line[6:].strip()
-            elif line.startswith("data:"):
-                data.append(line[5:].strip())
-        if data:
-            text = "\n".join(data)
-            events.append((name, text if text == "[DONE]" else json.loads(text)))
-    return events
+    """The client's events, each payload read as JSON (``[DONE]`` as it is)."""
+    return [
+        (e.event, e.data if e.data == "[DONE]" else json.loads(e.data))
+        for e in sse_events(raw)
+        if e.data
+    ]
 
 
 def view(client: str, raw: bytes) -> dict[str, Any]:
