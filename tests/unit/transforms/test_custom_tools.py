@@ -43,7 +43,7 @@ from addon.transforms.custom_tools import (
     unwrap_custom_input,
     wrap_custom_tools,
 )
-from tests.unit.helpers import feed_stage, payloads, split
+from tests.unit.helpers import feed_pieces, feed_stage, payloads, split
 
 GRAMMAR = 'start: begin_patch hunk+ end_patch\nbegin_patch: "*** Begin Patch" LF\n'
 PATCH = "*** Begin Patch\n*** Update File: a.py\n@@\n-x = 1\n+x = «2»\n*** End Patch\n"
@@ -387,11 +387,7 @@ def test_apply_patch_reaches_a_chat_client_as_raw_text(step: int) -> None:
     p = StreamProcessor(
         OpenAIChatStreamDecoder(), OpenAIChatStreamEncoder(), stages=[CustomToolStage(NAMES)]
     )
-    out = b""
-    for i in range(0, len(sse), step):
-        out += b"".join(p.feed(sse[i : i + step]))
-    out += b"".join(p.finish())
-    assert p.finish() == []
+    out = feed_pieces(p, [sse[i : i + step] for i in range(0, len(sse), step)])
     assert p.error is None, p.error
     assert out.endswith(b"data: [DONE]\n\n")
 
