@@ -1,5 +1,5 @@
-"""Small helpers shared by the unit tests: read SSE bytes back as the official SDKs would, and
-cut an input into pieces.
+"""Small helpers shared by the unit tests: read SSE bytes back as the official SDKs would (and
+check the Responses framing), cut an input into pieces, feed a processor or a stage to its end.
 
 One copy each; a test module that needs one imports it from here, never from another test
 module (``docs/tests.md``)."""
