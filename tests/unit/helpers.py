@@ -58,6 +58,11 @@ def sse_events(raw: bytes) -> list[SSEEvent]:
     return out
 
 
+def pairs_of(raw: bytes) -> Pairs:
+    """``(event name, data)`` of an SSE body, through the bridge's own SSE decoder."""
+    return [(e.event, e.data) for e in sse_events(raw)]
+
+
 def payloads(sse: bytes) -> list[str]:
     """The ``data:`` payloads of an SSE body (``[DONE]`` included)."""
     return [
@@ -112,7 +117,7 @@ def recorded(name: str) -> Pairs:
             for line in raw.decode().splitlines()
             if line.strip()
         )
-    return [(e.event, e.data) for e in sse_events(raw)]
+    return pairs_of(raw)
 
 
 def sdk_message(pairs: Pairs, *, strict: bool = True) -> Any:

@@ -41,10 +41,10 @@ from tests.unit.helpers import (
     Pairs,
     accumulate,
     content_of,
+    pairs_of,
     payloads,
     recorded,
     sdk_message,
-    sse_events,
 )
 
 ANTHROPIC_RECORDINGS = fixture_names("anthropic-")
@@ -434,7 +434,7 @@ def test_sse_bytes_of_the_encoder() -> None:
     pairs = encode_all([MessageStart("anthropic", envelope=_message("m")), TextDelta("é")])
     raw = b"".join(encode_pairs(pairs))
     assert raw.startswith(b"event: message_start\ndata: {")
-    assert [(e.event, e.data) for e in sse_events(raw)] == pairs
+    assert pairs_of(raw) == pairs
 
 
 def test_dialect_record() -> None:

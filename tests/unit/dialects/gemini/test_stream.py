@@ -58,10 +58,10 @@ from tests.unit.helpers import (
     accumulate,
     check_sequence,
     feed_at,
+    pairs_of,
     payloads,
     sdk_final,
     sdk_message,
-    sse_events,
 )
 
 # --------------------------------------------------------------------------- pipeline
@@ -86,10 +86,6 @@ def run(
     out = feed_at(p, body_of(chunks, framing_in), cuts or [])
     assert p.error is None, p.error
     return out
-
-
-def pairs_of(raw: bytes) -> Pairs:
-    return [(e.event, e.data) for e in sse_events(raw)]
 
 
 ENCODERS = {
