@@ -30,7 +30,6 @@ from addon.model import (
     ToolCallStart,
 )
 from addon.stream.processor import StreamProcessor
-from addon.stream.sse import EventDecoder, LineDecoder, SSEEvent
 from tests.e2e.harness import (
     SAME_DIALECT_ROUTES,
     Proxy,
@@ -40,6 +39,7 @@ from tests.e2e.harness import (
     raw_request,
 )
 from tests.realdata import FIXTURES
+from tests.unit.helpers import sse_events
 
 CLIENTS = FIXTURES / "clients"
 TEST_KEY = "sk-e2e-recorded-client-key"
@@ -67,17 +67,6 @@ def recordings() -> list[str]:
 
 def dialect_of(name: str) -> str:
     return next(d for prefix, d in CLIENT_DIALECTS.items() if name.startswith(prefix))
-
-
-def sse_events(raw: bytes) -> list[SSEEvent]:
-    lines, events = LineDecoder(), EventDecoder()
-    out: list[SSEEvent] = []
-    for line, _ in [*lines.feed(raw), *lines.finish()]:
-        item = events.feed_line(line)
-        if isinstance(item, SSEEvent):
-            out.append(item)
-    last = events.finish()
-    return [*out, last] if last else out
 
 
 def unified(dialect: str, raw: bytes) -> list[Event]:

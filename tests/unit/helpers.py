@@ -1,17 +1,22 @@
-"""Small helpers shared by the unit tests: read SSE bytes back as the official SDKs would, and
-cut an input into pieces.
+"""Small helpers shared by the unit tests: read SSE bytes back as the official SDKs would (and
+check the Responses framing), cut an input into pieces, feed a processor or a stage to its end.
 
 One copy each; a test module that needs one imports it from here, never from another test
 module (``docs/tests.md``)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import RawMessageStreamEvent
+from openai._models import construct_type
+from openai._types import omit
+from openai.lib.streaming.responses._responses import ResponseStreamState
+from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from addon.model import Event
@@ -51,6 +56,11 @@ def sse_events(raw: bytes) -> list[SSEEvent]:
     if last is not None:
         out.append(last)
     return out
+
+
+def pairs_of(raw: bytes) -> Pairs:
+    """``(event name, data)`` of an SSE body, through the bridge's own SSE decoder."""
+    return [(e.event, e.data) for e in sse_events(raw)]
 
 
 def payloads(sse: bytes) -> list[str]:
@@ -107,7 +117,7 @@ def recorded(name: str) -> Pairs:
             for line in raw.decode().splitlines()
             if line.strip()
         )
-    return [(e.event, e.data) for e in sse_events(raw)]
+    return pairs_of(raw)
 
 
 def sdk_message(pairs: Pairs, *, strict: bool = True) -> Any:
@@ -141,6 +151,51 @@ def content_of(message: Any) -> list[dict[str, Any]]:
     return blocks
 
 
+def check_sequence(pairs: Pairs, unended: bool = False) -> list[dict[str, Any]]:
+    """The Responses framing: each payload's type is its event name; sequence numbers count
+    from 0; created and in_progress first; every item added is done once — with
+    ``unended`` (a failed or restarted answer), but a call item that never ended, which is
+    never done (a client runs a call at its ``output_item.done``) and is not in the output;
+    one terminal event, last."""
+    datas = [json.loads(d) for _, d in pairs]
+    for (name, _), data in zip(pairs, datas, strict=True):
+        assert data["type"] == name
+    assert [d["sequence_number"] for d in datas] == list(range(len(datas)))
+    assert [d["type"] for d in datas[:2]] == ["response.created", "response.in_progress"]
+    terminal = ("response.completed", "response.incomplete", "response.failed")
+    assert datas[-1]["type"] in terminal
+    assert sum(d["type"] in terminal for d in datas) == 1
+    added = [d["output_index"] for d in datas if d["type"] == "response.output_item.added"]
+    done = [d["output_index"] for d in datas if d["type"] == "response.output_item.done"]
+    assert added == list(range(len(added)))
+    kinds = {
+        d["output_index"]: d["item"]["type"]
+        for d in datas
+        if d["type"] == "response.output_item.added"
+    }
+    never = [i for i in added if i not in done]
+    assert not never or unended, never
+    assert all(kinds[i] in ("function_call", "custom_tool_call") for i in never)
+    assert sorted(done) == [i for i in added if i not in never]
+    done_items = {
+        d["output_index"]: d["item"] for d in datas if d["type"] == "response.output_item.done"
+    }
+    assert datas[-1]["response"]["output"] == [done_items[i] for i in sorted(done_items)]
+    return datas
+
+
+def sdk_final(pairs: Pairs) -> Any:
+    """What the openai SDK's Responses stream builds from these events (the final response)."""
+    state: ResponseStreamState[Any] = ResponseStreamState(input_tools=omit, text_format=omit)
+    last: Any = None
+    for _, data in pairs:
+        event = construct_type(type_=ResponseStreamEvent, value=json.loads(data))
+        for ev in state.handle_event(event):  # type: ignore[arg-type]
+            last = ev
+    assert last is not None
+    return last.response
+
+
 def split[T: (str, bytes)](data: T, cuts: Sequence[int]) -> list[T]:
     """``data`` cut at ``cuts`` (each taken modulo ``len(data) + 1``); pieces may be empty."""
     points = sorted({c % (len(data) + 1) for c in cuts})
@@ -162,19 +217,23 @@ def bytewise(data: bytes) -> list[bytes]:
     return [data[i : i + 1] for i in range(len(data))]
 
 
-def feed_at(processor: Processor, data: bytes, cuts: Sequence[int]) -> bytes:
-    """What ``processor`` writes for ``data`` fed in pieces cut at ``cuts``: never an empty chunk
-    (it would end an HTTP/1 body), and ``finish`` is idempotent."""
+def feed_pieces(processor: Processor, pieces: Sequence[bytes]) -> bytes:
+    """What ``processor`` writes for ``pieces`` fed in order: never an empty chunk (it would end
+    an HTTP/1 body), and ``finish`` is idempotent."""
     out: list[bytes] = []
-    start = 0
-    for cut in [*sorted(set(cuts)), len(data)]:
-        chunks = processor.feed(data[start:cut])
-        assert all(chunks)
+    for piece in pieces:
+        chunks = processor.feed(piece)
+        assert all(chunks), "never an empty chunk mid-stream"
         out += chunks
-        start = cut
     out += processor.finish()
     assert processor.finish() == []
     return b"".join(out)
+
+
+def feed_at(processor: Processor, data: bytes, cuts: Sequence[int]) -> bytes:
+    """What ``processor`` writes for ``data`` fed in pieces cut at ``cuts`` (``feed_pieces``)."""
+    points = [0, *sorted(set(cuts)), len(data)]
+    return feed_pieces(processor, [data[a:b] for a, b in itertools.pairwise(points)])
 
 
 def feed_stage(stage: Stage, events: Sequence[Event]) -> list[Event]:

@@ -38,7 +38,7 @@ from addon.stream.processor import StreamProcessor
 from addon.stream.sse import encode_pairs
 from addon.transforms.cache import NOTE, strip_cache_control
 from tests.realdata import FIXTURES
-from tests.unit.helpers import sdk_message, sse_events
+from tests.unit.helpers import pairs_of, sdk_message
 
 CLIENTS = FIXTURES / "clients"
 PREFIX = "claude-code-2.1.197-"
@@ -226,7 +226,7 @@ def _client_view(pairs: list[tuple[str | None, str]]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", ANSWERS)
 def test_answer_through_an_openai_upstream_reaches_the_client_unchanged(name: str) -> None:
-    original = [(e.event, e.data) for e in sse_events(recording(name))]
+    original = pairs_of(recording(name))
     expected = _client_view(original)
     assert expected["text"] or expected["tools"]
 
@@ -248,6 +248,6 @@ def test_answer_through_an_openai_upstream_reaches_the_client_unchanged(name: st
         out.extend(processor.feed(upstream[i : i + 97]))
     out.extend(processor.finish())
     assert not processor.passthrough, processor.error
-    got = _client_view([(e.event, e.data) for e in sse_events(b"".join(out))])
+    got = _client_view(pairs_of(b"".join(out)))
     tool_use = "tool_use" if expected["tools"] else "end_turn"
     assert got == {**expected, "stop_reason": tool_use}

@@ -9,7 +9,7 @@ from addon.model import UnsupportedShape
 from addon.plan.answer import AnswerState, decode_answer
 from addon.stream.foreign import FRAMINGS, not_a_stream
 from tests import eventstream_frames as ef
-from tests.unit.dialects.kiro.test_stream import CLIENTS, TEXT_ANSWER, plan_for, run
+from tests.unit.dialects.kiro.conftest import CLIENTS, TEXT_ANSWER, plan_for, run
 
 PAGE = b"<!DOCTYPE html><html><title>Sign in</title> sk-ant-api03-" + b"Z" * 40 + b"</html>"
 FRAMES = ef.CONTENT_TYPE

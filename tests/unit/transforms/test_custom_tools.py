@@ -43,7 +43,7 @@ from addon.transforms.custom_tools import (
     unwrap_custom_input,
     wrap_custom_tools,
 )
-from tests.unit.helpers import feed_stage, split
+from tests.unit.helpers import feed_pieces, feed_stage, payloads, split
 
 GRAMMAR = 'start: begin_patch hunk+ end_patch\nbegin_patch: "*** Begin Patch" LF\n'
 PATCH = "*** Begin Patch\n*** Update File: a.py\n@@\n-x = 1\n+x = «2»\n*** End Patch\n"
@@ -367,11 +367,7 @@ def call_delta(index: int, fragment: str, *, first: str | None = None) -> dict[s
 
 
 def client_payloads(data: bytes) -> list[Any]:
-    return [
-        json.loads(line[6:])
-        for line in data.decode().splitlines()
-        if line.startswith("data: ") and line != "data: [DONE]"
-    ]
+    return [json.loads(d) for d in payloads(data) if d != "[DONE]"]
 
 
 @pytest.mark.parametrize("step", [1, 7, 10_000])
@@ -391,11 +387,7 @@ def test_apply_patch_reaches_a_chat_client_as_raw_text(step: int) -> None:
     p = StreamProcessor(
         OpenAIChatStreamDecoder(), OpenAIChatStreamEncoder(), stages=[CustomToolStage(NAMES)]
     )
-    out = b""
-    for i in range(0, len(sse), step):
-        out += b"".join(p.feed(sse[i : i + step]))
-    out += b"".join(p.finish())
-    assert p.finish() == []
+    out = feed_pieces(p, [sse[i : i + step] for i in range(0, len(sse), step)])
     assert p.error is None, p.error
     assert out.endswith(b"data: [DONE]\n\n")
 
@@ -441,16 +433,16 @@ def test_cut_chat_stream_never_delivers_half_a_patch() -> None:
         OpenAIChatStreamDecoder(), OpenAIChatStreamEncoder(), stages=[CustomToolStage(NAMES)]
     )
     out = b"".join(p.feed(sse)) + b"".join(p.finish())
-    payloads = client_payloads(out)
+    chunks = client_payloads(out)
     calls = [
         call
-        for c in payloads[:-1]
+        for c in chunks[:-1]
         for choice in c["choices"]
         for call in choice["delta"].get("tool_calls", [])
     ]
     # The client sees the cut: an error chunk last, no [DONE], and no call at all (half a
     # patch applied is worse than none).
-    assert payloads[-1]["error"]["type"] == "server_error"  # OpenAI's type for a cut (502)
+    assert chunks[-1]["error"]["type"] == "server_error"  # OpenAI's type for a cut (502)
     assert not out.endswith(b"data: [DONE]\n\n")
     assert calls == []
 

@@ -67,7 +67,7 @@ from addon.transforms.loop_guard import (
 )
 from tests import eventstream_frames as ef
 from tests.realdata import as_sse
-from tests.unit.helpers import accumulate, feed_stage, payloads, sdk_message, sse_events
+from tests.unit.helpers import accumulate, feed_stage, pairs_of, payloads, sdk_message
 
 NOT_FOUND = "Error: String to replace not found in file a.py"
 EDIT_ARGS = '{"path": "a.py", "old_string": "x", "new_string": "y"}'
@@ -660,16 +660,16 @@ def test_the_replaced_stream_is_well_formed_in_every_client_dialect() -> None:
     chat = accumulate(payloads(encoded("openai_chat", repeating_stream())))
     assert chat["finish"] == "stop" and not chat["calls"]
     assert chat["content"] == "Again.\n\n" + message
-    pairs = _pairs(encoded("anthropic", repeating_stream()))
+    pairs = pairs_of(encoded("anthropic", repeating_stream()))
     sdk = sdk_message(pairs)
     assert sdk.stop_reason == "end_turn" and [b.type for b in sdk.content] == ["text"]
     assert sdk.content[0].text == "Again.\n\n" + message
-    events = _pairs(encoded("openai_responses", repeating_stream()))
+    events = pairs_of(encoded("openai_responses", repeating_stream()))
     (done,) = [json.loads(d) for e, d in events if e == "response.completed"]
     response = openai.types.responses.Response.model_validate(done["response"])
     assert response.status == "completed" and response.output_text == "Again.\n\n" + message
     assert not [i for i in response.output if i.type == "function_call"]
-    gemini = [json.loads(d) for _, d in _pairs(encoded("gemini", repeating_stream()))]
+    gemini = [json.loads(d) for _, d in pairs_of(encoded("gemini", repeating_stream()))]
     cands = [cand for c in gemini for cand in c.get("candidates", [])]
     parts = [p for cand in cands for p in cand.get("content", {}).get("parts", [])]
     assert not any("functionCall" in p for p in parts)
@@ -693,10 +693,6 @@ def test_the_replaced_whole_answer_is_well_formed_in_every_client_dialect() -> N
     gemini = DIALECTS["gemini"].encode_response(got)
     assert gemini["candidates"][0]["finishReason"] == "STOP"
     assert "functionCall" not in json.dumps(gemini)
-
-
-def _pairs(raw: bytes) -> list[tuple[str | None, str]]:
-    return [(e.event, e.data) for e in sse_events(raw)]
 
 
 # --------------------------------------------------------------------------- the plan
@@ -877,7 +873,7 @@ def test_a_same_dialect_anthropic_stream_is_well_formed_without_the_call() -> No
         [b for i in range(0, len(raw), 7) for b in processor.feed(raw[i : i + 7])]
         + processor.finish()
     )
-    got = sdk_message(_pairs(out))
+    got = sdk_message(pairs_of(out))
     assert replaced == [1]
     # The upstream closed its text block before the call: the message is a block of its own.
     assert got.stop_reason == "end_turn" and [b.type for b in got.content] == ["text", "text"]

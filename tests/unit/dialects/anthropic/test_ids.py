@@ -18,7 +18,7 @@ from addon.dialects.anthropic.ids import PREFIX, from_anthropic, to_anthropic
 from addon.dialects.openai_chat import DIALECT as OPENAI
 from addon.model import Response, ToolCall
 from addon.stream.processor import StreamProcessor
-from tests.unit.helpers import sdk_message, sse_events
+from tests.unit.helpers import pairs_of, sdk_message
 
 ANTHROPIC_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 KIMI_ID = "functions.Read:0"
@@ -135,7 +135,7 @@ def test_kimi_id_survives_a_tool_loop_through_an_anthropic_client() -> None:
     out = b"".join(b for i in range(0, len(raw), 7) for b in processor.feed(raw[i : i + 7]))
     out += b"".join(processor.finish())
     assert not processor.passthrough
-    message = sdk_message([(e.event, e.data) for e in sse_events(out)])
+    message = sdk_message(pairs_of(out))
     tool_use = message.content[-1]
     assert tool_use.type == "tool_use" and tool_use.input == {"file_path": "a.txt"}
     assert ANTHROPIC_ID.match(tool_use.id)

@@ -11,11 +11,8 @@ import json
 from typing import Any
 
 import pytest
-from anthropic.lib.streaming._messages import accumulate_event
-from anthropic.types import RawMessageStreamEvent
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import TypeAdapter
 
 from addon.dialects.anthropic import DIALECT
 from addon.dialects.anthropic.stream import AnthropicStreamDecoder
@@ -38,75 +35,22 @@ from addon.model import (
     Usage,
     UsageEvent,
 )
-from addon.stream.sse import EventDecoder, LineDecoder, SSEEvent, encode_pairs
-from tests.realdata import OPENAI_STREAMS, as_sse, fixture_names, read
-from tests.unit.dialects.openai_chat.test_stream import accumulate, payloads
+from addon.stream.sse import encode_pairs
+from tests.realdata import OPENAI_STREAMS, as_sse, fixture_names
+from tests.unit.helpers import (
+    Pairs,
+    accumulate,
+    content_of,
+    pairs_of,
+    payloads,
+    recorded,
+    sdk_message,
+)
 
-Pairs = list[tuple[str | None, str]]
-STREAM_EVENT: TypeAdapter[RawMessageStreamEvent] = TypeAdapter(RawMessageStreamEvent)
 ANTHROPIC_RECORDINGS = fixture_names("anthropic-")
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def sse_events(raw: bytes) -> list[SSEEvent]:
-    lines, decoder = LineDecoder(), EventDecoder()
-    out: list[SSEEvent] = []
-    for line, _ in [*lines.feed(raw), *lines.finish()]:
-        item = decoder.feed_line(line)
-        if isinstance(item, SSEEvent):
-            out.append(item)
-    last = decoder.finish()
-    if last is not None:
-        out.append(last)
-    return out
-
-
-def recorded(name: str) -> Pairs:
-    """An Anthropic recording as ``(event, data)`` pairs, as the SSE layer hands them over.
-
-    ``.chunks.txt`` files hold one event payload per line; they are framed the way
-    the API frames them (``event: <type>``), without OpenAI's ``data: [DONE]``.
-    """
-    raw = read(name)
-    if name.endswith(".chunks.txt"):
-        raw = b"".join(
-            f"event: {json.loads(line)['type']}\ndata: {line}\n\n".encode()
-            for line in raw.decode().splitlines()
-            if line.strip()
-        )
-    return [(e.event, e.data) for e in sse_events(raw)]
-
-
-def sdk_message(pairs: Pairs, *, strict: bool = True) -> Any:
-    """What ``client.messages.stream(...)`` would build from these events.
-
-    ``strict``: every event must also validate against the SDK's types (the SDK itself
-    builds them leniently; vercel-ai's hand-written fixtures omit a thinking block's
-    ``signature``, so recordings are read leniently, our output strictly).
-    """
-    snapshot: Any = None
-    bufs: dict[int, bytes] = {}
-    for name, data in pairs:
-        if name in ("ping", "error"):  # not message events; the SDK's stream skips / raises
-            continue
-        event: Any = STREAM_EVENT.validate_json(data) if strict else json.loads(data)
-        if strict:
-            assert name == event.type  # the SSE event name is the payload's type
-        snapshot = accumulate_event(event=event, current_snapshot=snapshot, json_bufs=bufs)
-    assert snapshot is not None
-    return snapshot
-
-
-def content_of(message: Any) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = [
-        b.model_dump(exclude={"citations", "parsed_output", "caller"}) for b in message.content
-    ]
-    for b in blocks:
-        if b.get("type") == "thinking":
-            b["signature"] = b["signature"] or ""  # a start without the key, or with "": same
-    return blocks
 
 
 def encode_all(events: list[Event]) -> Pairs:
@@ -490,7 +434,7 @@ def test_sse_bytes_of_the_encoder() -> None:
     pairs = encode_all([MessageStart("anthropic", envelope=_message("m")), TextDelta("é")])
     raw = b"".join(encode_pairs(pairs))
     assert raw.startswith(b"event: message_start\ndata: {")
-    assert [(e.event, e.data) for e in sse_events(raw)] == pairs
+    assert pairs_of(raw) == pairs
 
 
 def test_dialect_record() -> None:

@@ -15,7 +15,6 @@ from openai.types.responses import Response as ResponsesResponse
 
 from addon.dialects.anthropic import DIALECT as ANTHROPIC
 from addon.dialects.gemini import CODE_ASSIST_DIALECT, DIALECT
-from addon.dialects.gemini import malformed as gemini_malformed
 from addon.dialects.gemini.response import (
     CALL_SIGNATURE,
     decode_response,
@@ -39,7 +38,7 @@ from addon.model import (
     Usage,
 )
 from tests.realdata import FIXTURES
-from tests.unit.dialects.gemini.test_stream import (
+from tests.unit.dialects.gemini.conftest import (
     NAMES,
     STREAMS,
     codeassist_log,
@@ -71,17 +70,6 @@ def whole_answers() -> dict[str, dict[str, Any]]:
         if not path.name.endswith(".source.txt"):
             out[path.name] = codeassist_log(path.name)[1]
     return out
-
-
-@pytest.fixture
-def no_json_repair(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As if ``json_repair`` were not installed (it is optional): what cannot be read back
-    without guessing stays unrecovered."""
-
-    def absent(text: str) -> Any:
-        raise ValueError("json_repair not installed")
-
-    monkeypatch.setattr(gemini_malformed, "_with_json_repair", absent)
 
 
 WHOLE = whole_answers()

@@ -15,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from addon.config import Settings
 from addon.dialects.kiro.stream import CONTEXT_WINDOW, KiroStreamDecoder
 from addon.model import (
     Finish,
@@ -29,98 +28,22 @@ from addon.model import (
     ToolCallStart,
     UsageEvent,
 )
-from addon.plan import FlowPlan, Incoming, Rewrite, UpstreamError, decide
+from addon.plan import UpstreamError
 from addon.plan.answer import AnswerState, decode_answer, encode_answer, stream_processor
 from addon.plan.errors import unreadable_answer, upstream_error
-from addon.routes import Route
 from addon.stream.eventstream import EventStreamSplitter, split_all
 from tests import eventstream_frames as ef
-
-TOOLS = [
-    {"name": "Read", "description": "Read a file", "input_schema": {"type": "object"}},
-    {"name": "List", "description": "List files", "input_schema": {"type": "object"}},
-]
-CLIENTS = {
-    "openai_chat": ("*/chat/completions", "/v1/chat/completions"),
-    "anthropic": ("*/v1/messages", "/v1/messages"),
-    "openai_responses": ("*/responses", "/v1/responses"),
-}
-
-
-def request_body(client: str, stream: bool) -> dict[str, Any]:
-    if client == "anthropic":
-        return {
-            "model": "claude-sonnet-4-5",
-            "max_tokens": 100,
-            "stream": stream,
-            "tools": TOOLS,
-            "messages": [{"role": "user", "content": "read a"}],
-        }
-    if client == "openai_responses":
-        return {
-            "model": "claude-sonnet-4-5",
-            "stream": stream,
-            "input": "read a",
-            "tools": [
-                {
-                    "type": "function",
-                    "name": t["name"],
-                    "description": t["description"],
-                    "parameters": t["input_schema"],
-                }
-                for t in TOOLS
-            ],
-        }
-    return {
-        "model": "claude-sonnet-4-5",
-        "stream": stream,
-        "tools": TOOLS,
-        "messages": [{"role": "user", "content": "read a"}],
-    }
-
-
-def plan_for(client: str, stream: bool = True) -> FlowPlan:
-    glob, path = CLIENTS[client]
-    route = Route(name="k", client=client, path=glob, upstream="kiro")  # type: ignore[arg-type]
-    inc = Incoming(
-        "POST",
-        "h",
-        path,
-        {"authorization": "Bearer t"},
-        json.dumps(request_body(client, stream)).encode(),
-    )
-    d = decide(Settings(), route, inc, {})
-    assert isinstance(d, Rewrite), d
-    assert d.plan.upstream_framing == "aws_eventstream"
-    return d.plan
-
-
-def run(client: str, pieces: list[bytes]) -> bytes:
-    processor = stream_processor(plan_for(client), AnswerState.of(plan_for(client)), None)
-    out: list[bytes] = []
-    for p in pieces:
-        got = processor.feed(p)
-        assert all(got), "never an empty chunk mid-stream"
-        out += got
-    out += processor.finish()
-    assert processor.finish() == []
-    return b"".join(out)
+from tests.unit.dialects.kiro.conftest import CLIENTS, TEXT_ANSWER, plan_for, run
+from tests.unit.helpers import sse_events
 
 
 def sse(raw: bytes) -> list[tuple[str | None, Any]]:
-    events: list[tuple[str | None, Any]] = []
-    for block in raw.decode().split("\n\n"):
-        name = None
-        data = []
-        for line in block.splitlines():
-            if line.startswith("event:"):
-                name = line[6:].strip()
-            elif line.startswith("data:"):
-                data.append(line[5:].strip())
-        if data:
-            text = "\n".join(data)
-            events.append((name, text if text == "[DONE]" else json.loads(text)))
-    return events
+    """The client's events, each payload read as JSON (``[DONE]`` as it is)."""
+    return [
+        (e.event, e.data if e.data == "[DONE]" else json.loads(e.data))
+        for e in sse_events(raw)
+        if e.data
+    ]
 
 
 def view(client: str, raw: bytes) -> dict[str, Any]:
@@ -189,13 +112,6 @@ TOOL_LOOP = ef.stream(
         *ef.tool_events("tooluse_AAA", "Read", json.dumps({"path": "a.txt"}), 5),
         *ef.tool_events("tooluse_BBB", "Read", json.dumps({"path": "b.txt"}), 2),
         *ef.usage_events(4.5),
-    ]
-)
-TEXT_ANSWER = ef.stream(
-    [
-        ("messageMetadataEvent", {"conversationId": "c", "utteranceId": "u"}),
-        *ef.text_events("a says A, b says B — ünïcödé 🎉.", 7),
-        *ef.usage_events(6.0),
     ]
 )
 

@@ -26,12 +26,7 @@ from addon.model import (
     UnsupportedShape,
 )
 from tests.realdata import OPENAI_STREAMS, as_sse
-
-
-def payloads(sse: bytes) -> list[str]:
-    return [
-        line[len("data: ") :] for line in sse.decode().splitlines() if line.startswith("data: ")
-    ]
+from tests.unit.helpers import accumulate, payloads
 
 
 def transcode(datas: list[str]) -> list[str]:
@@ -44,40 +39,6 @@ def transcode(datas: list[str]) -> list[str]:
         out.extend(d for _, d in enc.feed(event))
     out.extend(d for _, d in enc.finish())
     return out
-
-
-def accumulate(datas: list[str]) -> dict[str, Any]:
-    """What an SDK's stream accumulator would build, plus the raw fragments."""
-    acc: dict[str, Any] = {
-        "content": "",
-        "reasoning": "",
-        "calls": {},
-        "finish": None,
-        "usage": None,
-    }
-    for data in datas:
-        if data == "[DONE]":
-            continue
-        chunk = json.loads(data)
-        if chunk.get("usage"):
-            acc["usage"] = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            acc["content"] += delta.get("content") or ""
-            acc["reasoning"] += delta.get("reasoning_content") or delta.get("reasoning") or ""
-            for call in delta.get("tool_calls") or []:
-                slot = acc["calls"].setdefault(
-                    call["index"], {"id": None, "name": "", "fragments": []}
-                )
-                slot["id"] = slot["id"] or call.get("id")
-                fn = call.get("function") or {}
-                if fn.get("name"):
-                    slot["name"] = slot["name"] or fn["name"]
-                if fn.get("arguments"):
-                    slot["fragments"].append(fn["arguments"])
-            if choice.get("finish_reason"):
-                acc["finish"] = choice["finish_reason"]
-    return acc
 
 
 @pytest.mark.parametrize("name", OPENAI_STREAMS)

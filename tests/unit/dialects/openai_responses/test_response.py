@@ -27,8 +27,8 @@ from addon.model import (
     UnsupportedShape,
     Usage,
 )
-from addon.stream.sse import EventDecoder, LineDecoder, SSEEvent
 from tests.realdata import read
+from tests.unit.helpers import sse_events
 
 USAGE = {
     "input_tokens": 10,
@@ -122,12 +122,10 @@ def test_responses_answer_survives_responses_to_responses() -> None:
 @pytest.mark.parametrize("turn", [1, 2, 3])
 def test_recorded_completed_response_survives(turn: int) -> None:
     raw = read(f"clients/codex-0.169.0-responses-gpt-5.5-turn{turn}.response.sse")
-    lines, events = LineDecoder(), EventDecoder()
     completed: dict[str, Any] = {}
-    for line, _ in [*lines.feed(raw), *lines.finish()]:
-        item = events.feed_line(line)
-        if isinstance(item, SSEEvent) and item.event == "response.completed":
-            completed = json.loads(item.data)["response"]
+    for e in sse_events(raw):
+        if e.event == "response.completed":
+            completed = json.loads(e.data)["response"]
     r = decode_response(completed)
     assert encode_response(r) == completed
     # The same answer for a chat client: the calls with their ids, the reasoning, the text.

@@ -17,10 +17,6 @@ import openai
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from openai._models import construct_type
-from openai._types import omit
-from openai.lib.streaming.responses._responses import ResponseStreamState
-from openai.types.responses import ResponseStreamEvent
 
 from addon.dialects.anthropic.stream import AnthropicStreamDecoder
 from addon.dialects.anthropic.stream_encode import AnthropicStreamEncoder
@@ -46,30 +42,23 @@ from addon.model import (
     UsageEvent,
 )
 from addon.stream.processor import StreamProcessor
-from addon.stream.sse import EventDecoder, LineDecoder, SSEEvent, encode_pairs
+from addon.stream.sse import encode_pairs
 from tests.realdata import OPENAI_STREAMS, as_sse, fixture_names, read
-from tests.unit.dialects.anthropic.test_stream import recorded
-from tests.unit.dialects.openai_chat.test_stream import accumulate, payloads
+from tests.unit.helpers import (
+    Pairs,
+    accumulate,
+    check_sequence,
+    payloads,
+    recorded,
+    sdk_final,
+    sse_events,
+)
 
-Pairs = list[tuple[str | None, str]]
 CODEX = [f"clients/codex-0.169.0-responses-gpt-5.5-turn{n}.response.sse" for n in (1, 2, 3)]
 ANTHROPIC_STREAMS = fixture_names("anthropic-")
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def sse_events(raw: bytes) -> list[SSEEvent]:
-    lines, decoder = LineDecoder(), EventDecoder()
-    out: list[SSEEvent] = []
-    for line, _ in [*lines.feed(raw), *lines.finish()]:
-        item = decoder.feed_line(line)
-        if isinstance(item, SSEEvent):
-            out.append(item)
-    last = decoder.finish()
-    if last is not None:
-        out.append(last)
-    return out
 
 
 def decode_all(raw: bytes) -> list[Event]:
@@ -80,51 +69,6 @@ def decode_all(raw: bytes) -> list[Event]:
 def encode_all(events: list[Event]) -> Pairs:
     enc = OpenAIResponsesStreamEncoder()
     return [p for e in events for p in enc.feed(e)] + enc.finish()
-
-
-def check_sequence(pairs: Pairs, unended: bool = False) -> list[dict[str, Any]]:
-    """The Responses framing: each payload's type is its event name; sequence numbers count
-    from 0; created and in_progress first; every item added is done once — with
-    ``unended`` (a failed or restarted answer), but a call item that never ended, which is
-    never done (a client runs a call at its ``output_item.done``) and is not in the output;
-    one terminal event, last."""
-    datas = [json.loads(d) for _, d in pairs]
-    for (name, _), data in zip(pairs, datas, strict=True):
-        assert data["type"] == name
-    assert [d["sequence_number"] for d in datas] == list(range(len(datas)))
-    assert [d["type"] for d in datas[:2]] == ["response.created", "response.in_progress"]
-    terminal = ("response.completed", "response.incomplete", "response.failed")
-    assert datas[-1]["type"] in terminal
-    assert sum(d["type"] in terminal for d in datas) == 1
-    added = [d["output_index"] for d in datas if d["type"] == "response.output_item.added"]
-    done = [d["output_index"] for d in datas if d["type"] == "response.output_item.done"]
-    assert added == list(range(len(added)))
-    kinds = {
-        d["output_index"]: d["item"]["type"]
-        for d in datas
-        if d["type"] == "response.output_item.added"
-    }
-    never = [i for i in added if i not in done]
-    assert not never or unended, never
-    assert all(kinds[i] in ("function_call", "custom_tool_call") for i in never)
-    assert sorted(done) == [i for i in added if i not in never]
-    done_items = {
-        d["output_index"]: d["item"] for d in datas if d["type"] == "response.output_item.done"
-    }
-    assert datas[-1]["response"]["output"] == [done_items[i] for i in sorted(done_items)]
-    return datas
-
-
-def sdk_final(pairs: Pairs) -> Any:
-    """What the openai SDK's Responses stream builds from these events (the final response)."""
-    state: ResponseStreamState[Any] = ResponseStreamState(input_tools=omit, text_format=omit)
-    last: Any = None
-    for _, data in pairs:
-        event = construct_type(type_=ResponseStreamEvent, value=json.loads(data))
-        for ev in state.handle_event(event):  # type: ignore[arg-type]
-            last = ev
-    assert last is not None
-    return last.response
 
 
 def calls_of(response: Any) -> list[tuple[str, str, str, str]]:
