@@ -96,9 +96,10 @@ class LlamaServer:
         ctx_size: int = 4096,
         extra_args: tuple[str, ...] = (),
         timeout: float = 60.0,
+        port: int | None = None,
     ) -> LlamaServer:
         paths = paths or locate()
-        port = free_port()
+        port = port or free_port()
         argv = [
             str(paths.server),
             "--model", str(paths.model),

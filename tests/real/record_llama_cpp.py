@@ -100,7 +100,8 @@ RESPONSES_TOOL_TURNS: list[dict[str, Any]] = [
         "arguments": '{"city": "Paris"}',
     },
     {"type": "function_call_output", "call_id": "call_1", "output": RESULT_1},
-    {"role": "assistant", "content": SAID_1},
+    # llama-server answers 400 "Cannot determine type of 'item'" without "type" here.
+    {"type": "message", "role": "assistant", "content": SAID_1},
     {"role": "user", "content": ASK_2},
 ]
 # Turn 2 of a loop: the model's own call answered, it should now write text.
@@ -222,6 +223,19 @@ def _exchanges() -> list[tuple[str, str, dict[str, Any]]]:
             {"model": MODEL, "messages": [{"role": "user", "content": SAYS}]},
         )
     )
+    untyped = [
+        item | {"type": None} if item.get("role") == "assistant" else item
+        for item in RESPONSES_TOOL_TURNS
+    ]
+    out.append(
+        (
+            "responses_error_untyped_assistant.json",
+            "/v1/responses",
+            _responses(
+                False, input=[{k: v for k, v in i.items() if v is not None} for i in untyped]
+            ),
+        )
+    )
     out.append(
         (
             "chat_error_bad_json.json",
@@ -238,13 +252,18 @@ def _short(body: dict[str, Any]) -> dict[str, Any]:
     return json.loads(text.replace(LONG, "<'word ' * 5000>")) if LONG in text else body
 
 
-def record(out: Path = OUT) -> list[dict[str, Any]]:
+def record_from(
+    base_url: str, out: Path, headers: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Send every exchange to ``base_url``; write the bodies and return the index entries."""
     out.mkdir(parents=True, exist_ok=True)
     index: list[dict[str, Any]] = []
-    with LlamaServer.start(locate()) as server, httpx.Client(timeout=120.0) as client:
-        for name, path, body in _exchanges():
-            headers = ANTHROPIC_HEADERS if path.startswith("/v1/messages") else {}
-            with client.stream("POST", server.base_url + path, json=body, headers=headers) as r:
+    for name, path, body in _exchanges():
+        # One connection each: llama-server drops a kept-alive connection after a stream.
+        with httpx.Client(timeout=120.0) as client:
+            sent = dict(ANTHROPIC_HEADERS) if path.startswith("/v1/messages") else {}
+            sent |= headers or {}
+            with client.stream("POST", base_url + path, json=body, headers=sent) as r:
                 raw = b"".join(r.iter_raw())
             (out / name).write_bytes(raw)
             index.append(
@@ -260,10 +279,16 @@ def record(out: Path = OUT) -> list[dict[str, Any]]:
                 }
             )
             print(f"{r.status_code} {path} -> {name} ({len(raw)} bytes)", file=sys.stderr)
-        argv = [Path(server.argv[0]).name, *server.argv[1:]]
-        meta = {"version": server.paths.version, "argv": argv, "exchanges": index}
-    (out / "index.json").write_text(json.dumps(meta, indent=2) + "\n")
     return index
+
+
+def record(out: Path = OUT) -> None:
+    """Start llama-server, record every exchange, write ``out/index.json``."""
+    with LlamaServer.start(locate()) as server:
+        index = record_from(server.base_url, out)
+        argv = [Path(server.argv[0]).name, *server.argv[1:]]
+    meta = {"version": server.paths.version, "argv": argv, "exchanges": index}
+    (out / "index.json").write_text(json.dumps(meta, indent=2) + "\n")
 
 
 if __name__ == "__main__":

