@@ -52,68 +52,73 @@ RESPONSES_TOOLS = [
     }
 ]
 SAYS = "Say hello in five words."
-# One call and its result already in the conversation: a small model then calls reliably.
+# Two calls and their results already in the conversation, no text answer between them: the
+# small model then calls again (with a text answer between, it answers in text).
 ASK_1 = "What is the weather in Paris?"
-RESULT_1 = "18 C, sunny"
-SAID_1 = "It is 18 C and sunny in Paris."
-ASK_2 = "And in Berlin?"
+ASK_2 = "And in Rome?"
+ASK_3 = "And in Berlin?"
+RESULT = "18 C, sunny"
 LONG = "word " * 5000  # past --ctx-size 4096
+
+
+def _chat_call(n: int, city: str) -> list[dict[str, Any]]:
+    call = {"name": "get_weather", "arguments": f'{{"city": "{city}"}}'}
+    return [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": f"call_{n}", "type": "function", "function": call}],
+        },
+        {"role": "tool", "tool_call_id": f"call_{n}", "content": RESULT},
+    ]
+
+
+def _anthropic_call(n: int, city: str, then: str) -> list[dict[str, Any]]:
+    use = {"type": "tool_use", "id": f"toolu_{n}", "name": "get_weather", "input": {"city": city}}
+    result = {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": RESULT}
+    return [
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [result, {"type": "text", "text": then}]},
+    ]
+
+
+def _responses_call(n: int, city: str) -> list[dict[str, Any]]:
+    args = f'{{"city": "{city}"}}'
+    return [
+        {"type": "function_call", "call_id": f"call_{n}", "name": "get_weather", "arguments": args},
+        {"type": "function_call_output", "call_id": f"call_{n}", "output": RESULT},
+    ]
+
 
 CHAT_TOOL_TURNS: list[dict[str, Any]] = [
     {"role": "user", "content": ASK_1},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "call_1",
-                "type": "function",
-                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-            }
-        ],
-    },
-    {"role": "tool", "tool_call_id": "call_1", "content": RESULT_1},
-    {"role": "assistant", "content": SAID_1},
+    *_chat_call(1, "Paris"),
     {"role": "user", "content": ASK_2},
+    *_chat_call(2, "Rome"),
+    {"role": "user", "content": ASK_3},
 ]
 ANTHROPIC_TOOL_TURNS: list[dict[str, Any]] = [
     {"role": "user", "content": ASK_1},
-    {
-        "role": "assistant",
-        "content": [
-            {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}
-        ],
-    },
-    {
-        "role": "user",
-        "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": RESULT_1}],
-    },
-    {"role": "assistant", "content": SAID_1},
-    {"role": "user", "content": ASK_2},
+    *_anthropic_call(1, "Paris", ASK_2),
+    *_anthropic_call(2, "Rome", ASK_3),
 ]
 RESPONSES_TOOL_TURNS: list[dict[str, Any]] = [
     {"role": "user", "content": ASK_1},
-    {
-        "type": "function_call",
-        "call_id": "call_1",
-        "name": "get_weather",
-        "arguments": '{"city": "Paris"}',
-    },
-    {"type": "function_call_output", "call_id": "call_1", "output": RESULT_1},
-    # llama-server answers 400 "Cannot determine type of 'item'" without "type" here.
-    {"type": "message", "role": "assistant", "content": SAID_1},
+    *_responses_call(1, "Paris"),
     {"role": "user", "content": ASK_2},
+    *_responses_call(2, "Rome"),
+    {"role": "user", "content": ASK_3},
 ]
 # Turn 2 of a loop: the model's own call answered, it should now write text.
 RESPONSES_AFTER_CALL: list[dict[str, Any]] = [
     {"role": "user", "content": ASK_1},
-    {
-        "type": "function_call",
-        "call_id": "call_1",
-        "name": "get_weather",
-        "arguments": '{"city": "Paris"}',
-    },
-    {"type": "function_call_output", "call_id": "call_1", "output": RESULT_1},
+    *_responses_call(1, "Paris"),
+]
+# llama-server refuses an assistant message item without "type" (the spec allows it).
+RESPONSES_UNTYPED_ASSISTANT: list[dict[str, Any]] = [
+    *RESPONSES_AFTER_CALL,
+    {"role": "assistant", "content": "It is 18 C and sunny in Paris."},
+    {"role": "user", "content": ASK_3},
 ]
 
 
@@ -223,17 +228,11 @@ def _exchanges() -> list[tuple[str, str, dict[str, Any]]]:
             {"model": MODEL, "messages": [{"role": "user", "content": SAYS}]},
         )
     )
-    untyped = [
-        item | {"type": None} if item.get("role") == "assistant" else item
-        for item in RESPONSES_TOOL_TURNS
-    ]
     out.append(
         (
             "responses_error_untyped_assistant.json",
             "/v1/responses",
-            _responses(
-                False, input=[{k: v for k, v in i.items() if v is not None} for i in untyped]
-            ),
+            _responses(False, input=RESPONSES_UNTYPED_ASSISTANT),
         )
     )
     out.append(
