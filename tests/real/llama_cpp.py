@@ -1,0 +1,165 @@
+"""Start and stop llama.cpp's ``llama-server`` on 127.0.0.1 for tests (issue 28).
+
+``scripts/llama_server.py`` builds the binary and fetches the model into a cache outside
+the work tree; ``locate()`` asks it where they are (building first only when told to),
+``LlamaServer.start()`` runs the server on a free loopback port with SmolLM2 and a
+tool-capable chat template and waits, bounded, for ``/health``. Glossary: *unavailable*
+means no binary or model here (a skip with its reason, never a pass).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO / "scripts" / "llama_server.py"
+HOST = "127.0.0.1"
+# Set to 1 to build llama-server (5-15 minutes on 2 cores) when the cache has none.
+BUILD_ENV = "CURSOR_BRIDGE_BUILD_LLAMA"
+
+
+class Unavailable(RuntimeError):
+    """llama-server or its model is not here; the message says why and what to run."""
+
+
+@dataclass(frozen=True)
+class Paths:
+    version: str
+    server: Path
+    model: Path
+    tool_template: Path
+
+
+def locate(build: bool | None = None) -> Paths:
+    """The cached binary, model and template; built first if ``build`` (default: $BUILD_ENV)."""
+    if build is None:
+        build = os.environ.get(BUILD_ENV) == "1"
+    args = [sys.executable, str(BUILD_SCRIPT)]
+    if not build:
+        check = subprocess.run([*args, "--check"], capture_output=True, text=True)
+        if check.returncode != 0:
+            raise Unavailable(
+                f"llama-server not built: run `python scripts/llama_server.py` or set {BUILD_ENV}=1"
+            )
+    done = subprocess.run([*args, "--json"], stdout=subprocess.PIPE, text=True)
+    if done.returncode == 2:
+        raise Unavailable("llama-server cannot be built here: cmake or a C++ compiler is missing")
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/llama_server.py failed with exit status {done.returncode}")
+    info = json.loads(done.stdout)
+    return Paths(
+        version=info["version"],
+        server=Path(info["server"]),
+        model=Path(info["model"]),
+        tool_template=Path(info["tool_template"]),
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class LlamaServer:
+    """One running llama-server; ``base_url`` has no trailing slash and no ``/v1``."""
+
+    paths: Paths
+    port: int
+    process: subprocess.Popen[bytes]
+    log: IO[bytes]
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @classmethod
+    def start(
+        cls,
+        paths: Paths | None = None,
+        *,
+        ctx_size: int = 4096,
+        extra_args: tuple[str, ...] = (),
+        timeout: float = 60.0,
+        port: int | None = None,
+    ) -> LlamaServer:
+        paths = paths or locate()
+        port = port or free_port()
+        argv = [
+            str(paths.server),
+            "--model", str(paths.model),
+            "--host", HOST,
+            "--port", str(port),
+            "--ctx-size", str(ctx_size),
+            "--threads", "2",
+            "--parallel", "1",
+            "--jinja",
+            "--chat-template-file", str(paths.tool_template),
+            "--no-webui",
+            *extra_args,
+        ]  # fmt: skip
+        log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        server = cls(paths=paths, port=port, process=process, log=log, argv=argv)
+        try:
+            server.wait_healthy(timeout)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"llama-server exited ({self.process.returncode}):\n{self.log_text()}"
+                )
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"llama-server not healthy after {timeout} s:\n{self.log_text()}")
+
+    def log_text(self, limit: int = 8000) -> str:
+        self.log.seek(0)
+        text = self.log.read().decode("utf-8", "replace")
+        return text if len(text) <= limit else "…\n" + text[-limit:]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout)
+        self.log.close()
+
+    def __enter__(self) -> LlamaServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
