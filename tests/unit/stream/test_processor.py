@@ -16,6 +16,7 @@ from addon.model import TextDelta
 from addon.stream.decompress import make_decompressor
 from addon.stream.processor import StreamProcessor
 from tests.realdata import OPENAI_STREAMS, as_sse, needs_recordings
+from tests.unit.helpers import feed_at
 
 
 def processor(encoding: str | None = None) -> StreamProcessor:
@@ -26,18 +27,9 @@ def processor(encoding: str | None = None) -> StreamProcessor:
 
 def run(data: bytes, cuts: list[int], encoding: str | None = None) -> bytes:
     p = processor(encoding)
-    out: list[bytes] = []
-    start = 0
-    for cut in [*sorted(set(cuts)), len(data)]:
-        piece = data[start:cut]
-        start = cut
-        chunks = p.feed(piece)
-        assert all(chunks), "an empty chunk would end an HTTP/1 body"
-        out += chunks
-    out += p.finish()
-    assert p.finish() == []
+    out = feed_at(p, data, cuts)
     assert p.error is None, p.error
-    return b"".join(out)
+    return out
 
 
 WHOLE = {name: run(as_sse(name), []) for name in OPENAI_STREAMS}

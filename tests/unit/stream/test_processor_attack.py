@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from addon.dialects import DIALECTS
 from addon.model import Event, StreamError, TextDelta
 from addon.stream.processor import StreamProcessor
-from addon.stream.sse import EventDecoder, LineDecoder
 from tests.realdata import OPENAI_STREAMS, as_sse, needs_recordings
+from tests.unit.helpers import feed_pieces, pairs_of
 
 CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 
@@ -44,19 +44,12 @@ def proc(client: str, upstream: str = "openai_chat", **kw: Any) -> StreamProcess
 
 
 def run(p: StreamProcessor, *pieces: bytes) -> bytes:
-    out = [b for piece in pieces for b in p.feed(piece)] + p.finish()
-    assert all(out)
-    return b"".join(out)
+    return feed_pieces(p, pieces)
 
 
 def sse_events(body: bytes) -> list[tuple[str | None, Any]]:
-    lines, events = LineDecoder(), EventDecoder()
-    out: list[tuple[str | None, Any]] = []
-    for line, _ in lines.feed(body) + lines.finish():
-        item = events.feed_line(line)
-        if item is not None and hasattr(item, "data"):
-            out.append((item.event, json.loads(item.data) if item.data != "[DONE]" else "[DONE]"))
-    return out
+    """``(event name, data read as JSON)`` of the client's SSE (``[DONE]`` as it is)."""
+    return [(n, d if d == "[DONE]" else json.loads(d)) for n, d in pairs_of(body)]
 
 
 def anthropic_text(events: list[tuple[str | None, Any]]) -> str:
