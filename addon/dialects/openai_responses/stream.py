@@ -221,7 +221,8 @@ class OpenAIResponsesStreamDecoder:
         self._open_calls = []  # never ended: no ToolCallEnd for them
         err = payload.get("error")
         err = err if isinstance(err, dict) else payload
-        code = err.get("code") or err.get("type")
+        code = err.get("code")  # a number from llama-server and LiteLLM: the type says more
+        code = code if isinstance(code, str) and not code.isdigit() else err.get("type")
         return [
             StreamError(
                 str(err.get("message") or "upstream error"),

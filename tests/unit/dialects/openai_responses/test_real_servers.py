@@ -8,6 +8,7 @@ whole, in a stream the official SDKs read. Then each deviation alone, from a rec
 from __future__ import annotations
 
 import json
+import logging
 import random
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,21 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from addon.config import Settings
+from addon.dialects.openai_responses import NAME
+from addon.dialects.openai_responses.stream import OpenAIResponsesStreamDecoder
+from addon.model import (
+    Event,
+    Finish,
+    MessageStart,
+    RawEvent,
+    StreamEnd,
+    StreamError,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    UsageEvent,
+)
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, decode_answer, encode_answer, stream_processor
 from addon.routes import Route
@@ -276,3 +292,176 @@ def test_recorded_whole_answer_reaches_every_client(name: str, client: str, stre
     answer = decode_answer(plan, AnswerState.of(plan), read(name))
     body = encode_answer(plan, answer)
     check(client, name, body, stream)
+
+
+# --------------------------------------------------------------------------- each deviation alone
+
+
+def recorded_events(name: str) -> list[dict[str, Any]]:
+    """The events of a recorded stream, as JSON (``[DONE]`` left out)."""
+    return [json.loads(d) for d in payloads(read(name)) if d != "[DONE]"]
+
+
+def of_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == kind]
+
+
+def decode(*items: dict[str, Any], named: bool = True) -> list[Event]:
+    """What the decoder makes of these payloads (``named``: with their event line, as
+    llama-server sends them; else data only, as LiteLLM)."""
+    dec = OpenAIResponsesStreamDecoder()
+    out = [ev for p in items for ev in dec.feed(json.dumps(p), p["type"] if named else None)]
+    return out + dec.finish()
+
+
+TOOLS = recorded_events("llama_cpp/responses_tools_stream.sse")
+TEXT = recorded_events("llama_cpp/responses_text_stream.sse")
+CALL_ADDED, CALL_DONE = TOOLS[2], of_type(TOOLS, "response.output_item.done")[0]
+ARG_DELTAS = of_type(TOOLS, "response.function_call_arguments.delta")
+COMPLETED = of_type(TOOLS, "response.completed")[0]
+ITEM = CALL_DONE["item"]
+
+
+def test_the_recorded_events_have_the_deviations_tested_here() -> None:
+    assert "output_index" not in CALL_ADDED and "output_index" not in CALL_DONE
+    assert all(set(d) == {"type", "delta", "item_id"} for d in ARG_DELTAS)
+    assert not of_type(TOOLS, "response.function_call_arguments.done")
+    assert not any("sequence_number" in e for e in TOOLS + TEXT)
+    assert set(TOOLS[0]["response"]) == {"id", "object", "status"}
+    assert "completed_at" not in COMPLETED["response"]
+
+
+def test_a_call_item_without_output_index_with_deltas_by_item_id() -> None:
+    events = decode(TOOLS[0], CALL_ADDED, *ARG_DELTAS, CALL_DONE, COMPLETED)
+    start = [e for e in events if isinstance(e, ToolCallStart)]
+    assert [(s.index, s.id, s.name) for s in start] == [(0, ITEM["call_id"], "get_weather")]
+    args = "".join(e.delta for e in events if isinstance(e, ToolCallArgsDelta))
+    assert args == ITEM["arguments"]
+    # No function_call_arguments.done: the call ends at its output_item.done, once.
+    ends = [i for i, e in enumerate(events) if isinstance(e, ToolCallEnd)]
+    assert len(ends) == 1 and isinstance(events[ends[0] + 1], UsageEvent)
+    finish = [e for e in events if isinstance(e, Finish)]
+    assert [f.reason for f in finish] == ["tool_calls"]
+
+
+def test_a_call_without_deltas_takes_its_arguments_from_output_item_done() -> None:
+    events = decode(TOOLS[0], CALL_ADDED, CALL_DONE, COMPLETED)
+    assert [e for e in events if isinstance(e, ToolCallArgsDelta | ToolCallEnd)] == [
+        ToolCallArgsDelta(0, ITEM["arguments"]),
+        ToolCallEnd(0),
+    ]
+
+
+def test_a_call_never_done_ends_with_the_response() -> None:
+    events = decode(TOOLS[0], CALL_ADDED, *ARG_DELTAS, COMPLETED)
+    ends = [e for e in events if isinstance(e, ToolCallEnd)]
+    assert ends == [ToolCallEnd(0)]
+    assert (
+        "".join(e.delta for e in events if isinstance(e, ToolCallArgsDelta)) == (ITEM["arguments"])
+    )
+
+
+def test_deltas_before_a_lost_added_wait_for_output_item_done() -> None:
+    """The call item's added never came: its fragments are kept by item id, and its
+    ``output_item.done`` starts the call whole."""
+    events = decode(TOOLS[0], *ARG_DELTAS, CALL_DONE, COMPLETED)
+    start = [e for e in events if isinstance(e, ToolCallStart)]
+    assert [(s.id, s.name) for s in start] == [(ITEM["call_id"], "get_weather")]
+    args = "".join(e.delta for e in events if isinstance(e, ToolCallArgsDelta))
+    assert args == ITEM["arguments"]
+    assert sum(isinstance(e, ToolCallEnd) for e in events) == 1
+
+
+def test_arguments_of_no_call_at_all_go_out_as_text_with_a_note(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="cursor_bridge"):
+        events = decode(TOOLS[0], *ARG_DELTAS, COMPLETED)
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == ITEM["arguments"]
+    assert len(caplog.records) == 1 and "no known call item" in caplog.records[0].message
+
+
+def test_text_by_item_id_only() -> None:
+    events = decode(*TEXT)
+    texts = [e for e in events if isinstance(e, TextDelta)]
+    message = of_type(TEXT, "response.output_item.done")[0]["item"]
+    assert "".join(t.text for t in texts) == message["content"][0]["text"]
+    # The first delta names the item (a Responses client gets the same id back).
+    assert texts[0].extra == {NAME: {"item_id": message["id"]}}
+    assert all(t.extra == {} for t in texts[1:])
+
+
+def test_text_without_item_id_goes_to_the_open_message() -> None:
+    bare = [{k: v for k, v in e.items() if k != "item_id"} for e in TEXT]
+    events = decode(*bare)
+    texts = [e for e in events if isinstance(e, TextDelta)]
+    message = of_type(TEXT, "response.output_item.done")[0]["item"]
+    assert "".join(t.text for t in texts) == message["content"][0]["text"]
+    assert texts[0].extra == {NAME: {"item_id": message["id"]}}
+
+
+def test_text_of_no_known_item_still_goes_out_with_one_note(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    deltas = of_type(TEXT, "response.output_text.delta")
+    done = of_type(TEXT, "response.output_text.done")
+    with caplog.at_level(logging.WARNING, logger="cursor_bridge"):
+        events = decode(TEXT[0], *deltas, *done, of_type(TEXT, "response.completed")[0])
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert text == done[0]["text"]  # once: the done event does not repeat the deltas
+    assert len(caplog.records) == 1
+
+
+def test_text_given_only_in_the_done_event_of_no_known_item() -> None:
+    done = of_type(TEXT, "response.output_text.done")
+    events = decode(TEXT[0], *done, of_type(TEXT, "response.completed")[0])
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == done[0]["text"]
+
+
+def test_a_bare_response_created_and_completed() -> None:
+    events = decode(*TEXT)
+    start = events[0]
+    assert isinstance(start, MessageStart)
+    assert (start.id, start.model, start.created) == (TEXT[0]["response"]["id"], None, None)
+    assert isinstance(events[-1], StreamEnd) and isinstance(events[-2], Finish)
+    assert events[-2].reason == "stop"
+
+
+def test_litellm_events_without_event_lines_and_with_done() -> None:
+    """LiteLLM: the type only in the JSON, a top-level ``model`` on each event, ``[DONE]``."""
+    raw = read("litellm/responses_tools_stream.sse")
+    assert b"event:" not in raw and raw.rstrip().endswith(b"data: [DONE]")
+    dec = OpenAIResponsesStreamDecoder()
+    events = [ev for d in payloads(raw) for ev in dec.feed(d, None)] + dec.finish()
+    item = of_type(recorded_events("litellm/responses_tools_stream.sse"), "response.completed")
+    call = item[0]["response"]["output"][0]
+    start = [e for e in events if isinstance(e, ToolCallStart)]
+    assert [(s.id, s.name) for s in start] == [(call["call_id"], call["name"])]
+    assert sum(isinstance(e, StreamEnd) for e in events) == 1  # [DONE] after completed
+    assert not any(isinstance(e, RawEvent | StreamError) for e in events)
+
+
+ERROR = json.loads(read("llama_cpp/responses_error_context.json"))
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_chat_style_error_mid_stream_ends_the_answer_in_the_clients_shape(client: str) -> None:
+    """llama-server (and LiteLLM) end a stream that fails after its first token with
+    ``data: {"error": {…}}``: no event line, no type (recorded body of the same error)."""
+    head = b"".join(b"event: " + e["type"].encode() + b"\ndata: " + json.dumps(e).encode()
+                    + b"\n\n" for e in TEXT[:6])  # fmt: skip
+    raw = head + b"data: " + json.dumps(ERROR).encode() + b"\n\n"
+    dec = OpenAIResponsesStreamDecoder()
+    error = dec.feed(json.dumps(ERROR), None)
+    assert len(error) == 1 and isinstance(error[0], StreamError)
+    assert (error[0].message, error[0].http_status) == (ERROR["error"]["message"], 400)
+    assert error[0].type == "exceed_context_size_error"
+    plan = plan_for(client, stream=True)
+    processor = stream_processor(plan, AnswerState.of(plan), None)
+    body = feed_pieces(processor, [raw])
+    assert processor.error is None and processor.skipped == 0
+    assert ERROR["error"]["message"].encode() in body
+    if client == "openai_responses":
+        pairs = pairs_of(body)
+        check_sequence(pairs)
+        assert pairs[-1][0] == "response.failed"
