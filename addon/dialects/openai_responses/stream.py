@@ -131,7 +131,7 @@ class OpenAIResponsesStreamDecoder:
         where = payload.get("output_index"), payload.get("item_id")
         match kind:
             case "response.created":
-                return self._created(payload)
+                return [_message_start(payload)]
             case (
                 "response.in_progress" | "response.queued" | "response.reasoning_summary_part.done"
             ):
@@ -219,34 +219,7 @@ class OpenAIResponsesStreamDecoder:
     def _error(self, payload: JSON) -> list[Event]:
         self._ended = True
         self._open_calls = []  # never ended: no ToolCallEnd for them
-        err = payload.get("error")
-        err = err if isinstance(err, dict) else payload
-        code = err.get("code")  # a number from llama-server and LiteLLM: the type says more
-        code = code if isinstance(code, str) and not code.isdigit() else err.get("type")
-        return [
-            StreamError(
-                str(err.get("message") or "upstream error"),
-                code if isinstance(code, str) else None,
-                origin=NAME,
-                raw=payload,
-                status=status_of(err.get("code"), err.get("type")),
-            )
-        ]
-
-    def _created(self, payload: JSON) -> list[Event]:
-        response = payload.get("response")
-        if not isinstance(response, dict):
-            raise UnsupportedShape("response.created without a response")
-        created = response.get("created_at")
-        return [
-            MessageStart(
-                NAME,
-                id=response.get("id") if isinstance(response.get("id"), str) else None,
-                model=response.get("model") if isinstance(response.get("model"), str) else None,
-                created=int(created) if isinstance(created, int | float) else None,
-                envelope=response,
-            )
-        ]
+        return [_upstream_error(payload)]
 
     def _added(self, payload: JSON) -> list[Event]:
         item = payload.get("item")
@@ -364,19 +337,7 @@ class OpenAIResponsesStreamDecoder:
         if isinstance(usage, dict):
             out.append(UsageEvent(decode_usage(usage)))
         if kind == "response.failed":
-            err = response.get("error")
-            err = err if isinstance(err, dict) else {}
-            code = err.get("code")
-            message = err.get("message")
-            out.append(
-                StreamError(
-                    message if isinstance(message, str) and message else "the response failed",
-                    code if isinstance(code, str) else None,
-                    origin=NAME,
-                    raw=payload,
-                    status=status_of(code),
-                )
-            )
+            out.append(_failed(payload, response))
         else:
             status = response.get("status")
             reason, raw = finish_reason(
@@ -410,3 +371,51 @@ class OpenAIResponsesStreamDecoder:
         self._ended = True
         self._open_calls = []  # cut: a call still open never ended (no ToolCallEnd)
         return [StreamError(CUT, "upstream_cut")]
+
+
+# --------------------------------------------------------------------------- the envelope
+
+
+def _message_start(payload: JSON) -> MessageStart:
+    """``response.created``: its response may hold only ``id``, ``object``, ``status``."""
+    response = payload.get("response")
+    if not isinstance(response, dict):
+        raise UnsupportedShape("response.created without a response")
+    created = response.get("created_at")
+    return MessageStart(
+        NAME,
+        id=response.get("id") if isinstance(response.get("id"), str) else None,
+        model=response.get("model") if isinstance(response.get("model"), str) else None,
+        created=int(created) if isinstance(created, int | float) else None,
+        envelope=response,
+    )
+
+
+def _upstream_error(payload: JSON) -> StreamError:
+    """An ``error`` event, or a chat-style ``{"error": {…}}`` (llama-server, LiteLLM)."""
+    err = payload.get("error")
+    err = err if isinstance(err, dict) else payload
+    code = err.get("code")  # a number from llama-server and LiteLLM: the type says more
+    code = code if isinstance(code, str) and not code.isdigit() else err.get("type")
+    return StreamError(
+        str(err.get("message") or "upstream error"),
+        code if isinstance(code, str) else None,
+        origin=NAME,
+        raw=payload,
+        status=status_of(err.get("code"), err.get("type")),
+    )
+
+
+def _failed(payload: JSON, response: JSON) -> StreamError:
+    """``response.failed``: the error its response names."""
+    err = response.get("error")
+    err = err if isinstance(err, dict) else {}
+    code = err.get("code")
+    message = err.get("message")
+    return StreamError(
+        message if isinstance(message, str) and message else "the response failed",
+        code if isinstance(code, str) else None,
+        origin=NAME,
+        raw=payload,
+        status=status_of(code),
+    )
