@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 from anthropic.types import Message
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
@@ -37,6 +39,7 @@ from addon.model import (
 )
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, decode_answer, encode_answer, stream_processor
+from addon.plan.errors import error_body
 from addon.routes import Route
 from tests.unit.helpers import (
     accumulate,
@@ -465,3 +468,47 @@ def test_a_chat_style_error_mid_stream_ends_the_answer_in_the_clients_shape(clie
         pairs = pairs_of(body)
         check_sequence(pairs)
         assert pairs[-1][0] == "response.failed"
+
+
+ERRORS = [
+    f"{server}/{p.name}"
+    for server in SERVERS
+    for p in sorted((FIXTURES / server).glob("responses_error_*"))
+]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("name", ERRORS)
+def test_recorded_error_bodies_reach_every_client_in_its_shape(name: str, client: str) -> None:
+    """A refused request (context too long, an item without ``type``), also on a streamed
+    request: a plain JSON 400, OpenAI-shaped, its ``code`` a number (llama.cpp) or a string
+    (LiteLLM)."""
+    raw = read(name)
+    want = json.loads(raw)["error"]["message"]
+    body, message = error_body(plan_for(client, stream=name.endswith(".sse")), 400, raw)
+    assert message == want
+    got = json.loads(body)
+    match client:
+        case "anthropic":
+            assert got["type"] == "error" and got["error"]["message"] == want
+            assert got["error"]["type"] == "invalid_request_error"
+        case "gemini":
+            assert got["error"]["message"] == want and got["error"]["code"] == 400
+        case _:
+            assert got["error"]["message"] == want
+            assert got["error"]["type"] == "invalid_request_error"
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    name=st.sampled_from(STREAMS),
+    client=st.sampled_from(CLIENTS),
+    cuts=st.lists(st.integers(min_value=0), max_size=30),
+)
+def test_recorded_streams_read_in_any_pieces(name: str, client: str, cuts: list[int]) -> None:
+    raw = read(name)
+    plan = plan_for(client, stream=True)
+    processor = stream_processor(plan, AnswerState.of(plan), None)
+    body = feed_pieces(processor, split(raw, cuts))
+    assert processor.error is None and processor.skipped == 0
+    check(client, name, body, stream=True)
