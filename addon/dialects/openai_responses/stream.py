@@ -63,8 +63,9 @@ class _Item:
 
 class _Book:
     """The upstream's output items so far. An event finds its item by ``output_index``, else by
-    ``item_id``, else as the last open item of its kind (llama.cpp and LiteLLM send no
-    ``output_index``, and only an ``item_id`` on deltas)."""
+    ``item_id``, else (no id either) as the last open item of its kind (llama.cpp and LiteLLM
+    send no ``output_index``, and only an ``item_id`` on deltas). An id not known is another
+    item: never guessed to be the open one."""
 
     __slots__ = ("by_id", "by_index", "order")
 
@@ -87,8 +88,8 @@ class _Book:
     def find(self, index: object, item_id: object, kinds: tuple[str, ...] = ()) -> _Item | None:
         if isinstance(index, int) and index in self.by_index:
             return self.by_index[index]
-        if isinstance(item_id, str) and item_id in self.by_id:
-            return self.by_id[item_id]
+        if isinstance(item_id, str) and item_id:
+            return self.by_id.get(item_id)
         for entry in reversed(self.order):
             if not entry.done and entry.kind in kinds:
                 return entry

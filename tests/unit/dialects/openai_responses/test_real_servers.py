@@ -375,6 +375,37 @@ def test_deltas_before_a_lost_added_wait_for_output_item_done() -> None:
     assert sum(isinstance(e, ToolCallEnd) for e in events) == 1
 
 
+def renamed(event: dict[str, Any], old: str, new: str) -> dict[str, Any]:
+    """A recorded event with its ids renamed (a second call of the same shape)."""
+    loaded: dict[str, Any] = json.loads(json.dumps(event).replace(old, new))
+    return loaded
+
+
+def test_a_done_item_of_an_unknown_id_is_another_call_not_the_open_one() -> None:
+    """Two calls, no ``output_index``: the second one's ``output_item.done`` (its added lost)
+    names an id not known — a call of its own, never the open first one."""
+    stem = ITEM["id"].removeprefix("fc_")
+    second = renamed(CALL_DONE, stem, "second")
+    second["item"]["arguments"] = '{"city": "Paris"}'
+    events = decode(TOOLS[0], CALL_ADDED, *ARG_DELTAS, second, CALL_DONE, COMPLETED)
+    starts = [(e.index, e.id) for e in events if isinstance(e, ToolCallStart)]
+    assert starts == [(0, ITEM["call_id"]), (1, "call_second")]
+    args = {0: "", 1: ""}
+    for e in events:
+        if isinstance(e, ToolCallArgsDelta):
+            args[e.index] += e.delta
+    assert args == {0: ITEM["arguments"], 1: '{"city": "Paris"}'}
+    ends = [e.index for e in events if isinstance(e, ToolCallEnd)]
+    assert ends == [1, 0]
+
+
+def test_text_of_an_unknown_item_id_still_goes_out() -> None:
+    deltas = [renamed(d, "msg_", "msg_other") for d in of_type(TEXT, "response.output_text.delta")]
+    events = decode(*TEXT[:4], *deltas, of_type(TEXT, "response.completed")[0])
+    done = of_type(TEXT, "response.output_text.done")[0]
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == done["text"]
+
+
 def test_arguments_of_no_call_at_all_go_out_as_text_with_a_note(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
