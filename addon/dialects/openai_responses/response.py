@@ -59,9 +59,22 @@ def decode_usage(raw: JSON) -> Usage:
 
 
 def encode_usage(u: Usage | None) -> JSON:
-    """Responses usage; another dialect's details (cached / reasoning tokens) are carried over."""
+    """Responses usage; another dialect's details (cached / reasoning tokens) are carried over.
+    A Responses upstream's own usage is kept as it came, its nulls left out, the fields the
+    SDK requires filled in when absent (llama.cpp sends no ``output_tokens_details``,
+    LiteLLM writes ``null`` for what it lacks)."""
     if u is not None and u.origin == NAME and u.raw:
-        return dict(u.raw)
+        usage = {k: _no_nulls(v) for k, v in u.raw.items() if v is not None}
+        filled = _usage_of(Usage(u.input_tokens, u.output_tokens, u.total_tokens))
+        return {**{k: v for k, v in filled.items() if k not in usage}, **usage}
+    return _usage_of(u)
+
+
+def _no_nulls(value: Any) -> Any:
+    return {k: v for k, v in value.items() if v is not None} if isinstance(value, dict) else value
+
+
+def _usage_of(u: Usage | None) -> JSON:
     raw = u.raw if u is not None else {}
 
     def detail(*path: str) -> int:
@@ -299,8 +312,9 @@ def encode_response(r: Response) -> JSON:
         "tools": [],
         "usage": encode_usage(r.usage),
     }
-    if same:
-        body.update(r.extra.get("top", {}))
+    if same:  # the upstream's fields; a null never takes the place of one the SDK requires
+        top = r.extra.get("top", {})
+        body.update({k: v for k, v in top.items() if v is not None or k not in body})
     return body
 
 

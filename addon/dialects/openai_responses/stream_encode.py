@@ -78,9 +78,14 @@ def _snapshot(defaults: AnswerDefaults, own: JSON, status: str) -> JSON:
         "tools": [],
         "usage": None,
     }
-    response.update(own)
+    response.update(_kept(own, response))
     response["status"] = status
     return response
+
+
+def _kept(own: JSON, response: JSON) -> JSON:
+    """The upstream's fields of a response object, but a null in place of one we fill."""
+    return {k: v for k, v in own.items() if v is not None or k not in response}
 
 
 def _incomplete(finish: FinishReason | None, same_raw: str | None) -> JSON | None:
@@ -347,7 +352,7 @@ class OpenAIResponsesStreamEncoder:
 
     def _final(self, status: str) -> JSON:
         response = _snapshot(self._defaults, self._response, status)
-        response.update(self._finish_response)
+        response.update(_kept(self._finish_response, response))
         response["status"] = status
         response["output"] = self._output.done()
         response["usage"] = encode_usage(self._usage)
