@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from addon.config import Settings
+from addon.dialects import DIALECTS
+from addon.model import Thinking, ThinkingDelta
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, decode_answer, encode_answer, stream_processor
 from addon.plan.errors import error_body
@@ -27,6 +29,7 @@ from tests.unit.helpers import (
     sdk_final,
     sdk_message,
     split,
+    sse_events,
 )
 
 ROOT = Path(__file__).resolve().parents[2] / "fixtures"
@@ -310,3 +313,179 @@ def test_a_recorded_error_reaches_every_client_in_its_shape(
     upstream = json.loads(raw(server, name))["error"]["message"]
     assert text == message == upstream
     assert kind == CLIENT_TYPES[client]
+
+
+# ------------------------------------------- each deviation alone, built from recorded events
+
+
+def recorded_events(server: str, name: str) -> list[tuple[str | None, Any]]:
+    """A recorded stream's events: ``(event name, parsed data)``."""
+    return [
+        (e.event, e.data if e.data == "[DONE]" else json.loads(e.data))
+        for e in sse_events(raw(server, name))
+    ]
+
+
+def sse(events: list[tuple[str | None, Any]]) -> bytes:
+    """Events framed as llama-server frames them (compact JSON)."""
+    out = b""
+    for name, data in events:
+        text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+        out += ((f"event: {name}\n" if name else "") + f"data: {text}\n\n").encode()
+    return out
+
+
+def at(event: tuple[str | None, Any], index: int) -> tuple[str | None, Any]:
+    name, data = event
+    return name, {**data, "index": index}
+
+
+def replay(client: str, upstream: str, body: bytes) -> bytes:
+    plan = plan_for(client, upstream, stream=True)
+    return feed_pieces(stream_processor(plan, AnswerState.of(plan), None), [body])
+
+
+TEXT = recorded_events("llama_cpp", "messages_text_stream.sse")
+TOOLS = recorded_events("llama_cpp", "messages_tools_stream.sse")
+CHAT = recorded_events("llama_cpp", "chat_text_stream.sse")
+
+
+def test_the_recorded_tool_use_start_has_no_input() -> None:
+    """What the stream tests above read: llama-server's ``tool_use`` start without ``input``."""
+    start = TOOLS[1][1]
+    assert start["content_block"]["type"] == "tool_use"
+    assert "input" not in start["content_block"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_every_block_stopped_at_the_end(client: str) -> None:
+    """llama-server stops its blocks only at the end: a text block is still open when the
+    ``tool_use`` block starts. Text and call both arrive whole."""
+    start, text_start, *text_deltas = TEXT[:-3]
+    text_stop = TEXT[-3]
+    tool_start, *tool_deltas = TOOLS[1:-3]
+    events = [
+        start,
+        text_start,
+        *text_deltas,
+        at(tool_start, 1),
+        *(at(d, 1) for d in tool_deltas),
+        text_stop,
+        at(TOOLS[-3], 1),
+        *TOOLS[-2:],
+    ]
+    assert [e[0] for e in events[-4:]] == [
+        "content_block_stop",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    text, calls = got_stream(client, replay(client, "anthropic", sse(events)))
+    assert text == sent("llama_cpp", "messages_text_stream.sse")[0]
+    assert calls == sent("llama_cpp", "messages_tools_stream.sse")[1]
+
+
+def _thinking_then_text() -> bytes:
+    thinking = [
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Let me think."}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": ""}},
+    ]  # fmt: skip
+    events = [
+        TEXT[0],
+        *((e["type"], e) for e in thinking),
+        *(at(e, 1) for e in TEXT[1:-3]),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        *TEXT[-3:],
+    ]
+    return sse(events)
+
+
+def test_an_empty_signature_is_no_signature() -> None:
+    """llama-server ends a thinking block with ``signature_delta`` ``""`` (and a whole
+    answer's thinking block has ``signature: ""``): never a signature to keep or send back."""
+    decoder = DIALECTS["anthropic"].stream_decoder()
+    events = [
+        e for ev in sse_events(_thinking_then_text()) for e in decoder.feed(ev.data, ev.event)
+    ]
+    thinking = [e for e in events if isinstance(e, ThinkingDelta)]
+    assert "".join(e.text for e in thinking) == "Let me think."
+    assert all(e.signature is None for e in thinking)
+    whole = json.loads(raw("llama_cpp", "messages_text.json"))
+    whole["content"].insert(0, {"type": "thinking", "thinking": "Hm.", "signature": ""})
+    answer = DIALECTS["anthropic"].decode_response(whole)
+    assert [p.signature for p in answer.parts if isinstance(p, Thinking)] == [None]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_thinking_block_with_an_empty_signature_reaches_every_client(client: str) -> None:
+    out = replay(client, "anthropic", _thinking_then_text())
+    text, calls = got_stream(client, out)
+    assert (text, calls) == (sent("llama_cpp", "messages_text_stream.sse")[0], [])
+    assert b"Let me think." in out
+    for written in (
+        b"signature_delta",
+        b"thoughtSignature",
+        b"encrypted_content",
+        b"thought_signature",
+    ):
+        assert written not in out
+
+
+def stream_error(client: str, out: bytes) -> tuple[str, str, str]:
+    """``(text before it, error type, message)`` of a client stream that ended in an error,
+    checked well-formed for the client's SDK."""
+    pairs = pairs_of(out)
+    if client == "anthropic":
+        assert pairs[-1][0] == "error"
+        err = json.loads(pairs[-1][1])
+        assert set(err) == {"type", "error"} and err["type"] == "error"
+        text = _anthropic(sdk_message(pairs).model_dump())[0]
+        return text, err["error"]["type"], err["error"]["message"]
+    if client == "openai_responses":
+        datas = check_sequence(pairs, unended=True)
+        assert datas[-1]["type"] == "response.failed"
+        response = datas[-1]["response"]
+        return _responses(response)[0], response["error"]["code"], response["error"]["message"]
+    datas = payloads(out)
+    chunks = [json.loads(d) for d in datas if d != "[DONE]"]
+    err = chunks[-1]["error"]
+    if client == "openai_chat":  # same dialect: the upstream's own chunk, as it came
+        assert {"message", "type"} <= set(err)
+        return accumulate(datas)["content"], err["type"], err["message"]
+    return _gemini(chunks[:-1])[0], err["status"], err["message"]
+
+
+SERVER_ERROR = {
+    "anthropic": "api_error",
+    "openai_chat": "server_error",
+    "openai_responses": "server_error",
+    "gemini": "INTERNAL",
+}
+"""What a 500 is called in each client dialect."""
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_bare_anthropic_error_event_ends_every_client_stream(client: str) -> None:
+    """llama-server's ``/v1/messages`` error after the first token: ``event: error`` with the
+    error object itself (no ``{"type": "error", "error": …}`` wrapper; its ``type`` is
+    llama.cpp's, its ``code`` the status)."""
+    boom = {"code": 500, "message": "the slot died", "type": "server_error"}
+    out = replay(client, "anthropic", sse([*TEXT[:4], ("error", boom)]))
+    text, kind, message = stream_error(client, out)
+    assert text == "I'm"
+    assert message == "the slot died"
+    assert kind == SERVER_ERROR[client]
+
+
+@pytest.mark.parametrize("code", [500, "500"])
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_chat_error_chunk_ends_every_client_stream(client: str, code: int | str) -> None:
+    """llama-server's chat error after the first token: ``data: {"error": {…}}`` (LiteLLM
+    writes its ``code`` as a string)."""
+    boom = {"error": {"code": code, "message": "the slot died", "type": "server_error"}}
+    out = replay(client, "openai_chat", sse([*CHAT[:3], (None, boom)]))
+    text, kind, message = stream_error(client, out)
+    assert text == "Hello,"
+    assert message == "the slot died"
+    assert kind == SERVER_ERROR[client]
