@@ -489,3 +489,30 @@ def test_a_chat_error_chunk_ends_every_client_stream(client: str, code: int | st
     assert text == "Hello,"
     assert message == "the slot died"
     assert kind == SERVER_ERROR[client]
+
+
+def _anthropic_usage(events: list[tuple[str | None, Any]]) -> dict[str, int]:
+    """The counts of a recorded ``/v1/messages`` stream: ``message_start``'s, then
+    ``message_delta``'s over them (LiteLLM's start has zeros and the real counts at the end)."""
+    usage: dict[str, int] = {}
+    for _, data in events:
+        usage.update((data.get("message") or data).get("usage") or {})
+    return usage
+
+
+MESSAGES_STREAMS = [f for f in _files("stream") if f[1].startswith("messages")]
+
+
+@pytest.mark.parametrize(("server", "name"), MESSAGES_STREAMS)
+def test_a_chat_client_gets_every_count(server: str, name: str) -> None:
+    """The last usage chunk (the one an OpenAI SDK keeps) has the input from the start, the
+    output from the end, and counts cache reads in ``prompt_tokens`` as OpenAI does."""
+    usage = _anthropic_usage(recorded_events(server, name))
+    out = replay("openai_chat", "anthropic", raw(server, name))
+    last = accumulate(payloads(out))["usage"]
+    read = usage.get("cache_read_input_tokens", 0)
+    prompt = usage["input_tokens"] + read + usage.get("cache_creation_input_tokens", 0)
+    assert last["prompt_tokens"] == prompt > 0
+    assert last["completion_tokens"] == usage["output_tokens"] > 0
+    assert last["total_tokens"] == prompt + usage["output_tokens"]
+    assert last.get("prompt_tokens_details", {}).get("cached_tokens", 0) == read
