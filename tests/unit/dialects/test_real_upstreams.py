@@ -464,19 +464,27 @@ SERVER_ERROR = {
     "gemini": "INTERNAL",
 }
 """What a 500 is called in each client dialect."""
+BAD_REQUEST_IN_STREAM = {**CLIENT_TYPES, "openai_responses": "invalid_prompt"}
+"""What a 400 is called in the error that ends each client dialect's stream (Responses:
+``response.failed``'s ``error.code``)."""
 
 
+@pytest.mark.parametrize(
+    ("code", "kind"), [(500, "server_error"), (400, "exceed_context_size_error")]
+)
 @pytest.mark.parametrize("client", CLIENTS)
-def test_a_bare_anthropic_error_event_ends_every_client_stream(client: str) -> None:
+def test_a_bare_anthropic_error_event_ends_every_client_stream(
+    client: str, code: int, kind: str
+) -> None:
     """llama-server's ``/v1/messages`` error after the first token: ``event: error`` with the
     error object itself (no ``{"type": "error", "error": …}`` wrapper; its ``type`` is
     llama.cpp's, its ``code`` the status)."""
-    boom = {"code": 500, "message": "the slot died", "type": "server_error"}
+    boom = {"code": code, "message": "the slot died", "type": kind}
     out = replay(client, "anthropic", sse([*TEXT[:4], ("error", boom)]))
-    text, kind, message = stream_error(client, out)
+    text, written, message = stream_error(client, out)
     assert text == "I'm"
     assert message == "the slot died"
-    assert kind == SERVER_ERROR[client]
+    assert written == (SERVER_ERROR if code == 500 else BAD_REQUEST_IN_STREAM)[client]
 
 
 @pytest.mark.parametrize("code", [500, "500"])
