@@ -18,7 +18,7 @@ from addon.dialects import DIALECTS
 from addon.model import Thinking, ThinkingDelta
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, decode_answer, encode_answer, stream_processor
-from addon.plan.errors import error_body
+from addon.plan.errors import error_body, foreign_error
 from addon.routes import Route
 from tests.unit.helpers import (
     accumulate,
@@ -525,3 +525,17 @@ def test_a_chat_client_gets_every_count(server: str, name: str) -> None:
     assert last["completion_tokens"] == usage["output_tokens"] > 0
     assert last["total_tokens"] == prompt + usage["output_tokens"]
     assert last.get("prompt_tokens_details", {}).get("cached_tokens", 0) == read
+
+
+@pytest.mark.parametrize(("server", "name"), _files("error"))
+def test_a_same_dialect_client_gets_an_error_in_its_own_shape(server: str, name: str) -> None:
+    """On a same-dialect route an upstream error passes on as it came, unless it is in
+    another dialect's shape (llama-server's OpenAI-shaped errors on ``/v1/messages``): that
+    one is re-shaped (``foreign_error``), as for a client of another dialect."""
+    upstream = _upstream(name)
+    plan = plan_for(upstream, upstream, stream=name.endswith(".sse"))
+    body = raw(server, name)
+    openai_shaped = "type" not in json.loads(body)
+    assert foreign_error(plan, body) is (upstream == "anthropic" and openai_shaped)
+    assert openai_shaped is (server == "llama_cpp" or upstream == "openai_chat")
+    assert not foreign_error(plan, b"<html>not JSON</html>")
