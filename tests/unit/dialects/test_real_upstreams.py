@@ -303,7 +303,7 @@ def test_a_recorded_error_reaches_every_client_in_its_shape(
 ) -> None:
     """Whole or asked as a stream (answered as plain JSON with its status, not SSE: the
     shell buffers it and re-shapes it whole, ``addon.shell.answers.translate_error``). On a
-    same-dialect route the shell passes the upstream's body on as it came today."""
+    same-dialect route only an error in another dialect's shape is re-shaped (below)."""
     x = INDEX[server][name]
     assert x["status"] == 400
     headers = {k.lower(): v for k, v in x["headers"]}
