@@ -52,6 +52,22 @@ def error_body(plan: FlowPlan, status: int, raw: bytes) -> tuple[bytes, str]:
     return error_bytes(plan.client, error), message
 
 
+def foreign_error(plan: FlowPlan, raw: bytes) -> bool:
+    """Whether an upstream error on a same-dialect route is an error body of another shape
+    than its dialect writes (llama-server answers OpenAI's ``{"error": …}`` on
+    ``/v1/messages``): its client could not read it, so it is re-shaped too. Not JSON, or no
+    error message the dialect reads: False (passed on as it came)."""
+    try:
+        body = load_json(raw)
+        message = plan.upstream.error_message(body)
+    except (ValueError, RecursionError, UnsupportedShape):
+        return False
+    if not message or not isinstance(body, dict):
+        return False
+    own = load_json(error_bytes(plan.client, ClientError(message, status=400)))
+    return not set(own) <= set(body)
+
+
 def upstream_error(plan: FlowPlan, e: UpstreamError) -> bytes:
     """An error the upstream sent inside its answer's framing (a Kiro exception frame), as
     an error body in the client's dialect (its status: ``e.status``)."""

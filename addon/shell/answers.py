@@ -23,7 +23,7 @@ from addon.plan.answer import (
     loop_ask_again,
     needs_retry,
 )
-from addon.plan.errors import error_body, upstream_error
+from addon.plan.errors import error_body, foreign_error, upstream_error
 from addon.shell.answer_notes import note_text_calls, stream_done
 from addon.shell.common import append_comment, is_json, json_response, log, replace_headers
 from addon.shell.common import internal_error as log_internal_error
@@ -77,7 +77,7 @@ class Answers:
         if not (200 <= resp.status_code < 300):
             if await self.staged.answer(flow, run, plan, resp):
                 return
-            if not plan.same_dialect:
+            if not plan.same_dialect or foreign_error(plan, resp.get_content(strict=False) or b""):
                 translate_error(flow, plan)
             return
         if (

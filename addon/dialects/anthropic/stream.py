@@ -73,7 +73,9 @@ class AnthropicStreamDecoder:
             raise UnsupportedShape(f"Anthropic event is not JSON: {data[:60]!r}") from e
         if not isinstance(payload, dict):
             raise UnsupportedShape("Anthropic event is not an object")
-        kind = payload.get("type", event)
+        # llama-server ends a stream with ``event: error`` and the error object itself as its
+        # data (``{"code", "message", "type": "server_error"}``, no wrapper): the name says it.
+        kind = "error" if event == "error" else payload.get("type", event)
         match kind:
             case "message_start":
                 message = payload.get("message")
@@ -133,18 +135,7 @@ class AnthropicStreamDecoder:
                 return []
             case "error":
                 self._ended = True
-                err = payload.get("error")
-                err = err if isinstance(err, dict) else {}
-                err_type = err.get("type")
-                return [
-                    StreamError(
-                        str(err.get("message", "")),
-                        err_type if isinstance(err_type, str) else None,
-                        origin=NAME,
-                        raw=payload,
-                        status=status_of(err_type),
-                    )
-                ]
+                return [_stream_error(payload)]
         return [RawEvent(NAME, payload)]
 
     def _block_start(self, payload: JSON) -> list[Event]:
@@ -198,7 +189,9 @@ class AnthropicStreamDecoder:
             case "thinking", "thinking_delta":
                 return [ThinkingDelta(str(delta.get("thinking", "")), extra=self._extra())]
             case "thinking", "signature_delta":
-                signature = str(delta.get("signature", ""))
+                signature = delta.get("signature")
+                if not isinstance(signature, str) or not signature:
+                    return []  # llama-server's "": no signature, never one to send back
                 return [ThinkingDelta("", signature=signature, extra=self._extra())]
             case "tool_use", "input_json_delta":
                 # Anthropic opens every tool block with partial_json "" (same recording);
@@ -213,3 +206,22 @@ class AnthropicStreamDecoder:
             return []
         self._ended = True
         return [StreamError(STREAM_CUT, "upstream_cut")]
+
+
+def _stream_error(payload: JSON) -> StreamError:
+    """An ``error`` event: Anthropic's ``{"type": "error", "error": {type, message}}``, or
+    llama-server's bare ``{"code", "message", "type"}`` (its status: ``code``, else its type).
+    Only Anthropic's own shape is kept to be written back as it came."""
+    wrapped = isinstance(payload.get("error"), dict)
+    err: JSON = payload["error"] if wrapped else payload
+    err_type, message, code = err.get("type"), err.get("message"), err.get("code")
+    status = status_of(err_type)
+    if status is None and isinstance(code, int) and not isinstance(code, bool):
+        status = code if 400 <= code <= 599 else None
+    return StreamError(
+        message if isinstance(message, str) else "",
+        err_type if isinstance(err_type, str) else None,
+        origin=NAME,
+        raw=payload if wrapped else {},
+        status=status,
+    )

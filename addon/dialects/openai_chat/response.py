@@ -59,15 +59,45 @@ def decode_usage(raw: JSON) -> Usage:
 
 
 def encode_usage(u: Usage) -> JSON:
+    """Chat usage; another dialect's counts carried over. Anthropic counts cache reads and
+    writes apart from ``input_tokens``; ``prompt_tokens`` includes them (the reads as
+    ``prompt_tokens_details.cached_tokens``)."""
     if u.origin == NAME and u.raw:
         return u.raw
-    out: JSON = {"prompt_tokens": u.input_tokens or 0, "completion_tokens": u.output_tokens or 0}
+    read, written = (
+        _count(u.raw, "cache_read_input_tokens"),
+        _count(u.raw, "cache_creation_input_tokens"),
+    )
+    prompt = (u.input_tokens or 0) + read + written
+    out: JSON = {"prompt_tokens": prompt, "completion_tokens": u.output_tokens or 0}
     out["total_tokens"] = (
         u.total_tokens
-        if u.total_tokens is not None
+        if u.total_tokens is not None and not (read or written)
         else out["prompt_tokens"] + out["completion_tokens"]
     )
+    if read:
+        out["prompt_tokens_details"] = {"cached_tokens": read}
     return out
+
+
+def _count(raw: JSON, key: str) -> int:
+    value = raw.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def merge_usage(old: Usage | None, new: Usage) -> Usage:
+    """Counts an upstream spread over its stream (Anthropic: input at ``message_start``,
+    output at ``message_delta``; LiteLLM: zeros first, every count at the end), the later
+    ones winning."""
+    if old is None or old.origin != new.origin:
+        return new
+    return Usage(
+        input_tokens=new.input_tokens if new.input_tokens is not None else old.input_tokens,
+        output_tokens=new.output_tokens if new.output_tokens is not None else old.output_tokens,
+        total_tokens=new.total_tokens if new.total_tokens is not None else old.total_tokens,
+        origin=new.origin,
+        raw={**old.raw, **new.raw},
+    )
 
 
 def decode_response(body: JSON) -> Response:

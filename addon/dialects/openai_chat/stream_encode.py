@@ -25,12 +25,13 @@ from addon.model import (
     ToolCallArgsDelta,
     ToolCallEnd,
     ToolCallStart,
+    Usage,
     UsageEvent,
 )
 
 from .errors import error_body
 from .request import NAME
-from .response import encode_usage
+from .response import encode_usage, merge_usage
 
 _NO_EXTRA: JSON = {}
 
@@ -58,6 +59,8 @@ class OpenAIChatStreamEncoder:
         """A text chunk's SSE bytes before and after its content string, once ``text_sse``
         wrote one (``StreamEncoder``); the envelope it holds changes only at ``MessageStart``,
         which forgets it."""
+        self._usage: Usage | None = None
+        """The counts so far (an upstream may spread them over its stream)."""
         self._failed = False
         """An error went out: no ``[DONE]`` made up at the end (an OpenAI client would take
         the stream for complete); only the upstream's own ``[DONE]`` is passed on."""
@@ -141,7 +144,10 @@ class OpenAIChatStreamEncoder:
                 wire = event.extra.get("wire", _NO_EXTRA) if self._same else _NO_EXTRA
                 chunk.update(wire.get("chunk", _NO_EXTRA))
                 chunk["choices"] = []
-                chunk["usage"] = encode_usage(event.usage)
+                usage = event.usage
+                if usage.origin != NAME:  # its own dialect's usage chunks: each as it came
+                    self._usage = usage = merge_usage(self._usage, usage)
+                chunk["usage"] = encode_usage(usage)
                 return [(None, dumps(chunk))]
             case StreamError():
                 self._failed = True

@@ -837,3 +837,46 @@ def test_bridge_fast_path_takes_true_or_false() -> None:
 
     with pytest.raises(ConfigError, match="bridge_fast_path takes true or false"):
         parse_settings(read, {})
+
+
+def test_an_error_in_another_dialects_shape_is_reshaped_on_the_same_dialect(
+    bridge: tuple[Bridge, taddons.context], tmp_path: Path
+) -> None:
+    """llama-server answers OpenAI-shaped errors on ``/v1/messages``, and a plain JSON error
+    to a streamed request: an Anthropic client gets Anthropic's shape, status kept, the
+    upstream's message (``tests/fixtures/llama_cpp/messages_error_context_stream.sse``)."""
+    addon, tctx = bridge
+    routes = tmp_path / "routes.toml"
+    routes.write_text(
+        '[[routes]]\nname = "llama"\npath = "*/v1/messages"\nclient = "anthropic"\n'
+        'upstream = "anthropic"\n'
+    )
+    tctx.configure(addon.bundle.settings, bridge_routes=str(routes))
+    recorded = Path(__file__).parents[2] / "fixtures/llama_cpp/messages_error_context_stream.sse"
+    body = {"model": "m", "max_tokens": 5, "stream": True, "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+    for raw, reshaped in [
+        (recorded.read_bytes(), True),
+        (b'{"type":"error","error":{"type":"invalid_request_error","message":"no"}}', False),
+    ]:
+        flow = chat_flow(body, path="/v1/messages")
+        addon.request(flow)
+        flow.response = tutils.tresp(
+            status_code=400,
+            headers=http.Headers(((b"content-type", b"application/json"),)),
+            content=raw,
+        )
+        addon.responseheaders(flow)
+        assert flow.response.stream is False
+        respond(addon, flow)
+        assert flow.response.status_code == 400
+        if not reshaped:
+            assert flow.response.content == raw
+            continue
+        got = json.loads(flow.response.content or b"")
+        assert got == {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": json.loads(raw)["error"]["message"],
+            },
+        }
