@@ -283,6 +283,22 @@ class Usage:
     origin: str = ""
     raw: JSON = field(default_factory=dict)
 
+    def then(self, new: Usage) -> Usage:
+        """These counts updated by ``new``, a later report of the same upstream's stream
+        (Anthropic: input at ``message_start``, output at ``message_delta``; LiteLLM: zeros
+        first, every count at the end): its counts win where it has them."""
+        if self.origin != new.origin:
+            return new
+        return Usage(
+            input_tokens=new.input_tokens if new.input_tokens is not None else self.input_tokens,
+            output_tokens=new.output_tokens
+            if new.output_tokens is not None
+            else self.output_tokens,
+            total_tokens=new.total_tokens if new.total_tokens is not None else self.total_tokens,
+            origin=new.origin,
+            raw={**self.raw, **new.raw},
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Response:

@@ -85,21 +85,6 @@ def _count(raw: JSON, key: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def merge_usage(old: Usage | None, new: Usage) -> Usage:
-    """Counts an upstream spread over its stream (Anthropic: input at ``message_start``,
-    output at ``message_delta``; LiteLLM: zeros first, every count at the end), the later
-    ones winning."""
-    if old is None or old.origin != new.origin:
-        return new
-    return Usage(
-        input_tokens=new.input_tokens if new.input_tokens is not None else old.input_tokens,
-        output_tokens=new.output_tokens if new.output_tokens is not None else old.output_tokens,
-        total_tokens=new.total_tokens if new.total_tokens is not None else old.total_tokens,
-        origin=new.origin,
-        raw={**old.raw, **new.raw},
-    )
-
-
 def decode_response(body: JSON) -> Response:
     choices = body.get("choices")
     if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):

@@ -31,7 +31,7 @@ from addon.model import (
 
 from .errors import error_body
 from .request import NAME
-from .response import encode_usage, merge_usage
+from .response import encode_usage
 
 _NO_EXTRA: JSON = {}
 
@@ -146,7 +146,7 @@ class OpenAIChatStreamEncoder:
                 chunk["choices"] = []
                 usage = event.usage
                 if usage.origin != NAME:  # its own dialect's usage chunks: each as it came
-                    self._usage = usage = merge_usage(self._usage, usage)
+                    self._usage = usage = usage if self._usage is None else self._usage.then(usage)
                 chunk["usage"] = encode_usage(usage)
                 return [(None, dumps(chunk))]
             case StreamError():

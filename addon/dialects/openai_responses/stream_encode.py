@@ -321,7 +321,7 @@ class OpenAIResponsesStreamEncoder:
             case ToolCallEnd():
                 self._tool_end(event.index, out)
             case UsageEvent():
-                self._usage = _merge_usage(self._usage, event.usage)
+                self._usage = event.usage if self._usage is None else self._usage.then(event.usage)
             case Finish():
                 self._finish, self._finish_raw = event.reason, event.raw
                 response = _own(event.extra).get("response")
@@ -394,16 +394,3 @@ class OpenAIResponsesStreamEncoder:
         name = "response.incomplete" if incomplete else "response.completed"
         self._emit(out, name, {"response": response})
         return out
-
-
-def _merge_usage(old: Usage | None, new: Usage) -> Usage:
-    """Anthropic reports input tokens at the start and output tokens at the end: keep both."""
-    if old is None or old.origin != new.origin:
-        return new
-    return Usage(
-        input_tokens=new.input_tokens if new.input_tokens is not None else old.input_tokens,
-        output_tokens=new.output_tokens if new.output_tokens is not None else old.output_tokens,
-        total_tokens=new.total_tokens if new.total_tokens is not None else old.total_tokens,
-        origin=new.origin,
-        raw={**old.raw, **new.raw},
-    )
