@@ -29,7 +29,8 @@ from tests.real.clients.loop import ToolLoop
 REPO = Path(__file__).resolve().parents[3]
 INSTALL_SCRIPT = REPO / "scripts" / "clients.py"
 INSTALL_ENV = "CURSOR_BRIDGE_INSTALL_CLIENTS"
-RUN_TIMEOUT = 60.0
+RUN_TIMEOUT = 120.0
+"""Seconds before a client is killed: a run takes 5-40 s on 2 busy cores."""
 
 CLIENT_PATHS = {
     "openai_chat": "*/chat/completions",
