@@ -24,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tests.e2e.harness import Proxy, ScriptedUpstream
-from tests.real.clients.loop import ToolLoop
+from tests.real.clients.loop import ToolLoop, tool_results, upstream_call_id
 
 REPO = Path(__file__).resolve().parents[3]
 INSTALL_SCRIPT = REPO / "scripts" / "clients.py"
@@ -212,3 +212,21 @@ class Bridge:
                 self.proxy.close()
         finally:
             self.upstream.stop()
+
+
+def check_loop(done: Finished, bridge: Bridge, answer: str, key: str) -> None:
+    """The loop ran: one call, its result with the token upstream, the token in ``answer``
+    (what the client printed as its final text), nothing refused, no key in the log."""
+    loop, log = bridge.loop, bridge.log()
+    context = f"{done.describe()}\n--- mitmdump ---\n{log[-6000:]}"
+    assert not bridge.upstream.errors, "\n".join([*bridge.upstream.errors, context])
+    assert done.returncode == 0, context
+    assert loop.of("call"), f"the upstream never offered {loop.call.name} a turn:\n{context}"
+    finals = loop.of("final")
+    assert len(finals) == 1, f"{len(finals)} requests carried the token:\n{context}"
+    results = dict(tool_results(loop.dialect, finals[0].json()))
+    call_id = upstream_call_id(loop.dialect, loop.call)
+    assert loop.token in results.get(call_id, ""), f"tool results {results}:\n{context}"
+    assert loop.token in answer, context
+    assert key not in log
+    assert "Traceback" not in log, context

@@ -2,8 +2,8 @@
 
 The scripted upstream answers turn 1 with a ``Read`` of a file holding a random token;
 Claude Code reads it on its side and sends the result; turn 2 must carry the token and is
-answered with text quoting it, which must be Claude Code's final result. Upstreams: the
-same dialect (Anthropic) and a dialect change (OpenAI chat, the bridge's main use).
+answered with text quoting it, which must be Claude Code's final result. Upstreams: every
+dialect ``loop.answer`` speaks, its own (same dialect) and the others (a dialect change).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.real.clients.loop import Call, ToolLoop, tool_results, upstream_call_id
-from tests.real.clients.programs import Bridge, Finished, Program, base_env, run
+from tests.real.clients.loop import UPSTREAMS, Call, ToolLoop
+from tests.real.clients.programs import Bridge, Finished, Program, base_env, check_loop, run
 
 KEY = "sk-ant-real-client-test-key"
 
@@ -62,7 +62,7 @@ def final_result(done: Finished) -> str:
     return str(result.get("result", ""))
 
 
-@pytest.mark.parametrize("upstream", ["anthropic", "openai_chat"])
+@pytest.mark.parametrize("upstream", UPSTREAMS)
 def test_claude_code_reads_a_file_through_the_bridge(
     program: Callable[[str], Program], project: Path, token: str, upstream: str
 ) -> None:
@@ -72,13 +72,4 @@ def test_claude_code_reads_a_file_through_the_bridge(
     loop = ToolLoop(upstream, call, token)
     with Bridge("anthropic", loop, project.parent) as bridge:
         done = claude(claude_code, bridge, project, f"Read {target} and tell me the token.")
-        log = bridge.log()
-    context = f"{done.describe()}\n--- mitmdump ---\n{log[-6000:]}"
-    assert done.returncode == 0, context
-    assert loop.of("call"), f"the upstream never offered Read a turn:\n{context}"
-    (final,) = loop.of("final")
-    results = dict(tool_results(upstream, final.json()))
-    assert token in results.get(upstream_call_id(upstream, call), ""), (results, context)
-    assert token in final_result(done), context
-    assert KEY not in log
-    assert "Traceback" not in log, context
+    check_loop(done, bridge, final_result(done), KEY)

@@ -4,7 +4,7 @@ OpenCode talks OpenAI chat completions to an ``@ai-sdk/openai-compatible`` provi
 declared in the project's ``opencode.json``. The scripted upstream answers turn 1 with a
 ``read`` of a file holding a random token (its title request gets a short text); turn 2
 must carry the token and is answered with text quoting it, which must be in OpenCode's
-output. Upstreams: the same dialect (OpenAI chat) and a dialect change (Anthropic).
+output. Upstreams: every dialect ``loop.answer`` speaks, its own and the others.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.real.clients.loop import MODEL, Call, ToolLoop, tool_results, upstream_call_id
-from tests.real.clients.programs import Bridge, Finished, Program, base_env, run
+from tests.real.clients.loop import MODEL, UPSTREAMS, Call, ToolLoop
+from tests.real.clients.programs import Bridge, Finished, Program, base_env, check_loop, run
 
 KEY = "sk-real-client-opencode-key"
 
@@ -68,7 +68,7 @@ def texts(done: Finished) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("upstream", ["openai_chat", "anthropic"])
+@pytest.mark.parametrize("upstream", UPSTREAMS)
 def test_opencode_reads_a_file_through_the_bridge(
     program: Callable[[str], Program], project: Path, token: str, upstream: str
 ) -> None:
@@ -77,13 +77,4 @@ def test_opencode_reads_a_file_through_the_bridge(
     loop = ToolLoop(upstream, Call("read", {"filePath": str(target)}), token)
     with Bridge("openai_chat", loop, project.parent) as bridge:
         done = opencode(opencode_cli, bridge, project, f"Read {target} and tell me the token.")
-        log = bridge.log()
-    context = f"{done.describe()}\n--- mitmdump ---\n{log[-6000:]}"
-    assert done.returncode == 0, context
-    assert loop.of("call"), f"the upstream never offered read a turn:\n{context}"
-    (final,) = loop.of("final")
-    results = dict(tool_results(upstream, final.json()))
-    assert token in results.get(upstream_call_id(upstream, loop.call), ""), (results, context)
-    assert any(token in text for text in texts(done)), context
-    assert KEY not in log
-    assert "Traceback" not in log, context
+    check_loop(done, bridge, "\n".join(texts(done)), KEY)
