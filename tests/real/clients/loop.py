@@ -18,6 +18,8 @@ from typing import Any
 from tests.e2e.harness import JSONReply, RawReply, Recorded, Reply, SSEReply, sse_from_payloads
 
 MODEL = "test-model"
+GEMINI_SIGNATURE = "c2NyaXB0ZWQtdGhvdWdodC1zaWduYXR1cmU="
+"""The ``thoughtSignature`` on the scripted Gemini call (Gemini 3 sends one and wants it back)."""
 
 
 @dataclass(frozen=True)
@@ -282,7 +284,8 @@ def gemini_chunk(text: str | None, call: Call | None) -> dict[str, Any]:
     if text is not None:
         parts.append({"text": text})
     if call is not None:
-        parts.append({"functionCall": {"name": call.name, "args": call.arguments}})
+        function_call = {"name": call.name, "args": call.arguments}
+        parts.append({"functionCall": function_call, "thoughtSignature": GEMINI_SIGNATURE})
     return {
         "candidates": [
             {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
@@ -410,7 +413,8 @@ UPSTREAMS = ["anthropic", "openai_chat", "openai_responses", "gemini"]
 def check_request(dialect: str, body: Any) -> None:
     """AssertionError where ``body`` breaks a rule the real service enforces.
 
-    Call/result pairing in every dialect, plus Anthropic's ``max_tokens`` and alternation.
+    Call/result pairing in every dialect, plus Anthropic's ``max_tokens`` and alternation,
+    and Gemini's signature on the first call of each model turn (Gemini 3 answers 400 without).
     """
     assert isinstance(body, dict), f"{dialect}: the body is not a JSON object"
     {
@@ -463,4 +467,8 @@ def _check_gemini(body: dict[str, Any]) -> None:
         assert sorted(answered) == sorted(called) or not answered, (
             f"gemini: functionResponse parts {answered} do not answer the calls {called}"
         )
-        called = [p["functionCall"]["name"] for p in parts if "functionCall" in p]
+        calls = [p for p in parts if "functionCall" in p]
+        assert not calls or calls[0].get("thoughtSignature"), (
+            f"gemini: function call without a thoughtSignature {calls[0]}"
+        )
+        called = [p["functionCall"]["name"] for p in calls]

@@ -117,3 +117,19 @@ UNPAIRED = {
 def test_a_tool_result_without_its_call_is_refused(dialect: str) -> None:
     with pytest.raises(AssertionError):
         check_request(dialect, UNPAIRED[dialect])
+
+
+def test_a_gemini_call_replayed_without_its_signature_is_refused() -> None:
+    call = {"functionCall": {"name": "read", "args": {}}}
+    answer = {"functionResponse": {"name": "read", "response": {}}}
+    body = {
+        "contents": [
+            {"role": "user", "parts": [{"text": "x"}]},
+            {"role": "model", "parts": [call]},
+            {"role": "user", "parts": [answer]},
+        ]
+    }
+    with pytest.raises(AssertionError, match="thoughtSignature"):
+        check_request("gemini", body)
+    body["contents"][1]["parts"] = [{**call, "thoughtSignature": "c2ln"}]
+    check_request("gemini", body)
