@@ -1,0 +1,77 @@
+"""Gemini CLI (``gemini -p``) runs a real read_file tool loop through the bridge.
+
+Gemini CLI talks ``streamGenerateContent?alt=sse`` to ``GOOGLE_GEMINI_BASE_URL`` with an API
+key. The scripted upstream answers turn 1 with a ``read_file`` of a file holding a random
+token; Gemini CLI reads it and sends a ``functionResponse``; turn 2 must carry the token
+and is answered with text quoting it, which must be in Gemini CLI's output. Upstreams: every
+dialect ``loop.answer`` speaks, its own (same dialect) and the others (a dialect change).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.real.clients.loop import UPSTREAMS, Call, ToolLoop
+from tests.real.clients.programs import Bridge, Finished, Program, base_env, check_loop, run
+
+KEY = "real-client-gemini-key"
+
+
+def gemini(program: Program, bridge: Bridge, project: Path, prompt: str) -> Finished:
+    home = project.parent / "home"
+    settings = {
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+    }
+    (home / ".gemini").mkdir(parents=True, exist_ok=True)
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings, indent=2))
+    env = base_env(home) | {
+        "GEMINI_API_KEY": KEY,
+        "GOOGLE_GEMINI_BASE_URL": bridge.base_url,
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+        "GEMINI_CLI_NO_RELAUNCH": "true",
+    }
+    argv = [
+        "node",
+        str(program.binary),
+        "-p",
+        prompt,
+        "--approval-mode",
+        "yolo",
+        "--output-format",
+        "stream-json",
+        "--model",
+        "gemini-2.5-flash",
+    ]
+    return run(argv, cwd=project, env=env)
+
+
+def assistant_text(done: Finished) -> str:
+    """The assistant's text in Gemini CLI's stream-json output (its message events)."""
+    out = ""
+    for line in done.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        event = json.loads(line)
+        if event.get("type") == "message" and event.get("role") == "assistant":
+            out += str(event.get("content", ""))
+    return out
+
+
+@pytest.mark.parametrize("upstream", UPSTREAMS)
+def test_gemini_cli_reads_a_file_through_the_bridge(
+    program: Callable[[str], Program], project: Path, token: str, upstream: str
+) -> None:
+    gemini_cli = program("gemini-cli")
+    target = project / "notes.txt"
+    call = Call("read_file", {"file_path": str(target)})
+    loop = ToolLoop(upstream, call, token)
+    with Bridge("gemini", loop, project.parent) as bridge:
+        done = gemini(gemini_cli, bridge, project, f"Read {target} and tell me the token.")
+    check_loop(done, bridge, assistant_text(done), KEY)

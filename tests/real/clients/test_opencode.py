@@ -1,0 +1,80 @@
+"""OpenCode (``opencode run``) runs a real read tool loop through the bridge.
+
+OpenCode talks OpenAI chat completions to an ``@ai-sdk/openai-compatible`` provider
+declared in the project's ``opencode.json``. The scripted upstream answers turn 1 with a
+``read`` of a file holding a random token (its title request gets a short text); turn 2
+must carry the token and is answered with text quoting it, which must be in OpenCode's
+output. Upstreams: every dialect ``loop.answer`` speaks, its own and the others.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.real.clients.loop import MODEL, UPSTREAMS, Call, ToolLoop
+from tests.real.clients.programs import Bridge, Finished, Program, base_env, check_loop, run
+
+KEY = "sk-real-client-opencode-key"
+
+
+def opencode(program: Program, bridge: Bridge, project: Path, prompt: str) -> Finished:
+    home = project.parent / "home"
+    provider = {
+        "npm": "@ai-sdk/openai-compatible",
+        "name": "bridge",
+        "options": {"baseURL": f"{bridge.base_url}/v1", "apiKey": KEY},
+        "models": {MODEL: {"name": MODEL, "tool_call": True}},
+    }
+    config = {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {"bridge": provider},
+        "model": f"bridge/{MODEL}",
+        "small_model": f"bridge/{MODEL}",
+        "autoupdate": False,
+        "share": "disabled",
+    }
+    (project / "opencode.json").write_text(json.dumps(config, indent=2))
+    env = base_env(home) | {
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+        "OPENCODE_PURE": "1",
+        # Its config folder gets an npm install of its plugin package: keep it off the network.
+        "npm_config_registry": "http://127.0.0.1:9/",
+        "npm_config_offline": "true",
+        "OPENCODE_DISABLE_SHARE": "1",
+        "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+        "OPENCODE_DISABLE_EXTERNAL_SKILLS": "1",
+    }
+    argv = [str(program.binary), "run", "--format", "json", "-m", f"bridge/{MODEL}", prompt]
+    return run(argv, cwd=project, env=env)
+
+
+def texts(done: Finished) -> list[str]:
+    """The text parts OpenCode printed (``--format json`` output)."""
+    out = []
+    for line in done.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        event = json.loads(line)
+        part = event.get("part") or {}
+        if event.get("type") == "text" or part.get("type") == "text":
+            out.append(str(part.get("text", "")))
+    return out
+
+
+@pytest.mark.parametrize("upstream", UPSTREAMS)
+def test_opencode_reads_a_file_through_the_bridge(
+    program: Callable[[str], Program], project: Path, token: str, upstream: str
+) -> None:
+    opencode_cli = program("opencode")
+    target = project / "notes.txt"
+    loop = ToolLoop(upstream, Call("read", {"filePath": str(target)}), token)
+    with Bridge("openai_chat", loop, project.parent) as bridge:
+        done = opencode(opencode_cli, bridge, project, f"Read {target} and tell me the token.")
+    check_loop(done, bridge, "\n".join(texts(done)), KEY)
