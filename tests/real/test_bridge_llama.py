@@ -1,0 +1,121 @@
+"""The bridge (a real mitmdump, reverse mode) in front of the real llama-server (issue 28).
+
+Every client dialect the bridge takes (Cursor, Claude Code, Codex CLI, Gemini CLI: see
+``bridge_clients``) goes to each upstream dialect llama-server speaks (``openai_chat`` at
+``/v1/chat/completions``, ``anthropic`` at ``/v1/messages``, ``openai_responses`` at
+``/v1/responses``), streamed and whole: text arrives and the client's SDK parses it, a tool
+loop runs (a real ``get_weather`` call, then its result back), and errors reach the client in
+its own shape. One llama-server for the session, one mitmdump per upstream dialect.
+
+Unknown models: llama-server serves its one model whatever ``model`` names (the answer's
+``model`` is the GGUF path), so there is no "unknown model" error to carry; the test below
+shows a made-up name answered. Bad keys: llama-server runs without ``--api-key`` here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import Proxy
+from tests.real.bridge_clients import CLIENTS, Client, Failure
+from tests.real.llama_cpp import LlamaServer
+
+UPSTREAMS = ("openai_chat",)
+CLIENT_ROUTES = (
+    ("cursor", "*/chat/completions", "openai_chat"),
+    ("claude", "*/v1/messages", "anthropic"),
+    ("codex", "*/responses", "openai_responses"),
+    ("gemini", "*/models/*:*enerateContent", "gemini"),
+)
+STREAM = pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+CLIENT = pytest.mark.parametrize("client_name", list(CLIENTS))
+
+
+def routes(upstream: str) -> str:
+    """Every client dialect to ``upstream``; its path is the upstream dialect's own."""
+    return "".join(
+        f'[[routes]]\nname = "{name}-to-{upstream}"\npath = "{path}"\n'
+        f'client = "{client}"\nupstream = "{upstream}"\n\n'
+        for name, path, client in CLIENT_ROUTES
+    )
+
+
+@pytest.fixture(scope="module", params=UPSTREAMS)
+def bridge(
+    request: pytest.FixtureRequest,
+    llama_server: LlamaServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Proxy]:
+    upstream: str = request.param
+    path = tmp_path_factory.mktemp("routes") / f"{upstream}.toml"
+    path.write_text(routes(upstream))
+    with Proxy(llama_server.port, {"bridge_routes": str(path)}) as proxy:
+        yield proxy
+        log = proxy.log_text()
+    assert "Traceback" not in log, log
+
+
+@pytest.fixture
+def client(bridge: Proxy, client_name: str) -> Client:
+    driver: Client = CLIENTS[client_name](bridge.base_url)
+    return driver
+
+
+# --------------------------------------------------------------------------- answers
+
+
+@CLIENT
+@STREAM
+def test_text_arrives(client: Client, stream: bool) -> None:
+    assert client.text(stream).strip()
+
+
+@CLIENT
+@STREAM
+def test_tool_loop(client: Client, stream: bool) -> None:
+    call = client.call(stream)
+    assert call.name == "get_weather"
+    assert isinstance(call.arguments.get("city"), str), call.arguments
+    assert client.after_call(stream, call).strip()
+
+
+@CLIENT
+def test_a_model_name_llama_server_never_heard_of_is_answered(client: Client) -> None:
+    """llama-server has no unknown model: it answers any name with its one model."""
+    assert client.text(False, model="no-such-model-anywhere").strip()
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def assert_client_error(client: Client, failure: Failure, says: str = "") -> None:
+    """``failure`` is a 400 in the client's own error shape, its message containing ``says``."""
+    body: Any = failure.body
+    assert failure.status == 400, failure
+    assert isinstance(body, dict), failure
+    if client.name == "claude":
+        assert body.get("type") == "error", body
+        assert body["error"]["type"] == "invalid_request_error", body
+    elif client.name == "gemini":
+        assert body["error"]["code"] == 400, body
+        assert body["error"]["status"] == "INVALID_ARGUMENT", body
+    else:
+        assert isinstance(body["error"]["type"], str), body
+    message = body["error"]["message"]
+    assert isinstance(message, str) and says in message.lower(), body
+
+
+@CLIENT
+@STREAM
+def test_a_prompt_past_the_context_size_is_an_error_in_the_clients_shape(
+    client: Client, stream: bool
+) -> None:
+    assert_client_error(client, client.too_long(stream), says="context")
+
+
+@CLIENT
+def test_a_body_that_is_not_json_is_an_error_in_the_clients_shape(client: Client) -> None:
+    assert_client_error(client, client.bad_json())
