@@ -23,7 +23,7 @@ from tests.e2e.harness import Proxy
 from tests.real.bridge_clients import CLIENTS, Client, Failure
 from tests.real.llama_cpp import LlamaServer
 
-UPSTREAMS = ("openai_chat",)
+UPSTREAMS = ("openai_chat", "anthropic", "openai_responses")
 CLIENT_ROUTES = (
     ("cursor", "*/chat/completions", "openai_chat"),
     ("claude", "*/v1/messages", "anthropic"),
