@@ -7,7 +7,7 @@ a text prompt, the weather tool conversation that makes SmolLM2 call (two earlie
 their results, no text between, a call required: tests/fixtures/llama_cpp/README.md) and the
 call's result back, streamed or whole, and returns what its SDK parsed. Glossary: *turn 1*
 asks for the call, *turn 2* sends its result; a *failure* is the status and JSON body of an
-error answer as the client received it.
+error answer as the client received it (``refused``: a prompt the request must fail on).
 """
 
 from __future__ import annotations
@@ -58,8 +58,29 @@ class Client(Protocol):
     def text(self, stream: bool, model: str = ...) -> str: ...
     def call(self, stream: bool) -> Call: ...
     def after_call(self, stream: bool, call: Call) -> str: ...
-    def too_long(self, stream: bool) -> Failure: ...
+    def refused(self, stream: bool, prompt: str) -> Failure: ...
     def bad_json(self) -> Failure: ...
+
+
+CLAUDE_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error"}
+GOOGLE_STATUSES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED"}
+
+
+def assert_client_error(client: str, failure: Failure, status: int, says: str = "") -> None:
+    """``failure`` has ``status`` and the client's own error shape; its message contains ``says``."""
+    body: Any = failure.body
+    assert failure.status == status, failure
+    assert isinstance(body, dict), failure
+    if client == "claude":
+        assert body.get("type") == "error", body
+        assert body["error"]["type"] == CLAUDE_ERROR_TYPES[status], body
+    elif client == "gemini":
+        assert body["error"]["code"] == status, body
+        assert body["error"]["status"] == GOOGLE_STATUSES[status], body
+    else:
+        assert isinstance(body["error"]["type"], str), body
+    message = body["error"]["message"]
+    assert isinstance(message, str) and says in message.lower(), body
 
 
 def _raw(base: str, path: str, body: bytes, headers: dict[str, str]) -> Failure:
@@ -114,10 +135,11 @@ class Cursor:
     name = "cursor"
     path = "/v1/chat/completions"
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, key: str = KEY) -> None:
         self.base = base_url
+        self.key = key
         self.sdk = openai.OpenAI(
-            base_url=f"{base_url}/v1", api_key=KEY, max_retries=0, timeout=TIMEOUT
+            base_url=f"{base_url}/v1", api_key=key, max_retries=0, timeout=TIMEOUT
         )
 
     def _create(self, stream: bool, **params: Any) -> tuple[str, list[Call]]:
@@ -181,15 +203,15 @@ class Cursor:
         text, calls = self._tools(messages, {"type": "auto"}, stream)
         return text or calls[0].name
 
-    def too_long(self, stream: bool) -> Failure:
+    def refused(self, stream: bool, prompt: str) -> Failure:
         try:
-            self._create(stream, messages=[{"role": "user", "content": FILLER}], max_tokens=8)
+            self._create(stream, messages=[{"role": "user", "content": prompt}], max_tokens=8)
         except openai.APIStatusError as e:
             return Failure(e.status_code, e.response.json())
-        raise AssertionError("a prompt past the context size was answered")
+        raise AssertionError("the request was answered")
 
     def bad_json(self) -> Failure:
-        headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+        headers = {"authorization": f"Bearer {self.key}", "content-type": "application/json"}
         return _raw(self.base, self.path, b'{"model": "m", "messages": [', headers)
 
 
@@ -208,10 +230,11 @@ class ClaudeCode:
     name = "claude"
     path = "/v1/messages"
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, key: str = KEY) -> None:
         self.base = base_url
+        self.key = key
         self.sdk = anthropic.Anthropic(
-            base_url=base_url, api_key=KEY, max_retries=0, timeout=TIMEOUT
+            base_url=base_url, api_key=key, max_retries=0, timeout=TIMEOUT
         )
 
     def _message(self, stream: bool, **params: Any) -> anthropic.types.Message:
@@ -263,16 +286,16 @@ class ClaudeCode:
         names = [b.name for b in message.content if b.type == "tool_use"]
         return "".join(texts) or names[0]
 
-    def too_long(self, stream: bool) -> Failure:
+    def refused(self, stream: bool, prompt: str) -> Failure:
         try:
-            self._message(stream, messages=[{"role": "user", "content": FILLER}], max_tokens=8)
+            self._message(stream, messages=[{"role": "user", "content": prompt}], max_tokens=8)
         except anthropic.APIStatusError as e:
             return Failure(e.status_code, e.response.json())
-        raise AssertionError("a prompt past the context size was answered")
+        raise AssertionError("the request was answered")
 
     def bad_json(self) -> Failure:
         headers = {
-            "x-api-key": KEY,
+            "x-api-key": self.key,
             "anthropic-version": "2023-06-01",
             "content-type": "application/json",
         }
@@ -321,10 +344,11 @@ class Codex:
     name = "codex"
     path = "/v1/responses"
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, key: str = KEY) -> None:
         self.base = base_url
+        self.key = key
         self.sdk = openai.OpenAI(
-            base_url=f"{base_url}/v1", api_key=KEY, max_retries=0, timeout=TIMEOUT
+            base_url=f"{base_url}/v1", api_key=key, max_retries=0, timeout=TIMEOUT
         )
 
     def _response(self, stream: bool, **params: Any) -> Any:
@@ -382,15 +406,15 @@ class Codex:
         names = [o.name for o in response.output if o.type == "function_call"]
         return cast(str, response.output_text) or names[0]
 
-    def too_long(self, stream: bool) -> Failure:
+    def refused(self, stream: bool, prompt: str) -> Failure:
         try:
-            self._response(stream, input=[_user_item(FILLER)], max_output_tokens=16)
+            self._response(stream, input=[_user_item(prompt)], max_output_tokens=16)
         except openai.APIStatusError as e:
             return Failure(e.status_code, e.response.json())
-        raise AssertionError("a prompt past the context size was answered")
+        raise AssertionError("the request was answered")
 
     def bad_json(self) -> Failure:
-        headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+        headers = {"authorization": f"Bearer {self.key}", "content-type": "application/json"}
         return _raw(self.base, self.path, b'{"model": "m", "input": [', headers)
 
 
@@ -427,9 +451,10 @@ class GeminiCli:
 
     name = "gemini"
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, key: str = KEY) -> None:
         self.base = base_url
-        self.headers = {"x-goog-api-key": KEY, "content-type": "application/json"}
+        self.key = key
+        self.headers = {"x-goog-api-key": key, "content-type": "application/json"}
 
     def path(self, stream: bool, model: str = "gemini-2.5-pro") -> str:
         if stream:
@@ -507,8 +532,8 @@ class GeminiCli:
         names = [p["functionCall"]["name"] for p in parts if "functionCall" in p]
         return text or names[0]
 
-    def too_long(self, stream: bool) -> Failure:
-        body = {"contents": [{"role": "user", "parts": [{"text": FILLER}]}], **self._config(8)}
+    def refused(self, stream: bool, prompt: str) -> Failure:
+        body = {"contents": [{"role": "user", "parts": [{"text": prompt}]}], **self._config(8)}
         r = self._post(stream, body)
         try:
             return Failure(r.status_code, r.json())

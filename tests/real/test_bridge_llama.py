@@ -15,12 +15,11 @@ shows a made-up name answered. Bad keys: llama-server runs without ``--api-key``
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from tests.e2e.harness import Proxy
-from tests.real.bridge_clients import CLIENTS, Client, Failure
+from tests.real.bridge_clients import CLIENTS, FILLER, Client, assert_client_error
 from tests.real.llama_cpp import LlamaServer
 
 UPSTREAMS = ("openai_chat", "anthropic", "openai_responses")
@@ -91,31 +90,14 @@ def test_a_model_name_llama_server_never_heard_of_is_answered(client: Client) ->
 # --------------------------------------------------------------------------- errors
 
 
-def assert_client_error(client: Client, failure: Failure, says: str = "") -> None:
-    """``failure`` is a 400 in the client's own error shape, its message containing ``says``."""
-    body: Any = failure.body
-    assert failure.status == 400, failure
-    assert isinstance(body, dict), failure
-    if client.name == "claude":
-        assert body.get("type") == "error", body
-        assert body["error"]["type"] == "invalid_request_error", body
-    elif client.name == "gemini":
-        assert body["error"]["code"] == 400, body
-        assert body["error"]["status"] == "INVALID_ARGUMENT", body
-    else:
-        assert isinstance(body["error"]["type"], str), body
-    message = body["error"]["message"]
-    assert isinstance(message, str) and says in message.lower(), body
-
-
 @CLIENT
 @STREAM
 def test_a_prompt_past_the_context_size_is_an_error_in_the_clients_shape(
     client: Client, stream: bool
 ) -> None:
-    assert_client_error(client, client.too_long(stream), says="context")
+    assert_client_error(client.name, client.refused(stream, FILLER), 400, says="context")
 
 
 @CLIENT
 def test_a_body_that_is_not_json_is_an_error_in_the_clients_shape(client: Client) -> None:
-    assert_client_error(client, client.bad_json())
+    assert_client_error(client.name, client.bad_json(), 400)
