@@ -8,17 +8,25 @@ their results, no text between, a call required: tests/fixtures/llama_cpp/README
 call's result back, streamed or whole, and returns what its SDK parsed. Glossary: *turn 1*
 asks for the call, *turn 2* sends its result; a *failure* is the status and JSON body of an
 error answer as the client received it (``refused``: a prompt the request must fail on).
+``bridge_to`` starts the bridge in front of a llama-server with every client routed to one
+upstream dialect.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, cast
 
 import anthropic
 import httpx
 import openai
+
+from tests.e2e.harness import Proxy
+from tests.real.llama_cpp import LlamaServer
 
 TIMEOUT = 60.0
 MAX_TOKENS = 24
@@ -547,3 +555,36 @@ class GeminiCli:
 CLIENTS: dict[str, type[Cursor] | type[ClaudeCode] | type[Codex] | type[GeminiCli]] = {
     c.name: c for c in (Cursor, ClaudeCode, Codex, GeminiCli)
 }
+
+
+# --------------------------------------------------------------------------- the bridge
+
+
+UPSTREAMS = ("openai_chat", "anthropic", "openai_responses")
+"""The upstream dialects llama-server speaks."""
+CLIENT_ROUTES = (
+    ("cursor", "*/chat/completions", "openai_chat"),
+    ("claude", "*/v1/messages", "anthropic"),
+    ("codex", "*/responses", "openai_responses"),
+    ("gemini", "*/models/*:*enerateContent", "gemini"),
+)
+
+
+def routes(upstream: str) -> str:
+    """Every client dialect to ``upstream``; its path is the upstream dialect's own."""
+    return "".join(
+        f'[[routes]]\nname = "{name}-to-{upstream}"\npath = "{path}"\n'
+        f'client = "{client}"\nupstream = "{upstream}"\n\n'
+        for name, path, client in CLIENT_ROUTES
+    )
+
+
+@contextlib.contextmanager
+def bridge_to(server: LlamaServer, upstream: str, tmp: Path) -> Iterator[Proxy]:
+    """A mitmdump with the addon before ``server``, every client routed to ``upstream``."""
+    path = tmp / f"{upstream}.toml"
+    path.write_text(routes(upstream))
+    with Proxy(server.port, {"bridge_routes": str(path)}) as proxy:
+        yield proxy
+        log = proxy.log_text()  # before the stop: mitmdump may log its own on SIGTERM
+    assert "Traceback" not in log, log

@@ -19,27 +19,18 @@ from collections.abc import Iterator
 import pytest
 
 from tests.e2e.harness import Proxy
-from tests.real.bridge_clients import CLIENTS, FILLER, Client, assert_client_error
+from tests.real.bridge_clients import (
+    CLIENTS,
+    FILLER,
+    UPSTREAMS,
+    Client,
+    assert_client_error,
+    bridge_to,
+)
 from tests.real.llama_cpp import LlamaServer
 
-UPSTREAMS = ("openai_chat", "anthropic", "openai_responses")
-CLIENT_ROUTES = (
-    ("cursor", "*/chat/completions", "openai_chat"),
-    ("claude", "*/v1/messages", "anthropic"),
-    ("codex", "*/responses", "openai_responses"),
-    ("gemini", "*/models/*:*enerateContent", "gemini"),
-)
 STREAM = pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 CLIENT = pytest.mark.parametrize("client_name", list(CLIENTS))
-
-
-def routes(upstream: str) -> str:
-    """Every client dialect to ``upstream``; its path is the upstream dialect's own."""
-    return "".join(
-        f'[[routes]]\nname = "{name}-to-{upstream}"\npath = "{path}"\n'
-        f'client = "{client}"\nupstream = "{upstream}"\n\n'
-        for name, path, client in CLIENT_ROUTES
-    )
 
 
 @pytest.fixture(scope="module", params=UPSTREAMS)
@@ -48,13 +39,8 @@ def bridge(
     llama_server: LlamaServer,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Proxy]:
-    upstream: str = request.param
-    path = tmp_path_factory.mktemp("routes") / f"{upstream}.toml"
-    path.write_text(routes(upstream))
-    with Proxy(llama_server.port, {"bridge_routes": str(path)}) as proxy:
+    with bridge_to(llama_server, request.param, tmp_path_factory.mktemp("routes")) as proxy:
         yield proxy
-        log = proxy.log_text()
-    assert "Traceback" not in log, log
 
 
 @pytest.fixture

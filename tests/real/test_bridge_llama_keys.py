@@ -12,9 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.e2e.harness import Proxy
-from tests.real.bridge_clients import CLIENTS, assert_client_error
+from tests.real.bridge_clients import CLIENTS, UPSTREAMS, assert_client_error, bridge_to
 from tests.real.llama_cpp import LlamaServer, Unavailable, locate
-from tests.real.test_bridge_llama import UPSTREAMS, routes
 
 SERVER_KEY = "sk-llama-server-key"
 CLIENT = pytest.mark.parametrize("client_name", list(CLIENTS))
@@ -36,14 +35,9 @@ def keyed_bridge(
     keyed_server: LlamaServer,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Proxy]:
-    upstream: str = request.param
-    path = tmp_path_factory.mktemp("routes") / f"{upstream}.toml"
-    path.write_text(routes(upstream))
-    with Proxy(keyed_server.port, {"bridge_routes": str(path)}) as proxy:
+    with bridge_to(keyed_server, request.param, tmp_path_factory.mktemp("routes")) as proxy:
         yield proxy
-        log = proxy.log_text()
-    assert SERVER_KEY not in log
-    assert "Traceback" not in log, log
+    assert SERVER_KEY not in proxy.log_text()
 
 
 @CLIENT
