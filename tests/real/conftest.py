@@ -6,11 +6,28 @@ builds it; ``CURSOR_BRIDGE_BUILD_LLAMA=1`` lets the fixture build it) or cannot 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 
+from tests.e2e.harness import live_proxies
 from tests.real.llama_cpp import LlamaServer, Unavailable, locate
+
+LOG_TAIL = 6000
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failing test's report carries the tail of each running mitmdump's log."""
+    report = yield
+    if report.failed:
+        for p in live_proxies():
+            text = p.log_text()
+            tail = text if len(text) <= LOG_TAIL else "…\n" + text[-LOG_TAIL:]
+            report.sections.append((f"mitmdump on port {p.port} ({call.when})", tail))
+    return report
 
 
 @pytest.fixture(scope="session")
