@@ -32,6 +32,7 @@ INSTALL_SCRIPT = REPO / "scripts" / "litellm_proxy.py"
 # Set to 0 to never install LiteLLM from a test run (then a missing install is a skip).
 INSTALL_ENV = "CURSOR_BRIDGE_INSTALL_LITELLM"
 MODEL = "smollm2"
+LOCKED_MODEL = "smollm2-locked"
 MASTER_KEY = "sk-cursor-bridge-real-tests"
 
 
@@ -65,10 +66,22 @@ def locate(install: bool | None = None) -> Install:
     return Install(version=info["version"], program=Path(info["litellm"]))
 
 
-def config_for(llama_base_url: str) -> dict[str, object]:
-    """One model routed to llama-server's OpenAI-compatible API (chat, messages, responses)."""
-    params = {"model": f"openai/{MODEL}", "api_base": f"{llama_base_url}/v1", "api_key": "unused"}
-    return {"model_list": [{"model_name": MODEL, "litellm_params": params}]}
+def config_for(llama_base_url: str, locked_base_url: str | None = None) -> dict[str, object]:
+    """``MODEL`` routed to llama-server's OpenAI-compatible API (chat, messages, responses).
+
+    With ``locked_base_url`` (a llama-server started with ``--api-key``) also
+    ``LOCKED_MODEL``, sent there with a wrong key: LiteLLM's own 401 for every request.
+    """
+
+    def model(name: str, base_url: str, key: str) -> dict[str, object]:
+        params = {"model": f"openai/{name}", "api_base": f"{base_url}/v1", "api_key": key}
+        return {"model_name": name, "litellm_params": params}
+
+    models = [model(MODEL, llama_base_url, "unused")]
+    if locked_base_url is not None:
+        models.append(model(LOCKED_MODEL, locked_base_url, "sk-wrong-upstream-key"))
+    # No cooldown: else the locked model's first 401 makes the next requests a 429.
+    return {"model_list": models, "router_settings": {"disable_cooldowns": True}}
 
 
 @dataclass
@@ -88,14 +101,19 @@ class LiteLLMProxy:
 
     @classmethod
     def start(
-        cls, llama_base_url: str, install: Install | None = None, *, timeout: float = 180.0
+        cls,
+        llama_base_url: str,
+        install: Install | None = None,
+        *,
+        locked_base_url: str | None = None,
+        timeout: float = 180.0,
     ) -> LiteLLMProxy:
         install = install or locate()
         port = free_port()
         workdir = tempfile.TemporaryDirectory(prefix="cursor-bridge-litellm-")
         config = Path(workdir.name) / "litellm.yaml"
         # JSON is YAML: no YAML writer needed.
-        config.write_text(json.dumps(config_for(llama_base_url), indent=1))
+        config.write_text(json.dumps(config_for(llama_base_url, locked_base_url), indent=1))
         env = {
             **{k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")},
             # Offline: the bundled model cost map, not the one on GitHub.
