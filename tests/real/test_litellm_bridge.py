@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -256,6 +257,50 @@ def test_responses_tool_call(
     assert isinstance(json.loads(call.arguments)["city"], str)
 
 
+# ---------------------------------------------------------------- Gemini (no official SDK here)
+
+
+def gemini(proxy: Proxy, key: str, stream: bool, model: str = MODEL) -> httpx.Response:
+    verb = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    body = {
+        "contents": [{"role": "user", "parts": [{"text": SAYS}]}],
+        "generationConfig": {"maxOutputTokens": 64, "temperature": 0},
+    }
+    return httpx.post(
+        f"{proxy.base_url}/v1beta/models/{model}:{verb}",
+        json=body,
+        headers={"x-goog-api-key": key},
+        timeout=TIMEOUT,
+    )
+
+
+def gemini_items(r: httpx.Response, stream: bool) -> list[dict[str, Any]]:
+    if not stream:
+        return [r.json()]
+    return [
+        json.loads(line[len("data:") :])
+        for line in r.text.splitlines()
+        if line.startswith("data:") and line[len("data:") :].strip()
+    ]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_gemini_text_to_chat(bridge: Proxy, litellm: LiteLLMProxy, stream: bool) -> None:
+    r = gemini(bridge, litellm.master_key, stream)
+    assert r.status_code == 200, r.text[:500]
+    items = gemini_items(r, stream)
+    text = "".join(
+        part.get("text", "")
+        for item in items
+        for candidate in item.get("candidates", ())
+        for part in candidate.get("content", {}).get("parts", ())
+    )
+    assert text.strip()
+    finishes = [c.get("finishReason") for i in items for c in i.get("candidates", ())]
+    assert finishes[-1] in {"STOP", "MAX_TOKENS"}
+    assert items[-1]["usageMetadata"]["candidatesTokenCount"] > 0
+
+
 # ---------------------------------------------------------------- errors
 
 # LOCKED_MODEL's upstream refuses LiteLLM's key: LiteLLM answers 401 (its authentication error).
@@ -311,3 +356,51 @@ def test_bad_key_reaches_the_responses_client_as_its_401(
     assert caught.value.status_code == 401
     body = cast(dict[str, Any], caught.value.body)
     assert isinstance(body["message"], str) and body["message"]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_bad_key_reaches_the_gemini_client_in_its_shape(
+    bridge: Proxy, litellm: LiteLLMProxy, stream: bool
+) -> None:
+    r = gemini(bridge, litellm.master_key, stream, model=LOCKED_MODEL)
+    assert r.status_code == 401, r.text[:500]
+    error = r.json()["error"]
+    assert error["code"] == 401 and error["status"] == "UNAUTHENTICATED"
+    assert error["message"]
+
+
+# Without a database LiteLLM answers a key that is not its master key with a 400
+# ("No connected db.", type no_db_connection), not a 401: it reaches each client as its 400.
+NOT_THE_MASTER_KEY = "sk-not-the-master-key"
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_key_litellm_does_not_know_reaches_the_anthropic_client_as_its_400(
+    request: pytest.FixtureRequest, route: str
+) -> None:
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        anthropic_final(
+            pick(request, route),
+            NOT_THE_MASTER_KEY,
+            False,
+            messages=[{"role": "user", "content": SAYS}],
+        )
+    body = cast(dict[str, Any], refused.value.body)
+    assert body.get("type") == "error", body
+    assert body["error"]["type"] == "invalid_request_error"
+    assert "No connected db" in body["error"]["message"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_key_litellm_does_not_know_reaches_the_responses_client_as_its_400(
+    request: pytest.FixtureRequest, route: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        responses_final(pick(request, route), NOT_THE_MASTER_KEY, False, input=SAYS)
+    assert "No connected db" in cast(dict[str, Any], refused.value.body)["message"]
+
+
+def test_a_key_litellm_does_not_know_reaches_the_chat_client_as_its_400(bridge: Proxy) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        cursor_chat(bridge, NOT_THE_MASTER_KEY, True, messages=[{"role": "user", "content": SAYS}])
+    assert "No connected db" in cast(dict[str, Any], refused.value.body)["message"]
