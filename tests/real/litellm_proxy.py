@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-import httpx
-
 from tests.real.llama_cpp import HOST, free_port
+from tests.real.process import log_tail, stop_process, wait_ok
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO / "scripts" / "litellm_proxy.py"
@@ -148,35 +145,15 @@ class LiteLLMProxy:
         return proxy
 
     def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"LiteLLM exited ({self.process.returncode}):\n{self.log_text()}"
-                )
-            try:
-                r = httpx.get(f"{self.base_url}/health/liveliness", timeout=2.0)
-                if r.status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(f"LiteLLM not ready after {timeout} s:\n{self.log_text()}")
+        url = f"{self.base_url}/health/liveliness"
+        wait_ok(self.process, url, "LiteLLM", self.log, timeout, 0.5)
 
     def log_text(self, limit: int = 8000) -> str:
-        self.log.seek(0)
-        text = self.log.read().decode("utf-8", "replace")
-        return text if len(text) <= limit else "…\n" + text[-limit:]
+        return log_tail(self.log, limit)
 
     def stop(self, timeout: float = 15.0) -> None:
-        if self.process.poll() is None:
-            # Its own session: the group holds LiteLLM and any worker it forked, nothing else.
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout)
+        # Its own session: the group holds LiteLLM and any worker it forked, nothing else.
+        stop_process(self.process, timeout, group=True)
         self.log.close()
         self.workdir.cleanup()
 

@@ -15,13 +15,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-import httpx
+from tests.real.process import log_tail, stop_process, wait_ok
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "llama_server.py"
@@ -128,33 +127,13 @@ class LlamaServer:
         return server
 
     def wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"llama-server exited ({self.process.returncode}):\n{self.log_text()}"
-                )
-            try:
-                if httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"llama-server not healthy after {timeout} s:\n{self.log_text()}")
+        wait_ok(self.process, f"{self.base_url}/health", "llama-server", self.log, timeout, 0.2)
 
     def log_text(self, limit: int = 8000) -> str:
-        self.log.seek(0)
-        text = self.log.read().decode("utf-8", "replace")
-        return text if len(text) <= limit else "…\n" + text[-limit:]
+        return log_tail(self.log, limit)
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
+        stop_process(self.process, timeout)
         self.log.close()
 
     def __enter__(self) -> LlamaServer:
