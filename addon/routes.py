@@ -5,16 +5,20 @@ built-in default routes, and the first route that fits a request's host, path
 and method. No mitmproxy, no file reading here (``addon.routes_file`` reads
 files and builds routes with these checks); the shell passes plain strings.
 
-The keys of a routes file, with an example: ``addon.routes_file``, which reads such files
-(this module never reads one).
+The keys of a routes file, with an example: docs/routes.md (``addon.routes_file`` reads
+such files; this module never reads one). A route may name the models it takes (``model``):
+the caller then gives the model a request asks for, read per client dialect, lazily.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import lru_cache
 from typing import Literal
+from urllib.parse import urlsplit
 
 from addon.model import SchemaProfile, ToolMode
 
@@ -85,6 +89,15 @@ class Route:
     description_limit: int | None = None
     """``kiro`` upstreams: tool descriptions longer than this many characters are cut (with
     ``...``); default 10240, Kiro's limit (at least 16)."""
+    model: tuple[str, ...] | None = None
+    """Globs over the model the client asked for (a string in a file is a list of one); the
+    route takes only those. ``None``: any model, and a request whose model cannot be read."""
+    upstream_url: str | None = None
+    """``http(s)://host[:port][/prefix]``: where this route's requests go whatever the proxy's
+    mode (``UpstreamURL``); ``None``: where the client sent them."""
+    client_key: bool = False
+    """With an ``upstream_url`` to another host than the client addressed: send the client's
+    key there all the same. Without it (and without ``api_key_env``) no key goes there."""
 
     def __post_init__(self) -> None:
         for name in ("name", "host", "path"):
@@ -98,6 +111,8 @@ class Route:
         http_url(self.refresh_url)
         if self.description_limit is not None and self.description_limit < 16:
             raise ValueError("description_limit: must be at least 16")
+        object.__setattr__(self, "model", model_globs(self.model))
+        upstream_url(self.upstream_url)
         kiro_only(self)
 
     def matches(self, host: str, path: str, method: str) -> bool:
@@ -106,6 +121,34 @@ class Route:
             and fnmatchcase(host.lower(), self.host.lower())
             and fnmatchcase(path.split("?", 1)[0], self.path)
         )
+
+    def takes_model(self, model: str | None) -> bool:
+        """Whether the route's ``model`` globs take this model (None: it could not be read)."""
+        if self.model is None:
+            return True
+        return model is not None and any(fnmatchcase(model, glob) for glob in self.model)
+
+    @property
+    def target(self) -> UpstreamURL | None:
+        """The parsed ``upstream_url``."""
+        return None if self.upstream_url is None else parse_upstream_url(self.upstream_url)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamURL:
+    """A route's ``upstream_url``, parsed: where the shell sends the request, and the prefix
+    joined before the path the upstream dialect places the request at."""
+
+    scheme: Literal["http", "https"]
+    host: str
+    """Lower case, IPv6 without brackets."""
+    port: int
+    """The scheme's default (443, 80) when the URL names none."""
+    prefix: str = ""
+    """``/api`` of ``https://openrouter.ai/api`` (no trailing slash); ``""``: none."""
+
+    def join(self, path: str) -> str:
+        return self.prefix + path if self.prefix else path
 
 
 # ----------------------------------------------------------------------------- checks
@@ -173,6 +216,52 @@ def http_url(v: str | None) -> str | None:
     return v
 
 
+def model_globs(v: object) -> tuple[str, ...] | None:
+    """A glob or a list of globs over model names, as a tuple."""
+    if v is None:
+        return None
+    globs = (v,) if isinstance(v, str) else v
+    if not isinstance(globs, tuple | list) or not globs:
+        raise ValueError('must be a model name glob or a list of them, e.g. ["claude-*"]')
+    for glob in globs:
+        if not isinstance(glob, str) or not glob.strip():
+            raise ValueError("model globs must be non-empty strings")
+    return tuple(globs)
+
+
+@lru_cache(maxsize=256)
+def parse_upstream_url(v: str) -> UpstreamURL:
+    """``http(s)://host[:port][/prefix]`` → ``UpstreamURL``; ``ValueError`` saying what is
+    wrong (not http/https, no host, a query or fragment, a bad port, credentials)."""
+    try:
+        parts = urlsplit(v.strip())
+        port = parts.port
+    except ValueError as e:
+        raise ValueError(f"not a URL with a valid port ({e})") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError("must be an http:// or https:// URL (https://host[:port][/prefix])")
+    host = parts.hostname
+    if not host:
+        raise ValueError("names no host (https://host[:port][/prefix])")
+    if parts.query or parts.fragment or "?" in v or "#" in v:
+        raise ValueError("must not have a query or fragment (https://host[:port][/prefix])")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("must not hold credentials (use api_key_env)")
+    if port == 0:
+        raise ValueError("port 0 is not a port")
+    if any(c.isspace() for c in v.strip()) or re.search(r"[^A-Za-z0-9.\-:_]", host):
+        raise ValueError(f"host {host!r} is not a host name or address")
+    scheme: Literal["http", "https"] = "https" if parts.scheme == "https" else "http"
+    default = 443 if scheme == "https" else 80
+    return UpstreamURL(scheme, host.lower(), port or default, parts.path.rstrip("/"))
+
+
+def upstream_url(v: str | None) -> str | None:
+    if v is not None:
+        parse_upstream_url(v)
+    return v
+
+
 def kiro_only(route: Route) -> None:
     if route.upstream != "kiro":
         given = [k for k in KIRO_KEYS if getattr(route, k) is not None]
@@ -199,8 +288,33 @@ Claude Code), POST …/responses (OpenAI Responses client, e.g. Codex CLI) and P
 on any host, all to an OpenAI-compatible upstream."""
 
 
-def match(routes: tuple[Route, ...], host: str, path: str, method: str) -> Route | None:
+def withholds_key(route: Route, host: str, port: int | None) -> bool:
+    """Whether the client's key must not go upstream: the route's ``upstream_url`` is another
+    host (or port) than the one the client addressed (``port`` None: not known, the host
+    alone says), and the route neither sends a key of its own (``api_key_env``, Kiro's
+    ``token_file``) nor says ``client_key = true``. Keys never cross hosts."""
+    target = route.target
+    if target is None or route.client_key or route.api_key_env or route.token_file:
+        return False
+    if target.host != host.lower().strip("[]"):
+        return True
+    return port is not None and target.port != port
+
+
+type ModelOf = Callable[[DialectName], str | None]
+"""The model a request asks for, read as a client of that dialect sends it (None: unreadable)."""
+
+
+def match(
+    routes: tuple[Route, ...], host: str, path: str, method: str, model_of: ModelOf | None = None
+) -> Route | None:
+    """The first route whose host, path and method fit, then its ``model`` globs (asked of
+    ``model_of`` only for a route that has some; without ``model_of`` such a route never
+    fits: the caller knows no model)."""
     for route in routes:
-        if route.matches(host, path, method):
+        if route.matches(host, path, method) and (
+            route.model is None
+            or (model_of is not None and route.takes_model(model_of(route.client)))
+        ):
             return route
     return None

@@ -70,6 +70,9 @@ class RouteFields(BaseModel):
     token_file: str | None = None
     refresh_url: str | None = None
     description_limit: int | None = Field(default=None, ge=16)
+    model: tuple[str, ...] | None = None
+    upstream_url: str | None = None
+    client_key: bool = Field(default=False, strict=True)
 
     _env = field_validator("api_key_env")(routes.env_name)
     _methods = field_validator("methods")(routes.http_methods)
@@ -79,6 +82,8 @@ class RouteFields(BaseModel):
     _client = field_validator("client")(routes.client_side)
     _pairs = field_validator("model_map", mode="before")(routes.model_map_pairs)
     _url = field_validator("refresh_url")(routes.http_url)
+    _model = field_validator("model", mode="before")(routes.model_globs)
+    _upstream_url = field_validator("upstream_url")(routes.upstream_url)
 
     @model_validator(mode="after")
     def _kiro_only(self) -> RouteFields:
@@ -103,11 +108,11 @@ def read_routes(data: dict[str, Any]) -> tuple[Route, ...]:
     try:
         parsed = _RoutesFile.model_validate(data)
     except ValidationError as e:
-        raise ValueError(_describe(e)) from None
+        raise ValueError(_describe(e, data)) from None
     return tuple(r.route() for r in parsed.routes)
 
 
-def _describe(e: ValidationError) -> str:
+def _describe(e: ValidationError, data: dict[str, Any]) -> str:
     problems = []
     for err in e.errors():
         where = ""
@@ -121,5 +126,17 @@ def _describe(e: ValidationError) -> str:
             msg = f"unknown key (allowed: {', '.join(allowed)})"
         else:
             msg = err["msg"].removeprefix("Value error, ").replace("a valid tuple", "a list")
-        problems.append(f"{where or 'top level'}: {msg}{got}")
+        problems.append(f"{where or 'top level'}: {msg}{got}{_route_name(data, err['loc'])}")
     return "; ".join(problems)
+
+
+def _route_name(data: dict[str, Any], loc: tuple[int | str, ...]) -> str:
+    """`` (in route 'name')`` for a problem inside a route that has a name, else ``""``."""
+    if len(loc) < 2 or loc[0] != "routes" or not isinstance(loc[1], int):
+        return ""
+    listed = data.get("routes")
+    if not isinstance(listed, list) or not 0 <= loc[1] < len(listed):
+        return ""
+    route = listed[loc[1]]
+    name = route.get("name") if isinstance(route, dict) else None
+    return f" (in route {name!r})" if isinstance(name, str) and name else ""

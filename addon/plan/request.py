@@ -40,7 +40,7 @@ from addon.plan.values import (
     short,
 )
 from addon.redact import Secrets
-from addon.routes import Route, match
+from addon.routes import Route, match, withholds_key
 from addon.store import ReasoningStore, Scope
 from addon.textproto.invoke import make_trigger
 from addon.transforms.cache import strip_cache_control
@@ -58,9 +58,20 @@ clock: Callable[[], float] = time.time
 (``AnswerDefaults``); tests that compare the bytes of two answers pin it."""
 
 
-def route_for(settings: Settings, method: str, host: str, path: str) -> Route | None:
-    """The first route that matches, or None: the flow is not the bridge's."""
-    return match(settings.routes, host, path, method)
+def route_for(
+    settings: Settings, method: str, host: str, path: str, body: bytes = b""
+) -> Route | None:
+    """The first route that matches, or None: the flow is not the bridge's. A route's
+    ``model`` globs are matched against the model the body (or the path) asks for, read once
+    per client dialect and only when a route that fits otherwise has globs."""
+    read: dict[str, str | None] = {}
+
+    def model_of(client: str) -> str | None:
+        if client not in read:
+            read[client] = DIALECTS[client].requested_model(body, path)
+        return read[client]
+
+    return match(settings.routes, host, path, method, model_of)
 
 
 def decide(
@@ -76,13 +87,14 @@ def decide(
     what the shell read for the route (a Kiro token file), sent instead of any other key;
     ``store``: the reasoning store (restores what the client dropped; captures the answer)."""
     client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
+    target = route.target
     plan = FlowPlan(
         route,
         client,
         upstream,
         max_event_bytes=settings.max_event_bytes,
         fast_path=settings.fast_path,
-        host=incoming.host,
+        host=incoming.host if target is None else target.host,
         store=store,
         secrets=secrets or Secrets(),
         profile_arn=creds.profile_arn if creds is not None else None,
@@ -163,8 +175,11 @@ def _wire_maker(
     """The upstream request for a unified one (also for a staged retry or the loop guard's
     second request, made later from the same client request)."""
 
+    target = route.target
+    withhold = withholds_key(route, incoming.host, incoming.port)
+
     def wire_for(req: Request, notes: Notes) -> WireRequest:
-        return build_wire(
+        wire = build_wire(
             req,
             client,
             upstream,
@@ -175,6 +190,14 @@ def _wire_maker(
             upstream_path=route.upstream_path,
             env_key=env_key,
             project=route.project,
+            withhold_key=withhold,
+        )
+        if target is None:
+            return wire
+        return replace(
+            wire,
+            path=target.join(wire.path),
+            origin=(target.scheme, target.host, target.port),
         )
 
     return wire_for

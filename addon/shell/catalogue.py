@@ -15,7 +15,6 @@ from mitmproxy import ctx, http
 
 from addon.config import CATALOGUE_OPTIONS, ConfigError, parse_models
 from addon.plan import dump, load_json
-from addon.routes import match
 from addon.shell.common import (
     OptionChecks,
     add_options,
@@ -60,8 +59,9 @@ class ModelCatalogue(OptionChecks):
             if req.method != "GET" or not path.endswith(SUFFIX):
                 return
             base, routes = path[: -len(SUFFIX)], self._settings.settings.routes
+            # Any route of a chat path on this host, whatever models it takes.
             if any(
-                match(routes, req.host, base + chat, "POST") for chat in CHAT_PATHS
+                r.matches(req.host, base + chat, "POST") for r in routes for chat in CHAT_PATHS
             ) and not outside_proxy_hosts(flow):
                 self._flows.add(flow.id)
         except Exception as e:

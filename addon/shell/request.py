@@ -71,15 +71,12 @@ class RewriteRequest:
         settings = self._settings.settings
         try:
             req = flow.request
-            route = route_for(settings, req.method, req.host, req.path)
+            body = req.get_content(strict=False) or b""
+            route = route_for(settings, req.method, req.host, req.path, body)
             if route is None or outside_proxy_hosts(flow):
                 return
             incoming = Incoming(
-                req.method,
-                req.host,
-                req.path,
-                header_map(req.headers),
-                req.get_content(strict=False) or b"",
+                req.method, req.host, req.path, header_map(req.headers), body, req.port
             )
             creds = self.kiro.take(flow.id) if self.kiro is not None else None
             env = environment()
@@ -137,6 +134,10 @@ class RewriteRequest:
             req.content = d.body
         if path is not None:
             req.path = path
+        if wire.origin is not None:
+            # A route's upstream_url: mitmproxy connects there (TLS verified as for any
+            # upstream, SNI the new host) and the Host header / :authority follow the host.
+            req.scheme, req.host, req.port = wire.origin
         replace_headers(
             req.headers, wire.drop_headers, (*wire.set_headers, ("accept-encoding", "identity"))
         )
