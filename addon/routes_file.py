@@ -47,6 +47,20 @@ def load_routes(path: str | Path) -> tuple[Route, ...]:
     return routes
 
 
+class WhenFields(BaseModel):
+    """A route's ``when`` table (``addon.routes.When``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    thinking: bool | None = None
+    images: bool | None = None
+    min_input_tokens: int | None = Field(default=None, ge=0)
+    background: bool | None = None
+
+    def when(self) -> routes.When:
+        return routes.When(**{name: getattr(self, name) for name in type(self).model_fields})
+
+
 class RouteFields(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -73,6 +87,7 @@ class RouteFields(BaseModel):
     model: tuple[str, ...] | None = None
     upstream_url: str | None = None
     client_key: bool = Field(default=False, strict=True)
+    when: WhenFields | None = None
 
     _env = field_validator("api_key_env")(routes.env_name)
     _methods = field_validator("methods")(routes.http_methods)
@@ -86,12 +101,14 @@ class RouteFields(BaseModel):
     _upstream_url = field_validator("upstream_url")(routes.upstream_url)
 
     @model_validator(mode="after")
-    def _kiro_only(self) -> RouteFields:
-        routes.kiro_only(self)  # type: ignore[arg-type]  # same attributes as a Route
+    def _dialect_keys(self) -> RouteFields:
+        routes.dialect_keys(self)  # type: ignore[arg-type]  # same attributes as a Route
         return self
 
     def route(self) -> Route:
-        return Route(**{name: getattr(self, name) for name in type(self).model_fields})
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        fields["when"] = self.when.when() if self.when is not None else None
+        return Route(**fields)
 
 
 class _RoutesFile(BaseModel):
@@ -122,10 +139,18 @@ def _describe(e: ValidationError, data: dict[str, Any]) -> str:
             f" (got {err['input']!r})" if err["type"] not in ("missing", "extra_forbidden") else ""
         )
         if err["type"] == "extra_forbidden":
-            allowed = ROUTE_KEYS if len(err["loc"]) > 1 else ("routes",)
+            loc = err["loc"]
+            allowed = (
+                tuple(WhenFields.model_fields)
+                if len(loc) > 3 and loc[2] == "when"
+                else ROUTE_KEYS
+                if len(loc) > 1
+                else ("routes",)
+            )
             msg = f"unknown key (allowed: {', '.join(allowed)})"
         else:
             msg = err["msg"].removeprefix("Value error, ").replace("a valid tuple", "a list")
+            msg = msg.replace(" or instance of WhenFields", " (e.g. {thinking = true})")
         problems.append(f"{where or 'top level'}: {msg}{got}{_route_name(data, err['loc'])}")
     return "; ".join(problems)
 

@@ -59,7 +59,8 @@ class DecoderFastPath(Protocol):
 class RouteFacts:
     """What a route tells a dialect's ``prepare`` (plain values: dialects know no routes)."""
 
-    model_map: dict[str, str] = field(default_factory=dict)
+    model_mapped: bool = False
+    """The route's ``model_map`` chose the model's name: the dialect keeps it as it is."""
     profile_arn: str | None = None
     description_limit: int | None = None
 
@@ -320,6 +321,10 @@ class Dialect:
     counts_tokens: bool = True
     """Whether the upstream answers Anthropic's ``count_tokens`` (as itself or translated);
     False (Kiro): the bridge's estimate answers and the upstream is not asked."""
+    route_keys: frozenset[str] = frozenset()
+    """The route keys only some upstream dialects take (``addon.routes.DIALECT_KEYS``) that a
+    route to this one may give (Kiro: ``token_file``, ``profile_arn`` …); the others are
+    refused at start."""
     path_base: Callable[[str], str | None] | None = None
     """Where this dialect's endpoint starts in a client's path: the part before it and its API
     version (Gemini: ``/proxy`` of ``/proxy/v1beta/models/m:generateContent``), or None when

@@ -16,6 +16,7 @@ from typing import Literal
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import Query, Target
 from addon.model import ClientError, UnsupportedShape
+from addon.plan.conditions import RequestView
 from addon.plan.values import dump, load_json
 from addon.redact import Secrets
 from addon.routes import Route, match
@@ -70,11 +71,12 @@ def count_route(
     routes: tuple[Route, ...], method: str, host: str, path: str, body: bytes = b""
 ) -> Route | None:
     """The route of a token-count request of a client dialect that has one, or None (a
-    route's ``model`` globs read the counting body's model, as for the chat request)."""
+    route's ``model`` and ``when`` read the counting body, as for the chat request)."""
     if method != "POST" or not path.endswith(SUFFIX):
         return None
     chat = path[: -len(SUFFIX)]
-    route = match(routes, host, chat, "POST", lambda c: DIALECTS[c].requested_model(body, chat))
+    view = RequestView(body, chat)
+    route = match(routes, host, chat, "POST", view.model, view.facts)
     if route is None:
         return None
     client = DIALECTS[route.client]

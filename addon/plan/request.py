@@ -28,6 +28,7 @@ from addon.model import (
     ToolMode,
     UnsupportedShape,
 )
+from addon.plan.conditions import Decoded, RequestView
 from addon.plan.decision import Decision, Pass, Reject, Rewrite
 from addon.plan.flow import FlowPlan
 from addon.plan.values import (
@@ -59,19 +60,14 @@ clock: Callable[[], float] = time.time
 
 
 def route_for(
-    settings: Settings, method: str, host: str, path: str, body: bytes = b""
+    settings: Settings, method: str, host: str, path: str, body: bytes | RequestView = b""
 ) -> Route | None:
     """The first route that matches, or None: the flow is not the bridge's. A route's
-    ``model`` globs are matched against the model the body (or the path) asks for, read once
-    per client dialect and only when a route that fits otherwise has globs."""
-    read: dict[str, str | None] = {}
-
-    def model_of(client: str) -> str | None:
-        if client not in read:
-            read[client] = DIALECTS[client].requested_model(body, path)
-        return read[client]
-
-    return match(settings.routes, host, path, method, model_of)
+    ``model`` globs and ``when`` conditions are asked of the body (a ``RequestView``: read
+    once per client dialect, and only when a route that fits otherwise has them; give the
+    same view to ``decide`` and it reuses the decode)."""
+    view = body if isinstance(body, RequestView) else RequestView(body, path)
+    return match(settings.routes, host, path, method, view.model, view.facts)
 
 
 def decide(
@@ -82,10 +78,13 @@ def decide(
     creds: RouteCredentials | None = None,
     store: ReasoningStore | None = None,
     secrets: Secrets | None = None,
+    view: RequestView | None = None,
 ) -> Decision:
     """Decode, transform and encode one routed request (see the module docstring). ``creds``:
     what the shell read for the route (a Kiro token file), sent instead of any other key;
-    ``store``: the reasoning store (restores what the client dropped; captures the answer)."""
+    ``store``: the reasoning store (restores what the client dropped; captures the answer);
+    ``view``: the one ``route_for`` read (its body is ``incoming.body``): a decode it made
+    for the route's ``when`` is not made again."""
     client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
     target = route.target
     plan = FlowPlan(
@@ -99,8 +98,9 @@ def decide(
         secrets=secrets or Secrets(),
         profile_arn=creds.profile_arn if creds is not None else None,
     )
+    made = view.decoded(route.client, read=False) if view is not None else None
     try:
-        body = load_json(incoming.body)
+        body = view.json() if made is not None and view is not None else load_json(incoming.body)
         if not isinstance(body, dict):
             raise UnsupportedShape("the body is JSON but not an object")
     except (ValueError, UnsupportedShape) as e:
@@ -115,11 +115,7 @@ def decide(
     except ClientError as e:
         return _reject(plan, e)
     try:
-        decoded = client.decode_request(body, notes)
-        if client.from_path is not None:
-            decoded = dataclasses.replace(
-                decoded, **client.from_path(incoming.bare_path, incoming.query)
-            )
+        decoded = _decode(client, body, made, incoming, notes)
         plan = replace(plan, defaults=AnswerDefaults(decoded.model, int(clock())))
         unified, plan = transform(decoded, plan, settings, notes)
         wire_for = _wire_maker(route, client, upstream, incoming, env_key)
@@ -152,6 +148,23 @@ def decide(
         request_notes=Counter(notes),
     )
     return Rewrite(plan, wire, summary, incoming.body, encoded)
+
+
+def _decode(
+    client: Dialect, body: JSON, made: Decoded | None, incoming: Incoming, notes: Notes
+) -> Request:
+    """The client's request, unified: the decode routing made (``made``, its notes too), else
+    one now; then what the client's path says (``Dialect.from_path``)."""
+    if made is not None:
+        notes.update(made.notes)
+        decoded = made.request
+    else:
+        decoded = client.decode_request(body, notes)
+    if client.from_path is not None:
+        decoded = dataclasses.replace(
+            decoded, **client.from_path(incoming.bare_path, incoming.query)
+        )
+    return decoded
 
 
 def _invoke_maker(
@@ -291,10 +304,7 @@ def transform(
     they decided; what they did goes to ``notes``. ``mode``: a tool mode instead of the
     route's (the loop guard's second request)."""
     route, upstream = plan.route, plan.upstream
-    model, thinking = resolve_model(req.model, s.models)
-    if thinking:
-        notes[f"{req.model} → {model} with thinking"] += 1
-        req = dataclasses.replace(req, model=model)
+    req, plan, thinking, mapped = _model_names(req, plan, s, notes)
     check_tools(req)
     if (route.tool_repair or s.tool_repair) == "on":
         plan = replace(plan, schemas=schemas_of(req))  # the client's own, before any profile
@@ -357,13 +367,28 @@ def transform(
         plan = replace(plan, custom_tools=custom)
     req, plan = _tool_protocol(req, plan, s, notes, mode)
     if upstream.prepare is not None:
-        facts = RouteFacts(
-            dict(route.model_map or ()),
-            route.profile_arn or plan.profile_arn,
-            route.description_limit,
-        )
+        facts = RouteFacts(mapped, route.profile_arn or plan.profile_arn, route.description_limit)
         req = upstream.prepare(req, notes, facts)
     return req, replace(plan, hide_thinking=s.thinking_output == "hidden")
+
+
+def _model_names(
+    req: Request, plan: FlowPlan, s: Settings, notes: Notes
+) -> tuple[Request, FlowPlan, bool, bool]:
+    """The model sent upstream: a ``BASE-thinking`` name as ``BASE`` with thinking on
+    (``bridge_models``; the first bool says so), then the route's ``model_map`` (the second
+    bool: it chose the name). Another name: the client's answer keeps the one it asked for
+    (``rename_answer``)."""
+    model, thinking = resolve_model(req.model, s.models)
+    if thinking:
+        notes[f"{req.model} → {model} with thinking"] += 1
+        req = dataclasses.replace(req, model=model)
+    mapped = plan.route.mapped_model(req.model)
+    if mapped is not None and mapped != req.model:
+        notes[f"model {req.model} → {mapped} (the route's model_map)"] += 1
+        req = dataclasses.replace(req, model=mapped)
+        plan = replace(plan, rename_answer=True)
+    return req, plan, thinking, mapped is not None
 
 
 def _tool_protocol(

@@ -20,6 +20,7 @@ from addon.plan import (
     Incoming,
     Pass,
     Reject,
+    RequestView,
     Rewrite,
     decide,
     internal_error,
@@ -72,7 +73,8 @@ class RewriteRequest:
         try:
             req = flow.request
             body = req.get_content(strict=False) or b""
-            route = route_for(settings, req.method, req.host, req.path, body)
+            view = RequestView(body, req.path)
+            route = route_for(settings, req.method, req.host, req.path, view)
             if route is None or outside_proxy_hosts(flow):
                 return
             incoming = Incoming(
@@ -84,7 +86,14 @@ class RewriteRequest:
             secrets = secret_values(incoming.headers, incoming.query, route_key)
             SECRETS.add(flow.id, secrets)  # before any line about this flow is written
             decision: Decision = decide(
-                settings, route, incoming, env, creds, store=self._store.store, secrets=secrets
+                settings,
+                route,
+                incoming,
+                env,
+                creds,
+                store=self._store.store,
+                secrets=secrets,
+                view=view,
             )
             if isinstance(decision, Rewrite):
                 # Everything that could fail is done: the flow is changed only from here on.

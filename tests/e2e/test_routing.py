@@ -7,11 +7,13 @@ keys never reach another host."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -95,11 +97,30 @@ def routes_text(services: dict[str, Service]) -> str:
     url = {d: s.server.base_url for d, s in services.items()}
     return f"""
 [[routes]]
+name = "claude-code-background"
+path = "*/v1/messages"
+client = "anthropic"
+when = {{background = true}}
+upstream = "openai_chat"
+upstream_url = "{url["openai_chat"]}/cheap"
+api_key_env = "{ENV["openai_chat"]}"
+model_map = {{"*" = "cheap-model"}}
+
+[[routes]]
+name = "claude-code-main"
+path = "*/v1/messages"
+client = "anthropic"
+upstream = "anthropic"
+upstream_url = "{url["anthropic"]}"
+api_key_env = "{ENV["anthropic"]}"
+
+[[routes]]
 name = "openai"
 model = ["gpt-5*", "o3"]
 upstream = "openai_chat"
 upstream_url = "{url["openai_chat"]}/openai"
 api_key_env = "{ENV["openai_chat"]}"
+model_map = {{"gpt-5*" = "upstream-gpt"}}
 
 [[routes]]
 name = "claude"
@@ -152,13 +173,17 @@ def cursor(proxy: Proxy) -> openai.OpenAI:
     )
 
 
-def ask(proxy: Proxy, model: str, stream: bool) -> str:
+def ask(proxy: Proxy, model: str, stream: bool) -> tuple[str, set[str]]:
+    """The answer's text and the model names it gave."""
     messages: Any = [{"role": "user", "content": "hi"}]
     if not stream:
         done = cursor(proxy).chat.completions.create(model=model, messages=messages)
-        return done.choices[0].message.content or ""
-    chunks = cursor(proxy).chat.completions.create(model=model, messages=messages, stream=True)
-    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        return done.choices[0].message.content or "", {done.model}
+    chunks = list(
+        cursor(proxy).chat.completions.create(model=model, messages=messages, stream=True)
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    return text, {c.model for c in chunks}
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -179,9 +204,12 @@ def test_each_model_reaches_its_own_upstream_with_its_own_key(
     path: str,
     stream: bool,
 ) -> None:
-    assert ask(router, model, stream) == f"hello from {dialect}"
+    text, named = ask(router, model, stream)
+    assert text == f"hello from {dialect}"
     (rec,) = services[dialect].server.requests
     assert rec.path.startswith(path)
+    if dialect == "openai_chat":  # the route's model_map: the client still reads its own name
+        assert rec.json()["model"] == "upstream-gpt" and named == {model}
     assert {h: rec.headers[h] for h in CREDENTIAL_HEADERS if h in rec.headers} == (
         services[dialect].wanted()
     )
@@ -194,7 +222,7 @@ def test_each_model_reaches_its_own_upstream_with_its_own_key(
 def test_other_models_stay_with_the_home_gateway_and_the_clients_key(
     router: Proxy, upstream: ScriptedUpstream, services: dict[str, Service], stream: bool
 ) -> None:
-    assert ask(router, "my-own-model", stream) == "hello from openai_chat"
+    assert ask(router, "my-own-model", stream)[0] == "hello from openai_chat"
     (rec,) = upstream.requests
     assert rec.headers["authorization"] == f"Bearer {CLIENT_KEY}"
     assert not any(s.server.requests for s in services.values())
@@ -203,8 +231,70 @@ def test_other_models_stay_with_the_home_gateway_and_the_clients_key(
 def test_a_route_to_another_host_without_a_key_of_its_own_gets_no_key(
     router: Proxy, services: dict[str, Service]
 ) -> None:
-    assert ask(router, "free-model", False) == "hello from openai_chat"
+    assert ask(router, "free-model", False)[0] == "hello from openai_chat"
     (rec,) = services["openai_chat"].server.requests
     assert rec.path == "/free/v1/chat/completions"
     assert not [h for h in CREDENTIAL_HEADERS if h in rec.headers]
     assert not [k for k in ALL_KEYS if k in str(rec.header_list)]
+
+
+# ----------------------------------------------------------------------------- Claude Code
+
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "claude_code"
+
+
+def claude_code_request(name: str) -> dict[str, Any]:
+    """A request Claude Code 2.1.197 really sent (tests/fixtures/claude_code/README.md)."""
+    rec = json.loads((RECORDED / f"claude-code-2.1.197-{name}.request.json").read_text())
+    return dict(rec["body"])
+
+
+def send_as_claude_code(proxy: Proxy, body: dict[str, Any], stream: bool) -> str:
+    client = anthropic.Anthropic(
+        base_url=proxy.base_url, api_key=CLIENT_KEY, max_retries=0, timeout=20
+    )
+    known = ("model", "max_tokens", "messages", "system", "tools", "thinking", "metadata")
+    kwargs: dict[str, Any] = {k: body[k] for k in known if k in body}
+    extra = {k: v for k, v in body.items() if k not in (*known, "stream")}
+    query = {"beta": "true"}
+    if not stream:
+        done = client.messages.create(**kwargs, extra_body=extra, extra_query=query)
+        return "".join(b.text for b in done.content if b.type == "text")
+    with client.messages.stream(**kwargs, extra_body=extra, extra_query=query) as events:
+        final = events.get_final_message()
+    return "".join(b.text for b in final.content if b.type == "text")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize(
+    ("name", "dialect", "path"),
+    [
+        pytest.param("haiku-model-title", "openai_chat", "/cheap/v1/chat/completions", id="title"),
+        pytest.param(
+            "default-title", "openai_chat", "/cheap/v1/chat/completions", id="title-main-model"
+        ),
+        pytest.param("haiku-model-main", "anthropic", "/v1/messages", id="main"),
+    ],
+)
+def test_claude_codes_background_calls_take_their_own_route(
+    router: Proxy,
+    upstream: ScriptedUpstream,
+    services: dict[str, Service],
+    name: str,
+    dialect: str,
+    path: str,
+    stream: bool,
+) -> None:
+    body = claude_code_request(name)
+    assert send_as_claude_code(router, body, stream) == f"hello from {dialect}"
+    (rec,) = services[dialect].server.requests
+    assert rec.path.split("?", 1)[0] == path
+    sent = {h: rec.headers[h] for h in CREDENTIAL_HEADERS if h in rec.headers}
+    assert sent == services[dialect].wanted()
+    assert not [k for k in ALL_KEYS if k != KEYS[dialect] and k in str(rec.header_list)]
+    if dialect == "openai_chat":
+        assert rec.json()["model"] == "cheap-model" and not rec.json().get("tools")
+    else:
+        assert rec.json()["model"] == body["model"] and len(rec.json()["tools"]) == 25
+    others = [s for d, s in services.items() if d != dialect]
+    assert not any(s.server.requests for s in others) and not upstream.requests

@@ -229,6 +229,18 @@ def write(tmp_path: Path, route: str) -> Path:
         pytest.param('model = [""]', "non-empty", id="model-empty-glob"),
         pytest.param("model = 3", "model name glob", id="model-number"),
         pytest.param('client_key = "yes"', "boolean", id="client-key-text"),
+        pytest.param('model_map = {"a" = ""}', "non-empty string", id="map-empty-target"),
+        pytest.param('model_map = {"" = "x"}', "non-empty strings", id="map-empty-glob"),
+        pytest.param('model_map = {"a" = 3}', "non-empty string", id="map-target-number"),
+        pytest.param('model_map = ["a"]', "table of model names", id="map-list"),
+        pytest.param('when = {thinking = "yes"}', "boolean", id="when-thinking-text"),
+        pytest.param("when = {images = 1}", "boolean", id="when-images-number"),
+        pytest.param("when = {background = 0}", "boolean", id="when-background-number"),
+        pytest.param("when = {min_input_tokens = -1}", "greater than or equal to 0", id="when-neg"),
+        pytest.param("when = {min_input_tokens = 1.5}", "integer", id="when-float"),
+        pytest.param('when = {min_input_tokens = "9"}', "integer", id="when-text"),
+        pytest.param("when = {colour = true}", "unknown key (allowed: thinking", id="when-unknown"),
+        pytest.param("when = 3", "e.g. {thinking = true}", id="when-not-a-table"),
     ],
 )
 def test_bad_new_keys_are_refused_with_one_line_naming_route_and_key(
@@ -239,6 +251,8 @@ def test_bad_new_keys_are_refused_with_one_line_naming_route_and_key(
         load_routes(path)
     text = str(info.value)
     key = line.split(" ", 1)[0]
+    if line.startswith("when = {"):
+        key += "." + line.removeprefix("when = {").split(" ", 1)[0]
     assert f"routes[0].{key}: " in text and text.endswith(" (in route 'far')")
     assert message in text and str(path) in text
     assert "\n" not in text

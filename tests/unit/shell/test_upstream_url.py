@@ -13,6 +13,7 @@ from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
 from addon.shell.addons import Addons, make_addons
+from addon.shell.common import META_KEY
 from addon.shell.retry import RetryAnswer
 from addon.wire import WITHHELD
 from tests.e2e.harness import JSONReply, ScriptedUpstream
@@ -80,6 +81,7 @@ def test_the_request_goes_to_the_routes_upstream_url_without_the_clients_key(
     assert "authorization" not in f.request.headers
     assert f.comment.count(WITHHELD) == 1
     assert SECRET not in f.comment
+    assert f.metadata[META_KEY]["upstream_url"] == "http://far.example:8080/api"
 
 
 def test_a_route_without_upstream_url_leaves_the_address_alone(
