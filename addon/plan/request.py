@@ -52,7 +52,7 @@ from addon.transforms.restore import restore_request
 from addon.transforms.text_tools import TextToolSettings, apply_text_tools
 from addon.transforms.thinking import apply_thinking_prompt, resolve_model
 from addon.transforms.tools import check_tools, leave_out_tools, sanitize_tool_schemas
-from addon.wire import build_wire
+from addon.wire import KEY_PARAMETERS, build_wire, credentials
 
 clock: Callable[[], float] = time.time
 """The time a client's answer says it was made, where the upstream's does not say
@@ -84,7 +84,52 @@ def decide(
     what the shell read for the route (a Kiro token file), sent instead of any other key;
     ``store``: the reasoning store (restores what the client dropped; captures the answer);
     ``view``: the one ``route_for`` read (its body is ``incoming.body``): a decode it made
-    for the route's ``when`` is not made again."""
+    for the route's ``when`` is not made again. A request passed on untouched still goes to
+    the route's ``upstream_url`` (``Pass.wire``)."""
+    d = _decide(settings, route, incoming, env, creds, store, secrets, view)
+    if isinstance(d, Pass) and d.reason is not None and route.target is not None:
+        return replace(d, wire=passed_on(route, incoming, env, creds))
+    return d
+
+
+def passed_on(
+    route: Route, incoming: Incoming, env: Mapping[str, str], creds: RouteCredentials | None
+) -> WireRequest | None:
+    """Where an untouched request of a route with an ``upstream_url`` goes: that origin, the
+    prefix before the client's path, its query, and the key rules of ``build_wire`` (the
+    route's own key in the client dialect's header; none to another host unless
+    ``client_key``). None: the route has no ``upstream_url``."""
+    target = route.target
+    if target is None:
+        return None
+    client = DIALECTS[route.client]
+    withhold = withholds_key(route, incoming.host, incoming.port)
+    try:
+        env_key = _route_key(route, env, creds)
+    except ClientError:  # its variable is gone: no key at all rather than the client's
+        env_key, withhold = None, True
+    notes: Notes = Counter()
+    set_headers, drop = credentials(
+        client, client, incoming.headers, env_key, notes, incoming.query, withhold
+    )
+    query = incoming.query
+    if withhold or env_key is not None:
+        query = tuple((k, v) for k, v in query if k.lower() not in KEY_PARAMETERS)
+    origin = (target.scheme, target.host, target.port)
+    path = target.join(incoming.bare_path)
+    return WireRequest({}, path, query, set_headers, drop, origin=origin)
+
+
+def _decide(
+    settings: Settings,
+    route: Route,
+    incoming: Incoming,
+    env: Mapping[str, str],
+    creds: RouteCredentials | None = None,
+    store: ReasoningStore | None = None,
+    secrets: Secrets | None = None,
+    view: RequestView | None = None,
+) -> Decision:
     client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
     target = route.target
     plan = FlowPlan(

@@ -275,3 +275,60 @@ def test_a_route_from_a_file_takes_a_glob_or_a_list(tmp_path: Path) -> None:
 def test_a_route_built_in_code_checks_the_new_keys(keys: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Route(name="r", **keys)
+
+
+# ----------------------------------------------------------------------------- passed on
+
+
+PASSING = (
+    Route(
+        name="keyed",
+        path="*/k/chat/completions",
+        upstream_url="https://far.example",
+        api_key_env="K",
+    ),
+    Route(
+        name="told",
+        path="*/t/chat/completions",
+        upstream_url="https://far.example",
+        client_key=True,
+    ),
+    Route(name="far", upstream_url="https://far.example/p"),
+)
+
+
+def passed(path: str, env: dict[str, str] | None = None) -> Any:
+    s = Settings(routes=PASSING)
+    inc = Incoming(
+        "POST", "api.example.com", path, {"authorization": f"Bearer {CLIENT_KEY}"}, b"not json", 443
+    )
+    route = route_for(s, "POST", inc.host, inc.path, inc.body)
+    assert route is not None
+    return decide(s, route, inc, env or {})
+
+
+def test_a_body_passed_on_untouched_still_goes_to_the_upstream_url_by_the_key_rules() -> None:
+    from addon.plan import Pass
+
+    d = passed("/v1/chat/completions?key=" + CLIENT_KEY + "&x=1")
+    assert isinstance(d, Pass) and d.reason and d.wire is not None
+    assert d.wire.origin == ("https", "far.example", 443)
+    assert d.wire.path == "/p/v1/chat/completions" and d.wire.query == (("x", "1"),)
+    assert "authorization" in d.wire.drop_headers and not d.wire.set_headers
+
+    keyed = passed("/k/chat/completions", {"K": ROUTE_KEY})
+    assert isinstance(keyed, Pass) and keyed.wire is not None
+    assert dict(keyed.wire.set_headers) == {"authorization": f"Bearer {ROUTE_KEY}"}
+
+    told = passed("/t/chat/completions")
+    assert isinstance(told, Pass) and told.wire is not None
+    assert not told.wire.drop_headers and not told.wire.set_headers
+
+
+def test_a_route_without_upstream_url_passes_on_where_the_client_sent_it() -> None:
+    from addon.plan import Pass
+
+    s = Settings(routes=(Route(name="plain"),))
+    inc = Incoming("POST", "h", "/v1/chat/completions", {}, b"not json")
+    d = decide(s, s.routes[0], inc, {})
+    assert isinstance(d, Pass) and d.reason and d.wire is None

@@ -118,3 +118,19 @@ def test_a_retry_goes_where_the_route_sent_the_request(
     assert rec.path == "/api/v1/chat/completions"
     assert "authorization" not in rec.headers
     assert rec.json()["model"] == "far-2"
+
+
+def test_a_body_the_bridge_cannot_read_goes_to_the_upstream_url_untouched(
+    bundle: tuple[Addons, taddons.context], tmp_path: Path
+) -> None:
+    addons, tctx = bundle
+    tctx.configure(
+        addons.settings, bridge_routes=routes(tmp_path, ROUTES.replace('model = "far-*"\n', ""))
+    )
+    f = flow("x")
+    f.request.content = b"not json"
+    addons.request.request(f)
+    assert f.request.url == "http://far.example:8080/api/v1/chat/completions"
+    assert f.request.content == b"not json"
+    assert "authorization" not in f.request.headers
+    assert "passed through" in f.comment
