@@ -5,17 +5,22 @@ built-in default routes, and the first route that fits a request's host, path
 and method. No mitmproxy, no file reading here (``addon.routes_file`` reads
 files and builds routes with these checks); the shell passes plain strings.
 
-The keys of a routes file, with an example: ``addon.routes_file``, which reads such files
-(this module never reads one).
+The keys of a routes file, with an example: docs/routes.md (``addon.routes_file`` reads
+such files; this module never reads one). A route may name the models it takes (``model``):
+the caller then gives the model a request asks for, read per client dialect, lazily.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import lru_cache
 from typing import Literal
+from urllib.parse import urlsplit
 
+from addon.dialects import DIALECTS
 from addon.model import SchemaProfile, ToolMode
 
 type DialectName = Literal[
@@ -24,14 +29,49 @@ type DialectName = Literal[
 
 UPSTREAM_ONLY: frozenset[str] = frozenset({"kiro"})
 """Dialects the bridge speaks to upstreams only (it does not answer their clients)."""
-KIRO_KEYS: tuple[str, ...] = (
-    "model_map",
-    "profile_arn",
-    "token_file",
-    "refresh_url",
-    "description_limit",
-)
-"""Route keys that only a ``kiro`` upstream takes."""
+DIALECT_KEYS: tuple[str, ...] = ("profile_arn", "token_file", "refresh_url", "description_limit")
+"""Route keys that only some upstream dialects take (``Dialect.route_keys`` says which)."""
+
+
+@dataclass(frozen=True, slots=True)
+class When:
+    """A route's conditions beyond host, path, method and model: each one set must hold
+    (``RequestFacts``); none set: the route takes any request."""
+
+    thinking: bool | None = None
+    """The request asks for reasoning (true) or does not (false)."""
+    images: bool | None = None
+    """The request holds an image input (true) or none (false)."""
+    min_input_tokens: int | None = None
+    """The bridge's estimate of the request's input tokens is at least this."""
+    background: bool | None = None
+    """The request is a client's background call (true) or not (false): docs/routes.md."""
+
+    def __post_init__(self) -> None:
+        if self.min_input_tokens is not None and self.min_input_tokens < 0:
+            raise ValueError("when.min_input_tokens: must be at least 0")
+
+    def holds(self, facts: RequestFacts | None) -> bool:
+        """Whether every condition set holds (``facts`` None: the request could not be read,
+        only a ``When`` of no conditions holds)."""
+        if facts is None:
+            return self == When()
+        return (
+            (self.thinking is None or self.thinking == facts.thinking)
+            and (self.images is None or self.images == facts.images)
+            and (self.background is None or self.background == facts.background)
+            and (self.min_input_tokens is None or facts.input_tokens >= self.min_input_tokens)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFacts:
+    """What ``When`` asks of a request, read from it as a client of one dialect sent it."""
+
+    thinking: bool = False
+    images: bool = False
+    input_tokens: int = 0
+    background: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +112,9 @@ class Route:
     (``sentinel``, what Google documents for calls it did not make) or nothing (``none``: the
     upstream may refuse it, and the staged retry takes over)."""
     model_map: tuple[tuple[str, str], ...] | None = None
-    """``kiro`` upstreams: client model names → Kiro ``modelId``s, before the built-in table (a
-    TOML table ``{"claude-sonnet-4-6" = "claude-sonnet-4.5"}``, kept as pairs: routes stay
-    hashable)."""
+    """The model sent upstream: client model globs → upstream model names, the first pair whose
+    glob takes the model wins (a TOML table ``{"claude-*" = "deepseek-chat"}``, kept as pairs:
+    routes stay hashable). Kiro: a mapped name is sent as it is, else its built-in table."""
     profile_arn: str | None = None
     """``kiro`` upstreams: the body's ``profileArn`` (default: the token file's, if any)."""
     token_file: str | None = None
@@ -85,6 +125,17 @@ class Route:
     description_limit: int | None = None
     """``kiro`` upstreams: tool descriptions longer than this many characters are cut (with
     ``...``); default 10240, Kiro's limit (at least 16)."""
+    model: tuple[str, ...] | None = None
+    """Globs over the model the client asked for (a string in a file is a list of one); the
+    route takes only those. ``None``: any model, and a request whose model cannot be read."""
+    upstream_url: str | None = None
+    """``http(s)://host[:port][/prefix]``: where this route's requests go whatever the proxy's
+    mode (``UpstreamURL``); ``None``: where the client sent them."""
+    client_key: bool = False
+    """With an ``upstream_url`` to another host than the client addressed: send the client's
+    key there all the same. Without it (and without ``api_key_env``) no key goes there."""
+    when: When | None = None
+    """Conditions on the request beyond its model (``When``); None: any request."""
 
     def __post_init__(self) -> None:
         for name in ("name", "host", "path"):
@@ -98,7 +149,9 @@ class Route:
         http_url(self.refresh_url)
         if self.description_limit is not None and self.description_limit < 16:
             raise ValueError("description_limit: must be at least 16")
-        kiro_only(self)
+        object.__setattr__(self, "model", model_globs(self.model))
+        upstream_url(self.upstream_url)
+        dialect_keys(self)
 
     def matches(self, host: str, path: str, method: str) -> bool:
         return (
@@ -106,6 +159,41 @@ class Route:
             and fnmatchcase(host.lower(), self.host.lower())
             and fnmatchcase(path.split("?", 1)[0], self.path)
         )
+
+    def mapped_model(self, model: str) -> str | None:
+        """The model ``model_map`` sends upstream for the client's ``model``, or None."""
+        for glob, target in self.model_map or ():
+            if fnmatchcase(model, glob):
+                return target
+        return None
+
+    def takes_model(self, model: str | None) -> bool:
+        """Whether the route's ``model`` globs take this model (None: it could not be read)."""
+        if self.model is None:
+            return True
+        return model is not None and any(fnmatchcase(model, glob) for glob in self.model)
+
+    @property
+    def target(self) -> UpstreamURL | None:
+        """The parsed ``upstream_url``."""
+        return None if self.upstream_url is None else parse_upstream_url(self.upstream_url)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamURL:
+    """A route's ``upstream_url``, parsed: where the shell sends the request, and the prefix
+    joined before the path the upstream dialect places the request at."""
+
+    scheme: Literal["http", "https"]
+    host: str
+    """Lower case, IPv6 without brackets."""
+    port: int
+    """The scheme's default (443, 80) when the URL names none."""
+    prefix: str = ""
+    """``/api`` of ``https://openrouter.ai/api`` (no trailing slash); ``""``: none."""
+
+    def join(self, path: str) -> str:
+        return self.prefix + path if self.prefix else path
 
 
 # ----------------------------------------------------------------------------- checks
@@ -156,14 +244,21 @@ def client_side(v: str) -> str:
 
 
 def model_map_pairs(v: object) -> tuple[tuple[str, str], ...] | None:
-    """A table (or pairs) of client model → Kiro ``modelId``, as pairs."""
+    """A table (or pairs) of client model globs → upstream model names, as pairs."""
     if isinstance(v, dict):
-        for name, target in v.items():
-            if not isinstance(target, str) or not target.strip():
-                raise ValueError(f"{name!r}: the Kiro modelId must be a non-empty string")
-        return tuple(v.items())
-    if v is not None and not isinstance(v, tuple):
-        raise ValueError('must be a table of model names, e.g. {"claude-sonnet-4-6" = "…"}')
+        v = tuple(v.items())
+    if v is None:
+        return None
+    if not isinstance(v, tuple):
+        raise ValueError('must be a table of model names, e.g. {"claude-*" = "deepseek-chat"}')
+    for pair in v:
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise ValueError('must be a table of model names, e.g. {"claude-*" = "deepseek-chat"}')
+        name, target = pair
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError("model globs must be non-empty strings")
+        if not isinstance(target, str) or not target.strip():
+            raise ValueError(f"{name!r}: the upstream model must be a non-empty string")
     return v
 
 
@@ -173,15 +268,63 @@ def http_url(v: str | None) -> str | None:
     return v
 
 
-def kiro_only(route: Route) -> None:
-    if route.upstream != "kiro":
-        given = [k for k in KIRO_KEYS if getattr(route, k) is not None]
-        if given:
-            raise ValueError(
-                f'{", ".join(given)}: only for upstream = "kiro" '
-                f"(this route's upstream is {route.upstream})"
-            )
-    elif route.refresh_url is not None and route.token_file is None:
+def model_globs(v: object) -> tuple[str, ...] | None:
+    """A glob or a list of globs over model names, as a tuple."""
+    if v is None:
+        return None
+    globs = (v,) if isinstance(v, str) else v
+    if not isinstance(globs, tuple | list) or not globs:
+        raise ValueError('must be a model name glob or a list of them, e.g. ["claude-*"]')
+    for glob in globs:
+        if not isinstance(glob, str) or not glob.strip():
+            raise ValueError("model globs must be non-empty strings")
+    return tuple(globs)
+
+
+@lru_cache(maxsize=256)
+def parse_upstream_url(v: str) -> UpstreamURL:
+    """``http(s)://host[:port][/prefix]`` → ``UpstreamURL``; ``ValueError`` saying what is
+    wrong (not http/https, no host, a query or fragment, a bad port, credentials)."""
+    try:
+        parts = urlsplit(v.strip())
+        port = parts.port
+    except ValueError as e:
+        raise ValueError(f"not a URL with a valid port ({e})") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError("must be an http:// or https:// URL (https://host[:port][/prefix])")
+    host = parts.hostname
+    if not host:
+        raise ValueError("names no host (https://host[:port][/prefix])")
+    if parts.query or parts.fragment or "?" in v or "#" in v:
+        raise ValueError("must not have a query or fragment (https://host[:port][/prefix])")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("must not hold credentials (use api_key_env)")
+    if port == 0:
+        raise ValueError("port 0 is not a port")
+    if any(c.isspace() for c in v.strip()) or re.search(r"[^A-Za-z0-9.\-:_]", host):
+        raise ValueError(f"host {host!r} is not a host name or address")
+    scheme: Literal["http", "https"] = "https" if parts.scheme == "https" else "http"
+    default = 443 if scheme == "https" else 80
+    return UpstreamURL(scheme, host.lower(), port or default, parts.path.rstrip("/"))
+
+
+def upstream_url(v: str | None) -> str | None:
+    if v is not None:
+        parse_upstream_url(v)
+    return v
+
+
+def dialect_keys(route: Route) -> None:
+    """The ``DIALECT_KEYS`` a route gives must be its upstream dialect's (``route_keys``)."""
+    takes = DIALECTS[route.upstream].route_keys
+    given = [k for k in DIALECT_KEYS if getattr(route, k) is not None and k not in takes]
+    if given:
+        only = sorted(n for n, d in DIALECTS.items() if set(given) <= d.route_keys)
+        where = " or ".join(f'upstream = "{n}"' for n in only) or "another upstream"
+        raise ValueError(
+            f"{', '.join(given)}: only for {where} (this route's upstream is {route.upstream})"
+        )
+    if route.refresh_url is not None and route.token_file is None:
         raise ValueError("refresh_url: only with token_file")
 
 
@@ -199,8 +342,68 @@ Claude Code), POST …/responses (OpenAI Responses client, e.g. Codex CLI) and P
 on any host, all to an OpenAI-compatible upstream."""
 
 
-def match(routes: tuple[Route, ...], host: str, path: str, method: str) -> Route | None:
+def withholds_key(route: Route, host: str, port: int | None) -> bool:
+    """Whether the client's key must not go upstream: the route's ``upstream_url`` is another
+    host (or port) than the one the client addressed (``port`` None: not known, the host
+    alone says), and the route neither sends a key of its own (``api_key_env``, Kiro's
+    ``token_file``) nor says ``client_key = true``. Keys never cross hosts."""
+    target = route.target
+    if target is None or route.client_key or route.api_key_env or route.token_file:
+        return False
+    if target.host != host.lower().strip("[]"):
+        return True
+    return port is not None and target.port != port
+
+
+type ModelOf = Callable[[DialectName], str | None]
+"""The model a request asks for, read as a client of that dialect sends it (None: unreadable)."""
+
+
+type FactsOf = Callable[[DialectName], RequestFacts | None]
+"""What ``When`` asks of a request, read as a client of that dialect sends it (None: the body
+cannot be read so)."""
+
+
+def match(
+    routes: tuple[Route, ...],
+    host: str,
+    path: str,
+    method: str,
+    model_of: ModelOf | None = None,
+    facts_of: FactsOf | None = None,
+) -> Route | None:
+    """The first route whose host, path and method fit, then its ``model`` globs, then its
+    ``when`` (asked of ``model_of`` / ``facts_of`` only for a route that has them; without
+    them such a route never fits: the caller knows nothing of the body)."""
     for route in routes:
-        if route.matches(host, path, method):
-            return route
+        if not route.matches(host, path, method):
+            continue
+        if route.model is not None and (
+            model_of is None or not route.takes_model(model_of(route.client))
+        ):
+            continue
+        if route.when is not None and (
+            facts_of is None or not route.when.holds(facts_of(route.client))
+        ):
+            continue
+        return route
     return None
+
+
+GLOB_CHARS = "*?["
+"""A model name holding one of these is a glob, not a name a client can pick from a list."""
+
+
+def listed_models(routes: tuple[Route, ...], host: str, paths: tuple[str, ...]) -> tuple[str, ...]:
+    """The model names the routes that take ``POST`` on one of ``paths`` at ``host`` name
+    literally, in file order: their ``model`` names without glob characters, and the
+    ``model_map`` keys without any that the route takes (what a client's model list shows)."""
+    out: dict[str, None] = {}
+    for route in routes:
+        if not any(route.matches(host, path, "POST") for path in paths):
+            continue
+        keys = (k for k, _ in route.model_map or () if route.takes_model(k))
+        for name in (*(route.model or ()), *keys):
+            if not any(c in name for c in GLOB_CHARS):
+                out[name] = None
+    return tuple(out)

@@ -47,6 +47,20 @@ def load_routes(path: str | Path) -> tuple[Route, ...]:
     return routes
 
 
+class WhenFields(BaseModel):
+    """A route's ``when`` table (``addon.routes.When``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    thinking: bool | None = None
+    images: bool | None = None
+    min_input_tokens: int | None = Field(default=None, ge=0)
+    background: bool | None = None
+
+    def when(self) -> routes.When:
+        return routes.When(**{name: getattr(self, name) for name in type(self).model_fields})
+
+
 class RouteFields(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -70,6 +84,10 @@ class RouteFields(BaseModel):
     token_file: str | None = None
     refresh_url: str | None = None
     description_limit: int | None = Field(default=None, ge=16)
+    model: tuple[str, ...] | None = None
+    upstream_url: str | None = None
+    client_key: bool = Field(default=False, strict=True)
+    when: WhenFields | None = None
 
     _env = field_validator("api_key_env")(routes.env_name)
     _methods = field_validator("methods")(routes.http_methods)
@@ -79,14 +97,18 @@ class RouteFields(BaseModel):
     _client = field_validator("client")(routes.client_side)
     _pairs = field_validator("model_map", mode="before")(routes.model_map_pairs)
     _url = field_validator("refresh_url")(routes.http_url)
+    _model = field_validator("model", mode="before")(routes.model_globs)
+    _upstream_url = field_validator("upstream_url")(routes.upstream_url)
 
     @model_validator(mode="after")
-    def _kiro_only(self) -> RouteFields:
-        routes.kiro_only(self)  # type: ignore[arg-type]  # same attributes as a Route
+    def _dialect_keys(self) -> RouteFields:
+        routes.dialect_keys(self)  # type: ignore[arg-type]  # same attributes as a Route
         return self
 
     def route(self) -> Route:
-        return Route(**{name: getattr(self, name) for name in type(self).model_fields})
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        fields["when"] = self.when.when() if self.when is not None else None
+        return Route(**fields)
 
 
 class _RoutesFile(BaseModel):
@@ -103,11 +125,11 @@ def read_routes(data: dict[str, Any]) -> tuple[Route, ...]:
     try:
         parsed = _RoutesFile.model_validate(data)
     except ValidationError as e:
-        raise ValueError(_describe(e)) from None
+        raise ValueError(_describe(e, data)) from None
     return tuple(r.route() for r in parsed.routes)
 
 
-def _describe(e: ValidationError) -> str:
+def _describe(e: ValidationError, data: dict[str, Any]) -> str:
     problems = []
     for err in e.errors():
         where = ""
@@ -117,9 +139,29 @@ def _describe(e: ValidationError) -> str:
             f" (got {err['input']!r})" if err["type"] not in ("missing", "extra_forbidden") else ""
         )
         if err["type"] == "extra_forbidden":
-            allowed = ROUTE_KEYS if len(err["loc"]) > 1 else ("routes",)
+            loc = err["loc"]
+            allowed = (
+                tuple(WhenFields.model_fields)
+                if len(loc) > 3 and loc[2] == "when"
+                else ROUTE_KEYS
+                if len(loc) > 1
+                else ("routes",)
+            )
             msg = f"unknown key (allowed: {', '.join(allowed)})"
         else:
             msg = err["msg"].removeprefix("Value error, ").replace("a valid tuple", "a list")
-        problems.append(f"{where or 'top level'}: {msg}{got}")
+            msg = msg.replace(" or instance of WhenFields", " (e.g. {thinking = true})")
+        problems.append(f"{where or 'top level'}: {msg}{got}{_route_name(data, err['loc'])}")
     return "; ".join(problems)
+
+
+def _route_name(data: dict[str, Any], loc: tuple[int | str, ...]) -> str:
+    """`` (in route 'name')`` for a problem inside a route that has a name, else ``""``."""
+    if len(loc) < 2 or loc[0] != "routes" or not isinstance(loc[1], int):
+        return ""
+    listed = data.get("routes")
+    if not isinstance(listed, list) or not 0 <= loc[1] < len(listed):
+        return ""
+    route = listed[loc[1]]
+    name = route.get("name") if isinstance(route, dict) else None
+    return f" (in route {name!r})" if isinstance(name, str) and name else ""

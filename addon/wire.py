@@ -25,6 +25,13 @@ CREDENTIAL_HEADERS: frozenset[str] = frozenset(
 """Every header a dialect reads or writes an API key in (``api-key``: Azure OpenAI)."""
 
 
+WITHHELD = (
+    "client's API key not sent: the route's upstream_url is another host "
+    "(client_key = true or api_key_env sends one)"
+)
+"""The note of a flow whose route withholds the client's key (``credentials``)."""
+
+
 def read_key(
     dialect: Dialect, headers: Mapping[str, str], query: Query = ()
 ) -> tuple[str, str] | None:
@@ -57,11 +64,18 @@ def credentials(
     env_key: str | None,
     notes: Notes,
     query: Query = (),
+    withhold: bool = False,
 ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
-    """``(headers to set, headers to drop)`` for the key, following the rule above."""
+    """``(headers to set, headers to drop)`` for the key, following the rule above.
+    ``withhold``: the client's key must not go upstream (another host): without ``env_key``
+    every credential header is dropped and none is set."""
     if env_key is not None:
         key = env_key
         notes["API key from the route's environment variable"] += 1
+    elif withhold:
+        drop = tuple(sorted(h for h in CREDENTIAL_HEADERS if h in headers))
+        notes[WITHHELD] += 1
+        return (), drop
     elif client.name == upstream.name:
         return (), ()
     else:
@@ -89,8 +103,11 @@ def build_wire(
     env_key: str | None = None,
     body: JSON | None = None,
     project: str | None = None,
+    withhold_key: bool = False,
 ) -> WireRequest:
     """The whole upstream request. ``headers`` are the client's, names lower-case.
+    ``withhold_key``: the client's key must not go upstream (``credentials``), neither in a
+    header nor in a query parameter.
 
     ``body`` is the encoded body when the caller already has it (the retry path);
     otherwise the upstream dialect encodes ``req`` (and wraps it: ``Dialect.envelope``).
@@ -110,9 +127,14 @@ def build_wire(
         # route's upstream_path sets itself is the route's, and stays.
         theirs = {(k, v) for k, v in query if k == client.key_query}
         new_query = tuple(kv for kv in new_query if kv not in theirs)
+    if withhold_key:
+        # Whatever the dialects, no key-named parameter of the client's goes to another host
+        # (a route's upstream_path may set its own: those stay).
+        theirs = {(k, v) for k, v in query if k.lower() in KEY_PARAMETERS}
+        new_query = tuple(kv for kv in new_query if kv not in theirs)
     if not same and query and new_query != query:
         notes[f"query parameters of the {client.name} client dropped"] += 1
-    set_headers, drop = credentials(client, upstream, headers, env_key, notes, query)
+    set_headers, drop = credentials(client, upstream, headers, env_key, notes, query, withhold_key)
     setting = {k for k, _ in set_headers}
     if not same:
         for k, v in upstream.fixed_headers:

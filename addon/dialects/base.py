@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypedDict
 
+import msgspec
+
 from addon.model import (
     JSON,
     AnswerDefaults,
@@ -57,7 +59,8 @@ class DecoderFastPath(Protocol):
 class RouteFacts:
     """What a route tells a dialect's ``prepare`` (plain values: dialects know no routes)."""
 
-    model_map: dict[str, str] = field(default_factory=dict)
+    model_mapped: bool = False
+    """The route's ``model_map`` chose the model's name: the dialect keeps it as it is."""
     profile_arn: str | None = None
     description_limit: int | None = None
 
@@ -318,10 +321,25 @@ class Dialect:
     counts_tokens: bool = True
     """Whether the upstream answers Anthropic's ``count_tokens`` (as itself or translated);
     False (Kiro): the bridge's estimate answers and the upstream is not asked."""
+    route_keys: frozenset[str] = frozenset()
+    """The route keys only some upstream dialects take (``addon.routes.DIALECT_KEYS``) that a
+    route to this one may give (Kiro: ``token_file``, ``profile_arn`` …); the others are
+    refused at start."""
     path_base: Callable[[str], str | None] | None = None
     """Where this dialect's endpoint starts in a client's path: the part before it and its API
     version (Gemini: ``/proxy`` of ``/proxy/v1beta/models/m:generateContent``), or None when
     the path does not show it. Without the hook the endpoint is found as the ``path`` suffix."""
+
+    def requested_model(self, body: bytes, path: str) -> str | None:
+        """The model a client of this dialect asks for, read cheaply before any decode (a
+        route's ``model`` globs): from the path where the dialect carries it there
+        (``from_path``: Gemini), else the body's top-level ``model`` string. None: the body
+        is not a JSON object with one."""
+        if self.from_path is not None:
+            model = self.from_path(path.split("?", 1)[0], ()).get("model")
+            if model:
+                return model
+        return body_model(body)
 
     def placement(self, req: Request, target: Target) -> tuple[str, Query]:
         return (self.place or suffix_placement(self.path))(req, target)
@@ -332,6 +350,22 @@ class Dialect:
 
     def framing_for(self, query: Query) -> Framing:
         return "sse" if self.framing is None else self.framing(query)
+
+
+class _ModelField(msgspec.Struct):
+    model: str | None = None
+
+
+_read_model = msgspec.json.Decoder(_ModelField).decode
+
+
+def body_model(body: bytes) -> str | None:
+    """The top-level ``model`` string of a JSON object, or None. msgspec skips every other
+    field without building it: a fraction of a full decode's time on a large body."""
+    try:
+        return _read_model(body.removeprefix(b"\xef\xbb\xbf")).model
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +379,9 @@ class WireRequest:
     """Set (replacing) on the request; may hold the API key, so never shown."""
     drop_headers: tuple[str, ...] = ()
     """Removed from the request (lower-case names)."""
+    origin: tuple[Literal["http", "https"], str, int] | None = None
+    """Scheme, host and port the request goes to (a route's ``upstream_url``); None: where
+    the client sent it."""
 
 
 def describe(notes: Notes) -> str:

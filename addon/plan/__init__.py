@@ -9,6 +9,7 @@ flow's ``AnswerState`` (stream pipeline, whole answers, the loop guard's second 
 ``count_tokens``: Anthropic's token count. ``values``: what both sides speak in."""
 
 from addon.plan.answer import AnswerState
+from addon.plan.conditions import RequestView
 from addon.plan.decision import Decision, Pass, Reject, Rewrite
 from addon.plan.flow import FlowPlan
 from addon.plan.request import (
@@ -42,6 +43,7 @@ __all__ = [
     "Incoming",
     "Pass",
     "Reject",
+    "RequestView",
     "Rewrite",
     "RouteCredentials",
     "UpstreamError",

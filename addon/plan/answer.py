@@ -40,11 +40,13 @@ from addon.stream.loop_guard import LoopGuardStage
 from addon.stream.processor import StreamProcessor
 from addon.stream.repair import RepairStage
 from addon.stream.stages import (
+    AnswerModelStage,
     HideThinkingStage,
     RedactErrorStage,
     Stage,
     TextToolStage,
     TrailingSignatureStage,
+    with_model,
 )
 from addon.stream.whole import (
     StreamFailed,
@@ -132,7 +134,11 @@ def stream_processor(
         whole=lambda raw: _whole_events(plan, state, raw),
         keep_original=keep_original,
         raw_ok=not (
-            plan.parse_text or plan.custom_tools or plan.hide_thinking or plan.loop is not None
+            plan.parse_text
+            or plan.custom_tools
+            or plan.hide_thinking
+            or plan.loop is not None
+            or plan.rename_answer
         ),
         # The text protocol rewrites the text anyway: runs of it read together are parsed
         # and re-encoded as one, on same-dialect routes too.
@@ -170,6 +176,8 @@ def _stages(plan: FlowPlan, state: AnswerState) -> list[Stage]:
         stages.append(HideThinkingStage())
     if plan.secrets and not plan.same_dialect:
         stages.append(RedactErrorStage(plan.secrets))
+    if plan.rename_answer:
+        stages.append(AnswerModelStage(plan.defaults.model))
     return stages
 
 
@@ -286,6 +294,8 @@ def encode_answer(plan: FlowPlan, answer: Response) -> bytes:
     Raises ``UnsupportedShape`` (a value of an unforeseen type in the answer),
     ``ValueError`` (no strict JSON for it) or ``RecursionError``."""
     try:
+        if plan.rename_answer:
+            answer = renamed(answer, plan.defaults.model)
         if not answer.model or answer.created is None:
             answer = dataclasses.replace(
                 answer,
@@ -300,6 +310,12 @@ def encode_answer(plan: FlowPlan, answer: Response) -> bytes:
         raise UnsupportedShape(
             f"unexpected answer shape ({type(e).__name__}: {short(e)})"
         ) from None
+
+
+def renamed(answer: Response, model: str) -> Response:
+    """The whole answer naming ``model`` (``FlowPlan.rename_answer``), in the wire fields it
+    kept too (a same-dialect answer is written from them)."""
+    return dataclasses.replace(answer, model=model, extra=with_model(answer.extra, model))
 
 
 def client_answer(

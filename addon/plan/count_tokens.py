@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import Query, Target
 from addon.model import ClientError, UnsupportedShape
+from addon.plan.conditions import RequestView
 from addon.plan.values import dump, load_json
 from addon.redact import Secrets
 from addon.routes import Route, match
@@ -49,6 +51,10 @@ class CountUpstream:
     body: bytes | None = None
     counter: Dialect | None = None
     """The upstream that counts itself (``Dialect.token_count``): its answer is read."""
+    origin: tuple[Literal["http", "https"], str, int] | None = None
+    """Where it goes instead of where the client sent it (the route's ``upstream_url``)…"""
+    prefix: str = ""
+    """…and the path prefix joined before its path."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +67,16 @@ class CountAnswer:
     estimated: bool = False
 
 
-def count_route(routes: tuple[Route, ...], method: str, host: str, path: str) -> Route | None:
-    """The route of a token-count request of a client dialect that has one, or None."""
+def count_route(
+    routes: tuple[Route, ...], method: str, host: str, path: str, body: bytes = b""
+) -> Route | None:
+    """The route of a token-count request of a client dialect that has one, or None (a
+    route's ``model`` and ``when`` read the counting body, as for the chat request)."""
     if method != "POST" or not path.endswith(SUFFIX):
         return None
     chat = path[: -len(SUFFIX)]
-    route = match(routes, host, chat, "POST")
+    view = RequestView(body, chat)
+    route = match(routes, host, chat, "POST", view.model, view.facts)
     if route is None:
         return None
     client = DIALECTS[route.client]
@@ -80,13 +90,34 @@ def count_request(
     headers: Mapping[str, str],
     query: Query,
     env: Mapping[str, str],
+    withhold: bool = False,
 ) -> CountLocally | CountUpstream | None:
     """What to do with a token-count request on ``route`` (``count_route``); None: send it
-    upstream as it came (a body that is not strict JSON is not the bridge's to judge)."""
+    upstream as it came (a body that is not strict JSON is not the bridge's to judge). A
+    route's ``upstream_url``: it goes there (``withhold``: without the client's key)."""
+    sent = _count_request(route, path, raw, headers, query, env, withhold)
+    target = route.target
+    if target is None or not isinstance(sent, CountUpstream):
+        return sent
+    return replace(sent, prefix=target.prefix, origin=(target.scheme, target.host, target.port))
+
+
+def _count_request(
+    route: Route,
+    path: str,
+    raw: bytes,
+    headers: Mapping[str, str],
+    query: Query,
+    env: Mapping[str, str],
+    withhold: bool,
+) -> CountLocally | CountUpstream | None:
     try:
         body = load_json(raw)
     except (ValueError, RecursionError):
-        return None
+        if route.target is None:
+            return None
+        # Not the bridge's to judge, but it goes where the route says, key rules and all.
+        body = None
     estimate = estimate_input_tokens(body)
     client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
     if not upstream.counts_tokens:
@@ -97,7 +128,9 @@ def count_request(
         )
     # The key follows the upstream's dialect here too (a Bearer gateway would say 401).
     env_key = (env.get(route.api_key_env) or None) if route.api_key_env else None
-    set_headers, drop = credentials(client, upstream, headers, env_key, Counter())
+    set_headers, drop = credentials(
+        client, upstream, headers, env_key, Counter(), withhold=withhold
+    )
     secrets = secret_values(headers, query, env_key)
     counter = upstream.token_count
     if counter is None or not isinstance(body, dict):

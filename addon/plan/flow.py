@@ -78,6 +78,9 @@ class FlowPlan:
     defaults: AnswerDefaults = NO_DEFAULTS
     """The model the client asked for and when: what its answer says where the upstream's
     says nothing (Kiro sends neither), streamed or whole."""
+    rename_answer: bool = False
+    """The route's ``model_map`` sent another model's name: the answer names the client's
+    (``defaults.model``) instead of the upstream's, streamed or whole."""
     secrets: Secrets = field(default_factory=Secrets, repr=False)
     """The flow's exact credential values: redacted from the error bodies the bridge writes
     (never in ``meta``)."""
@@ -122,6 +125,8 @@ class FlowPlan:
             "stream": self.stream,
             "changes": dict(self.request_notes),
         }
+        if self.route.upstream_url is not None:
+            out["upstream_url"] = self.route.upstream_url
         if self.protocol:
             out["tool_protocol"] = self.protocol
             if self.trigger:

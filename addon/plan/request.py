@@ -28,6 +28,7 @@ from addon.model import (
     ToolMode,
     UnsupportedShape,
 )
+from addon.plan.conditions import Decoded, RequestView
 from addon.plan.decision import Decision, Pass, Reject, Rewrite
 from addon.plan.flow import FlowPlan
 from addon.plan.values import (
@@ -40,7 +41,7 @@ from addon.plan.values import (
     short,
 )
 from addon.redact import Secrets
-from addon.routes import Route, match
+from addon.routes import Route, match, withholds_key
 from addon.store import ReasoningStore, Scope
 from addon.textproto.invoke import make_trigger
 from addon.transforms.cache import strip_cache_control
@@ -51,16 +52,22 @@ from addon.transforms.restore import restore_request
 from addon.transforms.text_tools import TextToolSettings, apply_text_tools
 from addon.transforms.thinking import apply_thinking_prompt, resolve_model
 from addon.transforms.tools import check_tools, leave_out_tools, sanitize_tool_schemas
-from addon.wire import build_wire
+from addon.wire import KEY_PARAMETERS, build_wire, credentials
 
 clock: Callable[[], float] = time.time
 """The time a client's answer says it was made, where the upstream's does not say
 (``AnswerDefaults``); tests that compare the bytes of two answers pin it."""
 
 
-def route_for(settings: Settings, method: str, host: str, path: str) -> Route | None:
-    """The first route that matches, or None: the flow is not the bridge's."""
-    return match(settings.routes, host, path, method)
+def route_for(
+    settings: Settings, method: str, host: str, path: str, body: bytes | RequestView = b""
+) -> Route | None:
+    """The first route that matches, or None: the flow is not the bridge's. A route's
+    ``model`` globs and ``when`` conditions are asked of the body (a ``RequestView``: read
+    once per client dialect, and only when a route that fits otherwise has them; give the
+    same view to ``decide`` and it reuses the decode)."""
+    view = body if isinstance(body, RequestView) else RequestView(body, path)
+    return match(settings.routes, host, path, method, view.model, view.facts)
 
 
 def decide(
@@ -71,24 +78,74 @@ def decide(
     creds: RouteCredentials | None = None,
     store: ReasoningStore | None = None,
     secrets: Secrets | None = None,
+    view: RequestView | None = None,
 ) -> Decision:
     """Decode, transform and encode one routed request (see the module docstring). ``creds``:
     what the shell read for the route (a Kiro token file), sent instead of any other key;
-    ``store``: the reasoning store (restores what the client dropped; captures the answer)."""
+    ``store``: the reasoning store (restores what the client dropped; captures the answer);
+    ``view``: the one ``route_for`` read (its body is ``incoming.body``): a decode it made
+    for the route's ``when`` is not made again. A request passed on untouched still goes to
+    the route's ``upstream_url`` (``Pass.wire``)."""
+    d = _decide(settings, route, incoming, env, creds, store, secrets, view)
+    if isinstance(d, Pass) and d.reason is not None and route.target is not None:
+        return replace(d, wire=passed_on(route, incoming, env, creds))
+    return d
+
+
+def passed_on(
+    route: Route, incoming: Incoming, env: Mapping[str, str], creds: RouteCredentials | None
+) -> WireRequest | None:
+    """Where an untouched request of a route with an ``upstream_url`` goes: that origin, the
+    prefix before the client's path, its query, and the key rules of ``build_wire`` (the
+    route's own key in the client dialect's header; none to another host unless
+    ``client_key``). None: the route has no ``upstream_url``."""
+    target = route.target
+    if target is None:
+        return None
+    client = DIALECTS[route.client]
+    withhold = withholds_key(route, incoming.host, incoming.port)
+    try:
+        env_key = _route_key(route, env, creds)
+    except ClientError:  # its variable is gone: no key at all rather than the client's
+        env_key, withhold = None, True
+    notes: Notes = Counter()
+    set_headers, drop = credentials(
+        client, client, incoming.headers, env_key, notes, incoming.query, withhold
+    )
+    query = incoming.query
+    if withhold or env_key is not None:
+        query = tuple((k, v) for k, v in query if k.lower() not in KEY_PARAMETERS)
+    origin = (target.scheme, target.host, target.port)
+    path = target.join(incoming.bare_path)
+    return WireRequest({}, path, query, set_headers, drop, origin=origin)
+
+
+def _decide(
+    settings: Settings,
+    route: Route,
+    incoming: Incoming,
+    env: Mapping[str, str],
+    creds: RouteCredentials | None = None,
+    store: ReasoningStore | None = None,
+    secrets: Secrets | None = None,
+    view: RequestView | None = None,
+) -> Decision:
     client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
+    target = route.target
     plan = FlowPlan(
         route,
         client,
         upstream,
         max_event_bytes=settings.max_event_bytes,
         fast_path=settings.fast_path,
-        host=incoming.host,
+        host=incoming.host if target is None else target.host,
         store=store,
         secrets=secrets or Secrets(),
         profile_arn=creds.profile_arn if creds is not None else None,
     )
+    made = view.decoded(route.client, read=False) if view is not None else None
     try:
-        body = load_json(incoming.body)
+        body = view.json() if made is not None and view is not None else load_json(incoming.body)
         if not isinstance(body, dict):
             raise UnsupportedShape("the body is JSON but not an object")
     except (ValueError, UnsupportedShape) as e:
@@ -103,11 +160,7 @@ def decide(
     except ClientError as e:
         return _reject(plan, e)
     try:
-        decoded = client.decode_request(body, notes)
-        if client.from_path is not None:
-            decoded = dataclasses.replace(
-                decoded, **client.from_path(incoming.bare_path, incoming.query)
-            )
+        decoded = _decode(client, body, made, incoming, notes)
         plan = replace(plan, defaults=AnswerDefaults(decoded.model, int(clock())))
         unified, plan = transform(decoded, plan, settings, notes)
         wire_for = _wire_maker(route, client, upstream, incoming, env_key)
@@ -142,6 +195,23 @@ def decide(
     return Rewrite(plan, wire, summary, incoming.body, encoded)
 
 
+def _decode(
+    client: Dialect, body: JSON, made: Decoded | None, incoming: Incoming, notes: Notes
+) -> Request:
+    """The client's request, unified: the decode routing made (``made``, its notes too), else
+    one now; then what the client's path says (``Dialect.from_path``)."""
+    if made is not None:
+        notes.update(made.notes)
+        decoded = made.request
+    else:
+        decoded = client.decode_request(body, notes)
+    if client.from_path is not None:
+        decoded = dataclasses.replace(
+            decoded, **client.from_path(incoming.bare_path, incoming.query)
+        )
+    return decoded
+
+
 def _invoke_maker(
     decoded: Request, settings: Settings, wire_for: Callable[[Request, Notes], WireRequest]
 ) -> Callable[[FlowPlan, Notes], tuple[FlowPlan, bytes]]:
@@ -163,8 +233,11 @@ def _wire_maker(
     """The upstream request for a unified one (also for a staged retry or the loop guard's
     second request, made later from the same client request)."""
 
+    target = route.target
+    withhold = withholds_key(route, incoming.host, incoming.port)
+
     def wire_for(req: Request, notes: Notes) -> WireRequest:
-        return build_wire(
+        wire = build_wire(
             req,
             client,
             upstream,
@@ -175,6 +248,14 @@ def _wire_maker(
             upstream_path=route.upstream_path,
             env_key=env_key,
             project=route.project,
+            withhold_key=withhold,
+        )
+        if target is None:
+            return wire
+        return replace(
+            wire,
+            path=target.join(wire.path),
+            origin=(target.scheme, target.host, target.port),
         )
 
     return wire_for
@@ -268,10 +349,7 @@ def transform(
     they decided; what they did goes to ``notes``. ``mode``: a tool mode instead of the
     route's (the loop guard's second request)."""
     route, upstream = plan.route, plan.upstream
-    model, thinking = resolve_model(req.model, s.models)
-    if thinking:
-        notes[f"{req.model} → {model} with thinking"] += 1
-        req = dataclasses.replace(req, model=model)
+    req, plan, thinking, mapped = _model_names(req, plan, s, notes)
     check_tools(req)
     if (route.tool_repair or s.tool_repair) == "on":
         plan = replace(plan, schemas=schemas_of(req))  # the client's own, before any profile
@@ -334,13 +412,28 @@ def transform(
         plan = replace(plan, custom_tools=custom)
     req, plan = _tool_protocol(req, plan, s, notes, mode)
     if upstream.prepare is not None:
-        facts = RouteFacts(
-            dict(route.model_map or ()),
-            route.profile_arn or plan.profile_arn,
-            route.description_limit,
-        )
+        facts = RouteFacts(mapped, route.profile_arn or plan.profile_arn, route.description_limit)
         req = upstream.prepare(req, notes, facts)
     return req, replace(plan, hide_thinking=s.thinking_output == "hidden")
+
+
+def _model_names(
+    req: Request, plan: FlowPlan, s: Settings, notes: Notes
+) -> tuple[Request, FlowPlan, bool, bool]:
+    """The model sent upstream: a ``BASE-thinking`` name as ``BASE`` with thinking on
+    (``bridge_models``; the first bool says so), then the route's ``model_map`` (the second
+    bool: it chose the name). Another name: the client's answer keeps the one it asked for
+    (``rename_answer``)."""
+    model, thinking = resolve_model(req.model, s.models)
+    if thinking:
+        notes[f"{req.model} → {model} with thinking"] += 1
+        req = dataclasses.replace(req, model=model)
+    mapped = plan.route.mapped_model(req.model)
+    if mapped is not None and mapped != req.model:
+        notes[f"model {req.model} → {mapped} (the route's model_map)"] += 1
+        req = dataclasses.replace(req, model=mapped)
+        plan = replace(plan, rename_answer=True)
+    return req, plan, thinking, mapped is not None
 
 
 def _tool_protocol(

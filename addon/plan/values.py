@@ -39,6 +39,9 @@ class Incoming:
     headers: Mapping[str, str] = field(repr=False)
     """Names lower-case."""
     body: bytes = field(repr=False, default=b"")
+    port: int | None = None
+    """The port the client addressed (or the reverse target's); None: not known, the host
+    alone says whether a route's ``upstream_url`` is another place."""
 
     @property
     def bare_path(self) -> str:

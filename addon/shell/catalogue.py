@@ -1,5 +1,6 @@
 """The model catalogue addon: ``GET …/models`` lists the configured models and their
-``-thinking`` variants, merged with the upstream's own list when it has one.
+``-thinking`` variants, and the models the routes name (``addon.routes.listed_models``),
+merged with the upstream's own list when it has one.
 
 Its option is ``bridge_models``; only ``GET`` paths ending ``/models`` whose
 ``…/chat/completions`` (or ``…/messages``, ``…/responses``) sibling a route takes are
@@ -15,7 +16,7 @@ from mitmproxy import ctx, http
 
 from addon.config import CATALOGUE_OPTIONS, ConfigError, parse_models
 from addon.plan import dump, load_json
-from addon.routes import match
+from addon.routes import listed_models
 from addon.shell.common import (
     OptionChecks,
     add_options,
@@ -39,7 +40,8 @@ class ModelCatalogue(OptionChecks):
     def __init__(self, settings: BridgeSettings) -> None:
         self._settings = settings
         self.models: tuple[str, ...] = ()
-        self._flows: set[str] = set()
+        self._flows: dict[str, tuple[str, ...]] = {}
+        """``GET …/models`` flows being answered: the models to add to the upstream's list."""
 
     def load(self, loader: Any) -> None:
         add_options(loader, CATALOGUE_OPTIONS)
@@ -52,7 +54,7 @@ class ModelCatalogue(OptionChecks):
                 self.refuse(str(e))
 
     def request(self, flow: http.HTTPFlow) -> None:
-        if not self.models or flow.response is not None or not flow.live:
+        if flow.response is not None or not flow.live:
             return
         try:
             req = flow.request
@@ -60,23 +62,30 @@ class ModelCatalogue(OptionChecks):
             if req.method != "GET" or not path.endswith(SUFFIX):
                 return
             base, routes = path[: -len(SUFFIX)], self._settings.settings.routes
-            if any(
-                match(routes, req.host, base + chat, "POST") for chat in CHAT_PATHS
-            ) and not outside_proxy_hosts(flow):
-                self._flows.add(flow.id)
+            chats = tuple(base + chat for chat in CHAT_PATHS)
+            # Any route of a chat path on this host, whatever models it takes.
+            if not any(r.matches(req.host, chat, "POST") for r in routes for chat in chats):
+                return
+            models = tuple(
+                dict.fromkeys(
+                    (*catalogue_models(self.models), *listed_models(routes, req.host, chats))
+                )
+            )
+            if models and not outside_proxy_hosts(flow):
+                self._flows[flow.id] = models
         except Exception as e:
             internal_error("cursor-bridge: models request", e)
 
     def response(self, flow: http.HTTPFlow) -> None:
-        if flow.id not in self._flows:
+        models = self._flows.pop(flow.id, None)
+        if models is None:
             return
-        self._flows.discard(flow.id)
         try:
-            self._answer(flow)
+            self._answer(flow, models)
         except Exception as e:  # the upstream's answer goes on as it is
             internal_error("cursor-bridge: models answer", e)
 
-    def _answer(self, flow: http.HTTPFlow) -> None:
+    def _answer(self, flow: http.HTTPFlow, models: tuple[str, ...]) -> None:
         resp = flow.response
         if resp is None:
             return
@@ -92,7 +101,7 @@ class ModelCatalogue(OptionChecks):
         known = {m.get("id") for m in listed if isinstance(m, dict)}
         added = [
             {"id": m, "object": "model", "created": 0, "owned_by": "cursor-bridge"}
-            for m in catalogue_models(self.models)
+            for m in models
             if m not in known
         ]
         how = "merged with the upstream's" if listed else "answered by cursor-bridge"
@@ -102,4 +111,4 @@ class ModelCatalogue(OptionChecks):
         append_comment(flow, f"cursor-bridge: {len(added)} models {how}")
 
     def error(self, flow: http.HTTPFlow) -> None:
-        self._flows.discard(flow.id)
+        self._flows.pop(flow.id, None)

@@ -16,6 +16,7 @@ from addon.plan.count_tokens import (
     count_request,
     count_route,
 )
+from addon.routes import withholds_key
 from addon.shell.common import (
     SECRETS,
     append_comment,
@@ -50,12 +51,15 @@ class CountTokens:
     def _request(self, flow: http.HTTPFlow) -> None:
         req = flow.request
         path = req.path.split("?", 1)[0]
-        route = count_route(self._settings.settings.routes, req.method, req.host, path)
+        raw = req.get_content(strict=False) or b""
+        route = count_route(self._settings.settings.routes, req.method, req.host, path, raw)
         if route is None or outside_proxy_hosts(flow):
             return
         query = tuple(req.query.items(multi=True))
-        raw = req.get_content(strict=False) or b""
-        decision = count_request(route, path, raw, header_map(req.headers), query, environment())
+        withhold = withholds_key(route, req.host, req.port)
+        decision = count_request(
+            route, path, raw, header_map(req.headers), query, environment(), withhold
+        )
         if decision is None:
             return
         if isinstance(decision, CountLocally):
@@ -67,6 +71,9 @@ class CountTokens:
             req.path = decision.path
             req.content = decision.body
             req.headers["content-type"] = "application/json"
+        if decision.origin is not None:  # the route's upstream_url (as for the chat request)
+            req.scheme, req.host, req.port = decision.origin
+            req.path = decision.prefix + req.path
         SECRETS.add(flow.id, decision.secrets)
         for name in decision.drop_headers:
             req.headers.pop(name, None)

@@ -72,7 +72,8 @@ class KiroAuth:
             return None
         req = flow.request
         try:
-            route = route_for(self._settings.settings, req.method, req.host, req.path)
+            body = req.get_content(strict=False) or b""
+            route = route_for(self._settings.settings, req.method, req.host, req.path, body)
             if route is None or route.token_file is None:  # only a kiro route has one (Route)
                 return None
             if outside_proxy_hosts(flow):

@@ -14,12 +14,14 @@ from urllib.parse import urlencode
 
 from mitmproxy import http
 
+from addon.dialects.base import WireRequest
 from addon.outcome import FlowReport
 from addon.plan import (
     Decision,
     Incoming,
     Pass,
     Reject,
+    RequestView,
     Rewrite,
     decide,
     internal_error,
@@ -67,19 +69,17 @@ class RewriteRequest:
         if flow.response is not None or flow.error is not None or not flow.live:
             return
         started = time.perf_counter_ns()
-        route = None
+        route, incoming = None, None
         settings = self._settings.settings
         try:
             req = flow.request
-            route = route_for(settings, req.method, req.host, req.path)
+            body = req.get_content(strict=False) or b""
+            view = RequestView(body, req.path)
+            route = route_for(settings, req.method, req.host, req.path, view)
             if route is None or outside_proxy_hosts(flow):
                 return
             incoming = Incoming(
-                req.method,
-                req.host,
-                req.path,
-                header_map(req.headers),
-                req.get_content(strict=False) or b"",
+                req.method, req.host, req.path, header_map(req.headers), body, req.port
             )
             creds = self.kiro.take(flow.id) if self.kiro is not None else None
             env = environment()
@@ -87,7 +87,14 @@ class RewriteRequest:
             secrets = secret_values(incoming.headers, incoming.query, route_key)
             SECRETS.add(flow.id, secrets)  # before any line about this flow is written
             decision: Decision = decide(
-                settings, route, incoming, env, creds, store=self._store.store, secrets=secrets
+                settings,
+                route,
+                incoming,
+                env,
+                creds,
+                store=self._store.store,
+                secrets=secrets,
+                view=view,
             )
             if isinstance(decision, Rewrite):
                 # Everything that could fail is done: the flow is changed only from here on.
@@ -106,7 +113,7 @@ class RewriteRequest:
                     SECRETS.drop(flow.id)
                     return
                 case Pass():
-                    self._passthrough(flow, decision)
+                    self._passthrough(flow, decision, incoming)
                     outcome, reason = "fallback", f"passed through: {short(decision.reason or '')}"
                 case Reject():
                     self._reject(flow, decision)
@@ -128,18 +135,9 @@ class RewriteRequest:
 
     def _rewrite(self, flow: http.HTTPFlow, incoming: Incoming, d: Rewrite) -> FlowReport:
         req, wire, plan = flow.request, d.wire, d.plan
-        path = None
-        if (wire.path, wire.query) != (incoming.bare_path, incoming.query):
-            # surrogateescape: bytes of the client's query that are not UTF-8 go back as sent
-            query = urlencode(wire.query, encoding="utf-8", errors="surrogateescape")
-            path = wire.path + (f"?{query}" if wire.query else "")
         if d.body is not incoming.body:  # else the client's bytes go on as they came
             req.content = d.body
-        if path is not None:
-            req.path = path
-        replace_headers(
-            req.headers, wire.drop_headers, (*wire.set_headers, ("accept-encoding", "identity"))
-        )
+        _place(req, incoming, wire, ("accept-encoding", "identity"))
         run = self.report.runs.start(flow.id, plan)
         self.report.state.count("requests rewritten")
         decisions = decision_lines(plan.request_notes)
@@ -162,10 +160,27 @@ class RewriteRequest:
         append_comment(flow, f"{label}: answered {d.status}: {short(d.message)}")
         set_meta(flow, {"route": d.route.name, "action": "rejected", "error": short(d.message)})
 
-    def _passthrough(self, flow: http.HTTPFlow, d: Pass) -> None:
+    def _passthrough(self, flow: http.HTTPFlow, d: Pass, incoming: Incoming | None) -> None:
         assert d.route is not None and d.reason is not None
+        if d.wire is not None and incoming is not None:
+            _place(flow.request, incoming, d.wire)
         label = f"cursor-bridge [{d.route.name}]"
         self.report.state.count("passed through")
         reason = short(d.reason)
         append_comment(flow, f"{label}: passed through: {reason}")
         set_meta(flow, {"route": d.route.name, "action": "passthrough", "reason": reason})
+
+
+def _place(
+    req: http.Request, incoming: Incoming, wire: WireRequest, *extra: tuple[str, str]
+) -> None:
+    """The upstream request's path, query, address and headers, as ``wire`` says."""
+    if (wire.path, wire.query) != (incoming.bare_path, incoming.query):
+        # surrogateescape: bytes of the client's query that are not UTF-8 go back as sent
+        query = urlencode(wire.query, encoding="utf-8", errors="surrogateescape")
+        req.path = wire.path + (f"?{query}" if wire.query else "")
+    if wire.origin is not None:
+        # A route's upstream_url: mitmproxy connects there (TLS verified as for any upstream,
+        # SNI the new host) and the Host header / :authority follow the host.
+        req.scheme, req.host, req.port = wire.origin
+    replace_headers(req.headers, wire.drop_headers, (*wire.set_headers, *extra))

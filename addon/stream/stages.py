@@ -10,8 +10,11 @@ import dataclasses
 from typing import Protocol
 
 from addon.model import (
+    JSON,
     Event,
     Finish,
+    MessageStart,
+    RawEvent,
     StreamEnd,
     StreamError,
     TextDelta,
@@ -104,6 +107,55 @@ class HideThinkingStage:
 
     def finish(self) -> list[Event]:
         return []
+
+
+ENVELOPE_MODEL_KEYS = ("model", "modelVersion")
+"""Where a dialect's stream envelope names the model (Gemini: ``modelVersion``)."""
+
+
+class AnswerModelStage:
+    """The answer names ``model`` (the client's) instead of the upstream's: a route's
+    ``model_map`` sent another name. The events that carry it: ``MessageStart`` (its model,
+    its envelope), and on a same-dialect route the wire fields kept in ``Finish.extra`` and
+    ``RawEvent.data`` (Responses repeats the response object, model included)."""
+
+    text_lane: TextLane | None = PASSES_TEXT
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def feed(self, event: Event) -> list[Event]:
+        match event:
+            case MessageStart():
+                envelope = with_model(event.envelope, self.model)
+                extra = with_model(event.extra, self.model)
+                return [
+                    dataclasses.replace(event, model=self.model, envelope=envelope, extra=extra)
+                ]
+            case Finish():
+                return [dataclasses.replace(event, extra=with_model(event.extra, self.model))]
+            case RawEvent():
+                return [dataclasses.replace(event, data=with_model(event.data, self.model))]
+        return [event]
+
+    def finish(self) -> list[Event]:
+        return []
+
+
+def with_model(fields: JSON, model: str, depth: int = 3) -> JSON:
+    """``fields`` with every ``ENVELOPE_MODEL_KEYS`` value that is a string, in it and in the
+    objects it holds (``depth`` levels), set to ``model``; the same object when none is."""
+    out: JSON | None = None
+    for k, v in fields.items():
+        new = v
+        if k in ENVELOPE_MODEL_KEYS and isinstance(v, str):
+            new = model
+        elif depth > 1 and isinstance(v, dict):
+            new = with_model(v, model, depth - 1)
+        if new is not v:
+            out = dict(fields) if out is None else out
+            out[k] = new
+    return fields if out is None else out
 
 
 class TrailingSignatureStage:

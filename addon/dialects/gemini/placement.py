@@ -76,9 +76,23 @@ def place_public(req: Request, t: Target) -> tuple[str, Query]:
     if t.upstream_path is not None:
         return _route_path(req, t)
     if t.same_dialect:
-        return t.path, t.query
+        return with_path_model(t.path, req.model), t.query
     model = quote(bare_model(req.model), safe="/")
     return f"{endpoint_base(t)}/v1beta/models/{model}:{_method(req)}", _alt(req)
+
+
+def with_path_model(path: str, model: str) -> str:
+    """A Gemini client's path naming ``model`` (a route's ``model_map`` chose another name
+    than the client's); the path as it is when it names that model already."""
+    m = _ENDPOINT.match(path)
+    resource = m["resource"] if m else None
+    if m is None or not resource or "/models/" not in resource:
+        return path
+    head, _, name = resource.rpartition("/models/")
+    if bare_model(unquote(name)) == bare_model(model):
+        return path
+    named = quote(bare_model(model), safe="/")
+    return f"{m['base']}/{m['version']}{head}/models/{named}:{m['method']}"
 
 
 def place_code_assist(req: Request, t: Target) -> tuple[str, Query]:

@@ -33,7 +33,7 @@ def prepare_for_route(req: Request, notes: Notes, route: RouteFacts) -> Request:
     return prepare(
         req,
         notes,
-        model_map=route.model_map,
+        keep_model=route.model_mapped,
         profile_arn=route.profile_arn,
         description_limit=route.description_limit or DESCRIPTION_LIMIT,
     )
@@ -58,6 +58,7 @@ DIALECT = Dialect(
     own_headers=("x-amzn-kiro-", "x-amzn-codewhisperer-"),
     fixed_headers=(("x-amzn-kiro-agent-mode", "vibe"),),
     framing=framing,
+    route_keys=frozenset({"profile_arn", "token_file", "refresh_url", "description_limit"}),
     schema_profile="strict",
     reasoning_switch=False,
     answer_text_calls="bracket",

@@ -3,9 +3,10 @@
 Contract: pure functions over ``Request`` and ``Target``; no body codec (``request`` /
 ``request_encode``).
 
-Model names: ``model_id`` maps a client's name to Kiro's ``modelId`` (the route's
-``model_map`` first, then ``MODEL_IDS``, then Anthropic's dated and dashed names such as
-``claude-sonnet-4-5-20250929`` → ``claude-sonnet-4.5``); other names go as they are.
+Model names: ``model_id`` maps a client's name to Kiro's ``modelId`` (``MODEL_IDS``, then
+Anthropic's dated and dashed names such as ``claude-sonnet-4-5-20250929`` →
+``claude-sonnet-4.5``); other names go as they are. A route's ``model_map`` comes first
+(applied for every upstream by ``addon.plan.request.transform``): a name it chose is kept.
 """
 
 from __future__ import annotations
@@ -61,11 +62,13 @@ def prepare(
     model_map: Mapping[str, str] | None = None,
     profile_arn: str | None = None,
     description_limit: int = DESCRIPTION_LIMIT,
+    keep_model: bool = False,
 ) -> Request:
-    """What a route to Kiro adds before encoding: the model name mapped to Kiro's ``modelId``,
-    tool descriptions cut to ``description_limit`` characters (ending in ``...``), and the
+    """What a route to Kiro adds before encoding: the model name mapped to Kiro's ``modelId``
+    (``keep_model``: the route's ``model_map`` already named it, sent as it is), tool
+    descriptions cut to ``description_limit`` characters (ending in ``...``), and the
     ``profileArn`` to send (kept in the private table)."""
-    model = model_id(req.model, model_map)
+    model = req.model if keep_model else model_id(req.model, model_map)
     if model != req.model:
         notes[f"model {req.model} → Kiro modelId {model}"] += 1
     tools = req.tools

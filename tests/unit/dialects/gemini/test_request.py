@@ -878,9 +878,18 @@ STREAM = dataclasses.replace(REQ, stream=True)
         (REQ, target("/v1/chat/completions", upstream_path="/gw?k=1"), ("/gw", (("k", "1"),))),
         # same dialect: the client's path and query; a route path without a query keeps the
         # client's; one with a query gets the client's alt and key when it lacks them
-        (STREAM, target("/x/v1beta/models/m:streamGenerateContent", same_dialect=True,
-                        query=(("alt", "sse"), ("key", KEY))),
+        (dataclasses.replace(STREAM, model="m"),
+         target("/x/v1beta/models/m:streamGenerateContent", same_dialect=True,
+                query=(("alt", "sse"), ("key", KEY))),
          ("/x/v1beta/models/m:streamGenerateContent", (("alt", "sse"), ("key", KEY)))),
+        # …naming the model the request is for (a route's model_map chose another name)
+        (STREAM, target("/x/v1beta/models/m:streamGenerateContent", same_dialect=True,
+                        query=(("alt", "sse"),)),
+         ("/x/v1beta/models/gemini-3-pro:streamGenerateContent", (("alt", "sse"),))),
+        (STREAM, target("/v1/projects/p/locations/l/publishers/google/models/m:generateContent",
+                        same_dialect=True),
+         ("/v1/projects/p/locations/l/publishers/google/models/gemini-3-pro:generateContent",
+          ())),
         (STREAM, target("/v1beta/models/m:streamGenerateContent", same_dialect=True,
                         query=(("alt", "sse"),), upstream_path="/gw"),
          ("/gw", (("alt", "sse"),))),

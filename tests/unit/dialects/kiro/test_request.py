@@ -412,7 +412,10 @@ def test_model_names_map_to_kiro_model_ids_and_a_route_extends_the_table() -> No
     )
     current = d.wire.body["conversationState"]["currentMessage"]["userInputMessage"]
     assert current["modelId"] == "CLAUDE_SONNET_4_5_20250929_V1_0"
-    assert "model claude-sonnet-4-6 → Kiro modelId CLAUDE_SONNET_4_5_20250929_V1_0" in d.summary
+    assert (
+        "model claude-sonnet-4-6 → CLAUDE_SONNET_4_5_20250929_V1_0 (the route's model_map)"
+        in d.summary
+    )
 
 
 def test_description_limit_is_a_route_option() -> None:
