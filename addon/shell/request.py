@@ -10,7 +10,6 @@ the bridge too. A bug of ours still answers the client (``plan.internal_error``)
 from __future__ import annotations
 
 import time
-from urllib.parse import urlencode
 
 from mitmproxy import http
 
@@ -30,15 +29,16 @@ from addon.redact import clean
 from addon.shell.common import (
     SECRETS,
     append_comment,
+    apply_rewrite,
     environment,
     header_map,
     json_response,
     log,
     outside_proxy_hosts,
-    replace_headers,
     set_meta,
 )
 from addon.shell.common import internal_error as log_internal_error
+from addon.shell.fallback import Fallbacks
 from addon.shell.kiro_auth import KiroAuth
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.report import Report, comment, decision_lines, plan_facts
@@ -56,8 +56,12 @@ class RewriteRequest:
         store: ReasoningStoreLife,
         report: Report,
         kiro: KiroAuth | None = None,
+        fallbacks: Fallbacks | None = None,
     ) -> None:
         self._settings = settings
+        self.fallbacks = fallbacks
+        """Picks the route of a flow whose route has a ``fallback`` chain (its ``request`` hook
+        runs before ours) and takes its answer on when it falls back."""
         self._store = store
         self.report = report
         self.kiro = kiro
@@ -75,20 +79,30 @@ class RewriteRequest:
             route = route_for(settings, req.method, req.host, req.path, body)
             if route is None or outside_proxy_hosts(flow):
                 return
+            chosen = self.fallbacks.chosen(flow.id) if self.fallbacks is not None else None
+            if chosen is not None:
+                route = chosen.route
             incoming = Incoming(
                 req.method, req.host, req.path, header_map(req.headers), body, req.port
             )
             creds = self.kiro.take(flow.id) if self.kiro is not None else None
+            if route.token_file is None:
+                creds = None  # read for the matched route, and this flow goes elsewhere
             env = environment()
             route_key = creds.key if creds else env.get(route.api_key_env or "")
-            secrets = secret_values(incoming.headers, incoming.query, route_key)
+            # A fallback's key is this flow's secret too: redacted wherever it is echoed.
+            others = [env.get(r.api_key_env or "") for r in chosen.chain] if chosen else []
+            secrets = secret_values(incoming.headers, incoming.query, route_key, *others)
             SECRETS.add(flow.id, secrets)  # before any line about this flow is written
             decision: Decision = decide(
                 settings, route, incoming, env, creds, store=self._store.store, secrets=secrets
             )
             if isinstance(decision, Rewrite):
                 # Everything that could fail is done: the flow is changed only from here on.
+                original = req.copy() if chosen is not None else None
                 report = self._rewrite(flow, incoming, decision)
+                if chosen is not None and original is not None and self.fallbacks is not None:
+                    self.fallbacks.start(flow, chosen, incoming, original)
                 report.spent_ns += time.perf_counter_ns() - started
                 return
         except Exception as e:
@@ -124,23 +138,8 @@ class RewriteRequest:
             log_internal_error(f"cursor-bridge [{route.name}]: request", e)
 
     def _rewrite(self, flow: http.HTTPFlow, incoming: Incoming, d: Rewrite) -> FlowReport:
-        req, wire, plan = flow.request, d.wire, d.plan
-        path = None
-        if (wire.path, wire.query) != (incoming.bare_path, incoming.query):
-            # surrogateescape: bytes of the client's query that are not UTF-8 go back as sent
-            query = urlencode(wire.query, encoding="utf-8", errors="surrogateescape")
-            path = wire.path + (f"?{query}" if wire.query else "")
-        if d.body is not incoming.body:  # else the client's bytes go on as they came
-            req.content = d.body
-        if path is not None:
-            req.path = path
-        if wire.origin is not None:
-            # A route's upstream_url: mitmproxy connects there (TLS verified as for any
-            # upstream, SNI the new host) and the Host header / :authority follow the host.
-            req.scheme, req.host, req.port = wire.origin
-        replace_headers(
-            req.headers, wire.drop_headers, (*wire.set_headers, ("accept-encoding", "identity"))
-        )
+        wire, plan = d.wire, d.plan
+        apply_rewrite(flow.request, incoming, d)
         run = self.report.runs.start(flow.id, plan)
         self.report.state.count("requests rewritten")
         decisions = decision_lines(plan.request_notes)
