@@ -23,6 +23,7 @@ from mitmproxy import http
 from mitmproxy.proxy import mode_specs
 
 from addon.dialects import DIALECTS
+from addon.outcome import FlowReport
 from addon.plan import FlowPlan, Incoming, Rewrite, decide, route_for, short
 from addon.plan.fallback import (
     Cooldowns,
@@ -37,7 +38,6 @@ from addon.plan.fallback import (
 )
 from addon.routes import Route, fallback_chain
 from addon.shell.common import (
-    META_KEY,
     SECRETS,
     append_comment,
     apply_rewrite,
@@ -46,6 +46,7 @@ from addon.shell.common import (
     json_response,
     log,
     outside_proxy_hosts,
+    set_meta,
 )
 from addon.shell.fallback_deliver import all_failed as deliver_error
 from addon.shell.fallback_deliver import deliver, note_served
@@ -138,6 +139,8 @@ class Fallbacks:
             req = flow.request
             settings = self._settings.settings
             body = req.get_content(strict=False) or b""
+            if not any(r.fallback for r in settings.routes):
+                return None
             route = route_for(settings, req.method, req.host, req.path, body)
             if route is None or not route.fallback or outside_proxy_hosts(flow):
                 return None
@@ -158,7 +161,7 @@ class Fallbacks:
                     break
                 why = await self.check(*address, CHECK_TIMEOUT)
                 if why is None:
-                    self._answered[address] = self._clock()
+                    self._keep(self._answered, address, self._clock())
                     break
                 cool = cooldown_after(route, None, None)
                 self.cooldowns.cool(route.name, cool or 0)
@@ -181,15 +184,26 @@ class Fallbacks:
         """No route of the chain can be reached: the client's 502/504, in its dialect."""
         status, body = all_failed(DIALECTS[route.client], failures)
         flow.response = json_response(status, body)
-        line = f"cursor-bridge [{route.name}]: no upstream reachable; tried: {tried_line(failures)}"
-        append_comment(flow, line)
-        flow.metadata[META_KEY] = {
-            "route": route.name,
-            "action": "rejected",
-            "tried": [f.describe() for f in failures],
-        }
-        log.warning("%s", line)
+        tried = tried_line(failures)
+        append_comment(flow, f"cursor-bridge [{route.name}]: no upstream reachable; tried: {tried}")
+        set_meta(
+            flow,
+            {
+                "route": route.name,
+                "action": "rejected",
+                "fallback": {"served_by": None, "tried": [f.describe() for f in failures]},
+            },
+        )
         self.report.state.count("rejected")
+        report = FlowReport(
+            route.name,
+            "rejected",
+            client=route.client,
+            upstream=route.upstream,
+            reason=f"answered {status}: no upstream reachable",
+            fields={"tried": tried},
+        )
+        self.report.close(flow, report, line=True)
 
     def chosen(self, flow_id: str) -> Chosen | None:
         """The route picked for this flow (once); None: the matched route, as without a chain."""
@@ -215,7 +229,7 @@ class Fallbacks:
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         if flow.id in self._pending:
-            self._answered[(flow.request.host, flow.request.port)] = self._clock()
+            self._keep(self._answered, (flow.request.host, flow.request.port), self._clock())
 
     def forget(self, flow_id: str) -> None:
         """The flow's answer is settled (the answers addon calls this after ``answer``)."""
@@ -255,7 +269,7 @@ class Fallbacks:
                 self.cooldowns.cool(route.name, cool or 0)
                 pending.failures.append(Failure(route.name, got, cool))
                 continue
-            self._answered[(request.host, request.port)] = self._clock()
+            self._keep(self._answered, (request.host, request.port), self._clock())
             if falls_back(got.status):
                 self._failed(pending, got.status, got.retry_after)
                 last = (got, decision.plan)
@@ -280,7 +294,7 @@ class Fallbacks:
         )
 
     @staticmethod
-    def _keep[T](table: OrderedDict[str, T], key: str, value: T) -> None:
+    def _keep[K, T](table: OrderedDict[K, T], key: K, value: T) -> None:
         table[key] = value
         while len(table) > MAX_TRACKED:
             table.popitem(last=False)

@@ -10,6 +10,7 @@ restarted mid-way.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -148,6 +149,8 @@ class Retry(OptionChecks):
         via = _upstream_proxy(flow)
         client = self._clients.get(via)
         if client is None:
+            # httpx logs each request's URL at info level: a query may hold a key (?key=).
+            logging.getLogger("httpx").setLevel(logging.WARNING)
             proxy = None
             if via is not None:
                 url, auth = via

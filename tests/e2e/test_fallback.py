@@ -8,6 +8,7 @@ official SDKs, streamed and whole."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +48,11 @@ class Service:
     dialect: str
     key: str
     server: ScriptedUpstream
+    delay: float = 0.0
+    """Seconds before the answer's first byte."""
 
     def __call__(self, rec: Recorded) -> Reply:
+        time.sleep(self.delay)
         sent = {h: rec.headers[h] for h in CREDENTIAL_HEADERS if h in rec.headers}
         if sent != self.wanted():
             return error_reply(self.dialect, "invalid api key", 401)
@@ -148,6 +152,28 @@ upstream_url = "{url["gemini"]}"
 api_key_env = "{ENV["gemini"]}"
 
 [[routes]]
+name = "gone"
+model = "gone-*"
+upstream_url = "http://127.0.0.1:{DEAD}"
+api_key_env = "{ENV["openai_chat"]}"
+fallback = ["dead"]
+
+[[routes]]
+name = "chain"
+model = "chain-*"
+upstream_url = "{url["openai_chat"]}"
+api_key_env = "{ENV["openai_chat"]}"
+fallback = ["slow", "claude"]
+
+[[routes]]
+name = "slow"
+model = "slow-*"
+upstream = "gemini"
+upstream_url = "{url["gemini"]}"
+api_key_env = "{ENV["gemini"]}"
+timeout = 1
+
+[[routes]]
 name = "home"
 """
 
@@ -187,11 +213,18 @@ def ask(proxy: Proxy, model: str, stream: bool) -> str:
     return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
-def flow_line(proxy: Proxy, route: str) -> str:
-    """The last flow line served by ``route``."""
-    match = proxy.wait_for_log(re.compile(rf"cursor-bridge flow route={route} .*"))
-    lines = re.findall(rf"cursor-bridge flow route={route} .*", proxy.log_text())
-    return lines[-1] if lines else match.group(0)
+def flow_line(proxy: Proxy, route: str, nth: int = 1, timeout: float = 10.0) -> str:
+    """The ``nth`` flow line served by ``route`` (the line is written when the flow is over,
+    which may be just after its client read the answer)."""
+    pattern = re.compile(rf"cursor-bridge flow route={route} .*")
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = pattern.findall(proxy.log_text())
+        if len(lines) >= nth:
+            return str(lines[nth - 1])
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no flow line {nth} for route {route}: {lines}")
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -205,7 +238,7 @@ def test_connection_refused_falls_back_to_the_next_route(
     assert "tried=" in line and "dead (connection refused, cooling down 30 s)" in line
     # Within the cooldown the next request is not even checked: it goes to the fallback.
     assert ask(router, "dead-model", stream) == "hello from anthropic"
-    assert "dead (skipped, cooling down" in flow_line(router, "claude")
+    assert "dead (skipped, cooling down" in flow_line(router, "claude", 2)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -278,3 +311,30 @@ def test_every_route_failing_gives_the_last_error_in_the_clients_dialect(
     assert "overloaded too" in str(e.value.body)
     line = router.wait_for_log(re.compile(r"no route answered; tried: .*")).group(0)
     assert "gpt (HTTP 503, cooling down 5 s)" in line and "claude (HTTP 529" in line
+
+
+def test_a_fallback_that_times_out_before_its_first_byte_goes_on_down_the_chain(
+    router: Proxy, services: dict[str, Service]
+) -> None:
+    services["openai_chat"].server.enqueue(error_reply("openai_chat", "down", 502))
+    services["gemini"].delay = 10.0  # the slow route's timeout is 1 s
+    started = time.monotonic()
+    assert ask(router, "chain-model", True) == "hello from anthropic"
+    assert time.monotonic() - started < 8.0  # not waited for
+    assert len(services["gemini"].server.requests) == 1
+    line = flow_line(router, "claude")
+    assert "chain (HTTP 502, cooling down 30 s), slow (timed out before the first byte" in line
+    assert "HTTP Request:" not in router.log_text()  # httpx's lines (a URL may hold a key)
+
+
+def test_no_route_reachable_is_a_502_in_the_clients_dialect_naming_them(
+    router: Proxy, services: dict[str, Service]
+) -> None:
+    with pytest.raises(openai.APIStatusError) as e:
+        ask(router, "gone-model", True)
+    assert e.value.status_code == 502
+    message = str(e.value.body)
+    assert "gone (connection refused" in message and "dead (connection refused" in message
+    line = flow_line(router, "dead")
+    assert "outcome=rejected" in line and "tried=" in line
+    assert not any(s.server.requests for s in services.values())

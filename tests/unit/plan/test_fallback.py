@@ -98,6 +98,13 @@ def test_retry_after_never_raises_and_stays_in_bounds(value: str) -> None:
     assert got is None or 0.0 <= got <= MAX_RETRY_AFTER
 
 
+@given(st.integers(min_value=-(10**6), max_value=10**6))
+def test_an_http_date_waits_until_that_second_within_bounds(offset: int) -> None:
+    date = format_datetime(datetime.fromtimestamp(NOW + offset, UTC), usegmt=True)
+    assert retry_after(date, NOW) == min(max(float(offset), 0.0), MAX_RETRY_AFTER)
+    assert retry_after(str(max(offset, 0)), NOW) == min(float(max(offset, 0)), MAX_RETRY_AFTER)
+
+
 def test_cooldown_after_prefers_retry_after_then_the_routes_own() -> None:
     assert cooldown_after(A, 429, 12.0) == 12.0
     assert cooldown_after(A, 429, None) == 10.0

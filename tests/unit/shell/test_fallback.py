@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from mitmproxy import http
+from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow, tutils
 
 from addon.shell.addons import Addons, make_addons
@@ -222,3 +223,42 @@ def test_a_4xx_other_than_429_does_not_fall_back(
     asyncio.run(addons.answers.response(f))
     assert not sent and f.response.status_code == 400
     assert addons.fallbacks.cooldowns.left("ant") == 0
+
+
+def test_behind_an_upstream_proxy_there_is_no_connect_check(
+    bundle: tuple[Addons, list[http.Request]],
+) -> None:
+    addons, _ = bundle
+    checked: list[str] = []
+
+    async def spy(host: str, port: int, timeout: float) -> str | None:
+        checked.append(host)
+        return "connection refused"
+
+    addons.fallbacks.check = spy
+    f = messages_flow()
+    f.client_conn.proxy_mode = ProxyMode.parse("upstream:http://127.0.0.1:3128")
+    run_request(addons, f)
+    assert not checked and f.request.host == "ant.example"
+
+
+def test_no_route_reachable_is_answered_in_the_clients_dialect(
+    bundle: tuple[Addons, list[http.Request]],
+) -> None:
+    addons, _ = bundle
+
+    async def down(host: str, port: int, timeout: float) -> str | None:
+        return "connection refused"
+
+    addons.fallbacks.check = down
+    f = messages_flow()
+    pending = addons.fallbacks.request(f)
+    assert pending is not None
+    asyncio.run(pending)  # type: ignore[arg-type]
+    assert f.response is not None and f.response.status_code == 502
+    body = json.loads(f.response.content)
+    assert body["type"] == "error" and body["error"]["type"] == "api_error"
+    assert "tried: ant (connection refused" in body["error"]["message"]
+    assert f.marked == ":no_entry:"
+    addons.request.request(f)  # the rewrite leaves an answered flow alone
+    assert f.response.status_code == 502
