@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mitmproxy import http
+from mitmproxy import ctx, http
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow, tutils
 
 from addon.shell.addons import Addons, make_addons
 from addon.shell.common import META_KEY
 from addon.shell.retry import RetryAnswer
-from tests.real.clients.loop import chat_message
+from tests.real.clients.loop import GEMINI_SIGNATURE, Call, chat_message, gemini_chunk
 
 CLIENT_KEY = "sk-ant-client-SECRET"
 CHAT_KEY = "sk-chat-route-SECRET"
@@ -262,3 +262,98 @@ def test_no_route_reachable_is_answered_in_the_clients_dialect(
     assert f.marked == ":no_entry:"
     addons.request.request(f)  # the rewrite leaves an answered flow alone
     assert f.response.status_code == 502
+
+
+GEMINI_ROUTES = """
+[[routes]]
+name = "g"
+model = "gemini-*"
+upstream = "gemini"
+upstream_url = "https://g.example"
+api_key_env = "CB_TEST_G_KEY"
+fallback = ["c2"]
+
+[[routes]]
+name = "c2"
+model = "never-*"
+upstream_url = "http://chat.example:8080/v1x"
+api_key_env = "CB_TEST_CHAT_KEY"
+"""
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+    }
+]
+
+
+def cursor_flow(messages: list[dict[str, Any]]) -> http.HTTPFlow:
+    body = {"model": "gemini-3-pro-preview", "messages": messages, "tools": TOOLS}
+    req = tutils.treq(
+        host="api.openai.com",
+        port=443,
+        scheme=b"https",
+        method=b"POST",
+        path=b"/v1/chat/completions",
+        headers=http.Headers(
+            (
+                (b"host", b"api.openai.com"),
+                (b"content-type", b"application/json"),
+                (b"authorization", f"Bearer {CLIENT_KEY}".encode()),
+            )
+        ),
+        content=json.dumps(body).encode(),
+    )
+    return tflow.tflow(req=req)
+
+
+def answered(addons: Addons, f: http.HTTPFlow, status: int, body: Any) -> None:
+    f.response = tutils.tresp(
+        status_code=status,
+        headers=http.Headers(content_type="application/json"),
+        content=json.dumps(body).encode(),
+    )
+    addons.fallbacks.responseheaders(f)
+    addons.stream.responseheaders(f)
+    asyncio.run(addons.answers.response(f))
+    addons.report.response(f)
+
+
+def test_a_fallback_to_another_upstream_gets_none_of_the_first_upstreams_signatures(
+    bundle: tuple[Addons, list[http.Request]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Turn 1 on the Gemini route: its thought signature goes into the reasoning store (Cursor
+    drops it). Turn 2: the Gemini request gets it back (the store had it), the Gemini route
+    answers 429, and the chat route's request carries none of it."""
+    addons, sent = bundle
+    monkeypatch.setenv("CB_TEST_G_KEY", "AIza-g-SECRET")
+    routes = tmp_path / "gemini.toml"
+    routes.write_text(GEMINI_ROUTES)
+    ctx.options.update(bridge_routes=str(routes), bridge_store_size=1000)  # the store on
+    assert addons.store.store is not None
+    first = cursor_flow([{"role": "user", "content": "read a"}])
+    run_request(addons, first)
+    answered(addons, first, 200, gemini_chunk(None, Call("read_file", {"path": "a"})))
+    (call,) = json.loads(first.response.content)["choices"][0]["message"]["tool_calls"]
+
+    history = [
+        {"role": "user", "content": "read a"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "file a"},
+    ]
+    second = cursor_flow(history)
+    run_request(addons, second)
+    assert second.request.host == "g.example"
+    assert GEMINI_SIGNATURE in (second.request.get_text() or "")  # restored for Gemini
+    answered(addons, second, 429, {"error": {"code": 429, "message": "quota"}})
+    (request,) = sent
+    assert request.host == "chat.example"
+    text = request.get_text() or ""
+    assert GEMINI_SIGNATURE not in text and "thoughtSignature" not in text
+    assert json.loads(text)["messages"][1]["tool_calls"][0]["id"] == call["id"]
+    assert second.response.status_code == 200
+    assert second.metadata[META_KEY]["fallback"]["served_by"] == "c2"
