@@ -74,6 +74,12 @@ class RequestFacts:
     background: bool = False
 
 
+DEFAULT_TIMEOUT = 60.0
+MAX_TIMEOUT = 3600.0
+DEFAULT_COOLDOWN = 30.0
+MAX_COOLDOWN = 86400.0
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """One route. Built from a routes file (``addon.routes_file``: every key's type checked there,
@@ -136,6 +142,16 @@ class Route:
     key there all the same. Without it (and without ``api_key_env``) no key goes there."""
     when: When | None = None
     """Conditions on the request beyond its model (``When``); None: any request."""
+    fallback: tuple[str, ...] = ()
+    """Names of other routes tried in order when this one's upstream cannot be reached, times
+    out before its first byte, or answers 429 or 5xx (``addon.plan.fallback``;
+    ``check_fallbacks`` holds the names to routes of the same client dialect, without cycles)."""
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds to the first byte of the answer, for the attempts the bridge sends itself (a
+    fallback's); the first attempt goes through mitmproxy, which has no such timeout."""
+    cooldown: float = DEFAULT_COOLDOWN
+    """Seconds this route is skipped after a refused connection, a timeout or a 429 / 5xx
+    without ``Retry-After`` (a 429's ``Retry-After`` says how long instead)."""
 
     def __post_init__(self) -> None:
         for name in ("name", "host", "path"):
@@ -152,6 +168,9 @@ class Route:
         object.__setattr__(self, "model", model_globs(self.model))
         upstream_url(self.upstream_url)
         dialect_keys(self)
+        object.__setattr__(self, "fallback", fallback_names(self.fallback))
+        seconds(self.timeout, "timeout", MAX_TIMEOUT, zero=False)
+        seconds(self.cooldown, "cooldown", MAX_COOLDOWN, zero=True)
 
     def matches(self, host: str, path: str, method: str) -> bool:
         return (
@@ -312,6 +331,75 @@ def upstream_url(v: str | None) -> str | None:
     if v is not None:
         parse_upstream_url(v)
     return v
+
+
+def fallback_names(v: object) -> tuple[str, ...]:
+    """A route name or a list of them, as a tuple (each once)."""
+    names = (v,) if isinstance(v, str) else v
+    if not isinstance(names, tuple | list):
+        raise ValueError('must be a list of route names, e.g. ["second", "third"]')
+    for name in names:
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError("route names must be non-empty strings")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"names a route twice: {', '.join(dupes)}")
+    return tuple(names)
+
+
+def seconds(v: float, key: str, most: float, *, zero: bool) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
+        raise ValueError(f"{key}: must be a number of seconds")
+    if v < 0 or (v == 0 and not zero) or v > most:
+        low = "0" if zero else "more than 0"
+        raise ValueError(f"{key}: must be {low} and at most {most:g} seconds (got {v!r})")
+    return float(v)
+
+
+def check_fallbacks(routes: tuple[Route, ...]) -> None:
+    """Every ``fallback`` names another route of the same client dialect (the client's request
+    is read once, in the matched route's dialect), none backs itself, directly or through
+    others, and none reads a Kiro token file (the bridge's own attempts carry no token).
+    ``ValueError`` naming the route and the key."""
+    by_name = {r.name: r for r in routes}
+    for route in routes:
+        for name in route.fallback:
+            other = by_name.get(name)
+            where = f"route {route.name!r}: fallback"
+            if other is None:
+                raise ValueError(f"{where}: no route is named {name!r}")
+            if other is route:
+                raise ValueError(f"{where}: a route cannot fall back to itself")
+            if other.client != route.client:
+                raise ValueError(
+                    f"{where}: route {name!r} takes {other.client} clients, this route "
+                    f"{route.client} (a fallback answers the same client)"
+                )
+            if other.token_file is not None:
+                raise ValueError(
+                    f"{where}: route {name!r} reads a Kiro token_file; a fallback cannot "
+                    "(use api_key_env)"
+                )
+    for route in routes:
+        cycle = _cycle(route, by_name, (route.name,))
+        if cycle:
+            raise ValueError(f"route {route.name!r}: fallback: a cycle ({' -> '.join(cycle)})")
+
+
+def _cycle(route: Route, by_name: dict[str, Route], path: tuple[str, ...]) -> tuple[str, ...]:
+    for name in route.fallback:
+        if name in path:
+            return (*path, name)
+        found = _cycle(by_name[name], by_name, (*path, name))
+        if found:
+            return found
+    return ()
+
+
+def fallback_chain(route: Route, routes: tuple[Route, ...]) -> tuple[Route, ...]:
+    """The route, then its ``fallback`` routes in order (the names checked at start)."""
+    by_name = {r.name: r for r in routes}
+    return (route, *(by_name[n] for n in route.fallback if n in by_name))
 
 
 def dialect_keys(route: Route) -> None:

@@ -37,14 +37,18 @@ def load_routes(path: str | Path) -> tuple[Route, ...]:
     except tomllib.TOMLDecodeError as e:
         raise RoutesError(f"routes file '{p}': not valid TOML: {e}") from None
     try:
-        routes = read_routes(data)
+        found = read_routes(data)
     except ValueError as e:
         raise RoutesError(f"routes file '{p}': {e}") from None
-    names = [r.name for r in routes]
+    names = [r.name for r in found]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise RoutesError(f"routes file '{p}': route names must be unique: {', '.join(dupes)}")
-    return routes
+    try:
+        routes.check_fallbacks(found)
+    except ValueError as e:
+        raise RoutesError(f"routes file '{p}': {e}") from None
+    return found
 
 
 class WhenFields(BaseModel):
@@ -88,6 +92,11 @@ class RouteFields(BaseModel):
     upstream_url: str | None = None
     client_key: bool = Field(default=False, strict=True)
     when: WhenFields | None = None
+    fallback: tuple[str, ...] = ()
+    timeout: float = Field(default=routes.DEFAULT_TIMEOUT, gt=0, le=routes.MAX_TIMEOUT, strict=True)
+    cooldown: float = Field(
+        default=routes.DEFAULT_COOLDOWN, ge=0, le=routes.MAX_COOLDOWN, strict=True
+    )
 
     _env = field_validator("api_key_env")(routes.env_name)
     _methods = field_validator("methods")(routes.http_methods)
@@ -99,6 +108,7 @@ class RouteFields(BaseModel):
     _url = field_validator("refresh_url")(routes.http_url)
     _model = field_validator("model", mode="before")(routes.model_globs)
     _upstream_url = field_validator("upstream_url")(routes.upstream_url)
+    _fallback = field_validator("fallback", mode="before")(routes.fallback_names)
 
     @model_validator(mode="after")
     def _dialect_keys(self) -> RouteFields:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from addon.shell.answers import Answers
 from addon.shell.catalogue import ModelCatalogue
 from addon.shell.count_tokens import CountTokens
+from addon.shell.fallback import Fallbacks
 from addon.shell.kiro_auth import KiroAuth
 from addon.shell.memory import MemoryTrim
 from addon.shell.reasoning_store import ReasoningStoreLife
@@ -27,6 +28,7 @@ class Addons:
     catalogue: ModelCatalogue
     count_tokens: CountTokens
     kiro: KiroAuth
+    fallbacks: Fallbacks
     report: Report
     store: ReasoningStoreLife
     request: RewriteRequest
@@ -36,14 +38,16 @@ class Addons:
 
     @property
     def all(self) -> list[object]:
-        """In hook order (mitmproxy calls addons in list order): the Kiro token file is read
-        (``request``, async) before the request is rewritten; the report closes a flow
+        """In hook order (mitmproxy calls addons in list order): a route's fallback chain
+        picks the route, then the Kiro token file is read (``request``, async), before the
+        request is rewritten; the report closes a flow
         (``response``, ``error``) after the answer is re-encoded, and says its ``done`` line
         before the store closes; memory is handed back after the flow is over."""
         return [
             self.retry,
             self.catalogue,
             self.count_tokens,
+            self.fallbacks,
             self.kiro,
             self.settings,
             self.request,
@@ -60,6 +64,7 @@ def make_addons() -> Addons:
     kiro = KiroAuth(settings)
     report = Report(state, runs, settings)
     store = ReasoningStoreLife()
+    fallbacks = Fallbacks(settings, report, retry, store)
     return Addons(
         state,
         settings,
@@ -67,10 +72,11 @@ def make_addons() -> Addons:
         ModelCatalogue(settings),
         CountTokens(settings, state),
         kiro,
+        fallbacks,
         report,
         store,
-        RewriteRequest(settings, store, report, kiro),
-        StreamAttach(report, loop_retry=True),
-        Answers(report, retry),
+        RewriteRequest(settings, store, report, kiro, fallbacks),
+        StreamAttach(report, loop_retry=True, fallbacks=fallbacks),
+        Answers(report, retry, fallbacks),
         MemoryTrim(),
     )

@@ -11,6 +11,7 @@ as a 502 in its dialect, never as the other dialect's bytes.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from mitmproxy import http
 
@@ -23,7 +24,7 @@ from addon.plan.answer import (
     loop_ask_again,
     needs_retry,
 )
-from addon.plan.errors import error_body, foreign_error, upstream_error
+from addon.plan.errors import foreign_error, upstream_error
 from addon.shell.answer_notes import note_text_calls, stream_done
 from addon.shell.common import append_comment, is_json, json_response, log, replace_headers
 from addon.shell.common import internal_error as log_internal_error
@@ -31,15 +32,21 @@ from addon.shell.loop_guard import ask_again
 from addon.shell.report import Report
 from addon.shell.retry import Retry
 from addon.shell.runs import FlowRun
-from addon.shell.staged_retry import StagedRetry, unreadable
+from addon.shell.staged_retry import StagedRetry, translate_error, unreadable
+
+if TYPE_CHECKING:
+    from addon.shell.fallback import Fallbacks
 
 
 class Answers:
     name = "cursor_bridge_answers"
 
-    def __init__(self, report: Report, retry: Retry | None) -> None:
+    def __init__(
+        self, report: Report, retry: Retry | None, fallbacks: Fallbacks | None = None
+    ) -> None:
         self.report = report
         self.retry = retry
+        self.fallbacks = fallbacks
         self.staged = StagedRetry(report, retry)
 
     async def response(self, flow: http.HTTPFlow) -> None:
@@ -47,11 +54,15 @@ class Answers:
         run = self.report.runs.get(flow.id)
         resp = flow.response
         if run is None:
+            if self.fallbacks is not None:
+                self.fallbacks.forget(flow.id)
             return
         try:
             if run.plan is not None and resp is not None:
                 await self._answer_for_client(flow, run, run.plan, resp)
         finally:
+            if self.fallbacks is not None:
+                self.fallbacks.forget(flow.id)
             run.client_bytes = None
             run.report.spent_ns += time.perf_counter_ns() - started
 
@@ -75,6 +86,8 @@ class Answers:
             stream_done(self.report, flow, run, plan)
             return
         if not (200 <= resp.status_code < 300):
+            if self.fallbacks is not None and await self.fallbacks.answer(flow, run, resp):
+                return
             if await self.staged.answer(flow, run, plan, resp):
                 return
             if not plan.same_dialect or foreign_error(plan, resp.get_content(strict=False) or b""):
@@ -179,14 +192,3 @@ class Answers:
         if run.answer.loop_asked:
             self.report.retried(run, "loop guard")
         return second
-
-
-def translate_error(flow: http.HTTPFlow, plan: FlowPlan) -> None:
-    """An upstream error, re-shaped for a client of another dialect (status kept)."""
-    resp = flow.response
-    assert resp is not None
-    body, message = error_body(plan, resp.status_code, resp.get_content(strict=False) or b"")
-    resp.content = body
-    resp.headers["content-type"] = "application/json"
-    append_comment(flow, f"upstream error {resp.status_code} → {plan.client.name} shape")
-    log.info("%s: upstream answered HTTP %d: %s", plan.label, resp.status_code, short(message))

@@ -10,11 +10,9 @@ the bridge too. A bug of ours still answers the client (``plan.internal_error``)
 from __future__ import annotations
 
 import time
-from urllib.parse import urlencode
 
 from mitmproxy import http
 
-from addon.dialects.base import WireRequest
 from addon.outcome import FlowReport
 from addon.plan import (
     Decision,
@@ -32,15 +30,17 @@ from addon.redact import clean
 from addon.shell.common import (
     SECRETS,
     append_comment,
+    apply_rewrite,
     environment,
     header_map,
     json_response,
     log,
     outside_proxy_hosts,
-    replace_headers,
+    place,
     set_meta,
 )
 from addon.shell.common import internal_error as log_internal_error
+from addon.shell.fallback import Fallbacks
 from addon.shell.kiro_auth import KiroAuth
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.report import Report, comment, decision_lines, plan_facts
@@ -58,8 +58,12 @@ class RewriteRequest:
         store: ReasoningStoreLife,
         report: Report,
         kiro: KiroAuth | None = None,
+        fallbacks: Fallbacks | None = None,
     ) -> None:
         self._settings = settings
+        self.fallbacks = fallbacks
+        """Picks the route of a flow whose route has a ``fallback`` chain (its ``request`` hook
+        runs before ours) and takes its answer on when it falls back."""
         self._store = store
         self.report = report
         self.kiro = kiro
@@ -78,13 +82,20 @@ class RewriteRequest:
             route = route_for(settings, req.method, req.host, req.path, view)
             if route is None or outside_proxy_hosts(flow):
                 return
+            chosen = self.fallbacks.chosen(flow.id) if self.fallbacks is not None else None
+            if chosen is not None:
+                route = chosen.route
             incoming = Incoming(
                 req.method, req.host, req.path, header_map(req.headers), body, req.port
             )
             creds = self.kiro.take(flow.id) if self.kiro is not None else None
+            if route.token_file is None:
+                creds = None  # read for the matched route, and this flow goes elsewhere
             env = environment()
             route_key = creds.key if creds else env.get(route.api_key_env or "")
-            secrets = secret_values(incoming.headers, incoming.query, route_key)
+            # A fallback's key is this flow's secret too: redacted wherever it is echoed.
+            others = [env.get(r.api_key_env or "") for r in chosen.chain] if chosen else []
+            secrets = secret_values(incoming.headers, incoming.query, route_key, *others)
             SECRETS.add(flow.id, secrets)  # before any line about this flow is written
             decision: Decision = decide(
                 settings,
@@ -98,7 +109,10 @@ class RewriteRequest:
             )
             if isinstance(decision, Rewrite):
                 # Everything that could fail is done: the flow is changed only from here on.
+                original = req.copy() if chosen is not None else None
                 report = self._rewrite(flow, incoming, decision)
+                if chosen is not None and original is not None and self.fallbacks is not None:
+                    self.fallbacks.start(flow, chosen, incoming, original)
                 report.spent_ns += time.perf_counter_ns() - started
                 return
         except Exception as e:
@@ -134,10 +148,8 @@ class RewriteRequest:
             log_internal_error(f"cursor-bridge [{route.name}]: request", e)
 
     def _rewrite(self, flow: http.HTTPFlow, incoming: Incoming, d: Rewrite) -> FlowReport:
-        req, wire, plan = flow.request, d.wire, d.plan
-        if d.body is not incoming.body:  # else the client's bytes go on as they came
-            req.content = d.body
-        _place(req, incoming, wire, ("accept-encoding", "identity"))
+        wire, plan = d.wire, d.plan
+        apply_rewrite(flow.request, incoming, d)
         run = self.report.runs.start(flow.id, plan)
         self.report.state.count("requests rewritten")
         decisions = decision_lines(plan.request_notes)
@@ -163,24 +175,9 @@ class RewriteRequest:
     def _passthrough(self, flow: http.HTTPFlow, d: Pass, incoming: Incoming | None) -> None:
         assert d.route is not None and d.reason is not None
         if d.wire is not None and incoming is not None:
-            _place(flow.request, incoming, d.wire)
+            place(flow.request, incoming, d.wire)
         label = f"cursor-bridge [{d.route.name}]"
         self.report.state.count("passed through")
         reason = short(d.reason)
         append_comment(flow, f"{label}: passed through: {reason}")
         set_meta(flow, {"route": d.route.name, "action": "passthrough", "reason": reason})
-
-
-def _place(
-    req: http.Request, incoming: Incoming, wire: WireRequest, *extra: tuple[str, str]
-) -> None:
-    """The upstream request's path, query, address and headers, as ``wire`` says."""
-    if (wire.path, wire.query) != (incoming.bare_path, incoming.query):
-        # surrogateescape: bytes of the client's query that are not UTF-8 go back as sent
-        query = urlencode(wire.query, encoding="utf-8", errors="surrogateescape")
-        req.path = wire.path + (f"?{query}" if wire.query else "")
-    if wire.origin is not None:
-        # A route's upstream_url: mitmproxy connects there (TLS verified as for any upstream,
-        # SNI the new host) and the Host header / :authority follow the host.
-        req.scheme, req.host, req.port = wire.origin
-    replace_headers(req.headers, wire.drop_headers, (*wire.set_headers, *extra))

@@ -10,6 +10,7 @@ restarted mid-way.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,8 @@ class RetryAnswer:
     status: int
     content_type: str
     content: bytes
+    retry_after: str | None = None
+    """The ``Retry-After`` header, when the answer had one."""
 
 
 class Retry(OptionChecks):
@@ -100,12 +103,54 @@ class Retry(OptionChecks):
             answer.status_code, answer.headers.get("content-type", ""), answer.content
         )
 
+    async def attempt(
+        self, flow: http.HTTPFlow, request: http.Request, timeout: float
+    ) -> RetryAnswer | str:
+        """Another route's request (``request``: its address, headers and body, as the
+        rewrite set them) sent the way mitmproxy sends the flow's: the answer read whole, or
+        why none came (``connection refused``, ``timed out before the first byte`` …).
+        ``timeout``: the route's, to the first byte (and between reads)."""
+        import httpx
+
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in request.headers.fields
+            if k.decode("latin-1").lower() not in _HOP_BY_HOP
+        ]
+        limit = httpx.Timeout(timeout, connect=min(timeout, 15.0))
+        try:
+            answer = await self._client(flow).request(
+                request.method,
+                request.url,
+                headers=headers,
+                content=request.content,
+                timeout=limit,
+            )
+        except httpx.TimeoutException as e:
+            return (
+                "connect timed out"
+                if isinstance(e, httpx.ConnectTimeout)
+                else ("timed out before the first byte")
+            )
+        except httpx.ConnectError as e:
+            return "connection refused" if "refused" in str(e).lower() else "connection failed"
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as e:
+            return f"request failed ({type(e).__name__})"
+        return RetryAnswer(
+            answer.status_code,
+            answer.headers.get("content-type", ""),
+            answer.content,
+            answer.headers.get("retry-after"),
+        )
+
     def _client(self, flow: http.HTTPFlow) -> httpx.AsyncClient:
         import httpx
 
         via = _upstream_proxy(flow)
         client = self._clients.get(via)
         if client is None:
+            # httpx logs each request's URL at info level: a query may hold a key (?key=).
+            logging.getLogger("httpx").setLevel(logging.WARNING)
             proxy = None
             if via is not None:
                 url, auth = via

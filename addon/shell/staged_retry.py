@@ -10,7 +10,7 @@ from mitmproxy import http
 from addon.model import UnsupportedShape
 from addon.plan import FlowPlan, short
 from addon.plan.answer import client_answer
-from addon.plan.errors import unreadable_answer
+from addon.plan.errors import error_body, unreadable_answer
 from addon.plan.staged import Stop, staged_step
 from addon.shell.answer_notes import note_text_calls
 from addon.shell.common import META_KEY, append_comment, json_response, log
@@ -103,3 +103,14 @@ def unreadable(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan
     report.fallback(run, f"upstream answer not translatable: {why}")
     append_comment(flow, f"upstream answer (HTTP {status}) not translatable: {why} → 502")
     flow.response = json_response(502, unreadable_answer(plan, why))
+
+
+def translate_error(flow: http.HTTPFlow, plan: FlowPlan) -> None:
+    """An upstream error, re-shaped for a client of another dialect (status kept)."""
+    resp = flow.response
+    assert resp is not None
+    body, message = error_body(plan, resp.status_code, resp.get_content(strict=False) or b"")
+    resp.content = body
+    resp.headers["content-type"] = "application/json"
+    append_comment(flow, f"upstream error {resp.status_code} → {plan.client.name} shape")
+    log.info("%s: upstream answered HTTP %d: %s", plan.label, resp.status_code, short(message))

@@ -1,0 +1,145 @@
+"""Fallbacks, decided with plain values: which failures of an upstream send the request on to
+the next route of the matched route's ``fallback`` chain, how long a failed route is skipped
+(``Retry-After``, the route's ``cooldown``), which route comes next, and the line that says
+what was tried. The clock is injected; the shell keeps the one ``Cooldowns`` table of the
+process and sends the attempts. The rules and their limits: docs/routes.md ("Fallbacks")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+
+from addon.dialects import Dialect
+from addon.model import ClientError
+from addon.plan.values import error_bytes
+from addon.routes import Route
+
+MAX_RETRY_AFTER = 3600.0
+"""A ``Retry-After`` longer than this is taken as this (a route is never skipped for days)."""
+COOLING_STATUSES = frozenset({429, 502, 503, 504})
+"""Answers that say the upstream is down or overloaded: the route cools down (a 500 may be
+this request's own trouble; it falls back without cooling unless it says ``Retry-After``)."""
+
+
+def falls_back(status: int) -> bool:
+    """Whether an upstream's answer with this status goes on to the next route: 429 and 5xx.
+    Not a 2xx (an answer), not another 4xx (the request's own fault: the next upstream
+    would refuse it too)."""
+    return status == 429 or 500 <= status <= 599
+
+
+def retry_after(value: str | None, now: float, most: float = MAX_RETRY_AFTER) -> float | None:
+    """A ``Retry-After`` header's wait in seconds, within ``[0, most]``: delta-seconds or an
+    HTTP-date (``now``: the clock's epoch seconds). None: absent or unreadable."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text or len(text) > 64:
+        return None
+    if text.isascii() and text.isdigit():
+        return min(float(int(text[:12])), most)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    try:
+        wait = when.timestamp() - now
+    except (OverflowError, ValueError, OSError):
+        return None
+    return min(max(wait, 0.0), most)
+
+
+def cooldown_after(route: Route, status: int | None, wait: float | None) -> float | None:
+    """How long ``route`` is skipped after a failure: the upstream's ``Retry-After`` when it
+    gave one (``wait``), the route's ``cooldown`` for a connection error or timeout
+    (``status`` None) and the statuses of ``COOLING_STATUSES``; None: not at all."""
+    if wait is not None:
+        return wait
+    if status is None or status in COOLING_STATUSES:
+        return route.cooldown
+    return None
+
+
+class Cooldowns:
+    """Until when each route is skipped (by route name), on an injected clock."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self._until: dict[str, float] = {}
+
+    def cool(self, name: str, seconds: float) -> None:
+        """Skip the route for ``seconds`` from now (a later end already set is kept)."""
+        if seconds <= 0:
+            return
+        until = self.clock() + seconds
+        self._until[name] = max(until, self._until.get(name, until))
+
+    def left(self, name: str) -> float:
+        """Seconds the route is still skipped (0: not cooling)."""
+        until = self._until.get(name)
+        if until is None:
+            return 0.0
+        left = until - self.clock()
+        if left <= 0:
+            del self._until[name]
+            return 0.0
+        return left
+
+    def cooling(self, name: str) -> bool:
+        return self.left(name) > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One route that did not answer: why, and how long it now cools down (None: it does not)."""
+
+    route: str
+    why: str
+    cooling: float | None = None
+
+    def describe(self) -> str:
+        cool = f", cooling down {self.cooling:.0f} s" if self.cooling else ""
+        return f"{self.route} ({self.why}{cool})"
+
+
+def tried_line(failures: Iterable[Failure]) -> str:
+    """``primary (connection refused), second (HTTP 429, cooling down 30 s)``."""
+    return ", ".join(f.describe() for f in failures)
+
+
+def first_route(chain: tuple[Route, ...], cooldowns: Cooldowns) -> tuple[Route, tuple[Route, ...]]:
+    """The route to try first and the routes skipped before it because they cool down, chain
+    order kept. Every route cooling: the one whose cooldown ends first (ties: chain order)."""
+    skipped: list[Route] = []
+    for route in chain:
+        if not cooldowns.cooling(route.name):
+            return route, tuple(skipped)
+        skipped.append(route)
+    soonest = min(chain, key=lambda r: cooldowns.left(r.name))
+    return soonest, tuple(r for r in chain if r is not soonest)
+
+
+def next_route(
+    chain: tuple[Route, ...], tried: Iterable[str], cooldowns: Cooldowns
+) -> Route | None:
+    """The next route of the chain after the ones tried: not tried yet, not cooling down, in
+    chain order; None when no route is left."""
+    done = set(tried)
+    for route in chain:
+        if route.name not in done and not cooldowns.cooling(route.name):
+            return route
+    return None
+
+
+def all_failed(client: Dialect, failures: tuple[Failure, ...]) -> tuple[int, bytes]:
+    """The client's error when no route could be reached (the last failure a connection
+    error: 502, a timeout: 504), in its dialect, naming the routes tried."""
+    last = failures[-1].why if failures else ""
+    status = 504 if "timed out" in last else 502
+    message = f"cursor-bridge: no upstream answered; tried: {tried_line(failures)}"
+    code = "upstream_timeout" if status == 504 else "upstream_unreachable"
+    return status, error_bytes(client, ClientError(message, status=status, code=code))

@@ -1,0 +1,340 @@
+"""End to end: fallbacks (issue 29). One mitmdump in reverse mode; routes whose upstream is a
+loopback port with nothing listening (connection refused) or a scripted upstream that answers
+429 / 500 first, each backed by a route of another upstream dialect on its own port. Every
+scripted upstream answers 401 in its own shape to anything but its own key in its own header,
+and the test checks the headers each one received: keys never reach another host. Read by the
+official SDKs, streamed and whole."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from tests.e2e.harness import (
+    JSONReply,
+    Proxy,
+    Recorded,
+    Reply,
+    ScriptedUpstream,
+    SSEReply,
+    free_port,
+    sse_from_payloads,
+)
+from tests.real.clients.loop import answer, check_request
+
+CLIENT_KEY = "sk-client-SECRET-fb"
+KEYS = {
+    "openai_chat": "sk-openai-fb-SECRET",
+    "anthropic": "sk-ant-fb-SECRET",
+    "gemini": "AIza-gemini-fb-SECRET",
+}
+ENV = {d: f"CB_E2E_FB_{d.upper()}_KEY" for d in KEYS}
+CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
+ALL_KEYS = (CLIENT_KEY, *KEYS.values())
+
+
+@dataclass
+class Service:
+    """A scripted upstream of one dialect that wants its key in its dialect's header."""
+
+    dialect: str
+    key: str
+    server: ScriptedUpstream
+    delay: float = 0.0
+    """Seconds before the answer's first byte."""
+
+    def __call__(self, rec: Recorded) -> Reply:
+        time.sleep(self.delay)
+        sent = {h: rec.headers[h] for h in CREDENTIAL_HEADERS if h in rec.headers}
+        if sent != self.wanted():
+            return error_reply(self.dialect, "invalid api key", 401)
+        body = rec.json()
+        check_request(self.dialect, body)
+        if self.dialect == "gemini":
+            stream = ":streamGenerateContent" in rec.path
+        else:
+            stream = bool(body.get("stream"))
+        return answer(self.dialect, stream, f"hello from {self.dialect}")
+
+    def wanted(self) -> dict[str, str]:
+        if self.dialect == "anthropic":
+            return {"x-api-key": self.key}
+        if self.dialect == "gemini":
+            return {"x-goog-api-key": self.key}
+        return {"authorization": f"Bearer {self.key}"}
+
+
+def error_reply(
+    dialect: str, message: str, status: int, headers: dict[str, str] | None = None
+) -> JSONReply:
+    """An error as the service of that dialect writes it."""
+    if dialect == "anthropic":
+        kind = "rate_limit_error" if status == 429 else "api_error"
+        body: Any = {"type": "error", "error": {"type": kind, "message": message}}
+    elif dialect == "gemini":
+        body = {"error": {"code": status, "message": message, "status": "UNAVAILABLE"}}
+    else:
+        body = {"error": {"message": message, "type": "server_error", "code": None}}
+    return JSONReply(body, status=status, headers=headers or {})
+
+
+@pytest.fixture
+def services() -> Iterator[dict[str, Service]]:
+    servers = {d: ScriptedUpstream().start() for d in KEYS}
+    try:
+        out = {d: Service(d, KEYS[d], s) for d, s in servers.items()}
+        for service in out.values():
+            service.server.script = service
+        yield out
+        for service in out.values():
+            assert not service.server.errors, service.server.errors
+            for rec in service.server.requests:  # keys never reach another host
+                assert not [k for k in ALL_KEYS if k != service.key and k in str(rec.header_list)]
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+DEAD = free_port()
+"""A loopback port with nothing listening: connection refused."""
+
+
+def routes_text(services: dict[str, Service]) -> str:
+    url = {d: s.server.base_url for d, s in services.items()}
+    return f"""
+[[routes]]
+name = "dead"
+model = "dead-*"
+upstream_url = "http://127.0.0.1:{DEAD}"
+api_key_env = "{ENV["openai_chat"]}"
+fallback = ["claude"]
+
+[[routes]]
+name = "gpt"
+model = "gpt-*"
+upstream_url = "{url["openai_chat"]}"
+api_key_env = "{ENV["openai_chat"]}"
+fallback = ["claude"]
+cooldown = 5
+
+[[routes]]
+name = "claude"
+model = "claude-*"
+upstream = "anthropic"
+upstream_url = "{url["anthropic"]}"
+api_key_env = "{ENV["anthropic"]}"
+timeout = 20
+
+[[routes]]
+name = "main"
+path = "*/v1/messages"
+client = "anthropic"
+upstream = "anthropic"
+upstream_url = "{url["anthropic"]}"
+api_key_env = "{ENV["anthropic"]}"
+fallback = ["gem"]
+
+[[routes]]
+name = "gem"
+path = "*/v1/messages"
+model = "gemini-*"
+client = "anthropic"
+upstream = "gemini"
+upstream_url = "{url["gemini"]}"
+api_key_env = "{ENV["gemini"]}"
+
+[[routes]]
+name = "gone"
+model = "gone-*"
+upstream_url = "http://127.0.0.1:{DEAD}"
+api_key_env = "{ENV["openai_chat"]}"
+fallback = ["dead"]
+
+[[routes]]
+name = "chain"
+model = "chain-*"
+upstream_url = "{url["openai_chat"]}"
+api_key_env = "{ENV["openai_chat"]}"
+fallback = ["slow", "claude"]
+
+[[routes]]
+name = "slow"
+model = "slow-*"
+upstream = "gemini"
+upstream_url = "{url["gemini"]}"
+api_key_env = "{ENV["gemini"]}"
+timeout = 1
+
+[[routes]]
+name = "home"
+"""
+
+
+@pytest.fixture
+def router(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    services: dict[str, Service],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Proxy]:
+    for dialect, name in ENV.items():
+        monkeypatch.setenv(name, KEYS[dialect])
+    routes = tmp_path / "routes.toml"
+    routes.write_text(routes_text(services))
+    proxy = start_proxy(bridge_routes=str(routes))
+    yield proxy
+    log = proxy.log_text()
+    assert not [k for k in ALL_KEYS if k in log]
+    assert "Traceback" not in log
+    assert not upstream.requests  # the reverse target (home) is never asked
+
+
+def cursor(proxy: Proxy) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=f"{proxy.base_url}/v1", api_key=CLIENT_KEY, max_retries=0, timeout=30
+    )
+
+
+def ask(proxy: Proxy, model: str, stream: bool) -> str:
+    messages: Any = [{"role": "user", "content": "hi"}]
+    if not stream:
+        done = cursor(proxy).chat.completions.create(model=model, messages=messages)
+        return done.choices[0].message.content or ""
+    chunks = cursor(proxy).chat.completions.create(model=model, messages=messages, stream=True)
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def flow_line(proxy: Proxy, route: str, nth: int = 1, timeout: float = 10.0) -> str:
+    """The ``nth`` flow line served by ``route`` (the line is written when the flow is over,
+    which may be just after its client read the answer)."""
+    pattern = re.compile(rf"cursor-bridge flow route={route} .*")
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = pattern.findall(proxy.log_text())
+        if len(lines) >= nth:
+            return str(lines[nth - 1])
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no flow line {nth} for route {route}: {lines}")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_connection_refused_falls_back_to_the_next_route(
+    router: Proxy, services: dict[str, Service], stream: bool
+) -> None:
+    assert ask(router, "dead-model", stream) == "hello from anthropic"
+    (rec,) = services["anthropic"].server.requests
+    assert rec.path == "/v1/messages"
+    line = flow_line(router, "claude")
+    assert "tried=" in line and "dead (connection refused, cooling down 30 s)" in line
+    # Within the cooldown the next request is not even checked: it goes to the fallback.
+    assert ask(router, "dead-model", stream) == "hello from anthropic"
+    assert "dead (skipped, cooling down" in flow_line(router, "claude", 2)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_429_with_retry_after_falls_back_and_the_route_cools_down(
+    router: Proxy, services: dict[str, Service], stream: bool
+) -> None:
+    gpt = services["openai_chat"].server
+    gpt.enqueue(error_reply("openai_chat", "slow down", 429, {"retry-after": "30"}))
+    assert ask(router, "gpt-5", stream) == "hello from anthropic"
+    assert len(gpt.requests) == 1
+    assert "gpt (HTTP 429, cooling down 30 s)" in flow_line(router, "claude")
+    # The second request within the Retry-After goes straight to the fallback.
+    assert ask(router, "gpt-5", stream) == "hello from anthropic"
+    assert len(gpt.requests) == 1
+    assert len(services["anthropic"].server.requests) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_500_falls_back_from_an_anthropic_client_to_a_gemini_route(
+    router: Proxy, services: dict[str, Service], stream: bool
+) -> None:
+    services["anthropic"].server.enqueue(error_reply("anthropic", "overloaded", 500))
+    client = anthropic.Anthropic(
+        base_url=router.base_url, api_key=CLIENT_KEY, max_retries=0, timeout=30
+    )
+    messages: Any = [{"role": "user", "content": "hi"}]
+    if stream:
+        with client.messages.stream(
+            model="claude-sonnet-4-6", max_tokens=64, messages=messages
+        ) as s:
+            text = "".join(s.text_stream)
+    else:
+        done = client.messages.create(model="claude-sonnet-4-6", max_tokens=64, messages=messages)
+        text = "".join(b.text for b in done.content if b.type == "text")
+    assert text == "hello from gemini"
+    (rec,) = services["gemini"].server.requests
+    assert rec.path.startswith("/v1beta/models/claude-sonnet-4-6:")
+    assert "main (HTTP 500)" in flow_line(router, "gem")
+
+
+def test_no_fallback_once_a_stream_has_started(router: Proxy, services: dict[str, Service]) -> None:
+    chunk = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "gpt-5",
+        "choices": [{"index": 0, "delta": {"content": "par"}, "finish_reason": None}],
+    }
+    error = {"error": {"message": "upstream died", "type": "server_error"}}
+    services["openai_chat"].server.enqueue(SSEReply(sse_from_payloads([chunk, error])))
+    got: list[str] = []
+    with pytest.raises(openai.APIError):
+        stream = cursor(router).chat.completions.create(
+            model="gpt-5", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        for c in stream:
+            got.append((c.choices[0].delta.content or "") if c.choices else "")
+    assert "".join(got) == "par"  # the stream had started: the client got its first piece
+    assert not services["anthropic"].server.requests  # the fallback received nothing
+
+
+def test_every_route_failing_gives_the_last_error_in_the_clients_dialect(
+    router: Proxy, services: dict[str, Service]
+) -> None:
+    services["openai_chat"].server.enqueue(error_reply("openai_chat", "down", 503))
+    services["anthropic"].server.enqueue(error_reply("anthropic", "overloaded too", 529))
+    with pytest.raises(openai.APIStatusError) as e:
+        ask(router, "gpt-5", False)
+    assert e.value.status_code == 529
+    assert "overloaded too" in str(e.value.body)
+    line = router.wait_for_log(re.compile(r"no route answered; tried: .*")).group(0)
+    assert "gpt (HTTP 503, cooling down 5 s)" in line and "claude (HTTP 529" in line
+
+
+def test_a_fallback_that_times_out_before_its_first_byte_goes_on_down_the_chain(
+    router: Proxy, services: dict[str, Service]
+) -> None:
+    services["openai_chat"].server.enqueue(error_reply("openai_chat", "down", 502))
+    services["gemini"].delay = 10.0  # the slow route's timeout is 1 s
+    started = time.monotonic()
+    assert ask(router, "chain-model", True) == "hello from anthropic"
+    assert time.monotonic() - started < 8.0  # not waited for
+    assert len(services["gemini"].server.requests) == 1
+    line = flow_line(router, "claude")
+    assert "chain (HTTP 502, cooling down 30 s), slow (timed out before the first byte" in line
+    assert "HTTP Request:" not in router.log_text()  # httpx's lines (a URL may hold a key)
+
+
+def test_no_route_reachable_is_a_502_in_the_clients_dialect_naming_them(
+    router: Proxy, services: dict[str, Service]
+) -> None:
+    with pytest.raises(openai.APIStatusError) as e:
+        ask(router, "gone-model", True)
+    assert e.value.status_code == 502
+    message = str(e.value.body)
+    assert "gone (connection refused" in message and "dead (connection refused" in message
+    line = flow_line(router, "dead")
+    assert "outcome=rejected" in line and "tried=" in line
+    assert not any(s.server.requests for s in services.values())
