@@ -64,7 +64,7 @@ def refusal_for(method: str, path: str, body: bytes) -> Refusal | None:
         return None
     try:
         parsed = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than Python reads
         return None
     if not isinstance(parsed, dict):
         return None
@@ -80,14 +80,18 @@ def refusal_for(method: str, path: str, body: bytes) -> Refusal | None:
 def refusal(dialect: str, body: dict[str, Any], model: str = "") -> Refusal | None:
     """The refusal of ``body`` by the ``dialect`` service, or None. ``model`` matters to Gemini
     only (its Gemini 3 models check thought signatures); it defaults to the body's ``model``."""
-    if dialect == "kiro":
-        why = kiro_refusal(body)
-        return None if why is None else Refusal("kiro", 400, dict(IMPROPER), why)
-    check, shape = _DIALECTS[dialect]
     try:
+        if dialect == "kiro":
+            why = kiro_refusal(body)
+            return None if why is None else Refusal("kiro", 400, dict(IMPROPER), why)
+        check, shape = _DIALECTS[dialect]
         check(body, model or str(body.get("model") or ""))
     except _Refused as e:
         return Refusal(dialect, 400, shape(e), e.message)
+    except (TypeError, AttributeError, KeyError, IndexError):
+        # shaped unlike the dialect (a list where an object goes, an id that is an object):
+        # the service's schema check refuses that, which these rules do not model
+        return None
     return None
 
 

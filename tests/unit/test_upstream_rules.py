@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.realdata import FIXTURES, cursor_byok_body
 from tests.upstream_rules import (
@@ -23,6 +25,13 @@ from tests.upstream_rules import (
 )
 
 CLIENTS = FIXTURES / "clients"
+KEYS = [
+    *("max_tokens", "messages", "role", "content", "type", "text", "id", "tool_use_id"),
+    *("tool_calls", "tool_call_id", "input", "call_id", "previous_response_id", "contents"),
+    *("parts", "functionCall", "functionResponse", "thoughtSignature", "name", "signature"),
+    *("conversationState", "currentMessage", "userInputMessage", "history"),
+]
+"""The keys the rules read, for bodies drawn at random."""
 LOCAL = Path(__file__).resolve().parents[1] / "fixtures"
 
 
@@ -471,6 +480,33 @@ def test_only_json_object_posts_are_judged() -> None:
     assert refusal_for("POST", "/v1/messages", b"not json") is None
     assert refusal_for("POST", "/v1/messages", b"[1]") is None
     assert refusal_for("POST", "/v1/messages", b"{}") is not None
+    deep = b"[" * 100_000 + b"]" * 100_000
+    assert refusal_for("POST", "/v1/chat/completions", b'{"messages": ' + deep + b"}") is None
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(KEYS), inner, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    body=st.dictionaries(st.sampled_from(KEYS), JSON, max_size=5),
+    dialect=st.sampled_from(sorted(DIALECTS)),
+)
+def test_any_json_object_is_judged_without_an_exception(body: dict[str, Any], dialect: str) -> None:
+    result = refusal(dialect, body, "gemini-3-pro")
+    assert result is None or result.status == 400
+
+
+def test_a_body_shaped_unlike_its_dialect_is_not_judged() -> None:
+    assert refusal("kiro", {"conversationState": {}}) is None
+    assert refusal("openai_chat", {"messages": [{"role": "tool", "tool_call_id": {}}]}) is not None
+    assert refusal("anthropic", {"max_tokens": 1, "messages": [{"role": "user"}]}) is not None
 
 
 BROKEN_EVERYWHERE = {
