@@ -1,7 +1,9 @@
 """Fixtures for end-to-end tests: one scripted upstream and one mitmdump for the session.
 
 - ``upstream``: the session's ``ScriptedUpstream``, emptied before and after each test;
-  an exception raised by a test's ``upstream.script`` fails that test.
+  an exception raised by a test's ``upstream.script`` fails that test, and so does a body the
+  real service would refuse (``upstream.violations``; ``upstream.strict = False`` for a test
+  that sends one on purpose).
 - ``proxy``: mitmdump with the addon and default options, shared by the session.
 - ``start_proxy(**options)``: another mitmdump (e.g. ``bridge_tool_mode="invoke"``),
   stopped after the test.
@@ -54,9 +56,15 @@ def upstream(_upstream_server: ScriptedUpstream) -> Iterator[ScriptedUpstream]:
     _upstream_server.reset()
     yield _upstream_server
     errors = list(_upstream_server.errors)
+    violations = list(_upstream_server.violations)
     _upstream_server.reset()
     if errors:
         pytest.fail("upstream.script raised:\n" + "\n".join(errors), pytrace=False)
+    if violations:
+        pytest.fail(
+            "the upstream refused what the real service refuses:\n" + "\n".join(violations),
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,9 @@ threads are always cleaned up (on failure too, and at interpreter exit for
 anything a test forgot).
 
 - ``ScriptedUpstream`` stands in for an LLM API: it records each request and
-  answers from a FIFO of replies (``enqueue``) or a ``script`` callable.
+  answers from a FIFO of replies (``enqueue``) or a ``script`` callable; strict by default,
+  it first answers the real service's 400 to a body the service refuses
+  (``tests.upstream_rules``).
 - ``Proxy`` runs ``mitmdump -s addon/main.py`` in reverse mode before it.
 - ``raw_request`` / ``stream_request`` talk to either with ``http.client``.
 """
@@ -35,6 +37,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from tests import upstream_rules
 
 REPO = Path(__file__).resolve().parents[2]
 MAIN_SCRIPT = REPO / "addon" / "main.py"
@@ -159,9 +163,18 @@ def not_scripted(rec: Recorded) -> Reply:
 # --------------------------------------------------------------------------- upstream
 
 
+_DISCONNECTS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = False
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up is no error of ours; anything else is printed as before."""
+        if isinstance(sys.exception(), _DISCONNECTS):
+            return
+        super().handle_error(request, client_address)
 
 
 class ScriptedUpstream:
@@ -169,12 +182,21 @@ class ScriptedUpstream:
 
     Replies come from the ``enqueue`` FIFO first, then from ``script``. An exception
     in ``script`` answers 500 and is kept in ``errors`` (the e2e fixtures fail the
-    test on it).
+    test on it). With ``strict`` (the default), a POST to a dialect's generating endpoint
+    (``*/chat/completions``, ``*/v1/messages``, ``*/responses``, ``*:generateContent``,
+    ``*:streamGenerateContent``, ``*/generateAssistantResponse``) whose body the real service
+    refuses gets that service's 400 instead, and the reason is kept in ``violations`` (the e2e
+    fixtures fail the test on it too); ``strict=False`` (or setting ``strict`` until the next
+    ``reset``) is for a test that sends such a body on purpose.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, strict: bool = True) -> None:
+        self.strict = strict
+        self._strict_default = strict
         self.requests: list[Recorded] = []
         self.errors: list[str] = []
+        self.violations: list[str] = []
+        """``"<method> <path>: <dialect> refuses: <the service's message>"`` per refused body."""
         self.script: Callable[[Recorded], Reply] = not_scripted
         self._queue: deque[Reply] = deque()
         self._cond = threading.Condition()
@@ -198,10 +220,13 @@ class ScriptedUpstream:
             self._queue.extend(replies)
 
     def reset(self) -> None:
-        """Forget requests, errors and queued replies; back to the default script."""
+        """Forget requests, errors, violations and queued replies; back to the default script
+        and strictness."""
         with self._cond:
             self.requests.clear()
             self.errors.clear()
+            self.violations.clear()
+            self.strict = self._strict_default
             self._queue.clear()
             self.script = not_scripted
 
@@ -250,6 +275,14 @@ class ScriptedUpstream:
         with self._cond:
             self.requests.append(rec)
             self._cond.notify_all()
+            refused = (
+                upstream_rules.refusal_for(rec.method, rec.path, rec.body) if self.strict else None
+            )
+            if refused is not None:
+                self.violations.append(
+                    f"{rec.method} {rec.path}: {refused.dialect} refuses: {refused.message}"
+                )
+                return JSONReply(refused.body, status=refused.status)
             if self._queue:
                 return self._queue.popleft()
             script = self.script

@@ -229,6 +229,7 @@ def test_deep_nesting_in_every_hook_is_one_line_never_a_traceback(
     start_proxy: Callable[..., Proxy], upstream: ScriptedUpstream
 ) -> None:
     p = start_proxy(bridge_models="m1")
+    upstream.strict = False  # a body no service takes, sent on purpose
     upstream.script = lambda rec: JSONReply(CHAT_ANSWER)
     deep_request = b'{"model":"m","max_tokens":5,"messages":' + DEEP_BYTES + b"}"
     # request hook: same dialect passes, another dialect gets a 400
@@ -365,6 +366,7 @@ def test_a_routed_request_passed_through_still_streams(
     proxy: Proxy, upstream: ScriptedUpstream
 ) -> None:
     events = [{"i": i} for i in range(6)]
+    upstream.strict = False  # a body no service takes, sent on purpose
     upstream.enqueue(SSEReply(sse_from_payloads(events), chunk_min=8, chunk_max=8, delay=0.25))
     got = stream_request(proxy.port, "POST", "/v1/chat/completions", b'{"model": NaN}')
     assert got.status == 200 and got.body == sse_from_payloads(events)
@@ -589,6 +591,7 @@ def test_mutated_real_bodies_never_break_the_proxy(
     if not SEEDS:
         pytest.skip("recordings not available")
     p = make_proxy()
+    upstream.strict = False  # mutated bodies break the services' rules on purpose
     upstream.script = lambda rec: JSONReply(CHAT_ANSWER)
     paths = {"openai_chat": "/v1/chat/completions", "anthropic": "/v1/messages",
              "openai_responses": "/v1/responses"}  # fmt: skip

@@ -9,6 +9,7 @@ import gzip
 import http.client
 import json
 import socket
+import struct
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -307,3 +308,68 @@ def test_close_stops_and_cleans_up(upstream: ScriptedUpstream) -> None:
     assert f"listening at {HOST}:{port}" in p.log_text()
     with pytest.raises(OSError), socket.create_connection((HOST, port), timeout=1):
         pass
+
+
+def test_upstream_answers_the_services_400_to_what_it_refuses(upstream: ScriptedUpstream) -> None:
+    """Strict by default: the rules of ``tests.upstream_rules`` by path, before the queue."""
+    upstream.enqueue(JSONReply({"ok": True}))
+    unpaired = {
+        "max_tokens": 8,
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}],
+            },
+            {"role": "user", "content": "no result"},
+        ],
+    }
+    status, _, body = raw_request(
+        upstream.port, "POST", "/v1/messages", json.dumps(unpaired).encode()
+    )
+    assert status == 400
+    error = json.loads(body)
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert "`tool_use` ids were found without `tool_result` blocks" in error["error"]["message"]
+    assert len(upstream.violations) == 1 and "anthropic refuses" in upstream.violations[0]
+    # the queued reply is still there for a body the service takes
+    unpaired["messages"] = unpaired["messages"][:1]
+    status, _, body = raw_request(
+        upstream.port, "POST", "/v1/messages", json.dumps(unpaired).encode()
+    )
+    assert (status, json.loads(body)) == (200, {"ok": True})
+    upstream.violations.clear()  # seen: the fixture fails a test on any left
+
+
+def test_upstream_strict_off_lets_any_body_reach_the_script(upstream: ScriptedUpstream) -> None:
+    upstream.strict = False
+    upstream.enqueue(JSONReply({"ok": True}))
+    status, _, _ = raw_request(upstream.port, "POST", "/v1/messages", b'{"messages": []}')
+    assert status == 200 and upstream.violations == []
+    upstream.reset()
+    assert upstream.strict
+    with ScriptedUpstream(strict=False) as lenient:
+        lenient.enqueue(JSONReply({"ok": True}))
+        status, _, _ = raw_request(lenient.port, "POST", "/v1/chat/completions", b"{}")
+        assert status == 200 and lenient.violations == []
+
+
+def test_upstream_is_quiet_when_a_client_hangs_up(
+    upstream: ScriptedUpstream, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A client that resets the connection mid-request is no traceback on stderr; any other
+    exception in the server still is."""
+    upstream.enqueue(JSONReply({"ok": True}))
+    with socket.create_connection((HOST, upstream.port), timeout=5) as s:
+        s.sendall(b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n" + b"x" * 10)
+        time.sleep(0.1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST
+    time.sleep(0.3)
+    assert "Exception occurred" not in capfd.readouterr().err
+    server = upstream._server
+    assert server is not None
+    try:
+        raise ValueError("not a disconnect")
+    except ValueError:
+        server.handle_error(None, ("127.0.0.1", 1))
+    assert "Exception occurred" in capfd.readouterr().err

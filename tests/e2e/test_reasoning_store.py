@@ -546,7 +546,9 @@ def test_without_the_store_gemini_refuses_and_the_staged_retry_answers(
         bridge_store_size=0,
     )
     assert cursor_loop(lambda: p.base_url, MODEL_GEMINI, False) == TURNS[2][2]
-    assert any("missing a thought_signature" in m for m in script.refused)
+    # the strict upstream (tests.upstream_rules) refuses it before the script, in Gemini's words
+    assert any("missing a thought_signature" in m for m in upstream.violations)
+    upstream.violations.clear()  # refused on purpose: this is the control
     p.wait_for_log("staged retry 2")
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests import upstream_rules
 from tests.e2e.harness import JSONReply, RawReply, Recorded, Reply, SSEReply, sse_from_payloads
 
 MODEL = "test-model"
@@ -411,64 +412,7 @@ UPSTREAMS = ["anthropic", "openai_chat", "openai_responses", "gemini"]
 
 
 def check_request(dialect: str, body: Any) -> None:
-    """AssertionError where ``body`` breaks a rule the real service enforces.
-
-    Call/result pairing in every dialect, plus Anthropic's ``max_tokens`` and alternation,
-    and Gemini's signature on the first call of each model turn (Gemini 3 answers 400 without).
-    """
-    assert isinstance(body, dict), f"{dialect}: the body is not a JSON object"
-    {
-        "anthropic": _check_anthropic,
-        "openai_chat": _check_chat,
-        "openai_responses": _check_responses,
-        "gemini": _check_gemini,
-    }[dialect](body)
-
-
-def _check_anthropic(body: dict[str, Any]) -> None:
-    assert isinstance(body.get("max_tokens"), int), "anthropic: max_tokens is required"
-    turns = [m for m in body["messages"] if m.get("role") != "system"]
-    assert turns and turns[0]["role"] == "user", "anthropic: the first message must be user's"
-    offered: set[str] = set()
-    for before, message in zip([None, *turns], turns, strict=False):
-        assert before is None or before["role"] != message["role"], "anthropic: roles alternate"
-        blocks = message["content"] if isinstance(message["content"], list) else []
-        answered = {b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"}
-        assert answered <= offered, f"anthropic: tool_result without its tool_use {answered}"
-        offered = {b["id"] for b in blocks if b.get("type") == "tool_use"}
-
-
-def _check_chat(body: dict[str, Any]) -> None:
-    pending: set[str] = set()
-    for message in body["messages"]:
-        if message["role"] == "tool":
-            assert message["tool_call_id"] in pending, f"chat: unpaired tool message {message}"
-            pending.discard(message["tool_call_id"])
-            continue
-        assert not pending, f"chat: tool calls {pending} have no tool message"
-        pending = {c["id"] for c in message.get("tool_calls") or ()}
-
-
-def _check_responses(body: dict[str, Any]) -> None:
-    items = body["input"] if isinstance(body.get("input"), list) else []
-    calls = {i["call_id"] for i in items if i.get("type") in ("function_call", "custom_tool_call")}
-    for item in items:
-        if item.get("type") in ("function_call_output", "custom_tool_call_output"):
-            assert item["call_id"] in calls or body.get("previous_response_id"), (
-                f"responses: no tool call found for output with call_id {item['call_id']}"
-            )
-
-
-def _check_gemini(body: dict[str, Any]) -> None:
-    called: list[str] = []
-    for content in body["contents"]:
-        parts = content.get("parts") or []
-        answered = [p["functionResponse"]["name"] for p in parts if "functionResponse" in p]
-        assert sorted(answered) == sorted(called) or not answered, (
-            f"gemini: functionResponse parts {answered} do not answer the calls {called}"
-        )
-        calls = [p for p in parts if "functionCall" in p]
-        assert not calls or calls[0].get("thoughtSignature"), (
-            f"gemini: function call without a thoughtSignature {calls[0]}"
-        )
-        called = [p["functionCall"]["name"] for p in calls]
+    """AssertionError where ``body`` breaks a rule the real service enforces
+    (``tests.upstream_rules``); the scripted Gemini is a Gemini 3 model (its calls carry
+    signatures and it wants them back)."""
+    upstream_rules.check_request(dialect, body, "gemini-3" if dialect == "gemini" else "")

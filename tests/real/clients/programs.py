@@ -220,6 +220,7 @@ def check_loop(done: Finished, bridge: Bridge, answer: str, key: str) -> None:
     loop, log = bridge.loop, bridge.log()
     context = f"{done.describe()}\n--- mitmdump ---\n{log[-6000:]}"
     assert not bridge.upstream.errors, "\n".join([*bridge.upstream.errors, context])
+    assert not bridge.upstream.violations, "\n".join([*bridge.upstream.violations, context])
     assert done.returncode == 0, context
     assert loop.of("call"), f"the upstream never offered {loop.call.name} a turn:\n{context}"
     finals = loop.of("final")

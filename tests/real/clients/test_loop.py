@@ -129,7 +129,7 @@ def test_a_gemini_call_replayed_without_its_signature_is_refused() -> None:
             {"role": "user", "parts": [answer]},
         ]
     }
-    with pytest.raises(AssertionError, match="thoughtSignature"):
+    with pytest.raises(AssertionError, match="thought_signature"):
         check_request("gemini", body)
     body["contents"][1]["parts"] = [{**call, "thoughtSignature": "c2ln"}]
     check_request("gemini", body)
