@@ -358,7 +358,7 @@ type Round = Sequence[tuple[Call, str]]
 @dataclass(frozen=True)
 class Turn:
     kind: str
-    """"call" (answered with a round of calls), "final", "side" or "refused"."""
+    """"call" (answered with a round of calls), "final", "side", "refused" or "cut"."""
     rec: Recorded
     stream: bool
     """The request asked for a stream."""
@@ -372,12 +372,15 @@ class ToolLoop:
 
     ``rounds``: the calls of turn 1, turn 2 … (``[[(call, token)]]``: one call, then the text);
     ``whole``: answer whole even a request that asks for a stream (the bridge must stream it
-    to the client). Subclasses (``wrapped``) change what a request is refused for, where its
+    to the client); ``cut_streams``: answer every request for a stream with a 200 event
+    stream that ends before its first event (a client with a non-streaming fallback then
+    asks again whole; recorded as "cut"). Subclasses (``wrapped``) change what a request is refused for, where its
     body is, and how answers and tool results are written."""
 
     dialect: str
     rounds: Sequence[Round]
     whole: bool = False
+    cut_streams: bool = False
     final_text: str = ""
     turns: list[Turn] = field(default_factory=list)
     route_extra: ClassVar[str] = ""
@@ -405,6 +408,9 @@ class ToolLoop:
             return refused
         body = self.body(rec)
         stream = self.streamed(rec, body)
+        if stream and self.cut_streams:
+            self.turns.append(Turn("cut", rec, True))
+            return SSEReply(b"")
         text = rec.body.decode(errors="replace")
         done = 0
         while done < len(self.rounds) and all(t in text for _, t in self.rounds[done]):

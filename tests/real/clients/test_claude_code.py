@@ -4,24 +4,22 @@ The scripted upstream answers turn 1 with a ``Read`` of a file holding a random 
 Claude Code reads it on its side and sends the result; turn 2 must carry the token and is
 answered with text quoting it, which must be Claude Code's final result. Upstreams: every
 dialect ``loop.answer`` speaks, its own (same dialect) and the others (a dialect change).
-Variants: two parallel calls in turn 1 (two files, two tokens); the upstream answering whole
-what Claude Code asked to stream; every stream cut before its first event, so that Claude
-Code asks again without streaming (its non-streaming fallback) and the bridge carries that
-whole request and answer; Kiro and Gemini Code Assist upstreams (``wrapped``) in 3 turns
-(two parallel calls, one call, the text).
+Variants: two parallel calls in turn 1 (two files, two tokens); the upstream (Gemini Code
+Assist too) answering whole what Claude Code asked to stream; every stream cut before its
+first event, so that Claude Code asks again without streaming (its non-streaming fallback)
+and the bridge carries that whole request and answer; Kiro and Gemini Code Assist
+upstreams (``wrapped``) in 3 turns (two parallel calls, one call, the text).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Recorded, Reply, SSEReply
-from tests.real.clients.loop import UPSTREAMS, Call, ToolLoop, Turn
+from tests.real.clients.loop import UPSTREAMS, Call, ToolLoop
 from tests.real.clients.programs import (
     Bridge,
     Finished,
@@ -32,7 +30,7 @@ from tests.real.clients.programs import (
     rounds_of,
     run,
 )
-from tests.real.clients.wrapped import WRAPPED
+from tests.real.clients.wrapped import WHOLE_UPSTREAMS, WRAPPED, loop_for
 
 KEY = "sk-ant-real-client-test-key"
 
@@ -111,12 +109,12 @@ def test_claude_code_reads_two_files_in_parallel(
     loop_through(program("claude-code"), project, loop, [p for p, _ in files])
 
 
-@pytest.mark.parametrize("upstream", UPSTREAMS)
+@pytest.mark.parametrize("upstream", WHOLE_UPSTREAMS)
 def test_claude_code_streams_what_the_upstream_answers_whole(
     program: Callable[[str], Program], project: Path, token: str, upstream: str
 ) -> None:
     target = project / "notes.txt"
-    loop = ToolLoop(upstream, [[(read(1, target), token)]], whole=True)
+    loop = loop_for(upstream, [[(read(1, target), token)]], whole=True)
     loop_through(program("claude-code"), project, loop, [target])
     asked = [t.stream for t in loop.turns if t.kind in ("call", "final")]
     assert asked and all(asked), f"Claude Code asked for a stream: {asked}"
@@ -131,26 +129,12 @@ def test_claude_code_runs_three_turns_through_the_bridge(
     loop_through(program("claude-code"), project, loop, [p for p, _ in files])
 
 
-@dataclass
-class CutStreams(ToolLoop):
-    """Every request for a stream gets a 200 event stream that ends before its first event;
-    Claude Code then asks again without streaming (its non-streaming fallback, on unless
-    ``CLAUDE_CODE_DISABLE_NONSTREAMING_FALLBACK``), and that is answered."""
-
-    def __call__(self, rec: Recorded) -> Reply:
-        post = rec.method == "POST" and self.refusal(rec) is None
-        if post and self.streamed(rec, self.body(rec)):
-            self.turns.append(Turn("cut", rec, True))
-            return SSEReply(b"")
-        return super().__call__(rec)
-
-
-@pytest.mark.parametrize("upstream", UPSTREAMS)
+@pytest.mark.parametrize("upstream", WHOLE_UPSTREAMS)
 def test_claude_code_asks_without_streaming_when_its_stream_breaks(
     program: Callable[[str], Program], project: Path, token: str, upstream: str
 ) -> None:
     target = project / "notes.txt"
-    loop = CutStreams(upstream, [[(read(1, target), token)]])
+    loop = loop_for(upstream, [[(read(1, target), token)]], cut_streams=True)
     loop_through(program("claude-code"), project, loop, [target])
     assert loop.of("cut"), "Claude Code never asked for a stream"
     asked = [t.stream for t in loop.turns if t.kind in ("call", "final")]

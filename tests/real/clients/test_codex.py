@@ -5,9 +5,10 @@ scripted upstream answers turn 1 with an ``exec_command`` running ``cat`` on a f
 a random token; Codex runs it and sends the output; turn 2 must carry the token and is
 answered with text quoting it, which must be Codex's last agent message. Upstreams: every
 dialect ``loop.answer`` speaks, its own (same dialect) and the others (a dialect change).
-Variants: two parallel ``cat`` calls in turn 1; the upstream answering whole what Codex asked
-to stream (Codex always streams: its Responses client has no whole mode); Kiro and Gemini
-Code Assist upstreams (``wrapped``) in 3 turns (two parallel calls, one call, the text).
+Variants: two parallel ``cat`` calls in turn 1; the upstream (Gemini Code Assist too)
+answering whole what Codex asked to stream (Codex always streams: its Responses client has
+no whole mode); Kiro and Gemini Code Assist upstreams (``wrapped``) in 3 turns (two
+parallel calls, one call, the text).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from tests.real.clients.programs import (
     rounds_of,
     run,
 )
-from tests.real.clients.wrapped import WRAPPED
+from tests.real.clients.wrapped import WHOLE_UPSTREAMS, WRAPPED, loop_for
 
 KEY = "sk-real-client-codex-key"
 
@@ -106,11 +107,11 @@ def test_codex_runs_two_cats_in_parallel(
     loop_through(program("codex"), project, loop)
 
 
-@pytest.mark.parametrize("upstream", UPSTREAMS)
+@pytest.mark.parametrize("upstream", WHOLE_UPSTREAMS)
 def test_codex_streams_what_the_upstream_answers_whole(
     program: Callable[[str], Program], project: Path, token: str, upstream: str
 ) -> None:
-    loop = ToolLoop(upstream, [[(cat(project)(1, project / "notes.txt"), token)]], whole=True)
+    loop = loop_for(upstream, [[(cat(project)(1, project / "notes.txt"), token)]], whole=True)
     loop_through(program("codex"), project, loop)
     # Its limit: every request it sends asks for a stream (it has no whole mode).
     asked = [t.stream for t in loop.turns if t.rec.method == "POST"]

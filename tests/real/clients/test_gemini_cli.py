@@ -5,8 +5,8 @@ key. The scripted upstream answers turn 1 with a ``read_file`` of a file holding
 token; Gemini CLI reads it and sends a ``functionResponse``; turn 2 must carry the token
 and is answered with text quoting it, which must be in Gemini CLI's output. Upstreams: every
 dialect ``loop.answer`` speaks, its own (same dialect) and the others (a dialect change).
-Variants: two parallel reads in turn 1; the upstream answering whole what Gemini CLI asked to
-stream; Kiro and Gemini Code Assist upstreams (``wrapped``) in 3 turns (two parallel
+Variants: two parallel reads in turn 1; the upstream (Gemini Code Assist too) answering
+whole what Gemini CLI asked to stream (it always streams); Kiro and Gemini Code Assist upstreams (``wrapped``) in 3 turns (two parallel
 calls, one call, the text).
 """
 
@@ -29,7 +29,7 @@ from tests.real.clients.programs import (
     rounds_of,
     run,
 )
-from tests.real.clients.wrapped import WRAPPED
+from tests.real.clients.wrapped import WHOLE_UPSTREAMS, WRAPPED, loop_for
 
 KEY = "real-client-gemini-key"
 
@@ -106,12 +106,12 @@ def test_gemini_cli_reads_two_files_in_parallel(
     loop_through(program("gemini-cli"), project, loop, [p for p, _ in files])
 
 
-@pytest.mark.parametrize("upstream", UPSTREAMS)
+@pytest.mark.parametrize("upstream", WHOLE_UPSTREAMS)
 def test_gemini_cli_streams_what_the_upstream_answers_whole(
     program: Callable[[str], Program], project: Path, token: str, upstream: str
 ) -> None:
     target = project / "notes.txt"
-    loop = ToolLoop(upstream, [[(read(1, target), token)]], whole=True)
+    loop = loop_for(upstream, [[(read(1, target), token)]], whole=True)
     loop_through(program("gemini-cli"), project, loop, [target])
     # Its limit: every request it sends asks for a stream (it has no whole mode).
     asked = [t.stream for t in loop.turns if t.rec.method == "POST"]

@@ -5,8 +5,8 @@ declared in the project's ``opencode.json``. The scripted upstream answers turn 
 ``read`` of a file holding a random token (its title request gets a short text); turn 2
 must carry the token and is answered with text quoting it, which must be in OpenCode's
 output. Upstreams: every dialect ``loop.answer`` speaks, its own and the others.
-Variants: two parallel reads in turn 1; the upstream answering whole what OpenCode asked to
-stream; Kiro and Gemini Code Assist upstreams (``wrapped``) in 3 turns (two parallel
+Variants: two parallel reads in turn 1; the upstream (Gemini Code Assist too) answering
+whole what OpenCode asked to stream (it always streams); Kiro and Gemini Code Assist upstreams (``wrapped``) in 3 turns (two parallel
 calls, one call, the text).
 """
 
@@ -29,7 +29,7 @@ from tests.real.clients.programs import (
     rounds_of,
     run,
 )
-from tests.real.clients.wrapped import WRAPPED
+from tests.real.clients.wrapped import WHOLE_UPSTREAMS, WRAPPED, loop_for
 
 KEY = "sk-real-client-opencode-key"
 
@@ -110,12 +110,12 @@ def test_opencode_reads_two_files_in_parallel(
     loop_through(program("opencode"), project, loop, [p for p, _ in files])
 
 
-@pytest.mark.parametrize("upstream", UPSTREAMS)
+@pytest.mark.parametrize("upstream", WHOLE_UPSTREAMS)
 def test_opencode_streams_what_the_upstream_answers_whole(
     program: Callable[[str], Program], project: Path, token: str, upstream: str
 ) -> None:
     target = project / "notes.txt"
-    loop = ToolLoop(upstream, [[(read(1, target), token)]], whole=True)
+    loop = loop_for(upstream, [[(read(1, target), token)]], whole=True)
     loop_through(program("opencode"), project, loop, [target])
     # Its limit: every request it sends asks for a stream (it has no whole mode).
     asked = [t.stream for t in loop.turns if t.rec.method == "POST"]

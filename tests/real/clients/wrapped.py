@@ -20,7 +20,15 @@ from typing import Any, ClassVar
 from tests import eventstream_frames as ef
 from tests.e2e.harness import JSONReply, Recorded, Reply, SSEReply, sse_from_payloads
 from tests.kiro_rules import IMPROPER, kiro_refusal
-from tests.real.clients.loop import Call, ToolLoop, check_request, gemini_chunk, tool_results
+from tests.real.clients.loop import (
+    UPSTREAMS,
+    Call,
+    Round,
+    ToolLoop,
+    check_request,
+    gemini_chunk,
+    tool_results,
+)
 
 KIRO_ARN = "arn:aws:codewhisperer:us-east-1:123456789012:profile/REALCLIENTS"
 PROJECT = "real-clients-project"
@@ -118,3 +126,13 @@ class CodeAssistLoop(ToolLoop):
 
 WRAPPED: dict[str, type[ToolLoop]] = {"kiro": KiroLoop, "gemini_code_assist": CodeAssistLoop}
 """The loop for each upstream the clients reach only through the bridge."""
+
+WHOLE_UPSTREAMS = [*UPSTREAMS, "gemini_code_assist"]
+"""The upstreams that can answer whole (Kiro always answers in event-stream frames)."""
+
+
+def loop_for(
+    upstream: str, rounds: Sequence[Round], *, whole: bool = False, cut_streams: bool = False
+) -> ToolLoop:
+    """The loop of ``upstream``: a ``ToolLoop``, or its Kiro or Code Assist subclass."""
+    return WRAPPED.get(upstream, ToolLoop)(upstream, rounds, whole=whole, cut_streams=cut_streams)
