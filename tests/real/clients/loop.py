@@ -1,26 +1,31 @@
 """A scripted upstream answer for a real client's tool loop, in any upstream dialect.
 
-``ToolLoop`` is a ``ScriptedUpstream.script``: a request whose body holds the token (the
-tool result came back) gets a text answer quoting it; a request offering the tool gets one
-call of it; any other request (a title, a router, ``HEAD /``) gets a short text. Answers
-are streamed or whole as the request asks, in the shape the real service writes (modelled
-on ``../shared/fixtures/real/clients/*.response.sse``). Glossary: *turn 1* is the request
-answered with the call, *turn 2* the one carrying its result.
+``ToolLoop`` is a ``ScriptedUpstream.script`` playing rounds of calls, each call reading a
+file that holds a token: a request offering the tool gets the first round's calls (one, or
+several in parallel); a request whose body holds every token of the rounds so far (their
+results came back) gets the next round, or after the last a text quoting every token; any
+other request (a title, a router, ``HEAD /``) gets a short text. Answers are streamed or
+whole as the request asks (or whole always: ``whole``), in the shape the real service
+writes (modelled on ``../shared/fixtures/real/clients/*.response.sse``). Glossary: *turn 1*
+is the request answered with the first calls, *turn 2* the one carrying their results.
+Kiro and Gemini Code Assist upstreams are subclasses in ``wrapped``.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from tests import upstream_rules
 from tests.e2e.harness import JSONReply, RawReply, Recorded, Reply, SSEReply, sse_from_payloads
 
 MODEL = "test-model"
 GEMINI_SIGNATURE = "c2NyaXB0ZWQtdGhvdWdodC1zaWduYXR1cmU="
-"""The ``thoughtSignature`` on the scripted Gemini call (Gemini 3 sends one and wants it back)."""
+"""The ``thoughtSignature`` on the first scripted Gemini call of a turn (Gemini 3 sends one
+and wants it back)."""
 
 
 @dataclass(frozen=True)
@@ -43,11 +48,11 @@ def _sse(events: Iterable[tuple[str | None, Any]]) -> bytes:
 # --------------------------------------------------------------------------- anthropic
 
 
-def anthropic_message(text: str | None, call: Call | None) -> dict[str, Any]:
+def anthropic_message(text: str | None, calls: Sequence[Call] = ()) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     if text is not None:
         content.append({"type": "text", "text": text})
-    if call is not None:
+    for call in calls:
         content.append(
             {
                 "type": "tool_use",
@@ -62,14 +67,14 @@ def anthropic_message(text: str | None, call: Call | None) -> dict[str, Any]:
         "role": "assistant",
         "model": MODEL,
         "content": content,
-        "stop_reason": "tool_use" if call else "end_turn",
+        "stop_reason": "tool_use" if calls else "end_turn",
         "stop_sequence": None,
         "usage": {"input_tokens": 10, "output_tokens": 5},
     }
 
 
-def anthropic_sse(text: str | None, call: Call | None) -> bytes:
-    start = anthropic_message(None, None) | {"content": [], "stop_reason": None}
+def anthropic_sse(text: str | None, calls: Sequence[Call] = ()) -> bytes:
+    start = anthropic_message(None) | {"content": [], "stop_reason": None}
     events: list[tuple[str | None, Any]] = [
         ("message_start", {"type": "message_start", "message": start})
     ]
@@ -92,7 +97,7 @@ def anthropic_sse(text: str | None, call: Call | None) -> bytes:
             )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
         index = 1
-    if call is not None:
+    for call in calls:
         block = {"type": "tool_use", "id": f"toolu_{call.id}", "name": call.name, "input": {}}
         args = json.dumps(call.arguments)
         events += [
@@ -110,7 +115,8 @@ def anthropic_sse(text: str | None, call: Call | None) -> bytes:
             ),
             ("content_block_stop", {"type": "content_block_stop", "index": index}),
         ]
-    stop = "tool_use" if call else "end_turn"
+        index += 1
+    stop = "tool_use" if calls else "end_turn"
     events += [
         (
             "message_delta",
@@ -133,24 +139,30 @@ def _pieces(text: str) -> list[str]:
 # --------------------------------------------------------------------------- openai chat
 
 
-def chat_message(text: str | None, call: Call | None) -> dict[str, Any]:
+def chat_message(text: str | None, calls: Sequence[Call] = ()) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text}
-    if call is not None:
-        function = {"name": call.name, "arguments": json.dumps(call.arguments)}
-        message["tool_calls"] = [{"id": call.id, "type": "function", "function": function}]
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+            }
+            for call in calls
+        ]
     return {
         "id": "chatcmpl-real-client",
         "object": "chat.completion",
         "created": 1700000000,
         "model": MODEL,
         "choices": [
-            {"index": 0, "message": message, "finish_reason": "tool_calls" if call else "stop"}
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
         ],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }
 
 
-def chat_sse(text: str | None, call: Call | None) -> bytes:
+def chat_sse(text: str | None, calls: Sequence[Call] = ()) -> bytes:
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         return {
@@ -163,13 +175,13 @@ def chat_sse(text: str | None, call: Call | None) -> bytes:
 
     payloads: list[Any] = [chunk({"role": "assistant", "content": ""})]
     payloads += [chunk({"content": piece}) for piece in _pieces(text)] if text else []
-    if call is not None:
+    for index, call in enumerate(calls):
         args = json.dumps(call.arguments)
         function = {"name": call.name, "arguments": ""}
-        head = {"index": 0, "id": call.id, "type": "function", "function": function}
+        head = {"index": index, "id": call.id, "type": "function", "function": function}
         payloads.append(chunk({"tool_calls": [head]}))
-        payloads.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}))
-    payloads.append(chunk({}, "tool_calls" if call else "stop"))
+        payloads.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": args}}]}))
+    payloads.append(chunk({}, "tool_calls" if calls else "stop"))
     usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
     payloads.append({**chunk({}), "choices": [], "usage": usage})
     return sse_from_payloads([*payloads, "[DONE]"])
@@ -178,7 +190,7 @@ def chat_sse(text: str | None, call: Call | None) -> bytes:
 # --------------------------------------------------------------------------- responses
 
 
-def _responses_items(text: str | None, call: Call | None) -> list[dict[str, Any]]:
+def _responses_items(text: str | None, calls: Sequence[Call]) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     if text is not None:
         part = {"type": "output_text", "text": text, "annotations": []}
@@ -191,7 +203,7 @@ def _responses_items(text: str | None, call: Call | None) -> list[dict[str, Any]
                 "content": [part],
             }
         )
-    if call is not None:
+    for call in calls:
         items.append(
             {
                 "id": f"fc_{call.id}",
@@ -206,7 +218,7 @@ def _responses_items(text: str | None, call: Call | None) -> list[dict[str, Any]
 
 
 def responses_body(
-    text: str | None, call: Call | None, status: str = "completed"
+    text: str | None, calls: Sequence[Call] = (), status: str = "completed"
 ) -> dict[str, Any]:
     done = status == "completed"
     usage = {
@@ -222,7 +234,7 @@ def responses_body(
         "created_at": 1700000000,
         "status": status,
         "model": MODEL,
-        "output": _responses_items(text, call) if done else [],
+        "output": _responses_items(text, calls) if done else [],
         "parallel_tool_calls": True,
         "tool_choice": "auto",
         "tools": [],
@@ -233,12 +245,12 @@ def responses_body(
     }
 
 
-def responses_sse(text: str | None, call: Call | None) -> bytes:
+def responses_sse(text: str | None, calls: Sequence[Call] = ()) -> bytes:
     events: list[dict[str, Any]] = [
-        {"type": "response.created", "response": responses_body(None, None, "in_progress")},
-        {"type": "response.in_progress", "response": responses_body(None, None, "in_progress")},
+        {"type": "response.created", "response": responses_body(None, (), "in_progress")},
+        {"type": "response.in_progress", "response": responses_body(None, (), "in_progress")},
     ]
-    for index, item in enumerate(_responses_items(text, call)):
+    for index, item in enumerate(_responses_items(text, calls)):
         if item["type"] == "message":
             base = {"item_id": item["id"], "output_index": index, "content_index": 0}
             empty = {"type": "output_text", "text": "", "annotations": []}
@@ -273,32 +285,38 @@ def responses_sse(text: str | None, call: Call | None) -> bytes:
                 },
             ]
         events.append({"type": "response.output_item.done", "output_index": index, "item": item})
-    events.append({"type": "response.completed", "response": responses_body(text, call)})
+    events.append({"type": "response.completed", "response": responses_body(text, calls)})
     return _sse((e["type"], {**e, "sequence_number": n}) for n, e in enumerate(events))
 
 
 # --------------------------------------------------------------------------- gemini
 
 
-def gemini_chunk(text: str | None, call: Call | None) -> dict[str, Any]:
+_RESPONSE_IDS = itertools.count(1)
+"""Gemini names each answer anew (``responseId``); a client's call ids may be made from it."""
+
+
+def gemini_chunk(text: str | None, calls: Sequence[Call] = ()) -> dict[str, Any]:
     parts: list[dict[str, Any]] = []
     if text is not None:
         parts.append({"text": text})
-    if call is not None:
-        function_call = {"name": call.name, "args": call.arguments}
-        parts.append({"functionCall": function_call, "thoughtSignature": GEMINI_SIGNATURE})
+    for index, call in enumerate(calls):
+        part: dict[str, Any] = {"functionCall": {"name": call.name, "args": call.arguments}}
+        if index == 0:
+            part["thoughtSignature"] = GEMINI_SIGNATURE
+        parts.append(part)
     return {
         "candidates": [
             {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}
         ],
         "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
         "modelVersion": MODEL,
-        "responseId": "real-client",
+        "responseId": f"real-client-{next(_RESPONSE_IDS)}",
     }
 
 
-def gemini_sse(text: str | None, call: Call | None) -> bytes:
-    return sse_from_payloads([gemini_chunk(text, call)])
+def gemini_sse(text: str | None, calls: Sequence[Call] = ()) -> bytes:
+    return sse_from_payloads([gemini_chunk(text, calls)])
 
 
 # --------------------------------------------------------------------------- the loop
@@ -313,63 +331,129 @@ def _tool_names(body: Any) -> set[Any]:
     return names
 
 
-def answer(dialect: str, stream: bool, text: str | None, call: Call | None = None) -> Reply:
+def answer(dialect: str, stream: bool, text: str | None, calls: Sequence[Call] = ()) -> Reply:
     """A reply in ``dialect`` (an upstream dialect of the bridge), streamed or whole."""
     if dialect == "anthropic":
         return (
-            SSEReply(anthropic_sse(text, call))
+            SSEReply(anthropic_sse(text, calls))
             if stream
-            else JSONReply(anthropic_message(text, call))
+            else JSONReply(anthropic_message(text, calls))
         )
     if dialect == "openai_chat":
-        return SSEReply(chat_sse(text, call)) if stream else JSONReply(chat_message(text, call))
+        return SSEReply(chat_sse(text, calls)) if stream else JSONReply(chat_message(text, calls))
     if dialect == "openai_responses":
         return (
-            SSEReply(responses_sse(text, call)) if stream else JSONReply(responses_body(text, call))
+            SSEReply(responses_sse(text, calls))
+            if stream
+            else JSONReply(responses_body(text, calls))
         )
     if dialect == "gemini":
-        return SSEReply(gemini_sse(text, call)) if stream else JSONReply(gemini_chunk(text, call))
+        return SSEReply(gemini_sse(text, calls)) if stream else JSONReply(gemini_chunk(text, calls))
     raise ValueError(f"no scripted answers for upstream dialect {dialect!r}")
+
+
+type Round = Sequence[tuple[Call, str]]
+"""The calls of one model turn, each with the token its result must carry."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    kind: str
+    """"call" (answered with a round of calls), "final", "side", "refused" or "cut"."""
+    rec: Recorded
+    stream: bool
+    """The request asked for a stream."""
+    round: int = 0
+    """"call": which round answered it."""
 
 
 @dataclass
 class ToolLoop:
-    """The upstream's side of one tool loop; records which requests got which answer."""
+    """The upstream's side of one tool loop; records which requests got which answer.
+
+    ``rounds``: the calls of turn 1, turn 2 … (``[[(call, token)]]``: one call, then the text);
+    ``whole``: answer whole even a request that asks for a stream (the bridge must stream it
+    to the client); ``cut_streams``: answer every request for a stream with a 200 event
+    stream that ends before its first event (a client with a non-streaming fallback then
+    asks again whole; recorded as "cut"). Subclasses (``wrapped``) change what a request is refused for, where its
+    body is, and how answers and tool results are written."""
 
     dialect: str
-    call: Call
-    token: str
+    rounds: Sequence[Round]
+    whole: bool = False
+    cut_streams: bool = False
     final_text: str = ""
-    turns: list[tuple[str, Recorded]] = field(default_factory=list)
-    """("call" | "final" | "side", request) in arrival order."""
+    turns: list[Turn] = field(default_factory=list)
+    route_extra: ClassVar[str] = ""
+    """Route keys (TOML lines) the upstream needs beyond ``client`` and ``upstream``."""
 
     def __post_init__(self) -> None:
         if not self.final_text:
-            self.final_text = f"The file holds the token {self.token}."
+            self.final_text = "The files hold the tokens " + ", ".join(self.tokens) + "."
+
+    @property
+    def pairs(self) -> list[tuple[Call, str]]:
+        return [pair for calls in self.rounds for pair in calls]
+
+    @property
+    def tokens(self) -> list[str]:
+        return [token for _, token in self.pairs]
 
     def __call__(self, rec: Recorded) -> Reply:
         if rec.method != "POST":
-            self.turns.append(("side", rec))
+            self.turns.append(Turn("side", rec, False))
             return RawReply(b"")
-        body = rec.json()
-        check_request(self.dialect, body)
-        stream = self._streamed(rec, body)
-        if self.token in rec.body.decode(errors="replace"):
-            self.turns.append(("final", rec))
-            return answer(self.dialect, stream, self.final_text)
-        if self.call.name in _tool_names(body):
-            self.turns.append(("call", rec))
-            return answer(self.dialect, stream, None, self.call)
-        self.turns.append(("side", rec))
-        return answer(self.dialect, stream, "Reading a file")
+        refused = self.refusal(rec)
+        if refused is not None:
+            self.turns.append(Turn("refused", rec, False))
+            return refused
+        body = self.body(rec)
+        stream = self.streamed(rec, body)
+        if stream and self.cut_streams:
+            self.turns.append(Turn("cut", rec, True))
+            return SSEReply(b"")
+        text = rec.body.decode(errors="replace")
+        done = 0
+        while done < len(self.rounds) and all(t in text for _, t in self.rounds[done]):
+            done += 1
+        if done == len(self.rounds):
+            self.turns.append(Turn("final", rec, stream))
+            return self.reply(stream and not self.whole, self.final_text, ())
+        if done or self.rounds[0][0][0].name in self.tool_names(body):
+            self.turns.append(Turn("call", rec, stream, done))
+            return self.reply(stream and not self.whole, None, [c for c, _ in self.rounds[done]])
+        self.turns.append(Turn("side", rec, stream))
+        return self.reply(stream and not self.whole, "Reading a file", ())
 
-    def _streamed(self, rec: Recorded, body: Any) -> bool:
+    def refusal(self, rec: Recorded) -> Reply | None:
+        """The real service's refusal of ``rec``, or None (an AssertionError: the harness's 500)."""
+        check_request(self.dialect, rec.json())
+        return None
+
+    def body(self, rec: Recorded) -> Any:
+        """The request in the upstream dialect (unwrapped where the service wraps it)."""
+        return rec.json()
+
+    def streamed(self, rec: Recorded, body: Any) -> bool:
         if self.dialect == "gemini":
             return ":streamGenerateContent" in rec.path
         return isinstance(body, dict) and bool(body.get("stream"))
 
+    def tool_names(self, body: Any) -> set[Any]:
+        return _tool_names(body)
+
+    def reply(self, stream: bool, text: str | None, calls: Sequence[Call]) -> Reply:
+        return answer(self.dialect, stream, text, calls)
+
+    def results(self, rec: Recorded) -> list[tuple[str, str]]:
+        """``(call id or name, result as text)`` for each tool result ``rec`` carries."""
+        return tool_results(self.dialect, self.body(rec))
+
+    def result_id(self, call: Call) -> str:
+        return upstream_call_id(self.dialect, call)
+
     def of(self, kind: str) -> list[Recorded]:
-        return [rec for k, rec in self.turns if k == kind]
+        return [turn.rec for turn in self.turns if turn.kind == kind]
 
 
 def tool_results(dialect: str, body: Any) -> list[tuple[str, str]]:

@@ -12,19 +12,22 @@ before it, routed from one client dialect to one upstream dialect.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from tests.e2e.harness import Proxy, ScriptedUpstream
-from tests.real.clients.loop import ToolLoop, tool_results, upstream_call_id
+from tests.real.clients.loop import Call, ToolLoop
 
 REPO = Path(__file__).resolve().parents[3]
 INSTALL_SCRIPT = REPO / "scripts" / "clients.py"
@@ -181,7 +184,7 @@ class Bridge:
         routes.write_text(
             "[[routes]]\n"
             f'name = "real-client"\npath = "{CLIENT_PATHS[client]}"\n'
-            f'client = "{client}"\nupstream = "{loop.dialect}"\n'
+            f'client = "{client}"\nupstream = "{loop.dialect}"\n{loop.route_extra}'
         )
         self._routes = routes
         self.proxy: Proxy | None = None
@@ -214,20 +217,46 @@ class Bridge:
             self.upstream.stop()
 
 
+def notes(project: Path, count: int) -> list[tuple[Path, str]]:
+    """``count`` files ``notes-<n>.txt`` in ``project``, each holding a fresh random token."""
+    out = []
+    for n in range(1, count + 1):
+        token = f"TOKEN-{secrets.token_hex(8).upper()}"
+        path = project / f"notes-{n}.txt"
+        path.write_text(f"The secret token is {token}.\n")
+        out.append((path, token))
+    return out
+
+
+def rounds_of(
+    files: list[tuple[Path, str]], call: Callable[[int, Path], Call], *sizes: int
+) -> list[list[tuple[Call, str]]]:
+    """``files`` split into rounds of ``sizes`` calls, ``call(n, path)`` the n-th call."""
+    rounds, it = [], iter(enumerate(files, 1))
+    for size in sizes:
+        rounds.append([(call(n, path), token) for n, (path, token) in itertools.islice(it, size)])
+    return rounds
+
+
 def check_loop(done: Finished, bridge: Bridge, answer: str, key: str) -> None:
-    """The loop ran: one call, its result with the token upstream, the token in ``answer``
-    (what the client printed as its final text), nothing refused, no key in the log."""
+    """The loop ran: each round of calls answered in a turn, every call's result (its id,
+    its token) upstream in the last request, every token in ``answer`` (what the client
+    printed as its final text), nothing refused, no key in the log."""
     loop, log = bridge.loop, bridge.log()
     context = f"{done.describe()}\n--- mitmdump ---\n{log[-6000:]}"
     assert not bridge.upstream.errors, "\n".join([*bridge.upstream.errors, context])
     assert not bridge.upstream.violations, "\n".join([*bridge.upstream.violations, context])
+    assert not loop.of("refused"), f"the upstream refused a request:\n{context}"
     assert done.returncode == 0, context
-    assert loop.of("call"), f"the upstream never offered {loop.call.name} a turn:\n{context}"
+    rounds = {turn.round for turn in loop.turns if turn.kind == "call"}
+    assert rounds == set(range(len(loop.rounds))), f"rounds played: {rounds}:\n{context}"
     finals = loop.of("final")
-    assert len(finals) == 1, f"{len(finals)} requests carried the token:\n{context}"
-    results = dict(tool_results(loop.dialect, finals[0].json()))
-    call_id = upstream_call_id(loop.dialect, loop.call)
-    assert loop.token in results.get(call_id, ""), f"tool results {results}:\n{context}"
-    assert loop.token in answer, context
+    assert len(finals) == 1, f"{len(finals)} requests carried every token:\n{context}"
+    results = loop.results(finals[0])
+    for call, token in loop.pairs:
+        call_id = loop.result_id(call)
+        paired = [text for got, text in results if got == call_id and token in text]
+        assert paired, f"no result of {call_id} holds {token}: {results}:\n{context}"
+        assert token in answer, context
     assert key not in log
     assert "Traceback" not in log, context

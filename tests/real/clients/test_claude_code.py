@@ -4,6 +4,11 @@ The scripted upstream answers turn 1 with a ``Read`` of a file holding a random 
 Claude Code reads it on its side and sends the result; turn 2 must carry the token and is
 answered with text quoting it, which must be Claude Code's final result. Upstreams: every
 dialect ``loop.answer`` speaks, its own (same dialect) and the others (a dialect change).
+Variants: two parallel calls in turn 1 (two files, two tokens); the upstream (Gemini Code
+Assist too) answering whole what Claude Code asked to stream; every stream cut before its
+first event, so that Claude Code asks again without streaming (its non-streaming fallback)
+and the bridge carries that whole request and answer; Kiro and Gemini Code Assist
+upstreams (``wrapped``) in 3 turns (two parallel calls, one call, the text).
 """
 
 from __future__ import annotations
@@ -15,7 +20,17 @@ from pathlib import Path
 import pytest
 
 from tests.real.clients.loop import UPSTREAMS, Call, ToolLoop
-from tests.real.clients.programs import Bridge, Finished, Program, base_env, check_loop, run
+from tests.real.clients.programs import (
+    Bridge,
+    Finished,
+    Program,
+    base_env,
+    check_loop,
+    notes,
+    rounds_of,
+    run,
+)
+from tests.real.clients.wrapped import WHOLE_UPSTREAMS, WRAPPED, loop_for
 
 KEY = "sk-ant-real-client-test-key"
 
@@ -62,14 +77,65 @@ def final_result(done: Finished) -> str:
     return str(result.get("result", ""))
 
 
+def read(n: int, path: Path) -> Call:
+    return Call("Read", {"file_path": str(path)}, id=f"call_real_read_{n}")
+
+
+def loop_through(
+    program: Program, project: Path, loop: ToolLoop, paths: list[Path]
+) -> tuple[Finished, Bridge]:
+    names = " and ".join(str(p) for p in paths)
+    with Bridge("anthropic", loop, project.parent) as bridge:
+        done = claude(program, bridge, project, f"Read {names} and tell me the tokens.")
+    check_loop(done, bridge, final_result(done), KEY)
+    return done, bridge
+
+
 @pytest.mark.parametrize("upstream", UPSTREAMS)
 def test_claude_code_reads_a_file_through_the_bridge(
     program: Callable[[str], Program], project: Path, token: str, upstream: str
 ) -> None:
-    claude_code = program("claude-code")
     target = project / "notes.txt"
-    call = Call("Read", {"file_path": str(target)}, id="call_real_read_1")
-    loop = ToolLoop(upstream, call, token)
-    with Bridge("anthropic", loop, project.parent) as bridge:
-        done = claude(claude_code, bridge, project, f"Read {target} and tell me the token.")
-    check_loop(done, bridge, final_result(done), KEY)
+    loop = ToolLoop(upstream, [[(read(1, target), token)]])
+    loop_through(program("claude-code"), project, loop, [target])
+
+
+@pytest.mark.parametrize("upstream", UPSTREAMS)
+def test_claude_code_reads_two_files_in_parallel(
+    program: Callable[[str], Program], project: Path, upstream: str
+) -> None:
+    files = notes(project, 2)
+    loop = ToolLoop(upstream, rounds_of(files, read, 2))
+    loop_through(program("claude-code"), project, loop, [p for p, _ in files])
+
+
+@pytest.mark.parametrize("upstream", WHOLE_UPSTREAMS)
+def test_claude_code_streams_what_the_upstream_answers_whole(
+    program: Callable[[str], Program], project: Path, token: str, upstream: str
+) -> None:
+    target = project / "notes.txt"
+    loop = loop_for(upstream, [[(read(1, target), token)]], whole=True)
+    loop_through(program("claude-code"), project, loop, [target])
+    asked = [t.stream for t in loop.turns if t.kind in ("call", "final")]
+    assert asked and all(asked), f"Claude Code asked for a stream: {asked}"
+
+
+@pytest.mark.parametrize("upstream", sorted(WRAPPED))
+def test_claude_code_runs_three_turns_through_the_bridge(
+    program: Callable[[str], Program], project: Path, upstream: str
+) -> None:
+    files = notes(project, 3)
+    loop = WRAPPED[upstream](upstream, rounds_of(files, read, 2, 1))
+    loop_through(program("claude-code"), project, loop, [p for p, _ in files])
+
+
+@pytest.mark.parametrize("upstream", WHOLE_UPSTREAMS)
+def test_claude_code_asks_without_streaming_when_its_stream_breaks(
+    program: Callable[[str], Program], project: Path, token: str, upstream: str
+) -> None:
+    target = project / "notes.txt"
+    loop = loop_for(upstream, [[(read(1, target), token)]], cut_streams=True)
+    loop_through(program("claude-code"), project, loop, [target])
+    assert loop.of("cut"), "Claude Code never asked for a stream"
+    asked = [t.stream for t in loop.turns if t.kind in ("call", "final")]
+    assert asked == [False, False], f"Claude Code's fallback asked for a stream: {asked}"

@@ -5,6 +5,10 @@ scripted upstream answers turn 1 with an ``exec_command`` running ``cat`` on a f
 a random token; Codex runs it and sends the output; turn 2 must carry the token and is
 answered with text quoting it, which must be Codex's last agent message. Upstreams: every
 dialect ``loop.answer`` speaks, its own (same dialect) and the others (a dialect change).
+Variants: two parallel ``cat`` calls in turn 1; the upstream (Gemini Code Assist too)
+answering whole what Codex asked to stream (Codex always streams: its Responses client has
+no whole mode); Kiro and Gemini Code Assist upstreams (``wrapped``) in 3 turns (two
+parallel calls, one call, the text).
 """
 
 from __future__ import annotations
@@ -16,7 +20,17 @@ from pathlib import Path
 import pytest
 
 from tests.real.clients.loop import UPSTREAMS, Call, ToolLoop
-from tests.real.clients.programs import Bridge, Finished, Program, base_env, check_loop, run
+from tests.real.clients.programs import (
+    Bridge,
+    Finished,
+    Program,
+    base_env,
+    check_loop,
+    notes,
+    rounds_of,
+    run,
+)
+from tests.real.clients.wrapped import WHOLE_UPSTREAMS, WRAPPED, loop_for
 
 KEY = "sk-real-client-codex-key"
 
@@ -63,13 +77,50 @@ def agent_messages(done: Finished) -> list[str]:
     return texts
 
 
+def cat(project: Path) -> Callable[[int, Path], Call]:
+    def call(n: int, path: Path) -> Call:
+        arguments = {"cmd": f"cat {path.name}", "workdir": str(project)}
+        return Call("exec_command", arguments, id=f"call_real_cat_{n}")
+
+    return call
+
+
+def loop_through(program: Program, project: Path, loop: ToolLoop) -> None:
+    with Bridge("openai_responses", loop, project.parent) as bridge:
+        done = codex(program, bridge, project, "Show me the tokens written in the notes files.")
+    check_loop(done, bridge, "\n".join(agent_messages(done)[-1:]), KEY)
+
+
 @pytest.mark.parametrize("upstream", UPSTREAMS)
 def test_codex_runs_cat_through_the_bridge(
     program: Callable[[str], Program], project: Path, token: str, upstream: str
 ) -> None:
-    codex_cli = program("codex")
-    call = Call("exec_command", {"cmd": "cat notes.txt", "workdir": str(project)})
-    loop = ToolLoop(upstream, call, token)
-    with Bridge("openai_responses", loop, project.parent) as bridge:
-        done = codex(codex_cli, bridge, project, "Show me the token written in notes.txt.")
-    check_loop(done, bridge, "\n".join(agent_messages(done)[-1:]), KEY)
+    loop = ToolLoop(upstream, [[(cat(project)(1, project / "notes.txt"), token)]])
+    loop_through(program("codex"), project, loop)
+
+
+@pytest.mark.parametrize("upstream", UPSTREAMS)
+def test_codex_runs_two_cats_in_parallel(
+    program: Callable[[str], Program], project: Path, upstream: str
+) -> None:
+    loop = ToolLoop(upstream, rounds_of(notes(project, 2), cat(project), 2))
+    loop_through(program("codex"), project, loop)
+
+
+@pytest.mark.parametrize("upstream", WHOLE_UPSTREAMS)
+def test_codex_streams_what_the_upstream_answers_whole(
+    program: Callable[[str], Program], project: Path, token: str, upstream: str
+) -> None:
+    loop = loop_for(upstream, [[(cat(project)(1, project / "notes.txt"), token)]], whole=True)
+    loop_through(program("codex"), project, loop)
+    # Its limit: every request it sends asks for a stream (it has no whole mode).
+    asked = [t.stream for t in loop.turns if t.rec.method == "POST"]
+    assert asked and all(asked), f"Codex asked for a stream every time: {asked}"
+
+
+@pytest.mark.parametrize("upstream", sorted(WRAPPED))
+def test_codex_runs_three_turns_through_the_bridge(
+    program: Callable[[str], Program], project: Path, upstream: str
+) -> None:
+    loop = WRAPPED[upstream](upstream, rounds_of(notes(project, 3), cat(project), 2, 1))
+    loop_through(program("codex"), project, loop)

@@ -5,6 +5,9 @@ key. The scripted upstream answers turn 1 with a ``read_file`` of a file holding
 token; Gemini CLI reads it and sends a ``functionResponse``; turn 2 must carry the token
 and is answered with text quoting it, which must be in Gemini CLI's output. Upstreams: every
 dialect ``loop.answer`` speaks, its own (same dialect) and the others (a dialect change).
+Variants: two parallel reads in turn 1; the upstream (Gemini Code Assist too) answering
+whole what Gemini CLI asked to stream (it always streams); Kiro and Gemini Code Assist upstreams (``wrapped``) in 3 turns (two parallel
+calls, one call, the text).
 """
 
 from __future__ import annotations
@@ -16,7 +19,17 @@ from pathlib import Path
 import pytest
 
 from tests.real.clients.loop import UPSTREAMS, Call, ToolLoop
-from tests.real.clients.programs import Bridge, Finished, Program, base_env, check_loop, run
+from tests.real.clients.programs import (
+    Bridge,
+    Finished,
+    Program,
+    base_env,
+    check_loop,
+    notes,
+    rounds_of,
+    run,
+)
+from tests.real.clients.wrapped import WHOLE_UPSTREAMS, WRAPPED, loop_for
 
 KEY = "real-client-gemini-key"
 
@@ -64,14 +77,51 @@ def assistant_text(done: Finished) -> str:
     return out
 
 
+def read(n: int, path: Path) -> Call:
+    return Call("read_file", {"file_path": str(path)}, id=f"call_real_read_{n}")
+
+
+def loop_through(program: Program, project: Path, loop: ToolLoop, paths: list[Path]) -> None:
+    names = " and ".join(str(p) for p in paths)
+    with Bridge("gemini", loop, project.parent) as bridge:
+        done = gemini(program, bridge, project, f"Read {names} and tell me the tokens.")
+    check_loop(done, bridge, assistant_text(done), KEY)
+
+
 @pytest.mark.parametrize("upstream", UPSTREAMS)
 def test_gemini_cli_reads_a_file_through_the_bridge(
     program: Callable[[str], Program], project: Path, token: str, upstream: str
 ) -> None:
-    gemini_cli = program("gemini-cli")
     target = project / "notes.txt"
-    call = Call("read_file", {"file_path": str(target)})
-    loop = ToolLoop(upstream, call, token)
-    with Bridge("gemini", loop, project.parent) as bridge:
-        done = gemini(gemini_cli, bridge, project, f"Read {target} and tell me the token.")
-    check_loop(done, bridge, assistant_text(done), KEY)
+    loop = ToolLoop(upstream, [[(read(1, target), token)]])
+    loop_through(program("gemini-cli"), project, loop, [target])
+
+
+@pytest.mark.parametrize("upstream", UPSTREAMS)
+def test_gemini_cli_reads_two_files_in_parallel(
+    program: Callable[[str], Program], project: Path, upstream: str
+) -> None:
+    files = notes(project, 2)
+    loop = ToolLoop(upstream, rounds_of(files, read, 2))
+    loop_through(program("gemini-cli"), project, loop, [p for p, _ in files])
+
+
+@pytest.mark.parametrize("upstream", WHOLE_UPSTREAMS)
+def test_gemini_cli_streams_what_the_upstream_answers_whole(
+    program: Callable[[str], Program], project: Path, token: str, upstream: str
+) -> None:
+    target = project / "notes.txt"
+    loop = loop_for(upstream, [[(read(1, target), token)]], whole=True)
+    loop_through(program("gemini-cli"), project, loop, [target])
+    # Its limit: every request it sends asks for a stream (it has no whole mode).
+    asked = [t.stream for t in loop.turns if t.rec.method == "POST"]
+    assert asked and all(asked), f"Gemini CLI asked for a stream every time: {asked}"
+
+
+@pytest.mark.parametrize("upstream", sorted(WRAPPED))
+def test_gemini_cli_runs_three_turns_through_the_bridge(
+    program: Callable[[str], Program], project: Path, upstream: str
+) -> None:
+    files = notes(project, 3)
+    loop = WRAPPED[upstream](upstream, rounds_of(files, read, 2, 1))
+    loop_through(program("gemini-cli"), project, loop, [p for p, _ in files])

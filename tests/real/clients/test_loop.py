@@ -17,9 +17,10 @@ import pytest
 from openai.types.responses import Response
 
 from tests.e2e.harness import ScriptedUpstream
-from tests.real.clients.loop import Call, answer, check_request
+from tests.real.clients.loop import Call, answer, check_request, gemini_chunk
 
 CALL = Call("read", {"path": "/tmp/notes.txt"})
+OTHER = Call("read", {"path": "/tmp/other.txt"}, id="call_real_client_2")
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +87,43 @@ def test_the_official_sdk_reads_the_scripted_answers(
     server: ScriptedUpstream, dialect: str, stream: bool
 ) -> None:
     server.reset()
-    server.enqueue(answer(dialect, stream, None, CALL), answer(dialect, stream, "it says 42"))
+    server.enqueue(answer(dialect, stream, None, [CALL]), answer(dialect, stream, "it says 42"))
     assert READERS[dialect](server, stream) == ("", [(CALL.name, CALL.arguments)])
     assert READERS[dialect](server, stream) == ("it says 42", [])
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+@pytest.mark.parametrize("dialect", ["anthropic", "openai_responses"])
+def test_the_official_sdk_reads_two_scripted_calls(
+    server: ScriptedUpstream, dialect: str, stream: bool
+) -> None:
+    server.reset()
+    server.enqueue(answer(dialect, stream, "Reading both.", [CALL, OTHER]))
+    both = [(CALL.name, CALL.arguments), (OTHER.name, OTHER.arguments)]
+    assert READERS[dialect](server, stream) == ("Reading both.", both)
+
+
+def test_the_official_sdk_reads_two_scripted_chat_calls(server: ScriptedUpstream) -> None:
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="k", max_retries=0)
+    params: Any = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    server.reset()
+    server.enqueue(answer("openai_chat", False, None, [CALL, OTHER]))
+    calls = client.chat.completions.create(**params).choices[0].message.tool_calls or []
+    assert [c.id for c in calls] == [CALL.id, OTHER.id]
+    server.enqueue(answer("openai_chat", True, None, [CALL, OTHER]))
+    args: dict[int, str] = {}
+    for chunk in client.chat.completions.create(stream=True, **params):
+        for choice in chunk.choices:
+            for c in choice.delta.tool_calls or ():
+                args[c.index] = args.get(c.index, "") + (
+                    (c.function and c.function.arguments) or ""
+                )
+    assert [json.loads(args[i]) for i in sorted(args)] == [CALL.arguments, OTHER.arguments]
+
+
+def test_only_the_first_gemini_call_of_a_turn_carries_the_signature() -> None:
+    parts = gemini_chunk(None, [CALL, OTHER])["candidates"][0]["content"]["parts"]
+    assert [bool(p.get("thoughtSignature")) for p in parts] == [True, False]
 
 
 UNPAIRED = {

@@ -5,6 +5,9 @@ declared in the project's ``opencode.json``. The scripted upstream answers turn 
 ``read`` of a file holding a random token (its title request gets a short text); turn 2
 must carry the token and is answered with text quoting it, which must be in OpenCode's
 output. Upstreams: every dialect ``loop.answer`` speaks, its own and the others.
+Variants: two parallel reads in turn 1; the upstream (Gemini Code Assist too) answering
+whole what OpenCode asked to stream (it always streams); Kiro and Gemini Code Assist upstreams (``wrapped``) in 3 turns (two parallel
+calls, one call, the text).
 """
 
 from __future__ import annotations
@@ -16,7 +19,17 @@ from pathlib import Path
 import pytest
 
 from tests.real.clients.loop import MODEL, UPSTREAMS, Call, ToolLoop
-from tests.real.clients.programs import Bridge, Finished, Program, base_env, check_loop, run
+from tests.real.clients.programs import (
+    Bridge,
+    Finished,
+    Program,
+    base_env,
+    check_loop,
+    notes,
+    rounds_of,
+    run,
+)
+from tests.real.clients.wrapped import WHOLE_UPSTREAMS, WRAPPED, loop_for
 
 KEY = "sk-real-client-opencode-key"
 
@@ -68,13 +81,51 @@ def texts(done: Finished) -> list[str]:
     return out
 
 
+def read(n: int, path: Path) -> Call:
+    return Call("read", {"filePath": str(path)}, id=f"call_real_read_{n}")
+
+
+def loop_through(program: Program, project: Path, loop: ToolLoop, paths: list[Path]) -> None:
+    names = " and ".join(str(p) for p in paths)
+    with Bridge("openai_chat", loop, project.parent) as bridge:
+        done = opencode(program, bridge, project, f"Read {names} and tell me the tokens.")
+    check_loop(done, bridge, "\n".join(texts(done)), KEY)
+
+
 @pytest.mark.parametrize("upstream", UPSTREAMS)
 def test_opencode_reads_a_file_through_the_bridge(
     program: Callable[[str], Program], project: Path, token: str, upstream: str
 ) -> None:
-    opencode_cli = program("opencode")
     target = project / "notes.txt"
-    loop = ToolLoop(upstream, Call("read", {"filePath": str(target)}), token)
-    with Bridge("openai_chat", loop, project.parent) as bridge:
-        done = opencode(opencode_cli, bridge, project, f"Read {target} and tell me the token.")
-    check_loop(done, bridge, "\n".join(texts(done)), KEY)
+    loop = ToolLoop(upstream, [[(read(1, target), token)]])
+    loop_through(program("opencode"), project, loop, [target])
+
+
+@pytest.mark.parametrize("upstream", UPSTREAMS)
+def test_opencode_reads_two_files_in_parallel(
+    program: Callable[[str], Program], project: Path, upstream: str
+) -> None:
+    files = notes(project, 2)
+    loop = ToolLoop(upstream, rounds_of(files, read, 2))
+    loop_through(program("opencode"), project, loop, [p for p, _ in files])
+
+
+@pytest.mark.parametrize("upstream", WHOLE_UPSTREAMS)
+def test_opencode_streams_what_the_upstream_answers_whole(
+    program: Callable[[str], Program], project: Path, token: str, upstream: str
+) -> None:
+    target = project / "notes.txt"
+    loop = loop_for(upstream, [[(read(1, target), token)]], whole=True)
+    loop_through(program("opencode"), project, loop, [target])
+    # Its limit: every request it sends asks for a stream (it has no whole mode).
+    asked = [t.stream for t in loop.turns if t.rec.method == "POST"]
+    assert asked and all(asked), f"OpenCode asked for a stream every time: {asked}"
+
+
+@pytest.mark.parametrize("upstream", sorted(WRAPPED))
+def test_opencode_runs_three_turns_through_the_bridge(
+    program: Callable[[str], Program], project: Path, upstream: str
+) -> None:
+    files = notes(project, 3)
+    loop = WRAPPED[upstream](upstream, rounds_of(files, read, 2, 1))
+    loop_through(program("opencode"), project, loop, [p for p, _ in files])
