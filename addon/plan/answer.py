@@ -41,6 +41,7 @@ from addon.stream.processor import StreamProcessor
 from addon.stream.repair import RepairStage
 from addon.stream.stages import (
     AnswerModelStage,
+    CallIdStage,
     HideThinkingStage,
     RedactErrorStage,
     Stage,
@@ -55,6 +56,7 @@ from addon.stream.whole import (
     sse_from_response,
 )
 from addon.textproto.parser import TextProtocolParser
+from addon.transforms.call_ids import RENAMED_NOTE, fresh_call_ids
 from addon.transforms.custom_tools import unwrap_custom_calls
 from addon.transforms.loop_guard import guard_response
 from addon.transforms.repair import repair_response
@@ -154,7 +156,8 @@ def stream_processor(
 
 def _stages(plan: FlowPlan, state: AnswerState) -> list[Stage]:
     """The stream's stages, in order, as the plan says."""
-    stages: list[Stage] = []
+    # First of all: every later stage sees the call ids the client will send back.
+    stages: list[Stage] = [CallIdStage(plan.history_ids, lambda: _renamed(state))]
     if plan.sink is not None:
         # First: it must see the upstream's own events, before any stage changes them.
         state.capture = CaptureStage(plan.sink, plan.upstream.reasoning)
@@ -227,7 +230,7 @@ def decode_answer(
         why = not_a_stream("aws_eventstream", raw, status=status, content_type=content_type)
         if why is not None:
             raise UnsupportedShape(why)
-        return _filtered(plan, state, _decode_frames(plan, raw))
+        return _filtered(plan, state, _fresh_ids(plan, state, _decode_frames(plan, raw)))
     try:
         body = load_json(raw)
     except ValueError as e:
@@ -235,7 +238,7 @@ def decode_answer(
     if not isinstance(body, dict):
         raise UnsupportedShape("the answer is JSON but not an object")
     try:
-        answer = plan.upstream.decode_response(body)
+        answer = _fresh_ids(plan, state, plan.upstream.decode_response(body))
         if plan.sink is not None:
             try:
                 capture_response(answer, plan.sink, plan.upstream.reasoning)
@@ -246,6 +249,19 @@ def decode_answer(
         raise UnsupportedShape(
             f"unexpected answer shape ({type(e).__name__}: {short(e)})"
         ) from None
+
+
+def _fresh_ids(plan: FlowPlan, state: AnswerState, answer: Response) -> Response:
+    """The answer's calls under ids the client has not seen yet, before anything reads them
+    (the store's capture, repair, the loop guard): ``addon.transforms.call_ids``."""
+    answer, renamed = fresh_call_ids(answer, plan.history_ids)
+    if renamed:
+        state.notes[RENAMED_NOTE] += renamed
+    return answer
+
+
+def _renamed(state: AnswerState) -> None:
+    state.notes[RENAMED_NOTE] += 1
 
 
 def _decode_frames(plan: FlowPlan, raw: bytes) -> Response:

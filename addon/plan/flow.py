@@ -81,6 +81,9 @@ class FlowPlan:
     rename_answer: bool = False
     """The route's ``model_map`` sent another model's name: the answer names the client's
     (``defaults.model``) instead of the upstream's, streamed or whole."""
+    history_ids: frozenset[str] = frozenset()
+    """The call ids the client's conversation holds (its calls' and results'): an answer's
+    call under one of them reaches the client renamed (``addon.transforms.call_ids``)."""
     secrets: Secrets = field(default_factory=Secrets, repr=False)
     """The flow's exact credential values: redacted from the error bodies the bridge writes
     (never in ``meta``)."""

@@ -45,6 +45,7 @@ from addon.routes import Route, match, withholds_key
 from addon.store import ReasoningStore, Scope
 from addon.textproto.invoke import make_trigger
 from addon.transforms.cache import strip_cache_control
+from addon.transforms.call_ids import history_call_ids
 from addon.transforms.custom_tools import wrap_custom_tools
 from addon.transforms.loop_guard import check_loop
 from addon.transforms.repair import schemas_of
@@ -161,7 +162,11 @@ def _decide(
         return _reject(plan, e)
     try:
         decoded = _decode(client, body, made, incoming, notes)
-        plan = replace(plan, defaults=AnswerDefaults(decoded.model, int(clock())))
+        plan = replace(
+            plan,
+            defaults=AnswerDefaults(decoded.model, int(clock())),
+            history_ids=history_call_ids(decoded.messages),
+        )
         unified, plan = transform(decoded, plan, settings, notes)
         wire_for = _wire_maker(route, client, upstream, incoming, env_key)
         wire = wire_for(unified, notes)

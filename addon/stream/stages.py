@@ -7,6 +7,7 @@ events; ``finish`` flushes and is idempotent. Sans-IO.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Protocol
 
 from addon.model import (
@@ -26,6 +27,7 @@ from addon.model import (
 from addon.redact import Secrets
 from addon.stream.fastpath import PASSES_TEXT, TextLane
 from addon.textproto.parser import TextProtocolParser
+from addon.transforms.call_ids import CallIds
 
 
 class Stage(Protocol):
@@ -95,6 +97,30 @@ class TextToolStage:
                     e = dataclasses.replace(e, index=index)
             out.append(e)
         return out
+
+
+class CallIdStage:
+    """A call whose id the conversation already holds, or an earlier call of the answer had,
+    starts under a fresh one (``addon.transforms.call_ids``). First of the stages: the
+    reasoning store, repair and the loop guard see the id the client will send back. Only
+    ``ToolCallStart`` carries the id (the other call events name the index); text passes."""
+
+    text_lane: TextLane | None = PASSES_TEXT
+
+    def __init__(self, history: frozenset[str], renamed: Callable[[], None]) -> None:
+        self._ids = CallIds(history)
+        self._renamed = renamed
+
+    def feed(self, event: Event) -> list[Event]:
+        if isinstance(event, ToolCallStart):
+            new = self._ids.fresh(event.id)
+            if new != event.id:
+                self._renamed()
+                return [dataclasses.replace(event, id=new)]
+        return [event]
+
+    def finish(self) -> list[Event]:
+        return []
 
 
 class HideThinkingStage:
