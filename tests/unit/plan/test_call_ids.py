@@ -38,6 +38,7 @@ from tests.real.clients.loop import (
     responses_sse,
 )
 from tests.unit.helpers import bytewise, feed_pieces, whole
+from tests.upstream_rules import dialect_of, refusal_for
 
 CLIENTS: dict[str, tuple[str, str]] = {
     "openai_chat": ("*/chat/completions", "/v1/chat/completions"),
@@ -319,3 +320,39 @@ def test_ids_stay_unique_over_a_conversation_of_repeated_answers(turns: list[lis
             Message("user", tuple(ToolResult(i, "ok") for i in got)),
         )
     assert len(seen) == len(set(seen))
+
+
+# --------------------------------------------------------------------------- the next turn
+
+NEXT_UPSTREAMS = ["anthropic", "openai_chat", "openai_responses", "gemini", "kiro"]
+
+
+def next_turn(client: str, held: str) -> dict[str, Any]:
+    """The client's next request: its history holds the held call and the renamed one, each
+    with its result (what a client sends after a renamed answer)."""
+    body = history_body(client, held, False)
+    again = history_body(client, f"{held}_2", False)
+    key = "input" if client == "openai_responses" else "messages"
+    body[key] = [*body[key], *again[key][1:], {"role": "user", "content": "and again?"}]
+    return body
+
+
+@pytest.mark.parametrize("upstream", NEXT_UPSTREAMS)
+@pytest.mark.parametrize("client", ["openai_chat", "anthropic", "openai_responses"])
+def test_the_next_turn_with_the_renamed_id_is_what_the_upstream_takes(
+    client: str, upstream: str
+) -> None:
+    """Call and result pair up under the renamed id: every upstream's rules take the turn
+    (``tests.upstream_rules``), whatever id it gave the call itself."""
+    route = Route(name="r", path="*", client=client, upstream=upstream)  # type: ignore[arg-type]
+    body = json.dumps(next_turn(client, "call_0")).encode()
+    d = decide(
+        Settings(routes=(route,)), route, Incoming("POST", "h", CLIENTS[client][1], {}, body), {}
+    )
+    assert isinstance(d, Rewrite), d
+    assert d.plan.history_ids == {"call_0", "call_0_2"}
+    sent = d.body or json.dumps(d.wire.body).encode()
+    assert b"call_0_2" in sent or upstream == "gemini"
+    assert dialect_of(d.wire.path) == upstream  # the rules that apply are the upstream's
+    refused = refusal_for("POST", d.wire.path, sent)
+    assert refused is None, refused.message
