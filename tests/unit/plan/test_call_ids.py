@@ -26,6 +26,7 @@ from addon.transforms.call_ids import (
     history_call_ids,
 )
 from addon.transforms.reasoning_record import KIND_CALL
+from tests import eventstream_frames as frames
 from tests.real.clients.loop import (
     GEMINI_SIGNATURE,
     Call,
@@ -46,7 +47,7 @@ CLIENTS: dict[str, tuple[str, str]] = {
     "openai_responses": ("*/responses", "/v1/responses"),
     "gemini": ("*/models/*:*enerateContent", "/v1beta/models/m:generateContent"),
 }
-UPSTREAMS = ("openai_chat", "anthropic", "openai_responses", "gemini")
+UPSTREAMS = ("openai_chat", "anthropic", "openai_responses", "gemini", "kiro")
 RESPONSE_ID = "same-every-time"
 ARGS = {"path": "a.txt"}
 
@@ -62,8 +63,11 @@ def upstream_id(upstream: str) -> str:
 
 def upstream_answer(upstream: str, stream: bool, calls: int = 1) -> bytes:
     """The scripted answer: ``calls`` calls of Read, all under the one id ``call_0`` (the
-    Anthropic builder prefixes ``toolu_``; Gemini gives none and a fixed ``responseId``)."""
+    Anthropic builder prefixes ``toolu_``; Gemini gives none and a fixed ``responseId``; Kiro
+    tells its calls apart by ``toolUseId`` only: one call a time there)."""
     cs = [Call("Read", ARGS, id="call_0")] * calls
+    if upstream == "kiro":  # AWS event-stream frames, streamed or whole
+        return frames.stream(frames.tool_events("call_0", "Read", json.dumps(ARGS)) * calls)
     if upstream == "gemini":
         chunk = gemini_chunk(None, cs)
         chunk["responseId"] = RESPONSE_ID
@@ -238,7 +242,7 @@ def test_a_held_id_reaches_the_client_renamed_whole_and_streamed(
     assert call_ids(out) == call_ids(body) == {fresh}, (out, body)
 
 
-@pytest.mark.parametrize("upstream", UPSTREAMS)
+@pytest.mark.parametrize("upstream", [u for u in UPSTREAMS if u != "kiro"])
 @pytest.mark.parametrize("client", ["openai_chat", "anthropic", "openai_responses"])
 def test_repeats_inside_one_answer_are_told_apart(client: str, upstream: str) -> None:
     held = upstream_id(upstream)
