@@ -159,7 +159,8 @@ def _stages(plan: FlowPlan, state: AnswerState) -> list[Stage]:
     # First of all: every later stage sees the call ids the client will send back.
     stages: list[Stage] = [CallIdStage(plan.history_ids, lambda: _renamed(state))]
     if plan.sink is not None:
-        # First: it must see the upstream's own events, before any stage changes them.
+        # Next: it must see the upstream's own events (but the ids the client gets), before
+        # any stage changes them.
         state.capture = CaptureStage(plan.sink, plan.upstream.reasoning)
         stages.append(state.capture)
     if plan.parse_text:

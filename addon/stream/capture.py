@@ -1,8 +1,8 @@
 """Capture: what an upstream's answer holds that a client may drop, written to the reasoning
 store as it goes by.
 
-Contract: sans-IO. ``CaptureStage`` (the first stage, right after the upstream's decoder)
-passes every event through unchanged and records from the unified events;
+Contract: sans-IO. ``CaptureStage`` (right after the upstream's decoder and the call-id
+rename, ``CallIdStage``: calls are recorded under the ids the client gets) passes every event through unchanged and records from the unified events;
 ``capture_response`` does the same for a whole answer. Both write ``Record``s through a
 ``Sink`` (the store's view for the flow's scope). What is recorded follows the upstream's
 reasoning style (``ReasoningStyle``, from the plan), never its name; the records and keys:
