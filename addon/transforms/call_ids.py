@@ -12,7 +12,7 @@ import dataclasses
 
 from addon.model import Message, Part, Response, ToolCall, ToolResult
 
-RENAMED_NOTE = "tool call id already in the conversation: renamed"
+RENAMED_NOTE = "tool call id already used: renamed"
 
 
 def history_call_ids(messages: tuple[Message, ...]) -> frozenset[str]:

@@ -14,12 +14,13 @@ upstreams (``wrapped``) in 3 turns (two parallel calls, one call, the text).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
-from tests.real.clients.loop import UPSTREAMS, Call, ToolLoop
+from tests.e2e.harness import JSONReply, Reply, SSEReply, sse_from_payloads
+from tests.real.clients.loop import UPSTREAMS, Call, ToolLoop, gemini_chunk
 from tests.real.clients.programs import (
     Bridge,
     Finished,
@@ -139,3 +140,23 @@ def test_claude_code_asks_without_streaming_when_its_stream_breaks(
     assert loop.of("cut"), "Claude Code never asked for a stream"
     asked = [t.stream for t in loop.turns if t.kind in ("call", "final")]
     assert asked == [False, False], f"Claude Code's fallback asked for a stream: {asked}"
+
+
+class SameResponseId(ToolLoop):
+    """A Gemini-compatible server that names every answer alike (one ``responseId``): the ids
+    the bridge makes for Gemini's calls (``call_<responseId>_<n>``) repeat from turn to turn.
+    Claude Code then held two ``tool_use`` blocks under one id and read the same file again
+    until its turn limit (issue 28); the bridge renames the repeat."""
+
+    def reply(self, stream: bool, text: str | None, calls: Sequence[Call]) -> Reply:
+        chunk = gemini_chunk(text, calls) | {"responseId": "same-every-answer"}
+        return SSEReply(sse_from_payloads([chunk])) if stream else JSONReply(chunk)
+
+
+def test_claude_code_runs_three_turns_over_a_gemini_server_that_repeats_its_answer_id(
+    program: Callable[[str], Program], project: Path
+) -> None:
+    files = notes(project, 3)
+    loop = SameResponseId("gemini", rounds_of(files, read, 2, 1))
+    loop_through(program("claude-code"), project, loop, [p for p, _ in files])
+    assert [t.round for t in loop.turns if t.kind == "call"] == [0, 1]
