@@ -12,12 +12,14 @@ calls, one call, the text).
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.harness import Reply
 from tests.real.clients.loop import MODEL, UPSTREAMS, Call, ToolLoop
 from tests.real.clients.programs import (
     Bridge,
@@ -128,4 +130,28 @@ def test_opencode_runs_three_turns_through_the_bridge(
 ) -> None:
     files = notes(project, 3)
     loop = WRAPPED[upstream](upstream, rounds_of(files, read, 2, 1))
+    loop_through(program("opencode"), project, loop, [p for p, _ in files])
+
+
+class NumberedPerAnswer(ToolLoop):
+    """An OpenAI-compatible server that numbers its calls per answer (``call_0``, ``call_1``
+    every turn, as many do): the bridge renames the turn-2 ``call_0`` (it is in OpenCode's
+    history already) to ``call_0_2``, on this same-dialect route too (issue 28)."""
+
+    CLIENT_IDS = ("call_0", "call_1", "call_0_2")
+    """The ids OpenCode gets for the calls of the rounds (2 calls, then 1), in order."""
+
+    def reply(self, stream: bool, text: str | None, calls: Sequence[Call]) -> Reply:
+        numbered = [dataclasses.replace(c, id=f"call_{i}") for i, c in enumerate(calls)]
+        return super().reply(stream, text, numbered)
+
+    def result_id(self, call: Call) -> str:
+        return self.CLIENT_IDS[[c for c, _ in self.pairs].index(call)]
+
+
+def test_opencode_runs_three_turns_over_a_server_that_numbers_calls_per_answer(
+    program: Callable[[str], Program], project: Path
+) -> None:
+    files = notes(project, 3)
+    loop = NumberedPerAnswer("openai_chat", rounds_of(files, read, 2, 1))
     loop_through(program("opencode"), project, loop, [p for p, _ in files])
