@@ -50,7 +50,8 @@ def success_error(plan: FlowPlan, raw: bytes) -> tuple[int, bytes, str] | None:
     or code names (502 when it names none: the upstream failed), the body in the client's
     dialect (a same-dialect client's own shape as it came). None when it is no error body.
     For a body that did not decode as an answer (a Responses answer with ``status: failed``
-    holds an ``error`` too, and is an answer)."""
+    holds an ``error`` too, and is an answer). An upstream that answers only in frames
+    (Kiro) and sent JSON naming no status: None, the answer is told as what came instead."""
     try:
         body = load_json(raw)
         message = plan.upstream.error_message(body)
@@ -58,7 +59,11 @@ def success_error(plan: FlowPlan, raw: bytes) -> tuple[int, bytes, str] | None:
         return None
     if not message:
         return None
-    status = named_status(plan, body) or 502
+    status = named_status(plan, body)
+    if status is None:
+        if plan.upstream_framing == "aws_eventstream":
+            return None  # Kiro answers in frames only: told as what came (``not_a_stream``)
+        status = 502
     if plan.same_dialect and not foreign_error(plan, raw):
         return status, raw, message
     client_body, message = error_body(plan, status, raw)

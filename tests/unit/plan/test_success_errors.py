@@ -181,3 +181,15 @@ def test_an_error_as_a_streams_first_event_ends_it_with_the_type_for_its_status(
     kind, message = stream_error_type(client, out)
     want = CODES[status] if client == "openai_responses" else CLIENT_TYPES[client][status]
     assert (kind, message) == (want, "m")
+
+
+def test_a_kiro_json_naming_no_status_is_told_as_what_came() -> None:
+    """Kiro answers in frames only: a JSON body (a gateway's sign-in note) that names no
+    status is left to the description of what came instead (status, type, first bytes)."""
+    route = Route(name="k", client="anthropic", path="*/v1/messages", upstream="kiro")  # type: ignore[arg-type]
+    body = json.dumps(BODIES["anthropic"]).encode()
+    incoming = Incoming("POST", "h", "/v1/messages", {"authorization": "Bearer t"}, body)
+    d = decide(Settings(), route, incoming, {})
+    assert isinstance(d, Rewrite), d
+    assert d.plan.upstream_framing == "aws_eventstream"
+    assert success_error(d.plan, b'{"message": "Session expired, sign in again"}') is None
