@@ -161,9 +161,15 @@ def test_a_json_error_where_a_stream_was_promised_ends_it_with_the_type_for_its_
     assert (kind, message) == (want, "m")
 
 
+RESPONSES_ERROR = {
+    429: {"type": "error", "code": "rate_limit_exceeded", "message": "m", "param": None},
+    400: {"type": "error", "code": "invalid_prompt", "message": "m", "param": None},
+}
 FIRST_EVENT = {
-    "openai_chat": lambda e: f"data: {json.dumps(e)}\n\n",
-    "anthropic": lambda e: f"event: error\ndata: {json.dumps(e)}\n\n",
+    "openai_chat": lambda s: f"data: {json.dumps(ERRORS['openai_chat'][s])}\n\n",
+    "anthropic": lambda s: f"event: error\ndata: {json.dumps(ERRORS['anthropic'][s])}\n\n",
+    "openai_responses": lambda s: f"event: error\ndata: {json.dumps(RESPONSES_ERROR[s])}\n\n",
+    "gemini": lambda s: f"data: {json.dumps(ERRORS['gemini'][s])}\n\n",
 }
 
 
@@ -177,7 +183,7 @@ def test_an_error_as_a_streams_first_event_ends_it_with_the_type_for_its_status(
         pytest.skip("a same-dialect client gets the upstream's own event")
     plan = plan_for(client, upstream, stream=True)
     processor = stream_processor(plan, AnswerState.of(plan), None)
-    out = feed_pieces(processor, [FIRST_EVENT[upstream](ERRORS[upstream][status]).encode()])
+    out = feed_pieces(processor, [FIRST_EVENT[upstream](status).encode()])
     kind, message = stream_error_type(client, out)
     want = CODES[status] if client == "openai_responses" else CLIENT_TYPES[client][status]
     assert (kind, message) == (want, "m")
