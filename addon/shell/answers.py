@@ -24,7 +24,7 @@ from addon.plan.answer import (
     loop_ask_again,
     needs_retry,
 )
-from addon.plan.errors import foreign_error, upstream_error
+from addon.plan.errors import foreign_error, success_error, upstream_error
 from addon.shell.answer_notes import note_text_calls, stream_done
 from addon.shell.common import append_comment, is_json, json_response, log, replace_headers
 from addon.shell.common import internal_error as log_internal_error
@@ -140,6 +140,8 @@ class Answers:
             flow.response = json_response(e.status, upstream_error(plan, e))
             return
         except (ValueError, UnsupportedShape, RecursionError) as e:
+            if error_answer(flow, plan, raw, self.report):
+                return
             why = "nested too deeply" if isinstance(e, RecursionError) else short(e)
             if not plan.same_dialect:
                 unreadable(self.report, flow, run, plan, why)
@@ -192,3 +194,19 @@ class Answers:
         if run.answer.loop_asked:
             self.report.retried(run, "loop guard")
         return second
+
+
+def error_answer(flow: http.HTTPFlow, plan: FlowPlan, raw: bytes, report: Report) -> bool:
+    """A 2xx body that is an upstream error (``success_error``): answered with the status
+    its type names, in the client's dialect (streamed or not: an SDK reads a 2xx as the
+    answer). False when the body is no error."""
+    failed = success_error(plan, raw)
+    if failed is None:
+        return False
+    status, body, message = failed
+    old = flow.response.status_code if flow.response is not None else 200
+    flow.response = json_response(status, body)
+    append_comment(flow, f"upstream error in a {old} answer → {status}, {plan.client.name} shape")
+    report.state.count("upstream errors re-shaped")
+    log.info("%s: upstream answered an error with HTTP %d: %s", plan.label, old, short(message))
+    return True
