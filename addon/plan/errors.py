@@ -99,7 +99,8 @@ def error_body(plan: FlowPlan, status: int, raw: bytes) -> tuple[bytes, str]:
 def foreign_error(plan: FlowPlan, raw: bytes) -> bool:
     """Whether an upstream error on a same-dialect route is an error body of another shape
     than its dialect writes (llama-server answers OpenAI's ``{"error": …}`` on
-    ``/v1/messages``): its client could not read it, so it is re-shaped too. Not JSON, or no
+    ``/v1/messages``; LiteLLM answers it on Gemini's ``:generateContent``, without Google's
+    ``status`` name): its client could not read it, so it is re-shaped too. Not JSON, or no
     error message the dialect reads: False (passed on as it came)."""
     try:
         body = load_json(raw)
@@ -109,7 +110,18 @@ def foreign_error(plan: FlowPlan, raw: bytes) -> bool:
     if not message or not isinstance(body, dict):
         return False
     own = load_json(error_bytes(plan.client, ClientError(message, status=400)))
-    return not set(own) <= set(body)
+    if not set(own) <= set(body):
+        return True
+    return _names_missing(own.get("error"), body.get("error"))
+
+
+def _names_missing(own: object, theirs: object) -> bool:
+    """Whether the error object ``theirs`` lacks a text field the dialect's own error object
+    names the error by (OpenAI's and Anthropic's ``type``, Google's ``status``); fields the
+    dialect leaves empty (OpenAI's ``param``, ``code``) are not asked for."""
+    if not isinstance(own, dict) or not isinstance(theirs, dict):
+        return False
+    return any(isinstance(v, str) and k not in theirs for k, v in own.items())
 
 
 def upstream_error(plan: FlowPlan, e: UpstreamError) -> bytes:
