@@ -275,13 +275,37 @@ type FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "e
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts; ``raw`` is the upstream's own usage object when ``origin`` matches."""
+    """Token counts of one answer, one meaning whatever the dialect (docs/streams.md#usage);
+    None where the upstream did not say. ``input_tokens``: prompt tokens neither read from nor
+    written to a cache (Anthropic's ``input_tokens``); ``cache_read_tokens`` /
+    ``cache_write_tokens``: the prompt tokens read from / written to it; ``output_tokens``:
+    every answer token, reasoning included, ``reasoning_tokens`` the reasoning part of them.
+    ``raw`` is the upstream's own usage object when ``origin`` matches."""
 
     input_tokens: int | None = None
     output_tokens: int | None = None
     total_tokens: int | None = None
     origin: str = ""
     raw: JSON = field(default_factory=dict)
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """Every prompt token, cached or not (OpenAI's ``prompt_tokens``, Gemini's
+        ``promptTokenCount``); None while the uncached part is not known."""
+        if self.input_tokens is None:
+            return None
+        return self.input_tokens + (self.cache_read_tokens or 0) + (self.cache_write_tokens or 0)
+
+    @property
+    def total(self) -> int | None:
+        """The upstream's total, else prompt + output when both are known, else None."""
+        if self.total_tokens is not None:
+            return self.total_tokens
+        prompt = self.prompt_tokens
+        return None if prompt is None or self.output_tokens is None else prompt + self.output_tokens
 
     def then(self, new: Usage) -> Usage:
         """These counts updated by ``new``, a later report of the same upstream's stream
@@ -289,14 +313,19 @@ class Usage:
         first, every count at the end): its counts win where it has them."""
         if self.origin != new.origin:
             return new
+
+        def pick(mine: int | None, theirs: int | None) -> int | None:
+            return theirs if theirs is not None else mine
+
         return Usage(
-            input_tokens=new.input_tokens if new.input_tokens is not None else self.input_tokens,
-            output_tokens=new.output_tokens
-            if new.output_tokens is not None
-            else self.output_tokens,
-            total_tokens=new.total_tokens if new.total_tokens is not None else self.total_tokens,
+            input_tokens=pick(self.input_tokens, new.input_tokens),
+            output_tokens=pick(self.output_tokens, new.output_tokens),
+            total_tokens=pick(self.total_tokens, new.total_tokens),
             origin=new.origin,
             raw={**self.raw, **new.raw},
+            cache_read_tokens=pick(self.cache_read_tokens, new.cache_read_tokens),
+            cache_write_tokens=pick(self.cache_write_tokens, new.cache_write_tokens),
+            reasoning_tokens=pick(self.reasoning_tokens, new.reasoning_tokens),
         )
 
 

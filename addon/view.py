@@ -249,7 +249,10 @@ def _rows(events: Sequence[Event]) -> list[_Row]:
                 if i in calls:
                     calls[i].chunks += 1
             case UsageEvent(usage=u):
-                rows.append(_Row("usage", f"usage in={u.input_tokens} out={u.output_tokens}"))
+                cached = f" (cached {u.cache_read_tokens})" if u.cache_read_tokens else ""
+                rows.append(
+                    _Row("usage", f"usage in={u.prompt_tokens}{cached} out={u.output_tokens}")
+                )
             case Finish(reason=reason, raw=raw):
                 rows.append(_Row("finish", f"finish {reason}" + (f" ({raw})" if raw else "")))
             case StreamError(message=message):

@@ -122,6 +122,13 @@ class StreamEncoderFactory(Protocol):
     def __call__(self, defaults: AnswerDefaults = ...) -> StreamEncoder: ...
 
 
+def count_at(raw: Any, *path: str) -> int | None:
+    """The token count at ``path`` in a usage object (an int, not a bool), else None."""
+    for key in path:
+        raw = raw.get(key) if isinstance(raw, dict) else None
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) else None
+
+
 def unsupported_tool(tool: OpaqueTool, index: int, upstream: str) -> ClientError:
     """The 400 for a tool of a kind ``upstream`` (``"an Anthropic upstream"``) cannot run that
     reached its encoder: routes leave such tools out before (``leave_out_tools``), so this is

@@ -22,6 +22,7 @@ from addon.model import (
     ToolCall,
     UnsupportedShape,
 )
+from addon.plan.errors import named_status
 from addon.plan.flow import FlowPlan
 from addon.plan.values import (
     CONTENT_TYPES,
@@ -187,7 +188,8 @@ def _stages(plan: FlowPlan, state: AnswerState) -> list[Stage]:
 
 def _whole_events(plan: FlowPlan, state: AnswerState, raw: bytes) -> list[Event]:
     """A 2xx body sent as an event stream that is not one, read whole: the events of the
-    answer it holds, else a ``StreamError`` with the upstream's error message or a quote.
+    answer it holds, else a ``StreamError`` with the upstream's error message (and the status
+    its type names; 502 when none) or a quote.
     (Only for another dialect: a same-dialect client gets such a body as it is.)"""
     try:
         body = load_json(raw)
@@ -201,7 +203,8 @@ def _whole_events(plan: FlowPlan, state: AnswerState, raw: bytes) -> list[Event]
         except (UnsupportedShape, RecursionError, *SHAPE_ERRORS):
             message = None
         if message:
-            return [StreamError(message, "upstream_error")]
+            # The status its type names, as for an error answered with its status.
+            return [StreamError(message, "upstream_error", status=named_status(plan, body))]
     status, content_type = state.head
     why = not_a_stream(plan.upstream_framing, raw, status=status, content_type=content_type)
     if why is None:  # it began like one (and then was not)

@@ -1,11 +1,15 @@
 """Error bodies for a flow's client, from its frozen plan: an upstream error re-shaped for
 the client's dialect (``error_body``), an error the upstream sent inside its framing
-(``upstream_error``), an answer the bridge cannot translate (``unreadable_answer``), and
-the message of an upstream error body (``error_message``). Pure: bytes in, bytes out; the
-flow's secrets never reach a body."""
+(``upstream_error``) or as a 2xx body (``success_error``), an answer the bridge cannot
+translate (``unreadable_answer``), the message of an upstream error body (``error_message``)
+and the status its type names (``named_status``). Pure: bytes in, bytes out; the flow's
+secrets never reach a body."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from addon.dialects import DIALECTS
 from addon.model import ClientError, UnsupportedShape
 from addon.plan.flow import FlowPlan
 from addon.plan.values import (
@@ -26,6 +30,46 @@ def error_message(plan: FlowPlan, raw: bytes) -> str:
     return message or raw[: MAX_ERROR_QUOTE * 4].decode("utf-8", "replace")
 
 
+def named_status(plan: FlowPlan, body: Any) -> int | None:
+    """The HTTP status an upstream error body names by its type or code, read as its
+    dialect's error, else as another dialect's (llama-server writes OpenAI's shape on
+    ``/v1/messages``); None when it names none."""
+    for dialect in (plan.upstream, *DIALECTS.values()):
+        try:
+            status = dialect.error_status(body)
+        except (UnsupportedShape, *SHAPE_ERRORS):
+            status = None
+        if status is not None:
+            return status
+    return None
+
+
+def success_error(plan: FlowPlan, raw: bytes) -> tuple[int, bytes, str] | None:
+    """A 2xx body that is an upstream error, not an answer (a gateway's ``200`` with
+    ``{"error": …}``): ``(status, the client's body, message)``, the status the error's type
+    or code names (502 when it names none: the upstream failed), the body in the client's
+    dialect (a same-dialect client's own shape as it came). None when it is no error body.
+    For a body that did not decode as an answer (a Responses answer with ``status: failed``
+    holds an ``error`` too, and is an answer). An upstream that answers only in frames
+    (Kiro) and sent JSON naming no status: None, the answer is told as what came instead."""
+    try:
+        body = load_json(raw)
+        message = plan.upstream.error_message(body)
+    except (ValueError, RecursionError, UnsupportedShape, *SHAPE_ERRORS):
+        return None
+    if not message:
+        return None
+    status = named_status(plan, body)
+    if status is None:
+        if plan.upstream_framing == "aws_eventstream":
+            return None  # Kiro answers in frames only: told as what came (``not_a_stream``)
+        status = 502
+    if plan.same_dialect and not foreign_error(plan, raw):
+        return status, raw, message
+    client_body, message = error_body(plan, status, raw)
+    return status, client_body, message
+
+
 def error_body(plan: FlowPlan, status: int, raw: bytes) -> tuple[bytes, str]:
     """An upstream error re-shaped for the client's dialect: ``(body, message)``. Any
     body works: one that is not a readable error object is quoted (cut)."""
@@ -33,7 +77,7 @@ def error_body(plan: FlowPlan, status: int, raw: bytes) -> tuple[bytes, str]:
     try:
         body = load_json(raw)
         message = plan.upstream.error_message(body)
-        kind = plan.upstream.error_status(body)
+        kind = named_status(plan, body) if message else None
     except (ValueError, RecursionError, UnsupportedShape):
         message = None
     if not message:
@@ -55,7 +99,8 @@ def error_body(plan: FlowPlan, status: int, raw: bytes) -> tuple[bytes, str]:
 def foreign_error(plan: FlowPlan, raw: bytes) -> bool:
     """Whether an upstream error on a same-dialect route is an error body of another shape
     than its dialect writes (llama-server answers OpenAI's ``{"error": …}`` on
-    ``/v1/messages``): its client could not read it, so it is re-shaped too. Not JSON, or no
+    ``/v1/messages``; LiteLLM answers it on Gemini's ``:generateContent``, without Google's
+    ``status`` name): its client could not read it, so it is re-shaped too. Not JSON, or no
     error message the dialect reads: False (passed on as it came)."""
     try:
         body = load_json(raw)
@@ -65,7 +110,18 @@ def foreign_error(plan: FlowPlan, raw: bytes) -> bool:
     if not message or not isinstance(body, dict):
         return False
     own = load_json(error_bytes(plan.client, ClientError(message, status=400)))
-    return not set(own) <= set(body)
+    if not set(own) <= set(body):
+        return True
+    return _names_missing(own.get("error"), body.get("error"))
+
+
+def _names_missing(own: object, theirs: object) -> bool:
+    """Whether the error object ``theirs`` lacks a text field the dialect's own error object
+    names the error by (OpenAI's and Anthropic's ``type``, Google's ``status``); fields the
+    dialect leaves empty (OpenAI's ``param``, ``code``) are not asked for."""
+    if not isinstance(own, dict) or not isinstance(theirs, dict):
+        return False
+    return any(isinstance(v, str) and k not in theirs for k, v in own.items())
 
 
 def upstream_error(plan: FlowPlan, e: UpstreamError) -> bytes:

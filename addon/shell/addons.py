@@ -69,7 +69,7 @@ def make_addons() -> Addons:
         state,
         settings,
         retry,
-        ModelCatalogue(settings),
+        ModelCatalogue(settings, retry),
         CountTokens(settings, state),
         kiro,
         fallbacks,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from mitmproxy import http
 
-from addon.model import ToolCall, UnsupportedShape
+from addon.model import Response, ToolCall, UnsupportedShape
 from addon.plan import CONTENT_TYPES, FlowPlan, UpstreamError, short
 from addon.plan.answer import (
     client_answer,
@@ -24,7 +24,7 @@ from addon.plan.answer import (
     loop_ask_again,
     needs_retry,
 )
-from addon.plan.errors import foreign_error, upstream_error
+from addon.plan.errors import foreign_error, success_error, upstream_error
 from addon.shell.answer_notes import note_text_calls, stream_done
 from addon.shell.common import append_comment, is_json, json_response, log, replace_headers
 from addon.shell.common import internal_error as log_internal_error
@@ -78,6 +78,27 @@ class Answers:
                 return  # passed on as the upstream sent it (a stream is already on its way)
             unreadable(self.report, flow, run, plan, f"internal error ({type(e).__name__})")
 
+    async def _required_call(
+        self,
+        flow: http.HTTPFlow,
+        run: FlowRun,
+        plan: FlowPlan,
+        retry: Retry,
+        answer: Response,
+        raw: bytes,
+    ) -> tuple[Response, bytes]:
+        """No tool call although one was required: the request sent once more (its body as
+        the first attempt sent it); the new answer and its bytes, or the first ones."""
+        self.report.attempt(flow, "retry for a required tool call", flow.request.content)
+        again = await retry.resend(flow, plan.label)
+        if again is None:
+            return answer, raw
+        retried = decode_answer(plan, run.answer, again)
+        self.report.retried(run, "required tool call")
+        got = "got one" if not needs_retry(plan, run.answer, retried) else "still none"
+        append_comment(flow, f"no tool call although one was required: retried once → {got}")
+        return retried, again  # the view shows the answer the client's was made from
+
     async def _response(
         self, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, resp: http.Response
     ) -> None:
@@ -112,18 +133,7 @@ class Answers:
                 content_type=resp.headers.get("content-type"),
             )
             if needs_retry(plan, state, answer) and self.retry is not None:
-                # ``resend`` sends the request's body again, as the first attempt did.
-                self.report.attempt(flow, "retry for a required tool call", flow.request.content)
-                again = await self.retry.resend(flow, plan.label)
-                if again is not None:
-                    retried = decode_answer(plan, state, again)
-                    raw = again  # the view shows the answer the client's was made from
-                    self.report.retried(run, "required tool call")
-                    got = "got one" if not needs_retry(plan, state, retried) else "still none"
-                    append_comment(
-                        flow, f"no tool call although one was required: retried once → {got}"
-                    )
-                    answer = retried
+                answer, raw = await self._required_call(flow, run, plan, self.retry, answer, raw)
             body = encode_answer(plan, answer)
             calls = sum(isinstance(p, ToolCall) for p in answer.parts)
             if loop_ask_again(plan, state) and self.retry is not None:
@@ -140,6 +150,8 @@ class Answers:
             flow.response = json_response(e.status, upstream_error(plan, e))
             return
         except (ValueError, UnsupportedShape, RecursionError) as e:
+            if error_answer(flow, plan, raw, self.report):
+                return
             why = "nested too deeply" if isinstance(e, RecursionError) else short(e)
             if not plan.same_dialect:
                 unreadable(self.report, flow, run, plan, why)
@@ -192,3 +204,19 @@ class Answers:
         if run.answer.loop_asked:
             self.report.retried(run, "loop guard")
         return second
+
+
+def error_answer(flow: http.HTTPFlow, plan: FlowPlan, raw: bytes, report: Report) -> bool:
+    """A 2xx body that is an upstream error (``success_error``): answered with the status
+    its type names, in the client's dialect (streamed or not: an SDK reads a 2xx as the
+    answer). False when the body is no error."""
+    failed = success_error(plan, raw)
+    if failed is None:
+        return False
+    status, body, message = failed
+    old = flow.response.status_code if flow.response is not None else 200
+    flow.response = json_response(status, body)
+    append_comment(flow, f"upstream error in a {old} answer → {status}, {plan.client.name} shape")
+    report.state.count("upstream errors re-shaped")
+    log.info("%s: upstream answered an error with HTTP %d: %s", plan.label, old, short(message))
+    return True

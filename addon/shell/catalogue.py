@@ -1,6 +1,8 @@
 """The model catalogue addon: ``GET …/models`` lists the configured models and their
 ``-thinking`` variants, and the models the routes name (``addon.routes.listed_models``),
-merged with the upstream's own list when it has one.
+merged with the upstream's own list when it has one, and with the lists of the routes whose
+``upstream_url`` is another upstream (``addon.plan.model_lists``: asked through the retry
+addon, the way mitmproxy sends, each with the route's own key, a few seconds at most).
 
 Its option is ``bridge_models``; only ``GET`` paths ending ``/models`` whose
 ``…/chat/completions`` (or ``…/messages``, ``…/responses``) sibling a route takes are
@@ -10,38 +12,48 @@ upstream list it cannot read as strict JSON is replaced by the configured models
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from mitmproxy import ctx, http
 
 from addon.config import CATALOGUE_OPTIONS, ConfigError, parse_models
 from addon.plan import dump, load_json
+from addon.plan.model_lists import ListRequest, list_requests, listed_names
 from addon.routes import listed_models
 from addon.shell.common import (
     OptionChecks,
     add_options,
     append_comment,
+    environment,
+    header_map,
     internal_error,
     is_json,
     json_response,
+    log,
     outside_proxy_hosts,
 )
+from addon.shell.retry import Retry, RetryAnswer
 from addon.shell.settings import BridgeSettings
 from addon.transforms.thinking import catalogue_models
 
 SUFFIX = "/models"
 CHAT_PATHS = ("/chat/completions", "/messages", "/responses")
 """``BASE/models`` is answered when a route takes ``POST BASE`` + one of these."""
+LIST_TIMEOUT = 5.0
+"""Seconds another upstream's model list may take (the client waits for the slowest)."""
 
 
 class ModelCatalogue(OptionChecks):
     name = "cursor_bridge_models"
 
-    def __init__(self, settings: BridgeSettings) -> None:
+    def __init__(self, settings: BridgeSettings, retry: Retry | None = None) -> None:
         self._settings = settings
+        self._retry = retry
         self.models: tuple[str, ...] = ()
-        self._flows: dict[str, tuple[str, ...]] = {}
-        """``GET …/models`` flows being answered: the models to add to the upstream's list."""
+        self._flows: dict[str, tuple[tuple[str, ...], tuple[ListRequest, ...]]] = {}
+        """``GET …/models`` flows being answered: the models to add to the upstream's list,
+        and the other upstreams' lists to ask for."""
 
     def load(self, loader: Any) -> None:
         add_options(loader, CATALOGUE_OPTIONS)
@@ -71,19 +83,60 @@ class ModelCatalogue(OptionChecks):
                     (*catalogue_models(self.models), *listed_models(routes, req.host, chats))
                 )
             )
-            if models and not outside_proxy_hosts(flow):
-                self._flows[flow.id] = models
+            addressed = (req.scheme, req.host.lower(), req.port)
+            others = list_requests(
+                routes, req.host, chats, addressed, header_map(req.headers), environment()
+            )
+            if (models or others) and not outside_proxy_hosts(flow):
+                self._flows[flow.id] = (models, others if self._retry is not None else ())
         except Exception as e:
             internal_error("cursor-bridge: models request", e)
 
-    def response(self, flow: http.HTTPFlow) -> None:
-        models = self._flows.pop(flow.id, None)
-        if models is None:
+    async def response(self, flow: http.HTTPFlow) -> None:
+        pending = self._flows.pop(flow.id, None)
+        if pending is None:
             return
+        models, others = pending
         try:
-            self._answer(flow, models)
+            if others:
+                models = (*models, *await self._other_lists(flow, others))
+            self._answer(flow, tuple(dict.fromkeys(models)))
         except Exception as e:  # the upstream's answer goes on as it is
             internal_error("cursor-bridge: models answer", e)
+
+    async def _other_lists(
+        self, flow: http.HTTPFlow, others: tuple[ListRequest, ...]
+    ) -> tuple[str, ...]:
+        """The names the other upstreams list (for their routes); one log line for each that
+        does not answer a list, never its key."""
+        assert self._retry is not None
+        retry = self._retry
+
+        async def ask(one: ListRequest) -> RetryAnswer | str:
+            fields = [(k.encode(), v.encode()) for k, v in one.headers]
+            request = http.Request.make("GET", one.url, b"", fields)
+            return await retry.attempt(flow, request, LIST_TIMEOUT)
+
+        answers = await asyncio.gather(*(ask(one) for one in others))
+        names: list[str] = []
+        for one, got in zip(others, answers, strict=True):
+            why = got if isinstance(got, str) else None
+            if isinstance(got, RetryAnswer):
+                if 200 <= got.status < 300:
+                    try:
+                        names.extend(listed_names(one.route, got.content))
+                        continue
+                    except (ValueError, RecursionError):
+                        why = "not a model list"
+                else:
+                    why = f"HTTP {got.status}"
+            log.info(
+                "cursor-bridge [%s]: model list of %s not merged: %s",
+                one.route.name,
+                one.where,
+                why,
+            )
+        return tuple(names)
 
     def _answer(self, flow: http.HTTPFlow, models: tuple[str, ...]) -> None:
         resp = flow.response

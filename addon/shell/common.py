@@ -224,6 +224,12 @@ def apply_rewrite(req: http.Request, incoming: Incoming, d: Rewrite) -> None:
     place(req, incoming, d.wire, ("accept-encoding", "identity"))
 
 
+def origin(request: http.Request) -> str:
+    """``scheme://host:port`` of a request (no path: a path may carry a key)."""
+    host = f"[{request.host}]" if ":" in request.host else request.host
+    return f"{request.scheme}://{host}:{request.port}"
+
+
 def place(
     req: http.Request, incoming: Incoming, wire: WireRequest, *extra: tuple[str, str]
 ) -> None:

@@ -14,17 +14,11 @@ from addon.plan.answer import client_answer
 from addon.plan.errors import foreign_error
 from addon.plan.fallback import Failure, tried_line
 from addon.shell.answer_notes import note_text_calls
-from addon.shell.common import META_KEY, append_comment, log, set_meta
+from addon.shell.common import META_KEY, append_comment, log, origin, set_meta
 from addon.shell.report import Report
 from addon.shell.retry import RetryAnswer
 from addon.shell.runs import FlowRun
 from addon.shell.staged_retry import translate_error, unreadable
-
-
-def origin(request: http.Request) -> str:
-    """``scheme://host:port`` of a request (no path: a path may carry a key)."""
-    host = f"[{request.host}]" if ":" in request.host else request.host
-    return f"{request.scheme}://{host}:{request.port}"
 
 
 def note_served(

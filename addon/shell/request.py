@@ -35,6 +35,7 @@ from addon.shell.common import (
     header_map,
     json_response,
     log,
+    origin,
     outside_proxy_hosts,
     place,
     set_meta,
@@ -151,13 +152,25 @@ class RewriteRequest:
         wire, plan = d.wire, d.plan
         apply_rewrite(flow.request, incoming, d)
         run = self.report.runs.start(flow.id, plan)
+        # Where the answer comes from, in the log line, the metadata and the view: the
+        # upstream's address (never its path: a path may carry a key) and the model sent.
+        url = origin(flow.request)
+        model = plan.unified.model if plan.unified is not None else ""
+        run.report.fields["upstream_url"] = url
+        if model:
+            run.report.fields["model"] = model
         self.report.state.count("requests rewritten")
         decisions = decision_lines(plan.request_notes)
         if self.report.keep_originals:
-            facts = (*plan_facts(plan), ("upstream path", clean(wire.path, 300)))
+            facts = (
+                *plan_facts(plan),
+                ("upstream URL", clean(url, 300)),
+                ("upstream path", clean(wire.path, 300)),
+                *((("model", clean(model, 300)),) if model else ()),
+            )
             self.report.keep(flow.id, "request", Original(d.original, "request", facts, decisions))
         comment(flow, plan.label, decisions or ("no changes needed",))
-        set_meta(flow, plan.meta())
+        set_meta(flow, {"upstream_url": url, **plan.meta(), **({"model": model} if model else {})})
         if self._settings.settings.debug:
             log.debug("%s: upstream path %s", plan.label, clean(wire.path, 300))
             for line in decisions:

@@ -4,8 +4,8 @@ Contract: sans-IO. ``response_events`` lists the unified events a stream of this
 have carried and ``sse_from_response`` encodes them for the client (gateways that ignore
 ``stream: true`` answer with one JSON object). ``response_from_events`` assembles a whole
 stream's events (Kiro, for a client that asked for a whole answer) into one ``Response``:
-text and reasoning deltas joined, each call where it started, the last ``Finish`` and usage;
-a ``StreamError`` among them raises ``StreamFailed`` with the client's HTTP status
+text and reasoning deltas joined, each call where it started, the last ``Finish``, the
+usage merged; a ``StreamError`` among them raises ``StreamFailed`` with the client's HTTP status
 (``StreamError.http_status``)."""
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def response_from_events(events: Iterable[Event], origin: str) -> Response:
             case Finish():
                 finish = event
             case UsageEvent():
-                usage = event.usage
+                usage = event.usage if usage is None else usage.then(event.usage)
             case StreamError():
                 raise StreamFailed(event)
             case ToolCallEnd() | RawEvent() | StreamEnd():

@@ -32,6 +32,14 @@ ENV = {
     "gemini": "CB_E2E_GEMINI_KEY",
 }
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
+MODEL_LISTS: dict[str, dict[str, Any]] = {
+    "openai_chat": {"object": "list", "data": [{"id": m, "object": "model"} for m in (
+        "gpt-5.1", "o3", "dall-e-3")]},
+    "anthropic": {"data": [{"id": m, "type": "model"} for m in (
+        "claude-sonnet-4-6", "claude-opus-4-8")], "has_more": False},
+    "gemini": {"models": [{"name": f"models/{m}"} for m in ("gemini-2.5-pro", "embedding-001")]},
+}  # fmt: skip
+"""What each scripted service lists at ``GET …/models`` (in its API's own shape)."""
 ALL_KEYS = (CLIENT_KEY, *KEYS.values())
 
 
@@ -46,6 +54,12 @@ class Service:
 
     def __call__(self, rec: Recorded) -> Reply:
         sent = {h: rec.headers[h] for h in CREDENTIAL_HEADERS if h in rec.headers}
+        if rec.method == "GET" and rec.path.endswith("/models"):
+            if rec.path.startswith("/free/"):
+                return self.refuse("a key-free service lists nothing", 401)
+            if sent != self.wanted():
+                return self.refuse("invalid api key", 401)
+            return JSONReply(MODEL_LISTS[self.dialect])
         body = rec.json()
         if rec.path.startswith("/free/"):
             if sent:
@@ -298,3 +312,38 @@ def test_claude_codes_background_calls_take_their_own_route(
         assert rec.json()["model"] == body["model"] and len(rec.json()["tools"]) == 25
     others = [s for d, s in services.items() if d != dialect]
     assert not any(s.server.requests for s in others) and not upstream.requests
+
+
+# ----------------------------------------------------------------------------- GET /models
+
+
+def test_the_model_list_is_the_union_of_every_routes_upstream(
+    router: Proxy, upstream: ScriptedUpstream, services: dict[str, Service]
+) -> None:
+    """Cursor's model list: the home gateway's own, the routes' literal names, and what each
+    route's own upstream lists (asked with that route's key, kept to the route's globs)."""
+    upstream.script = lambda rec: (
+        JSONReply({"object": "list", "data": [{"id": "my-own-model", "object": "model"}]})
+        if rec.method == "GET"
+        else Service("openai_chat", CLIENT_KEY, upstream)(rec)
+    )
+    listed = [m.id for m in cursor(router).models.list()]
+    assert listed[0] == "my-own-model"
+    assert set(listed) == {
+        "my-own-model",
+        "o3",
+        "gpt-5.1",
+        "claude-sonnet-4-6",
+        "claude-opus-4-8",
+        "gemini-2.5-pro",
+    }
+    assert len(listed) == len(set(listed))
+    for dialect, service in services.items():
+        gets = [r for r in service.server.requests if r.method == "GET"]
+        assert gets, dialect
+        for rec in gets:
+            sent = {h: rec.headers[h] for h in CREDENTIAL_HEADERS if h in rec.headers}
+            assert sent in ({}, service.wanted()), (dialect, rec.path)
+            assert not [k for k in ALL_KEYS if k != KEYS[dialect] and k in str(rec.header_list)]
+    paths = {r.path for s in services.values() for r in s.server.requests}
+    assert {"/openai/v1/models", "/v1/models", "/v1beta/models", "/free/v1/models"} <= paths

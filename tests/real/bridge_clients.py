@@ -66,7 +66,7 @@ class Client(Protocol):
     def text(self, stream: bool, model: str = ...) -> str: ...
     def call(self, stream: bool) -> Call: ...
     def after_call(self, stream: bool, call: Call) -> str: ...
-    def refused(self, stream: bool, prompt: str) -> Failure: ...
+    def refused(self, stream: bool, prompt: str, model: str = ...) -> Failure: ...
     def bad_json(self) -> Failure: ...
 
 
@@ -211,9 +211,10 @@ class Cursor:
         text, calls = self._tools(messages, {"type": "auto"}, stream)
         return text or calls[0].name
 
-    def refused(self, stream: bool, prompt: str) -> Failure:
+    def refused(self, stream: bool, prompt: str, model: str = "claude-sonnet-4.6") -> Failure:
+        messages: Any = [{"role": "user", "content": prompt}]
         try:
-            self._create(stream, messages=[{"role": "user", "content": prompt}], max_tokens=8)
+            self._create(stream, model=model, messages=messages, max_tokens=8)
         except openai.APIStatusError as e:
             return Failure(e.status_code, e.response.json())
         raise AssertionError("the request was answered")
@@ -294,9 +295,10 @@ class ClaudeCode:
         names = [b.name for b in message.content if b.type == "tool_use"]
         return "".join(texts) or names[0]
 
-    def refused(self, stream: bool, prompt: str) -> Failure:
+    def refused(self, stream: bool, prompt: str, model: str = "claude-sonnet-4-6") -> Failure:
+        messages = [{"role": "user", "content": prompt}]
         try:
-            self._message(stream, messages=[{"role": "user", "content": prompt}], max_tokens=8)
+            self._message(stream, model=model, messages=messages, max_tokens=8)
         except anthropic.APIStatusError as e:
             return Failure(e.status_code, e.response.json())
         raise AssertionError("the request was answered")
@@ -414,9 +416,9 @@ class Codex:
         names = [o.name for o in response.output if o.type == "function_call"]
         return cast(str, response.output_text) or names[0]
 
-    def refused(self, stream: bool, prompt: str) -> Failure:
+    def refused(self, stream: bool, prompt: str, model: str = "gpt-5.5") -> Failure:
         try:
-            self._response(stream, input=[_user_item(prompt)], max_output_tokens=16)
+            self._response(stream, model=model, input=[_user_item(prompt)], max_output_tokens=16)
         except openai.APIStatusError as e:
             return Failure(e.status_code, e.response.json())
         raise AssertionError("the request was answered")
@@ -540,9 +542,9 @@ class GeminiCli:
         names = [p["functionCall"]["name"] for p in parts if "functionCall" in p]
         return text or names[0]
 
-    def refused(self, stream: bool, prompt: str) -> Failure:
+    def refused(self, stream: bool, prompt: str, model: str = "gemini-2.5-pro") -> Failure:
         body = {"contents": [{"role": "user", "parts": [{"text": prompt}]}], **self._config(8)}
-        r = self._post(stream, body)
+        r = self._post(stream, body, model)
         try:
             return Failure(r.status_code, r.json())
         except ValueError:

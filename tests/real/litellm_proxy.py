@@ -31,6 +31,8 @@ INSTALL_ENV = "CURSOR_BRIDGE_INSTALL_LITELLM"
 MODEL = "smollm2"
 LOCKED_MODEL = "smollm2-locked"
 MASTER_KEY = "sk-cursor-bridge-real-tests"
+# The model names the client drivers of ``bridge_clients`` send: LiteLLM knows them all.
+ALIASES = ("claude-sonnet-4.6", "claude-sonnet-4-6", "gpt-5.5", "gemini-2.5-pro")
 
 
 class Unavailable(RuntimeError):
@@ -63,18 +65,24 @@ def locate(install: bool | None = None) -> Install:
     return Install(version=info["version"], program=Path(info["litellm"]))
 
 
-def config_for(llama_base_url: str, locked_base_url: str | None = None) -> dict[str, object]:
-    """``MODEL`` routed to llama-server's OpenAI-compatible API (chat, messages, responses).
+def config_for(
+    llama_base_url: str, locked_base_url: str | None = None, aliases: tuple[str, ...] = ALIASES
+) -> dict[str, object]:
+    """``MODEL`` and its ``aliases`` routed to llama-server's OpenAI-compatible API (chat,
+    messages, responses; LiteLLM's own Gemini endpoints translate to its chat).
 
     With ``locked_base_url`` (a llama-server started with ``--api-key``) also
-    ``LOCKED_MODEL``, sent there with a wrong key: LiteLLM's own 401 for every request.
+    ``LOCKED_MODEL``, sent there with a wrong key: LiteLLM's own 401 for every request. Any
+    other model name is LiteLLM's unknown-model error.
     """
 
     def model(name: str, base_url: str, key: str) -> dict[str, object]:
-        params = {"model": f"openai/{name}", "api_base": f"{base_url}/v1", "api_key": key}
+        # ``openai/<MODEL>`` whatever the alias: LiteLLM applies a known model's rules
+        # (``openai/gpt-5.5`` refuses ``temperature: 0``).
+        params = {"model": f"openai/{MODEL}", "api_base": f"{base_url}/v1", "api_key": key}
         return {"model_name": name, "litellm_params": params}
 
-    models = [model(MODEL, llama_base_url, "unused")]
+    models = [model(name, llama_base_url, "unused") for name in (MODEL, *aliases)]
     if locked_base_url is not None:
         models.append(model(LOCKED_MODEL, locked_base_url, "sk-wrong-upstream-key"))
     # No cooldown: else the locked model's first 401 makes the next requests a 429.

@@ -4,8 +4,9 @@ Every client dialect the bridge takes (Cursor, Claude Code, Codex CLI, Gemini CL
 ``bridge_clients``) goes to each upstream dialect llama-server speaks (``openai_chat`` at
 ``/v1/chat/completions``, ``anthropic`` at ``/v1/messages``, ``openai_responses`` at
 ``/v1/responses``), streamed and whole: text arrives and the client's SDK parses it, a tool
-loop runs (a real ``get_weather`` call, then its result back), and errors reach the client in
-its own shape. One llama-server for the session, one mitmdump per upstream dialect.
+loop runs (a real ``get_weather`` call, then its result back), errors reach the client in
+its own shape, and the token counts the server gave reach a Gemini client (none as a wrong 0)
+and an Anthropic client (cache reads apart from ``input_tokens``). One llama-server for the session, one mitmdump per upstream dialect.
 
 Unknown models: llama-server serves its one model whatever ``model`` names (the answer's
 ``model`` is the GGUF path), so there is no "unknown model" error to carry; the test below
@@ -14,8 +15,12 @@ shows a made-up name answered. Bad keys: llama-server runs without ``--api-key``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from typing import Any
 
+import anthropic
+import httpx
 import pytest
 
 from tests.e2e.harness import Proxy
@@ -23,6 +28,9 @@ from tests.real.bridge_clients import (
     CLIENT_ROUTES,
     CLIENTS,
     FILLER,
+    KEY,
+    MAX_TOKENS,
+    TIMEOUT,
     UPSTREAMS,
     Client,
     assert_client_error,
@@ -74,6 +82,61 @@ def test_tool_loop(client: Client, stream: bool) -> None:
 def test_a_model_name_llama_server_never_heard_of_is_answered(client: Client) -> None:
     """llama-server has no unknown model: it answers any name with its one model."""
     assert client.text(False, model="no-such-model-anywhere").strip()
+
+
+# --------------------------------------------------------------------------- usage
+
+PROMPT = "Say hello in five words."
+
+
+@STREAM
+def test_a_gemini_client_gets_every_count_the_server_gave(bridge: Proxy, stream: bool) -> None:
+    """From ``/v1/messages`` too (input at ``message_start``, output at ``message_delta``):
+    the prompt, the answer and their total, no count as a wrong 0."""
+    path = "m:streamGenerateContent?alt=sse" if stream else "m:generateContent"
+    r = httpx.post(
+        f"{bridge.base_url}/v1beta/models/{path}",
+        json={
+            "contents": [{"role": "user", "parts": [{"text": PROMPT}]}],
+            "generationConfig": {"maxOutputTokens": MAX_TOKENS, "temperature": 0},
+        },
+        headers={"x-goog-api-key": KEY},
+        timeout=TIMEOUT,
+    )
+    assert r.status_code == 200, r.text[:500]
+    if stream:
+        datas = [ln.removeprefix("data:") for ln in r.text.splitlines() if ln.startswith("data:")]
+        meta: dict[str, Any] = json.loads(datas[-1])["usageMetadata"]
+    else:
+        meta = r.json()["usageMetadata"]
+    assert meta["promptTokenCount"] > 5 and meta["candidatesTokenCount"] > 0, meta
+    assert meta["totalTokenCount"] == meta["promptTokenCount"] + meta["candidatesTokenCount"]
+    assert meta.get("cachedContentTokenCount", 0) < meta["promptTokenCount"]
+
+
+@STREAM
+def test_a_claude_client_gets_cache_reads_apart_from_input(bridge: Proxy, stream: bool) -> None:
+    """The same prompt twice: llama-server reads the second from its cache. Anthropic counts
+    the cache reads apart, so ``input_tokens`` + ``cache_read_input_tokens`` is the same
+    prompt both times, whatever dialect the server answered in."""
+    claude = anthropic.Anthropic(base_url=bridge.base_url, api_key=KEY, max_retries=0, timeout=TIMEOUT)  # fmt: skip
+    ask: Any = {
+        "model": "m",
+        "max_tokens": MAX_TOKENS,
+        "messages": [{"role": "user", "content": PROMPT}],
+    }
+    prompts = []
+    for _ in range(2):
+        if stream:
+            with claude.messages.stream(**ask) as s:
+                usage = s.get_final_message().usage
+        else:
+            usage = claude.messages.create(**ask).usage
+        assert usage.output_tokens > 0
+        prompts.append(usage.input_tokens + (usage.cache_read_input_tokens or 0))
+    assert usage.cache_read_input_tokens, usage  # the second prompt came from the cache
+    assert usage.input_tokens < prompts[1]
+    assert prompts[0] == prompts[1] > 5
 
 
 # --------------------------------------------------------------------------- errors

@@ -19,8 +19,7 @@ import openai
 import pytest
 
 from tests.e2e.harness import SAME_DIALECT_ROUTES, Proxy
-from tests.real.litellm_proxy import LOCKED_MODEL, MODEL, LiteLLMProxy, Unavailable, locate
-from tests.real.llama_cpp import LlamaServer
+from tests.real.litellm_proxy import LOCKED_MODEL, MODEL, LiteLLMProxy
 from tests.real.record_llama_cpp import (
     ANTHROPIC_TOOL_TURNS,
     ANTHROPIC_TOOLS,
@@ -30,26 +29,7 @@ from tests.real.record_llama_cpp import (
     SAYS,
 )
 
-LOCKED_ARGS = ("--api-key", "sk-only-this-key")
 TIMEOUT = 120  # a loaded 2-core machine; SmolLM2 itself answers in well under a second
-
-
-@pytest.fixture(scope="session")
-def litellm(llama_server: LlamaServer) -> Iterator[LiteLLMProxy]:
-    try:
-        install = locate()
-    except Unavailable as why:
-        pytest.skip(str(why))
-    # A second llama-server behind a key LiteLLM does not have: its 401 is the bad-key error
-    # (a wrong key for LiteLLM itself is a 400 "No connected db." without a database).
-    locked = LlamaServer.start(llama_server.paths, ctx_size=512, extra_args=LOCKED_ARGS)
-    try:
-        with LiteLLMProxy.start(
-            llama_server.base_url, install, locked_base_url=locked.base_url
-        ) as server:
-            yield server
-    finally:
-        locked.stop()
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from addon.dialects.base import count_at
 from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
@@ -74,22 +75,42 @@ def tool_input(arguments: str) -> JSON:
 
 
 def decode_usage(raw: JSON) -> Usage:
-    inp, out = raw.get("input_tokens"), raw.get("output_tokens")
+    """Anthropic counts cache reads and writes apart from ``input_tokens``, as ``Usage`` does."""
     return Usage(
-        input_tokens=inp if isinstance(inp, int) else None,
-        output_tokens=out if isinstance(out, int) else None,
+        input_tokens=count_at(raw, "input_tokens"),
+        output_tokens=count_at(raw, "output_tokens"),
         origin=NAME,
         raw=raw,
+        cache_read_tokens=count_at(raw, "cache_read_input_tokens"),
+        cache_write_tokens=count_at(raw, "cache_creation_input_tokens"),
+        reasoning_tokens=count_at(raw, "output_tokens_details", "thinking_tokens"),
     )
 
 
+def usage_fields(u: Usage) -> JSON:
+    """Another dialect's counts as Anthropic's usage fields, only those it knows: the prompt
+    tokens read from (written to) a cache apart from ``input_tokens``; the reasoning part of
+    ``output_tokens`` as ``output_tokens_details.thinking_tokens``."""
+    out: JSON = {}
+    if u.input_tokens is not None:
+        out["input_tokens"] = u.input_tokens
+    if u.cache_read_tokens is not None:
+        out["cache_read_input_tokens"] = u.cache_read_tokens
+    if u.cache_write_tokens is not None:
+        out["cache_creation_input_tokens"] = u.cache_write_tokens
+    if u.output_tokens is not None:
+        out["output_tokens"] = u.output_tokens
+    if u.reasoning_tokens:
+        out["output_tokens_details"] = {"thinking_tokens": u.reasoning_tokens}
+    return out
+
+
 def encode_usage(u: Usage | None) -> JSON:
+    """A whole answer's usage: ``input_tokens`` and ``output_tokens`` are required (0 when
+    the upstream said nothing)."""
     if u is not None and u.origin == NAME and u.raw:
         return dict(u.raw)
-    return {
-        "input_tokens": (u.input_tokens if u else None) or 0,
-        "output_tokens": (u.output_tokens if u else None) or 0,
-    }
+    return {"input_tokens": 0, "output_tokens": 0, **(usage_fields(u) if u else {})}
 
 
 def decode_response(body: JSON) -> Response:

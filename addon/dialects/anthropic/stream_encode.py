@@ -41,7 +41,7 @@ from addon.model import (
 from .errors import error_body
 from .ids import to_anthropic
 from .request import NAME
-from .response import DEFAULT_ID, stop_reason
+from .response import DEFAULT_ID, stop_reason, usage_fields
 
 type Out = list[tuple[str | None, str]]
 type BlockKind = Literal["text", "thinking", "tool", "raw"]
@@ -85,9 +85,9 @@ def _message_delta(reason: str, u: Usage | None, extra: JSON | None) -> tuple[st
         usage = dict(u.raw)
         usage.setdefault("output_tokens", 0)
     else:
-        usage = {"output_tokens": (u.output_tokens if u else None) or 0}
-        if u is not None and u.input_tokens is not None:
-            usage["input_tokens"] = u.input_tokens
+        # The counts another dialect gave, only those: the SDK keeps message_start's where
+        # message_delta says nothing (output_tokens is required).
+        usage = {"output_tokens": 0, **(usage_fields(u) if u else {})}
     delta: JSON = {"stop_reason": reason, "stop_sequence": None}
     event: JSON = {"type": "message_delta", "delta": delta, "usage": usage}
     if extra is not None:
@@ -425,7 +425,10 @@ class AnthropicStreamEncoder:
             case ToolCallEnd():
                 self._tool_end(event, out)
             case UsageEvent():
-                self._usage = event.usage
+                usage = event.usage
+                if usage.origin != NAME and self._usage is not None:
+                    usage = self._usage.then(usage)  # its own dialect's: each as it came
+                self._usage = usage
             case Finish():
                 self._finish, self._finish_raw = event.reason, event.raw
                 self._finish_extra = dict(event.extra.get(NAME, {}))

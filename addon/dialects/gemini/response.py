@@ -15,6 +15,7 @@ import hashlib
 import json
 from typing import Any
 
+from addon.dialects.base import count_at
 from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
@@ -121,20 +122,25 @@ def signature_of(part: JSON) -> str | None:
 
 
 def decode_usage(raw: JSON) -> Usage:
-    """Gemini writes proto3 JSON, which leaves out counts that are 0: a missing count is 0."""
+    """Gemini writes proto3 JSON, which leaves out counts that are 0: a missing count is 0.
+    ``promptTokenCount`` counts the cached tokens too (``cachedContentTokenCount``), the
+    model's ``Usage`` keeps them apart; the thoughts are output tokens (``thoughtsTokenCount``
+    apart from ``candidatesTokenCount``)."""
 
     def count(key: str) -> int:
-        v = raw.get(key)
-        return v if isinstance(v, int) and not isinstance(v, bool) else 0
+        return count_at(raw, key) or 0
 
-    prompt = count("promptTokenCount")
-    output = count("candidatesTokenCount") + count("thoughtsTokenCount")
+    prompt, cached = count("promptTokenCount"), count("cachedContentTokenCount")
+    thoughts = count("thoughtsTokenCount")
+    output = count("candidatesTokenCount") + thoughts
     return Usage(
-        input_tokens=prompt,
+        input_tokens=max(prompt - cached, 0),
         output_tokens=output,
         total_tokens=count("totalTokenCount") or prompt + output,
         origin=NAME,
         raw=raw,
+        cache_read_tokens=cached,
+        reasoning_tokens=thoughts,
     )
 
 
@@ -144,20 +150,25 @@ def has_counts(raw: JSON) -> bool:
 
 
 def encode_usage(u: Usage | None) -> JSON | None:
+    """Another dialect's counts as ``usageMetadata``; a count the upstream never gave is left
+    out (the SDK reads an absent count as None, a written 0 as a count), the total too when
+    it cannot be known."""
     if u is None:
         return None
     if u.origin == NAME and u.raw:
         return dict(u.raw)
     out: JSON = {}
-    if u.input_tokens is not None:
-        out["promptTokenCount"] = u.input_tokens
+    prompt, total = u.prompt_tokens, u.total
+    if prompt is not None:
+        out["promptTokenCount"] = prompt
     if u.output_tokens is not None:
-        out["candidatesTokenCount"] = u.output_tokens
-    total = u.total_tokens
-    if total is None and (u.input_tokens is not None or u.output_tokens is not None):
-        total = (u.input_tokens or 0) + (u.output_tokens or 0)
+        out["candidatesTokenCount"] = max(u.output_tokens - (u.reasoning_tokens or 0), 0)
     if total is not None:
         out["totalTokenCount"] = total
+    if u.cache_read_tokens:
+        out["cachedContentTokenCount"] = u.cache_read_tokens
+    if u.reasoning_tokens:
+        out["thoughtsTokenCount"] = u.reasoning_tokens
     return out
 
 

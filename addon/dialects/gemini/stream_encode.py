@@ -172,7 +172,12 @@ class GeminiStreamEncoder:
                 call = self._calls.pop(event.index, None)
                 return self._send_call(call) if call is not None else []
             case UsageEvent():
-                self._usage = event.usage
+                usage = event.usage
+                if usage.origin != NAME and self._usage is not None:
+                    # Another dialect's usage spread over its stream (Anthropic: input at
+                    # message_start, output at message_delta): merged.
+                    usage = self._usage.then(usage)
+                self._usage = usage
                 return []
             case Finish():
                 self._finish = event

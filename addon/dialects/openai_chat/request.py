@@ -262,6 +262,12 @@ def _decode_message(i: int, m: _WireMessage, notes: Notes) -> Message:
             decoded = _decode_tool_call(i, k, call)
             if decoded.id not in seen:
                 parts.append(decoded)
+    if m.role != "assistant" and any(isinstance(p, ToolCall) for p in parts):
+        # OpenAI refuses tool_calls on any other role; no upstream dialect can place them.
+        raise ClientError(
+            f"messages[{i}]: only assistant messages carry tool calls (role {m.role!r})",
+            param=f"messages[{i}].tool_calls",
+        )
     # Cursor's assistant arrays with tool_use/thinking blocks: the remaining text goes out as
     # a string, which gateways accept far more often than an array in assistant turns.
     as_string = isinstance(m.content, str) or (

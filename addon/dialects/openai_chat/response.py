@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from addon.dialects.base import count_at
 from addon.model import (
     JSON,
     ClientError,
@@ -45,44 +46,51 @@ def finish_reason(raw: str) -> FinishReason:
 
 
 def decode_usage(raw: JSON) -> Usage:
-    def num(key: str) -> int | None:
-        v = raw.get(key)
-        return v if isinstance(v, int) else None
-
+    """``prompt_tokens`` counts the cached ones too (``prompt_tokens_details.cached_tokens``;
+    DeepSeek's ``prompt_cache_hit_tokens``; OpenRouter's ``cache_write_tokens``): ``Usage``
+    keeps them apart; ``completion_tokens`` counts the reasoning ones."""
+    prompt = count_at(raw, "prompt_tokens")
+    read = count_at(raw, "prompt_tokens_details", "cached_tokens")
+    if read is None:
+        read = count_at(raw, "prompt_cache_hit_tokens")
+    written = count_at(raw, "prompt_tokens_details", "cache_write_tokens")
     return Usage(
-        input_tokens=num("prompt_tokens"),
-        output_tokens=num("completion_tokens"),
-        total_tokens=num("total_tokens"),
+        input_tokens=None if prompt is None else max(prompt - (read or 0) - (written or 0), 0),
+        output_tokens=count_at(raw, "completion_tokens"),
+        total_tokens=count_at(raw, "total_tokens"),
         origin=NAME,
         raw=raw,
+        cache_read_tokens=read,
+        cache_write_tokens=written,
+        reasoning_tokens=count_at(raw, "completion_tokens_details", "reasoning_tokens"),
     )
 
 
 def encode_usage(u: Usage) -> JSON:
-    """Chat usage; another dialect's counts carried over. Anthropic counts cache reads and
-    writes apart from ``input_tokens``; ``prompt_tokens`` includes them (the reads as
-    ``prompt_tokens_details.cached_tokens``)."""
+    """Chat usage; another dialect's counts carried over: ``prompt_tokens`` counts the cached
+    tokens too (``prompt_tokens_details.cached_tokens`` / ``cache_write_tokens``),
+    ``completion_tokens`` the
+    reasoning ones (``completion_tokens_details.reasoning_tokens``). The SDK requires the three
+    counts: 0 where the upstream said nothing."""
     if u.origin == NAME and u.raw:
         return u.raw
-    read, written = (
-        _count(u.raw, "cache_read_input_tokens"),
-        _count(u.raw, "cache_creation_input_tokens"),
-    )
-    prompt = (u.input_tokens or 0) + read + written
-    out: JSON = {"prompt_tokens": prompt, "completion_tokens": u.output_tokens or 0}
-    out["total_tokens"] = (
-        u.total_tokens
-        if u.total_tokens is not None and not (read or written)
-        else out["prompt_tokens"] + out["completion_tokens"]
-    )
-    if read:
-        out["prompt_tokens_details"] = {"cached_tokens": read}
+    prompt, output = u.prompt_tokens or 0, u.output_tokens or 0
+    total = u.total
+    out: JSON = {
+        "prompt_tokens": prompt,
+        "completion_tokens": output,
+        "total_tokens": total if total is not None else prompt + output,
+    }
+    details: JSON = {}
+    if u.cache_read_tokens:
+        details["cached_tokens"] = u.cache_read_tokens
+    if u.cache_write_tokens:
+        details["cache_write_tokens"] = u.cache_write_tokens
+    if details:
+        out["prompt_tokens_details"] = details
+    if u.reasoning_tokens:
+        out["completion_tokens_details"] = {"reasoning_tokens": u.reasoning_tokens}
     return out
-
-
-def _count(raw: JSON, key: str) -> int:
-    value = raw.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def decode_response(body: JSON) -> Response:

@@ -13,6 +13,7 @@ import hashlib
 import json
 from typing import Any
 
+from addon.dialects.base import count_at
 from addon.model import (
     JSON,
     ClientError,
@@ -45,16 +46,20 @@ _INCOMPLETE: dict[str, FinishReason] = {
 
 
 def decode_usage(raw: JSON) -> Usage:
-    def num(key: str) -> int | None:
-        v = raw.get(key)
-        return v if isinstance(v, int) and not isinstance(v, bool) else None
-
+    """``input_tokens`` counts the cached tokens too (``input_tokens_details``), the model's
+    ``Usage`` keeps them apart; ``output_tokens`` counts the reasoning ones."""
+    prompt = count_at(raw, "input_tokens")
+    read = count_at(raw, "input_tokens_details", "cached_tokens")
+    written = count_at(raw, "input_tokens_details", "cache_write_tokens")
     return Usage(
-        input_tokens=num("input_tokens"),
-        output_tokens=num("output_tokens"),
-        total_tokens=num("total_tokens"),
+        input_tokens=None if prompt is None else max(prompt - (read or 0) - (written or 0), 0),
+        output_tokens=count_at(raw, "output_tokens"),
+        total_tokens=count_at(raw, "total_tokens"),
         origin=NAME,
         raw=raw,
+        cache_read_tokens=read,
+        cache_write_tokens=written,
+        reasoning_tokens=count_at(raw, "output_tokens_details", "reasoning_tokens"),
     )
 
 
@@ -65,7 +70,7 @@ def encode_usage(u: Usage | None) -> JSON:
     LiteLLM writes ``null`` for what it lacks)."""
     if u is not None and u.origin == NAME and u.raw:
         usage = {k: _no_nulls(v) for k, v in u.raw.items() if v is not None}
-        filled = _usage_of(Usage(u.input_tokens, u.output_tokens, u.total_tokens))
+        filled = _usage_of(u)
         return {**{k: v for k, v in filled.items() if k not in usage}, **usage}
     return _usage_of(u)
 
@@ -75,33 +80,20 @@ def _no_nulls(value: Any) -> Any:
 
 
 def _usage_of(u: Usage | None) -> JSON:
-    raw = u.raw if u is not None else {}
-
-    def detail(*path: str) -> int:
-        value: Any = raw
-        for key in path:
-            value = value.get(key) if isinstance(value, dict) else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-    cached = detail("prompt_tokens_details", "cached_tokens") or detail("cache_read_input_tokens")
-    # Anthropic counts cache reads and writes apart from input_tokens; Responses includes them.
-    extra_input = detail("cache_read_input_tokens") + detail("cache_creation_input_tokens")
-    input_tokens = ((u.input_tokens if u else None) or 0) + extra_input
-    output_tokens = (u.output_tokens if u else None) or 0
-    total = u.total_tokens if u is not None and u.total_tokens is not None else None
+    """Every field the SDK requires: 0 where the upstream said nothing. ``input_tokens``
+    counts the cached tokens too, ``output_tokens`` the reasoning ones."""
+    u = u or Usage()
+    input_tokens, output_tokens = u.prompt_tokens or 0, u.output_tokens or 0
+    total = u.total
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {
-            "cached_tokens": cached,
-            "cache_write_tokens": detail("cache_creation_input_tokens"),
+            "cached_tokens": u.cache_read_tokens or 0,
+            "cache_write_tokens": u.cache_write_tokens or 0,
         },
         "output_tokens": output_tokens,
-        "output_tokens_details": {
-            "reasoning_tokens": detail("completion_tokens_details", "reasoning_tokens")
-        },
-        "total_tokens": total
-        if total is not None and not extra_input
-        else input_tokens + output_tokens,
+        "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens or 0},
+        "total_tokens": total if total is not None else input_tokens + output_tokens,
     }
 
 

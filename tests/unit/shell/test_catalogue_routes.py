@@ -3,6 +3,7 @@ own list where it answers one, and with ``bridge_models``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ ROUTES = """
 [[routes]]
 name = "openai"
 model = ["gpt-5*", "o3", "gpt-4.1"]
-upstream_url = "https://api.openai.com"
+upstream_url = "http://127.0.0.1:9"  # nothing listens: its list is not merged
 api_key_env = "HOME"
 
 [[routes]]
@@ -68,7 +69,7 @@ def listed(addons: Addons, upstream: http.Response) -> list[str]:
     flow, resp = models_flow(upstream)
     addons.catalogue.request(flow)
     flow.response = resp
-    addons.catalogue.response(flow)
+    asyncio.run(addons.catalogue.response(flow))
     assert flow.response is not None
     body: dict[str, Any] = json.loads(flow.response.content or b"")
     return [m["id"] for m in body["data"]]
@@ -126,5 +127,5 @@ def test_without_models_to_add_the_upstreams_answer_is_untouched(tmp_path: Path)
         flow, resp = models_flow(http.Response.make(200, b'{"data": []}'))
         bundle.catalogue.request(flow)
         flow.response = resp
-        bundle.catalogue.response(flow)
+        asyncio.run(bundle.catalogue.response(flow))
         assert flow.response.content == b'{"data": []}'

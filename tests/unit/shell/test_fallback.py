@@ -66,7 +66,7 @@ def bundle(
 
     async def attempt(flow: http.HTTPFlow, request: http.Request, timeout: float) -> RetryAnswer:
         sent.append(request)
-        body = json.dumps(chat_message("hello from chat", None)).encode()
+        body = json.dumps(chat_message("hello from chat")).encode()
         return RetryAnswer(200, "application/json", body)
 
     monkeypatch.setattr(addons.retry, "attempt", attempt)
@@ -337,7 +337,7 @@ def test_a_fallback_to_another_upstream_gets_none_of_the_first_upstreams_signatu
     assert addons.store.store is not None
     first = cursor_flow([{"role": "user", "content": "read a"}])
     run_request(addons, first)
-    answered(addons, first, 200, gemini_chunk(None, Call("read_file", {"path": "a"})))
+    answered(addons, first, 200, gemini_chunk(None, [Call("read_file", {"path": "a"})]))
     (call,) = json.loads(first.response.content)["choices"][0]["message"]["tool_calls"]
 
     history = [

@@ -1,10 +1,12 @@
-"""The fast path is a shortcut to the same bytes: every recorded stream, read with the fast
+"""The fast path is a shortcut to the same bytes: every recorded stream (the real services'
+in ``../shared``, llama-server's and LiteLLM's in ``tests/fixtures/``), read with the fast
 path on (``StreamProcessor(fast=True)``, the default) and off, gives the client the same
 bytes, the same counts and the same records in the reasoning store — whatever the reads."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +28,21 @@ RECORDINGS = [
     for prefix, dialect in UPSTREAMS.items()
     for name in fixture_names(prefix)
     if name.endswith((".sse", ".chunks.txt"))
+]
+SERVERS = Path(__file__).resolve().parents[2] / "fixtures"
+SERVER_UPSTREAMS = {
+    "chat_": "openai_chat",
+    "messages_": "anthropic",
+    "responses_": "openai_responses",
+}
+"""A real server's streamed answer (``tests/fixtures/{llama_cpp,litellm}/*_stream.sse``, its
+first bytes as sent; the early errors are JSON bodies) → the dialect it speaks."""
+SERVER_RECORDINGS = [
+    (path, dialect)
+    for server in ("llama_cpp", "litellm")
+    for path in sorted((SERVERS / server).glob("*_stream.sse"))
+    for prefix, dialect in SERVER_UPSTREAMS.items()
+    if path.name.startswith(prefix)
 ]
 CLIENTS = ["openai_chat", "anthropic", "openai_responses", "gemini"]
 
@@ -83,6 +100,31 @@ def test_a_recording_reads_the_same_with_the_fast_path_on_and_off(
     assert fast[0] == slow[0]
     assert fast[1] == slow[1]
     assert fast[2] == slow[2]
+
+
+def test_the_real_servers_recordings_are_all_in_the_corpus() -> None:
+    """Each server's streamed files, every dialect it speaks: none left out by its name."""
+    for server in ("llama_cpp", "litellm"):
+        streams = {p.name for p in (SERVERS / server).glob("*_stream.sse")}
+        assert len(streams) == 10
+        assert streams == {p.name for p, _ in SERVER_RECORDINGS if p.parent.name == server}
+    assert {d for _, d in SERVER_RECORDINGS} == set(SERVER_UPSTREAMS.values())
+
+
+@pytest.mark.parametrize("how", ["whole", "events", "pairs", "bytes7"])
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize(
+    ("path", "upstream"),
+    [pytest.param(p, d, id=f"{p.parent.name}/{p.name}") for p, d in SERVER_RECORDINGS],
+)
+def test_a_real_servers_stream_reads_the_same_with_the_fast_path_on_and_off(
+    path: Path, upstream: str, client: str, how: str
+) -> None:
+    reads = _reads(path.read_bytes(), how)
+    fast = _run(upstream, client, reads, fast=True)
+    slow = _run(upstream, client, reads, fast=False)
+    assert fast == slow
+    assert fast[0]  # the client got something: an answer or an error
 
 
 _CHUNK = (

@@ -179,7 +179,10 @@ def test_recorded_openai_stream_becomes_an_anthropic_message(name: str) -> None:
     assert message.stop_reason == want[expected["finish"]]
     if expected["usage"]:  # sent after the finish reason, still in message_delta
         assert message.usage.output_tokens == expected["usage"]["completion_tokens"]
-        assert message.usage.input_tokens == expected["usage"]["prompt_tokens"]
+        # Anthropic counts cache reads apart from input_tokens; OpenAI in prompt_tokens.
+        cached = (expected["usage"].get("prompt_tokens_details") or {}).get("cached_tokens")
+        assert (message.usage.cache_read_input_tokens or 0) == (cached or 0)
+        assert message.usage.input_tokens + (cached or 0) == expected["usage"]["prompt_tokens"]
 
 
 def test_gateway_tool_index_1_after_text_becomes_block_1() -> None:

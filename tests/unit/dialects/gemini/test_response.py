@@ -260,7 +260,10 @@ def test_upstream_call_ids_are_kept_and_sent_back() -> None:
     copy, call = answer.parts
     assert copy == Thinking("", "EpUF", extra=CALL_SIGNATURE)
     assert isinstance(call, ToolCall) and call.id == "5hp24qb7"
-    assert answer.usage == Usage(48, 154, 202, "gemini", body["response"]["usageMetadata"])
+    usage = body["response"]["usageMetadata"]
+    assert answer.usage == Usage(
+        48, 154, 202, "gemini", usage, cache_read_tokens=0, reasoning_tokens=138
+    )
     assert answer.extra["wrapper"] == {"traceId": "429b", "metadata": {}}
     assert encode_code_assist_response(answer) == normalized(body)
     chat = ChatCompletion.model_validate(OPENAI.encode_response(answer))

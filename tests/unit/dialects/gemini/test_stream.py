@@ -142,7 +142,9 @@ def test_decoder_reads_everything_the_recording_says(name: str) -> None:
     else:
         u = want["usage"]
         assert usage[-1].raw == u and usage[-1].origin == "gemini"
-        assert usage[-1].input_tokens == u["promptTokenCount"]
+        assert usage[-1].prompt_tokens == u["promptTokenCount"]  # cached ones kept apart:
+        assert usage[-1].cache_read_tokens == u.get("cachedContentTokenCount", 0)
+        assert usage[-1].reasoning_tokens == u.get("thoughtsTokenCount", 0)
         assert usage[-1].output_tokens == u.get("candidatesTokenCount", 0) + u.get(
             "thoughtsTokenCount", 0
         )
@@ -551,7 +553,9 @@ def test_recording_reaches_an_anthropic_client(name: str, framing: Framing) -> N
     assert sorted(got["signatures"]) == sorted(want["signatures"])
     assert got["finish"] == ("tool_use" if want["calls"] else "end_turn")
     if want["usage"]:
-        assert got["usage"].input_tokens == want["usage"]["promptTokenCount"]
+        cached = want["usage"].get("cachedContentTokenCount")  # apart, for Anthropic
+        assert got["usage"].cache_read_input_tokens == (cached or 0)
+        assert got["usage"].input_tokens + (cached or 0) == want["usage"]["promptTokenCount"]
 
 
 @needs_streams
@@ -566,7 +570,12 @@ def test_recording_reaches_a_responses_client(name: str, framing: Framing) -> No
     assert len(set(got["ids"])) == len(got["ids"])
     assert sorted(got["signatures"]) == sorted(want["signatures"])
     if want["usage"]:
-        assert got["usage"].input_tokens == want["usage"]["promptTokenCount"]
+        u = want["usage"]
+        assert got["usage"].input_tokens == u["promptTokenCount"]  # the cached ones counted
+        assert got["usage"].input_tokens_details.cached_tokens == u.get(
+            "cachedContentTokenCount", 0
+        )
+        assert got["usage"].output_tokens_details.reasoning_tokens == u.get("thoughtsTokenCount", 0)
 
 
 # --------------------------------------------------------------------------- Gemini → Gemini

@@ -108,7 +108,18 @@ def test_decode_a_responses_answer() -> None:
         isinstance(custom, ToolCall) and custom.custom and custom.arguments == "*** Begin Patch\n"
     )
     assert r.finish == "tool_calls" and r.finish_raw == "completed"
-    assert r.usage == Usage(10, 5, 15, origin=NAME, raw=USAGE)
+    # Usage keeps the cached tokens apart from input_tokens (Responses counts them in it).
+    assert r.usage == Usage(
+        8,
+        5,
+        15,
+        origin=NAME,
+        raw=USAGE,
+        cache_read_tokens=2,
+        cache_write_tokens=0,
+        reasoning_tokens=3,
+    )
+    assert r.usage.prompt_tokens == 10
     assert r.created == 1700000000
 
 
@@ -179,6 +190,7 @@ def test_an_answer_from_another_dialect_is_what_the_sdk_accepts() -> None:
             3,
             origin="anthropic",
             raw={"input_tokens": 7, "output_tokens": 3, "cache_read_input_tokens": 4},
+            cache_read_tokens=4,
         ),
     )
     out = encode_response(r)
