@@ -43,7 +43,10 @@ def llama() -> Iterator[LlamaServer]:
         paths = locate()
     except Unavailable as why:
         pytest.skip(str(why))
-    extra = ("--n-predict", str(PREDICT))
+    # Greedy sampling: the same short answer every run. With llama-server's default
+    # temperature SmolLM2 sometimes rambles past PREDICT tokens, and Claude Code treats an
+    # answer cut at its max_tokens as an error (exit 1).
+    extra = ("--n-predict", str(PREDICT), "--temp", "0")
     with LlamaServer.start(paths, ctx_size=CONTEXT, extra_args=extra) as server:
         yield server
 
