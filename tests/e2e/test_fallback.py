@@ -28,6 +28,7 @@ from tests.e2e.harness import (
     free_port,
     sse_from_payloads,
 )
+from tests.e2e.keyed import running, sent, wanted
 from tests.real.clients.loop import answer, check_request
 
 CLIENT_KEY = "sk-client-SECRET-fb"
@@ -37,7 +38,6 @@ KEYS = {
     "gemini": "AIza-gemini-fb-SECRET",
 }
 ENV = {d: f"CB_E2E_FB_{d.upper()}_KEY" for d in KEYS}
-CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
 ALL_KEYS = (CLIENT_KEY, *KEYS.values())
 
 
@@ -53,8 +53,7 @@ class Service:
 
     def __call__(self, rec: Recorded) -> Reply:
         time.sleep(self.delay)
-        sent = {h: rec.headers[h] for h in CREDENTIAL_HEADERS if h in rec.headers}
-        if sent != self.wanted():
+        if sent(rec) != self.wanted():
             return error_reply(self.dialect, "invalid api key", 401)
         body = rec.json()
         check_request(self.dialect, body)
@@ -65,11 +64,7 @@ class Service:
         return answer(self.dialect, stream, f"hello from {self.dialect}")
 
     def wanted(self) -> dict[str, str]:
-        if self.dialect == "anthropic":
-            return {"x-api-key": self.key}
-        if self.dialect == "gemini":
-            return {"x-goog-api-key": self.key}
-        return {"authorization": f"Bearer {self.key}"}
+        return wanted(self.dialect, self.key)
 
 
 def error_reply(
@@ -88,19 +83,8 @@ def error_reply(
 
 @pytest.fixture
 def services() -> Iterator[dict[str, Service]]:
-    servers = {d: ScriptedUpstream().start() for d in KEYS}
-    try:
-        out = {d: Service(d, KEYS[d], s) for d, s in servers.items()}
-        for service in out.values():
-            service.server.script = service
+    with running(KEYS, Service, ALL_KEYS) as out:
         yield out
-        for service in out.values():
-            assert not service.server.errors, service.server.errors
-            for rec in service.server.requests:  # keys never reach another host
-                assert not [k for k in ALL_KEYS if k != service.key and k in str(rec.header_list)]
-    finally:
-        for server in servers.values():
-            server.stop()
 
 
 DEAD = free_port()

@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from tests.e2e.harness import JSONReply, Proxy, Recorded, Reply, ScriptedUpstream
+from tests.e2e.keyed import CREDENTIAL_HEADERS, running, sent, wanted
 from tests.real.clients.loop import answer, check_request
 
 CLIENT_KEY = "sk-cursor-client-SECRET"
@@ -31,7 +32,6 @@ ENV = {
     "anthropic": "CB_E2E_ANTHROPIC_KEY",
     "gemini": "CB_E2E_GEMINI_KEY",
 }
-CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
 MODEL_LISTS: dict[str, dict[str, Any]] = {
     "openai_chat": {"object": "list", "data": [{"id": m, "object": "model"} for m in (
         "gpt-5.1", "o3", "dall-e-3")]},
@@ -53,29 +53,25 @@ class Service:
     server: ScriptedUpstream
 
     def __call__(self, rec: Recorded) -> Reply:
-        sent = {h: rec.headers[h] for h in CREDENTIAL_HEADERS if h in rec.headers}
+        got = sent(rec)
         if rec.method == "GET" and rec.path.endswith("/models"):
             if rec.path.startswith("/free/"):
                 return self.refuse("a key-free service lists nothing", 401)
-            if sent != self.wanted():
+            if got != self.wanted():
                 return self.refuse("invalid api key", 401)
             return JSONReply(MODEL_LISTS[self.dialect])
         body = rec.json()
         if rec.path.startswith("/free/"):
-            if sent:
-                return self.refuse(f"a key-free service got {sorted(sent)}", 400)
-        elif sent != self.wanted():
+            if got:
+                return self.refuse(f"a key-free service got {sorted(got)}", 400)
+        elif got != self.wanted():
             return self.refuse("invalid api key", 401)
         check_request(self.dialect, body)
         stream = self.streams(rec, body)
         return answer(self.dialect, stream, f"hello from {self.dialect}")
 
     def wanted(self) -> dict[str, str]:
-        if self.dialect == "anthropic":
-            return {"x-api-key": self.key}
-        if self.dialect == "gemini":
-            return {"x-goog-api-key": self.key}
-        return {"authorization": f"Bearer {self.key}"}
+        return wanted(self.dialect, self.key)
 
     def streams(self, rec: Recorded, body: dict[str, Any]) -> bool:
         if self.dialect == "gemini":
@@ -94,17 +90,8 @@ class Service:
 
 @pytest.fixture
 def services() -> Iterator[dict[str, Service]]:
-    servers = {d: ScriptedUpstream().start() for d in KEYS}
-    try:
-        out = {d: Service(d, KEYS[d], s) for d, s in servers.items()}
-        for service in out.values():
-            service.server.script = service
+    with running(KEYS, Service, ALL_KEYS) as out:
         yield out
-        for service in out.values():
-            assert not service.server.errors, service.server.errors
-    finally:
-        for server in servers.values():
-            server.stop()
 
 
 def routes_text(services: dict[str, Service]) -> str:
@@ -224,9 +211,7 @@ def test_each_model_reaches_its_own_upstream_with_its_own_key(
     assert rec.path.startswith(path)
     if dialect == "openai_chat":  # the route's model_map: the client still reads its own name
         assert rec.json()["model"] == "upstream-gpt" and named == {model}
-    assert {h: rec.headers[h] for h in CREDENTIAL_HEADERS if h in rec.headers} == (
-        services[dialect].wanted()
-    )
+    assert sent(rec) == (services[dialect].wanted())
     assert not [k for k in ALL_KEYS if k != KEYS[dialect] and k in str(rec.header_list)]
     others = [s for d, s in services.items() if d != dialect]
     assert not any(s.server.requests for s in others) and not upstream.requests
@@ -303,8 +288,8 @@ def test_claude_codes_background_calls_take_their_own_route(
     assert send_as_claude_code(router, body, stream) == f"hello from {dialect}"
     (rec,) = services[dialect].server.requests
     assert rec.path.split("?", 1)[0] == path
-    sent = {h: rec.headers[h] for h in CREDENTIAL_HEADERS if h in rec.headers}
-    assert sent == services[dialect].wanted()
+    carried = sent(rec)
+    assert carried == services[dialect].wanted()
     assert not [k for k in ALL_KEYS if k != KEYS[dialect] and k in str(rec.header_list)]
     if dialect == "openai_chat":
         assert rec.json()["model"] == "cheap-model" and not rec.json().get("tools")
@@ -342,8 +327,8 @@ def test_the_model_list_is_the_union_of_every_routes_upstream(
         gets = [r for r in service.server.requests if r.method == "GET"]
         assert gets, dialect
         for rec in gets:
-            sent = {h: rec.headers[h] for h in CREDENTIAL_HEADERS if h in rec.headers}
-            assert sent in ({}, service.wanted()), (dialect, rec.path)
+            carried = sent(rec)
+            assert carried in ({}, service.wanted()), (dialect, rec.path)
             assert not [k for k in ALL_KEYS if k != KEYS[dialect] and k in str(rec.header_list)]
     paths = {r.path for s in services.values() for r in s.server.requests}
     assert {"/openai/v1/models", "/v1/models", "/v1beta/models", "/free/v1/models"} <= paths
