@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from types import TracebackType
 from typing import IO
 
 from tests.real.llama_cpp import HOST, free_port
-from tests.real.process import log_tail, stop_process, wait_ok
+from tests.real.process import log_tail, prepared, stop_process, wait_ok
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO / "scripts" / "litellm_proxy.py"
@@ -49,19 +48,13 @@ def locate(install: bool | None = None) -> Install:
     """The cached LiteLLM; installed first if ``install`` (default: unless $INSTALL_ENV=0)."""
     if install is None:
         install = os.environ.get(INSTALL_ENV) != "0"
-    args = [sys.executable, str(INSTALL_SCRIPT)]
-    if not install:
-        check = subprocess.run([*args, "--check"], capture_output=True, text=True)
-        if check.returncode != 0:
-            raise Unavailable(
-                f"LiteLLM not installed: run `python scripts/litellm_proxy.py` (or unset {INSTALL_ENV})"
-            )
-    done = subprocess.run([*args, "--json"], stdout=subprocess.PIPE, text=True)
-    if done.returncode == 2:
-        raise Unavailable("LiteLLM cannot be installed here: pip failed (no package index?)")
-    if done.returncode != 0:
-        raise RuntimeError(f"scripts/litellm_proxy.py failed with exit status {done.returncode}")
-    info = json.loads(done.stdout)
+    info = prepared(
+        INSTALL_SCRIPT,
+        install,
+        f"LiteLLM not installed: run `python scripts/litellm_proxy.py` (or unset {INSTALL_ENV})",
+        "LiteLLM cannot be installed here: pip failed (no package index?)",
+        Unavailable,
+    )
     return Install(version=info["version"], program=Path(info["litellm"]))
 
 

@@ -9,18 +9,16 @@ means no binary or model here (a skip with its reason, never a pass).
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from tests.real.process import log_tail, stop_process, wait_ok
+from tests.real.process import log_tail, prepared, stop_process, wait_ok
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "llama_server.py"
@@ -46,19 +44,13 @@ def locate(build: bool | None = None) -> Paths:
     """The cached binary, model and template; built first if ``build`` (default: $BUILD_ENV)."""
     if build is None:
         build = os.environ.get(BUILD_ENV) == "1"
-    args = [sys.executable, str(BUILD_SCRIPT)]
-    if not build:
-        check = subprocess.run([*args, "--check"], capture_output=True, text=True)
-        if check.returncode != 0:
-            raise Unavailable(
-                f"llama-server not built: run `python scripts/llama_server.py` or set {BUILD_ENV}=1"
-            )
-    done = subprocess.run([*args, "--json"], stdout=subprocess.PIPE, text=True)
-    if done.returncode == 2:
-        raise Unavailable("llama-server cannot be built here: cmake or a C++ compiler is missing")
-    if done.returncode != 0:
-        raise RuntimeError(f"scripts/llama_server.py failed with exit status {done.returncode}")
-    info = json.loads(done.stdout)
+    info = prepared(
+        BUILD_SCRIPT,
+        build,
+        f"llama-server not built: run `python scripts/llama_server.py` or set {BUILD_ENV}=1",
+        "llama-server cannot be built here: cmake or a C++ compiler is missing",
+        Unavailable,
+    )
     return Paths(
         version=info["version"],
         server=Path(info["server"]),

@@ -1,4 +1,5 @@
-"""A server process the real-server tests start: wait until it answers, read its log, stop it.
+"""A server process the real-server tests start: where its script put it, wait until it
+answers, read its log, stop it.
 
 Shared by ``llama_cpp.LlamaServer`` and ``litellm_proxy.LiteLLMProxy``; loopback only,
 every wait bounded.
@@ -6,13 +7,37 @@ every wait bounded.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
-from typing import IO
+from pathlib import Path
+from typing import IO, Any
 
 import httpx
+
+
+def prepared(
+    script: Path, prepare: bool, absent: str, impossible: str, unavailable: type[Exception]
+) -> dict[str, Any]:
+    """What a preparing script (``scripts/llama_server.py``, ``scripts/litellm_proxy.py``)
+    says with ``--json``: where it built or installed its program. Without ``prepare`` it
+    is only asked (``--check``) and ``absent`` is raised as ``unavailable`` when nothing is
+    there; its exit status 2 (no toolchain, no package index) raises ``impossible``."""
+    args = [sys.executable, str(script)]
+    if not prepare:
+        check = subprocess.run([*args, "--check"], capture_output=True, text=True)
+        if check.returncode != 0:
+            raise unavailable(absent)
+    done = subprocess.run([*args, "--json"], stdout=subprocess.PIPE, text=True)
+    if done.returncode == 2:
+        raise unavailable(impossible)
+    if done.returncode != 0:
+        raise RuntimeError(f"{script.name} failed with exit status {done.returncode}")
+    info: dict[str, Any] = json.loads(done.stdout)
+    return info
 
 
 def log_tail(log: IO[bytes], limit: int = 8000) -> str:
