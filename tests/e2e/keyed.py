@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Protocol
 
-from tests.e2e.harness import Recorded, ScriptedUpstream
+import pytest
+
+from tests.e2e.harness import Proxy, Recorded, ScriptedUpstream
 
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
 
@@ -56,3 +59,25 @@ def running[S: Keyed](
     finally:
         for server in servers.values():
             server.stop()
+
+
+@contextmanager
+def routed(
+    start_proxy: Callable[..., Proxy],
+    routes: Path,
+    text: str,
+    env: Mapping[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    every_key: tuple[str, ...],
+) -> Iterator[Proxy]:
+    """A mitmdump on the routes ``text`` (written to ``routes``), each route's key in its
+    environment variable (``env``: name → value); after the test no key in its log and no
+    traceback."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    routes.write_text(text)
+    proxy = start_proxy(bridge_routes=str(routes))
+    yield proxy
+    log = proxy.log_text()
+    assert not [k for k in every_key if k in log]
+    assert "Traceback" not in log

@@ -28,7 +28,7 @@ from tests.e2e.harness import (
     free_port,
     sse_from_payloads,
 )
-from tests.e2e.keyed import running, sent, wanted
+from tests.e2e.keyed import routed, running, sent, wanted
 from tests.real.clients.loop import answer, check_request
 
 CLIENT_KEY = "sk-client-SECRET-fb"
@@ -170,15 +170,10 @@ def router(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Proxy]:
-    for dialect, name in ENV.items():
-        monkeypatch.setenv(name, KEYS[dialect])
-    routes = tmp_path / "routes.toml"
-    routes.write_text(routes_text(services))
-    proxy = start_proxy(bridge_routes=str(routes))
-    yield proxy
-    log = proxy.log_text()
-    assert not [k for k in ALL_KEYS if k in log]
-    assert "Traceback" not in log
+    env = {ENV[d]: KEYS[d] for d in KEYS}
+    text = routes_text(services)
+    with routed(start_proxy, tmp_path / "routes.toml", text, env, monkeypatch, ALL_KEYS) as p:
+        yield p
     assert not upstream.requests  # the reverse target (home) is never asked
 
 

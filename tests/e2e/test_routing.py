@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from tests.e2e.harness import JSONReply, Proxy, Recorded, Reply, ScriptedUpstream
-from tests.e2e.keyed import CREDENTIAL_HEADERS, running, sent, wanted
+from tests.e2e.keyed import CREDENTIAL_HEADERS, routed, running, sent, wanted
 from tests.real.clients.loop import answer, check_request
 
 CLIENT_KEY = "sk-cursor-client-SECRET"
@@ -155,17 +155,12 @@ def router(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Proxy]:
-    for dialect, name in ENV.items():
-        monkeypatch.setenv(name, KEYS[dialect])
     home = Service("openai_chat", CLIENT_KEY, upstream)
     upstream.script = home
-    routes = tmp_path / "routes.toml"
-    routes.write_text(routes_text(services))
-    proxy = start_proxy(bridge_routes=str(routes))
-    yield proxy
-    log = proxy.log_text()
-    assert not [k for k in ALL_KEYS if k in log]
-    assert "Traceback" not in log
+    env = {ENV[d]: KEYS[d] for d in KEYS}
+    text = routes_text(services)
+    with routed(start_proxy, tmp_path / "routes.toml", text, env, monkeypatch, ALL_KEYS) as p:
+        yield p
 
 
 def cursor(proxy: Proxy) -> openai.OpenAI:
