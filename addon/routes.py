@@ -147,8 +147,8 @@ class Route:
     out before its first byte, or answers 429 or 5xx (``addon.plan.fallback``;
     ``check_fallbacks`` holds the names to routes of the same client dialect, without cycles)."""
     timeout: float = DEFAULT_TIMEOUT
-    """Seconds to the first byte of the answer, for the attempts the bridge sends itself (a
-    fallback's); the first attempt goes through mitmproxy, which has no such timeout."""
+    """Seconds to the connection and to the first byte of the answer, for every attempt of a
+    chain (the relay makes them: ``addon.shell.relay``)."""
     cooldown: float = DEFAULT_COOLDOWN
     """Seconds this route is skipped after a refused connection, a timeout or a 429 / 5xx
     without ``Retry-After`` (a 429's ``Retry-After`` says how long instead)."""

@@ -76,7 +76,7 @@ def make_addons() -> Addons:
         report,
         store,
         RewriteRequest(settings, store, report, kiro, fallbacks),
-        StreamAttach(report, loop_retry=True, fallbacks=fallbacks),
+        StreamAttach(report, loop_retry=True),
         Answers(report, retry, fallbacks),
         MemoryTrim(),
     )

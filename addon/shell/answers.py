@@ -107,8 +107,6 @@ class Answers:
             stream_done(self.report, flow, run, plan)
             return
         if not (200 <= resp.status_code < 300):
-            if self.fallbacks is not None and await self.fallbacks.answer(flow, run, resp):
-                return
             if await self.staged.answer(flow, run, plan, resp):
                 return
             if not plan.same_dialect or foreign_error(plan, resp.get_content(strict=False) or b""):

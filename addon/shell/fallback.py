@@ -1,30 +1,28 @@
 """The fallback addon: a route's ``fallback`` chain applied (``addon.plan.fallback`` decides).
 
-Before the rewrite (``request``, on a route with a chain): routes cooling down are skipped, and
-an address that has not answered lately is checked with a bounded TCP connect (mitmproxy
-answers a failed connect with its own 502, which no hook can replace); the rewrite then takes
-the chosen route (``chosen``). After it (``answer``, from the answers addon): a 429 / 5xx to
-the first attempt, held back before anything reached the client, sends the same client
-request, decided again for each next route, through the retry addon; the winner reaches the
-client in its dialect (streamed framing if it asked). The process-wide cooldowns live here.
-What it cannot do (the first attempt's own timeout): docs/routes.md ("Fallbacks").
+Before the rewrite (``request``, on a route with a chain) the first route not cooling down is
+chosen (``chosen``); the rewrite decides for it, then hands the flow here (``start``): mitmproxy
+sends it to the loopback relay (``addon.shell.relay``), whose leg for the flow makes every
+attempt itself — the chosen route's, then the next routes', each decided again for its route —
+with connect and first-byte timeouts, and relays the first answer that does not fall back, as it
+streams. When its headers reach mitmproxy (``responseheaders``, before the stream addon) the
+flow gets back the request that route was sent and that route's plan, so the answer side reads
+it as any. The process-wide cooldowns live here. Rules and limits: docs/routes.md ("Fallbacks").
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from mitmproxy import http
-from mitmproxy.proxy import mode_specs
+from mitmproxy import connection, http
 
 from addon.dialects import DIALECTS
-from addon.outcome import FlowReport
-from addon.plan import FlowPlan, Incoming, Rewrite, decide, route_for, short
+from addon.plan import FlowPlan, Incoming, Rewrite, decide, route_for
 from addon.plan.fallback import (
     Cooldowns,
     Failure,
@@ -34,38 +32,38 @@ from addon.plan.fallback import (
     first_route,
     next_route,
     retry_after,
-    tried_line,
 )
 from addon.routes import Route, fallback_chain
 from addon.shell.common import (
     SECRETS,
-    append_comment,
     apply_rewrite,
     environment,
     internal_error,
-    json_response,
     log,
     outside_proxy_hosts,
-    set_meta,
 )
-from addon.shell.fallback_deliver import all_failed as deliver_error
-from addon.shell.fallback_deliver import deliver, note_served
+from addon.shell.fallback_deliver import Served, served
 from addon.shell.reasoning_store import ReasoningStoreLife
+from addon.shell.relay import TOKEN_HEADER, Relay, Relayed, whole
 from addon.shell.report import Report
-from addon.shell.retry import Retry, RetryAnswer
-from addon.shell.runs import FlowRun
+from addon.shell.retry import Retry
 from addon.shell.settings import BridgeSettings
 
-CHECK_AFTER = 10.0
-"""An address that answered within this many seconds is not checked again before a request."""
-CHECK_TIMEOUT = 3.0
-"""Seconds the connect check waits for the TCP handshake."""
+if TYPE_CHECKING:
+    import httpx
+
 MAX_TRACKED = 10_000
+MAX_ERROR_BODY = 1024 * 1024
+"""An upstream error's body is read to at most this many bytes (it is relayed whole)."""
+_HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade",
+     b"proxy-connection", b"proxy-authenticate", b"content-length"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class Chosen:
-    """The route a flow goes to, its chain, and the routes skipped or refused before it."""
+    """The route a flow goes to first, its chain, and the routes skipped before it."""
 
     route: Route
     chain: tuple[Route, ...]
@@ -74,34 +72,20 @@ class Chosen:
 
 @dataclass(slots=True)
 class Pending:
-    """A rewritten flow whose answer may still fall back."""
+    """A flow whose attempts the relay makes: what each needs and what they found."""
 
     chosen: Chosen
     incoming: Incoming
     original: http.Request
-    """The client's request as it came (the rewrite changes the flow's)."""
-    route: Route
+    """The client's request as it came (each next route's rewrite starts from it)."""
+    attempt: Served
+    """The attempt being made (first: the chosen route's, as the rewrite set it)."""
     failures: list[Failure] = field(default_factory=list)
     tried: list[str] = field(default_factory=list)
-
-
-type Check = Callable[[str, int, float], Awaitable[str | None]]
-
-
-async def connect_check(host: str, port: int, timeout: float) -> str | None:
-    """None when a TCP connection to the address opens within ``timeout``, else why not."""
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except TimeoutError:
-        return "connect timed out"
-    except ConnectionRefusedError:
-        return "connection refused"
-    except OSError as e:
-        return f"connection failed ({short(e.strerror or type(e).__name__)})"
-    writer.close()
-    with contextlib.suppress(TimeoutError, OSError):
-        await asyncio.wait_for(writer.wait_closed(), 1.0)
-    return None
+    served: Served | None = None
+    """The attempt whose answer is relayed (an answer, or the last error when all failed);
+    None until then, and when no route answered at all."""
+    token: str = ""
 
 
 class Fallbacks:
@@ -114,7 +98,7 @@ class Fallbacks:
         retry: Retry | None,
         store: ReasoningStoreLife,
         clock: Callable[[], float] = time.time,
-        check: Check = connect_check,
+        relay: Relay | None = None,
     ) -> None:
         self._settings = settings
         self.report = report
@@ -122,9 +106,7 @@ class Fallbacks:
         self._store = store
         self.cooldowns = Cooldowns(clock)
         self._clock = clock
-        self.check = check
-        """The connect check (a test replaces it)."""
-        self._answered: OrderedDict[tuple[str, int], float] = OrderedDict()
+        self.relay = relay or Relay()
         self._chosen: OrderedDict[str, Chosen] = OrderedDict()
         self._pending: OrderedDict[str, Pending] = OrderedDict()
 
@@ -132,15 +114,15 @@ class Fallbacks:
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         """For a flow on a route with a chain, a coroutine mitmproxy awaits before the Kiro
-        and rewrite addons: it picks the route (``chosen``)."""
+        and rewrite addons: the relay started, the first route picked (``chosen``)."""
         if flow.response is not None or flow.error is not None or not flow.live:
             return None
         try:
             req = flow.request
             settings = self._settings.settings
-            body = req.get_content(strict=False) or b""
-            if not any(r.fallback for r in settings.routes):
+            if self.retry is None or not any(r.fallback for r in settings.routes):
                 return None
+            body = req.get_content(strict=False) or b""
             route = route_for(settings, req.method, req.host, req.path, body)
             if route is None or not route.fallback or outside_proxy_hosts(flow):
                 return None
@@ -152,135 +134,102 @@ class Fallbacks:
 
     async def _choose(self, flow: http.HTTPFlow, chain: tuple[Route, ...]) -> None:
         try:
+            await self.relay.start()
             route, skipped = first_route(chain, self.cooldowns)
-            failures = [Failure(r.name, "skipped", self.cooldowns.left(r.name)) for r in skipped]
-            direct = not isinstance(flow.client_conn.proxy_mode, mode_specs.UpstreamMode)
-            while direct:
-                address = _address(flow, route)
-                if self._answered_lately(address):
-                    break
-                why = await self.check(*address, CHECK_TIMEOUT)
-                if why is None:
-                    self._keep(self._answered, address, self._clock())
-                    break
-                cool = cooldown_after(route, None, None)
-                self.cooldowns.cool(route.name, cool or 0)
-                failures.append(Failure(route.name, why, cool))
-                log.info("cursor-bridge [%s]: upstream %s: falling back", route.name, why)
-                nxt = next_route(chain, [f.route for f in failures], self.cooldowns)
-                if nxt is None:
-                    self._refuse(flow, route, tuple(failures))
-                    return
-                route = nxt
-            self._keep(self._chosen, flow.id, Chosen(route, chain, tuple(failures)))
-        except Exception as e:
+            failures = tuple(
+                Failure(r.name, "skipped", self.cooldowns.left(r.name)) for r in skipped
+            )
+            self._keep(self._chosen, flow.id, Chosen(route, chain, failures))
+        except Exception as e:  # no relay: the flow goes to its matched route, without a chain
             internal_error("cursor-bridge: fallback", e)
-
-    def _answered_lately(self, address: tuple[str, int]) -> bool:
-        when = self._answered.get(address)
-        return when is not None and self._clock() - when < CHECK_AFTER
-
-    def _refuse(self, flow: http.HTTPFlow, route: Route, failures: tuple[Failure, ...]) -> None:
-        """No route of the chain can be reached: the client's 502/504, in its dialect."""
-        status, body = all_failed(DIALECTS[route.client], failures)
-        flow.response = json_response(status, body)
-        tried = tried_line(failures)
-        append_comment(flow, f"cursor-bridge [{route.name}]: no upstream reachable; tried: {tried}")
-        set_meta(
-            flow,
-            {
-                "route": route.name,
-                "action": "rejected",
-                "fallback": {"served_by": None, "tried": [f.describe() for f in failures]},
-            },
-        )
-        self.report.state.count("rejected")
-        report = FlowReport(
-            route.name,
-            "rejected",
-            client=route.client,
-            upstream=route.upstream,
-            reason=f"answered {status}: no upstream reachable",
-            fields={"tried": tried},
-        )
-        self.report.close(flow, report, line=True)
 
     def chosen(self, flow_id: str) -> Chosen | None:
         """The route picked for this flow (once); None: the matched route, as without a chain."""
         return self._chosen.pop(flow_id, None)
 
     def start(
-        self, flow: http.HTTPFlow, chosen: Chosen, incoming: Incoming, original: http.Request
+        self,
+        flow: http.HTTPFlow,
+        chosen: Chosen,
+        incoming: Incoming,
+        original: http.Request,
+        plan: FlowPlan,
     ) -> None:
-        """The rewrite sent the flow to ``chosen.route``: its answer may fall back. Routes
-        skipped or refused before it are said now (they stay said if it answers)."""
-        pending = Pending(chosen, incoming, original, chosen.route, list(chosen.failures))
-        pending.tried = [f.route for f in chosen.failures] + [chosen.route.name]
+        """The rewrite set the flow's request for ``chosen.route``: mitmproxy now sends it to
+        the relay, where the flow's leg makes the attempts."""
+        first = Served(chosen.route, plan, flow.request.copy())
+        pending = Pending(chosen, incoming, original, first, list(chosen.failures))
+        pending.tried = [f.route for f in chosen.failures]
+        pending.token = self.relay.add(lambda: self._leg(flow, pending))
         self._keep(self._pending, flow.id, pending)
-        run = self.report.runs.get(flow.id)
-        if chosen.failures and run is not None and run.plan is not None:
-            note_served(flow, run, run.plan, flow.request, chosen.failures)
+        _to_relay(flow, pending.token, self.relay.port)
 
-    # ------------------------------------------------------------------ the answer
+    # ------------------------------------------------------------------ the relay's leg
 
-    def holds(self, flow_id: str, status: int) -> bool:
-        """Whether this answer's status falls back: it must not stream to the client."""
-        return flow_id in self._pending and falls_back(status)
+    async def _leg(self, flow: http.HTTPFlow, pending: Pending) -> Relayed:
+        """The attempts, in chain order, until one answers with neither 429 nor 5xx."""
+        try:
+            return await self._attempts(flow, pending)
+        except Exception as e:
+            internal_error(f"cursor-bridge [{pending.attempt.route.name}]: fallback", e)
+            pending.failures.append(Failure(pending.attempt.route.name, "internal error"))
+            return self._unreachable(pending)
 
-    def responseheaders(self, flow: http.HTTPFlow) -> None:
-        if flow.id in self._pending:
-            self._keep(self._answered, (flow.request.host, flow.request.port), self._clock())
-
-    def forget(self, flow_id: str) -> None:
-        """The flow's answer is settled (the answers addon calls this after ``answer``)."""
-        self._pending.pop(flow_id, None)
-        self._chosen.pop(flow_id, None)
-
-    def error(self, flow: http.HTTPFlow) -> None:
-        self.forget(flow.id)
-
-    async def answer(self, flow: http.HTTPFlow, run: FlowRun, resp: http.Response) -> bool:
-        """A 429 / 5xx to the first attempt of a flow with a chain: the next routes asked in
-        turn. True when the client's answer is set (a route's answer, or the error)."""
-        pending = self._pending.get(flow.id)
-        if pending is None or self.retry is None or not falls_back(resp.status_code):
-            return False
-        self._failed(pending, resp.status_code, resp.headers.get("retry-after"))
-        last: tuple[RetryAnswer, FlowPlan] | None = None
-        settings, env = self._settings.settings, environment()
-        secrets = SECRETS.get(flow.id)
-        chain = pending.chosen.chain
-        while (route := next_route(chain, pending.tried, self.cooldowns)) is not None:
+    async def _attempts(self, flow: http.HTTPFlow, pending: Pending) -> Relayed:
+        assert self.retry is not None
+        last: Relayed | None = None
+        attempt: Served | None = pending.attempt
+        while attempt is not None:
+            pending.attempt, route = attempt, attempt.route
             pending.tried.append(route.name)
-            pending.route = route
-            decision = decide(
-                settings, route, pending.incoming, env, store=self._store.store, secrets=secrets
-            )
-            if not isinstance(decision, Rewrite):
-                pending.failures.append(Failure(route.name, "request not sendable there"))
-                continue
-            request = pending.original.copy()
-            apply_rewrite(request, pending.incoming, decision)
-            self.report.attempt(flow, f"fallback to {route.name}", decision.body)
-            self.report.retried(run, "fallback")
-            got = await self.retry.attempt(flow, request, route.timeout)
+            got = await self.retry.open(flow, attempt.request, route.timeout)
             if isinstance(got, str):
                 cool = cooldown_after(route, None, None)
                 self.cooldowns.cool(route.name, cool or 0)
                 pending.failures.append(Failure(route.name, got, cool))
-                continue
-            self._keep(self._answered, (request.host, request.port), self._clock())
-            if falls_back(got.status):
-                self._failed(pending, got.status, got.retry_after)
-                last = (got, decision.plan)
-                continue
-            deliver(self.report, flow, run, decision.plan, got, tuple(pending.failures), request)
-            return True
-        deliver_error(self.report, flow, run, last, tuple(pending.failures))
-        return True
+                log.info("cursor-bridge [%s]: upstream %s: falling back", route.name, got)
+            elif falls_back(got.status_code):
+                last = await _read_error(got, route.timeout)
+                pending.served = attempt
+                self._failed(pending, route, got.status_code, got.headers.get("retry-after"))
+            else:
+                pending.served = attempt
+                return _streamed(got)
+            attempt = self._next(flow, pending)
+        return last if last is not None else self._unreachable(pending)
 
-    def _failed(self, pending: Pending, status: int, header: str | None) -> None:
-        route = pending.route
+    def _next(self, flow: http.HTTPFlow, pending: Pending) -> Served | None:
+        """The next route's attempt: the client's request decided again for it; None when no
+        route of the chain is left."""
+        settings, env = self._settings.settings, environment()
+        chain = pending.chosen.chain
+        while (route := next_route(chain, pending.tried, self.cooldowns)) is not None:
+            decision = decide(
+                settings,
+                route,
+                pending.incoming,
+                env,
+                store=self._store.store,
+                secrets=SECRETS.get(flow.id),
+            )
+            if isinstance(decision, Rewrite):
+                request = pending.original.copy()
+                apply_rewrite(request, pending.incoming, decision)
+                self.report.attempt(flow, f"fallback to {route.name}", decision.body)
+                self.report.retried(self.report.runs.get(flow.id), "fallback")
+                return Served(route, decision.plan, request)
+            pending.tried.append(route.name)
+            pending.failures.append(Failure(route.name, "request not sendable there"))
+        return None
+
+    def _unreachable(self, pending: Pending) -> Relayed:
+        """No route answered at all: the client's 502 / 504 in its dialect, naming them."""
+        pending.served = None
+        client = DIALECTS[pending.chosen.route.client]
+        status, body = all_failed(client, tuple(pending.failures))
+        return whole(status, [(b"content-type", b"application/json")], body)
+
+    def _failed(self, pending: Pending, route: Route, status: int, header: str | None) -> None:
         wait = retry_after(header, self._clock())
         cool = cooldown_after(route, status, wait)
         if cool:
@@ -293,6 +242,36 @@ class Fallbacks:
             f" (cooling down {cool:.0f} s)" if cool else "",
         )
 
+    # ------------------------------------------------------------------ the answer
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        """The relay's answer came: the flow gets back the request its serving route was
+        sent (address, headers, body: what the view shows) and that route's plan."""
+        pending = self._pending.get(flow.id)
+        if pending is None:
+            return
+        try:
+            _back(flow, (pending.served or pending.attempt).request)
+            served(self.report, flow, pending.served, tuple(pending.failures))
+        except Exception as e:
+            internal_error("cursor-bridge: fallback", e)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        pending = self._pending.get(flow.id)
+        if pending is not None and flow.request.headers.get(TOKEN_HEADER) is not None:
+            _back(flow, pending.attempt.request)
+        self.forget(flow.id)
+
+    def forget(self, flow_id: str) -> None:
+        """The flow's answer is settled (the answers addon calls this after ``answer``)."""
+        pending = self._pending.pop(flow_id, None)
+        if pending is not None:
+            self.relay.drop(pending.token)
+        self._chosen.pop(flow_id, None)
+
+    async def done(self) -> None:
+        await self.relay.stop()
+
     @staticmethod
     def _keep[K, T](table: OrderedDict[K, T], key: K, value: T) -> None:
         table[key] = value
@@ -300,9 +279,52 @@ class Fallbacks:
             table.popitem(last=False)
 
 
-def _address(flow: http.HTTPFlow, route: Route) -> tuple[str, int]:
-    """Where mitmproxy will connect for this route: its ``upstream_url``, else the request's."""
-    target = route.target
-    if target is not None:
-        return target.host, target.port
-    return flow.request.host, flow.request.port
+def _to_relay(flow: http.HTTPFlow, token: str, port: int) -> None:
+    """The flow's request pointed at the relay: plain HTTP to 127.0.0.1, never through an
+    upstream proxy, only the token and the Host its view shows (no key, no body)."""
+    req = flow.request
+    host = req.host_header
+    req.scheme, req.host, req.port = "http", "127.0.0.1", port
+    req.headers = http.Headers([(b"host", (host or "127.0.0.1").encode("idna"))])
+    req.headers[TOKEN_HEADER] = token
+    req.content = b""
+    flow.server_conn = connection.Server(address=None)
+
+
+def _back(flow: http.HTTPFlow, sent: http.Request) -> None:
+    """The flow's request as it was sent upstream, with the relay leg's timestamps."""
+    req = sent.copy()
+    req.timestamp_start = flow.request.timestamp_start
+    req.timestamp_end = flow.request.timestamp_end
+    flow.request = req
+
+
+def _headers(got: httpx.Response) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in got.headers.raw if k.lower() not in _HOP_BY_HOP]
+
+
+def _streamed(got: httpx.Response) -> Relayed:
+    """The answer relayed as it comes (raw: still content-encoded; its length kept)."""
+    headers = _headers(got)
+    length = got.headers.get("content-length")
+    if length is not None and "transfer-encoding" not in got.headers:
+        headers.append((b"content-length", length.encode("latin-1")))
+    reason = got.reason_phrase.encode("latin-1", "replace")
+    return Relayed(got.status_code, reason, headers, got.aiter_raw(), got.aclose)
+
+
+async def _read_error(got: httpx.Response, timeout: float) -> Relayed:
+    """An error answer read whole (to ``MAX_ERROR_BODY``, within the route's ``timeout``), to
+    relay if no later route answers."""
+    body = bytearray()
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in got.aiter_raw():
+                body += chunk
+                if len(body) >= MAX_ERROR_BODY:
+                    break
+    except Exception as e:  # what came is enough to say the error
+        log.debug("cursor-bridge: fallback: error body cut (%s)", type(e).__name__)
+    finally:
+        await got.aclose()
+    return whole(got.status_code, _headers(got), bytes(body))

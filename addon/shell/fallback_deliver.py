@@ -1,24 +1,57 @@
-"""A fallback's outcome for the client and the view: the answer of the route that served it
-(rewritten for the client with that route's plan, as the staged retry delivers), or, when
-every route failed, the last upstream's error in the client's dialect; and what the flow's
-comment, metadata and log line say about the routes tried (no secrets: names, addresses,
-model, statuses)."""
+"""What a fallback chain's outcome does to the flow once the relay's answer came: the plan of
+the route that served it (its answer is read as any), or, when every route failed, the last
+upstream error it relayed, or the bridge's own 502 / 504 when none answered at all; and what
+the flow's comment, metadata and log line say about the routes tried (no secrets: names,
+addresses, model, statuses)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mitmproxy import http
 
-from addon.model import UnsupportedShape
-from addon.plan import AnswerState, FlowPlan, short
-from addon.plan.answer import client_answer
-from addon.plan.errors import foreign_error
-from addon.plan.fallback import Failure, tried_line
-from addon.shell.answer_notes import note_text_calls
+from addon.plan import AnswerState, FlowPlan
+from addon.plan.fallback import Failure, falls_back, tried_line
+from addon.routes import Route
 from addon.shell.common import META_KEY, append_comment, log, origin, set_meta
 from addon.shell.report import Report
-from addon.shell.retry import RetryAnswer
 from addon.shell.runs import FlowRun
-from addon.shell.staged_retry import translate_error, unreadable
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """One attempt of a chain: its route, the plan that reads its answer, the request sent."""
+
+    route: Route
+    plan: FlowPlan
+    request: http.Request
+
+
+def served(
+    report: Report, flow: http.HTTPFlow, by: Served | None, failures: tuple[Failure, ...]
+) -> None:
+    """The flow's run and notes for the relayed answer: ``by`` served it (None: no route
+    answered, the answer is the bridge's own error in the client's dialect)."""
+    run = report.runs.get(flow.id)
+    if run is None or flow.response is None:
+        return
+    if by is None:
+        _unreachable(report, flow, run, failures)
+        return
+    if run.plan is not by.plan:
+        run.plan, run.answer = by.plan, AnswerState.of(by.plan)
+        run.report.notes = run.answer.notes
+    if falls_back(flow.response.status_code):
+        _all_failed(report, flow, run, by.plan, failures)
+    elif failures:
+        note_served(flow, run, by.plan, flow.request, failures)
+        report.state.count("fallbacks answered")
+        log.info(
+            "%s: fallback answered HTTP %d; tried: %s",
+            by.plan.label,
+            flow.response.status_code,
+            tried_line(failures),
+        )
 
 
 def note_served(
@@ -37,16 +70,11 @@ def note_served(
         flow,
         f"{plan.label}: served by {plan.route.name} ({url}, model {model or '?'}); tried: {tried}",
     )
-    meta = flow.metadata.get(META_KEY)
-    base = dict(meta) if isinstance(meta, dict) else {}
-    base.update(plan.meta())
-    base["fallback"] = {
-        "served_by": plan.route.name,
-        "upstream_url": url,
-        "model": model,
-        "tried": [f.describe() for f in failures],
-    }
-    set_meta(flow, base)
+    _meta(
+        flow,
+        plan.meta(),
+        {"served_by": plan.route.name, "upstream_url": url, "model": model, "tried": failures},
+    )
     report = run.report
     report.route, report.upstream = plan.route.name, plan.upstream.name
     report.fields["upstream_url"] = url
@@ -55,71 +83,42 @@ def note_served(
     report.fields["tried"] = tried
 
 
-def deliver(
-    report: Report,
-    flow: http.HTTPFlow,
-    run: FlowRun,
-    plan: FlowPlan,
-    got: RetryAnswer,
-    failures: tuple[Failure, ...],
-    request: http.Request,
+def _all_failed(
+    report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, failures: tuple[Failure, ...]
 ) -> None:
-    """A fallback route's answer that does not fall back further (2xx, or a 4xx the client
-    must see), rewritten for the client with that route's plan."""
-    run.plan, run.answer = plan, AnswerState.of(plan)
-    note_served(flow, run, plan, request, failures)
-    report.state.count("fallbacks answered")
-    log.info(
-        "%s: fallback answered HTTP %d; tried: %s", plan.label, got.status, tried_line(failures)
-    )
-    ctype = got.content_type
-    if not 200 <= got.status < 300:
-        flow.response = http.Response.make(got.status, got.content, {"content-type": ctype})
-        if not plan.same_dialect or foreign_error(plan, got.content):
-            translate_error(flow, plan)
-        return
-    streamed = plan.stream and not ctype.lower().startswith("application/json")
-    try:
-        body, content_type = client_answer(plan, run.answer, got.content, ctype)
-    except (ValueError, UnsupportedShape, RecursionError) as e:
-        why = "nested too deeply" if isinstance(e, RecursionError) else short(e)
-        flow.response = http.Response.make(got.status, got.content, {"content-type": ctype})
-        if not plan.same_dialect:
-            unreadable(report, flow, run, plan, why)
-        return
-    report.keep_answer(
-        flow, run, plan, got.content, f"fallback {plan.route.name} answered", stream=streamed
-    )
-    flow.response = http.Response.make(got.status, body, {"content-type": content_type})
-    note_text_calls(report, flow, run, plan)
-
-
-def all_failed(
-    report: Report,
-    flow: http.HTTPFlow,
-    run: FlowRun,
-    last: tuple[RetryAnswer, FlowPlan] | None,
-    failures: tuple[Failure, ...],
-) -> None:
-    """Every route of the chain failed: the last upstream error the bridge got (the first
-    attempt's when no later route answered at all), in the client's dialect."""
-    if last is not None:
-        got, last_plan = last
-        run.plan, run.answer = last_plan, AnswerState.of(last_plan)
-        flow.response = http.Response.make(
-            got.status, got.content, {"content-type": got.content_type}
-        )
-    plan = run.plan
-    assert plan is not None and flow.response is not None
+    """Every route of the chain failed: the client gets the last upstream error the relay got
+    (re-shaped for its dialect by the answers addon, as any upstream error)."""
     line = f"no route answered; tried: {tried_line(failures)}"
     append_comment(flow, f"{plan.label}: {line}")
     log.warning("%s: %s", plan.label, line)
-    meta = flow.metadata.get(META_KEY)
-    base = dict(meta) if isinstance(meta, dict) else {}
-    base["fallback"] = {"served_by": None, "tried": [f.describe() for f in failures]}
-    set_meta(flow, base)
+    _meta(flow, {}, {"served_by": None, "tried": failures})
+    run.report.route, run.report.upstream = plan.route.name, plan.upstream.name
     run.report.fields["tried"] = tried_line(failures)
     report.fallback(run, line)
-    body = flow.response.get_content(strict=False) or b""
-    if not plan.same_dialect or foreign_error(plan, body):
-        translate_error(flow, plan)
+
+
+def _unreachable(
+    report: Report, flow: http.HTTPFlow, run: FlowRun, failures: tuple[Failure, ...]
+) -> None:
+    """No route of the chain could be reached: the relay answered the client's 502 / 504."""
+    assert flow.response is not None
+    last = failures[-1].route if failures else run.report.route
+    tried = tried_line(failures)
+    append_comment(flow, f"cursor-bridge [{last}]: no upstream reachable; tried: {tried}")
+    _meta(flow, {"route": last, "action": "rejected"}, {"served_by": None, "tried": failures})
+    run.plan = None  # the body is the client's already: passed on as it is
+    report.state.count("rejected")
+    r = run.report
+    r.route, r.outcome, r.mode = last, "rejected", ""
+    r.reason = f"answered {flow.response.status_code}: no upstream reachable"
+    r.fields = {"tried": tried}
+
+
+def _meta(flow: http.HTTPFlow, base: dict[str, object], fallback: dict[str, object]) -> None:
+    meta = flow.metadata.get(META_KEY)
+    out = dict(meta) if isinstance(meta, dict) else {}
+    out.update(base)
+    tried = fallback.get("tried", ())
+    assert isinstance(tried, tuple)
+    out["fallback"] = {**fallback, "tried": [f.describe() for f in tried]}
+    set_meta(flow, out)

@@ -64,7 +64,7 @@ class RewriteRequest:
         self._settings = settings
         self.fallbacks = fallbacks
         """Picks the route of a flow whose route has a ``fallback`` chain (its ``request`` hook
-        runs before ours) and takes its answer on when it falls back."""
+        runs before ours) and, once the flow is rewritten for it, sends it to its relay."""
         self._store = store
         self.report = report
         self.kiro = kiro
@@ -113,7 +113,7 @@ class RewriteRequest:
                 original = req.copy() if chosen is not None else None
                 report = self._rewrite(flow, incoming, decision)
                 if chosen is not None and original is not None and self.fallbacks is not None:
-                    self.fallbacks.start(flow, chosen, incoming, original)
+                    self.fallbacks.start(flow, chosen, incoming, original, decision.plan)
                 report.spent_ns += time.perf_counter_ns() - started
                 return
         except Exception as e:

@@ -10,7 +10,10 @@ restarted mid-way.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
+import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +32,8 @@ _HOP_BY_HOP = frozenset(
     {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
      "proxy-connection", "proxy-authorization", "trailer"}
 )  # fmt: skip
+_ADDED_BY_HTTPX = ("accept", "accept-encoding", "user-agent")
+"""Headers httpx's client adds to every request: a relayed attempt sends the client's only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,15 +131,9 @@ class Retry(OptionChecks):
                 content=request.content,
                 timeout=limit,
             )
-        except httpx.TimeoutException as e:
-            return (
-                "connect timed out"
-                if isinstance(e, httpx.ConnectTimeout)
-                else ("timed out before the first byte")
-            )
-        except httpx.ConnectError as e:
-            return "connection refused" if "refused" in str(e).lower() else "connection failed"
-        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as e:
+        except httpx.HTTPError as e:
+            return _why(e)
+        except (httpx.InvalidURL, ValueError) as e:
             return f"request failed ({type(e).__name__})"
         return RetryAnswer(
             answer.status_code,
@@ -142,6 +141,47 @@ class Retry(OptionChecks):
             answer.content,
             answer.headers.get("retry-after"),
         )
+
+    async def open(
+        self, flow: http.HTTPFlow, request: http.Request, timeout: float
+    ) -> httpx.Response | str:
+        """``request`` sent the way mitmproxy sends the flow's, its answer open once its
+        headers came (the body still to read: ``aiter_raw``, then ``aclose``), or why none
+        came within ``timeout`` seconds (the route's, to the first byte; the connect itself
+        at most 15 s). Only the request's own headers go: httpx adds none of its defaults."""
+        import httpx
+
+        client = self._client(flow)
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in request.headers.fields
+            if k.decode("latin-1").lower() not in _HOP_BY_HOP
+        ]
+        sent = False
+
+        async def trace(event: str, info: object) -> None:
+            nonlocal sent
+            sent = sent or event.endswith("send_request_headers.started")
+
+        try:
+            built = client.build_request(
+                request.method,
+                request.url,
+                headers=headers,
+                content=request.content,
+                timeout=httpx.Timeout(None, connect=min(timeout, 15.0)),
+                extensions={"trace": trace},
+            )
+            for name in _ADDED_BY_HTTPX:
+                if name not in request.headers:
+                    built.headers.pop(name, None)
+            return await asyncio.wait_for(client.send(built, stream=True), timeout)
+        except TimeoutError:
+            return "timed out before the first byte" if sent else "connect timed out"
+        except httpx.HTTPError as e:
+            return _why(e)
+        except (httpx.InvalidURL, ValueError) as e:
+            return f"request failed ({type(e).__name__})"
 
     def _client(self, flow: http.HTTPFlow) -> httpx.AsyncClient:
         import httpx
@@ -170,6 +210,38 @@ class Retry(OptionChecks):
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
+
+
+def _why(e: httpx.HTTPError) -> str:
+    """Why an attempt got no answer, in a few words (never the URL: a query may hold a key)."""
+    import httpx
+
+    if isinstance(e, httpx.ConnectTimeout):
+        return "connect timed out"
+    if isinstance(e, httpx.TimeoutException):
+        return "timed out before the first byte"
+    if isinstance(e, httpx.ConnectError):
+        causes = _causes(e)
+        if any(isinstance(c, ConnectionRefusedError) for c in causes):
+            return "connection refused"
+        if any(isinstance(c, ssl.SSLError) for c in causes) or "ssl" in str(e).lower():
+            return "TLS handshake failed"
+        if any(isinstance(c, socket.gaierror) for c in causes):
+            return "name not resolved"
+        return "connection failed"
+    if isinstance(e, httpx.RemoteProtocolError):
+        return "the upstream closed the connection"
+    return f"request failed ({type(e).__name__})"
+
+
+def _causes(e: BaseException) -> list[BaseException]:
+    """``e`` and what caused it, down the chain (httpx wraps the socket's error)."""
+    out: list[BaseException] = []
+    seen: BaseException | None = e
+    while seen is not None and len(out) < 16:
+        out.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return out
 
 
 def _upstream_proxy(flow: http.HTTPFlow) -> tuple[str, str] | None:

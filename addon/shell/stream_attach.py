@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from mitmproxy import http
 
@@ -26,18 +25,12 @@ from addon.state import KeptBytes
 from addon.stream.decompress import UnsupportedEncoding
 from addon.stream.processor import StreamProcessor
 
-if TYPE_CHECKING:
-    from addon.shell.fallback import Fallbacks
-
 
 class StreamAttach:
     name = "cursor_bridge_stream"
 
-    def __init__(
-        self, report: Report, loop_retry: bool, fallbacks: Fallbacks | None = None
-    ) -> None:
+    def __init__(self, report: Report, loop_retry: bool) -> None:
         self.report = report
-        self.fallbacks = fallbacks
         self.runs = report.runs
         self._loop_retry = loop_retry
         """A retry addon is there: a stream the loop guard may ask again is read whole."""
@@ -90,8 +83,6 @@ class StreamAttach:
                 resp.stream = True  # passed through untouched: it still streams
             return
         if not (200 <= resp.status_code < 300):
-            if self.fallbacks is not None and self.fallbacks.holds(flow.id, resp.status_code):
-                return  # read whole: the next route of the chain is asked (``Fallbacks``)
             if plan.same_dialect:
                 resp.stream = True  # the client reads this error itself: never buffered
             return  # another dialect: buffered, re-shaped in ``response``

@@ -1,13 +1,20 @@
 """End to end: fallbacks (issue 29). One mitmdump in reverse mode; routes whose upstream is a
-loopback port with nothing listening (connection refused) or a scripted upstream that answers
-429 / 500 first, each backed by a route of another upstream dialect on its own port. Every
+loopback port with nothing listening (connection refused), a port that speaks no TLS where TLS
+is asked, a scripted upstream that answers 429 / 500 first or sends no first byte in time, each
+backed by a route of another upstream dialect on its own port; the answer that serves streams
+to the client as it comes (the bridge's relay makes every attempt of a chain). Every
 scripted upstream answers 401 in its own shape to anything but its own key in its own header,
 and the test checks the headers each one received: keys never reach another host. Read by the
 official SDKs, streamed and whole."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import re
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -15,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -50,6 +58,8 @@ class Service:
     server: ScriptedUpstream
     delay: float = 0.0
     """Seconds before the answer's first byte."""
+    linger: float = 0.0
+    """Seconds a streamed answer's body stays open after its last event."""
 
     def __call__(self, rec: Recorded) -> Reply:
         time.sleep(self.delay)
@@ -61,7 +71,10 @@ class Service:
             stream = ":streamGenerateContent" in rec.path
         else:
             stream = bool(body.get("stream"))
-        return answer(self.dialect, stream, f"hello from {self.dialect}")
+        reply = answer(self.dialect, stream, f"hello from {self.dialect}")
+        if self.linger and isinstance(reply, SSEReply):
+            reply = dataclasses.replace(reply, linger=self.linger)
+        return reply
 
     def wanted(self) -> dict[str, str]:
         return wanted(self.dialect, self.key)
@@ -91,9 +104,51 @@ DEAD = free_port()
 """A loopback port with nothing listening: connection refused."""
 
 
-def routes_text(services: dict[str, Service]) -> str:
+@pytest.fixture(scope="module")
+def no_tls() -> Iterator[int]:
+    """A loopback port that answers anything with a plain-HTTP 400: a TLS handshake fails."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                with contextlib.suppress(OSError):
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield int(server.getsockname()[1])
+    stop.set()
+    thread.join(5)
+    server.close()
+
+
+def routes_text(services: dict[str, Service], no_tls: int) -> str:
     url = {d: s.server.base_url for d, s in services.items()}
     return f"""
+[[routes]]
+name = "hang"
+model = "hang-*"
+upstream_url = "{url["openai_chat"]}"
+api_key_env = "{ENV["openai_chat"]}"
+fallback = ["claude"]
+timeout = 1
+
+[[routes]]
+name = "tls"
+model = "tls-*"
+upstream_url = "https://127.0.0.1:{no_tls}"
+api_key_env = "{ENV["openai_chat"]}"
+fallback = ["claude"]
+
 [[routes]]
 name = "dead"
 model = "dead-*"
@@ -167,11 +222,12 @@ def router(
     start_proxy: Callable[..., Proxy],
     upstream: ScriptedUpstream,
     services: dict[str, Service],
+    no_tls: int,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Proxy]:
     env = {ENV[d]: KEYS[d] for d in KEYS}
-    text = routes_text(services)
+    text = routes_text(services, no_tls)
     with routed(start_proxy, tmp_path / "routes.toml", text, env, monkeypatch, ALL_KEYS) as p:
         yield p
     assert not upstream.requests  # the reverse target (home) is never asked
@@ -317,3 +373,68 @@ def test_no_route_reachable_is_a_502_in_the_clients_dialect_naming_them(
     line = flow_line(router, "dead")
     assert "outcome=rejected" in line and "tried=" in line
     assert not any(s.server.requests for s in services.values())
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_first_attempt_with_no_first_byte_in_time_falls_back(
+    router: Proxy, services: dict[str, Service], stream: bool
+) -> None:
+    services["openai_chat"].delay = 10.0  # the hang route's timeout is 1 s
+    started = time.monotonic()
+    assert ask(router, "hang-model", stream) == "hello from anthropic"
+    assert time.monotonic() - started < 8.0  # not waited for
+    assert len(services["openai_chat"].server.requests) == 1
+    line = flow_line(router, "claude")
+    assert 'tried="hang (timed out before the first byte, cooling down 30 s)' in line
+
+
+def test_a_first_attempt_whose_tls_handshake_fails_falls_back(
+    router: Proxy, services: dict[str, Service]
+) -> None:
+    assert ask(router, "tls-model", True) == "hello from anthropic"
+    assert 'tried="tls (TLS handshake failed, cooling down 30 s)' in flow_line(router, "claude")
+
+
+def test_a_fallbacks_answer_streams_to_the_client_as_it_comes(
+    router: Proxy, services: dict[str, Service]
+) -> None:
+    """The Anthropic route answers 500; the Gemini route's stream sends its events, then keeps
+    its body open 3 s: the client has the text long before the stream ends."""
+    services["anthropic"].server.enqueue(error_reply("anthropic", "overloaded", 500))
+    services["gemini"].linger = 3.0
+    body = {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 64,
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    headers = {"x-api-key": CLIENT_KEY, "anthropic-version": "2023-06-01"}
+    started = time.monotonic()
+    text, texted = "", 0.0
+    url = f"{router.base_url}/v1/messages"
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=30) as got:
+        assert got.status_code == 200
+        for line in got.iter_lines():
+            if line.startswith("data: ") and "text_delta" in line:
+                text += json.loads(line[6:])["delta"]["text"]
+                texted = time.monotonic() - started
+    ended = time.monotonic() - started
+    assert text == "hello from gemini"
+    assert ended >= 3.0 and texted < ended - 2.0, (texted, ended)
+    assert "main (HTTP 500)" in flow_line(router, "gem")
+
+
+def test_a_client_that_hangs_up_while_the_first_attempt_waits_leaves_the_proxy_well(
+    router: Proxy, services: dict[str, Service]
+) -> None:
+    services["openai_chat"].delay = 4.0
+    client = openai.OpenAI(
+        base_url=f"{router.base_url}/v1", api_key=CLIENT_KEY, max_retries=0, timeout=0.5
+    )
+    with pytest.raises(openai.APITimeoutError):
+        client.chat.completions.create(
+            model="chain-model", messages=[{"role": "user", "content": "hi"}]
+        )
+    services["openai_chat"].delay = 0.0
+    assert ask(router, "gpt-5", True) == "hello from openai_chat"
+    assert "Traceback" not in router.log_text()

@@ -1,7 +1,9 @@
-"""The fallback addon on flows (issue 29), with the connect check and the bridge's own attempts
-replaced: a refused route is skipped before the rewrite and cools down; a 429 is held back
-from the client and the next route asked with its own key, its own dialect and none of the
-first upstream's signatures; what was tried is in the comment, the metadata and the line."""
+"""The fallback addon on flows (issue 29), with the bridge's attempts replaced (``Retry.open``)
+and the relay's leg run as the relay runs it: a flow on a route with a chain goes to the relay
+with no key and no body; a refused route or a 429 sends the same client request to the next
+route with its own key, its own dialect and none of the first upstream's signatures; the flow
+then shows the request that route was sent and its answer is read with that route's plan; what
+was tried is in the comment, the metadata and the line."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from mitmproxy import ctx, http
 from mitmproxy.proxy.mode_specs import ProxyMode
@@ -18,8 +21,8 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from addon.shell.addons import Addons, make_addons
 from addon.shell.common import META_KEY
-from addon.shell.retry import RetryAnswer
-from tests.real.clients.loop import GEMINI_SIGNATURE, Call, chat_message, gemini_chunk
+from addon.shell.relay import TOKEN_HEADER
+from tests.real.clients.loop import GEMINI_SIGNATURE, Call, chat_message, chat_sse, gemini_chunk
 
 CLIENT_KEY = "sk-ant-client-SECRET"
 CHAT_KEY = "sk-chat-route-SECRET"
@@ -52,30 +55,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def bundle(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[Addons, list[http.Request]]]:
-    monkeypatch.setenv("CB_TEST_CHAT_KEY", CHAT_KEY)
-    addons = make_addons()
-    clock = Clock()
-    addons.fallbacks.cooldowns.clock = clock
-    sent: list[http.Request] = []
-
-    async def attempt(flow: http.HTTPFlow, request: http.Request, timeout: float) -> RetryAnswer:
-        sent.append(request)
-        body = json.dumps(chat_message("hello from chat")).encode()
-        return RetryAnswer(200, "application/json", body)
-
-    monkeypatch.setattr(addons.retry, "attempt", attempt)
-    addons.fallbacks.check = reachable
-    routes = tmp_path / "routes.toml"
-    routes.write_text(ROUTES)
-    with taddons.context(*addons.all) as tctx:
-        tctx.configure(addons.settings, bridge_routes=str(routes))
-        yield addons, sent
 
 
 def messages_flow(stream: bool = False) -> http.HTTPFlow:
@@ -113,155 +92,238 @@ def messages_flow(stream: bool = False) -> http.HTTPFlow:
     return tflow.tflow(req=req)
 
 
-async def reachable(host: str, port: int, timeout: float) -> str | None:
-    return None
+type Answer = httpx.Response | str
+"""What an attempt got: an answer (its body still to read) or why none came."""
 
 
-async def refused(host: str, port: int, timeout: float) -> str | None:
-    return "connection refused" if host == "ant.example" else None
+class Bridge:
+    """The addons, the attempts they made (``sent``) and what each upstream answers next, by
+    host (``script``; the chat route answers ``hello from chat`` when nothing is queued)."""
+
+    def __init__(self, addons: Addons) -> None:
+        self.addons = addons
+        self.sent: list[http.Request] = []
+        self.script: dict[str, list[Answer]] = {}
+
+    async def open(self, flow: http.HTTPFlow, request: http.Request, timeout: float) -> Answer:
+        self.sent.append(request)
+        queued = self.script.get(request.host)
+        if queued:
+            return queued.pop(0)
+        if request.host == "chat.example":
+            body = json.loads(request.content or b"{}")
+            if body.get("stream"):
+                return reply(200, chat_sse("hello from chat"), "text/event-stream")
+            return reply(200, json.dumps(chat_message("hello from chat")).encode())
+        return "connection refused"
 
 
-def run_request(addons: Addons, f: http.HTTPFlow) -> None:
-    pending = addons.fallbacks.request(f)
+def reply(status: int, body: bytes, ctype: str = "application/json", **headers: str) -> Answer:
+    """An upstream's answer as ``Retry.open`` gives it: headers read, the body still to come."""
+    fields = [("content-type", ctype), *((k.replace("_", "-"), v) for k, v in headers.items())]
+    return httpx.Response(status, headers=fields, stream=httpx.ByteStream(body))
+
+
+@pytest.fixture
+def bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bridge]:
+    monkeypatch.setenv("CB_TEST_CHAT_KEY", CHAT_KEY)
+    addons = make_addons()
+    addons.fallbacks.cooldowns.clock = Clock()
+    bridge = Bridge(addons)
+    monkeypatch.setattr(addons.retry, "open", bridge.open)
+
+    async def start() -> int:
+        addons.fallbacks.relay.port = 54321
+        return 54321
+
+    monkeypatch.setattr(addons.fallbacks.relay, "start", start)  # no server: legs run here
+    routes = tmp_path / "routes.toml"
+    routes.write_text(ROUTES)
+    with taddons.context(*addons.all) as tctx:
+        tctx.configure(addons.settings, bridge_routes=str(routes))
+        yield bridge
+
+
+def to_relay(bridge: Bridge, f: http.HTTPFlow) -> str:
+    """The request hooks as mitmproxy calls them; the flow leaves for the relay: plain HTTP
+    to 127.0.0.1, never through an upstream proxy, no key, no body. Its token."""
+    pending = bridge.addons.fallbacks.request(f)
     assert pending is not None
     asyncio.run(pending)  # type: ignore[arg-type]
-    addons.request.request(f)
+    bridge.addons.request.request(f)
+    req = f.request
+    assert (req.scheme, req.host, req.port) == ("http", "127.0.0.1", 54321)
+    assert sorted(f.request.headers.keys()) == ["content-length", "host", TOKEN_HEADER]
+    sent = bridge.addons.fallbacks._pending[f.id].attempt.request
+    assert f.request.headers["host"] == sent.host_header  # what the view shows meanwhile
+    assert f.request.content == b""
+    assert f.server_conn.address is None and f.server_conn.via is None
+    return f.request.headers[TOKEN_HEADER]
 
 
-def test_a_refused_route_is_skipped_before_the_rewrite_and_cools_down(
-    bundle: tuple[Addons, list[http.Request]],
-) -> None:
-    addons, _ = bundle
-    addons.fallbacks.check = refused
-    f = messages_flow()
-    run_request(addons, f)
-    assert f.request.url == "http://chat.example:8080/v1x/v1/chat/completions"
-    assert f.request.headers["authorization"] == f"Bearer {CHAT_KEY}"
-    assert CLIENT_KEY not in str(f.request.headers) and "x-api-key" not in f.request.headers
-    assert SIGNATURE not in (f.request.get_text() or "")
-    assert addons.fallbacks.cooldowns.left("ant") == 20
+async def _run_leg(bridge: Bridge, token: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    leg = bridge.addons.fallbacks.relay._legs.pop(token)
+    got = await leg()
+    try:
+        body = b"".join([chunk async for chunk in got.body])
+    finally:
+        await got.close()
+    return got.status, got.headers, body
+
+
+def relayed(bridge: Bridge, f: http.HTTPFlow) -> None:
+    """The relay runs the flow's leg; mitmproxy reads its answer: the answer hooks in order,
+    a stream fed to the stream callable as mitmproxy feeds it."""
+    addons = bridge.addons
+    status, headers, body = asyncio.run(_run_leg(bridge, to_relay(bridge, f)))
+    f.response = http.Response.make(status, b"", headers)
+    addons.fallbacks.responseheaders(f)
+    addons.stream.responseheaders(f)
+    stream = f.response.stream
+    if callable(stream):
+        body = b"".join([*stream(body), *stream(b"")])
+    f.response.set_content(body)
+    asyncio.run(addons.answers.response(f))
+    addons.report.response(f)
+
+
+def anthropic_text(f: http.HTTPFlow, stream: bool) -> str:
+    assert f.response is not None and f.response.status_code == 200
+    if stream:
+        assert f.response.headers["content-type"].startswith("text/event-stream")
+        assert b"event: message_start" in f.response.content
+        texts = [
+            json.loads(line[6:])["delta"].get("text", "")
+            for line in (f.response.text or "").splitlines()
+            if line.startswith("data: ") and '"content_block_delta"' in line
+        ]
+        return "".join(texts)
+    answer = json.loads(f.response.content or b"")
+    assert answer["type"] == "message"
+    return "".join(b["text"] for b in answer["content"] if b["type"] == "text")
+
+
+def check_chat_request(request: http.Request) -> None:
+    """The chat route's attempt: its address, its key only, none of the Anthropic signatures."""
+    assert request.url == "http://chat.example:8080/v1x/v1/chat/completions"
+    assert request.headers["authorization"] == f"Bearer {CHAT_KEY}"
+    assert CLIENT_KEY not in str(request.headers) and "x-api-key" not in request.headers
+    text = request.get_text() or ""
+    assert SIGNATURE not in text and "signature" not in text
+    assert json.loads(text)["model"] == "claude-sonnet-4-6"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_refused_route_falls_back_and_cools_down(bundle: Bridge, stream: bool) -> None:
+    f = messages_flow(stream)
+    relayed(bundle, f)
+    first, second = bundle.sent
+    assert first.host == "ant.example" and first.headers["x-api-key"] == CLIENT_KEY
+    check_chat_request(second)
+    assert anthropic_text(f, stream) == "hello from chat"
+    # The flow shows the request the serving route was sent, and that route's plan read it.
+    assert f.request.url == second.url and f.request.content == second.content
+    assert TOKEN_HEADER not in f.request.headers
+    assert bundle.addons.fallbacks.cooldowns.left("ant") == 20
     meta = f.metadata[META_KEY]
     assert meta["route"] == "chat"
     assert meta["fallback"]["tried"] == ["ant (connection refused, cooling down 20 s)"]
     assert meta["fallback"]["upstream_url"] == "http://chat.example:8080"
     assert "served by chat (http://chat.example:8080, model claude-sonnet-4-6)" in f.comment
     assert CHAT_KEY not in f.comment and CHAT_KEY not in json.dumps(meta)
+    assert f.marked == ":repeat:"  # the fallback the bridge sent counts as a retry
 
-    # Within the cooldown: no check at all, straight to the fallback.
-    checked: list[str] = []
-
-    async def spy(host: str, port: int, timeout: float) -> str | None:
-        checked.append(host)
-        return None
-
-    addons.fallbacks.check = spy
-    g = messages_flow()
-    run_request(addons, g)
-    assert g.request.host == "chat.example" and "ant.example" not in checked
+    # Within the cooldown the chain starts at the chat route: ant is not asked at all.
+    g = messages_flow(stream)
+    relayed(bundle, g)
+    assert [r.host for r in bundle.sent[2:]] == ["chat.example"]
+    assert anthropic_text(g, stream) == "hello from chat"
     assert g.metadata[META_KEY]["fallback"]["tried"][0].startswith("ant (skipped, cooling down")
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_a_429_is_held_back_and_the_next_route_answers_in_the_clients_dialect(
-    bundle: tuple[Addons, list[http.Request]], stream: bool
-) -> None:
-    addons, sent = bundle
-    f = messages_flow(stream)
-    run_request(addons, f)
-    assert f.request.host == "ant.example"
-    assert f.request.headers["x-api-key"] == CLIENT_KEY  # client_key = true
+def test_a_429_falls_back_and_retry_after_sets_the_cooldown(bundle: Bridge, stream: bool) -> None:
     error = {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
-    f.response = tutils.tresp(
-        status_code=429,
-        headers=http.Headers(content_type="application/json", retry_after="45"),
-        content=json.dumps(error).encode(),
-    )
-    addons.fallbacks.responseheaders(f)
-    addons.stream.responseheaders(f)
-    assert not f.response.stream  # held back: nothing reached the client
-    asyncio.run(addons.answers.response(f))
-    addons.report.response(f)
-
-    (request,) = sent
-    assert request.url == "http://chat.example:8080/v1x/v1/chat/completions"
-    assert request.headers["authorization"] == f"Bearer {CHAT_KEY}"
-    assert CLIENT_KEY not in str(request.headers)
-    text = request.get_text() or ""
-    assert SIGNATURE not in text and "signature" not in text  # no other upstream's signatures
-    assert json.loads(text)["model"] == "claude-sonnet-4-6"
-    assert f.response.status_code == 200
-    if stream:
-        assert f.response.headers["content-type"].startswith("text/event-stream")
-        assert b"event: message_start" in f.response.content
-        assert b"hello from chat" in f.response.content
-    else:
-        answer = json.loads(f.response.content)
-        assert answer["type"] == "message"
-        assert answer["content"][-1] == {"type": "text", "text": "hello from chat"}
-    assert addons.fallbacks.cooldowns.left("ant") == 45
+    bundle.script["ant.example"] = [reply(429, json.dumps(error).encode(), retry_after="45")]
+    f = messages_flow(stream)
+    relayed(bundle, f)
+    _, second = bundle.sent
+    check_chat_request(second)
+    assert anthropic_text(f, stream) == "hello from chat"
+    assert bundle.addons.fallbacks.cooldowns.left("ant") == 45
     meta = f.metadata[META_KEY]
     assert meta["fallback"]["served_by"] == "chat"
     assert meta["fallback"]["tried"] == ["ant (HTTP 429, cooling down 45 s)"]
     assert "tried: ant (HTTP 429, cooling down 45 s)" in f.comment
-    assert f.marked == ":repeat:"
 
 
-def test_a_4xx_other_than_429_does_not_fall_back(
-    bundle: tuple[Addons, list[http.Request]],
-) -> None:
-    addons, sent = bundle
-    f = messages_flow()
-    run_request(addons, f)
+def test_a_4xx_other_than_429_does_not_fall_back(bundle: Bridge) -> None:
     error = {"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}}
-    f.response = tutils.tresp(
-        status_code=400,
-        headers=http.Headers(content_type="application/json"),
-        content=json.dumps(error).encode(),
+    bundle.script["ant.example"] = [reply(400, json.dumps(error).encode())]
+    f = messages_flow()
+    relayed(bundle, f)
+    assert [r.host for r in bundle.sent] == ["ant.example"]
+    assert f.response is not None and f.response.status_code == 400
+    assert json.loads(f.response.content or b"") == error
+    assert f.request.host == "ant.example" and f.request.headers["x-api-key"] == CLIENT_KEY
+    assert bundle.addons.fallbacks.cooldowns.left("ant") == 0
+    assert "fallback" not in f.metadata[META_KEY]
+
+
+def test_every_route_failing_gives_the_last_error_in_the_clients_dialect(bundle: Bridge) -> None:
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+    down = {"error": {"message": "chat is down", "type": "server_error", "code": None}}
+    bundle.script["ant.example"] = [reply(529, json.dumps(overloaded).encode())]
+    bundle.script["chat.example"] = [reply(503, json.dumps(down).encode())]
+    f = messages_flow()
+    relayed(bundle, f)
+    assert f.response is not None and f.response.status_code == 503
+    body = json.loads(f.response.content or b"")
+    assert body["type"] == "error" and "chat is down" in body["error"]["message"]
+    assert "no route answered; tried: ant (HTTP 529), chat (HTTP 503, cooling down 30 s)" in (
+        f.comment
     )
-    addons.fallbacks.responseheaders(f)
-    addons.stream.responseheaders(f)
-    asyncio.run(addons.answers.response(f))
-    assert not sent and f.response.status_code == 400
-    assert addons.fallbacks.cooldowns.left("ant") == 0
+    assert f.metadata[META_KEY]["fallback"]["served_by"] is None
+    assert f.request.host == "chat.example"  # the flow shows the request that got this error
 
 
-def test_behind_an_upstream_proxy_there_is_no_connect_check(
-    bundle: tuple[Addons, list[http.Request]],
+def test_no_route_reachable_is_answered_in_the_clients_dialect(bundle: Bridge) -> None:
+    bundle.script["chat.example"] = ["connect timed out"]
+    f = messages_flow()
+    relayed(bundle, f)
+    assert f.response is not None and f.response.status_code == 504  # the last one timed out
+    body = json.loads(f.response.content or b"")
+    assert body["type"] == "error" and body["error"]["type"] == "timeout_error"
+    message = body["error"]["message"]
+    assert "ant (connection refused, cooling down 20 s)" in message
+    assert "chat (connect timed out, cooling down 30 s)" in message
+    assert f.marked == ":no_entry:"
+    assert f.metadata[META_KEY]["action"] == "rejected"
+
+
+def test_behind_an_upstream_proxy_the_relay_leg_is_direct_and_the_attempts_are_not(
+    bundle: Bridge,
 ) -> None:
-    addons, _ = bundle
-    checked: list[str] = []
-
-    async def spy(host: str, port: int, timeout: float) -> str | None:
-        checked.append(host)
-        return "connection refused"
-
-    addons.fallbacks.check = spy
     f = messages_flow()
     f.client_conn.proxy_mode = ProxyMode.parse("upstream:http://127.0.0.1:3128")
-    run_request(addons, f)
-    assert not checked and f.request.host == "ant.example"
+    to_relay(bundle, f)  # mitmproxy reaches the relay directly (``via`` None)
+    assert f.client_conn.proxy_mode.type_name == "upstream"  # the attempts go through it
 
 
-def test_no_route_reachable_is_answered_in_the_clients_dialect(
-    bundle: tuple[Addons, list[http.Request]],
-) -> None:
-    addons, _ = bundle
-
-    async def down(host: str, port: int, timeout: float) -> str | None:
-        return "connection refused"
-
-    addons.fallbacks.check = down
+def test_a_flow_that_ends_before_its_answer_shows_its_request_again(bundle: Bridge) -> None:
     f = messages_flow()
-    pending = addons.fallbacks.request(f)
-    assert pending is not None
-    asyncio.run(pending)  # type: ignore[arg-type]
-    assert f.response is not None and f.response.status_code == 502
-    body = json.loads(f.response.content)
-    assert body["type"] == "error" and body["error"]["type"] == "api_error"
-    assert "tried: ant (connection refused" in body["error"]["message"]
-    assert f.marked == ":no_entry:"
-    addons.request.request(f)  # the rewrite leaves an answered flow alone
-    assert f.response.status_code == 502
+    token = to_relay(bundle, f)
+    f.error = flow_error()
+    bundle.addons.fallbacks.error(f)
+    assert f.request.url == "https://ant.example/v1/messages"
+    assert f.request.headers["x-api-key"] == CLIENT_KEY and f.request.content
+    assert token not in bundle.addons.fallbacks.relay._legs  # the relay will not serve it
+
+
+def flow_error() -> Any:
+    from mitmproxy.flow import Error
+
+    return Error("client disconnected")
 
 
 GEMINI_ROUTES = """
@@ -311,34 +373,28 @@ def cursor_flow(messages: list[dict[str, Any]]) -> http.HTTPFlow:
     return tflow.tflow(req=req)
 
 
-def answered(addons: Addons, f: http.HTTPFlow, status: int, body: Any) -> None:
-    f.response = tutils.tresp(
-        status_code=status,
-        headers=http.Headers(content_type="application/json"),
-        content=json.dumps(body).encode(),
-    )
-    addons.fallbacks.responseheaders(f)
-    addons.stream.responseheaders(f)
-    asyncio.run(addons.answers.response(f))
-    addons.report.response(f)
+def answered(bridge: Bridge, f: http.HTTPFlow, status: int, body: Any, host: str) -> None:
+    bridge.script[host] = [reply(status, json.dumps(body).encode())]
+    relayed(bridge, f)
 
 
 def test_a_fallback_to_another_upstream_gets_none_of_the_first_upstreams_signatures(
-    bundle: tuple[Addons, list[http.Request]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    bundle: Bridge, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Turn 1 on the Gemini route: its thought signature goes into the reasoning store (Cursor
     drops it). Turn 2: the Gemini request gets it back (the store had it), the Gemini route
     answers 429, and the chat route's request carries none of it."""
-    addons, sent = bundle
     monkeypatch.setenv("CB_TEST_G_KEY", "AIza-g-SECRET")
     routes = tmp_path / "gemini.toml"
     routes.write_text(GEMINI_ROUTES)
     ctx.options.update(bridge_routes=str(routes), bridge_store_size=1000)  # the store on
-    assert addons.store.store is not None
+    assert bundle.addons.store.store is not None
     first = cursor_flow([{"role": "user", "content": "read a"}])
-    run_request(addons, first)
-    answered(addons, first, 200, gemini_chunk(None, [Call("read_file", {"path": "a"})]))
-    (call,) = json.loads(first.response.content)["choices"][0]["message"]["tool_calls"]
+    answered(
+        bundle, first, 200, gemini_chunk(None, [Call("read_file", {"path": "a"})]), "g.example"
+    )
+    assert first.response is not None
+    (call,) = json.loads(first.response.content or b"")["choices"][0]["message"]["tool_calls"]
 
     history = [
         {"role": "user", "content": "read a"},
@@ -346,14 +402,13 @@ def test_a_fallback_to_another_upstream_gets_none_of_the_first_upstreams_signatu
         {"role": "tool", "tool_call_id": call["id"], "content": "file a"},
     ]
     second = cursor_flow(history)
-    run_request(addons, second)
-    assert second.request.host == "g.example"
-    assert GEMINI_SIGNATURE in (second.request.get_text() or "")  # restored for Gemini
-    answered(addons, second, 429, {"error": {"code": 429, "message": "quota"}})
-    (request,) = sent
-    assert request.host == "chat.example"
-    text = request.get_text() or ""
+    answered(bundle, second, 429, {"error": {"code": 429, "message": "quota"}}, "g.example")
+    gemini, chat = bundle.sent[1:]
+    assert gemini.host == "g.example"
+    assert GEMINI_SIGNATURE in (gemini.get_text() or "")  # restored for Gemini
+    assert chat.host == "chat.example"
+    text = chat.get_text() or ""
     assert GEMINI_SIGNATURE not in text and "thoughtSignature" not in text
     assert json.loads(text)["messages"][1]["tool_calls"][0]["id"] == call["id"]
-    assert second.response.status_code == 200
+    assert second.response is not None and second.response.status_code == 200
     assert second.metadata[META_KEY]["fallback"]["served_by"] == "c2"

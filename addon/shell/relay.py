@@ -1,0 +1,201 @@
+"""The relay: a loopback HTTP server inside the addon that makes a fallback chain's attempts.
+
+mitmproxy sends a flow on a route with a ``fallback`` chain here (plain HTTP/1.1 on
+127.0.0.1, a port of the system's choosing, one single-use token per flow, no key and no
+body on this leg). The token names the flow's *leg*: a coroutine of the fallbacks addon that
+makes the attempts with httpx (connect and first-byte timeouts, the next route on a failure)
+and gives back the answer to relay. Its body is written to mitmproxy as it comes, so the
+answer side reads it as it reads any upstream's, streamed. Why a relay: docs/routes.md
+("How each attempt goes"). HTTP is read and written with h11.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import h11
+
+from addon.shell.common import internal_error, log
+
+TOKEN_HEADER = "x-cursor-bridge-relay"
+"""The request header that names the leg (a random single-use token)."""
+MAX_LEGS = 10_000
+"""Legs registered and not yet asked for; the oldest are forgotten past this (a leak guard)."""
+IDLE = 300.0
+"""Seconds a kept-alive connection from mitmproxy may wait for its next request."""
+READ = 65536
+
+
+@dataclass(slots=True)
+class Relayed:
+    """An answer for mitmproxy: the upstream's status line and headers (hop-by-hop ones
+    left out) and its body, raw (still content-encoded), as an async iterator."""
+
+    status: int
+    reason: bytes
+    headers: list[tuple[bytes, bytes]]
+    body: AsyncIterator[bytes]
+    close: Callable[[], Awaitable[None]]
+    """Lets go of the upstream's connection (called once the body is written or abandoned)."""
+
+
+type Leg = Callable[[], Awaitable[Relayed]]
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _once(body: bytes) -> AsyncIterator[bytes]:
+    if body:
+        yield body
+
+
+def whole(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> Relayed:
+    """An answer whose body is already read (an error, the bridge's own)."""
+    return Relayed(status, b"", headers, _once(body), _nothing)
+
+
+class Relay:
+    """The loopback server and its legs, one per flow in flight (by token)."""
+
+    def __init__(self) -> None:
+        self._legs: OrderedDict[str, Leg] = OrderedDict()
+        self._server: asyncio.Server | None = None
+        self._lock = asyncio.Lock()
+        self.port = 0
+
+    async def start(self) -> int:
+        """The relay's port, the server started on first use (in mitmproxy's event loop)."""
+        async with self._lock:
+            if self._server is None:
+                server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+                self.port = int(server.sockets[0].getsockname()[1])
+                self._server = server
+                log.debug("cursor-bridge: fallback relay on 127.0.0.1:%d", self.port)
+        return self.port
+
+    def add(self, leg: Leg) -> str:
+        """Registers ``leg``; the token mitmproxy's request to the relay carries."""
+        token = secrets.token_urlsafe(24)
+        self._legs[token] = leg
+        while len(self._legs) > MAX_LEGS:
+            self._legs.popitem(last=False)
+        return token
+
+    def drop(self, token: str) -> None:
+        """A leg mitmproxy will not ask for (its flow ended before)."""
+        self._legs.pop(token, None)
+
+    async def stop(self) -> None:
+        server, self._server = self._server, None
+        self._legs.clear()
+        if server is not None:
+            server.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(server.wait_closed(), 2.0)
+
+    # ------------------------------------------------------------------ one connection
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                request = await asyncio.wait_for(_request(conn, reader), IDLE)
+                if request is None or not await self._answer(conn, request, reader, writer):
+                    return
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+        except (TimeoutError, ConnectionError, OSError, h11.ProtocolError):
+            return  # mitmproxy went away, or spoke no HTTP/1.1 we serve: the connection ends
+        except Exception as e:
+            internal_error("cursor-bridge: fallback relay", e)
+        finally:
+            writer.close()
+
+    async def _answer(
+        self,
+        conn: h11.Connection,
+        request: h11.Request,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
+        """The leg's answer written to mitmproxy; False when the connection must end."""
+        token = _header(request, TOKEN_HEADER)
+        leg = self._legs.pop(token, None) if token else None
+        if leg is None:
+            body = b"cursor-bridge relay: unknown or used token\n"
+            relayed = whole(404, [(b"content-type", b"text/plain")], body)
+        else:
+            got = await _unless_gone(leg(), reader)
+            if got is None:
+                return False  # mitmproxy closed the connection: its client went away
+            relayed = got
+        try:
+            head = h11.Response(
+                status_code=relayed.status, reason=relayed.reason, headers=relayed.headers
+            )
+            writer.write(conn.send(head) or b"")
+            await writer.drain()
+            async for chunk in relayed.body:
+                if chunk:
+                    writer.write(conn.send(h11.Data(data=chunk)) or b"")
+                    await writer.drain()
+            writer.write(conn.send(h11.EndOfMessage()) or b"")
+            await writer.drain()
+            return True
+        except (ConnectionError, OSError, h11.ProtocolError):
+            return False
+        except Exception as e:  # the upstream's body failed mid-way (httpx): cut it off
+            log.info("cursor-bridge: fallback relay: answer cut off (%s)", type(e).__name__)
+            return False
+        finally:
+            await relayed.close()
+
+
+async def _request(conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request | None:
+    """The next request, its body read and let go; None when mitmproxy closed the connection."""
+    request: h11.Request | None = None
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await reader.read(READ))
+            continue
+        if isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.EndOfMessage):
+            return request
+        elif isinstance(event, h11.ConnectionClosed):
+            return None
+
+
+async def _unless_gone(leg: Awaitable[Relayed], reader: asyncio.StreamReader) -> Relayed | None:
+    """The leg's answer, or None when mitmproxy closes the connection first (the client hung
+    up while the attempts ran: they are cancelled)."""
+    task = asyncio.ensure_future(leg)
+    gone = asyncio.ensure_future(reader.read(1))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        late = await task
+        await late.close()
+    return None
+
+
+def _header(request: h11.Request, name: str) -> str:
+    wanted = name.encode()
+    for key, value in request.headers:
+        if key == wanted:
+            return value.decode("latin-1")
+    return ""

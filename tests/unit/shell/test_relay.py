@@ -1,0 +1,238 @@
+"""The fallback relay on loopback (``addon.shell.relay``), asked as mitmproxy asks it (HTTP/1.1,
+one connection kept alive): a leg's body arrives piece by piece as the leg gives it, a token
+serves once, a client that goes away cancels the leg and lets go of its upstream, a body that
+fails mid-way cuts the connection (the client never reads a short answer as a whole one), and
+the same connection serves the next flow's leg. Then ``Retry.open``, the attempt the legs make,
+against loopback servers: refused, no TLS where TLS was asked, no first byte in time, and only
+the request's own headers sent."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+import pytest
+from mitmproxy import http
+from mitmproxy.test import taddons, tflow, tutils
+
+from addon.shell.relay import TOKEN_HEADER, Relay, Relayed, whole
+from addon.shell.retry import Retry
+
+TIMEOUT = 10.0
+
+
+def run[T](make: Callable[[], Awaitable[T]]) -> T:
+    return asyncio.run(asyncio.wait_for(make(), 30))
+
+
+class Pieces:
+    """A body given piece by piece, each only when the test lets it go (``release``)."""
+
+    def __init__(self, *pieces: bytes, fail_after: int | None = None) -> None:
+        self.pieces = list(pieces)
+        self.fail_after = fail_after
+        self.gate = asyncio.Queue[None]()
+        self.closed = asyncio.Event()
+
+    async def body(self) -> AsyncIterator[bytes]:
+        for i, piece in enumerate(self.pieces):
+            if i == self.fail_after:
+                raise httpx.RemoteProtocolError("peer closed connection")
+            await self.gate.get()
+            yield piece
+
+    def release(self) -> None:
+        self.gate.put_nowait(None)
+
+    async def close(self) -> None:
+        self.closed.set()
+
+    def relayed(self, status: int = 200) -> Relayed:
+        headers = [(b"content-type", b"text/event-stream")]
+        return Relayed(status, b"OK", headers, self.body(), self.close)
+
+
+def test_a_legs_body_arrives_as_it_comes_and_the_connection_serves_the_next_flow() -> None:
+    async def go() -> None:
+        relay = Relay()
+        port = await relay.start()
+        pieces = Pieces(b"data: 1\n\n", b"data: 2\n\n")
+
+        async def leg() -> Relayed:
+            return pieces.relayed()
+
+        token = relay.add(leg)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT) as c:
+            async with c.stream("POST", "/v1/x", headers={TOKEN_HEADER: token}) as got:
+                assert got.status_code == 200
+                assert got.headers["content-type"] == "text/event-stream"
+                assert got.headers["transfer-encoding"] == "chunked"
+                reading = got.aiter_raw()
+                pieces.release()
+                assert await anext(reading) == b"data: 1\n\n"  # before the second exists
+                pieces.release()
+                assert await anext(reading) == b"data: 2\n\n"
+                with pytest.raises(StopAsyncIteration):
+                    await anext(reading)
+            assert pieces.closed.is_set()
+            # A token serves once.
+            again = await c.post("/v1/x", headers={TOKEN_HEADER: token})
+            assert again.status_code == 404
+            # The same kept-alive connection serves the next flow's leg.
+            second = relay.add(lambda: _whole(b'{"ok": true}'))
+            got2 = await c.post("/v1/x", headers={TOKEN_HEADER: second})
+            assert got2.status_code == 201 and got2.json() == {"ok": True}
+            assert (await c.post("/v1/x")).status_code == 404  # no token at all
+        await relay.stop()
+
+    run(go)
+
+
+async def _whole(body: bytes) -> Relayed:
+    return whole(201, [(b"content-type", b"application/json")], body)
+
+
+def test_a_client_that_goes_away_cancels_the_leg() -> None:
+    async def go() -> None:
+        relay = Relay()
+        port = await relay.start()
+        started, cancelled = asyncio.Event(), asyncio.Event()
+
+        async def leg() -> Relayed:
+            started.set()
+            try:
+                await asyncio.sleep(60)  # an upstream that sends no first byte
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            raise AssertionError("not reached")
+
+        token = relay.add(leg)
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            f"POST / HTTP/1.1\r\nhost: x\r\n{TOKEN_HEADER}: {token}\r\ncontent-length: 0\r\n\r\n".encode()
+        )
+        await writer.drain()
+        await asyncio.wait_for(started.wait(), TIMEOUT)
+        writer.close()  # mitmproxy closes: its client hung up
+        await asyncio.wait_for(cancelled.wait(), TIMEOUT)
+        await relay.stop()
+
+    run(go)
+
+
+def test_a_body_that_fails_mid_way_cuts_the_connection() -> None:
+    async def go() -> None:
+        relay = Relay()
+        port = await relay.start()
+        pieces = Pieces(b"data: 1\n\n", b"never", fail_after=1)
+
+        async def leg() -> Relayed:
+            return pieces.relayed()
+
+        token = relay.add(leg)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT) as c:
+            pieces.release()
+            with pytest.raises(httpx.RemoteProtocolError):
+                async with c.stream("POST", "/", headers={TOKEN_HEADER: token}) as got:
+                    assert [p async for p in got.aiter_raw()] == [b"data: 1\n\n"]
+        assert pieces.closed.is_set()
+        await relay.stop()
+
+    run(go)
+
+
+# ---------------------------------------------------------------------- Retry.open
+
+
+@contextlib.asynccontextmanager
+async def server(
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> AsyncIterator[int]:
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield int(srv.sockets[0].getsockname()[1])
+    finally:
+        srv.close()
+
+
+def request_to(url: str, **headers: str) -> http.Request:
+    req = tutils.treq()
+    req.url = url
+    req.method = "POST"
+    req.headers = http.Headers(**{"content-type": "application/json", **headers})
+    req.content = b'{"model": "m"}'
+    return req
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def opened(url: str, timeout: float = 5.0, **headers: str) -> httpx.Response | str:
+    retry = Retry()
+    try:
+        return await retry.open(tflow.tflow(), request_to(url, **headers), timeout)
+    finally:
+        await retry.done()
+
+
+def test_open_says_why_no_answer_came() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        await asyncio.sleep(30)  # reads the request, answers nothing
+
+    async def plain(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+
+    async def go() -> None:
+        assert await opened(f"http://127.0.0.1:{free_port()}/v1") == "connection refused"
+        async with server(plain) as port:
+            assert await opened(f"https://127.0.0.1:{port}/v1") == "TLS handshake failed"
+        async with server(silent) as port:
+            got = await opened(f"https://127.0.0.1:{port}/v1", timeout=0.5)
+            assert got == "connect timed out"  # the TLS handshake never ends
+            started = asyncio.get_running_loop().time()
+            got = await opened(f"http://127.0.0.1:{port}/v1", timeout=0.5)
+            assert got == "timed out before the first byte"
+            assert asyncio.get_running_loop().time() - started < 5
+
+    with taddons.context():
+        run(go)
+
+
+def test_open_sends_the_requests_own_headers_and_leaves_the_body_to_read() -> None:
+    seen: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
+        writer.write(b"transfer-encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async def go() -> None:
+        retry = Retry()
+        async with server(answer) as port:
+            url = f"http://127.0.0.1:{port}/v1"
+            got = await retry.open(tflow.tflow(), request_to(url, authorization="Bearer k"), 5.0)
+            assert isinstance(got, httpx.Response) and got.status_code == 200
+            assert b"".join([c async for c in got.aiter_raw()]) == b"data: 1\n\n"
+            await got.aclose()
+        await retry.done()
+        head = seen[0].decode().lower()
+        assert "authorization: bearer k" in head
+        for added in ("user-agent", "accept-encoding", "accept:"):
+            assert added not in head
+
+    with taddons.context():
+        run(go)
