@@ -45,6 +45,8 @@ def served(
         _all_failed(report, flow, run, by.plan, failures)
     elif failures:
         note_served(flow, run, by.plan, flow.request, failures)
+        if all(f.why == "skipped" for f in failures):
+            return  # routes cooling down were passed over: nothing fell back on this flow
         report.state.count("fallbacks answered")
         log.info(
             "%s: fallback answered HTTP %d; tried: %s",

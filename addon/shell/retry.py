@@ -197,11 +197,15 @@ class Retry(OptionChecks):
                 proxy = httpx.Proxy(url, headers={"Proxy-Authorization": auth} if auth else None)
             # trust_env=False: the retry and its key never go to a proxy named by the
             # environment (HTTPS_PROXY where the bridge runs), only where the request went.
+            # No cap on connections: mitmproxy has none, and a fallback chain's every
+            # stream is an attempt here (a capped pool would queue the 101st past its
+            # first-byte timeout).
             client = httpx.AsyncClient(
                 timeout=httpx.Timeout(self._timeout, connect=15.0),
                 verify=not _ssl_insecure(),
                 trust_env=False,
                 proxy=proxy,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
             )
             self._clients[via] = client
         return client

@@ -113,6 +113,23 @@ class Config:
     dialect: str
     bridge: bool = True
     options: tuple[tuple[str, str], ...] = ()
+    routes: str = ""
+    """A routes file's text (``bridge_routes``); empty: the default routes."""
+
+
+FALLBACK_ROUTES = """
+[[routes]]
+name = "chat"
+path = "*/chat/completions"
+fallback = ["backup"]
+
+[[routes]]
+name = "backup"
+path = "*/chat/completions"
+model = "never-*"
+"""
+"""OpenAI→OpenAI on a route with a ``fallback`` chain: every request goes through the relay
+(the first route answers, the chain is never walked)."""
 
 
 CONFIGS: tuple[Config, ...] = (
@@ -123,6 +140,9 @@ CONFIGS: tuple[Config, ...] = (
     Config("invoke", "`invoke` text protocol", "openai", options=(("bridge_tool_mode", "invoke"),)),
     Config("gemini", "Gemini→OpenAI", "gemini"),
     Config("responses", "Responses→OpenAI", "responses"),
+    Config(
+        "fallback", "OpenAI→OpenAI with a `fallback` (the relay)", "openai", routes=FALLBACK_ROUTES
+    ),
 )
 
 
@@ -146,6 +166,10 @@ def mitmdump_argv(config: Config, upstream: int, port: int, confdir: Path) -> li
         **({} if config.bridge else {"stream_large_bodies": "1"}),
         **dict(config.options),
     }
+    if config.routes:
+        routes = confdir / "routes.toml"
+        routes.write_text(config.routes)
+        settings["bridge_routes"] = str(routes)
     for k, v in settings.items():
         argv += ["--set", f"{k}={v}"]
     return argv

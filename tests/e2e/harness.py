@@ -784,3 +784,16 @@ def stream_request(
         return StreamedResponse(resp.status, Headers(resp.getheaders()), pieces)
     finally:
         conn.close()
+
+
+class ModeProxy(Proxy):
+    """A ``Proxy`` in another mode than reverse (``regular``, ``upstream:URL``)."""
+
+    def __init__(self, upstream_port: int, mode: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(upstream_port, *args, **kwargs)
+        self.mode = mode
+
+    def command(self) -> list[str]:
+        args = super().command()
+        args[args.index("--mode") + 1] = self.mode
+        return args

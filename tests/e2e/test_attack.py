@@ -39,6 +39,7 @@ from tests.e2e.harness import (
     MITMDUMP,
     SAME_DIALECT_ROUTES,
     JSONReply,
+    ModeProxy,
     Proxy,
     RawReply,
     ScriptedUpstream,
@@ -69,19 +70,6 @@ CHAT_ANSWER = {
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class ModeProxy(Proxy):
-    """A ``Proxy`` in another mode than reverse (``regular``, ``upstream:URL``)."""
-
-    def __init__(self, upstream_port: int, mode: str, *args: Any, **kwargs: Any) -> None:
-        super().__init__(upstream_port, *args, **kwargs)
-        self.mode = mode
-
-    def command(self) -> list[str]:
-        args = super().command()
-        args[args.index("--mode") + 1] = self.mode
-        return args
 
 
 @pytest.fixture

@@ -26,8 +26,11 @@ import httpx
 import openai
 import pytest
 
+from tests.e2e import harness
 from tests.e2e.harness import (
+    HOST,
     JSONReply,
+    ModeProxy,
     Proxy,
     Recorded,
     Reply,
@@ -37,7 +40,7 @@ from tests.e2e.harness import (
     sse_from_payloads,
 )
 from tests.e2e.keyed import routed, running, sent, wanted
-from tests.real.clients.loop import answer, check_request
+from tests.real.clients.loop import answer, chat_message, check_request
 
 CLIENT_KEY = "sk-client-SECRET-fb"
 KEYS = {
@@ -438,3 +441,62 @@ def test_a_client_that_hangs_up_while_the_first_attempt_waits_leaves_the_proxy_w
     services["openai_chat"].delay = 0.0
     assert ask(router, "gpt-5", True) == "hello from openai_chat"
     assert "Traceback" not in router.log_text()
+
+
+UPSTREAM_MODE_ROUTES = """
+[[routes]]
+name = "a"
+path = "*/chat/completions"
+upstream_url = "http://a.invalid"
+client_key = true
+fallback = ["b"]
+
+[[routes]]
+name = "b"
+path = "*/chat/completions"
+model = "never-*"
+upstream_url = "http://b.invalid"
+client_key = true
+"""
+
+
+def test_behind_an_upstream_proxy_every_attempt_goes_through_it_never_the_environments(
+    upstream: ScriptedUpstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--mode upstream:`` with ``upstream_auth``: the scripted upstream plays the upstream
+    proxy (it gets absolute-form requests) and answers the first route 503; HTTP(S)_PROXY
+    point at a trap. The relay leg goes to 127.0.0.1 directly: the proxy never sees it."""
+    routes = tmp_path / "routes.toml"
+    routes.write_text(UPSTREAM_MODE_ROUTES)
+    with ScriptedUpstream() as trap:
+        env = harness._child_env()
+        env.update(HTTP_PROXY=trap.base_url, HTTPS_PROXY=trap.base_url, NO_PROXY="")
+        env.update(http_proxy=trap.base_url, https_proxy=trap.base_url, no_proxy="")
+        monkeypatch.setattr(harness, "_child_env", lambda: env)
+        options = {"bridge_routes": str(routes), "upstream_auth": "proxyuser:proxypass"}
+        mode = f"upstream:http://{HOST}:{upstream.port}"
+        with ModeProxy(upstream.port, mode, options, check_options=False) as p:
+            upstream.enqueue(
+                error_reply("openai_chat", "down", 503),
+                JSONReply(chat_message("hello through the proxy")),
+            )
+            client = openai.OpenAI(
+                base_url="http://api.invalid/v1",
+                api_key=CLIENT_KEY,
+                max_retries=0,
+                timeout=30,
+                http_client=httpx.Client(proxy=f"http://{HOST}:{p.port}", trust_env=False),
+            )
+            done = client.chat.completions.create(
+                model="gpt-4.1", messages=[{"role": "user", "content": "hi"}]
+            )
+            assert done.choices[0].message.content == "hello through the proxy"
+            first, second = upstream.wait_for_requests(2)
+            assert first.path == "http://a.invalid/v1/chat/completions"
+            assert second.path == "http://b.invalid/v1/chat/completions"
+            for rec in (first, second):
+                assert rec.headers["proxy-authorization"] == "Basic cHJveHl1c2VyOnByb3h5cGFzcw=="
+                assert rec.headers["authorization"] == f"Bearer {CLIENT_KEY}"
+            assert len(upstream.requests) == 2  # the relay leg never went through it
+            assert trap.requests == []
+            assert 'tried="a (HTTP 503, cooling down 30 s)"' in flow_line(p, "b")

@@ -239,6 +239,9 @@ def test_a_refused_route_falls_back_and_cools_down(bundle: Bridge, stream: bool)
     assert [r.host for r in bundle.sent[2:]] == ["chat.example"]
     assert anthropic_text(g, stream) == "hello from chat"
     assert g.metadata[META_KEY]["fallback"]["tried"][0].startswith("ant (skipped, cooling down")
+    # Passing over a route that cools down is no fallback of this flow: counted once in all.
+    assert bundle.addons.report.state.counters["fallbacks answered"] == 1
+    assert g.marked != ":repeat:"
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
