@@ -6,7 +6,8 @@ body on this leg). The token names the flow's *leg*: a coroutine of the fallback
 makes the attempts with httpx (connect and first-byte timeouts, the next route on a failure)
 and gives back the answer to relay. Its body is written to mitmproxy as it comes, so the
 answer side reads it as it reads any upstream's, streamed. Why a relay: docs/routes.md
-("How each attempt goes"). HTTP is read and written with h11.
+("How each attempt goes"). Requests are read with h11; an answer's head and chunks, already
+checked by httpx as it read them from the upstream, are written as they are.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 
 import h11
 
@@ -29,6 +31,8 @@ MAX_LEGS = 10_000
 IDLE = 300.0
 """Seconds a kept-alive connection from mitmproxy may wait for its next request."""
 READ = 65536
+HOLD = 256 * 1024
+"""Bytes of an answer held for one write before the relay writes and waits for mitmproxy."""
 
 
 @dataclass(slots=True)
@@ -103,15 +107,18 @@ class Relay:
     # ------------------------------------------------------------------ one connection
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = h11.Connection(h11.SERVER)
+        left = b""
         try:
-            while True:
+            while True:  # one request at a time (mitmproxy does not pipeline), kept alive
+                conn = h11.Connection(h11.SERVER)
+                if left:
+                    conn.receive_data(left)  # (b"" would tell h11 the connection closed)
                 request = await asyncio.wait_for(_request(conn, reader), IDLE)
-                if request is None or not await self._answer(conn, request, reader, writer):
+                if request is None or not await self._answer(request, reader, writer):
                     return
-                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                left, closed = conn.trailing_data
+                if closed or _header(request, "connection").lower() == "close":
                     return
-                conn.start_next_cycle()
         except (TimeoutError, ConnectionError, OSError, h11.ProtocolError):
             return  # mitmproxy went away, or spoke no HTTP/1.1 we serve: the connection ends
         except Exception as e:
@@ -120,11 +127,7 @@ class Relay:
             writer.close()
 
     async def _answer(
-        self,
-        conn: h11.Connection,
-        request: h11.Request,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        self, request: h11.Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
         """The leg's answer written to mitmproxy; False when the connection must end."""
         token = _header(request, TOKEN_HEADER)
@@ -138,25 +141,60 @@ class Relay:
                 return False  # mitmproxy closed the connection: its client went away
             relayed = got
         try:
-            head = h11.Response(
-                status_code=relayed.status, reason=relayed.reason, headers=relayed.headers
-            )
-            writer.write(conn.send(head) or b"")
-            await writer.drain()
-            async for chunk in relayed.body:
-                if chunk:
-                    writer.write(conn.send(h11.Data(data=chunk)) or b"")
-                    await writer.drain()
-            writer.write(conn.send(h11.EndOfMessage()) or b"")
-            await writer.drain()
+            await _write(relayed, writer)
             return True
-        except (ConnectionError, OSError, h11.ProtocolError):
+        except (ConnectionError, OSError):
             return False
         except Exception as e:  # the upstream's body failed mid-way (httpx): cut it off
             log.info("cursor-bridge: fallback relay: answer cut off (%s)", type(e).__name__)
             return False
         finally:
             await relayed.close()
+
+
+async def _write(relayed: Relayed, writer: asyncio.StreamWriter) -> None:
+    """The answer as HTTP/1.1: its head, then its body as it comes — as is when it has a
+    length, else in chunks. The pieces the upstream's reads give at once are written at once
+    (one write when the loop next runs, not one per piece)."""
+    names = {k.lower() for k, _ in relayed.headers}
+    chunked = b"content-length" not in names
+    reason = relayed.reason or _reason(relayed.status)
+    head = [b"HTTP/1.1 %d %s\r\n" % (relayed.status, reason)]
+    head += [k + b": " + v + b"\r\n" for k, v in relayed.headers]
+    head.append(b"transfer-encoding: chunked\r\n\r\n" if chunked else b"\r\n")
+    writer.write(b"".join(head))
+    pending: list[bytes] = []
+    held = 0
+
+    def flush() -> None:
+        nonlocal held
+        if pending and not writer.is_closing():
+            writer.write(b"".join(pending))
+        pending.clear()
+        held = 0
+
+    loop = asyncio.get_running_loop()
+    async for piece in relayed.body:
+        if not piece:
+            continue
+        if not pending:
+            loop.call_soon(flush)
+        pending.append(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+        held += len(piece)
+        if held >= HOLD:
+            flush()
+            await writer.drain()
+    flush()
+    if chunked:
+        writer.write(b"0\r\n\r\n")
+    await writer.drain()
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b"Status"
 
 
 async def _request(conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request | None:
