@@ -141,7 +141,7 @@ class Relay:
                 return False  # mitmproxy closed the connection: its client went away
             relayed = got
         try:
-            await _write(relayed, writer)
+            await _write(relayed, reader, writer)
             return True
         except (ConnectionError, OSError):
             return False
@@ -152,10 +152,13 @@ class Relay:
             await relayed.close()
 
 
-async def _write(relayed: Relayed, writer: asyncio.StreamWriter) -> None:
+async def _write(
+    relayed: Relayed, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
     """The answer as HTTP/1.1: its head, then its body as it comes — as is when it has a
     length, else in chunks. The pieces the upstream's reads give at once are written at once
-    (one write when the loop next runs, not one per piece)."""
+    (one write when the loop next runs, not one per piece). mitmproxy closing the connection
+    (its client went away) stops it: the upstream is not read on for nobody."""
     names = {k.lower() for k, _ in relayed.headers}
     chunked = b"content-length" not in names
     reason = relayed.reason or _reason(relayed.status)
@@ -175,6 +178,8 @@ async def _write(relayed: Relayed, writer: asyncio.StreamWriter) -> None:
 
     loop = asyncio.get_running_loop()
     async for piece in relayed.body:
+        if reader.at_eof() or writer.is_closing():
+            raise ConnectionResetError("mitmproxy closed the relay's connection")
         if not piece:
             continue
         if not pending:

@@ -36,12 +36,14 @@ class Pieces:
         self.fail_after = fail_after
         self.gate = asyncio.Queue[None]()
         self.closed = asyncio.Event()
+        self.given = 0
 
     async def body(self) -> AsyncIterator[bytes]:
         for i, piece in enumerate(self.pieces):
             if i == self.fail_after:
                 raise httpx.RemoteProtocolError("peer closed connection")
             await self.gate.get()
+            self.given += 1
             yield piece
 
     def release(self) -> None:
@@ -119,6 +121,33 @@ def test_a_client_that_goes_away_cancels_the_leg() -> None:
         await asyncio.wait_for(started.wait(), TIMEOUT)
         writer.close()  # mitmproxy closes: its client hung up
         await asyncio.wait_for(cancelled.wait(), TIMEOUT)
+        await relay.stop()
+
+    run(go)
+
+
+def test_a_client_that_goes_away_mid_answer_stops_the_upstreams_reading() -> None:
+    async def go() -> None:
+        relay = Relay()
+        port = await relay.start()
+        pieces = Pieces(b"data: 1\n\n", b"data: 2\n\n", b"data: 3\n\n")
+
+        async def leg() -> Relayed:
+            return pieces.relayed()
+
+        token = relay.add(leg)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            f"POST / HTTP/1.1\r\nhost: x\r\n{TOKEN_HEADER}: {token}\r\ncontent-length: 0\r\n\r\n".encode()
+        )
+        pieces.release()
+        head = await asyncio.wait_for(reader.readuntil(b"data: 1\n\n"), TIMEOUT)
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+        writer.close()  # mitmproxy closes: its client hung up mid-answer
+        await asyncio.sleep(0.2)
+        pieces.release()  # the upstream's next piece comes: nobody is there for it
+        await asyncio.wait_for(pieces.closed.wait(), TIMEOUT)
+        assert pieces.given == 2  # the third was never asked for
         await relay.stop()
 
     run(go)
