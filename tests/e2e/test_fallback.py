@@ -14,6 +14,7 @@ import dataclasses
 import json
 import re
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -500,3 +501,56 @@ def test_behind_an_upstream_proxy_every_attempt_goes_through_it_never_the_enviro
             assert len(upstream.requests) == 2  # the relay leg never went through it
             assert trap.requests == []
             assert 'tried="a (HTTP 503, cooling down 30 s)"' in flow_line(p, "b")
+
+
+def test_in_regular_mode_an_https_request_through_connect_falls_back(
+    upstream: ScriptedUpstream, services: dict[str, Service], tmp_path: Path
+) -> None:
+    """A client that uses the bridge as its HTTPS proxy (CONNECT, mitmproxy's CA): its
+    request for ``api.openai.com`` is routed to a refused address, falls back through the
+    relay to the Anthropic service, and the answer comes back inside the tunnel."""
+    routes = tmp_path / "routes.toml"
+    routes.write_text(
+        f"""
+[[routes]]
+name = "dead"
+path = "*/chat/completions"
+upstream_url = "http://127.0.0.1:{DEAD}"
+api_key_env = "{ENV["openai_chat"]}"
+fallback = ["claude"]
+
+[[routes]]
+name = "claude"
+path = "*/chat/completions"
+model = "never-*"
+upstream = "anthropic"
+upstream_url = "{services["anthropic"].server.base_url}"
+api_key_env = "{ENV["anthropic"]}"
+"""
+    )
+    env = harness._child_env()
+    env.update({ENV[d]: KEYS[d] for d in KEYS})
+    options = {"bridge_routes": str(routes)}
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(pytest.MonkeyPatch.context()).setattr(
+            harness, "_child_env", lambda: env
+        )
+        p = stack.enter_context(ModeProxy(upstream.port, "regular", options, check_options=False))
+        ca = p.confdir / "mitmproxy-ca-cert.pem"
+        client = openai.OpenAI(
+            base_url="https://api.openai.com/v1",
+            api_key=CLIENT_KEY,
+            max_retries=0,
+            timeout=30,
+            http_client=httpx.Client(
+                proxy=f"http://{HOST}:{p.port}",
+                verify=ssl.create_default_context(cafile=str(ca)),
+                trust_env=False,
+            ),
+        )
+        done = client.chat.completions.create(
+            model="gpt-5", messages=[{"role": "user", "content": "hi"}]
+        )
+        assert done.choices[0].message.content == "hello from anthropic"
+        assert 'tried="dead (connection refused' in flow_line(p, "claude")
+    assert not upstream.requests
