@@ -177,19 +177,21 @@ async def _write(
         held = 0
 
     loop = asyncio.get_running_loop()
-    async for piece in relayed.body:
-        if reader.at_eof() or writer.is_closing():
-            raise ConnectionResetError("mitmproxy closed the relay's connection")
-        if not piece:
-            continue
-        if not pending:
-            loop.call_soon(flush)
-        pending.append(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
-        held += len(piece)
-        if held >= HOLD:
-            flush()
-            await writer.drain()
-    flush()
+    try:
+        async for piece in relayed.body:
+            if reader.at_eof() or writer.is_closing():
+                raise ConnectionResetError("mitmproxy closed the relay's connection")
+            if not piece:
+                continue
+            if not pending:
+                loop.call_soon(flush)
+            pending.append(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+            held += len(piece)
+            if held >= HOLD:
+                flush()
+                await writer.drain()
+    finally:
+        flush()  # what came before a failure still goes (the cut follows it)
     if chunked:
         writer.write(b"0\r\n\r\n")
     await writer.drain()
