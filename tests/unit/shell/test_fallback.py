@@ -74,17 +74,22 @@ def messages_flow(stream: bool = False) -> http.HTTPFlow:
             {"role": "user", "content": "second"},
         ],
     }
+    return client_flow("api.anthropic.com", "/v1/messages", ("x-api-key", CLIENT_KEY), body)
+
+
+def client_flow(host: str, path: str, key: tuple[str, str], body: Any) -> http.HTTPFlow:
+    """A client's HTTPS POST of ``body`` to ``host`` with its key header (``key``)."""
     req = tutils.treq(
-        host="api.anthropic.com",
+        host=host,
         port=443,
         scheme=b"https",
         method=b"POST",
-        path=b"/v1/messages",
+        path=path.encode(),
         headers=http.Headers(
             (
-                (b"host", b"api.anthropic.com"),
+                (b"host", host.encode()),
                 (b"content-type", b"application/json"),
-                (b"x-api-key", CLIENT_KEY.encode()),
+                (key[0].encode(), key[1].encode()),
             )
         ),
         content=json.dumps(body).encode(),
@@ -358,22 +363,8 @@ TOOLS = [
 
 def cursor_flow(messages: list[dict[str, Any]]) -> http.HTTPFlow:
     body = {"model": "gemini-3-pro-preview", "messages": messages, "tools": TOOLS}
-    req = tutils.treq(
-        host="api.openai.com",
-        port=443,
-        scheme=b"https",
-        method=b"POST",
-        path=b"/v1/chat/completions",
-        headers=http.Headers(
-            (
-                (b"host", b"api.openai.com"),
-                (b"content-type", b"application/json"),
-                (b"authorization", f"Bearer {CLIENT_KEY}".encode()),
-            )
-        ),
-        content=json.dumps(body).encode(),
-    )
-    return tflow.tflow(req=req)
+    auth = ("authorization", f"Bearer {CLIENT_KEY}")
+    return client_flow("api.openai.com", "/v1/chat/completions", auth, body)
 
 
 def answered(bridge: Bridge, f: http.HTTPFlow, status: int, body: Any, host: str) -> None:
