@@ -1,11 +1,12 @@
-"""The retry addon: asks the upstream once more, when the rewrite says so.
+"""The retry addon: the requests the bridge sends itself, the way mitmproxy sends a flow's.
 
 It owns the HTTP clients (httpx) and ``bridge_retry_timeout``. ``resend`` sends the request
 again exactly as the upstream got it, ``send`` with another body (a staged retry, the loop
-guard's second request): to the same address, the way mitmproxy sent it (through the
-upstream proxy of ``--mode upstream:…`` with ``upstream_auth``, directly otherwise), never
-through the environment's proxies. The answer is delivered whole: a stream cannot be
-restarted mid-way.
+guard's second request), ``attempt`` another route's request (a models list), all read
+whole; ``open`` a fallback chain's attempt for the relay, its answer left open once its
+headers came. Always through the upstream proxy of ``--mode upstream:…`` with
+``upstream_auth`` when the flow came that way, directly otherwise, never through the
+environment's proxies.
 """
 
 from __future__ import annotations
@@ -91,11 +92,7 @@ class Retry(OptionChecks):
         import httpx  # loaded when a flow is first retried
 
         req = flow.request
-        headers = [
-            (k.decode("latin-1"), v.decode("latin-1"))
-            for k, v in req.headers.fields
-            if k.decode("latin-1").lower() not in _HOP_BY_HOP
-        ]
+        headers = _sendable(req.headers)
         try:
             answer = await self._client(flow).request(
                 req.method, req.url, headers=headers, content=req.content if body is None else body
@@ -117,11 +114,7 @@ class Retry(OptionChecks):
         ``timeout``: the route's, to the first byte (and between reads)."""
         import httpx
 
-        headers = [
-            (k.decode("latin-1"), v.decode("latin-1"))
-            for k, v in request.headers.fields
-            if k.decode("latin-1").lower() not in _HOP_BY_HOP
-        ]
+        headers = _sendable(request.headers)
         limit = httpx.Timeout(timeout, connect=min(timeout, 15.0))
         try:
             answer = await self._client(flow).request(
@@ -152,11 +145,7 @@ class Retry(OptionChecks):
         import httpx
 
         client = self._client(flow)
-        headers = [
-            (k.decode("latin-1"), v.decode("latin-1"))
-            for k, v in request.headers.fields
-            if k.decode("latin-1").lower() not in _HOP_BY_HOP
-        ]
+        headers = _sendable(request.headers)
         sent = False
 
         async def trace(event: str, info: object) -> None:
@@ -214,6 +203,15 @@ class Retry(OptionChecks):
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
+
+
+def _sendable(headers: http.Headers) -> list[tuple[str, str]]:
+    """The headers an attempt sends: the request's own, hop-by-hop ones left out."""
+    return [
+        (k.decode("latin-1"), v.decode("latin-1"))
+        for k, v in headers.fields
+        if k.decode("latin-1").lower() not in _HOP_BY_HOP
+    ]
 
 
 def _why(e: httpx.HTTPError) -> str:
