@@ -31,6 +31,21 @@ message (OpenAI-compatible chat), or nothing to keep."""
 
 # --------------------------------------------------------------------------- parts
 
+type CacheTTL = Literal["5m", "1h"]
+"""How long a prompt-cache entry lives without use (Anthropic's ``ttl``; 5m when unsaid)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheMark:
+    """A prompt-cache breakpoint after this part or tool: the prefix up to here may be cached
+    (Anthropic's ``cache_control: {"type": "ephemeral"}``, the same on OpenRouter's and
+    LiteLLM's chat content parts). Written only by dialects that have it."""
+
+    ttl: CacheTTL | None = None
+    """The entry's lifetime as the client said it; None: the upstream's default (5m)."""
+    by_bridge: bool = False
+    """Placed by the bridge (``transforms.cache.place_breakpoints``), not by the client."""
+
 
 @dataclass(frozen=True, slots=True)
 class Text:
@@ -38,7 +53,8 @@ class Text:
 
     text: str
     extra: JSON = field(default_factory=dict)
-    """Unmodelled fields of the wire part (e.g. ``cache_control``)."""
+    """Unmodelled fields of the wire part."""
+    cache: CacheMark | None = None
     kind: Literal["text"] = "text"
 
 
@@ -50,6 +66,7 @@ class Image:
     detail: str | None = None
     """OpenAI's ``detail`` hint (``low`` / ``high`` / ``auto``), when given."""
     extra: JSON = field(default_factory=dict)
+    cache: CacheMark | None = None
     kind: Literal["image"] = "image"
 
 
@@ -65,6 +82,7 @@ class ToolCall:
     extra: JSON = field(default_factory=dict)
     custom: bool = False
     """A call of a custom (freeform) tool: ``arguments`` is raw text, not JSON."""
+    cache: CacheMark | None = None
     kind: Literal["tool_call"] = "tool_call"
 
 
@@ -81,6 +99,7 @@ class ToolResult:
     extra: JSON = field(default_factory=dict)
     custom: bool = False
     """The output of a custom (freeform) tool call (Responses ``custom_tool_call_output``)."""
+    cache: CacheMark | None = None
     kind: Literal["tool_result"] = "tool_result"
 
 
@@ -143,6 +162,7 @@ class Tool:
     ``{"type": "grammar", "syntax": "lark", "definition": …}``); ``parameters`` is then
     unused. Upstreams without custom tools get it as a function with one string
     parameter (``addon.transforms.custom_tools``)."""
+    cache: CacheMark | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +232,9 @@ class Params:
     """OpenAI chat ``frequency_penalty`` / Gemini ``frequencyPenalty``."""
     service_tier: str | None = None
     """OpenAI chat and Responses ``service_tier`` (the same values in both)."""
+    cache_key: str | None = None
+    """OpenAI's ``prompt_cache_key`` (chat and Responses): requests that share it and a prefix
+    are routed to the same cache."""
 
 
 type Effort = Literal["minimal", "low", "medium", "high", "xhigh"]
@@ -237,6 +260,25 @@ SCHEMA_PROFILES: tuple[SchemaProfile, ...] = ("none", "strict", "gemini")
 type ToolMode = Literal["native", "invoke", "bracket"]
 """How tools reach the upstream: its own tool calling, or a text protocol in the prompt."""
 TOOL_MODES: tuple[ToolMode, ...] = ("native", "invoke", "bracket")
+
+
+type CachePolicy = Literal["auto", "keep", "drop"]
+"""What reaches the upstream of a client's prompt-cache breakpoints (route key ``cache_control``):
+``keep`` the client's, ``auto`` the client's and the bridge's own where the client placed none,
+``drop`` none."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheMarks:
+    """Where a dialect's requests carry prompt-cache breakpoints (``Dialect.cache_marks``)."""
+
+    parts: frozenset[str]
+    """The part kinds (``Text.kind`` …) a breakpoint may sit on."""
+    tools: bool
+    """Whether the bridge may place one on the last tool definition."""
+    default: CachePolicy
+    """The policy when a route says none (and the client speaks this dialect too: ``keep``
+    whatever this says, unless it says ``auto``)."""
 
 
 # --------------------------------------------------------------------------- errors

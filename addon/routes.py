@@ -21,7 +21,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from addon.dialects import DIALECTS
-from addon.model import SchemaProfile, ToolMode
+from addon.model import CachePolicy, CacheTTL, SchemaProfile, ToolMode
 
 type DialectName = Literal[
     "openai_chat", "anthropic", "openai_responses", "gemini", "gemini_code_assist", "kiro"
@@ -99,9 +99,16 @@ class Route:
     api_key_env: str | None = None
     """Send the value of this environment variable as the upstream's API key (in the
     upstream dialect's header) instead of the client's key."""
-    cache_control: Literal["drop", "keep"] = "drop"
-    """Anthropic ``cache_control`` markers reach an upstream of another dialect only with
-    ``keep``."""
+    cache_control: CachePolicy | None = None
+    """Prompt-cache breakpoints sent upstream (docs/caching.md): ``keep`` the client's,
+    ``auto`` the client's and the bridge's own where the client placed none, ``drop`` none;
+    ``None``: the upstream dialect's default (Anthropic ``auto``; another dialect ``keep``
+    from a client of its own dialect, else ``drop``)."""
+    cache_ttl: CacheTTL = "5m"
+    """The lifetime of the breakpoints the bridge places (``5m`` or ``1h``)."""
+    prompt_cache_key: bool | None = None
+    """Send OpenAI's ``prompt_cache_key`` (the client's, else one derived from its
+    conversation) to a chat or Responses upstream; ``None``: on for ``api.openai.com``."""
     tool_repair: Literal["on", "off"] | None = None
     """Repair and normalize tool-call arguments; default: the ``bridge_tool_repair`` option."""
     project: str | None = None

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from addon import routes
-from addon.model import SchemaProfile, ToolMode
+from addon.model import CachePolicy, CacheTTL, SchemaProfile, ToolMode
 from addon.routes import DialectName, Route
 
 
@@ -78,7 +78,9 @@ class RouteFields(BaseModel):
     schema_profile: SchemaProfile | None = Field(default=None, alias="schema")
     upstream_path: str | None = None
     api_key_env: str | None = None
-    cache_control: Literal["drop", "keep"] = "drop"
+    cache_control: CachePolicy | None = None
+    cache_ttl: CacheTTL = "5m"
+    prompt_cache_key: bool | None = Field(default=None, strict=True)
     tool_repair: Literal["on", "off"] | None = None
     project: str | None = None
     reasoning: Literal["auto", "on", "off"] = "auto"

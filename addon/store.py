@@ -11,6 +11,7 @@ was put under); ``ScopedStore`` (the one-scope ``get`` / ``put`` view that ``res
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -27,6 +28,8 @@ DEFAULT_TTL = 24 * 3600.0
 """``bridge_store_ttl``: seconds a value lives without use, by default."""
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 """Bytes kept at most by default."""
+SECRET_BYTES = 32
+"""Length of the store's secret (``ReasoningStore.secret``)."""
 ENTRY_OVERHEAD = 64
 """Bytes counted per entry beyond its key and value (bookkeeping), so that many tiny values
 cannot slip under the bytes bound."""
@@ -60,6 +63,7 @@ class _Backend(Protocol):
     def size(self) -> int: ...
     def clear(self) -> None: ...
     def close(self) -> None: ...
+    def secret(self) -> bytes: ...
 
 
 @dataclass(slots=True)
@@ -76,6 +80,10 @@ class _Memory:
     def __init__(self) -> None:
         self._items: OrderedDict[str, _Entry] = OrderedDict()
         self._bytes = 0
+        self._secret = secrets.token_bytes(SECRET_BYTES)
+
+    def secret(self) -> bytes:
+        return self._secret
 
     def get(self, key: str, now: float, ttl: float) -> str | None:
         entry = self._items.get(key)
@@ -132,6 +140,10 @@ CREATE TABLE IF NOT EXISTS reasoning (
     used  REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS reasoning_used ON reasoning (used);
+CREATE TABLE IF NOT EXISTS bridge_secret (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),
+    value BLOB NOT NULL
+);
 """
 
 
@@ -155,6 +167,15 @@ class _Sqlite:
             raise
         self._count: int = count
         self._bytes: int = size
+
+    def secret(self) -> bytes:
+        """Made once per file (the first process to ask writes it; the others read it)."""
+        self._db.execute(
+            "INSERT OR IGNORE INTO bridge_secret (id, value) VALUES (1, ?)",
+            (secrets.token_bytes(SECRET_BYTES),),
+        )
+        row = self._db.execute("SELECT value FROM bridge_secret WHERE id = 1").fetchone()
+        return bytes(row[0])
 
     def get(self, key: str, now: float, ttl: float) -> str | None:
         row = self._db.execute("SELECT value, used FROM reasoning WHERE key = ?", (key,)).fetchone()
@@ -267,8 +288,21 @@ class ReasoningStore:
         else:
             backend = _Memory()
         self._backend = backend
+        self._secret: bytes | None = None
         with self._lock:
             self._guard(lambda: backend.evict(clock(), self.ttl, max_entries, max_bytes))
+
+    @property
+    def secret(self) -> bytes:
+        """Random bytes that live as long as the store (in memory: the process; SQLite: the
+        file, so every worker on it shares them), never sent anywhere: what makes the values
+        the bridge derives per conversation (the ``invoke`` trigger, a ``prompt_cache_key``)
+        the same on every turn yet unguessable. Raises ``StoreError``."""
+        if self._secret is None:
+            with self._lock:
+                self._check_open()
+                self._secret = self._guard(self._backend.secret)
+        return self._secret
 
     @classmethod
     def from_options(

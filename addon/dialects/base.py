@@ -18,6 +18,7 @@ import msgspec
 from addon.model import (
     JSON,
     AnswerDefaults,
+    CacheMarks,
     ClientError,
     Event,
     Notes,
@@ -332,6 +333,11 @@ class Dialect:
     """The route keys only some upstream dialects take (``addon.routes.DIALECT_KEYS``) that a
     route to this one may give (Kiro: ``token_file``, ``profile_arn`` …); the others are
     refused at start."""
+    cache_marks: CacheMarks | None = None
+    """Where this dialect's requests carry prompt-cache breakpoints, and the route default
+    (``addon.transforms.cache``); ``None``: they carry none (the upstream caches by itself)."""
+    cache_key: bool = False
+    """Whether this dialect's requests carry OpenAI's ``prompt_cache_key``."""
     path_base: Callable[[str], str | None] | None = None
     """Where this dialect's endpoint starts in a client's path: the part before it and its API
     version (Gemini: ``/proxy`` of ``/proxy/v1beta/models/m:generateContent``), or None when

@@ -28,6 +28,7 @@ from addon.model import (
     ToolMode,
     UnsupportedShape,
 )
+from addon.plan.caching import Seeds, cache_policy, secret_of, with_cache_key
 from addon.plan.conditions import Decoded, RequestView
 from addon.plan.decision import Decision, Pass, Reject, Rewrite
 from addon.plan.flow import FlowPlan
@@ -44,8 +45,9 @@ from addon.redact import Secrets
 from addon.routes import Route, match, withholds_key
 from addon.store import ReasoningStore, Scope
 from addon.textproto.invoke import make_trigger
-from addon.transforms.cache import strip_cache_control
+from addon.transforms.cache import place_breakpoints, strip_cache_control
 from addon.transforms.call_ids import history_call_ids
+from addon.transforms.conversation import conversation_of
 from addon.transforms.custom_tools import wrap_custom_tools
 from addon.transforms.loop_guard import check_loop
 from addon.transforms.repair import schemas_of
@@ -354,6 +356,8 @@ def transform(
     they decided; what they did goes to ``notes``. ``mode``: a tool mode instead of the
     route's (the loop guard's second request)."""
     route, upstream = plan.route, plan.upstream
+    # Named from the client's request as it came, before any transform adds to it.
+    seeds = Seeds(secret_of(plan.store), conversation_of(req))
     req, plan, thinking, mapped = _model_names(req, plan, s, notes)
     check_tools(req)
     if (route.tool_repair or s.tool_repair) == "on":
@@ -375,8 +379,10 @@ def transform(
         req = leave_out_tools(req, _runs_nothing, f"the {mode} text protocol", notes)
     if req.origin != upstream.name:
         req = _foreign_extras(req, upstream, notes)
-        if route.cache_control != "keep":
-            req = strip_cache_control(req, notes)
+    cache = cache_policy(route.cache_control, req.origin, upstream)
+    if cache == "drop":
+        req = strip_cache_control(req, notes)
+    req = with_cache_key(req, plan, seeds, notes)
     if route.reasoning == "off" and req.thinking is not None and not thinking:
         notes["reasoning request not sent (route: reasoning = off)"] += 1
         req = dataclasses.replace(req, thinking=None)
@@ -415,10 +421,12 @@ def transform(
     if mode != "native" or not upstream.native_custom_tools:
         req, custom = wrap_custom_tools(req, notes)
         plan = replace(plan, custom_tools=custom)
-    req, plan = _tool_protocol(req, plan, s, notes, mode)
+    req, plan = _tool_protocol(req, plan, s, notes, mode, seeds)
     if upstream.prepare is not None:
         facts = RouteFacts(mapped, route.profile_arn or plan.profile_arn, route.description_limit)
         req = upstream.prepare(req, notes, facts)
+    if cache == "auto" and upstream.cache_marks is not None:
+        req = place_breakpoints(req, upstream.cache_marks, route.cache_ttl, notes)
     return req, replace(plan, hide_thinking=s.thinking_output == "hidden")
 
 
@@ -442,14 +450,15 @@ def _model_names(
 
 
 def _tool_protocol(
-    req: Request, plan: FlowPlan, s: Settings, notes: Notes, mode: ToolMode
+    req: Request, plan: FlowPlan, s: Settings, notes: Notes, mode: ToolMode, seeds: Seeds
 ) -> tuple[Request, FlowPlan]:
     """A text protocol's tools in the prompt (``mode`` not native), or, on an upstream whose
     models write one at times, its calls read from a native answer; decided on the plan."""
     tools = [t.name for t in req.tools or () if t.name]
     choice = req.tool_choice
     if mode != "native":
-        trigger = make_trigger() if mode == "invoke" else None
+        # The same trigger on every turn of the conversation (its bytes stay cacheable).
+        trigger = make_trigger(seeds.derive("invoke")) if mode == "invoke" else None
         plan = replace(
             plan,
             protocol=mode,

@@ -1,24 +1,32 @@
-"""The ``invoke`` protocol: a per-request nonce trigger, then ``<invoke name="…">{json}</invoke>``.
+"""The ``invoke`` protocol: a per-conversation trigger, then ``<invoke name="…">{json}</invoke>``.
 
-Contract: pure text rendering over unified ``Tool`` / ``ToolCall`` /
-``ToolResult``; parsing lives in ``parser``. The trigger is new for every
-request (8 characters from ``secrets``), so a call copied from a file, a web
-page or an earlier turn never matches this answer's trigger and stays text.
+Contract: pure text rendering over unified ``Tool`` / ``ToolCall`` / ``ToolResult``; parsing
+lives in ``parser``. The trigger is made from a seed the plan derives from the conversation
+and a secret (``addon.transforms.conversation``): the same on every turn of one conversation,
+so the prompt's bytes repeat and an upstream's prefix cache keeps them (a new trigger each
+turn made llama-server process 56% of every later prompt again), and unguessable from the
+conversation's content, so a call copied from a file or a web page stays text.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 import string
 
 from addon.model import Tool, ToolCall, ToolChoice
 
 _ALPHABET = string.ascii_letters + string.digits
+TRIGGER_CHARS = 8
+"""Random characters in a trigger: 62**8 (about 2**47) triggers."""
 
 
-def make_trigger() -> str:
-    return "<<CALL_" + "".join(secrets.choice(_ALPHABET) for _ in range(8)) + ">>"
+def make_trigger(seed: bytes) -> str:
+    """The trigger for ``seed`` (at least 8 bytes of a keyed hash; the same seed, the same
+    trigger)."""
+    if len(seed) < TRIGGER_CHARS:
+        raise ValueError("an invoke trigger needs a seed of 8 bytes or more")
+    chars = "".join(_ALPHABET[b % len(_ALPHABET)] for b in seed[:TRIGGER_CHARS])
+    return "<<CALL_" + chars + ">>"
 
 
 def render_call(trigger: str, call: ToolCall) -> str:

@@ -398,7 +398,9 @@ def test_every_field_the_client_set_reaches_a_same_dialect_upstream(
     start_proxy: Callable[..., Proxy], upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
     routes = tmp_path / "routes.toml"
-    routes.write_text(SAME_DIALECT_ROUTES)
+    # keep: the client's breakpoints only (an Anthropic upstream's default adds the bridge's)
+    keep = 'upstream = "anthropic"\ncache_control = "keep"\n'
+    routes.write_text(SAME_DIALECT_ROUTES.replace('upstream = "anthropic"\n', keep))
     p = start_proxy(bridge_routes=str(routes))
     upstream.script = lambda rec: RawReply(b"{}", headers={"content-type": "text/plain"})
     cases = [(path, body) for path, body in EXPLICIT] + [

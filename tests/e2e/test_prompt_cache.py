@@ -13,11 +13,7 @@ import pytest
 from tests.e2e.cache_loop import DIALECTS, TURNS, CacheBench, LoopResult
 
 GOAL = 0.85
-NO_PLACEMENT = pytest.mark.xfail(strict=True, reason="issue 35: bridge places no breakpoints yet")
-"""On the dialects whose clients place no breakpoint: remove once the bridge places them."""
-CASES = [
-    d if d == "anthropic_breakpoints" else pytest.param(d, marks=NO_PLACEMENT) for d in DIALECTS
-]
+CASES = list(DIALECTS)
 
 
 @pytest.fixture(scope="module")

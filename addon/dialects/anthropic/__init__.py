@@ -1,6 +1,7 @@
 """The Anthropic Messages dialect (``/v1/messages``): Claude Code and the anthropic SDK."""
 
 from addon.dialects.base import Dialect
+from addon.model import CacheMarks
 
 from .errors import body_status, error_type
 from .request import NAME, decode_request
@@ -30,6 +31,10 @@ DIALECT = Dialect(
     auth_header="x-api-key",
     fixed_headers=(("anthropic-version", "2023-06-01"),),
     own_headers=("anthropic-",),
+    # Anthropic caches only up to a breakpoint: the bridge places them by default.
+    cache_marks=CacheMarks(
+        frozenset({"text", "image", "tool_call", "tool_result"}), tools=True, default="auto"
+    ),
 )
 
 __all__ = ["DIALECT", "NAME"]

@@ -14,7 +14,7 @@ import dataclasses
 import json
 from typing import Any, Literal
 
-from addon.dialects.anthropic.blocks import decode_block
+from addon.dialects.anthropic.blocks import cache_mark, decode_block, unmodelled
 from addon.dialects.anthropic.ids import from_anthropic
 from addon.model import (
     JSON,
@@ -57,12 +57,11 @@ _NOT_EXTRA: dict[str, frozenset[str]] = {
     "thinking": frozenset({"type", "thinking", "signature"}),
     "redacted_thinking": frozenset({"type", "data"}),
 }
-"""Per block type, the keys ``blocks.decode_block`` models; the rest (``cache_control``) is kept.
+"""Per block type, the keys ``blocks.decode_block`` models; the rest is kept in ``extra``.
 
 Only for the parts whose ``extra`` no other dialect writes to the wire: the OpenAI
-encoder copies ``ToolCall.extra`` and ``Image.extra`` into its own objects, so the
-``cache_control`` of those blocks cannot ride along without reaching other upstreams.
-"""
+encoder copies ``ToolCall.extra`` and ``Image.extra`` into its own objects. A
+``cache_control`` Anthropic takes is modelled on every part (``cache``)."""
 
 
 # --------------------------------------------------------------------------- decode
@@ -159,9 +158,8 @@ def _text_block(block: Any, where: str) -> Text:
         and block.get("type") == "text"
         and isinstance(block.get("text"), str)
     ):
-        return Text(
-            block["text"], extra={k: v for k, v in block.items() if k not in ("type", "text")}
-        )
+        mark = cache_mark(block)
+        return Text(block["text"], extra=unmodelled(block, ("type", "text"), mark), cache=mark)
     raise UnsupportedShape(f"{where}: expected a text block")
 
 
@@ -212,7 +210,7 @@ def _decode_block(where: str, block: Any) -> Part:
         part = dataclasses.replace(part, tool_call_id=from_anthropic(part.tool_call_id))
     modelled = _NOT_EXTRA.get(str(kind))
     if modelled is not None and isinstance(part, ToolResult | Thinking):
-        extra = {k: v for k, v in block.items() if k not in modelled}
+        extra = unmodelled(block, modelled, part.cache if isinstance(part, ToolResult) else None)
         if extra:
             return dataclasses.replace(part, extra=extra)
     return part
@@ -233,9 +231,8 @@ def _decode_tools(tools: list[Any]) -> tuple[Tool | OpaqueTool, ...]:
             out.append(OpaqueTool(NAME, name, str(kind), t))
             continue
         schema = t.get("input_schema")
-        extra = {
-            k: v for k, v in t.items() if k not in ("name", "description", "input_schema", "type")
-        }
+        mark = cache_mark(t)
+        extra = unmodelled(t, ("name", "description", "input_schema", "type"), mark)
         if kind is not None:
             extra["type"] = kind
         description = t.get("description")
@@ -245,6 +242,7 @@ def _decode_tools(tools: list[Any]) -> tuple[Tool | OpaqueTool, ...]:
                 description if isinstance(description, str) else None,
                 schema if isinstance(schema, dict) else {"type": "object", "properties": {}},
                 extra={NAME: extra} if extra else {},
+                cache=mark,
             )
         )
     return tuple(out)

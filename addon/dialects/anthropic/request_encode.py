@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
+from addon.dialects.anthropic.blocks import CACHE_KEY, cache_control
 from addon.dialects.anthropic.ids import to_anthropic
 from addon.dialects.base import unsupported_tool
 from addon.jsonio import loads as strict_json
@@ -211,7 +212,14 @@ def _finish_turn(turn: JSON, same: bool) -> None:
 
 
 def _encode_text(p: Text) -> JSON:
-    return {"type": "text", "text": p.text, **p.extra}
+    return _marked({"type": "text", "text": p.text, **p.extra}, p)
+
+
+def _marked(block: JSON, p: Text | Image | ToolCall | ToolResult | Tool) -> JSON:
+    """``block`` with the part's cache breakpoint, if it has one."""
+    if p.cache is not None:
+        block[CACHE_KEY] = cache_control(p.cache)
+    return block
 
 
 def _tool_id(raw: str, notes: Notes) -> str:
@@ -233,7 +241,7 @@ def _encode_part(p: Part, notes: Notes) -> JSON:
                 return {}
             return _encode_text(p)
         case Image():
-            return _encode_image(p)
+            return _marked(_encode_image(p), p)
         case ToolCall():
             try:
                 args = strict_json(p.arguments or "{}")
@@ -243,12 +251,8 @@ def _encode_part(p: Part, notes: Notes) -> JSON:
                 # Never turn a model's broken arguments into {} silently.
                 notes["unparsable tool arguments kept as _raw_arguments"] += 1
                 args = {"_raw_arguments": p.arguments}
-            return {
-                "type": "tool_use",
-                "id": _tool_id(p.id, notes),
-                "name": p.name,
-                "input": args,
-            }
+            use = {"type": "tool_use", "id": _tool_id(p.id, notes), "name": p.name, "input": args}
+            return _marked(use, p)
         case ToolResult():
             content: str | list[JSON]
             if isinstance(p.content, str):
@@ -263,7 +267,7 @@ def _encode_part(p: Part, notes: Notes) -> JSON:
             if p.is_error:
                 block["is_error"] = True
             block.update(p.extra)
-            return block
+            return _marked(block, p)
         case Thinking():
             if p.redacted:
                 return {"type": "redacted_thinking", "data": p.text, **p.extra}
@@ -308,7 +312,7 @@ def _encode_tool(i: int, t: Tool | OpaqueTool) -> JSON:
         out["description"] = t.description
     out["input_schema"] = t.parameters
     out.update(t.extra.get(NAME, {}))
-    return out
+    return _marked(out, t)
 
 
 def _encode_tool_choice(c: ToolChoice) -> JSON:

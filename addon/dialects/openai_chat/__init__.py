@@ -1,6 +1,7 @@
 """The OpenAI ``chat/completions`` dialect, Cursor's variants included (see ``request``)."""
 
 from addon.dialects.base import Dialect
+from addon.model import CacheMarks
 
 from .errors import body_status, error_type
 from .request import NAME, decode_request
@@ -23,6 +24,10 @@ DIALECT = Dialect(
     error_message=error_message,
     error_type=error_type,
     error_status=body_status,
+    # OpenRouter and LiteLLM take Anthropic's cache_control on content parts (for Anthropic
+    # and Gemini models); strict gateways refuse it: only a route's word places them.
+    cache_marks=CacheMarks(frozenset({"text", "tool_result"}), tools=False, default="drop"),
+    cache_key=True,
 )
 
 __all__ = ["DIALECT", "NAME"]

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from addon.dialects.anthropic.blocks import decode_block
+from addon.dialects.anthropic.blocks import cache_mark, decode_block, unmodelled
 from addon.dialects.openai_responses.request import decode_tools
 from addon.model import (
     JSON,
@@ -213,6 +213,7 @@ def _decode_params(extra: JSON) -> Params:
         presence_penalty=take("presence_penalty", (int, float)),
         frequency_penalty=take("frequency_penalty", (int, float)),
         service_tier=take("service_tier", str),
+        cache_key=take("prompt_cache_key", str),
     )
 
 
@@ -303,12 +304,14 @@ def _decode_block(i: int, j: int, block: Any, notes: Notes) -> Part:
     rest = {k: v for k, v in block.items() if k not in ("type", kind)}
     match kind:
         case "text" if isinstance(block.get("text"), str):
-            return Text(block["text"], extra={k: v for k, v in rest.items() if k != "text"})
+            # OpenRouter and LiteLLM take Anthropic's cache_control on chat content parts.
+            mark = cache_mark(block)
+            return Text(block["text"], extra=unmodelled(rest, ("text",), mark), cache=mark)
         case "image_url" if isinstance(block.get("image_url"), dict | str):
             ref = block["image_url"]
             if isinstance(ref, str):
-                return Image(ref)
-            return Image(str(ref.get("url", "")), detail=ref.get("detail"))
+                return Image(ref, cache=cache_mark(block))
+            return Image(str(ref.get("url", "")), detail=ref.get("detail"), cache=cache_mark(block))
         case "image" | "tool_use" | "tool_result" | "thinking" | "redacted_thinking":
             # Cursor puts Anthropic blocks into OpenAI messages.
             part = decode_block(
@@ -341,7 +344,8 @@ def _decode_tools(tools: list[Any], notes: Notes) -> tuple[Tool | OpaqueTool, ..
                 for k, v in fn.items()
                 if k not in ("name", "description", "parameters", "strict")
             }
-            tool_extra = {k: v for k, v in t.items() if k not in ("type", "function")}
+            mark = cache_mark(t)  # LiteLLM's cache_control on a chat tool
+            tool_extra = unmodelled(t, ("type", "function"), mark)
             if fn_extra:
                 extra["function"] = fn_extra
             if tool_extra:
@@ -353,6 +357,7 @@ def _decode_tools(tools: list[Any], notes: Notes) -> tuple[Tool | OpaqueTool, ..
                     _parameters(fn.get("parameters")),
                     strict=fn.get("strict"),
                     extra=extra,
+                    cache=mark,
                 )
             )
             continue

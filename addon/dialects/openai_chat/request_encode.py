@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 
+from addon.dialects.anthropic.blocks import CACHE_KEY, cache_control
 from addon.model import (
     JSON,
+    CacheMark,
     ClientError,
     Image,
     Message,
@@ -53,6 +55,7 @@ def encode_request(req: Request, notes: Notes) -> JSON:
         ("presence_penalty", p.presence_penalty),
         ("frequency_penalty", p.frequency_penalty),
         ("service_tier", p.service_tier),
+        ("prompt_cache_key", p.cache_key),
     ):
         if value is not None:
             body[key] = value
@@ -149,7 +152,7 @@ def _encode_tool(t: Tool | OpaqueTool) -> JSON:
     fn.update(t.extra.get("function", {}))
     out: JSON = {"type": "function", "function": fn}
     out.update(t.extra.get("tool", {}))
-    return out
+    return _marked(out, t.cache)
 
 
 def _encode_tool_choice(c: ToolChoice) -> str | JSON:
@@ -219,6 +222,9 @@ def _encode_tool_results(m: Message) -> list[JSON]:
             content = EMPTY_RESULT
         if p.is_error and isinstance(content, str) and m.role != "tool":
             content = f"[tool error] {content}"
+        if p.cache is not None:  # the mark goes on the message's last content part
+            parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+            content = [*parts[:-1], _marked(dict(parts[-1]), p.cache)]
         msg: JSON = {"role": "tool", "tool_call_id": p.tool_call_id, "content": content}
         if p.name is not None:
             msg["name"] = p.name
@@ -234,20 +240,31 @@ def _encode_tool_results(m: Message) -> list[JSON]:
 
 
 def _encode_content(parts: tuple[Part, ...], string_content: bool) -> str | list[JSON] | None:
-    if string_content and all(isinstance(p, Text) and not p.extra for p in parts):
+    if string_content and all(
+        isinstance(p, Text) and not p.extra and p.cache is None for p in parts
+    ):
         return "".join(p.text for p in parts if isinstance(p, Text))
     return [_encode_part(p) for p in parts]
+
+
+def _marked(part: JSON, mark: CacheMark | None) -> JSON:
+    """A content part with Anthropic's ``cache_control``, the shape OpenRouter and LiteLLM
+    pass on to Anthropic and Gemini models; the plan leaves marks in only for a route that
+    says ``cache_control = "keep"`` or ``"auto"``."""
+    if mark is not None:
+        part[CACHE_KEY] = cache_control(mark)
+    return part
 
 
 def _encode_part(p: Part) -> JSON:
     match p:
         case Text():
-            return {"type": "text", "text": p.text, **p.extra}
+            return _marked({"type": "text", "text": p.text, **p.extra}, p.cache)
         case Image():
             ref: JSON = {"url": p.url}
             if p.detail is not None:
                 ref["detail"] = p.detail
-            return {"type": "image_url", "image_url": ref, **p.extra}
+            return _marked({"type": "image_url", "image_url": ref, **p.extra}, p.cache)
         case Opaque():
             return p.data
         case Thinking():

@@ -31,6 +31,7 @@ DIALECT = Dialect(
     # A reasoning item may follow the message (its encrypted_content alone, no summary).
     late_signatures=True,
     native_custom_tools=True,
+    cache_key=True,
 )
 
 __all__ = ["DIALECT", "NAME"]

@@ -47,7 +47,7 @@ _EFFORTS = frozenset({"minimal", "low", "medium", "high", "xhigh"})
 """The efforts ``ThinkingConfig`` models (``none`` means no thinking; others stay in extra)."""
 _MODELLED = frozenset(
     {"model", "input", "instructions", "tools", "tool_choice", "stream", "max_output_tokens",
-     "temperature", "top_p", "user", "service_tier"}
+     "temperature", "top_p", "user", "service_tier", "prompt_cache_key"}
 )  # fmt: skip
 _ROLES = ("user", "assistant", "system", "developer")
 _CALLS = ("function_call", "custom_tool_call")
@@ -115,6 +115,7 @@ def decode_request(body: JSON, notes: Notes) -> Request:
             top_p=_float(body.get("top_p")),
             user=body["user"] if isinstance(body.get("user"), str) else None,
             service_tier=tier if isinstance(tier := body.get("service_tier"), str) else None,
+            cache_key=key if isinstance(key := body.get("prompt_cache_key"), str) else None,
         ),
         thinking=decode_reasoning(body.get("reasoning")),
         extra=extra,

@@ -64,6 +64,7 @@ def encode_request(req: Request, notes: Notes) -> JSON:
         ("top_p", p.top_p),
         ("user", p.user),
         ("service_tier", p.service_tier),
+        ("prompt_cache_key", p.cache_key),
     ):
         if value is not None:
             body[key] = value

@@ -260,7 +260,8 @@ def test_every_field_the_client_set_reaches_a_same_dialect_upstream(
     dialect = {"/v1/chat/completions": "openai_chat", "/v1/messages": "anthropic"}.get(
         path, "openai_responses"
     )
-    route = Route(name="same", path="*", client=dialect, upstream=dialect)  # type: ignore[arg-type]
+    # keep: the client's breakpoints only (an Anthropic upstream's default adds the bridge's)
+    route = Route(name="same", path="*", client=dialect, upstream=dialect, cache_control="keep")  # type: ignore[arg-type]
     body = {**base, **extra}
     d = run(incoming(path, body), Settings(routes=(route,)))
     assert isinstance(d, Rewrite)

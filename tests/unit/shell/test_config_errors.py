@@ -166,7 +166,7 @@ def _routes(tmp_path: Path, text: str | bytes) -> Path:
         ('[[routes]]\nname = "a"\nclient = "cursor"\n', "routes[0].client: Input should be 'openai_chat', 'anthropic'"),
         ('[[routes]]\nname = "a"\ntool_mod = "invoke"\n', "routes[0].tool_mod: unknown key (allowed: name, host, path"),
         ('[[route]]\nname = "a"\n', "route: unknown key (allowed: routes)"),
-        ('[[routes]]\nname = "a"\ncache_control = "maybe"\n', "routes[0].cache_control: Input should be 'drop' or 'keep' (got 'maybe')"),
+        ('[[routes]]\nname = "a"\ncache_control = "maybe"\n', "routes[0].cache_control: Input should be 'auto', 'keep' or 'drop' (got 'maybe')"),
     ],
 )  # fmt: skip
 def test_routes_file_errors_are_one_line_naming_file_key_and_allowed_values(

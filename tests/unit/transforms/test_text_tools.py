@@ -60,7 +60,7 @@ def encode(req: Request, settings: TextToolSettings) -> dict[str, Any]:
 
 
 def test_invoke_instruction_is_appended_to_the_first_system_message() -> None:
-    trigger = make_trigger()
+    trigger = make_trigger(bytes(range(8)))
     out = encode(
         request(
             {
@@ -96,7 +96,7 @@ def test_tool_choice_none_adds_no_tool_text() -> None:
         request(
             {"messages": [{"role": "user", "content": "hi"}], "tools": TOOLS, "tool_choice": "none"}
         ),
-        TextToolSettings("invoke", make_trigger()),
+        TextToolSettings("invoke", make_trigger(bytes(range(8)))),
     )
     assert out["messages"] == [{"role": "user", "content": "hi"}]
     assert "tools" not in out

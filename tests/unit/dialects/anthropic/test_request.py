@@ -17,6 +17,7 @@ from addon.dialects.anthropic import DIALECT as ANTHROPIC
 from addon.dialects.anthropic.request_encode import DEFAULT_MAX_TOKENS
 from addon.dialects.openai_chat import DIALECT as OPENAI
 from addon.model import (
+    CacheMark,
     ClientError,
     Image,
     Message,
@@ -113,7 +114,7 @@ EXPECTED_REQUEST = Request(
     messages=(
         Message(
             "system",
-            (Text("You are Claude Code.", extra={"cache_control": CACHE}), Text("Be brief.")),
+            (Text("You are Claude Code.", cache=CacheMark()), Text("Be brief.")),
         ),
         Message(
             "user",
@@ -141,7 +142,7 @@ EXPECTED_REQUEST = Request(
                     "toolu_2",
                     (Text("no such file"),),
                     is_error=True,
-                    extra={"cache_control": CACHE},
+                    cache=CacheMark(),
                 ),
                 Text("Go on."),
             ),
@@ -157,7 +158,8 @@ EXPECTED_REQUEST = Request(
             "Bash",
             None,
             {"type": "object"},
-            extra={"anthropic": {"cache_control": CACHE, "type": "custom"}},
+            extra={"anthropic": {"type": "custom"}},
+            cache=CacheMark(),
         ),
     ),
     tool_choice=ToolChoice("auto", disable_parallel=True),
@@ -243,7 +245,13 @@ def test_claude_code_body_becomes_the_openai_body() -> None:
             },
             # the tool messages right after the assistant turn, the user's text after them
             {"role": "tool", "tool_call_id": "toolu_1", "content": "A"},
-            {"role": "tool", "tool_call_id": "toolu_2", "content": "[tool error] no such file"},
+            {
+                "role": "tool",
+                "tool_call_id": "toolu_2",
+                "content": [
+                    {"type": "text", "text": "[tool error] no such file", "cache_control": CACHE}
+                ],
+            },
             {"role": "user", "content": [{"type": "text", "text": "Go on."}]},
         ],
         "max_tokens": 32000,
@@ -259,7 +267,11 @@ def test_claude_code_body_becomes_the_openai_body() -> None:
                     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
                 },
             },
-            {"type": "function", "function": {"name": "Bash", "parameters": {"type": "object"}}},
+            {
+                "type": "function",
+                "function": {"name": "Bash", "parameters": {"type": "object"}},
+                "cache_control": CACHE,  # the plan removes marks unless the route keeps them
+            },
         ],
         "tool_choice": "auto",
         "parallel_tool_calls": False,
@@ -770,7 +782,7 @@ def test_system_messages_inside_messages_decode_in_place() -> None:
         "user",
     ]
     assert req.messages[2] == Message("system", (Text("Reminder: be careful."),), True)
-    assert req.messages[4] == Message("system", (Text("Two.", extra={"cache_control": CACHE}),))
+    assert req.messages[4] == Message("system", (Text("Two.", cache=CacheMark()),))
 
 
 def test_system_messages_reach_an_openai_upstream_in_order() -> None:

@@ -135,8 +135,9 @@ def test_codex_turn3_decodes_into_the_unified_conversation() -> None:
     ]
     assert req.thinking == ThinkingConfig(True, effort="medium")
     assert req.tool_choice == ToolChoice("auto")
-    for key in ("store", "include", "prompt_cache_key", "text", "client_metadata", "reasoning"):
+    for key in ("store", "include", "text", "client_metadata", "reasoning"):
         assert key in req.extra
+    assert req.params.cache_key == "01a20270-ef02-7532-9af6-59047caaf51b"  # Codex's conversation
     tools = {t.name: t for t in req.tools or ()}
     apply_patch = tools["apply_patch"]
     assert isinstance(apply_patch, Tool) and apply_patch.parameters == {}
