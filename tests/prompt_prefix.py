@@ -154,8 +154,12 @@ def prompt(upstream: str, body: dict[str, Any]) -> str:
             # Kiro sends the tools with the current message; its service puts them first.
             state = body["conversationState"]
             current = json.loads(json.dumps(state["currentMessage"]))
-            context = current.get("userInputMessage", {}).get("userInputMessageContext", {})
-            pieces = [context.pop("tools", None), *state.get("history", []), current]
+            message = current.get("userInputMessage", {})
+            context = message.get("userInputMessageContext", {})
+            tools = context.pop("tools", None)
+            if not context:  # history entries carry no context at all
+                message.pop("userInputMessageContext", None)
+            pieces = [tools, *state.get("history", []), current]
         case _:
             raise ValueError(upstream)
     return "\n".join(json.dumps(_without_marks(p), ensure_ascii=False) for p in pieces)

@@ -475,8 +475,21 @@ def run_loops(
         return {d: bench.run(d, turns, stream) for d in dialects}
 
 
+def main(argv: Sequence[str] | None = None) -> None:
+    """``scripts/bench-cache``: the read share per client dialect, as a table."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=TURNS, help="turns per loop (default 20)")
+    parser.add_argument("--whole", action="store_true", help="non-streamed answers")
+    args = parser.parse_args(argv)
+    if not 2 <= args.turns <= 200:
+        parser.error("--turns must be between 2 and 200")
+    print(f"{'client dialect':24} {'read share (turns >= 2)':>24}  max breakpoints")
+    for name, result in run_loops(turns=args.turns, stream=not args.whole).items():
+        most = max(result.breakpoints, default=0)
+        print(f"{name:24} {result.share:>24.1%}  {most}")
+
+
 if __name__ == "__main__":
-    for name, result in run_loops().items():
-        print(
-            f"{name:24} {result.share:6.1%}  max breakpoints {max(result.breakpoints, default=0)}"
-        )
+    main()

@@ -39,6 +39,7 @@ from tests.prompt_prefix import (
     reuse,
     upstream_bodies,
 )
+from tests.realdata import FIXTURES
 
 MODES: tuple[ToolMode, ...] = ("native", "invoke", "bracket")
 ANTHROPIC_MARKS = DIALECTS["anthropic"].cache_marks
@@ -62,6 +63,48 @@ def test_each_turn_repeats_the_previous_turns_prompt(
     prompts = [prompt(upstream, b) for b in bodies]
     shares = [reuse(a, b) for a, b in itertools.pairwise(prompts)]
     assert min(shares) >= 0.95, shares
+
+
+def _recorded_conversations() -> list[tuple[str, list[dict[str, Any]]]]:
+    """Each recorded client's turns (``../shared/fixtures/real/clients``), in order."""
+    folder = FIXTURES / "clients"
+    stems = sorted({f.name.split("-turn")[0] for f in folder.glob("*-turn1.request.json")})
+    return [
+        (
+            stem,
+            [json.loads(f.read_text()) for f in sorted(folder.glob(f"{stem}-turn*.request.json"))],
+        )
+        for stem in stems
+    ]
+
+
+def _client_of(path: str) -> str:
+    for client, (_, wire) in CLIENT_PATHS.items():
+        if path.split("?")[0].endswith(wire.split("?")[0].rsplit("/", 1)[-1]):
+            return client
+    return "gemini"
+
+
+@pytest.mark.parametrize("mode", ["native", "invoke"])
+@pytest.mark.parametrize("upstream", UPSTREAMS)
+def test_recorded_clients_turns_repeat_their_prompt(upstream: str, mode: ToolMode) -> None:
+    """Claude Code, Codex CLI, OpenCode, the AI SDK and Gemini CLI, replayed turn by turn."""
+    conversations = _recorded_conversations()
+    if not conversations:
+        pytest.skip("no client recordings in ../shared/fixtures/real/clients")
+    for stem, turns in conversations:
+        client = _client_of(turns[0]["path"])
+        route = Route(name="r", path="*", client=client, upstream=upstream, tool_mode=mode)  # type: ignore[arg-type]
+        store = ReasoningStore()
+        prompts = []
+        for rec in turns:
+            raw = json.dumps(rec["body"]).encode()
+            inc = Incoming("POST", "api.example.com", rec["path"], {}, raw)
+            d = decide(Settings(routes=(route,)), route, inc, {}, store=store)
+            assert isinstance(d, Rewrite), (stem, d)
+            prompts.append(prompt(upstream, json.loads(d.body)))
+        shares = [reuse(a, b) for a, b in itertools.pairwise(prompts)]
+        assert min(shares) >= 0.95, (stem, shares)
 
 
 def test_the_invoke_trigger_is_the_same_on_every_turn_and_new_per_conversation() -> None:
