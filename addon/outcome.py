@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from addon.model import Usage
 from addon.redact import clean
 
 OUTCOMES = ("rejected", "loop_guard", "fallback", "retried", "repaired", "rewritten")
@@ -44,7 +45,7 @@ RESTORE_NOTES = (
     "thinking signature repaired from the store",
 )
 
-_PLAIN = re.compile(r"[\w.:/@+-]+")
+_PLAIN = re.compile(r"[\w.:/@+%-]+")
 
 
 @dataclass(slots=True)
@@ -72,6 +73,9 @@ class FlowReport:
     """Why a fallback, a rejection or an error happened (one line)."""
     fields: dict[str, str | int] = field(default_factory=dict)
     """Fields an outcome adds to the line (the loop guard's ``tool`` and ``failures``)."""
+    usage: Usage | None = None
+    """The usage the upstream reported for the answer the client got (``AnswerState.usage``):
+    its cache reads and writes go on the line (``cache_fields``); None when it reported none."""
 
     def add_outcome(self, outcome: str) -> None:
         """Keep the most telling of the outcomes seen so far."""
@@ -112,6 +116,7 @@ class FlowReport:
             pairs.append(("status", self.status))
         pairs += list(self.fields.items())
         pairs += [(k, v) for k, v in self.counts.items() if v]
+        pairs += cache_fields(self.usage)
         if self.repairs:
             pairs.append(("repairs", self.repairs))
         if self.restores:
@@ -135,6 +140,27 @@ class FlowReport:
         if self.outcome == "fallback":
             out["fallbacks"] += 1
         return out
+
+
+def cache_fields(usage: Usage | None) -> list[tuple[str, str | int]]:
+    """The prompt cache's part of an answer's usage, as the log line and the content view
+    write it: ``cache_read`` and ``cache_write`` where the upstream reported them (a reported
+    0 is written, it says the cache missed; a count it did not report is left out, never
+    written as 0), and ``cache_share``, the read tokens' part of the request's whole input
+    (uncached + read + written) in whole percent, rounded half up, when the reads and that
+    input are known. Nothing for an answer without usage."""
+    if usage is None:
+        return []
+    read, written = usage.cache_read_tokens, usage.cache_write_tokens
+    out: list[tuple[str, str | int]] = []
+    if read is not None:
+        out.append(("cache_read", read))
+    if written is not None:
+        out.append(("cache_write", written))
+    prompt = usage.prompt_tokens
+    if read is not None and prompt:
+        out.append(("cache_share", f"{(200 * read + prompt) // (2 * prompt)}%"))
+    return out
 
 
 def _sum_notes(notes: Mapping[str, int], prefixes: Iterable[str]) -> int:

@@ -27,8 +27,10 @@ from addon.model import (
     ThinkingDelta,
     ToolCallArgsDelta,
     ToolCallStart,
+    Usage,
     UsageEvent,
 )
+from addon.outcome import cache_fields
 from addon.redact import escape, redact
 from addon.stream.processor import StreamProcessor
 from addon.stream.whole import response_events
@@ -249,10 +251,7 @@ def _rows(events: Sequence[Event]) -> list[_Row]:
                 if i in calls:
                     calls[i].chunks += 1
             case UsageEvent(usage=u):
-                cached = f" (cached {u.cache_read_tokens})" if u.cache_read_tokens else ""
-                rows.append(
-                    _Row("usage", f"usage in={u.prompt_tokens}{cached} out={u.output_tokens}")
-                )
+                rows.append(_Row("usage", f"usage {usage_text(u)}"))
             case Finish(reason=reason, raw=raw):
                 rows.append(_Row("finish", f"finish {reason}" + (f" ({raw})" if raw else "")))
             case StreamError(message=message):
@@ -264,6 +263,15 @@ def _rows(events: Sequence[Event]) -> list[_Row]:
         shown = text[:200].replace("\n", "\\n") + ("…" if len(text) > 200 else "")
         row.text = f"tool call #{i} {name} id={call_id} args {shown}"
     return rows
+
+
+def usage_text(u: Usage) -> str:
+    """An answer's usage in one line: ``in`` every prompt token (cached or not), ``out``
+    every answer token, then the cache's counts as the flow's log line writes them
+    (``addon.outcome.cache_fields``); each only when the upstream reported it."""
+    pairs: list[tuple[str, object]] = [("in", u.prompt_tokens), ("out", u.output_tokens)]
+    pairs += cache_fields(u)
+    return " ".join(f"{k}={v}" for k, v in pairs if v is not None) or "(no counts)"
 
 
 def _quote(text: str, limit: int = 200) -> str:

@@ -21,6 +21,7 @@ from addon.model import (
     Thinking,
     ToolCall,
     UnsupportedShape,
+    Usage,
 )
 from addon.plan.errors import named_status
 from addon.plan.flow import FlowPlan
@@ -88,6 +89,10 @@ class AnswerState:
     parser: TextProtocolParser | None = None
     head: tuple[int | None, str | None] = (None, None)
     """The streamed answer's status and content type (``stream_processor``)."""
+    usage: Usage | None = None
+    """What the upstream reported of the answer the client gets (a stream's reports merged,
+    ``Usage.then``; a retried answer's replace the first's), for the flow's log line and
+    view; None when it reported nothing."""
 
     @classmethod
     def of(cls, plan: FlowPlan) -> AnswerState:
@@ -97,6 +102,10 @@ class AnswerState:
     def answer_notes(self, plan: FlowPlan) -> Notes:
         """What rewriting the answer changed (repairs …): the notes the request did not have."""
         return self.notes - plan.request_notes
+
+    def saw_usage(self, usage: Usage) -> None:
+        """One more usage report of the streamed answer (``CallIdStage``)."""
+        self.usage = usage if self.usage is None else self.usage.then(usage)
 
     def new_parser(self, plan: FlowPlan) -> TextProtocolParser:
         self.parser = plan.new_parser()
@@ -125,6 +134,7 @@ def stream_processor(
     bytes to keep for the view; ``status`` and ``content_type``: the answer's, named when
     its body is not the stream its framing promised). Raises ``UnsupportedEncoding``."""
     decompressor = make_decompressor(content_encoding)
+    state.usage = None  # a new answer: its own reports only
     state.processor = StreamProcessor(
         plan.upstream.stream_decoder(),
         plan.client.stream_encoder(plan.defaults),
@@ -158,7 +168,7 @@ def stream_processor(
 def _stages(plan: FlowPlan, state: AnswerState) -> list[Stage]:
     """The stream's stages, in order, as the plan says."""
     # First of all: every later stage sees the call ids the client will send back.
-    stages: list[Stage] = [CallIdStage(plan.history_ids, lambda: _renamed(state))]
+    stages: list[Stage] = [CallIdStage(plan.history_ids, lambda: _renamed(state), state.saw_usage)]
     if plan.sink is not None:
         # Next: it must see the upstream's own events (but the ids the client gets), before
         # any stage changes them.
@@ -288,7 +298,9 @@ def _decode_frames(plan: FlowPlan, raw: bytes) -> Response:
 
 
 def _filtered(plan: FlowPlan, state: AnswerState, answer: Response) -> Response:
-    """A decoded whole answer, parsed and filtered as the route says."""
+    """A decoded whole answer, parsed and filtered as the route says; its usage is the
+    flow's from now on (a retried answer's replaces the first's)."""
+    state.usage = answer.usage
     if plan.parse_text:
         answer = parse_text_tools(answer, state.new_parser(plan))
     if plan.custom_tools:

@@ -29,6 +29,7 @@ from addon.shell.contentview import BridgeContentview
 from addon.shell.runs import FlowRun, FlowRuns
 from addon.shell.settings import BridgeSettings
 from addon.state import AnswerInfo, BridgeState, Original
+from addon.view import usage_text
 
 
 class Report:
@@ -135,7 +136,11 @@ class Report:
         )
         decisions = decision_lines(run.answer.answer_notes(plan))
         decisions += tuple(f"{n} {kind} asked" for kind, n in run.report.retries.items())
-        self.keep(flow.id, "response", Original(raw, summary, plan_facts(plan), decisions, info))
+        facts = plan_facts(plan)
+        usage = run.answer.usage
+        if usage is not None:  # the answer's tokens and the cache's part, as the log line says
+            facts += (("usage", clean(usage_text(usage), 300)),)
+        self.keep(flow.id, "response", Original(raw, summary, facts, decisions, info))
 
     def attempt(self, flow: http.HTTPFlow, what: str, body: bytes | None) -> None:
         """A later attempt's body, for the request's content view (as it is sent)."""
@@ -154,6 +159,8 @@ class Report:
         """The flow is over: its mark, its counters, its log line (and details)."""
         if flow.response is not None:
             report.status = flow.response.status_code
+        if run is not None:
+            report.usage = run.answer.usage  # the answer the client got (its cache fields)
         flow.marked = report.mark
         self.state.add(report.counters())
         if line:

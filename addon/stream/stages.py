@@ -23,6 +23,8 @@ from addon.model import (
     ToolCallArgsDelta,
     ToolCallEnd,
     ToolCallStart,
+    Usage,
+    UsageEvent,
 )
 from addon.redact import Secrets
 from addon.stream.fastpath import PASSES_TEXT, TextLane
@@ -103,13 +105,21 @@ class CallIdStage:
     """A call whose id the conversation already holds, or an earlier call of the answer had,
     starts under a fresh one (``addon.transforms.call_ids``). First of the stages: the
     reasoning store, repair and the loop guard see the id the client will send back. Only
-    ``ToolCallStart`` carries the id (the other call events name the index); text passes."""
+    ``ToolCallStart`` carries the id (the other call events name the index); text passes.
+    Being first, it also hands each usage the upstream reported to ``usage`` (the flow's
+    report: ``AnswerState.saw_usage``), unchanged."""
 
     text_lane: TextLane | None = PASSES_TEXT
 
-    def __init__(self, history: frozenset[str], renamed: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        history: frozenset[str],
+        renamed: Callable[[], None],
+        usage: Callable[[Usage], None] | None = None,
+    ) -> None:
         self._ids = CallIds(history)
         self._renamed = renamed
+        self._usage = usage
 
     def feed(self, event: Event) -> list[Event]:
         if isinstance(event, ToolCallStart):
@@ -117,6 +127,8 @@ class CallIdStage:
             if new != event.id:
                 self._renamed()
                 return [dataclasses.replace(event, id=new)]
+        elif type(event) is UsageEvent and self._usage is not None:
+            self._usage(event.usage)
         return [event]
 
     def finish(self) -> list[Event]:

@@ -8,7 +8,8 @@ from collections import Counter
 
 import pytest
 
-from addon.outcome import MARKS, OUTCOMES, FlowReport, stats_text
+from addon.model import Usage
+from addon.outcome import MARKS, OUTCOMES, FlowReport, cache_fields, stats_text
 
 
 def test_every_outcome_has_its_own_mark() -> None:
@@ -102,3 +103,97 @@ def test_counters_and_stats_text() -> None:
     assert text.endswith("up 1:02:05")
     assert stats_text(Counter(), 0).startswith("flows: none; repairs: 0")
     assert re.search(r"up 0:00:00$", stats_text(Counter(), 0))
+
+
+# --------------------------------------------------------------------------- cache (issue 35)
+
+
+def _fields(line: str) -> dict[str, str]:
+    return dict(
+        part.split("=", 1) for part in shlex.split(line.removeprefix("cursor-bridge flow "))
+    )
+
+
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [
+        pytest.param(None, [], id="no-usage"),
+        pytest.param(Usage(input_tokens=10, output_tokens=5), [], id="no-cache-counts"),
+        pytest.param(
+            Usage(input_tokens=12, cache_read_tokens=1800, cache_write_tokens=188),
+            [("cache_read", 1800), ("cache_write", 188), ("cache_share", "90%")],
+            id="anthropic",
+        ),
+        pytest.param(
+            Usage(input_tokens=200, cache_read_tokens=800),
+            [("cache_read", 800), ("cache_share", "80%")],
+            id="read-only",
+        ),
+        pytest.param(
+            Usage(input_tokens=50, cache_read_tokens=0, cache_write_tokens=0),
+            [("cache_read", 0), ("cache_write", 0), ("cache_share", "0%")],
+            id="reported-zeros-are-written",
+        ),
+        pytest.param(
+            Usage(input_tokens=100, cache_write_tokens=900),
+            [("cache_write", 900)],
+            id="write-only-no-share",
+        ),
+        pytest.param(
+            Usage(output_tokens=3, cache_read_tokens=40),
+            [("cache_read", 40)],
+            id="input-unknown-no-share",
+        ),
+        pytest.param(
+            Usage(input_tokens=0, cache_read_tokens=0),
+            [("cache_read", 0)],
+            id="empty-input-no-share",
+        ),
+        pytest.param(
+            Usage(input_tokens=199, cache_read_tokens=1),
+            [("cache_read", 1), ("cache_share", "1%")],  # 0.5% rounded half up
+            id="half-up",
+        ),
+        pytest.param(
+            Usage(input_tokens=1, cache_read_tokens=999),
+            [("cache_read", 999), ("cache_share", "100%")],
+            id="rounded",
+        ),
+    ],
+)
+def test_cache_fields_say_only_what_the_upstream_reported(
+    usage: Usage | None, expected: list[tuple[str, str | int]]
+) -> None:
+    assert cache_fields(usage) == expected
+
+
+def test_the_line_has_the_cache_fields_of_the_answers_usage() -> None:
+    report = FlowReport(
+        "claude",
+        client="openai_chat",
+        upstream="anthropic",
+        mode="stream",
+        status=200,
+        counts={"events_in": 7},
+        usage=Usage(
+            input_tokens=12, output_tokens=7, cache_read_tokens=1800, cache_write_tokens=188
+        ),
+    )
+    line = report.line()
+    assert " events_in=7 cache_read=1800 cache_write=188 cache_share=90% bridge_ms=" in line
+    fields = _fields(line)
+    assert (fields["cache_read"], fields["cache_write"], fields["cache_share"]) == (
+        "1800",
+        "188",
+        "90%",
+    )
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [None, Usage(input_tokens=10, output_tokens=5, total_tokens=15)],
+    ids=["no-usage", "no-cache-counts"],
+)
+def test_the_line_has_no_cache_fields_the_upstream_did_not_report(usage: Usage | None) -> None:
+    line = FlowReport("r", client="openai_chat", upstream="openai_chat", usage=usage).line()
+    assert "cache_" not in line

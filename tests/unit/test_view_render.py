@@ -294,3 +294,89 @@ def test_a_note_is_one_line() -> None:
     assert note_view(f"passed through: key {KEY}") == (
         "# cursor-bridge: passed through: key [REDACTED]\n"
     )
+
+
+# --------------------------------------------------------------------------- cache (issue 35)
+
+CACHED_USAGE = {
+    "input_tokens": 12,
+    "cache_creation_input_tokens": 188,
+    "cache_read_input_tokens": 1800,
+}
+CACHE_TEXT = "cache_read=1800 cache_write=188 cache_share=90%"
+
+
+def anthropic_stream(usage: dict[str, int]) -> bytes:
+    """An Anthropic text stream: ``usage`` at ``message_start``, the output at its delta."""
+    message: dict[str, Any] = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude",
+        "content": [],
+        "stop_reason": None,
+        "usage": {**usage, "output_tokens": 1},
+    }
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": message}),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "Hi."},
+            },
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 7},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return b"".join(f"event: {e}\ndata: {json.dumps(d)}\n\n".encode() for e, d in events)
+
+
+def test_a_streams_usage_rows_show_the_cache_on_both_sides() -> None:
+    up = anthropic_stream(CACHED_USAGE)
+    text = view(ANTHROPIC, OPENAI, up, reencode(ANTHROPIC, OPENAI, up))
+    (start,) = rows_with(text, "usage in=2000 out=1")
+    assert start.count(CACHE_TEXT) == 2, text  # message_start's, and the client's first
+    (end,) = rows_with(text, "usage out=7")  # the delta says no input count: none shown
+    assert end.split("│")[1].strip() == f"usage in=2000 out=7 {CACHE_TEXT}"  # merged
+
+
+def test_a_whole_answers_usage_row_shows_the_cache_on_both_sides() -> None:
+    answer = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude",
+        "content": [{"type": "text", "text": "Hi."}],
+        "stop_reason": "end_turn",
+        "usage": {**CACHED_USAGE, "output_tokens": 7},
+    }
+    up = json.dumps(answer).encode()
+    client = OPENAI.encode_response(ANTHROPIC.decode_response(answer))
+    text = view(ANTHROPIC, OPENAI, up, json.dumps(client).encode(), stream=False)
+    (row,) = rows_with(text, "usage")
+    assert row.count(f"usage in=2000 out=7 {CACHE_TEXT}") == 2, text
+
+
+def test_usage_rows_without_cache_counts_have_no_cache_fields() -> None:
+    up = anthropic_stream({"input_tokens": 20})
+    text = view(ANTHROPIC, OPENAI, up, reencode(ANTHROPIC, OPENAI, up))
+    assert rows_with(text, "usage in=20 out=1")
+    assert "cache_" not in text
