@@ -10,12 +10,15 @@ Anthropic's error body. Details: docs/dialects/anthropic.md#module-notes.
 from __future__ import annotations
 
 import json
+import secrets
+import string
 from typing import Any
 
 from addon.dialects.base import count_at
 from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
+    AnswerDefaults,
     ClientError,
     FinishReason,
     Image,
@@ -34,7 +37,7 @@ from .errors import error_body
 from .ids import to_anthropic
 from .request import NAME
 
-DEFAULT_ID = "msg_bridge"
+_BASE62 = string.digits + string.ascii_letters
 _STOP_TO_FINISH: dict[str, FinishReason] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -53,6 +56,29 @@ _FINISH_TO_STOP: dict[FinishReason, str] = {
     "other": "end_turn",
 }
 _TOP = frozenset({"id", "type", "role", "model", "content", "stop_reason", "usage"})
+
+
+def new_message_id() -> str:
+    """A fresh message id, as Anthropic writes them (``msg_01`` + 22 base62 characters).
+    Every answer not from an Anthropic upstream gets one: Claude Code merges consecutive
+    assistant messages that share an id."""
+    return "msg_01" + "".join(secrets.choice(_BASE62) for _ in range(22))
+
+
+_BY_ANSWER: dict[int, tuple[AnswerDefaults, str]] = {}
+"""Each answer's minted id by the id() of its defaults: the plan makes one object per flow
+(two flows' may be equal), held here so that no other object takes its id() meanwhile."""
+
+
+def answer_message_id(defaults: AnswerDefaults) -> str:
+    """The id of the answer ``defaults`` is for, minted at the first ask: every encoder of one
+    answer writes the same (its bytes a function of its input), two answers never one."""
+    kept = _BY_ANSWER.get(id(defaults))
+    if kept is None:
+        if len(_BY_ANSWER) >= 1024:
+            del _BY_ANSWER[next(iter(_BY_ANSWER))]
+        kept = _BY_ANSWER[id(defaults)] = (defaults, new_message_id())
+    return kept[1]
 
 
 def finish_reason(stop_reason: str) -> FinishReason:
@@ -182,7 +208,7 @@ def encode_response(r: Response) -> JSON:
             else:
                 content.append(block)
     body: JSON = {
-        "id": r.id or DEFAULT_ID,
+        "id": r.id if same and r.id else new_message_id(),
         "type": "message",
         "role": "assistant",
         "model": r.model or "",

@@ -41,7 +41,7 @@ from addon.model import (
 from .errors import error_body
 from .ids import to_anthropic
 from .request import NAME
-from .response import DEFAULT_ID, stop_reason, usage_fields
+from .response import answer_message_id, stop_reason, usage_fields
 
 type Out = list[tuple[str | None, str]]
 type BlockKind = Literal["text", "thinking", "tool", "raw"]
@@ -51,10 +51,13 @@ def _pair(name: str, data: JSON) -> tuple[str | None, str]:
     return name, dumps(data)
 
 
-def _message_start(defaults: AnswerDefaults, message: JSON) -> tuple[str | None, str]:
-    """``message_start``: the defaults, overridden by the upstream message's own fields."""
+def _message_start(
+    defaults: AnswerDefaults, message_id: str, message: JSON
+) -> tuple[str | None, str]:
+    """``message_start``: the defaults, overridden by the upstream message's own fields (an id
+    only when it names one)."""
     full: JSON = {
-        "id": DEFAULT_ID,
+        "id": message_id,
         "type": "message",
         "role": "assistant",
         "model": defaults.model,
@@ -64,6 +67,8 @@ def _message_start(defaults: AnswerDefaults, message: JSON) -> tuple[str | None,
         "usage": {"input_tokens": 0, "output_tokens": 0},
     }
     full.update(message)
+    if not full["id"] or not isinstance(full["id"], str):
+        full["id"] = message_id
     return _pair("message_start", {"type": "message_start", "message": full})
 
 
@@ -197,6 +202,8 @@ class AnthropicStreamEncoder:
 
     def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
         self._defaults = defaults
+        self._id = answer_message_id(defaults)
+        """The answer's id unless an Anthropic upstream names one (``new_message_id``)."""
         self._done = False
         self._text_head: tuple[int, tuple[bytes, bytes]] = (-1, (b"", b""))
         """The block index and the frame of a text delta event in it (``_TEXT_HEAD``,
@@ -230,7 +237,7 @@ class AnthropicStreamEncoder:
         if self._started:
             return
         self._started = True
-        out.append(_message_start(self._defaults, self._message))
+        out.append(_message_start(self._defaults, self._id, self._message))
 
     def _close(self, out: Out) -> None:
         if self._open is not None:
@@ -400,10 +407,7 @@ class AnthropicStreamEncoder:
                 if self._same:
                     self._message = dict(event.envelope)
                 else:
-                    self._message = {
-                        "id": event.id or DEFAULT_ID,
-                        "model": event.model or self._defaults.model,
-                    }
+                    self._message = {"model": event.model or self._defaults.model}
                 self._start(out)
             case TextDelta():
                 if event.text:

@@ -9,11 +9,14 @@ kept per level (top, choice, message) and written back for OpenAI clients.
 from __future__ import annotations
 
 import json
+import secrets
+import string
 from typing import Any
 
 from addon.dialects.base import count_at
 from addon.model import (
     JSON,
+    AnswerDefaults,
     ClientError,
     FinishReason,
     Part,
@@ -37,8 +40,32 @@ _FINISH: dict[str, FinishReason] = {
     "error": "error",
 }
 _TOP = frozenset({"id", "model", "created", "choices", "usage"})
+_BASE62 = string.digits + string.ascii_letters
 _CHOICE = frozenset({"index", "message", "finish_reason"})
 _MESSAGE = frozenset({"role", "content", "tool_calls", "reasoning_content"})
+
+
+def new_completion_id() -> str:
+    """A fresh completion id, as OpenAI writes them (``chatcmpl-`` + 29 base62 characters).
+    Every answer not from a chat upstream gets one: an upstream may name none, or the same
+    every time."""
+    return "chatcmpl-" + "".join(secrets.choice(_BASE62) for _ in range(29))
+
+
+_BY_ANSWER: dict[int, tuple[AnswerDefaults, str]] = {}
+"""Each answer's minted id by the id() of its defaults: the plan makes one object per flow
+(two flows' may be equal), held here so that no other object takes its id() meanwhile."""
+
+
+def answer_completion_id(defaults: AnswerDefaults) -> str:
+    """The id of the answer ``defaults`` is for, minted at the first ask: every encoder of one
+    answer writes the same (its bytes a function of its input), two answers never one."""
+    kept = _BY_ANSWER.get(id(defaults))
+    if kept is None:
+        if len(_BY_ANSWER) >= 1024:
+            del _BY_ANSWER[next(iter(_BY_ANSWER))]
+        kept = _BY_ANSWER[id(defaults)] = (defaults, new_completion_id())
+    return kept[1]
 
 
 def finish_reason(raw: str) -> FinishReason:
@@ -165,7 +192,7 @@ def encode_response(r: Response) -> JSON:
     choice.update(extra.get("choice", {}))
     choice["finish_reason"] = (r.finish_raw if same else None) or _encode_finish(r.finish)
     body: JSON = {
-        "id": r.id or "chatcmpl-bridge",
+        "id": r.id if same and r.id else new_completion_id(),
         "object": "chat.completion",
         "created": r.created or 0,
         "model": r.model or "",

@@ -31,7 +31,7 @@ from addon.model import (
 
 from .errors import error_body
 from .request import NAME
-from .response import encode_usage
+from .response import answer_completion_id, encode_usage
 
 _NO_EXTRA: JSON = {}
 
@@ -47,7 +47,7 @@ class OpenAIChatStreamEncoder:
     def __init__(self, defaults: AnswerDefaults = NO_DEFAULTS) -> None:
         self._defaults = defaults
         self._envelope: JSON = {
-            "id": "chatcmpl-bridge",
+            "id": answer_completion_id(defaults),
             "object": "chat.completion.chunk",
             "created": defaults.created,
             "model": defaults.model,
@@ -103,9 +103,11 @@ class OpenAIChatStreamEncoder:
                 if self._same:
                     known = {"id": event.id, "model": event.model, "created": event.created}
                     fields = {k: v for k, v in known.items() if v is not None}
+                    ours = self._envelope["id"]
                     self._envelope = {**self._envelope, **fields, **event.envelope}
+                    if not self._envelope["id"]:  # it names none: ours
+                        self._envelope["id"] = ours
                 else:
-                    self._envelope["id"] = _chat_id(event.id)
                     self._envelope["model"] = event.model or self._defaults.model
                     self._envelope["created"] = event.created or self._defaults.created
                 self._started = True
@@ -178,9 +180,3 @@ class OpenAIChatStreamEncoder:
 
 def _finish_str(reason: str) -> str:
     return "stop" if reason in ("other", "error") else reason
-
-
-def _chat_id(upstream_id: str | None) -> str:
-    if not upstream_id:
-        return "chatcmpl-bridge"
-    return upstream_id if upstream_id.startswith("chatcmpl-") else f"chatcmpl-{upstream_id}"

@@ -2,8 +2,8 @@
 
 Contract: JSON in, ``Response`` out and back; no I/O. ``decode_response`` reads a Responses
 upstream's answer; ``encode_response`` writes a complete ``response`` object the openai SDK
-and Codex accept (ids ``resp_…``, ``msg_…``, ``rs_…``, ``fc_…``, ``ctc_…`` unless the
-upstream's are known); ``encode_error`` writes OpenAI's error body.
+and Codex accept (ids ``resp_…``, ``msg_…``, ``rs_…``, ``fc_…``, ``ctc_…``, fresh per answer
+unless a Responses upstream's are known); ``encode_error`` writes OpenAI's error body.
 Details: docs/dialects/openai_responses.md#module-notes.
 """
 
@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from typing import Any
 
 from addon.dialects.base import count_at
 from addon.model import (
     JSON,
+    AnswerDefaults,
     ClientError,
     FinishReason,
     Opaque,
@@ -31,7 +33,6 @@ from addon.model import (
 from .errors import error_body
 from .request import NAME, decode_reasoning_item
 
-DEFAULT_ID = "resp_bridge"
 _TOP = frozenset(
     {"id", "object", "created_at", "model", "output", "usage", "status", "incomplete_details",
      "error", "output_text"}
@@ -187,14 +188,36 @@ def decode_output_item(item: JSON) -> list[Part]:
 # --------------------------------------------------------------------------- encode
 
 
-def response_id(upstream_id: str | None) -> str:
-    if not upstream_id:
-        return DEFAULT_ID
+def new_response_id() -> str:
+    """A fresh response id, as OpenAI writes them (``resp_`` + 48 hex digits). Every answer
+    not from a Responses upstream gets one: an upstream may name none, or the same every time."""
+    return "resp_" + secrets.token_hex(24)
+
+
+_BY_ANSWER: dict[int, tuple[AnswerDefaults, str]] = {}
+"""Each answer's minted id by the id() of its defaults: the plan makes one object per flow
+(two flows' may be equal), held here so that no other object takes its id() meanwhile."""
+
+
+def answer_response_id(defaults: AnswerDefaults) -> str:
+    """The id of the answer ``defaults`` is for, minted at the first ask: every encoder of one
+    answer writes the same (its bytes a function of its input), two answers never one."""
+    kept = _BY_ANSWER.get(id(defaults))
+    if kept is None:
+        if len(_BY_ANSWER) >= 1024:
+            del _BY_ANSWER[next(iter(_BY_ANSWER))]
+        kept = _BY_ANSWER[id(defaults)] = (defaults, new_response_id())
+    return kept[1]
+
+
+def response_id(upstream_id: str) -> str:
+    """A Responses upstream's id, ``resp_`` put in front when it lacks it."""
     return upstream_id if upstream_id.startswith("resp_") else f"resp_{upstream_id}"
 
 
 def item_suffix(resp_id: str) -> str:
-    """A short stem for the ids of a response's items (``msg_<stem>_<n>``)."""
+    """A short stem for the ids of a response's items (``msg_<stem>_<n>``), from our own id of
+    it (never the upstream's, which may repeat)."""
     return hashlib.sha256(resp_id.encode()).hexdigest()[:16]
 
 
@@ -242,8 +265,9 @@ def reasoning_item(p: Thinking, item_id: str, same: bool) -> JSON:
 
 def encode_response(r: Response) -> JSON:
     same = r.origin == NAME
-    rid = response_id(r.id)
-    stem = item_suffix(rid)
+    ours = new_response_id()
+    rid = response_id(r.id) if same and r.id else ours
+    stem = item_suffix(ours)
     output: list[JSON] = []
     text: list[Text] = []
 

@@ -36,7 +36,7 @@ from addon.model import (
 
 from .errors import failed_code
 from .request import NAME
-from .response import encode_usage, item_suffix, response_id
+from .response import answer_response_id, encode_usage, item_suffix, response_id
 from .stream import CUT, RESPONSE_OWN
 from .stream_items import CallItem, MessageItem, Out, Output, ReasoningItem
 
@@ -62,10 +62,11 @@ _TEXT_TAIL = b',"logprobs":[],"sequence_number":%d}\n\n'
 head (the same for every delta of a part), the text as JSON, the tail."""
 
 
-def _snapshot(defaults: AnswerDefaults, own: JSON, status: str) -> JSON:
-    """A response object: the defaults, then the fields of ``own`` (the upstream's)."""
+def _snapshot(defaults: AnswerDefaults, rid: str, own: JSON, status: str) -> JSON:
+    """A response object: the defaults (``rid`` its id), then the fields of ``own`` (the
+    upstream's)."""
     response: JSON = {
-        "id": response_id(None),
+        "id": rid,
         "object": "response",
         "created_at": defaults.created,
         "status": status,
@@ -120,7 +121,9 @@ class OpenAIResponsesStreamEncoder:
         self._done = False
         self._same = False
         self._response: JSON = {}
-        self._output = Output(item_suffix(response_id(None)))
+        self._id = answer_response_id(defaults)
+        """The answer's id unless a Responses upstream names one; its items' ids from it."""
+        self._output = Output(item_suffix(self._id))
         self._message: MessageItem | None = None
         self._reasoning: ReasoningItem | None = None
         self._calls: dict[int, CallItem] = {}
@@ -141,7 +144,7 @@ class OpenAIResponsesStreamEncoder:
             return
         self._started = True
         for name in ("response.created", "response.in_progress"):
-            response = _snapshot(self._defaults, self._response, "in_progress")
+            response = _snapshot(self._defaults, self._id, self._response, "in_progress")
             self._emit(out, name, {"response": response})
 
     def _item_id(self, prefix: str, extra: JSON) -> str:
@@ -301,14 +304,14 @@ class OpenAIResponsesStreamEncoder:
                     self._response = {
                         k: v for k, v in event.envelope.items() if k not in RESPONSE_OWN
                     }
+                    if not event.id:  # it names none: ours
+                        self._response.pop("id", None)
                 else:
-                    self._response = {
-                        "id": response_id(event.id),
-                        "model": event.model or self._defaults.model,
-                    }
+                    self._response = {"model": event.model or self._defaults.model}
+                    if self._same and event.id:
+                        self._response["id"] = response_id(event.id)
                     if event.created is not None:
                         self._response["created_at"] = event.created
-                self._output.stem = item_suffix(str(self._response.get("id", "")))
                 self._start(out)
             case TextDelta():
                 self._text(event, out)
@@ -351,7 +354,7 @@ class OpenAIResponsesStreamEncoder:
         self._output.close_raw(self._emit, out)
 
     def _final(self, status: str) -> JSON:
-        response = _snapshot(self._defaults, self._response, status)
+        response = _snapshot(self._defaults, self._id, self._response, status)
         response.update(_kept(self._finish_response, response))
         response["status"] = status
         response["output"] = self._output.done()

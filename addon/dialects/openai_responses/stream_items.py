@@ -218,7 +218,7 @@ class Output:
 
     def __init__(self, stem: str) -> None:
         self.stem = stem
-        """The stem of the item ids we make (``item_suffix``)."""
+        """The stem of the item ids we make, one per answer (``response.item_suffix``)."""
         self.items: list[JSON | None] = []
         self.ids: dict[str, int] = {}
         """Item id → our output_index."""

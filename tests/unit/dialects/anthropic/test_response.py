@@ -19,6 +19,7 @@ from addon.model import (
     UnsupportedShape,
     Usage,
 )
+from tests.unit.dialects.ids_shapes import MESSAGE_ID
 
 ANTHROPIC_ANSWER: dict[str, Any] = {
     "id": "msg_01",
@@ -72,8 +73,9 @@ def test_openai_answer_becomes_a_valid_anthropic_message() -> None:
         Usage(10, 5, 15, origin="openai_chat", raw={"prompt_tokens": 10}),
     )
     body = ANTHROPIC.encode_response(answer)
+    assert MESSAGE_ID.fullmatch(body["id"])  # ours: the upstream's is chat's
     assert body == {
-        "id": "chatcmpl-1",
+        "id": body["id"],
         "type": "message",
         "role": "assistant",
         "model": "gpt",
@@ -114,7 +116,8 @@ def test_openai_answer_becomes_a_valid_anthropic_message() -> None:
 def test_stop_reason(finish: Any, raw: str | None, origin: str, want: str) -> None:
     body = ANTHROPIC.encode_response(Response(origin, None, None, (), finish, raw))
     assert body["stop_reason"] == want
-    assert body["id"] == "msg_bridge" and body["content"] == []
+    assert body["content"] == []
+    assert MESSAGE_ID.fullmatch(body["id"])  # the upstream named none: a fresh one
     SDKMessage.model_validate(body)
 
 

@@ -37,6 +37,7 @@ from addon.model import (
 )
 from addon.stream.sse import encode_pairs
 from tests.realdata import OPENAI_STREAMS, as_sse, fixture_names
+from tests.unit.dialects.ids_shapes import MESSAGE_ID
 from tests.unit.helpers import (
     Pairs,
     accumulate,
@@ -214,10 +215,11 @@ def test_message_start_usage_and_message_delta_from_another_dialect() -> None:
     pairs = encode_all(events)
     check_block_structure(pairs)
     start = json.loads(pairs[0][1])
+    assert MESSAGE_ID.fullmatch(start["message"]["id"])  # ours: the upstream's is chat's
     assert start == {
         "type": "message_start",
         "message": {
-            "id": "chatcmpl-1",
+            "id": start["message"]["id"],
             "type": "message",
             "role": "assistant",
             "model": "gpt",
@@ -592,7 +594,7 @@ def test_any_event_sequence_gives_a_well_formed_anthropic_stream(
     assert "".join(b.thinking for b in message.content if b.type == "thinking") == thinking
     assert message.stop_reason == ("tool_use" if inputs else "end_turn")
     assert message.usage.output_tokens == 4 and message.usage.input_tokens == 3
-    assert message.id == "chatcmpl-x"
+    assert MESSAGE_ID.fullmatch(message.id)  # ours, not the chat upstream's "chatcmpl-x"
 
 
 _json_values = st.recursive(

@@ -72,9 +72,10 @@ def plan_for(client: str, stream: bool = True) -> FlowPlan:
     return d.plan
 
 
-def run(client: str, pieces: list[bytes]) -> bytes:
-    """What a client of ``client``'s dialect gets for a Kiro stream fed in ``pieces``."""
-    plan = plan_for(client)
+def run(client: str, pieces: list[bytes], plan: FlowPlan | None = None) -> bytes:
+    """What a client of ``client``'s dialect gets for a Kiro stream fed in ``pieces`` (the
+    answer of ``plan``'s flow, a new flow's by default)."""
+    plan = plan or plan_for(client)
     return feed_pieces(stream_processor(plan, AnswerState.of(plan), None), pieces)
 
 

@@ -28,6 +28,7 @@ from addon.model import (
     Usage,
 )
 from tests.realdata import read
+from tests.unit.dialects.ids_shapes import RESPONSE_ID
 from tests.unit.helpers import sse_events
 
 USAGE = {
@@ -195,7 +196,7 @@ def test_an_answer_from_another_dialect_is_what_the_sdk_accepts() -> None:
     )
     out = encode_response(r)
     sdk = SDKResponse.model_validate(out)
-    assert out["id"] == "resp_msg_abc"
+    assert RESPONSE_ID.fullmatch(out["id"])  # ours, not the Anthropic upstream's "msg_abc"
     assert [o.type for o in sdk.output] == [
         "reasoning",
         "message",

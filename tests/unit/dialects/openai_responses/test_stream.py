@@ -44,6 +44,7 @@ from addon.model import (
 from addon.stream.processor import StreamProcessor
 from addon.stream.sse import encode_pairs
 from tests.realdata import OPENAI_STREAMS, as_sse, fixture_names, read
+from tests.unit.dialects.ids_shapes import RESPONSE_ID
 from tests.unit.helpers import (
     Pairs,
     accumulate,
@@ -261,7 +262,7 @@ def test_text_thinking_and_calls_from_another_dialect() -> None:
     pairs = encode_all(events)
     datas = check_sequence(pairs)
     final = sdk_final(pairs)
-    assert final.id == "resp_chatcmpl-9" and final.model == "gpt"
+    assert RESPONSE_ID.fullmatch(final.id) and final.model == "gpt"  # ours, not "chatcmpl-9"
     assert [o.type for o in final.output] == [
         "reasoning",
         "message",
