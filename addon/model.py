@@ -10,6 +10,7 @@ configuration, where validation is the point)."""
 
 from __future__ import annotations
 
+import secrets
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -399,9 +400,26 @@ class AnswerDefaults:
 
     model: str = ""
     created: int = 0
+    nonce: str = ""
+    """Random letters and digits the plan makes per flow (``new_nonce``), from which a client
+    dialect's encoder writes the answer's id where the upstream's is not the client's own: every
+    encoder of one answer (fast path or not, read whole or in pieces) the same, two answers
+    never one (Claude Code merges assistant messages that share an id). Empty: a fresh id each
+    time an encoder is made."""
 
 
-NO_DEFAULTS = AnswerDefaults()
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+NONCE_CHARS = 32
+
+
+def new_nonce() -> str:
+    """``NONCE_CHARS`` random base62 characters (``AnswerDefaults.nonce``)."""
+    return "".join(secrets.choice(_BASE62) for _ in range(NONCE_CHARS))
+
+
+NO_DEFAULTS = AnswerDefaults(nonce=new_nonce())
+"""For encoders made outside a flow's plan (tools, tests): one nonce for the process, so that
+two reads of one answer give the same bytes; every flow's plan has its own (``decide``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from addon.model import (
     Request,
     ToolMode,
     UnsupportedShape,
+    new_nonce,
 )
 from addon.plan.caching import Seeds, cache_policy, secret_of, with_cache_key
 from addon.plan.conditions import Decoded, RequestView
@@ -166,7 +167,7 @@ def _decide(
         decoded = _decode(client, body, made, incoming, notes)
         plan = replace(
             plan,
-            defaults=AnswerDefaults(decoded.model, int(clock())),
+            defaults=AnswerDefaults(decoded.model, int(clock()), new_nonce()),
             history_ids=history_call_ids(decoded.messages),
         )
         unified, plan = transform(decoded, plan, settings, notes)

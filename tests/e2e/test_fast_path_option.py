@@ -4,6 +4,7 @@ the same bytes as with the fast path on (the fast path may only ever be a shortc
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 
 import pytest
@@ -83,4 +84,6 @@ def test_the_fast_path_off_gives_the_client_the_same_bytes(
         got.append(resp.body)
         proxy.close()
     assert b"word59" in got[0] and b"README.md" in got[0]
-    assert got[0] == got[1]
+    # Two answers, two message ids of the bridge's (issue 35); all else the same bytes.
+    made = re.compile(rb'"id":"msg_01[0-9A-Za-z]{22}"')
+    assert made.sub(b'"id":"made"', got[0]) == made.sub(b'"id":"made"', got[1])

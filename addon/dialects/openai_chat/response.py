@@ -52,20 +52,12 @@ def new_completion_id() -> str:
     return "chatcmpl-" + "".join(secrets.choice(_BASE62) for _ in range(29))
 
 
-_BY_ANSWER: dict[int, tuple[AnswerDefaults, str]] = {}
-"""Each answer's minted id by the id() of its defaults: the plan makes one object per flow
-(two flows' may be equal), held here so that no other object takes its id() meanwhile."""
-
-
 def answer_completion_id(defaults: AnswerDefaults) -> str:
-    """The id of the answer ``defaults`` is for, minted at the first ask: every encoder of one
-    answer writes the same (its bytes a function of its input), two answers never one."""
-    kept = _BY_ANSWER.get(id(defaults))
-    if kept is None:
-        if len(_BY_ANSWER) >= 1024:
-            del _BY_ANSWER[next(iter(_BY_ANSWER))]
-        kept = _BY_ANSWER[id(defaults)] = (defaults, new_completion_id())
-    return kept[1]
+    """The id of the answer ``defaults`` is for: made from the flow's nonce, so every encoder
+    of one answer writes the same and two answers never one; without a nonce, a fresh one."""
+    if not defaults.nonce:
+        return new_completion_id()
+    return "chatcmpl-" + defaults.nonce[:29]
 
 
 def finish_reason(raw: str) -> FinishReason:

@@ -26,6 +26,7 @@ from addon.model import (
     ToolCall,
     ToolCallEnd,
     ToolCallStart,
+    new_nonce,
 )
 from addon.plan.answer import AnswerState, decode_answer, encode_answer
 from tests.unit.dialects.ids_shapes import COMPLETION_ID, MESSAGE_ID, RESPONSE_ID
@@ -87,8 +88,12 @@ def one_id(client: str, datas: list[dict[str, Any]]) -> str:
 @pytest.mark.parametrize("upstream_id", [None, "same-every-time"], ids=["none", "repeated"])
 @pytest.mark.parametrize("client", CLIENTS)
 def test_two_streamed_answers_get_two_ids(client: str, upstream_id: str | None) -> None:
-    first = streamed(client, events(OTHER[client], upstream_id), AnswerDefaults("m", 1))
-    second = streamed(client, events(OTHER[client], upstream_id), AnswerDefaults("m", 1))
+    first = streamed(
+        client, events(OTHER[client], upstream_id), AnswerDefaults("m", 1, new_nonce())
+    )
+    second = streamed(
+        client, events(OTHER[client], upstream_id), AnswerDefaults("m", 1, new_nonce())
+    )
     assert one_id(client, first) != one_id(client, second)
     if client == "openai_responses":
         assert not item_ids(first) & item_ids(second)
@@ -98,11 +103,13 @@ def test_two_streamed_answers_get_two_ids(client: str, upstream_id: str | None) 
 def test_a_streamed_answer_from_an_upstream_without_ids_at_all(client: str) -> None:
     """Kiro's events: no id, no model."""
     evs: list[Event] = [MessageStart("kiro"), TextDelta("Hi"), Finish("stop"), StreamEnd()]
-    one_id(client, streamed(client, evs, AnswerDefaults("m", 1)))
+    one_id(client, streamed(client, evs, AnswerDefaults("m", 1, new_nonce())))
 
 
 def test_a_responses_answers_item_ids_agree_across_its_events() -> None:
-    datas = streamed("openai_responses", events("openai_chat", None), AnswerDefaults("m", 1))
+    datas = streamed(
+        "openai_responses", events("openai_chat", None), AnswerDefaults("m", 1, new_nonce())
+    )
     added = [d["item"]["id"] for d in datas if d["type"] == "response.output_item.added"]
     done = [d["item"]["id"] for d in datas if d["type"] == "response.output_item.done"]
     final = [o["id"] for o in datas[-1]["response"]["output"]]
@@ -113,7 +120,7 @@ def test_a_responses_answers_item_ids_agree_across_its_events() -> None:
 @pytest.mark.parametrize("client", CLIENTS)
 def test_one_answer_read_twice_says_one_id(client: str) -> None:
     """Two encoders of one answer (the fast path and the general way: the same defaults)."""
-    defaults = AnswerDefaults("m", 1)
+    defaults = AnswerDefaults("m", 1, new_nonce())
     first = streamed(client, events(OTHER[client], None), defaults)
     assert first == streamed(client, events(OTHER[client], None), defaults)
 
@@ -129,14 +136,14 @@ def test_one_answer_read_twice_says_one_id(client: str) -> None:
 def test_a_same_dialect_upstreams_own_id_is_kept(client: str, upstream_id: str) -> None:
     evs = events(client, upstream_id)  # its message / response object (envelope) as it came
     evs[0] = MessageStart(client, id=upstream_id, model="m", envelope={"id": upstream_id})
-    for defaults in (AnswerDefaults("m", 1), AnswerDefaults("m", 1)):
+    for defaults in (AnswerDefaults("m", 1, new_nonce()), AnswerDefaults("m", 1, new_nonce())):
         assert answer_ids(client, streamed(client, evs, defaults)) == {upstream_id}
 
 
 @pytest.mark.parametrize("client", CLIENTS)
 def test_a_same_dialect_upstream_that_names_none_gets_one(client: str) -> None:
-    first = streamed(client, events(client, None), AnswerDefaults("m", 1))
-    second = streamed(client, events(client, None), AnswerDefaults("m", 1))
+    first = streamed(client, events(client, None), AnswerDefaults("m", 1, new_nonce()))
+    second = streamed(client, events(client, None), AnswerDefaults("m", 1, new_nonce()))
     assert one_id(client, first) != one_id(client, second)
 
 

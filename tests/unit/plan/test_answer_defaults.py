@@ -108,7 +108,8 @@ def test_a_whole_answer_without_model_or_time_gets_the_asked_ones(
     client: str, stream: bool
 ) -> None:
     plan = kiro_plan(client)
-    assert plan.defaults == AnswerDefaults(ASKED.model, PINNED)  # the clock: pinned here
+    assert (plan.defaults.model, plan.defaults.created) == (ASKED.model, PINNED)  # pinned here
+    assert len(plan.defaults.nonce) == 32  # the answer's id is made from it
     plan = dataclasses.replace(plan, stream=stream)
     answer = Response("kiro", None, None, (Text("hi"),), "stop")
     raw = encode_answer(plan, answer)
