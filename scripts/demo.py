@@ -693,14 +693,14 @@ def show_upstream_request(p: Printer, ex: Exchange, first: bool) -> None:
     trigger = TRIGGER_RE.search(system)
     p.note(
         f"this request's trigger: {trigger.group(0) if trigger else '(none!)'}"
-        + ("" if first else "  (a new one for every request)")
+        + ("" if first else "  (the same on every turn of a conversation: its bytes stay cached)")
     )
     if first:
         p.note("system prompt (the client's line, then the bridge's instruction):")
         p.block(system, max_lines=32)
     else:
         lines = [line for line in system.splitlines() if trigger and trigger.group(0) in line]
-        p.note("system prompt: the same instruction with the new trigger, e.g.:")
+        p.note("system prompt: the same instruction, the same trigger, e.g.:")
         p.block("\n".join(lines[:2]) or "(no trigger in the system prompt)")
     history = [m for m in messages if m.get("role") != "system"]
     p.note("history as the model sees it (tool calls and results rendered as text):")

@@ -78,9 +78,10 @@ def test_the_demo_runs_both_turns_and_quotes_the_file() -> None:
     name, version = project()
     assert f'name = "{name}"' in tool_run and f'version = "{version}"' in tool_run
 
-    # Turn 2: a new trigger, the call and its result rendered as text, the answer quoting the file.
+    # Turn 2: the same trigger (one conversation: the prompt's bytes repeat, issue 35), the call
+    # and its result rendered as text, the answer quoting the file.
     trigger2 = re.search(r"this request's trigger: (<<CALL_[A-Za-z0-9]{8}>>)", turn2)
-    assert trigger2 is not None and trigger2.group(1) != trigger.group(1)
+    assert trigger2 is not None and trigger2.group(1) == trigger.group(1)
     assert '<tool_result id="call_' in turn2
     assert f"{trigger2.group(1)}\n   │ <invoke name=" in turn2
     assert "finish_reason: stop" in turn2
