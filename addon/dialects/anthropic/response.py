@@ -10,8 +10,6 @@ Anthropic's error body. Details: docs/dialects/anthropic.md#module-notes.
 from __future__ import annotations
 
 import json
-import secrets
-import string
 from typing import Any
 
 from addon.dialects.base import count_at
@@ -31,13 +29,13 @@ from addon.model import (
     ToolResult,
     UnsupportedShape,
     Usage,
+    new_nonce,
 )
 
 from .errors import error_body
 from .ids import to_anthropic
 from .request import NAME
 
-_BASE62 = string.digits + string.ascii_letters
 _STOP_TO_FINISH: dict[str, FinishReason] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -62,15 +60,13 @@ def new_message_id() -> str:
     """A fresh message id, as Anthropic writes them (``msg_01`` + 22 base62 characters).
     Every answer not from an Anthropic upstream gets one: Claude Code merges consecutive
     assistant messages that share an id."""
-    return "msg_01" + "".join(secrets.choice(_BASE62) for _ in range(22))
+    return "msg_01" + new_nonce()[:22]
 
 
 def answer_message_id(defaults: AnswerDefaults) -> str:
     """The id of the answer ``defaults`` is for: made from the flow's nonce, so every encoder
     of one answer writes the same and two answers never one; without a nonce, a fresh one."""
-    if not defaults.nonce:
-        return new_message_id()
-    return "msg_01" + defaults.nonce[:22]
+    return "msg_01" + (defaults.nonce or new_nonce())[:22]
 
 
 def finish_reason(stop_reason: str) -> FinishReason:

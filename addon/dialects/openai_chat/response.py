@@ -9,8 +9,6 @@ kept per level (top, choice, message) and written back for OpenAI clients.
 from __future__ import annotations
 
 import json
-import secrets
-import string
 from typing import Any
 
 from addon.dialects.base import count_at
@@ -26,6 +24,7 @@ from addon.model import (
     ToolCall,
     UnsupportedShape,
     Usage,
+    new_nonce,
 )
 
 from .errors import error_body
@@ -40,7 +39,6 @@ _FINISH: dict[str, FinishReason] = {
     "error": "error",
 }
 _TOP = frozenset({"id", "model", "created", "choices", "usage"})
-_BASE62 = string.digits + string.ascii_letters
 _CHOICE = frozenset({"index", "message", "finish_reason"})
 _MESSAGE = frozenset({"role", "content", "tool_calls", "reasoning_content"})
 
@@ -49,15 +47,13 @@ def new_completion_id() -> str:
     """A fresh completion id, as OpenAI writes them (``chatcmpl-`` + 29 base62 characters).
     Every answer not from a chat upstream gets one: an upstream may name none, or the same
     every time."""
-    return "chatcmpl-" + "".join(secrets.choice(_BASE62) for _ in range(29))
+    return "chatcmpl-" + new_nonce()[:29]
 
 
 def answer_completion_id(defaults: AnswerDefaults) -> str:
     """The id of the answer ``defaults`` is for: made from the flow's nonce, so every encoder
     of one answer writes the same and two answers never one; without a nonce, a fresh one."""
-    if not defaults.nonce:
-        return new_completion_id()
-    return "chatcmpl-" + defaults.nonce[:29]
+    return "chatcmpl-" + (defaults.nonce or new_nonce())[:29]
 
 
 def finish_reason(raw: str) -> FinishReason:
