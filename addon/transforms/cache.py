@@ -47,10 +47,11 @@ def strip_cache_control(req: Request, notes: Notes) -> Request:
     count = _Count()
     messages = tuple(_message(m, count) for m in req.messages)
     tools = None if req.tools is None else tuple(_tool(t, count) for t in req.tools)
+    extra = _clean(req.extra, count) if KEY in req.extra else req.extra  # automatic caching
     if count.n == 0:
         return req
     notes[NOTE] += count.n
-    return dataclasses.replace(req, messages=messages, tools=tools)
+    return dataclasses.replace(req, messages=messages, tools=tools, extra=extra)
 
 
 def _clean(extra: JSON, count: _Count) -> JSON:
@@ -146,12 +147,15 @@ def place_breakpoints(req: Request, marks: CacheMarks, ttl: CacheTTL, notes: Not
     and 3. A 1h mark must not follow a 5m one: a mark of the bridge takes the ttl the
     client's own marks around it allow."""
     client = _client_marks(req)
-    room = MAX_BREAKPOINTS - len(client)
+    # Anthropic's automatic caching (a top-level cache_control) takes a slot and moves a
+    # breakpoint to the end of the request itself: it stands for 1 and 3.
+    automatic = isinstance(req.extra.get(KEY), dict)
+    room = MAX_BREAKPOINTS - len(client) - automatic
     if room <= 0:
         return req
     lead = next((i for i, m in enumerate(req.messages) if m.role not in _SYSTEM), len(req.messages))
     prefix_marked = any(m < lead for m, _ in client)
-    history_marked = any(m >= lead for m, _ in client)
+    history_marked = automatic or any(m >= lead for m, _ in client)
     spots: list[Spot] = []
     if not history_marked:
         spots.append(_last_spot(req, marks, lead, len(req.messages)))

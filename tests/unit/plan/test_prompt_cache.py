@@ -361,3 +361,13 @@ def test_strip_removes_marks_everywhere() -> None:
     out = strip_cache_control(req, notes)
     assert notes["cache_control removed"] == 3
     assert "CacheMark(" not in repr(out)
+
+
+def test_anthropics_automatic_caching_counts_as_the_clients_end_breakpoint() -> None:
+    body = json.loads(client_body("anthropic", 3))
+    body["cache_control"] = {"type": "ephemeral"}  # automatic: the end of the request
+    out = json.loads(_decide("anthropic", "anthropic", json.dumps(body).encode()).body)
+    assert out["cache_control"] == {"type": "ephemeral"}
+    assert _marks(out) == ["system[0]"]  # the prefix only: 2 in all
+    dropped = _decide("anthropic", "anthropic", json.dumps(body).encode(), cache_control="drop")
+    assert "cache_control" not in json.loads(dropped.body)
