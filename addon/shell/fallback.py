@@ -26,6 +26,8 @@ from addon.plan import FlowPlan, Incoming, Rewrite, decide, route_for
 from addon.plan.fallback import (
     Cooldowns,
     Failure,
+    NoAnswer,
+    Reason,
     all_failed,
     cooldown_after,
     falls_back,
@@ -137,7 +139,8 @@ class Fallbacks:
             await self.relay.start()
             route, skipped = first_route(chain, self.cooldowns)
             failures = tuple(
-                Failure(r.name, "skipped", self.cooldowns.left(r.name)) for r in skipped
+                Failure(r.name, Reason.SKIPPED, cooling=self.cooldowns.left(r.name))
+                for r in skipped
             )
             self._keep(self._chosen, flow.id, Chosen(route, chain, failures))
         except Exception as e:  # no relay: the flow goes to its matched route, without a chain
@@ -172,7 +175,8 @@ class Fallbacks:
             return await self._attempts(flow, pending)
         except Exception as e:
             internal_error(f"cursor-bridge [{pending.attempt.route.name}]: fallback", e)
-            pending.failures.append(Failure(pending.attempt.route.name, "internal error"))
+            failed = Failure(pending.attempt.route.name, Reason.INTERNAL_ERROR)
+            pending.failures.append(failed)
             return self._unreachable(pending)
 
     async def _attempts(self, flow: http.HTTPFlow, pending: Pending) -> Relayed:
@@ -183,11 +187,11 @@ class Fallbacks:
             pending.attempt, route = attempt, attempt.route
             pending.tried.append(route.name)
             got = await self.retry.open(flow, attempt.request, route.timeout)
-            if isinstance(got, str):
+            if isinstance(got, NoAnswer):
                 cool = cooldown_after(route, None, None)
                 self.cooldowns.cool(route.name, cool or 0)
-                pending.failures.append(Failure(route.name, got, cool))
-                log.info("cursor-bridge [%s]: upstream %s: falling back", route.name, got)
+                pending.failures.append(Failure(route.name, got.reason, got.detail, cool))
+                log.info("cursor-bridge [%s]: upstream %s: falling back", route.name, got.detail)
             elif falls_back(got.status_code):
                 last = await _read_error(got, route.timeout)
                 pending.served = attempt
@@ -219,7 +223,7 @@ class Fallbacks:
                 self.report.retried(self.report.runs.get(flow.id), "fallback")
                 return Served(route, decision.plan, request)
             pending.tried.append(route.name)
-            pending.failures.append(Failure(route.name, "request not sendable there"))
+            pending.failures.append(Failure(route.name, Reason.NOT_SENDABLE))
         return None
 
     def _unreachable(self, pending: Pending) -> Relayed:
@@ -234,7 +238,8 @@ class Fallbacks:
         cool = cooldown_after(route, status, wait)
         if cool:
             self.cooldowns.cool(route.name, cool)
-        pending.failures.append(Failure(route.name, f"HTTP {status}", cool))
+        failure = Failure(route.name, Reason.ANSWERED_FAILURE, f"HTTP {status}", cool)
+        pending.failures.append(failure)
         log.info(
             "cursor-bridge [%s]: upstream answered HTTP %d: falling back%s",
             route.name,

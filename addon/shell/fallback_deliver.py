@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from mitmproxy import http
 
 from addon.plan import AnswerState, FlowPlan
-from addon.plan.fallback import Failure, falls_back, tried_line
+from addon.plan.fallback import Failure, Reason, falls_back, tried_line
 from addon.routes import Route
 from addon.shell.common import META_KEY, append_comment, log, origin, set_meta
 from addon.shell.report import Report
@@ -45,7 +45,7 @@ def served(
         _all_failed(report, flow, run, by.plan, failures)
     elif failures:
         note_served(flow, run, by.plan, flow.request, failures)
-        if all(f.why == "skipped" for f in failures):
+        if all(f.reason is Reason.SKIPPED for f in failures):
             return  # routes cooling down were passed over: nothing fell back on this flow
         report.state.count("fallbacks answered")
         log.info(

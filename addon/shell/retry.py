@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 from addon.config import RETRY_OPTIONS, ConfigError, parse_retry_timeout
 from addon.plan import short
+from addon.plan.fallback import NoAnswer, Reason
 from addon.shell.common import OptionChecks, add_options, append_comment, log
 
 _HOP_BY_HOP = frozenset(
@@ -125,7 +126,7 @@ class Retry(OptionChecks):
                 timeout=limit,
             )
         except httpx.HTTPError as e:
-            return _why(e)
+            return _why(e).detail
         except (httpx.InvalidURL, ValueError) as e:
             return f"request failed ({type(e).__name__})"
         return RetryAnswer(
@@ -137,7 +138,7 @@ class Retry(OptionChecks):
 
     async def open(
         self, flow: http.HTTPFlow, request: http.Request, timeout: float
-    ) -> httpx.Response | str:
+    ) -> httpx.Response | NoAnswer:
         """``request`` sent the way mitmproxy sends the flow's, its answer open once its
         headers came (the body still to read: ``aiter_raw``, then ``aclose``), or why none
         came within ``timeout`` seconds (the route's, to the first byte; the connect itself
@@ -166,11 +167,12 @@ class Retry(OptionChecks):
                     built.headers.pop(name, None)
             return await asyncio.wait_for(client.send(built, stream=True), timeout)
         except TimeoutError:
-            return "timed out before the first byte" if sent else "connect timed out"
+            how = "timed out before the first byte" if sent else "connect timed out"
+            return NoAnswer(Reason.TIMED_OUT, how)
         except httpx.HTTPError as e:
             return _why(e)
         except (httpx.InvalidURL, ValueError) as e:
-            return f"request failed ({type(e).__name__})"
+            return NoAnswer(Reason.UNREACHABLE, f"request failed ({type(e).__name__})")
 
     def _client(self, flow: http.HTTPFlow) -> httpx.AsyncClient:
         import httpx
@@ -214,14 +216,20 @@ def _sendable(headers: http.Headers) -> list[tuple[str, str]]:
     ]
 
 
-def _why(e: httpx.HTTPError) -> str:
+def _why(e: httpx.HTTPError) -> NoAnswer:
     """Why an attempt got no answer, in a few words (never the URL: a query may hold a key)."""
     import httpx
 
     if isinstance(e, httpx.ConnectTimeout):
-        return "connect timed out"
+        return NoAnswer(Reason.TIMED_OUT, "connect timed out")
     if isinstance(e, httpx.TimeoutException):
-        return "timed out before the first byte"
+        return NoAnswer(Reason.TIMED_OUT, "timed out before the first byte")
+    return NoAnswer(Reason.UNREACHABLE, _unreachable(e))
+
+
+def _unreachable(e: httpx.HTTPError) -> str:
+    import httpx
+
     if isinstance(e, httpx.ConnectError):
         causes = _causes(e)
         if any(isinstance(c, ConnectionRefusedError) for c in causes):

@@ -19,6 +19,7 @@ from mitmproxy import ctx, http
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow, tutils
 
+from addon.plan.fallback import NoAnswer, Reason
 from addon.shell.addons import Addons, make_addons
 from addon.shell.common import META_KEY
 from addon.shell.relay import TOKEN_HEADER
@@ -97,7 +98,7 @@ def client_flow(host: str, path: str, key: tuple[str, str], body: Any) -> http.H
     return tflow.tflow(req=req)
 
 
-type Answer = httpx.Response | str
+type Answer = httpx.Response | NoAnswer
 """What an attempt got: an answer (its body still to read) or why none came."""
 
 
@@ -120,7 +121,7 @@ class Bridge:
             if body.get("stream"):
                 return reply(200, chat_sse("hello from chat"), "text/event-stream")
             return reply(200, json.dumps(chat_message("hello from chat")).encode())
-        return "connection refused"
+        return NoAnswer(Reason.UNREACHABLE, "connection refused")
 
 
 def reply(status: int, body: bytes, ctype: str = "application/json", **headers: str) -> Answer:
@@ -296,7 +297,7 @@ def test_every_route_failing_gives_the_last_error_in_the_clients_dialect(bundle:
 
 
 def test_no_route_reachable_is_answered_in_the_clients_dialect(bundle: Bridge) -> None:
-    bundle.script["chat.example"] = ["connect timed out"]
+    bundle.script["chat.example"] = [NoAnswer(Reason.TIMED_OUT, "connect timed out")]
     f = messages_flow()
     relayed(bundle, f)
     assert f.response is not None and f.response.status_code == 504  # the last one timed out

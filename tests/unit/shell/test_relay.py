@@ -18,6 +18,7 @@ import pytest
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
+from addon.plan.fallback import NoAnswer, Reason
 from addon.shell.relay import TOKEN_HEADER, Relay, Relayed, whole
 from addon.shell.retry import Retry
 
@@ -203,7 +204,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def opened(url: str, timeout: float = 5.0, **headers: str) -> httpx.Response | str:
+async def opened(url: str, timeout: float = 5.0, **headers: str) -> httpx.Response | NoAnswer:
     retry = Retry()
     try:
         return await retry.open(tflow.tflow(), request_to(url, **headers), timeout)
@@ -222,15 +223,18 @@ def test_open_says_why_no_answer_came() -> None:
         await writer.drain()
 
     async def go() -> None:
-        assert await opened(f"http://127.0.0.1:{free_port()}/v1") == "connection refused"
+        refused = NoAnswer(Reason.UNREACHABLE, "connection refused")
+        assert await opened(f"http://127.0.0.1:{free_port()}/v1") == refused
         async with server(plain) as port:
-            assert await opened(f"https://127.0.0.1:{port}/v1") == "TLS handshake failed"
+            got = await opened(f"https://127.0.0.1:{port}/v1")
+            assert got == NoAnswer(Reason.UNREACHABLE, "TLS handshake failed")
         async with server(silent) as port:
             got = await opened(f"https://127.0.0.1:{port}/v1", timeout=0.5)
-            assert got == "connect timed out"  # the TLS handshake never ends
+            # the TLS handshake never ends
+            assert got == NoAnswer(Reason.TIMED_OUT, "connect timed out")
             started = asyncio.get_running_loop().time()
             got = await opened(f"http://127.0.0.1:{port}/v1", timeout=0.5)
-            assert got == "timed out before the first byte"
+            assert got == NoAnswer(Reason.TIMED_OUT, "timed out before the first byte")
             assert asyncio.get_running_loop().time() - started < 5
 
     with taddons.context():
