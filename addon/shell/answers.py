@@ -26,9 +26,9 @@ from addon.plan.answer import (
 )
 from addon.plan.errors import foreign_error, success_error, upstream_error
 from addon.shell.answer_notes import note_text_calls, stream_done
-from addon.shell.common import append_comment, is_json, json_response, log, replace_headers
-from addon.shell.common import internal_error as log_internal_error
-from addon.shell.loop_guard import ask_again
+from addon.shell.headers import is_json, json_response, replace_headers
+from addon.shell.loop_guard import second_answer
+from addon.shell.notes import append_comment, log, log_internal_error
 from addon.shell.report import Report
 from addon.shell.retry import Retry
 from addon.shell.runs import FlowRun
@@ -174,7 +174,7 @@ class Answers:
     ) -> None:
         """A stream read whole because the loop guard may ask again (``FlowPlan.loop_held``):
         through the stream pipeline; when the answer repeated the call, the second answer
-        instead (``ask_again``). The client gets either as one body in its stream framing."""
+        instead (``second_answer``). The client gets either as one body in its stream framing."""
         raw = resp.get_content(strict=False) or b""
         body, ctype = client_answer(plan, run.answer, raw, resp.headers.get("content-type", ""))
         if loop_ask_again(plan, run.answer):
@@ -198,7 +198,7 @@ class Answers:
         self, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, retry: Retry
     ) -> tuple[bytes, str, bytes] | None:
         """The loop guard's second request (``addon.shell.loop_guard``), counted as a retry."""
-        second = await ask_again(retry, flow, run, plan)
+        second = await second_answer(retry, flow, run, plan)
         if run.answer.loop_asked:
             self.report.retried(run, "loop guard")
         return second

@@ -21,18 +21,10 @@ from addon.config import CATALOGUE_OPTIONS, ConfigError, parse_models
 from addon.plan import dump, load_json
 from addon.plan.model_lists import ListRequest, list_requests, listed_names
 from addon.routes import listed_models
-from addon.shell.common import (
-    OptionChecks,
-    add_options,
-    append_comment,
-    environment,
-    header_map,
-    internal_error,
-    is_json,
-    json_response,
-    log,
-    outside_proxy_hosts,
-)
+from addon.shell.headers import header_map, is_json, json_response
+from addon.shell.host_filter import outside_proxy_hosts
+from addon.shell.notes import append_comment, log, log_internal_error
+from addon.shell.options import OptionChecks, add_options, environment
 from addon.shell.retry import Retry, RetryAnswer
 from addon.shell.settings import BridgeSettings
 from addon.transforms.thinking import catalogue_models
@@ -90,7 +82,7 @@ class ModelCatalogue(OptionChecks):
             if (models or others) and not outside_proxy_hosts(flow):
                 self._flows[flow.id] = (models, others if self._retry is not None else ())
         except Exception as e:
-            internal_error("cursor-bridge: models request", e)
+            log_internal_error("cursor-bridge: models request", e)
 
     async def response(self, flow: http.HTTPFlow) -> None:
         pending = self._flows.pop(flow.id, None)
@@ -102,7 +94,7 @@ class ModelCatalogue(OptionChecks):
                 models = (*models, *await self._other_lists(flow, others))
             self._answer(flow, tuple(dict.fromkeys(models)))
         except Exception as e:  # the upstream's answer goes on as it is
-            internal_error("cursor-bridge: models answer", e)
+            log_internal_error("cursor-bridge: models answer", e)
 
     async def _other_lists(
         self, flow: http.HTTPFlow, others: tuple[ListRequest, ...]

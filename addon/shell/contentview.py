@@ -14,7 +14,7 @@ from mitmproxy import contentviews, http
 
 from addon.dialects import DIALECTS
 from addon.redact import clean
-from addon.shell.common import META_KEY
+from addon.shell.notes import META_KEY
 from addon.state import AnswerInfo, Original, OriginalStore
 from addon.view import note_view, request_view, response_view
 

@@ -17,15 +17,10 @@ from addon.plan.count_tokens import (
     count_route,
 )
 from addon.routes import withholds_key
-from addon.shell.common import (
-    SECRETS,
-    append_comment,
-    environment,
-    header_map,
-    internal_error,
-    json_response,
-    outside_proxy_hosts,
-)
+from addon.shell.headers import header_map, json_response
+from addon.shell.host_filter import outside_proxy_hosts
+from addon.shell.notes import SECRETS, append_comment, log_internal_error
+from addon.shell.options import environment
 from addon.shell.settings import BridgeSettings
 from addon.state import BridgeState
 
@@ -46,7 +41,7 @@ class CountTokens:
             self._request(flow)
         except Exception as e:  # the request goes upstream as the client sent it
             self._sent.pop(flow.id, None)
-            internal_error("cursor-bridge: count_tokens request", e)
+            log_internal_error("cursor-bridge: count_tokens request", e)
 
     def _request(self, flow: http.HTTPFlow) -> None:
         req = flow.request
@@ -94,7 +89,7 @@ class CountTokens:
                 if answer.estimated:
                     self._state.count("token counts estimated")
         except Exception as e:  # the upstream's answer goes on as it is
-            internal_error("cursor-bridge: count_tokens answer", e)
+            log_internal_error("cursor-bridge: count_tokens answer", e)
         finally:
             SECRETS.drop(flow.id)
 

@@ -36,20 +36,16 @@ from addon.plan.fallback import (
     retry_after,
 )
 from addon.routes import Route, fallback_chain
-from addon.shell.common import (
-    SECRETS,
-    apply_rewrite,
-    environment,
-    internal_error,
-    log,
-    outside_proxy_hosts,
-)
 from addon.shell.fallback_deliver import Served, served
+from addon.shell.host_filter import outside_proxy_hosts
+from addon.shell.notes import SECRETS, log, log_internal_error
+from addon.shell.options import environment
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.relay import TOKEN_HEADER, Relay, Relayed, whole
 from addon.shell.report import Report
 from addon.shell.retry import Retry
 from addon.shell.settings import BridgeSettings
+from addon.shell.upstream_request import apply_rewrite
 
 if TYPE_CHECKING:
     import httpx
@@ -130,7 +126,7 @@ class Fallbacks:
                 return None
             chain = fallback_chain(route, settings.routes)
         except Exception as e:
-            internal_error("cursor-bridge: fallback", e)
+            log_internal_error("cursor-bridge: fallback", e)
             return None
         return self._choose(flow, chain)
 
@@ -144,7 +140,7 @@ class Fallbacks:
             )
             self._keep(self._chosen, flow.id, Chosen(route, chain, failures))
         except Exception as e:  # no relay: the flow goes to its matched route, without a chain
-            internal_error("cursor-bridge: fallback", e)
+            log_internal_error("cursor-bridge: fallback", e)
 
     def chosen(self, flow_id: str) -> Chosen | None:
         """The route picked for this flow (once); None: the matched route, as without a chain."""
@@ -174,7 +170,7 @@ class Fallbacks:
         try:
             return await self._attempts(flow, pending)
         except Exception as e:
-            internal_error(f"cursor-bridge [{pending.attempt.route.name}]: fallback", e)
+            log_internal_error(f"cursor-bridge [{pending.attempt.route.name}]: fallback", e)
             failed = Failure(pending.attempt.route.name, Reason.INTERNAL_ERROR)
             pending.failures.append(failed)
             return self._unreachable(pending)
@@ -259,7 +255,7 @@ class Fallbacks:
             _back(flow, (pending.served or pending.attempt).request)
             served(self.report, flow, pending.served, tuple(pending.failures))
         except Exception as e:
-            internal_error("cursor-bridge: fallback", e)
+            log_internal_error("cursor-bridge: fallback", e)
 
     def error(self, flow: http.HTTPFlow) -> None:
         pending = self._pending.get(flow.id)

@@ -13,9 +13,10 @@ from mitmproxy import http
 from addon.plan import AnswerState, FlowPlan
 from addon.plan.fallback import Failure, Reason, falls_back, tried_line
 from addon.routes import Route
-from addon.shell.common import META_KEY, append_comment, log, origin, set_meta
+from addon.shell.notes import META_KEY, append_comment, log, set_meta
 from addon.shell.report import Report
 from addon.shell.runs import FlowRun
+from addon.shell.upstream_request import origin
 
 
 @dataclass(frozen=True, slots=True)

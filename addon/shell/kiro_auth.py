@@ -39,13 +39,9 @@ from addon.dialects.kiro.token import (
 from addon.model import ClientError
 from addon.plan import RouteCredentials, dump, route_for, short
 from addon.routes import Route
-from addon.shell.common import (
-    append_comment,
-    internal_error,
-    json_response,
-    log,
-    outside_proxy_hosts,
-)
+from addon.shell.headers import json_response
+from addon.shell.host_filter import outside_proxy_hosts
+from addon.shell.notes import append_comment, log, log_internal_error
 from addon.shell.settings import BridgeSettings
 
 REFRESH_TIMEOUT = 20.0
@@ -79,7 +75,7 @@ class KiroAuth:
             if outside_proxy_hosts(flow):
                 return None
         except Exception as e:
-            internal_error("cursor-bridge: kiro credentials", e)
+            log_internal_error("cursor-bridge: kiro credentials", e)
             return None
         return self._request(flow, route)
 
@@ -90,7 +86,7 @@ class KiroAuth:
             self._refuse(flow, route, str(e))
             return
         except Exception as e:
-            internal_error(f"cursor-bridge [{route.name}]: kiro credentials", e)
+            log_internal_error(f"cursor-bridge [{route.name}]: kiro credentials", e)
             self._refuse(flow, route, f"internal error ({type(e).__name__})")
             return
         self._pending[flow.id] = RouteCredentials(token.access_token, token.profile_arn)

@@ -15,20 +15,19 @@ from mitmproxy import http
 
 from addon.model import UnsupportedShape
 from addon.plan import FlowPlan, short
-from addon.plan.answer import ask_again as invoke_request
-from addon.plan.answer import client_answer
-from addon.shell.common import append_comment, log
+from addon.plan.answer import ask_again, client_answer
+from addon.shell.notes import append_comment, log
 from addon.shell.retry import Retry
 from addon.shell.runs import FlowRun
 
 
-async def ask_again(
+async def second_answer(
     retry: Retry, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan
 ) -> tuple[bytes, str, bytes] | None:
     """``(client body, its content type, the upstream's answer)`` of the second request, or
     None: the first answer stands. Once asked, ``run.plan`` is the plan of the second
     request (the invoke protocol's)."""
-    asked = invoke_request(plan, run.answer)
+    asked = ask_again(plan, run.answer)
     if asked is None:
         log.warning("%s: loop guard: the invoke request could not be written", plan.label)
         append_comment(flow, "loop guard: could not ask again (invoke request not written)")

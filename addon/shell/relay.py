@@ -22,7 +22,7 @@ from http import HTTPStatus
 
 import h11
 
-from addon.shell.common import internal_error, log
+from addon.shell.notes import log, log_internal_error
 
 TOKEN_HEADER = "x-cursor-bridge-relay"
 """The request header that names the leg (a random single-use token)."""
@@ -122,7 +122,7 @@ class Relay:
         except (TimeoutError, ConnectionError, OSError, h11.ProtocolError):
             return  # mitmproxy went away, or spoke no HTTP/1.1 we serve: the connection ends
         except Exception as e:
-            internal_error("cursor-bridge: fallback relay", e)
+            log_internal_error("cursor-bridge: fallback relay", e)
         finally:
             writer.close()
 

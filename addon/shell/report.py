@@ -23,9 +23,8 @@ from addon.outcome import FlowReport
 from addon.plan import FlowPlan, short
 from addon.redact import clean
 from addon.shell.answer_notes import stream_done
-from addon.shell.common import SECRETS, append_comment, log, seal_flow
-from addon.shell.common import internal_error as log_internal_error
 from addon.shell.contentview import BridgeContentview
+from addon.shell.notes import SECRETS, append_comment, log, log_internal_error, seal_flow
 from addon.shell.runs import FlowRun, FlowRuns
 from addon.shell.settings import BridgeSettings
 from addon.state import AnswerInfo, BridgeState, Original

@@ -27,25 +27,16 @@ from addon.plan import (
     short,
 )
 from addon.redact import clean
-from addon.shell.common import (
-    SECRETS,
-    append_comment,
-    apply_rewrite,
-    environment,
-    header_map,
-    json_response,
-    log,
-    origin,
-    outside_proxy_hosts,
-    place,
-    set_meta,
-)
-from addon.shell.common import internal_error as log_internal_error
 from addon.shell.fallback import Fallbacks
+from addon.shell.headers import header_map, json_response
+from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.kiro_auth import KiroAuth
+from addon.shell.notes import SECRETS, append_comment, log, log_internal_error, set_meta
+from addon.shell.options import environment
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.report import Report, comment, decision_lines, plan_facts
 from addon.shell.settings import BridgeSettings
+from addon.shell.upstream_request import apply_rewrite, origin, place
 from addon.state import Original
 from addon.wire import secret_values
 

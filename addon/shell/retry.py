@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 from addon.config import RETRY_OPTIONS, ConfigError, parse_retry_timeout
 from addon.plan import short
 from addon.plan.fallback import NoAnswer, Reason
-from addon.shell.common import OptionChecks, add_options, append_comment, log
+from addon.shell.notes import append_comment, log
+from addon.shell.options import OptionChecks, add_options
 
 _HOP_BY_HOP = frozenset(
     {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",

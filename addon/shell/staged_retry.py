@@ -13,7 +13,8 @@ from addon.plan.answer import client_answer
 from addon.plan.errors import error_body, unreadable_answer
 from addon.plan.staged import Stop, staged_step
 from addon.shell.answer_notes import note_text_calls
-from addon.shell.common import META_KEY, append_comment, json_response, log
+from addon.shell.headers import json_response
+from addon.shell.notes import META_KEY, append_comment, log
 from addon.shell.report import Report
 from addon.shell.retry import Retry, RetryAnswer
 from addon.shell.runs import FlowRun

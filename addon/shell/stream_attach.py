@@ -13,12 +13,12 @@ from collections.abc import Callable, Sequence
 
 from mitmproxy import http
 
-from addon.dialects.kiro import CONTENT_TYPE as KIRO_CONTENT_TYPE
+from addon.dialects import kiro
 from addon.outcome import FlowReport
 from addon.plan import CONTENT_TYPES, short
 from addon.plan.answer import stream_processor
-from addon.shell.common import META_KEY, append_comment, is_json, log, replace_headers
-from addon.shell.common import internal_error as log_internal_error
+from addon.shell.headers import is_json, replace_headers
+from addon.shell.notes import META_KEY, append_comment, log, log_internal_error
 from addon.shell.report import Report, stores_streamed_bodies
 from addon.shell.runs import KEEP_STREAM_BYTES, FlowRun
 from addon.state import KeptBytes
@@ -73,7 +73,7 @@ class StreamAttach:
             plan is not None
             and plan.stream
             and plan.upstream_framing == "aws_eventstream"
-            and ctype.startswith(KIRO_CONTENT_TYPE)
+            and ctype.startswith(kiro.CONTENT_TYPE)
         )
         if not (sse or (array and is_json(resp)) or binary):
             return

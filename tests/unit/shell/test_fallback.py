@@ -21,7 +21,7 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from addon.plan.fallback import NoAnswer, Reason
 from addon.shell.addons import Addons, make_addons
-from addon.shell.common import META_KEY
+from addon.shell.notes import META_KEY
 from addon.shell.relay import TOKEN_HEADER
 from tests.real.clients.loop import GEMINI_SIGNATURE, Call, chat_message, chat_sse, gemini_chunk
 

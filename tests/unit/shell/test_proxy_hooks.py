@@ -16,7 +16,7 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from addon.shell import answers
 from addon.shell.addons import Addons, make_addons
-from addon.shell.common import META_KEY
+from addon.shell.notes import META_KEY
 from addon.store import Scope
 from tests.realdata import as_sse
 
