@@ -5,7 +5,7 @@ spent in the bridge, retries, what the stream processor counted) and, once the f
 sets ``flow.marked`` to ``report.mark``, logs ``report.line()`` at info level and adds
 ``report.counters()`` to the process-wide counters that ``bridge.stats`` and the shutdown line
 show. Outcomes, most telling first (a flow's mark is the first it has): ``rejected``,
-``loop_guard``, ``fallback``, ``retried``, ``repaired``, ``rewritten``; what each means:
+``loop_guard``, ``not_rewritten``, ``retried``, ``repaired``, ``rewritten``; what each means:
 docs/observability.md."""
 
 from __future__ import annotations
@@ -19,13 +19,15 @@ from dataclasses import dataclass, field
 from addon.model import Usage
 from addon.redact import clean
 
-OUTCOMES = ("rejected", "loop_guard", "fallback", "retried", "repaired", "rewritten")
-"""Every outcome, by precedence."""
+OUTCOMES = ("rejected", "loop_guard", "not_rewritten", "retried", "repaired", "rewritten")
+"""Every outcome, by precedence. ``not_rewritten``: something of the flow could not be rewritten,
+so it passed through as it came or ended with an error for the client (a request or answer
+the bridge could not read, a cut stream, events skipped, no route of a chain answered)."""
 
 MARKS: Mapping[str, str] = {
     "rejected": ":no_entry:",
     "loop_guard": ":stop_sign:",
-    "fallback": ":warning:",
+    "not_rewritten": ":warning:",
     "retried": ":repeat:",
     "repaired": ":wrench:",
     "rewritten": ":twisted_rightwards_arrows:",
@@ -70,7 +72,7 @@ class FlowReport:
     notes: Mapping[str, int] = field(default_factory=dict)
     """The flow's decisions (``AnswerState.notes``): repairs and restores are counted from them."""
     reason: str = ""
-    """Why a fallback, a rejection or an error happened (one line)."""
+    """Why the flow was not rewritten, was rejected or ended with an error (one line)."""
     fields: dict[str, str | int] = field(default_factory=dict)
     """Fields an outcome adds to the line (the loop guard's ``tool`` and ``failures``)."""
     usage: Usage | None = None
@@ -137,8 +139,8 @@ class FlowReport:
             out["restores"] += self.restores
         for kind, n in self.retries.items():
             out[f"retries ({kind})"] += n
-        if self.outcome == "fallback":
-            out["fallbacks"] += 1
+        if self.outcome == "not_rewritten":
+            out["not rewritten"] += 1
         return out
 
 
@@ -197,9 +199,9 @@ def stats_text(counters: Mapping[str, int], uptime_s: float) -> str:
         f"repairs: {counters.get('repairs', 0)}",
         f"restores: {counters.get('restores', 0)}",
         retries,
-        f"fallbacks: {counters.get('fallbacks', 0)}",
+        f"not rewritten: {counters.get('not rewritten', 0)}",
     ]
-    grouped = ("flows ", "retries (", "repairs", "restores", "fallbacks")
+    grouped = ("flows ", "retries (", "repairs", "restores", "not rewritten")
     other = sorted((k, n) for k, n in counters.items() if not k.startswith(grouped))
     if other:
         parts.append("other: " + ", ".join(f"{n} {k}" for k, n in other))

@@ -73,7 +73,7 @@ class Answers:
             await self._response(flow, run, plan, resp)
         except Exception as e:
             log_internal_error(f"{plan.label}: answer", e)
-            self.report.fallback(run, f"internal error ({type(e).__name__})")
+            self.report.not_rewritten(run, f"internal error ({type(e).__name__})")
             if plan.same_dialect or run.answer.processor is not None:
                 return  # passed on as the upstream sent it (a stream is already on its way)
             unreadable(self.report, flow, run, plan, f"internal error ({type(e).__name__})")
@@ -156,7 +156,7 @@ class Answers:
                 return
             log.info("%s: answer passed through unchanged: %s", plan.label, why)
             append_comment(flow, f"answer not rewritten ({why})")
-            self.report.fallback(run, f"answer not rewritten ({why})")
+            self.report.not_rewritten(run, f"answer not rewritten ({why})")
             return
         note_text_calls(self.report, flow, run, plan)
         self.report.keep_answer(flow, run, plan, raw, "whole answer re-encoded", stream=False)
@@ -191,7 +191,9 @@ class Answers:
             [("content-type", ctype)],
         )
         resp.content = body
-        append_comment(flow, "stream read whole before it was sent (loop guard, fallback on)")
+        append_comment(
+            flow, "stream read whole before it was sent (loop guard, bridge_loop_fallback on)"
+        )
         self.report.state.count("answers rewritten")
 
     async def _ask_again(

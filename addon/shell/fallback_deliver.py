@@ -97,7 +97,7 @@ def _all_failed(
     _meta(flow, {}, {"served_by": None, "tried": failures})
     run.report.route, run.report.upstream = plan.route.name, plan.upstream.name
     run.report.fields["tried"] = tried_line(failures)
-    report.fallback(run, line)
+    report.not_rewritten(run, line)
 
 
 def _unreachable(

@@ -94,16 +94,17 @@ class Report:
     @command.command("bridge.stats")  # type: ignore[untyped-decorator]
     def stats(self) -> str:
         """What the bridge did since it started: flows by outcome, repairs, restores,
-        retries, fallbacks (also logged)."""
+        retries, flows not rewritten (also logged)."""
         text = self.state.summary()
         log.info("cursor-bridge: %s", text)
         return text
 
     # ------------------------------------------------------------------ for the other addons
 
-    def fallback(self, run: FlowRun | None, why: str) -> None:
+    def not_rewritten(self, run: FlowRun | None, why: str) -> None:
+        """Something of the flow could not be rewritten (``why``): its outcome says so."""
         if run is not None:
-            run.report.add_outcome("fallback")
+            run.report.add_outcome("not_rewritten")
             run.report.reason = run.report.reason or clean(why, 300)
 
     def retried(self, run: FlowRun | None, kind: str) -> None:

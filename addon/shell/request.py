@@ -120,7 +120,10 @@ class RewriteRequest:
                     return
                 case Pass():
                     self._passthrough(flow, decision, incoming)
-                    outcome, reason = "fallback", f"passed through: {short(decision.reason or '')}"
+                    outcome, reason = (
+                        "not_rewritten",
+                        f"passed through: {short(decision.reason or '')}",
+                    )
                 case Reject():
                     self._reject(flow, decision)
                     outcome = "rejected"

@@ -101,7 +101,7 @@ def unreadable(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan
     status = resp.status_code
     report.state.count("answers not translatable")
     log.warning("%s: upstream answer (HTTP %d) not translatable: %s", plan.label, status, why)
-    report.fallback(run, f"upstream answer not translatable: {why}")
+    report.not_rewritten(run, f"upstream answer not translatable: {why}")
     append_comment(flow, f"upstream answer (HTTP {status}) not translatable: {why} → 502")
     flow.response = json_response(502, unreadable_answer(plan, why))
 

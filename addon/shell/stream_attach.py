@@ -43,7 +43,7 @@ class StreamAttach:
         except Exception as e:
             plan = run.plan if run is not None else None
             log_internal_error(plan.label if plan else "cursor-bridge", e)
-            self.report.fallback(run, f"internal error ({type(e).__name__})")
+            self.report.not_rewritten(run, f"internal error ({type(e).__name__})")
             if flow.response is not None and (plan is None or plan.same_dialect):
                 # Same dialect: the answer is passed on as it comes (a stream still streams).
                 if run is not None:
@@ -102,7 +102,7 @@ class StreamAttach:
         except UnsupportedEncoding as e:
             log.warning("%s: stream passed through unchanged: %s", plan.label, short(e))
             append_comment(flow, f"{plan.label}: stream not rewritten ({short(e)})")
-            self.report.fallback(run, f"stream not rewritten ({short(e)})")
+            self.report.not_rewritten(run, f"stream not rewritten ({short(e)})")
             resp.stream = True  # still stream it: SSE must never be buffered
             run.plan = None
             return

@@ -306,7 +306,7 @@ def test_sse_answer_is_streamed_through_the_processor(
     assert out.endswith(b"data: [DONE]\n\n")
     assert b"get_stock_price" in out and b"GetWeatherArgs" in out
     respond(addon, flow)
-    assert flow.metadata[META_KEY]["stream_fallback"] is None
+    assert flow.metadata[META_KEY]["stream_error"] is None
     assert addon.runs.plan(flow.id) is None
 
 
@@ -337,7 +337,7 @@ def test_broken_stream_falls_back_to_the_raw_bytes(
     assert b'"content":"hi"' in out
     assert "stream passed through from here on" in caplog.text
     respond(addon, flow)
-    assert "not JSON" in (flow.metadata[META_KEY]["stream_fallback"] or "")
+    assert "not JSON" in (flow.metadata[META_KEY]["stream_error"] or "")
 
 
 def test_error_answers_stream_untouched_on_the_same_dialect_and_buffer_for_another(
@@ -671,7 +671,7 @@ def test_a_rewritten_whole_answer_is_logged_with_its_counts(
     assert "bytes_out=" in line
 
 
-def test_a_stream_fallback_is_marked_and_says_why(
+def test_a_stream_passed_through_is_marked_and_says_why(
     bridge: tuple[Bridge, taddons.context], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="cursor_bridge")
@@ -679,8 +679,8 @@ def test_a_stream_fallback_is_marked_and_says_why(
     flow = streamed(addon, b"data: {not json}\n\n", size=4)
     assert flow.marked == ":warning:"
     (line,) = [r.getMessage() for r in caplog.records if "cursor-bridge flow" in r.getMessage()]
-    assert "outcome=fallback" in line and 'reason="stream passed through after' in line
-    assert addon.state.counters["fallbacks"] == 1
+    assert "outcome=not_rewritten" in line and 'reason="stream passed through after' in line
+    assert addon.state.counters["not rewritten"] == 1
 
 
 def test_rejected_passed_and_errored_flows_are_marked_and_freed(
@@ -700,7 +700,7 @@ def test_rejected_passed_and_errored_flows_are_marked_and_freed(
     assert flow_error.msg and errored.marked == ":twisted_rightwards_arrows:"
     assert not len(addon.runs)
     assert addon.state.counters["flows rejected"] == 1
-    assert addon.state.counters["flows fallback"] == 1
+    assert addon.state.counters["flows not_rewritten"] == 1
 
 
 def test_bridge_debug_logs_the_details_at_debug_level(
