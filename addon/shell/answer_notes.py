@@ -10,8 +10,8 @@ from mitmproxy import http
 
 from addon.plan import FlowPlan, dump, short
 from addon.redact import clean_data
+from addon.shell.flows import KEEP_STREAM_BYTES, FlowRun
 from addon.shell.notes import META_KEY, append_comment, log
-from addon.shell.runs import KEEP_STREAM_BYTES, FlowRun
 from addon.state import BridgeState
 
 

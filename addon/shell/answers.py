@@ -11,7 +11,6 @@ as a 502 in its dialect, never as the other dialect's bytes.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from mitmproxy import http
 
@@ -26,43 +25,33 @@ from addon.plan.answer import (
 )
 from addon.plan.errors import foreign_error, success_error, upstream_error
 from addon.shell.answer_notes import note_text_calls, stream_done
+from addon.shell.flows import FlowRun
 from addon.shell.headers import is_json, json_response, replace_headers
 from addon.shell.loop_guard import second_answer
 from addon.shell.notes import append_comment, log, log_internal_error
 from addon.shell.report import Report
 from addon.shell.retry import Retry
-from addon.shell.runs import FlowRun
 from addon.shell.staged_retry import StagedRetry, translate_error, unreadable
-
-if TYPE_CHECKING:
-    from addon.shell.fallback import Fallbacks
 
 
 class Answers:
     name = "cursor_bridge_answers"
 
-    def __init__(
-        self, report: Report, retry: Retry | None, fallbacks: Fallbacks | None = None
-    ) -> None:
+    def __init__(self, report: Report, retry: Retry | None) -> None:
         self.report = report
         self.retry = retry
-        self.fallbacks = fallbacks
         self.staged = StagedRetry(report, retry)
 
     async def response(self, flow: http.HTTPFlow) -> None:
         started = time.perf_counter_ns()
-        run = self.report.runs.get(flow.id)
+        run = self.report.flows.run(flow.id)
         resp = flow.response
         if run is None:
-            if self.fallbacks is not None:
-                self.fallbacks.forget(flow.id)
             return
         try:
             if run.plan is not None and resp is not None:
                 await self._answer_for_client(flow, run, run.plan, resp)
         finally:
-            if self.fallbacks is not None:
-                self.fallbacks.forget(flow.id)
             run.client_bytes = None
             run.report.spent_ns += time.perf_counter_ns() - started
 

@@ -21,6 +21,7 @@ from addon.config import CATALOGUE_OPTIONS, ConfigError, parse_models
 from addon.plan import dump, load_json
 from addon.plan.model_lists import ListRequest, list_requests, listed_names
 from addon.routes import listed_models
+from addon.shell.flows import Flows, ModelsAsked
 from addon.shell.headers import header_map, is_json, json_response
 from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.notes import append_comment, log, log_internal_error
@@ -39,13 +40,12 @@ LIST_TIMEOUT = 5.0
 class ModelCatalogue(OptionChecks):
     name = "cursor_bridge_models"
 
-    def __init__(self, settings: BridgeSettings, retry: Retry | None = None) -> None:
+    def __init__(self, settings: BridgeSettings, flows: Flows, retry: Retry | None = None) -> None:
         self._settings = settings
+        self._flows = flows
+        """A list being answered is its flow's record's ``models``."""
         self._retry = retry
         self.models: tuple[str, ...] = ()
-        self._flows: dict[str, tuple[tuple[str, ...], tuple[ListRequest, ...]]] = {}
-        """``GET …/models`` flows being answered: the models to add to the upstream's list,
-        and the other upstreams' lists to ask for."""
 
     def load(self, loader: Any) -> None:
         add_options(loader, CATALOGUE_OPTIONS)
@@ -80,15 +80,17 @@ class ModelCatalogue(OptionChecks):
                 routes, req.host, chats, addressed, header_map(req.headers), environment()
             )
             if (models or others) and not outside_proxy_hosts(flow):
-                self._flows[flow.id] = (models, others if self._retry is not None else ())
+                asked = ModelsAsked(models, others if self._retry is not None else ())
+                self._flows.open(flow.id).models = asked
         except Exception as e:
             log_internal_error("cursor-bridge: models request", e)
 
     async def response(self, flow: http.HTTPFlow) -> None:
-        pending = self._flows.pop(flow.id, None)
-        if pending is None:
+        record = self._flows.get(flow.id)
+        asked = record.models if record is not None else None
+        if asked is None:
             return
-        models, others = pending
+        models, others = asked.models, asked.others
         try:
             if others:
                 models = (*models, *await self._other_lists(flow, others))
@@ -154,6 +156,3 @@ class ModelCatalogue(OptionChecks):
             how += f" (upstream said HTTP {resp.status_code})"
         flow.response = json_response(200, dump({"object": "list", "data": [*listed, *added]}))
         append_comment(flow, f"cursor-bridge: {len(added)} models {how}")
-
-    def error(self, flow: http.HTTPFlow) -> None:
-        self._flows.pop(flow.id, None)

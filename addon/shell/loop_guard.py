@@ -16,9 +16,9 @@ from mitmproxy import http
 from addon.model import UnsupportedShape
 from addon.plan import FlowPlan, short
 from addon.plan.answer import ask_again, client_answer
+from addon.shell.flows import FlowRun
 from addon.shell.notes import append_comment, log
 from addon.shell.retry import Retry
-from addon.shell.runs import FlowRun
 
 
 async def second_answer(

@@ -13,11 +13,11 @@ from addon.plan.answer import client_answer
 from addon.plan.errors import error_body, unreadable_answer
 from addon.plan.staged import Stop, staged_step
 from addon.shell.answer_notes import note_text_calls
+from addon.shell.flows import FlowRun
 from addon.shell.headers import json_response
 from addon.shell.notes import META_KEY, append_comment, log
 from addon.shell.report import Report
 from addon.shell.retry import Retry, RetryAnswer
-from addon.shell.runs import FlowRun
 
 
 class StagedRetry:

@@ -17,10 +17,10 @@ from addon.dialects import kiro
 from addon.outcome import FlowReport
 from addon.plan import CONTENT_TYPES, short
 from addon.plan.answer import stream_processor
+from addon.shell.flows import KEEP_STREAM_BYTES, FlowRun
 from addon.shell.headers import is_json, replace_headers
 from addon.shell.notes import META_KEY, append_comment, log, log_internal_error
 from addon.shell.report import Report, stores_streamed_bodies
-from addon.shell.runs import KEEP_STREAM_BYTES, FlowRun
 from addon.state import KeptBytes
 from addon.stream.decompress import UnsupportedEncoding
 from addon.stream.processor import StreamProcessor
@@ -31,13 +31,13 @@ class StreamAttach:
 
     def __init__(self, report: Report, loop_retry: bool) -> None:
         self.report = report
-        self.runs = report.runs
+        self.flows = report.flows
         self._loop_retry = loop_retry
         """A retry addon is there: a stream the loop guard may ask again is read whole."""
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         started = time.perf_counter_ns()
-        run = self.runs.get(flow.id)
+        run = self.flows.run(flow.id)
         try:
             self._attach(flow, run)
         except Exception as e:
