@@ -1,12 +1,8 @@
-"""How a routed flow ended, as plain values: its mark, its log line, what it adds to the counters.
+"""How a routed flow ended, as plain values (``FlowReport``): its mark, its log line, its counters.
 
-Contract: sans-IO (no mitmproxy). The shell fills a ``FlowReport`` while the flow runs (time
-spent in the bridge, retries, what the stream processor counted) and, once the flow is over,
-sets ``flow.marked`` to ``report.mark``, logs ``report.line()`` at info level and adds
-``report.counters()`` to the process-wide counters that ``bridge.stats`` and the shutdown line
-show. Outcomes, most telling first (a flow's mark is the first it has): ``rejected``,
-``loop_guard``, ``not_rewritten``, ``retried``, ``repaired``, ``rewritten``; what each means:
-docs/observability.md."""
+Sans-IO: the shell fills a report while the flow runs and, once it is over, sets the mark, logs
+the line and adds the counters (``bridge.stats``). Outcomes, most telling first (``OUTCOMES``):
+a flow shows the first it has. What each means: docs/observability.md."""
 
 from __future__ import annotations
 
@@ -55,9 +51,13 @@ class FlowReport:
     """One routed flow, as the log line and the counters see it."""
 
     route: str
+    """The route that took the flow (a chain's: the one that served it)."""
     outcome: str = "rewritten"
+    """The most telling of ``OUTCOMES`` seen so far (``add_outcome``)."""
     client: str = ""
+    """The client's dialect; empty when the request was not rewritten."""
     upstream: str = ""
+    """The upstream's dialect."""
     mode: str = ""
     """``stream`` or ``whole`` (the client's answer), empty when no answer was rewritten."""
     status: int | None = None

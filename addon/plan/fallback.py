@@ -125,6 +125,7 @@ class Failure:
     """One route of a chain that did not answer."""
 
     route: str
+    """The route's name."""
     reason: Reason
     detail: str = ""
     """How, in a few words (``connection refused``, ``HTTP 429``); empty: ``reason``'s word."""

@@ -1,11 +1,8 @@
-"""The answers addon: a whole answer re-encoded for the client, in ``response``.
-
-A streamed answer was rewritten as it went (``stream_attach``): here it is only
-reported. A whole answer is decoded, retried once through the ``Retry`` addon when
-a required tool call is missing, and encoded for the client; an upstream error is
-re-shaped for a client of another dialect, or asked again in stages
-(``staged_retry``). What the bridge cannot read reaches a client of another dialect
-as a 502 in its dialect, never as the other dialect's bytes.
+"""The answers addon: in ``response``, a whole answer decoded, retried when a required tool call
+is missing (``Retry``), and encoded for the client; an upstream error re-shaped for it or asked
+again in stages (``staged_retry``); a streamed one only reported (``stream_attach`` rewrote it).
+What it cannot read reaches a client of another dialect as a 502 in its own dialect: a client
+must never get another dialect's bytes.
 """
 
 from __future__ import annotations

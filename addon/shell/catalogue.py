@@ -1,13 +1,9 @@
-"""The model catalogue addon: ``GET …/models`` lists the configured models and their
-``-thinking`` variants, and the models the routes name (``addon.routes.listed_models``),
-merged with the upstream's own list when it has one, and with the lists of the routes whose
-``upstream_url`` is another upstream (``addon.plan.model_lists``: asked through the retry
-addon, the way mitmproxy sends, each with the route's own key, a few seconds at most).
-
-Its option is ``bridge_models``; only ``GET`` paths ending ``/models`` whose
-``…/chat/completions`` (or ``…/messages``, ``…/responses``) sibling a route takes are
-touched, never a host outside mitmproxy's ``allow_hosts`` / ``ignore_hosts``. An
-upstream list it cannot read as strict JSON is replaced by the configured models.
+"""The model catalogue addon: ``GET …/models`` answered with the configured models (``bridge_models``
+and their ``-thinking`` variants) and the routes' models, merged with the upstream's own list and
+the lists of the routes' other upstreams (``addon.plan.model_lists``, asked through ``Retry`` with
+each route's key, a few seconds at most). Only a path whose chat sibling a route takes, inside
+``allow_hosts`` / ``ignore_hosts``: a client picks its model from this list, so it must name the
+bridge's routes.
 """
 
 from __future__ import annotations

@@ -68,13 +68,17 @@ class Fallbacks:
     ) -> None:
         self._settings = settings
         self.report = report
+        """Counts the attempts and keeps what each sent, for the view."""
         self._flows = report.flows
+        """Each flow's chain is its record's ``chain``."""
         self.retry = retry
+        """Makes each attempt (``Retry.open``); None: no chain is applied."""
         self._store = store
         self.cooldowns = Cooldowns(clock)
         """The process's: until when each route is skipped."""
         self._clock = clock
         self.relay = Relay(self._flows.take_leg)
+        """Started with the first chain; a token's leg is its flow record's."""
 
     # ------------------------------------------------------------------ before the rewrite
 

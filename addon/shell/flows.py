@@ -56,7 +56,9 @@ class Attempt:
 
     route: Route
     plan: FlowPlan
+    """The plan that reads this attempt's answer (``decide`` for its route)."""
     request: http.Request
+    """The request as this route is sent it (address, headers, body: what the view shows)."""
 
 
 @dataclass(slots=True)
@@ -66,6 +68,7 @@ class Attempts:
     route: Route
     """The route picked first (the first of the chain not cooling down)."""
     chain: tuple[Route, ...]
+    """The matched route and its ``fallback`` routes, in order (``routes.fallback_chain``)."""
     original: http.Request
     """The client's request as it came: each next route's request is written from it."""
     failures: list[Failure]

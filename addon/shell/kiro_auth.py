@@ -1,10 +1,8 @@
-"""The Kiro credentials addon: a route's ``token_file`` read, refreshed when it expired, for the
-rewrite of each request (``take``: the flow's record holds it until then).
-
-Refreshed at the route's ``refresh_url`` (httpx, never through the environment's proxies), one
-refresh per file at a time, written back atomically; an unreadable file answers the client a
-500 in its dialect, a failed refresh tries the old token. Async, before the rewrite, because a
-refresh is a request of its own. Tokens are never logged or written. docs/dialects/kiro.md.
+"""The Kiro credentials addon: a route's ``token_file`` read, refreshed at its ``refresh_url`` when
+it expired (one refresh per file at a time, written back atomically), for the rewrite of each
+request (``take``). An unreadable file answers a 500 in the client's dialect; a failed refresh
+tries the old token; tokens are never logged or written. Async, before the rewrite, because a
+refresh is a request of its own. docs/dialects/kiro.md.
 """
 
 from __future__ import annotations

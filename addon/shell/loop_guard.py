@@ -1,12 +1,8 @@
-"""The loop guard's second request: the answer repeated the call, ask again with the invoke protocol.
-
-``bridge_loop_fallback=true`` on a native route (``FlowPlan.loop_fallback``): when the
-upstream's answer makes the call the history shows failing ``bridge_loop_max_repeat`` times in
-a row once more, the same conversation is sent again with the tools in the prompt (the
-``invoke`` text protocol, ``addon.plan.answer.ask_again``), through the ``Retry`` addon (httpx, the
-way mitmproxy sent the first request), and that answer, read whole and judged again, is what
-the client gets. When it cannot be asked or does not answer with a 2xx, the client gets the
-first answer with the call replaced by the loop guard's message. Logged and commented.
+"""The loop guard's second request (``bridge_loop_fallback``): an answer that repeats a call the
+history shows failing is asked again with the tools as ``invoke`` text (``addon.plan.answer``),
+through ``Retry``; that answer, judged again, is the client's, else the first with the call
+replaced by the guard's message. Asked again, not only replaced, so that the client still gets
+the model's next step.
 """
 
 from __future__ import annotations

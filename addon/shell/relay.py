@@ -1,10 +1,9 @@
 """The relay: a loopback HTTP/1.1 server that answers mitmproxy with what a flow's *leg* gives.
 
-mitmproxy sends a flow on a route with a ``fallback`` chain here (127.0.0.1, a port of the
-system's choosing, no key and no body on this leg); its single-use token names the leg (asked of
-the owner, ``take_leg``), whose answer is written back as it comes, so mitmproxy reads it as any
-upstream's stream. Why a relay: mitmproxy has no first-byte timeout and cannot take a request
-back once sent (docs/routes.md, "How each attempt goes").
+A flow on a route with a ``fallback`` chain comes here (127.0.0.1, no key, no body) with a
+single-use token naming its leg (asked of the owner: ``take_leg``); the leg's answer is written
+back as it comes, so mitmproxy reads it as any upstream's stream. Why: mitmproxy has no
+first-byte timeout and cannot take a request back once sent (docs/routes.md).
 """
 
 from __future__ import annotations
@@ -38,13 +37,16 @@ class Relayed:
 
     status: int
     reason: bytes
+    """The status line's reason phrase (empty: the standard one)."""
     headers: list[tuple[bytes, bytes]]
     body: AsyncIterator[bytes]
+    """Its pieces as the upstream's reads give them."""
     close: Callable[[], Awaitable[None]]
     """Lets go of the upstream's connection (called once the body is written or abandoned)."""
 
 
 type Leg = Callable[[], Awaitable[Relayed]]
+"""What the relay runs for one flow: its attempts, then the answer to relay."""
 
 
 async def _nothing() -> None:

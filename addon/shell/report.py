@@ -1,13 +1,9 @@
-"""The report addon: what the bridge says about each routed flow.
+"""The report addon: what the bridge says about each routed flow, and the end of its record.
 
-Every routed flow gets a ``FlowReport`` (``addon.outcome``): the time spent in the
-bridge's hooks and stream callable, retries, what the stream processor counted.
-When the flow is over (``response``, or ``error`` for a disconnect) it sets the
-flow's mark (one per outcome), adds to the counters (``bridge.stats``, the
-shutdown line) and is logged as one structured info line, the same format for
-every outcome; ``bridge_debug`` adds the details at debug level. The content view
-gets the originals with the route, dialects and decisions, what each retry sent,
-and (when mitmproxy keeps no streamed body) a stream's body as its client got it.
+When a flow is over (``response``, ``error``) its ``FlowReport`` (``addon.outcome``) sets its
+mark, adds to the counters (``bridge.stats``) and is logged as one line, the same format for
+every outcome; then the flow's record ends (``Flows.end``). It also keeps what the content view
+shows. One place, so every flow is said once and freed once.
 """
 
 from __future__ import annotations

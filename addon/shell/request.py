@@ -1,10 +1,7 @@
-"""The request addon: ``plan.decide`` on a routed chat request, and its decision applied.
-
-A decision leaves the flow (``Pass``), answers it ourselves with an error in the
-client's dialect (``Reject``), or sets the upstream request: body, path, query,
-headers (``Rewrite``). Headers are never logged nor copied into ``flow.metadata``:
-they carry the user's API keys. mitmproxy's ``allow_hosts`` / ``ignore_hosts`` bind
-the bridge too. A bug of ours still answers the client (``plan.internal_error``).
+"""The request addon: ``plan.decide`` on a routed chat request, and its decision applied: left
+alone (``Pass``), answered by the bridge in the client's dialect (``Reject``), or rewritten for
+the upstream — body, path, query, headers (``Rewrite``). A bug of ours still answers the client
+(``plan.internal_error``). Headers are never logged nor copied anywhere: they carry the keys.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The retry addon: the requests the bridge sends itself, the way mitmproxy sends a flow's.
 
-It owns the HTTP clients (httpx) and ``bridge_retry_timeout``. ``resend`` sends the request
-again exactly as the upstream got it, ``send`` with another body (a staged retry, the loop
-guard's second request), ``attempt`` another route's request (a models list), all read
-whole; ``open`` a fallback chain's attempt for the relay, its answer left open once its
-headers came. Always through the upstream proxy of ``--mode upstream:…`` with
-``upstream_auth`` when the flow came that way, directly otherwise, never through the
-environment's proxies.
+``resend`` / ``send`` (the request again, or with another body), ``attempt`` (another route's,
+read whole), ``open`` (a chain's attempt for the relay, left open once its headers came); one
+httpx client per way out, through ``--mode upstream:…`` when the flow came that way, never the
+environment's proxies, so a retry and its key go only where the request went.
 """
 
 from __future__ import annotations
