@@ -1,12 +1,8 @@
-"""How a routed flow ended, as plain values: its mark, its log line, what it adds to the counters.
+"""How a routed flow ended, as plain values (``FlowReport``): its mark, its log line, its counters.
 
-Contract: sans-IO (no mitmproxy). The shell fills a ``FlowReport`` while the flow runs (time
-spent in the bridge, retries, what the stream processor counted) and, once the flow is over,
-sets ``flow.marked`` to ``report.mark``, logs ``report.line()`` at info level and adds
-``report.counters()`` to the process-wide counters that ``bridge.stats`` and the shutdown line
-show. Outcomes, most telling first (a flow's mark is the first it has): ``rejected``,
-``loop_guard``, ``fallback``, ``retried``, ``repaired``, ``rewritten``; what each means:
-docs/observability.md."""
+Sans-IO: the shell fills a report while the flow runs and, once it is over, sets the mark, logs
+the line and adds the counters (``bridge.stats``). Outcomes, most telling first (``OUTCOMES``):
+a flow shows the first it has. What each means: docs/observability.md."""
 
 from __future__ import annotations
 
@@ -19,13 +15,15 @@ from dataclasses import dataclass, field
 from addon.model import Usage
 from addon.redact import clean
 
-OUTCOMES = ("rejected", "loop_guard", "fallback", "retried", "repaired", "rewritten")
-"""Every outcome, by precedence."""
+OUTCOMES = ("rejected", "loop_guard", "not_rewritten", "retried", "repaired", "rewritten")
+"""Every outcome, by precedence. ``not_rewritten``: something of the flow could not be rewritten,
+so it passed through as it came or ended with an error for the client (a request or answer
+the bridge could not read, a cut stream, events skipped, no route of a chain answered)."""
 
 MARKS: Mapping[str, str] = {
     "rejected": ":no_entry:",
     "loop_guard": ":stop_sign:",
-    "fallback": ":warning:",
+    "not_rewritten": ":warning:",
     "retried": ":repeat:",
     "repaired": ":wrench:",
     "rewritten": ":twisted_rightwards_arrows:",
@@ -53,9 +51,13 @@ class FlowReport:
     """One routed flow, as the log line and the counters see it."""
 
     route: str
+    """The route that took the flow (a chain's: the one that served it)."""
     outcome: str = "rewritten"
+    """The most telling of ``OUTCOMES`` seen so far (``add_outcome``)."""
     client: str = ""
+    """The client's dialect; empty when the request was not rewritten."""
     upstream: str = ""
+    """The upstream's dialect."""
     mode: str = ""
     """``stream`` or ``whole`` (the client's answer), empty when no answer was rewritten."""
     status: int | None = None
@@ -70,7 +72,7 @@ class FlowReport:
     notes: Mapping[str, int] = field(default_factory=dict)
     """The flow's decisions (``AnswerState.notes``): repairs and restores are counted from them."""
     reason: str = ""
-    """Why a fallback, a rejection or an error happened (one line)."""
+    """Why the flow was not rewritten, was rejected or ended with an error (one line)."""
     fields: dict[str, str | int] = field(default_factory=dict)
     """Fields an outcome adds to the line (the loop guard's ``tool`` and ``failures``)."""
     usage: Usage | None = None
@@ -137,8 +139,8 @@ class FlowReport:
             out["restores"] += self.restores
         for kind, n in self.retries.items():
             out[f"retries ({kind})"] += n
-        if self.outcome == "fallback":
-            out["fallbacks"] += 1
+        if self.outcome == "not_rewritten":
+            out["not rewritten"] += 1
         return out
 
 
@@ -197,9 +199,9 @@ def stats_text(counters: Mapping[str, int], uptime_s: float) -> str:
         f"repairs: {counters.get('repairs', 0)}",
         f"restores: {counters.get('restores', 0)}",
         retries,
-        f"fallbacks: {counters.get('fallbacks', 0)}",
+        f"not rewritten: {counters.get('not rewritten', 0)}",
     ]
-    grouped = ("flows ", "retries (", "repairs", "restores", "fallbacks")
+    grouped = ("flows ", "retries (", "repairs", "restores", "not rewritten")
     other = sorted((k, n) for k, n in counters.items() if not k.startswith(grouped))
     if other:
         parts.append("other: " + ", ".join(f"{n} {k}" for k, n in other))

@@ -289,36 +289,27 @@ def _cut_start(text: str, form: str) -> str:
     return text
 
 
-class SecretRegistry:
-    """The secrets of the flows still running, by flow id (the shell's: every line it logs is
-    redacted with all of them, a flow's comment and metadata with its own). Bounded: past
-    ``max_flows`` the oldest are forgotten."""
+class SecretForms:
+    """The forms of the secrets of several flows, counted (most flows share one key: a few
+    forms in all): ``redact`` replaces every form of every secret added and not yet removed.
+    The shell's flow table keeps one, so every line it logs is redacted with the secrets of
+    every flow still running."""
 
-    def __init__(self, max_flows: int = 10_000) -> None:
-        self.max_flows = max_flows
-        self._flows: dict[str, Secrets] = {}
+    def __init__(self) -> None:
         self._counts: dict[str, int] = {}
-        """How many running flows have each form (most share one key: a few forms in all)."""
+        """How many added secrets have each form."""
         self._forms: tuple[str, ...] = ()
 
-    def add(self, flow_id: str, secrets: Secrets) -> None:
-        if not secrets:
-            return
-        self.drop(flow_id)
-        self._flows[flow_id] = secrets
+    def add(self, secrets: Secrets) -> None:
         new = False
         for form in secrets.forms:
             new = new or form not in self._counts
             self._counts[form] = self._counts.get(form, 0) + 1
-        while len(self._flows) > self.max_flows:
-            self.drop(next(iter(self._flows)))
         if new:
             self._update()
 
-    def drop(self, flow_id: str) -> None:
-        secrets = self._flows.pop(flow_id, None)
-        if secrets is None:
-            return
+    def remove(self, secrets: Secrets) -> None:
+        """``secrets``, added before, no longer redacted unless another added them too."""
         gone = False
         for form in secrets.forms:
             left = self._counts[form] - 1
@@ -330,18 +321,16 @@ class SecretRegistry:
         if gone:
             self._update()
 
-    def get(self, flow_id: str) -> Secrets:
-        return self._flows.get(flow_id) or _NONE
-
     def redact(self, text: str) -> str:
-        """``text`` redacted with the secrets of every flow still running."""
+        """``text`` redacted with every form counted."""
         return redact_exact(text, self._forms) if self._forms else text
 
     def _update(self) -> None:
         self._forms = tuple(sorted(self._counts, key=len, reverse=True))
 
-    def __len__(self) -> int:
-        return len(self._flows)
+    def __bool__(self) -> bool:
+        return bool(self._forms)
 
 
-_NONE = Secrets()
+NO_SECRETS = Secrets()
+"""A flow without credentials of its own."""

@@ -1,8 +1,7 @@
-"""Fallbacks, decided with plain values: which failures of an upstream send the request on to
-the next route of the matched route's ``fallback`` chain, how long a failed route is skipped
-(``Retry-After``, the route's ``cooldown``), which route comes next, and the line that says
-what was tried. The clock is injected; the shell keeps the one ``Cooldowns`` table of the
-process and sends the attempts. The rules and their limits: docs/routes.md ("Fallbacks")."""
+"""A route's ``fallback`` chain, decided with plain values: which answers fall back, why a route
+failed (``Reason``), how long it cools down, which route comes next, the line naming what was
+tried. Sans-IO on an injected clock, so every rule is tested without a socket; the shell
+(``addon.shell.fallback``) sends the attempts. Rules and limits: docs/routes.md ("Fallbacks")."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
+from enum import Enum
 
 from addon.dialects import Dialect
 from addon.model import ClientError
@@ -93,17 +93,48 @@ class Cooldowns:
         return self.left(name) > 0
 
 
+class Reason(Enum):
+    """Why a route of a chain gave no answer; the value is the word the tried line uses when
+    the failure has no words of its own (``Failure.detail``)."""
+
+    SKIPPED = "skipped"
+    """Cooling down: passed over without asking it."""
+    UNREACHABLE = "unreachable"
+    """No connection: refused, name not resolved, TLS failed, closed before an answer."""
+    TIMED_OUT = "timed out"
+    """No connection or no first byte within the route's ``timeout``."""
+    ANSWERED_FAILURE = "answered a failure"
+    """It answered 429 or 5xx (``falls_back``)."""
+    NOT_SENDABLE = "request not sendable there"
+    """The client's request could not be written for that route."""
+    INTERNAL_ERROR = "internal error"
+    """A bug of ours while trying it."""
+
+
+@dataclass(frozen=True, slots=True)
+class NoAnswer:
+    """An attempt that got no answer at all: ``UNREACHABLE`` or ``TIMED_OUT``, and in a few
+    words how (``connection refused``, ``timed out before the first byte``; never a URL)."""
+
+    reason: Reason
+    detail: str
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """One route that did not answer: why, and how long it now cools down (None: it does not)."""
+    """One route of a chain that did not answer."""
 
     route: str
-    why: str
+    """The route's name."""
+    reason: Reason
+    detail: str = ""
+    """How, in a few words (``connection refused``, ``HTTP 429``); empty: ``reason``'s word."""
     cooling: float | None = None
+    """Seconds the route now cools down; None: it does not."""
 
     def describe(self) -> str:
         cool = f", cooling down {self.cooling:.0f} s" if self.cooling else ""
-        return f"{self.route} ({self.why}{cool})"
+        return f"{self.route} ({self.detail or self.reason.value}{cool})"
 
 
 def tried_line(failures: Iterable[Failure]) -> str:
@@ -138,8 +169,8 @@ def next_route(
 def all_failed(client: Dialect, failures: tuple[Failure, ...]) -> tuple[int, bytes]:
     """The client's error when no route could be reached (the last failure a connection
     error: 502, a timeout: 504), in its dialect, naming the routes tried."""
-    last = failures[-1].why if failures else ""
-    status = 504 if "timed out" in last else 502
+    timed_out = bool(failures) and failures[-1].reason is Reason.TIMED_OUT
+    status = 504 if timed_out else 502
     message = f"cursor-bridge: no upstream answered; tried: {tried_line(failures)}"
     code = "upstream_timeout" if status == 504 else "upstream_unreachable"
     return status, error_bytes(client, ClientError(message, status=status, code=code))

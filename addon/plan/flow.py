@@ -16,7 +16,7 @@ from addon.redact import Secrets
 from addon.routes import Route
 from addon.store import ReasoningStore, ScopedStore
 from addon.stream.processor import MAX_EVENT_BYTES
-from addon.textproto.parser import Protocol, TextProtocolParser
+from addon.textproto.parser import TextProtocol, TextProtocolParser
 from addon.transforms.loop_guard import LoopVerdict
 from addon.transforms.repair import ToolSchemas, parse_arguments
 
@@ -31,7 +31,7 @@ class FlowPlan:
     request_notes: Notes = field(default_factory=Counter)
     """What rewriting the request did (the flow's comment): what the answer adds to the
     flow's notes (``AnswerState.notes``) is the rest."""
-    protocol: Protocol | None = None
+    protocol: TextProtocol | None = None
     trigger: str | None = None
     tools: tuple[str, ...] = ()
     parse_text: bool = False

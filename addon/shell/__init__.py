@@ -1,11 +1,6 @@
 """The mitmproxy shell: the only package (with ``addon/main.py``) that imports mitmproxy.
 
-One small addon per feature; each hook asks ``addon.plan`` what to do and applies it. In
-hook order (``addons.make_addons``): ``retry``, ``catalogue``, ``count_tokens``,
-``kiro_auth``, ``settings``, ``request``, ``stream_attach``, ``answers`` (with
-``staged_retry`` and ``loop_guard``), ``report`` (with ``answer_notes``),
-``reasoning_store``, ``memory``. A routed flow's state is its ``runs.FlowRun`` (the frozen
-plan, the ``AnswerState``, the report); ``common`` holds what they share, ``host_filter``
-applies ``allow_hosts`` / ``ignore_hosts``, ``contentview`` is mitmweb's view.
-docs/architecture.md has a line on each.
+One small addon per feature, each hook applying what ``addon.plan`` decided, wired in hook
+order by ``addons.make_addons``; what the bridge holds for one flow is ``flows``. Only here,
+so every layer below runs and is tested without a proxy. docs/architecture.md: each module.
 """

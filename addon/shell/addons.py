@@ -8,13 +8,13 @@ from addon.shell.answers import Answers
 from addon.shell.catalogue import ModelCatalogue
 from addon.shell.count_tokens import CountTokens
 from addon.shell.fallback import Fallbacks
+from addon.shell.flows import Flows
 from addon.shell.kiro_auth import KiroAuth
 from addon.shell.memory import MemoryTrim
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.report import Report
 from addon.shell.request import RewriteRequest
 from addon.shell.retry import Retry
-from addon.shell.runs import FlowRuns
 from addon.shell.settings import BridgeSettings
 from addon.shell.stream_attach import StreamAttach
 from addon.state import BridgeState
@@ -40,9 +40,10 @@ class Addons:
     def all(self) -> list[object]:
         """In hook order (mitmproxy calls addons in list order): a route's fallback chain
         picks the route, then the Kiro token file is read (``request``, async), before the
-        request is rewritten; the report closes a flow
-        (``response``, ``error``) after the answer is re-encoded, and says its ``done`` line
-        before the store closes; memory is handed back after the flow is over."""
+        request is rewritten; the report closes a flow (``response``, ``error``) after the
+        answer is re-encoded and ends its record (``Flows.end``: every addon's state for it),
+        and says its ``done`` line before the store closes; memory is handed back after the
+        flow is over."""
         return [
             self.retry,
             self.catalogue,
@@ -60,23 +61,23 @@ class Addons:
 
 
 def make_addons() -> Addons:
-    state, settings, retry, runs = BridgeState(), BridgeSettings(), Retry(), FlowRuns()
-    kiro = KiroAuth(settings)
-    report = Report(state, runs, settings)
+    state, settings, retry, flows = BridgeState(), BridgeSettings(), Retry(), Flows()
+    kiro = KiroAuth(settings, flows=flows)
+    report = Report(state, flows, settings)
     store = ReasoningStoreLife()
     fallbacks = Fallbacks(settings, report, retry, store)
     return Addons(
         state,
         settings,
         retry,
-        ModelCatalogue(settings, retry),
-        CountTokens(settings, state),
+        ModelCatalogue(settings, flows, retry),
+        CountTokens(settings, state, flows),
         kiro,
         fallbacks,
         report,
         store,
         RewriteRequest(settings, store, report, kiro, fallbacks),
         StreamAttach(report, loop_retry=True),
-        Answers(report, retry, fallbacks),
+        Answers(report, retry),
         MemoryTrim(),
     )

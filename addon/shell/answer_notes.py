@@ -10,8 +10,8 @@ from mitmproxy import http
 
 from addon.plan import FlowPlan, dump, short
 from addon.redact import clean_data
-from addon.shell.common import META_KEY, append_comment, log
-from addon.shell.runs import KEEP_STREAM_BYTES, FlowRun
+from addon.shell.flows import KEEP_STREAM_BYTES, FlowRun
+from addon.shell.notes import META_KEY, append_comment, log
 from addon.state import BridgeState
 
 
@@ -21,7 +21,7 @@ class Report(Protocol):
     @property
     def state(self) -> BridgeState: ...
 
-    def fallback(self, run: FlowRun | None, why: str) -> None: ...
+    def not_rewritten(self, run: FlowRun | None, why: str) -> None: ...
 
     def keep_answer(
         self,
@@ -108,7 +108,7 @@ def stream_done(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPla
     meta = flow.metadata.get(META_KEY)
     if isinstance(meta, dict):
         meta["stream_events"] = p.events_in
-        meta["stream_fallback"] = short(p.error) if p.error else p.error
+        meta["stream_error"] = short(p.error) if p.error else p.error
         if parser is not None:
             meta["text_tool_calls"] = parser.calls
         meta["stream_skipped"] = p.skipped
@@ -131,7 +131,7 @@ def stream_done(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPla
         counts["bytes_in"] = p.bytes_in
         counts["bytes_out"] = p.bytes_out
     if p.skipped:
-        report.fallback(run, f"{p.skipped} unreadable event(s) skipped")
+        report.not_rewritten(run, f"{p.skipped} unreadable event(s) skipped")
         report.state.count("stream events skipped", p.skipped)
         why = short(p.skip_reason or "")
         log.warning("%s: %d unreadable upstream event(s) skipped: %s", plan.label, p.skipped, why)
@@ -140,19 +140,19 @@ def stream_done(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPla
         log.info("%s: the upstream's 2xx body was not an event stream: read whole", plan.label)
         append_comment(flow, "upstream body was not an event stream: read whole")
     if p.error and p.passthrough:
-        report.state.count("stream fallbacks")
+        report.state.count("streams passed through")
         append_comment(flow, f"stream passed through after: {short(p.error)}")
-        report.fallback(run, f"stream passed through after: {short(p.error)}")
+        report.not_rewritten(run, f"stream passed through after: {short(p.error)}")
     elif p.error:
         report.state.count("streams ended with an error")
         append_comment(flow, f"stream ended with an error for the client: {short(p.error)}")
-        report.fallback(run, f"stream ended with an error: {short(p.error)}")
+        report.not_rewritten(run, f"stream ended with an error: {short(p.error)}")
     elif p.ended_with_error:
         # The bridge wrote that error: the upstream's answer could not be read to its end.
         report.state.count("streams ended with an error")
         why = short(p.ended_with_error)
         append_comment(flow, f"stream ended with an error for the client: {why}")
-        report.fallback(run, f"stream ended with an error: {why}")
+        report.not_rewritten(run, f"stream ended with an error: {why}")
     else:
         report.state.count("streams rewritten")
     store_client_body(flow, run)

@@ -1,17 +1,13 @@
-"""The answers addon: a whole answer re-encoded for the client, in ``response``.
-
-A streamed answer was rewritten as it went (``stream_attach``): here it is only
-reported. A whole answer is decoded, retried once through the ``Retry`` addon when
-a required tool call is missing, and encoded for the client; an upstream error is
-re-shaped for a client of another dialect, or asked again in stages
-(``staged_retry``). What the bridge cannot read reaches a client of another dialect
-as a 502 in its dialect, never as the other dialect's bytes.
+"""The answers addon: in ``response``, a whole answer decoded, retried when a required tool call
+is missing (``Retry``), and encoded for the client; an upstream error re-shaped for it or asked
+again in stages (``staged_retry``); a streamed one only reported (``stream_attach`` rewrote it).
+What it cannot read reaches a client of another dialect as a 502 in its own dialect: a client
+must never get another dialect's bytes.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from mitmproxy import http
 
@@ -26,43 +22,33 @@ from addon.plan.answer import (
 )
 from addon.plan.errors import foreign_error, success_error, upstream_error
 from addon.shell.answer_notes import note_text_calls, stream_done
-from addon.shell.common import append_comment, is_json, json_response, log, replace_headers
-from addon.shell.common import internal_error as log_internal_error
-from addon.shell.loop_guard import ask_again
+from addon.shell.flows import FlowRun
+from addon.shell.headers import is_json, json_response, replace_headers
+from addon.shell.loop_guard import second_answer
+from addon.shell.notes import append_comment, log, log_internal_error
 from addon.shell.report import Report
 from addon.shell.retry import Retry
-from addon.shell.runs import FlowRun
 from addon.shell.staged_retry import StagedRetry, translate_error, unreadable
-
-if TYPE_CHECKING:
-    from addon.shell.fallback import Fallbacks
 
 
 class Answers:
     name = "cursor_bridge_answers"
 
-    def __init__(
-        self, report: Report, retry: Retry | None, fallbacks: Fallbacks | None = None
-    ) -> None:
+    def __init__(self, report: Report, retry: Retry | None) -> None:
         self.report = report
         self.retry = retry
-        self.fallbacks = fallbacks
         self.staged = StagedRetry(report, retry)
 
     async def response(self, flow: http.HTTPFlow) -> None:
         started = time.perf_counter_ns()
-        run = self.report.runs.get(flow.id)
+        run = self.report.flows.run(flow.id)
         resp = flow.response
         if run is None:
-            if self.fallbacks is not None:
-                self.fallbacks.forget(flow.id)
             return
         try:
             if run.plan is not None and resp is not None:
                 await self._answer_for_client(flow, run, run.plan, resp)
         finally:
-            if self.fallbacks is not None:
-                self.fallbacks.forget(flow.id)
             run.client_bytes = None
             run.report.spent_ns += time.perf_counter_ns() - started
 
@@ -73,7 +59,7 @@ class Answers:
             await self._response(flow, run, plan, resp)
         except Exception as e:
             log_internal_error(f"{plan.label}: answer", e)
-            self.report.fallback(run, f"internal error ({type(e).__name__})")
+            self.report.not_rewritten(run, f"internal error ({type(e).__name__})")
             if plan.same_dialect or run.answer.processor is not None:
                 return  # passed on as the upstream sent it (a stream is already on its way)
             unreadable(self.report, flow, run, plan, f"internal error ({type(e).__name__})")
@@ -156,7 +142,7 @@ class Answers:
                 return
             log.info("%s: answer passed through unchanged: %s", plan.label, why)
             append_comment(flow, f"answer not rewritten ({why})")
-            self.report.fallback(run, f"answer not rewritten ({why})")
+            self.report.not_rewritten(run, f"answer not rewritten ({why})")
             return
         note_text_calls(self.report, flow, run, plan)
         self.report.keep_answer(flow, run, plan, raw, "whole answer re-encoded", stream=False)
@@ -174,7 +160,7 @@ class Answers:
     ) -> None:
         """A stream read whole because the loop guard may ask again (``FlowPlan.loop_held``):
         through the stream pipeline; when the answer repeated the call, the second answer
-        instead (``ask_again``). The client gets either as one body in its stream framing."""
+        instead (``second_answer``). The client gets either as one body in its stream framing."""
         raw = resp.get_content(strict=False) or b""
         body, ctype = client_answer(plan, run.answer, raw, resp.headers.get("content-type", ""))
         if loop_ask_again(plan, run.answer):
@@ -191,14 +177,16 @@ class Answers:
             [("content-type", ctype)],
         )
         resp.content = body
-        append_comment(flow, "stream read whole before it was sent (loop guard, fallback on)")
+        append_comment(
+            flow, "stream read whole before it was sent (loop guard, bridge_loop_fallback on)"
+        )
         self.report.state.count("answers rewritten")
 
     async def _ask_again(
         self, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, retry: Retry
     ) -> tuple[bytes, str, bytes] | None:
         """The loop guard's second request (``addon.shell.loop_guard``), counted as a retry."""
-        second = await ask_again(retry, flow, run, plan)
+        second = await second_answer(retry, flow, run, plan)
         if run.answer.loop_asked:
             self.report.retried(run, "loop guard")
         return second

@@ -1,13 +1,9 @@
-"""The model catalogue addon: ``GET …/models`` lists the configured models and their
-``-thinking`` variants, and the models the routes name (``addon.routes.listed_models``),
-merged with the upstream's own list when it has one, and with the lists of the routes whose
-``upstream_url`` is another upstream (``addon.plan.model_lists``: asked through the retry
-addon, the way mitmproxy sends, each with the route's own key, a few seconds at most).
-
-Its option is ``bridge_models``; only ``GET`` paths ending ``/models`` whose
-``…/chat/completions`` (or ``…/messages``, ``…/responses``) sibling a route takes are
-touched, never a host outside mitmproxy's ``allow_hosts`` / ``ignore_hosts``. An
-upstream list it cannot read as strict JSON is replaced by the configured models.
+"""The model catalogue addon: ``GET …/models`` answered with the configured models (``bridge_models``
+and their ``-thinking`` variants) and the routes' models, merged with the upstream's own list and
+the lists of the routes' other upstreams (``addon.plan.model_lists``, asked through ``Retry`` with
+each route's key, a few seconds at most). Only a path whose chat sibling a route takes, inside
+``allow_hosts`` / ``ignore_hosts``: a client picks its model from this list, so it must name the
+bridge's routes.
 """
 
 from __future__ import annotations
@@ -21,18 +17,11 @@ from addon.config import CATALOGUE_OPTIONS, ConfigError, parse_models
 from addon.plan import dump, load_json
 from addon.plan.model_lists import ListRequest, list_requests, listed_names
 from addon.routes import listed_models
-from addon.shell.common import (
-    OptionChecks,
-    add_options,
-    append_comment,
-    environment,
-    header_map,
-    internal_error,
-    is_json,
-    json_response,
-    log,
-    outside_proxy_hosts,
-)
+from addon.shell.flows import Flows, ModelsAsked
+from addon.shell.headers import header_map, is_json, json_response
+from addon.shell.host_filter import outside_proxy_hosts
+from addon.shell.notes import append_comment, log, log_internal_error
+from addon.shell.options import OptionChecks, add_options, environment
 from addon.shell.retry import Retry, RetryAnswer
 from addon.shell.settings import BridgeSettings
 from addon.transforms.thinking import catalogue_models
@@ -47,13 +36,12 @@ LIST_TIMEOUT = 5.0
 class ModelCatalogue(OptionChecks):
     name = "cursor_bridge_models"
 
-    def __init__(self, settings: BridgeSettings, retry: Retry | None = None) -> None:
+    def __init__(self, settings: BridgeSettings, flows: Flows, retry: Retry | None = None) -> None:
         self._settings = settings
+        self._flows = flows
+        """A list being answered is its flow's record's ``models``."""
         self._retry = retry
         self.models: tuple[str, ...] = ()
-        self._flows: dict[str, tuple[tuple[str, ...], tuple[ListRequest, ...]]] = {}
-        """``GET …/models`` flows being answered: the models to add to the upstream's list,
-        and the other upstreams' lists to ask for."""
 
     def load(self, loader: Any) -> None:
         add_options(loader, CATALOGUE_OPTIONS)
@@ -88,21 +76,23 @@ class ModelCatalogue(OptionChecks):
                 routes, req.host, chats, addressed, header_map(req.headers), environment()
             )
             if (models or others) and not outside_proxy_hosts(flow):
-                self._flows[flow.id] = (models, others if self._retry is not None else ())
+                asked = ModelsAsked(models, others if self._retry is not None else ())
+                self._flows.open(flow.id).models = asked
         except Exception as e:
-            internal_error("cursor-bridge: models request", e)
+            log_internal_error("cursor-bridge: models request", e)
 
     async def response(self, flow: http.HTTPFlow) -> None:
-        pending = self._flows.pop(flow.id, None)
-        if pending is None:
+        record = self._flows.get(flow.id)
+        asked = record.models if record is not None else None
+        if asked is None:
             return
-        models, others = pending
+        models, others = asked.models, asked.others
         try:
             if others:
                 models = (*models, *await self._other_lists(flow, others))
             self._answer(flow, tuple(dict.fromkeys(models)))
         except Exception as e:  # the upstream's answer goes on as it is
-            internal_error("cursor-bridge: models answer", e)
+            log_internal_error("cursor-bridge: models answer", e)
 
     async def _other_lists(
         self, flow: http.HTTPFlow, others: tuple[ListRequest, ...]
@@ -162,6 +152,3 @@ class ModelCatalogue(OptionChecks):
             how += f" (upstream said HTTP {resp.status_code})"
         flow.response = json_response(200, dump({"object": "list", "data": [*listed, *added]}))
         append_comment(flow, f"cursor-bridge: {len(added)} models {how}")
-
-    def error(self, flow: http.HTTPFlow) -> None:
-        self._flows.pop(flow.id, None)

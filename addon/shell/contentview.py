@@ -1,11 +1,7 @@
-"""mitmweb / mitmproxy content view "cursor-bridge": what the bridge did to a flow.
-
-Part of the shell (it imports mitmproxy); the text comes from ``addon.view``. For a
-rewritten request: the route, the dialects, every decision, a diff of what the client sent
-against what the upstream got, and what each retry sent. For an answer: the upstream's
-events and the client's as one timeline, whole or streamed (the first ``KEEP_STREAM_BYTES``
-of a stream are kept). Everything shown is redacted. On any other flow, or a part the
-bridge did not rewrite, the view says so in one line — never a traceback.
+"""The "cursor-bridge" content view (mitmweb, mitmproxy's console): what the bridge did to a flow,
+as text from ``addon.view`` — a request's route, dialects, decisions and diff, an answer's upstream
+and client events as one timeline — redacted; one line, never a traceback, on a flow or part the
+bridge did not rewrite. A view because a rewritten flow's bytes alone do not say what changed.
 """
 
 from __future__ import annotations
@@ -14,7 +10,7 @@ from mitmproxy import contentviews, http
 
 from addon.dialects import DIALECTS
 from addon.redact import clean
-from addon.shell.common import META_KEY
+from addon.shell.notes import META_KEY
 from addon.state import AnswerInfo, Original, OriginalStore
 from addon.view import note_view, request_view, response_view
 

@@ -11,21 +11,16 @@ from mitmproxy import http
 
 from addon.plan.count_tokens import (
     CountLocally,
-    CountUpstream,
     count_answer,
     count_request,
     count_route,
 )
 from addon.routes import withholds_key
-from addon.shell.common import (
-    SECRETS,
-    append_comment,
-    environment,
-    header_map,
-    internal_error,
-    json_response,
-    outside_proxy_hosts,
-)
+from addon.shell.flows import Flows
+from addon.shell.headers import header_map, json_response
+from addon.shell.host_filter import outside_proxy_hosts
+from addon.shell.notes import append_comment, log_internal_error
+from addon.shell.options import environment
 from addon.shell.settings import BridgeSettings
 from addon.state import BridgeState
 
@@ -33,11 +28,11 @@ from addon.state import BridgeState
 class CountTokens:
     name = "cursor_bridge_count_tokens"
 
-    def __init__(self, settings: BridgeSettings, state: BridgeState) -> None:
+    def __init__(self, settings: BridgeSettings, state: BridgeState, flows: Flows) -> None:
         self._settings = settings
         self._state = state
-        self._sent: dict[str, CountUpstream] = {}
-        """Token-count flows sent upstream, whose answer ``count_answer`` reads."""
+        self._flows = flows
+        """A count sent upstream is its flow's record's ``count``, its key its ``secrets``."""
 
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None or not flow.live:
@@ -45,8 +40,10 @@ class CountTokens:
         try:
             self._request(flow)
         except Exception as e:  # the request goes upstream as the client sent it
-            self._sent.pop(flow.id, None)
-            internal_error("cursor-bridge: count_tokens request", e)
+            record = self._flows.get(flow.id)
+            if record is not None:
+                record.count = None
+            log_internal_error("cursor-bridge: count_tokens request", e)
 
     def _request(self, flow: http.HTTPFlow) -> None:
         req = flow.request
@@ -74,15 +71,16 @@ class CountTokens:
         if decision.origin is not None:  # the route's upstream_url (as for the chat request)
             req.scheme, req.host, req.port = decision.origin
             req.path = decision.prefix + req.path
-        SECRETS.add(flow.id, decision.secrets)
+        self._flows.add_secrets(flow.id, decision.secrets)
         for name in decision.drop_headers:
             req.headers.pop(name, None)
         for name, value in decision.set_headers:
             req.headers[name] = value
-        self._sent[flow.id] = decision
+        self._flows.open(flow.id).count = decision
 
     def response(self, flow: http.HTTPFlow) -> None:
-        sent = self._sent.pop(flow.id, None)
+        record = self._flows.get(flow.id)
+        sent = record.count if record is not None else None
         resp = flow.response
         if sent is None or resp is None:
             return
@@ -94,10 +92,4 @@ class CountTokens:
                 if answer.estimated:
                     self._state.count("token counts estimated")
         except Exception as e:  # the upstream's answer goes on as it is
-            internal_error("cursor-bridge: count_tokens answer", e)
-        finally:
-            SECRETS.drop(flow.id)
-
-    def error(self, flow: http.HTTPFlow) -> None:
-        self._sent.pop(flow.id, None)
-        SECRETS.drop(flow.id)
+            log_internal_error("cursor-bridge: count_tokens answer", e)

@@ -1,91 +1,58 @@
-"""The fallback addon: a route's ``fallback`` chain applied (``addon.plan.fallback`` decides).
+"""The fallback addon: a route's ``fallback`` chain applied to a flow (``addon.plan.fallback`` rules).
 
-Before the rewrite (``request``, on a route with a chain) the first route not cooling down is
-chosen (``chosen``); the rewrite decides for it, then hands the flow here (``start``): mitmproxy
-sends it to the loopback relay (``addon.shell.relay``), whose leg for the flow makes every
-attempt itself — the chosen route's, then the next routes', each decided again for its route —
-with connect and first-byte timeouts, and relays the first answer that does not fall back, as it
-streams. When its headers reach mitmproxy (``responseheaders``, before the stream addon) the
-flow gets back the request that route was sent and that route's plan, so the answer side reads
-it as any. The process-wide cooldowns live here. Rules and limits: docs/routes.md ("Fallbacks").
+``request`` picks the first route not cooling down (the rewrite addon then writes the flow's
+request for it and calls ``start``); mitmproxy sends the flow to the loopback relay, whose leg
+makes each attempt (``Retry.open``) and relays the first answer that does not fall back, as it
+streams; ``responseheaders`` gives the flow back the request that route was sent and its plan,
+and says what was tried. A relay because mitmproxy has no first-byte timeout and cannot take a
+request back once sent. Rules and limits: docs/routes.md ("Fallbacks").
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mitmproxy import connection, http
 
 from addon.dialects import DIALECTS
-from addon.plan import FlowPlan, Incoming, Rewrite, decide, route_for
+from addon.plan import AnswerState, FlowPlan, Incoming, Rewrite, decide, route_for
 from addon.plan.fallback import (
     Cooldowns,
     Failure,
+    NoAnswer,
+    Reason,
     all_failed,
     cooldown_after,
     falls_back,
     first_route,
     next_route,
     retry_after,
+    tried_line,
 )
 from addon.routes import Route, fallback_chain
-from addon.shell.common import (
-    SECRETS,
-    apply_rewrite,
-    environment,
-    internal_error,
-    log,
-    outside_proxy_hosts,
-)
-from addon.shell.fallback_deliver import Served, served
+from addon.shell.flows import Attempt, Attempts, FlowRun
+from addon.shell.host_filter import outside_proxy_hosts
+from addon.shell.notes import META_KEY, append_comment, log, log_internal_error, set_meta
+from addon.shell.options import environment
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.relay import TOKEN_HEADER, Relay, Relayed, whole
 from addon.shell.report import Report
 from addon.shell.retry import Retry
 from addon.shell.settings import BridgeSettings
+from addon.shell.upstream_request import apply_rewrite, origin
 
 if TYPE_CHECKING:
     import httpx
 
-MAX_TRACKED = 10_000
 MAX_ERROR_BODY = 1024 * 1024
 """An upstream error's body is read to at most this many bytes (it is relayed whole)."""
 _HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade",
      b"proxy-connection", b"proxy-authenticate", b"content-length"}
 )  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class Chosen:
-    """The route a flow goes to first, its chain, and the routes skipped before it."""
-
-    route: Route
-    chain: tuple[Route, ...]
-    failures: tuple[Failure, ...] = ()
-
-
-@dataclass(slots=True)
-class Pending:
-    """A flow whose attempts the relay makes: what each needs and what they found."""
-
-    chosen: Chosen
-    incoming: Incoming
-    original: http.Request
-    """The client's request as it came (each next route's rewrite starts from it)."""
-    attempt: Served
-    """The attempt being made (first: the chosen route's, as the rewrite set it)."""
-    failures: list[Failure] = field(default_factory=list)
-    tried: list[str] = field(default_factory=list)
-    served: Served | None = None
-    """The attempt whose answer is relayed (an answer, or the last error when all failed);
-    None until then, and when no route answered at all."""
-    token: str = ""
 
 
 class Fallbacks:
@@ -98,23 +65,26 @@ class Fallbacks:
         retry: Retry | None,
         store: ReasoningStoreLife,
         clock: Callable[[], float] = time.time,
-        relay: Relay | None = None,
     ) -> None:
         self._settings = settings
         self.report = report
+        """Counts the attempts and keeps what each sent, for the view."""
+        self._flows = report.flows
+        """Each flow's chain is its record's ``chain``."""
         self.retry = retry
+        """Makes each attempt (``Retry.open``); None: no chain is applied."""
         self._store = store
         self.cooldowns = Cooldowns(clock)
+        """The process's: until when each route is skipped."""
         self._clock = clock
-        self.relay = relay or Relay()
-        self._chosen: OrderedDict[str, Chosen] = OrderedDict()
-        self._pending: OrderedDict[str, Pending] = OrderedDict()
+        self.relay = Relay(self._flows.take_leg)
+        """Started with the first chain; a token's leg is its flow record's."""
 
     # ------------------------------------------------------------------ before the rewrite
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         """For a flow on a route with a chain, a coroutine mitmproxy awaits before the Kiro
-        and rewrite addons: the relay started, the first route picked (``chosen``)."""
+        and rewrite addons: the relay started, the first route picked (the record's chain)."""
         if flow.response is not None or flow.error is not None or not flow.live:
             return None
         try:
@@ -128,7 +98,7 @@ class Fallbacks:
                 return None
             chain = fallback_chain(route, settings.routes)
         except Exception as e:
-            internal_error("cursor-bridge: fallback", e)
+            log_internal_error("cursor-bridge: fallback", e)
             return None
         return self._choose(flow, chain)
 
@@ -136,105 +106,100 @@ class Fallbacks:
         try:
             await self.relay.start()
             route, skipped = first_route(chain, self.cooldowns)
-            failures = tuple(
-                Failure(r.name, "skipped", self.cooldowns.left(r.name)) for r in skipped
-            )
-            self._keep(self._chosen, flow.id, Chosen(route, chain, failures))
+            failures = [
+                Failure(r.name, Reason.SKIPPED, cooling=self.cooldowns.left(r.name))
+                for r in skipped
+            ]
+            tried = [r.name for r in skipped]
+            attempts = Attempts(route, chain, flow.request.copy(), failures, tried)
+            self._flows.open(flow.id).chain = attempts
         except Exception as e:  # no relay: the flow goes to its matched route, without a chain
-            internal_error("cursor-bridge: fallback", e)
-
-    def chosen(self, flow_id: str) -> Chosen | None:
-        """The route picked for this flow (once); None: the matched route, as without a chain."""
-        return self._chosen.pop(flow_id, None)
+            log_internal_error("cursor-bridge: fallback", e)
 
     def start(
-        self,
-        flow: http.HTTPFlow,
-        chosen: Chosen,
-        incoming: Incoming,
-        original: http.Request,
-        plan: FlowPlan,
+        self, flow: http.HTTPFlow, chain: Attempts, incoming: Incoming, plan: FlowPlan
     ) -> None:
-        """The rewrite set the flow's request for ``chosen.route``: mitmproxy now sends it to
+        """The rewrite set the flow's request for ``chain.route``: mitmproxy now sends it to
         the relay, where the flow's leg makes the attempts."""
-        first = Served(chosen.route, plan, flow.request.copy())
-        pending = Pending(chosen, incoming, original, first, list(chosen.failures))
-        pending.tried = [f.route for f in chosen.failures]
-        pending.token = self.relay.add(lambda: self._leg(flow, pending))
-        self._keep(self._pending, flow.id, pending)
-        _to_relay(flow, pending.token, self.relay.port)
+        chain.incoming = incoming
+        chain.attempt = Attempt(chain.route, plan, flow.request.copy())
+        chain.token = self._flows.new_token(flow.id)
+        chain.leg = lambda: self._leg(flow, chain)
+        _to_relay(flow, chain.token, self.relay.port)
 
     # ------------------------------------------------------------------ the relay's leg
 
-    async def _leg(self, flow: http.HTTPFlow, pending: Pending) -> Relayed:
+    async def _leg(self, flow: http.HTTPFlow, chain: Attempts) -> Relayed:
         """The attempts, in chain order, until one answers with neither 429 nor 5xx."""
         try:
-            return await self._attempts(flow, pending)
+            return await self._attempts(flow, chain)
         except Exception as e:
-            internal_error(f"cursor-bridge [{pending.attempt.route.name}]: fallback", e)
-            pending.failures.append(Failure(pending.attempt.route.name, "internal error"))
-            return self._unreachable(pending)
+            name = chain.attempt.route.name if chain.attempt else chain.route.name
+            log_internal_error(f"cursor-bridge [{name}]: fallback", e)
+            chain.failures.append(Failure(name, Reason.INTERNAL_ERROR))
+            return self._unreachable(chain)
 
-    async def _attempts(self, flow: http.HTTPFlow, pending: Pending) -> Relayed:
+    async def _attempts(self, flow: http.HTTPFlow, chain: Attempts) -> Relayed:
         assert self.retry is not None
         last: Relayed | None = None
-        attempt: Served | None = pending.attempt
+        attempt = chain.attempt
         while attempt is not None:
-            pending.attempt, route = attempt, attempt.route
-            pending.tried.append(route.name)
+            chain.attempt, route = attempt, attempt.route
+            chain.tried.append(route.name)
             got = await self.retry.open(flow, attempt.request, route.timeout)
-            if isinstance(got, str):
+            if isinstance(got, NoAnswer):
                 cool = cooldown_after(route, None, None)
                 self.cooldowns.cool(route.name, cool or 0)
-                pending.failures.append(Failure(route.name, got, cool))
-                log.info("cursor-bridge [%s]: upstream %s: falling back", route.name, got)
+                chain.failures.append(Failure(route.name, got.reason, got.detail, cool))
+                log.info("cursor-bridge [%s]: upstream %s: falling back", route.name, got.detail)
             elif falls_back(got.status_code):
                 last = await _read_error(got, route.timeout)
-                pending.served = attempt
-                self._failed(pending, route, got.status_code, got.headers.get("retry-after"))
+                chain.served = attempt
+                self._failed(chain, route, got.status_code, got.headers.get("retry-after"))
             else:
-                pending.served = attempt
+                chain.served = attempt
                 return _streamed(got)
-            attempt = self._next(flow, pending)
-        return last if last is not None else self._unreachable(pending)
+            attempt = self._next(flow, chain)
+        return last if last is not None else self._unreachable(chain)
 
-    def _next(self, flow: http.HTTPFlow, pending: Pending) -> Served | None:
+    def _next(self, flow: http.HTTPFlow, chain: Attempts) -> Attempt | None:
         """The next route's attempt: the client's request decided again for it; None when no
         route of the chain is left."""
         settings, env = self._settings.settings, environment()
-        chain = pending.chosen.chain
-        while (route := next_route(chain, pending.tried, self.cooldowns)) is not None:
+        assert chain.incoming is not None
+        while (route := next_route(chain.chain, chain.tried, self.cooldowns)) is not None:
             decision = decide(
                 settings,
                 route,
-                pending.incoming,
+                chain.incoming,
                 env,
                 store=self._store.store,
-                secrets=SECRETS.get(flow.id),
+                secrets=self._flows.secrets(flow.id),
             )
             if isinstance(decision, Rewrite):
-                request = pending.original.copy()
-                apply_rewrite(request, pending.incoming, decision)
+                request = chain.original.copy()
+                apply_rewrite(request, chain.incoming, decision)
                 self.report.attempt(flow, f"fallback to {route.name}", decision.body)
-                self.report.retried(self.report.runs.get(flow.id), "fallback")
-                return Served(route, decision.plan, request)
-            pending.tried.append(route.name)
-            pending.failures.append(Failure(route.name, "request not sendable there"))
+                self.report.retried(self._flows.run(flow.id), "fallback")
+                return Attempt(route, decision.plan, request)
+            chain.tried.append(route.name)
+            chain.failures.append(Failure(route.name, Reason.NOT_SENDABLE))
         return None
 
-    def _unreachable(self, pending: Pending) -> Relayed:
+    def _unreachable(self, chain: Attempts) -> Relayed:
         """No route answered at all: the client's 502 / 504 in its dialect, naming them."""
-        pending.served = None
-        client = DIALECTS[pending.chosen.route.client]
-        status, body = all_failed(client, tuple(pending.failures))
+        chain.served = None
+        client = DIALECTS[chain.route.client]
+        status, body = all_failed(client, tuple(chain.failures))
         return whole(status, [(b"content-type", b"application/json")], body)
 
-    def _failed(self, pending: Pending, route: Route, status: int, header: str | None) -> None:
+    def _failed(self, chain: Attempts, route: Route, status: int, header: str | None) -> None:
         wait = retry_after(header, self._clock())
         cool = cooldown_after(route, status, wait)
         if cool:
             self.cooldowns.cool(route.name, cool)
-        pending.failures.append(Failure(route.name, f"HTTP {status}", cool))
+        failure = Failure(route.name, Reason.ANSWERED_FAILURE, f"HTTP {status}", cool)
+        chain.failures.append(failure)
         log.info(
             "cursor-bridge [%s]: upstream answered HTTP %d: falling back%s",
             route.name,
@@ -247,36 +212,32 @@ class Fallbacks:
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         """The relay's answer came: the flow gets back the request its serving route was
         sent (address, headers, body: what the view shows) and that route's plan."""
-        pending = self._pending.get(flow.id)
-        if pending is None:
+        chain = self._started(flow.id)
+        if chain is None or chain.attempt is None:
             return
         try:
-            _back(flow, (pending.served or pending.attempt).request)
-            served(self.report, flow, pending.served, tuple(pending.failures))
+            _back(flow, (chain.served or chain.attempt).request)
+            run = self._flows.run(flow.id)
+            if run is not None and flow.response is not None:
+                _deliver(self.report, flow, run, chain.served, tuple(chain.failures))
         except Exception as e:
-            internal_error("cursor-bridge: fallback", e)
+            log_internal_error("cursor-bridge: fallback", e)
 
     def error(self, flow: http.HTTPFlow) -> None:
-        pending = self._pending.get(flow.id)
-        if pending is not None and flow.request.headers.get(TOKEN_HEADER) is not None:
-            _back(flow, pending.attempt.request)
-        self.forget(flow.id)
+        """The flow ended before its answer: it shows the request it was to send again."""
+        chain = self._started(flow.id)
+        sent_to_relay = flow.request.headers.get(TOKEN_HEADER) is not None
+        if chain is not None and chain.attempt is not None and sent_to_relay:
+            _back(flow, chain.attempt.request)
 
-    def forget(self, flow_id: str) -> None:
-        """The flow's answer is settled (the answers addon calls this after ``answer``)."""
-        pending = self._pending.pop(flow_id, None)
-        if pending is not None:
-            self.relay.drop(pending.token)
-        self._chosen.pop(flow_id, None)
+    def _started(self, flow_id: str) -> Attempts | None:
+        """The flow's chain once its attempts started (handed to the relay)."""
+        record = self._flows.get(flow_id)
+        chain = record.chain if record is not None else None
+        return chain if chain is not None and chain.attempt is not None else None
 
     async def done(self) -> None:
         await self.relay.stop()
-
-    @staticmethod
-    def _keep[K, T](table: OrderedDict[K, T], key: K, value: T) -> None:
-        table[key] = value
-        while len(table) > MAX_TRACKED:
-            table.popitem(last=False)
 
 
 def _to_relay(flow: http.HTTPFlow, token: str, port: int) -> None:
@@ -328,3 +289,108 @@ async def _read_error(got: httpx.Response, timeout: float) -> Relayed:
     finally:
         await got.aclose()
     return whole(got.status_code, _headers(got), bytes(body))
+
+
+# ---------------------------------------------------------------------- what the flow says
+
+
+def _deliver(
+    report: Report,
+    flow: http.HTTPFlow,
+    run: FlowRun,
+    by: Attempt | None,
+    failures: tuple[Failure, ...],
+) -> None:
+    """The flow's run and notes for the relayed answer: ``by`` served it — read with its plan
+    — or, when every route failed, its answer is the last upstream error; None: no route
+    answered, the answer is the bridge's own error in the client's dialect."""
+    assert flow.response is not None
+    if by is None:
+        _unreachable(report, flow, run, failures)
+        return
+    if run.plan is not by.plan:
+        run.plan, run.answer = by.plan, AnswerState.of(by.plan)
+        run.report.notes = run.answer.notes
+    if falls_back(flow.response.status_code):
+        _all_failed(report, flow, run, by.plan, failures)
+    elif failures:
+        _served(flow, run, by.plan, flow.request, failures)
+        if all(f.reason is Reason.SKIPPED for f in failures):
+            return  # routes cooling down were passed over: nothing fell back on this flow
+        report.state.count("fallbacks answered")
+        log.info(
+            "%s: fallback answered HTTP %d; tried: %s",
+            by.plan.label,
+            flow.response.status_code,
+            tried_line(failures),
+        )
+
+
+def _served(
+    flow: http.HTTPFlow,
+    run: FlowRun,
+    plan: FlowPlan,
+    request: http.Request,
+    failures: tuple[Failure, ...],
+) -> None:
+    """The route that served the flow and every route tried before it, with why: the flow's
+    comment, ``flow.metadata`` and log line (names, address, model, statuses: no secret)."""
+    url = origin(request)
+    model = plan.unified.model if plan.unified is not None else ""
+    tried = tried_line(failures)
+    append_comment(
+        flow,
+        f"{plan.label}: served by {plan.route.name} ({url}, model {model or '?'}); tried: {tried}",
+    )
+    _meta(
+        flow,
+        plan.meta(),
+        {"served_by": plan.route.name, "upstream_url": url, "model": model, "tried": failures},
+    )
+    line = run.report
+    line.route, line.upstream = plan.route.name, plan.upstream.name
+    line.fields["upstream_url"] = url
+    if model:
+        line.fields["model"] = model
+    line.fields["tried"] = tried
+
+
+def _all_failed(
+    report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, failures: tuple[Failure, ...]
+) -> None:
+    """Every route of the chain failed: the client gets the last upstream error the relay got
+    (re-shaped for its dialect by the answers addon, as any upstream error)."""
+    line = f"no route answered; tried: {tried_line(failures)}"
+    append_comment(flow, f"{plan.label}: {line}")
+    log.warning("%s: %s", plan.label, line)
+    _meta(flow, {}, {"served_by": None, "tried": failures})
+    run.report.route, run.report.upstream = plan.route.name, plan.upstream.name
+    run.report.fields["tried"] = tried_line(failures)
+    report.not_rewritten(run, line)
+
+
+def _unreachable(
+    report: Report, flow: http.HTTPFlow, run: FlowRun, failures: tuple[Failure, ...]
+) -> None:
+    """No route of the chain could be reached: the relay answered the client's 502 / 504."""
+    assert flow.response is not None
+    last = failures[-1].route if failures else run.report.route
+    tried = tried_line(failures)
+    append_comment(flow, f"cursor-bridge [{last}]: no upstream reachable; tried: {tried}")
+    _meta(flow, {"route": last, "action": "rejected"}, {"served_by": None, "tried": failures})
+    run.plan = None  # the body is the client's already: passed on as it is
+    report.state.count("rejected")
+    r = run.report
+    r.route, r.outcome, r.mode = last, "rejected", ""
+    r.reason = f"answered {flow.response.status_code}: no upstream reachable"
+    r.fields = {"tried": tried}
+
+
+def _meta(flow: http.HTTPFlow, base: dict[str, object], fallback: dict[str, object]) -> None:
+    meta = flow.metadata.get(META_KEY)
+    out = dict(meta) if isinstance(meta, dict) else {}
+    out.update(base)
+    tried = fallback.get("tried", ())
+    assert isinstance(tried, tuple)
+    out["fallback"] = {**fallback, "tried": [f.describe() for f in tried]}
+    set_meta(flow, out)

@@ -1,8 +1,7 @@
-"""mitmproxy's ``allow_hosts`` / ``ignore_hosts``, applied to one request.
+"""mitmproxy's ``allow_hosts`` / ``ignore_hosts``, applied to one request (``outside_proxy_hosts``).
 
-In regular mode these options only decide TLS interception; a plain-HTTP flow reaches the
-addon whatever they say, so the shell asks ``proxy_excludes`` before it rewrites one. Plain
-strings in, no mitmproxy here (the shell passes the option values and the request's names).
+In regular mode these options only decide TLS interception, but a plain-HTTP flow reaches the
+addons whatever they say: every addon asks here before it touches a flow.
 """
 
 from __future__ import annotations
@@ -10,6 +9,38 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from functools import lru_cache
+
+from mitmproxy import ctx, http
+
+
+def outside_proxy_hosts(flow: http.HTTPFlow) -> bool:
+    """True when mitmproxy's ``allow_hosts`` / ``ignore_hosts`` leave this flow alone.
+
+    mitmproxy applies them to connections (TLS interception, reverse targets), but a
+    plain-HTTP request through a regular proxy reaches addons whatever they say; the
+    bridge applies them itself, matched the way mitmproxy matches (``next_layer``: a
+    regex searched, case-insensitively, in ``host:port`` of the request's host, its
+    Host header and the server's address)."""
+    try:
+        allow, ignore = ctx.options.allow_hosts, ctx.options.ignore_hosts
+    except (AttributeError, KeyError):
+        return False
+    if not allow and not ignore:
+        return False
+    req = flow.request
+    names = [f"{req.host}:{req.port}"]
+    host_header = req.host_header
+    if host_header:
+        names.append(host_header if _has_port(host_header) else f"{host_header}:{req.port}")
+    address = flow.server_conn.peername or flow.server_conn.address
+    if address:
+        names.append(f"{address[0]}:{address[1]}")
+    return proxy_excludes(names, tuple(allow), tuple(ignore))
+
+
+def _has_port(host: str) -> bool:
+    head, sep, port = host.rpartition(":")
+    return bool(sep) and port.isdigit() and not head.endswith(":")
 
 
 def proxy_excludes(names: Sequence[str], allow: Sequence[str], ignore: Sequence[str]) -> bool:

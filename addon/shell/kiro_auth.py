@@ -1,12 +1,8 @@
-"""The Kiro credentials addon: a route's ``token_file`` read (and refreshed) for each request,
-before the rewrite addon runs.
-
-The file is read with ``addon.dialects.kiro.token``; an expired token (or one expiring
-within a minute) is refreshed at the route's ``refresh_url`` with httpx (never through the
-environment's proxies), one refresh per file at a time, and written back atomically. The
-token and ``profileArn`` go to the rewrite for that flow only (``take``). An unreadable file
-gets the client a 500 in its dialect; a failed refresh is logged and the old token tried.
-Tokens are never logged or written anywhere. docs/dialects/kiro.md says more.
+"""The Kiro credentials addon: a route's ``token_file`` read, refreshed at its ``refresh_url`` when
+it expired (one refresh per file at a time, written back atomically), for the rewrite of each
+request (``take``). An unreadable file answers a 500 in the client's dialect; a failed refresh
+tries the old token; tokens are never logged or written. Async, before the rewrite, because a
+refresh is a request of its own. docs/dialects/kiro.md.
 """
 
 from __future__ import annotations
@@ -16,7 +12,6 @@ import json
 import os
 import tempfile
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,27 +34,27 @@ from addon.dialects.kiro.token import (
 from addon.model import ClientError
 from addon.plan import RouteCredentials, dump, route_for, short
 from addon.routes import Route
-from addon.shell.common import (
-    append_comment,
-    internal_error,
-    json_response,
-    log,
-    outside_proxy_hosts,
-)
+from addon.shell.flows import Flows
+from addon.shell.headers import json_response
+from addon.shell.host_filter import outside_proxy_hosts
+from addon.shell.notes import append_comment, log, log_internal_error
 from addon.shell.settings import BridgeSettings
 
 REFRESH_TIMEOUT = 20.0
-MAX_PENDING = 10_000
-"""Flows whose credentials wait for the rewrite addon; the oldest are forgotten past this."""
 
 
 class KiroAuth:
     name = "cursor_bridge_kiro_auth"
 
-    def __init__(self, settings: BridgeSettings, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        settings: BridgeSettings,
+        clock: Callable[[], float] = time.time,
+        flows: Flows | None = None,
+    ) -> None:
         self._settings = settings
         self._clock = clock
-        self._pending: OrderedDict[str, RouteCredentials] = OrderedDict()
+        self._flows = flows if flows is not None else Flows()
         self._locks: dict[str, asyncio.Lock] = {}
         self._client: httpx.AsyncClient | None = None
 
@@ -79,7 +74,7 @@ class KiroAuth:
             if outside_proxy_hosts(flow):
                 return None
         except Exception as e:
-            internal_error("cursor-bridge: kiro credentials", e)
+            log_internal_error("cursor-bridge: kiro credentials", e)
             return None
         return self._request(flow, route)
 
@@ -90,18 +85,11 @@ class KiroAuth:
             self._refuse(flow, route, str(e))
             return
         except Exception as e:
-            internal_error(f"cursor-bridge [{route.name}]: kiro credentials", e)
+            log_internal_error(f"cursor-bridge [{route.name}]: kiro credentials", e)
             self._refuse(flow, route, f"internal error ({type(e).__name__})")
             return
-        self._pending[flow.id] = RouteCredentials(token.access_token, token.profile_arn)
-        while len(self._pending) > MAX_PENDING:
-            self._pending.popitem(last=False)
-
-    def response(self, flow: http.HTTPFlow) -> None:
-        self._pending.pop(flow.id, None)  # the rewrite took it, or never ran: not kept
-
-    def error(self, flow: http.HTTPFlow) -> None:
-        self._pending.pop(flow.id, None)
+        creds = RouteCredentials(token.access_token, token.profile_arn)
+        self._flows.open(flow.id).kiro = creds
 
     async def done(self) -> None:
         client, self._client = self._client, None
@@ -110,7 +98,11 @@ class KiroAuth:
 
     def take(self, flow_id: str) -> RouteCredentials | None:
         """The credentials read for this flow (once)."""
-        return self._pending.pop(flow_id, None)
+        record = self._flows.get(flow_id)
+        if record is None:
+            return None
+        creds, record.kiro = record.kiro, None
+        return creds
 
     # ------------------------------------------------------------------ tokens
 

@@ -1,12 +1,8 @@
-"""The loop guard's second request: the answer repeated the call, ask again with the invoke protocol.
-
-``bridge_loop_fallback=true`` on a native route (``FlowPlan.loop_fallback``): when the
-upstream's answer makes the call the history shows failing ``bridge_loop_max_repeat`` times in
-a row once more, the same conversation is sent again with the tools in the prompt (the
-``invoke`` text protocol, ``addon.plan.answer.ask_again``), through the ``Retry`` addon (httpx, the
-way mitmproxy sent the first request), and that answer, read whole and judged again, is what
-the client gets. When it cannot be asked or does not answer with a 2xx, the client gets the
-first answer with the call replaced by the loop guard's message. Logged and commented.
+"""The loop guard's second request (``bridge_loop_fallback``): an answer that repeats a call the
+history shows failing is asked again with the tools as ``invoke`` text (``addon.plan.answer``),
+through ``Retry``; that answer, judged again, is the client's, else the first with the call
+replaced by the guard's message. Asked again, not only replaced, so that the client still gets
+the model's next step.
 """
 
 from __future__ import annotations
@@ -15,20 +11,19 @@ from mitmproxy import http
 
 from addon.model import UnsupportedShape
 from addon.plan import FlowPlan, short
-from addon.plan.answer import ask_again as invoke_request
-from addon.plan.answer import client_answer
-from addon.shell.common import append_comment, log
+from addon.plan.answer import ask_again, client_answer
+from addon.shell.flows import FlowRun
+from addon.shell.notes import append_comment, log
 from addon.shell.retry import Retry
-from addon.shell.runs import FlowRun
 
 
-async def ask_again(
+async def second_answer(
     retry: Retry, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan
 ) -> tuple[bytes, str, bytes] | None:
     """``(client body, its content type, the upstream's answer)`` of the second request, or
     None: the first answer stands. Once asked, ``run.plan`` is the plan of the second
     request (the invoke protocol's)."""
-    asked = invoke_request(plan, run.answer)
+    asked = ask_again(plan, run.answer)
     if asked is None:
         log.warning("%s: loop guard: the invoke request could not be written", plan.label)
         append_comment(flow, "loop guard: could not ask again (invoke request not written)")

@@ -8,7 +8,8 @@ from mitmproxy import ctx
 from addon.config import ConfigError, StoreSettings, parse_store
 from addon.plan import short
 from addon.redact import clean
-from addon.shell.common import OptionChecks, log
+from addon.shell.notes import log
+from addon.shell.options import OptionChecks
 from addon.store import ReasoningStore, StoreError
 
 

@@ -1,33 +1,28 @@
-"""The relay: a loopback HTTP server inside the addon that makes a fallback chain's attempts.
+"""The relay: a loopback HTTP/1.1 server that answers mitmproxy with what a flow's *leg* gives.
 
-mitmproxy sends a flow on a route with a ``fallback`` chain here (plain HTTP/1.1 on
-127.0.0.1, a port of the system's choosing, one single-use token per flow, no key and no
-body on this leg). The token names the flow's *leg*: a coroutine of the fallbacks addon that
-makes the attempts with httpx (connect and first-byte timeouts, the next route on a failure)
-and gives back the answer to relay. Its body is written to mitmproxy as it comes, so the
-answer side reads it as it reads any upstream's, streamed. Why a relay: docs/routes.md
-("How each attempt goes"). Requests are read with h11; an answer's head and chunks, already
-checked by httpx as it read them from the upstream, are written as they are.
+A flow on a route with a ``fallback`` chain comes here (127.0.0.1, no key, no body) with a
+single-use token naming its leg (asked of the owner: ``take_leg``); the leg's answer is written
+back as it comes, so mitmproxy reads it as any upstream's stream. Why: mitmproxy has no
+first-byte timeout and cannot take a request back once sent (docs/routes.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
-from collections import OrderedDict
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 
 import h11
 
-from addon.shell.common import internal_error, log
+from addon.redact import clean
+
+log = logging.getLogger("cursor_bridge")  # the shell's (``notes``); the relay needs nothing more
 
 TOKEN_HEADER = "x-cursor-bridge-relay"
 """The request header that names the leg (a random single-use token)."""
-MAX_LEGS = 10_000
-"""Legs registered and not yet asked for; the oldest are forgotten past this (a leak guard)."""
 IDLE = 300.0
 """Seconds a kept-alive connection from mitmproxy may wait for its next request."""
 READ = 65536
@@ -42,13 +37,16 @@ class Relayed:
 
     status: int
     reason: bytes
+    """The status line's reason phrase (empty: the standard one)."""
     headers: list[tuple[bytes, bytes]]
     body: AsyncIterator[bytes]
+    """Its pieces as the upstream's reads give them."""
     close: Callable[[], Awaitable[None]]
     """Lets go of the upstream's connection (called once the body is written or abandoned)."""
 
 
 type Leg = Callable[[], Awaitable[Relayed]]
+"""What the relay runs for one flow: its attempts, then the answer to relay."""
 
 
 async def _nothing() -> None:
@@ -66,10 +64,10 @@ def whole(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> Relay
 
 
 class Relay:
-    """The loopback server and its legs, one per flow in flight (by token)."""
+    """The loopback server; the legs are its owner's (``take_leg``: a token's leg, once)."""
 
-    def __init__(self) -> None:
-        self._legs: OrderedDict[str, Leg] = OrderedDict()
+    def __init__(self, take_leg: Callable[[str], Leg | None]) -> None:
+        self._take_leg = take_leg
         self._server: asyncio.Server | None = None
         self._lock = asyncio.Lock()
         self.port = 0
@@ -84,21 +82,8 @@ class Relay:
                 log.debug("cursor-bridge: fallback relay on 127.0.0.1:%d", self.port)
         return self.port
 
-    def add(self, leg: Leg) -> str:
-        """Registers ``leg``; the token mitmproxy's request to the relay carries."""
-        token = secrets.token_urlsafe(24)
-        self._legs[token] = leg
-        while len(self._legs) > MAX_LEGS:
-            self._legs.popitem(last=False)
-        return token
-
-    def drop(self, token: str) -> None:
-        """A leg mitmproxy will not ask for (its flow ended before)."""
-        self._legs.pop(token, None)
-
     async def stop(self) -> None:
         server, self._server = self._server, None
-        self._legs.clear()
         if server is not None:
             server.close()
             with contextlib.suppress(TimeoutError):
@@ -122,7 +107,11 @@ class Relay:
         except (TimeoutError, ConnectionError, OSError, h11.ProtocolError):
             return  # mitmproxy went away, or spoke no HTTP/1.1 we serve: the connection ends
         except Exception as e:
-            internal_error("cursor-bridge: fallback relay", e)
+            log.error(
+                "cursor-bridge: fallback relay: internal error (%s: %s)",
+                type(e).__name__,
+                clean(e, 300),
+            )
         finally:
             writer.close()
 
@@ -131,7 +120,7 @@ class Relay:
     ) -> bool:
         """The leg's answer written to mitmproxy; False when the connection must end."""
         token = _header(request, TOKEN_HEADER)
-        leg = self._legs.pop(token, None) if token else None
+        leg = self._take_leg(token) if token else None
         if leg is None:
             body = b"cursor-bridge relay: unknown or used token\n"
             relayed = whole(404, [(b"content-type", b"text/plain")], body)

@@ -1,13 +1,9 @@
-"""The report addon: what the bridge says about each routed flow.
+"""The report addon: what the bridge says about each routed flow, and the end of its record.
 
-Every routed flow gets a ``FlowReport`` (``addon.outcome``): the time spent in the
-bridge's hooks and stream callable, retries, what the stream processor counted.
-When the flow is over (``response``, or ``error`` for a disconnect) it sets the
-flow's mark (one per outcome), adds to the counters (``bridge.stats``, the
-shutdown line) and is logged as one structured info line, the same format for
-every outcome; ``bridge_debug`` adds the details at debug level. The content view
-gets the originals with the route, dialects and decisions, what each retry sent,
-and (when mitmproxy keeps no streamed body) a stream's body as its client got it.
+When a flow is over (``response``, ``error``) its ``FlowReport`` (``addon.outcome``) sets its
+mark, adds to the counters (``bridge.stats``) and is logged as one line, the same format for
+every outcome; then the flow's record ends (``Flows.end``). It also keeps what the content view
+shows. One place, so every flow is said once and freed once.
 """
 
 from __future__ import annotations
@@ -23,10 +19,9 @@ from addon.outcome import FlowReport
 from addon.plan import FlowPlan, short
 from addon.redact import clean
 from addon.shell.answer_notes import stream_done
-from addon.shell.common import SECRETS, append_comment, log, seal_flow
-from addon.shell.common import internal_error as log_internal_error
 from addon.shell.contentview import BridgeContentview
-from addon.shell.runs import FlowRun, FlowRuns
+from addon.shell.flows import FlowRun, Flows
+from addon.shell.notes import append_comment, log, log_internal_error, seal_flow
 from addon.shell.settings import BridgeSettings
 from addon.state import AnswerInfo, BridgeState, Original
 from addon.view import usage_text
@@ -35,9 +30,10 @@ from addon.view import usage_text
 class Report:
     name = "cursor_bridge_report"
 
-    def __init__(self, state: BridgeState, runs: FlowRuns, settings: BridgeSettings) -> None:
+    def __init__(self, state: BridgeState, flows: Flows, settings: BridgeSettings) -> None:
         self.state = state
-        self.runs = runs
+        self.flows = flows
+        """What the bridge holds for each flow; ended here, once the flow is over."""
         self._settings = settings
 
     @property
@@ -51,18 +47,21 @@ class Report:
 
     def response(self, flow: http.HTTPFlow) -> None:
         """The flow is over (after the answers addon, whatever it did)."""
-        run = self.runs.pop(flow.id)
-        if run is not None:
-            self.close(flow, run.report, line=True, run=run)
+        run = self.flows.run(flow.id)
+        try:
+            if run is not None:
+                self.close(flow, run.report, line=True, run=run)
+        finally:
+            self.flows.end(flow.id)
 
     def error(self, flow: http.HTTPFlow) -> None:
         """A flow that ended without its ``response`` hook (a disconnect): reported once, as
         ``response`` would have — with what its stream carried (counts, skipped events, the
         view), and with the disconnect as its reason unless the upstream's stream had already
         reached its end (a client that hangs up as soon as it has read ``[DONE]``)."""
-        run = self.runs.get(flow.id)
+        run = self.flows.run(flow.id)
         if run is None:
-            SECRETS.drop(flow.id)
+            self.flows.end(flow.id)
             return
         plan, report = run.plan, run.report
         started = time.perf_counter_ns()
@@ -78,13 +77,13 @@ class Report:
                 append_comment(flow, "the client hung up after the answer's end")
         except Exception as e:
             log_internal_error(f"cursor-bridge [{report.route}]: error", e)
-        finally:
-            self.runs.pop(flow.id)
         try:
             report.spent_ns += time.perf_counter_ns() - started
             self.close(flow, report, line=True, run=run)
         except Exception as e:
             log_internal_error(f"cursor-bridge [{report.route}]: error", e)
+        finally:
+            self.flows.end(flow.id)
 
     def done(self) -> None:
         try:
@@ -95,16 +94,17 @@ class Report:
     @command.command("bridge.stats")  # type: ignore[untyped-decorator]
     def stats(self) -> str:
         """What the bridge did since it started: flows by outcome, repairs, restores,
-        retries, fallbacks (also logged)."""
+        retries, flows not rewritten (also logged)."""
         text = self.state.summary()
         log.info("cursor-bridge: %s", text)
         return text
 
     # ------------------------------------------------------------------ for the other addons
 
-    def fallback(self, run: FlowRun | None, why: str) -> None:
+    def not_rewritten(self, run: FlowRun | None, why: str) -> None:
+        """Something of the flow could not be rewritten (``why``): its outcome says so."""
         if run is not None:
-            run.report.add_outcome("fallback")
+            run.report.add_outcome("not_rewritten")
             run.report.reason = run.report.reason or clean(why, 300)
 
     def retried(self, run: FlowRun | None, kind: str) -> None:
@@ -150,13 +150,14 @@ class Report:
     def keep(self, flow_id: str, part: str, original: Original) -> None:
         if self.keep_originals:
             # The view redacts with them when it renders (the flow's own bodies too).
-            original = dataclasses.replace(original, secrets=SECRETS.get(flow_id))
+            original = dataclasses.replace(original, secrets=self.flows.secrets(flow_id))
             self.state.originals.put(flow_id, part, original)
 
     def close(
         self, flow: http.HTTPFlow, report: FlowReport, *, line: bool, run: FlowRun | None = None
     ) -> None:
-        """The flow is over: its mark, its counters, its log line (and details)."""
+        """The flow is over: its mark, its counters, its log line (and details); then what the
+        bridge held for it is let go (``Flows.end``)."""
         if flow.response is not None:
             report.status = flow.response.status_code
         if run is not None:
@@ -181,6 +182,7 @@ class Report:
                     f", error: {short(p.error)}" if p.error else "",
                 )
         seal_flow(flow)  # the flow is over: nothing more is written about it
+        self.flows.end(flow.id)
 
 
 def stores_streamed_bodies() -> bool:

@@ -1,10 +1,7 @@
-"""The request addon: ``plan.decide`` on a routed chat request, and its decision applied.
-
-A decision leaves the flow (``Pass``), answers it ourselves with an error in the
-client's dialect (``Reject``), or sets the upstream request: body, path, query,
-headers (``Rewrite``). Headers are never logged nor copied into ``flow.metadata``:
-they carry the user's API keys. mitmproxy's ``allow_hosts`` / ``ignore_hosts`` bind
-the bridge too. A bug of ours still answers the client (``plan.internal_error``).
+"""The request addon: ``plan.decide`` on a routed chat request, and its decision applied: left
+alone (``Pass``), answered by the bridge in the client's dialect (``Reject``), or rewritten for
+the upstream — body, path, query, headers (``Rewrite``). A bug of ours still answers the client
+(``plan.internal_error``). Headers are never logged nor copied anywhere: they carry the keys.
 """
 
 from __future__ import annotations
@@ -27,25 +24,16 @@ from addon.plan import (
     short,
 )
 from addon.redact import clean
-from addon.shell.common import (
-    SECRETS,
-    append_comment,
-    apply_rewrite,
-    environment,
-    header_map,
-    json_response,
-    log,
-    origin,
-    outside_proxy_hosts,
-    place,
-    set_meta,
-)
-from addon.shell.common import internal_error as log_internal_error
 from addon.shell.fallback import Fallbacks
+from addon.shell.headers import header_map, json_response
+from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.kiro_auth import KiroAuth
+from addon.shell.notes import append_comment, log, log_internal_error, set_meta
+from addon.shell.options import environment
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.report import Report, comment, decision_lines, plan_facts
 from addon.shell.settings import BridgeSettings
+from addon.shell.upstream_request import apply_rewrite, origin, place
 from addon.state import Original
 from addon.wire import secret_values
 
@@ -83,9 +71,10 @@ class RewriteRequest:
             route = route_for(settings, req.method, req.host, req.path, view)
             if route is None or outside_proxy_hosts(flow):
                 return
-            chosen = self.fallbacks.chosen(flow.id) if self.fallbacks is not None else None
-            if chosen is not None:
-                route = chosen.route
+            flows = self.report.flows
+            chain = flows.open(flow.id).chain  # the fallback addon's pick, if any
+            if chain is not None:
+                route = chain.route
             incoming = Incoming(
                 req.method, req.host, req.path, header_map(req.headers), body, req.port
             )
@@ -95,9 +84,9 @@ class RewriteRequest:
             env = environment()
             route_key = creds.key if creds else env.get(route.api_key_env or "")
             # A fallback's key is this flow's secret too: redacted wherever it is echoed.
-            others = [env.get(r.api_key_env or "") for r in chosen.chain] if chosen else []
+            others = [env.get(r.api_key_env or "") for r in chain.chain] if chain else []
             secrets = secret_values(incoming.headers, incoming.query, route_key, *others)
-            SECRETS.add(flow.id, secrets)  # before any line about this flow is written
+            flows.add_secrets(flow.id, secrets)  # before any line about this flow is written
             decision: Decision = decide(
                 settings,
                 route,
@@ -110,10 +99,9 @@ class RewriteRequest:
             )
             if isinstance(decision, Rewrite):
                 # Everything that could fail is done: the flow is changed only from here on.
-                original = req.copy() if chosen is not None else None
                 report = self._rewrite(flow, incoming, decision)
-                if chosen is not None and original is not None and self.fallbacks is not None:
-                    self.fallbacks.start(flow, chosen, incoming, original, decision.plan)
+                if chain is not None and self.fallbacks is not None:
+                    self.fallbacks.start(flow, chain, incoming, decision.plan)
                 report.spent_ns += time.perf_counter_ns() - started
                 return
         except Exception as e:
@@ -125,11 +113,12 @@ class RewriteRequest:
         try:
             match decision:
                 case Pass(reason=None):
-                    SECRETS.drop(flow.id)
+                    self.report.flows.end(flow.id)  # not this bridge's flow after all
                     return
                 case Pass():
                     self._passthrough(flow, decision, incoming)
-                    outcome, reason = "fallback", f"passed through: {short(decision.reason or '')}"
+                    outcome = "not_rewritten"
+                    reason = f"passed through: {short(decision.reason or '')}"
                 case Reject():
                     self._reject(flow, decision)
                     outcome = "rejected"
@@ -151,7 +140,7 @@ class RewriteRequest:
     def _rewrite(self, flow: http.HTTPFlow, incoming: Incoming, d: Rewrite) -> FlowReport:
         wire, plan = d.wire, d.plan
         apply_rewrite(flow.request, incoming, d)
-        run = self.report.runs.start(flow.id, plan)
+        run = self.report.flows.start_run(flow.id, plan)
         # Where the answer comes from, in the log line, the metadata and the view: the
         # upstream's address (never its path: a path may carry a key) and the model sent.
         url = origin(flow.request)

@@ -1,12 +1,9 @@
 """The retry addon: the requests the bridge sends itself, the way mitmproxy sends a flow's.
 
-It owns the HTTP clients (httpx) and ``bridge_retry_timeout``. ``resend`` sends the request
-again exactly as the upstream got it, ``send`` with another body (a staged retry, the loop
-guard's second request), ``attempt`` another route's request (a models list), all read
-whole; ``open`` a fallback chain's attempt for the relay, its answer left open once its
-headers came. Always through the upstream proxy of ``--mode upstream:…`` with
-``upstream_auth`` when the flow came that way, directly otherwise, never through the
-environment's proxies.
+``resend`` / ``send`` (the request again, or with another body), ``attempt`` (another route's,
+read whole), ``open`` (a chain's attempt for the relay, left open once its headers came); one
+httpx client per way out, through ``--mode upstream:…`` when the flow came that way, never the
+environment's proxies, so a retry and its key go only where the request went.
 """
 
 from __future__ import annotations
@@ -27,7 +24,9 @@ if TYPE_CHECKING:
 
 from addon.config import RETRY_OPTIONS, ConfigError, parse_retry_timeout
 from addon.plan import short
-from addon.shell.common import OptionChecks, add_options, append_comment, log
+from addon.plan.fallback import NoAnswer, Reason
+from addon.shell.notes import append_comment, log
+from addon.shell.options import OptionChecks, add_options
 
 _HOP_BY_HOP = frozenset(
     {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
@@ -125,7 +124,7 @@ class Retry(OptionChecks):
                 timeout=limit,
             )
         except httpx.HTTPError as e:
-            return _why(e)
+            return _why(e).detail
         except (httpx.InvalidURL, ValueError) as e:
             return f"request failed ({type(e).__name__})"
         return RetryAnswer(
@@ -137,7 +136,7 @@ class Retry(OptionChecks):
 
     async def open(
         self, flow: http.HTTPFlow, request: http.Request, timeout: float
-    ) -> httpx.Response | str:
+    ) -> httpx.Response | NoAnswer:
         """``request`` sent the way mitmproxy sends the flow's, its answer open once its
         headers came (the body still to read: ``aiter_raw``, then ``aclose``), or why none
         came within ``timeout`` seconds (the route's, to the first byte; the connect itself
@@ -166,11 +165,12 @@ class Retry(OptionChecks):
                     built.headers.pop(name, None)
             return await asyncio.wait_for(client.send(built, stream=True), timeout)
         except TimeoutError:
-            return "timed out before the first byte" if sent else "connect timed out"
+            how = "timed out before the first byte" if sent else "connect timed out"
+            return NoAnswer(Reason.TIMED_OUT, how)
         except httpx.HTTPError as e:
             return _why(e)
         except (httpx.InvalidURL, ValueError) as e:
-            return f"request failed ({type(e).__name__})"
+            return NoAnswer(Reason.UNREACHABLE, f"request failed ({type(e).__name__})")
 
     def _client(self, flow: http.HTTPFlow) -> httpx.AsyncClient:
         import httpx
@@ -214,14 +214,20 @@ def _sendable(headers: http.Headers) -> list[tuple[str, str]]:
     ]
 
 
-def _why(e: httpx.HTTPError) -> str:
+def _why(e: httpx.HTTPError) -> NoAnswer:
     """Why an attempt got no answer, in a few words (never the URL: a query may hold a key)."""
     import httpx
 
     if isinstance(e, httpx.ConnectTimeout):
-        return "connect timed out"
+        return NoAnswer(Reason.TIMED_OUT, "connect timed out")
     if isinstance(e, httpx.TimeoutException):
-        return "timed out before the first byte"
+        return NoAnswer(Reason.TIMED_OUT, "timed out before the first byte")
+    return NoAnswer(Reason.UNREACHABLE, _unreachable(e))
+
+
+def _unreachable(e: httpx.HTTPError) -> str:
+    import httpx
+
     if isinstance(e, httpx.ConnectError):
         causes = _causes(e)
         if any(isinstance(c, ConnectionRefusedError) for c in causes):

@@ -15,16 +15,10 @@ from mitmproxy.tools.dump import DumpMaster
 from addon.config import REWRITE_OPTIONS, ConfigError, Settings, parse_settings
 from addon.dialects import DIALECTS
 from addon.redact import clean
-from addon.shell.common import (
-    OptionChecks,
-    add_options,
-    check_deferred_options,
-    environment,
-    log,
-)
-from addon.shell.common import internal_error as log_internal_error
-from addon.stream.eventstream import preload as preload_eventstream
-from addon.transforms.repair import preload as preload_repair
+from addon.shell.notes import log, log_internal_error
+from addon.shell.options import OptionChecks, add_options, check_deferred_options, environment
+from addon.stream import eventstream
+from addon.transforms import repair
 
 
 class BridgeSettings(OptionChecks):
@@ -48,9 +42,9 @@ class BridgeSettings(OptionChecks):
         s = self.settings
         try:
             if any((route.tool_repair or s.tool_repair) == "on" for route in s.routes):
-                preload_repair()
+                repair.preload()
             if any(DIALECTS[r.upstream].framing_for(()) == "aws_eventstream" for r in s.routes):
-                preload_eventstream()
+                eventstream.preload()
         except Exception as e:
             log_internal_error("cursor-bridge: loading what the routes need", e)
 

@@ -13,10 +13,11 @@ from addon.plan.answer import client_answer
 from addon.plan.errors import error_body, unreadable_answer
 from addon.plan.staged import Stop, staged_step
 from addon.shell.answer_notes import note_text_calls
-from addon.shell.common import META_KEY, append_comment, json_response, log
+from addon.shell.flows import FlowRun
+from addon.shell.headers import json_response
+from addon.shell.notes import META_KEY, append_comment, log
 from addon.shell.report import Report
 from addon.shell.retry import Retry, RetryAnswer
-from addon.shell.runs import FlowRun
 
 
 class StagedRetry:
@@ -100,7 +101,7 @@ def unreadable(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan
     status = resp.status_code
     report.state.count("answers not translatable")
     log.warning("%s: upstream answer (HTTP %d) not translatable: %s", plan.label, status, why)
-    report.fallback(run, f"upstream answer not translatable: {why}")
+    report.not_rewritten(run, f"upstream answer not translatable: {why}")
     append_comment(flow, f"upstream answer (HTTP {status}) not translatable: {why} → 502")
     flow.response = json_response(502, unreadable_answer(plan, why))
 

@@ -13,14 +13,14 @@ from collections.abc import Callable, Sequence
 
 from mitmproxy import http
 
-from addon.dialects.kiro import CONTENT_TYPE as KIRO_CONTENT_TYPE
+from addon.dialects import kiro
 from addon.outcome import FlowReport
 from addon.plan import CONTENT_TYPES, short
 from addon.plan.answer import stream_processor
-from addon.shell.common import META_KEY, append_comment, is_json, log, replace_headers
-from addon.shell.common import internal_error as log_internal_error
+from addon.shell.flows import KEEP_STREAM_BYTES, FlowRun
+from addon.shell.headers import is_json, replace_headers
+from addon.shell.notes import META_KEY, append_comment, log, log_internal_error
 from addon.shell.report import Report, stores_streamed_bodies
-from addon.shell.runs import KEEP_STREAM_BYTES, FlowRun
 from addon.state import KeptBytes
 from addon.stream.decompress import UnsupportedEncoding
 from addon.stream.processor import StreamProcessor
@@ -31,19 +31,19 @@ class StreamAttach:
 
     def __init__(self, report: Report, loop_retry: bool) -> None:
         self.report = report
-        self.runs = report.runs
+        self.flows = report.flows
         self._loop_retry = loop_retry
         """A retry addon is there: a stream the loop guard may ask again is read whole."""
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         started = time.perf_counter_ns()
-        run = self.runs.get(flow.id)
+        run = self.flows.run(flow.id)
         try:
             self._attach(flow, run)
         except Exception as e:
             plan = run.plan if run is not None else None
             log_internal_error(plan.label if plan else "cursor-bridge", e)
-            self.report.fallback(run, f"internal error ({type(e).__name__})")
+            self.report.not_rewritten(run, f"internal error ({type(e).__name__})")
             if flow.response is not None and (plan is None or plan.same_dialect):
                 # Same dialect: the answer is passed on as it comes (a stream still streams).
                 if run is not None:
@@ -73,7 +73,7 @@ class StreamAttach:
             plan is not None
             and plan.stream
             and plan.upstream_framing == "aws_eventstream"
-            and ctype.startswith(KIRO_CONTENT_TYPE)
+            and ctype.startswith(kiro.CONTENT_TYPE)
         )
         if not (sse or (array and is_json(resp)) or binary):
             return
@@ -102,7 +102,7 @@ class StreamAttach:
         except UnsupportedEncoding as e:
             log.warning("%s: stream passed through unchanged: %s", plan.label, short(e))
             append_comment(flow, f"{plan.label}: stream not rewritten ({short(e)})")
-            self.report.fallback(run, f"stream not rewritten ({short(e)})")
+            self.report.not_rewritten(run, f"stream not rewritten ({short(e)})")
             resp.stream = True  # still stream it: SSE must never be buffered
             run.plan = None
             return

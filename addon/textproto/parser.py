@@ -21,7 +21,7 @@ from typing import Literal
 from addon.jsonio import loads as strict_json
 from addon.model import Event, TextDelta, ThinkingDelta, ToolCallEnd, ToolCallStart
 
-type Protocol = Literal["invoke", "bracket"]
+type TextProtocol = Literal["invoke", "bracket"]
 
 THINK_TAGS = {"<thinking>": "</thinking>", "<think>": "</think>"}
 BRACKET_OPEN = "[Calling tool: "
@@ -89,7 +89,7 @@ class _Call:
         return end
 
 
-def parse_header(protocol: Protocol | None, header: str) -> str | None:
+def parse_header(protocol: TextProtocol | None, header: str) -> str | None:
     """The tool name in a call's header (what comes between its marker and its arguments),
     None when the header is not the protocol's."""
     if protocol == "invoke":
@@ -117,7 +117,7 @@ def default_ids(n: int) -> str:
 class TextProtocolParser:
     def __init__(
         self,
-        protocol: Protocol | None,
+        protocol: TextProtocol | None,
         *,
         trigger: str | None = None,
         tools: Collection[str] = (),

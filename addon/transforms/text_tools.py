@@ -31,13 +31,13 @@ from addon.model import (
     ToolResult,
 )
 from addon.textproto import bracket, invoke
-from addon.textproto.parser import Protocol, TextProtocolParser
+from addon.textproto.parser import TextProtocol, TextProtocolParser
 from addon.transforms.prompt import append_system, merge_same_role
 
 
 @dataclass(frozen=True, slots=True)
 class TextToolSettings:
-    protocol: Protocol
+    protocol: TextProtocol
     trigger: str | None = None
     """This request's ``invoke`` trigger (``invoke.make_trigger()``)."""
     desc_limit: int = 8000

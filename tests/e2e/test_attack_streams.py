@@ -179,7 +179,7 @@ def test_a_200_event_stream_that_is_not_one_is_never_eaten(
     else:
         assert said in failure(client, got)
     # Passed through, or ended with an error the bridge wrote: ⚠ either way.
-    assert outcome_of_next_flow(proxy, since) == "fallback"
+    assert outcome_of_next_flow(proxy, since) == "not_rewritten"
     clean_log(proxy)
 
 
@@ -221,7 +221,7 @@ def test_a_cut_stream_shows_as_cut_to_every_client(
     status, got = send(proxy, client)
     assert status == 200 and text_of(client, got) == "Hello"
     assert "cut" in failure(client, got)
-    assert outcome_of_next_flow(proxy, since) == "fallback"  # the bridge ended it: ⚠
+    assert outcome_of_next_flow(proxy, since) == "not_rewritten"  # the bridge ended it: ⚠
     clean_log(proxy)
 
 

@@ -711,7 +711,7 @@ def test_a_200_that_is_not_an_event_stream_says_what_came(
 ) -> None:
     """Every client dialect, streamed and whole, is told the status, the content type and
     the first bytes (cleaned) of what came instead of Kiro's frames, in its own dialect; the
-    flow is a ⚠ fallback, not a rewrite."""
+    flow is ⚠ not_rewritten, not a rewrite."""
     upstream.script = lambda rec: RawReply(body, headers={"content-type": content_type})
     routes = routes_file(tmp_path, "")
     routes.write_text(routes.read_text() + ALL_CLIENTS.format(arn=ARN))
@@ -731,5 +731,5 @@ def test_a_200_that_is_not_an_event_stream_says_what_came(
     log = proxy.log_text()
     flows = [line for line in log.splitlines() if "cursor-bridge flow" in line]
     assert len(flows) == 8, flows
-    assert all("outcome=fallback" in line for line in flows), flows
+    assert all("outcome=not_rewritten" in line for line in flows), flows
     assert "Traceback" not in log and KEY not in log

@@ -280,14 +280,14 @@ def test_marks_tell_the_outcomes_apart(web: Web, upstream: ScriptedUpstream) -> 
         timeout=10,
     )
     assert r.status_code == 400
-    marks["fallback"] = web.flow(before)["marked"]
+    marks["not_rewritten"] = web.flow(before)["marked"]
 
     assert marks == {
         "repaired": "🔧",
         "loop_guard": "🛑",
         "retried": "🔁",
         "rejected": "⛔",
-        "fallback": "⚠",
+        "not_rewritten": "⚠",
     }
     assert SECRET not in web.proxy.log_text()
 
@@ -300,7 +300,7 @@ def test_bridge_stats_command(web: Web, upstream: ScriptedUpstream) -> None:
     result = web.command("bridge.stats")
     text = result["value"]
     assert text.startswith("flows: ") and "rewritten" in text
-    for part in ("repairs: ", "restores: ", "retries: ", "fallbacks: ", "up "):
+    for part in ("repairs: ", "restores: ", "retries: ", "not rewritten: ", "up "):
         assert part in text
     web.proxy.wait_for_log("cursor-bridge: flows: ")
 
@@ -583,7 +583,7 @@ def test_an_html_page_in_a_200_event_stream_is_a_fallback(
     flow = web.flow(before)
     assert flow["marked"] == "⚠", flow
     (line,) = flow_lines(web, since)
-    assert "outcome=fallback" in line and "reason=" in line
+    assert "outcome=not_rewritten" in line and "reason=" in line
     # The ⚠ flow's view: its timeline (the upstream's page, the client's error), no traceback.
     text = web.view(flow["id"], "response")["text"]
     assert "Traceback" not in text and "error" in text

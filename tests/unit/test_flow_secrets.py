@@ -17,8 +17,9 @@ from addon.model import StreamError, TextDelta
 from addon.plan import Incoming, Reject, Rewrite, UpstreamError, decide
 from addon.plan.answer import AnswerState, stream_processor
 from addon.plan.errors import error_body, unreadable_answer, upstream_error
-from addon.redact import REDACTED, SecretRegistry, Secrets, clean
+from addon.redact import REDACTED, Secrets, clean
 from addon.routes import Route
+from addon.shell.flows import Flows
 from addon.stream.fastpath import PASSES_TEXT
 from addon.stream.stages import RedactErrorStage
 from addon.wire import secret_values
@@ -58,14 +59,15 @@ def test_short_placeholders_are_left_alone_and_bytes_and_data_are_redacted() -> 
 
 
 def test_the_registry_redacts_with_every_running_flows_secrets_and_forgets() -> None:
-    reg = SecretRegistry(max_flows=2)
-    reg.add("a", Secrets(["AAAAAAAAAA1"]))
-    reg.add("b", Secrets(["BBBBBBBBBB2"]))
+    reg = Flows(limit=2)
+    reg.add_secrets("a", Secrets(["AAAAAAAAAA1"]))
+    reg.add_secrets("b", Secrets(["BBBBBBBBBB2"]))
     assert reg.redact("AAAAAAAAAA1 BBBBBBBBBB2") == f"{REDACTED} {REDACTED}"
-    reg.add("c", Secrets(["CCCCCCCCCC3"]))  # past the bound: the oldest is forgotten
-    assert len(reg) == 2 and not reg.get("a") and reg.get("c")
-    reg.drop("b")
-    reg.drop("c")
+    reg.add_secrets("c", Secrets(["CCCCCCCCCC3"]))  # past the bound: the oldest is forgotten
+    assert len(reg) == 2 and not reg.secrets("a") and reg.secrets("c")
+    assert reg.redact("AAAAAAAAAA1") == "AAAAAAAAAA1"  # its secrets forgotten with it
+    reg.end("b")
+    reg.end("c")
     assert reg.redact("BBBBBBBBBB2") == "BBBBBBBBBB2" and len(reg) == 0
 
 
@@ -145,13 +147,13 @@ def test_the_processors_own_error_quoting_the_upstream_never_holds_the_key() -> 
 
 
 def test_flows_sharing_a_key_keep_it_redacted_until_the_last_is_over() -> None:
-    reg = SecretRegistry()
-    reg.add("a", Secrets([KEY]))
-    reg.add("b", Secrets([KEY]))
-    reg.add("b", Secrets([KEY]))  # added again: still one flow
-    reg.drop("a")
+    reg = Flows()
+    reg.add_secrets("a", Secrets([KEY]))
+    reg.add_secrets("b", Secrets([KEY]))
+    reg.add_secrets("b", Secrets([KEY]))  # added again: still one flow
+    reg.end("a")
     assert reg.redact(KEY) == REDACTED
-    reg.drop("b")
+    reg.end("b")
     assert reg.redact(KEY) == KEY
 
 

@@ -21,10 +21,10 @@ def test_every_outcome_has_its_own_mark() -> None:
     ("outcomes", "expected"),
     [
         ([], "rewritten"),
-        (["fallback"], "fallback"),
-        (["fallback", "rejected"], "rejected"),
-        (["loop_guard", "fallback"], "loop_guard"),
-        (["retried", "fallback"], "fallback"),
+        (["not_rewritten"], "not_rewritten"),
+        (["not_rewritten", "rejected"], "rejected"),
+        (["loop_guard", "not_rewritten"], "loop_guard"),
+        (["retried", "not_rewritten"], "not_rewritten"),
     ],
 )
 def test_the_most_telling_outcome_wins(outcomes: list[str], expected: str) -> None:
@@ -42,8 +42,8 @@ def test_retries_and_repairs_show_in_the_mark_of_a_rewritten_flow() -> None:
     retried.retries["staged retry 1"] += 1
     assert retried.mark == MARKS["retried"]  # a retry says more than a repair
     failed = FlowReport("r", notes=Counter({"tool call arguments repaired": 1}))
-    failed.add_outcome("fallback")
-    assert failed.mark == MARKS["fallback"]
+    failed.add_outcome("not_rewritten")
+    assert failed.mark == MARKS["not_rewritten"]
 
 
 def test_the_line_is_logfmt_with_counts_and_time() -> None:
@@ -90,15 +90,15 @@ def test_counters_and_stats_text() -> None:
     total: Counter[str] = Counter()
     a = FlowReport("r", notes=Counter({"tool call arguments repaired": 1}))
     b = FlowReport("r")
-    b.add_outcome("fallback")
+    b.add_outcome("not_rewritten")
     b.retries["staged retry 1"] += 2
     c = FlowReport("r", outcome="rejected")
     for report in (a, b, c):
         total.update(report.counters())
     total["requests rewritten"] += 2
     text = stats_text(total, 3725)
-    assert text.startswith("flows: 1 rejected, 1 fallback, 1 repaired; ")  # a is repaired
-    assert "repairs: 1; restores: 0; retries: 2 (staged retry 1: 2); fallbacks: 1" in text
+    assert text.startswith("flows: 1 rejected, 1 not_rewritten, 1 repaired; ")  # a is repaired
+    assert "repairs: 1; restores: 0; retries: 2 (staged retry 1: 2); not rewritten: 1" in text
     assert "other: 2 requests rewritten" in text
     assert text.endswith("up 1:02:05")
     assert stats_text(Counter(), 0).startswith("flows: none; repairs: 0")

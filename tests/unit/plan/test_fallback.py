@@ -19,6 +19,7 @@ from addon.plan.fallback import (
     MAX_RETRY_AFTER,
     Cooldowns,
     Failure,
+    Reason,
     all_failed,
     cooldown_after,
     falls_back,
@@ -170,29 +171,30 @@ def test_next_route_keeps_chain_order_and_skips_what_was_tried() -> None:
 
 def test_the_tried_line_names_each_route_and_why() -> None:
     failures = (
-        Failure("primary", "connection refused", 30.0),
-        Failure("second", "HTTP 429", 12.4),
-        Failure("third", "HTTP 500"),
+        Failure("primary", Reason.UNREACHABLE, "connection refused", 30.0),
+        Failure("second", Reason.ANSWERED_FAILURE, "HTTP 429", 12.4),
+        Failure("third", Reason.ANSWERED_FAILURE, "HTTP 500"),
+        Failure("fourth", Reason.SKIPPED, cooling=8.0),
     )
     assert tried_line(failures) == (
         "primary (connection refused, cooling down 30 s), second (HTTP 429, cooling down "
-        "12 s), third (HTTP 500)"
+        "12 s), third (HTTP 500), fourth (skipped, cooling down 8 s)"
     )
 
 
 @pytest.mark.parametrize(
-    ("client", "why", "status"),
+    ("client", "reason", "why", "status"),
     [
-        ("openai_chat", "connection refused", 502),
-        ("anthropic", "timed out before the first byte", 504),
-        ("gemini", "connect timed out", 504),
-        ("openai_responses", "connection failed (No route to host)", 502),
+        ("openai_chat", Reason.UNREACHABLE, "connection refused", 502),
+        ("anthropic", Reason.TIMED_OUT, "timed out before the first byte", 504),
+        ("gemini", Reason.TIMED_OUT, "connect timed out", 504),
+        ("openai_responses", Reason.UNREACHABLE, "connection failed (No route to host)", 502),
     ],
 )
 def test_nothing_reachable_is_a_502_or_504_in_the_clients_dialect(
-    client: str, why: str, status: int
+    client: str, reason: Reason, why: str, status: int
 ) -> None:
-    got, body = all_failed(DIALECTS[client], (Failure("a", why, 30.0),))
+    got, body = all_failed(DIALECTS[client], (Failure("a", reason, why, 30.0),))
     assert got == status
     data = json.loads(body)
     text = json.dumps(data)

@@ -18,10 +18,10 @@ from mitmproxy.test import taddons
 
 from addon.config import ConfigError, check_deferred_option, parse_settings
 from addon.routes_file import RoutesError, load_routes
-from addon.shell import common
+from addon.shell import options
 from addon.shell.addons import make_addons
-from addon.shell.common import check_deferred_options
 from addon.shell.host_filter import proxy_excludes
+from addon.shell.options import check_deferred_options
 
 # --------------------------------------------------------------------------- deferred --set
 
@@ -191,7 +191,7 @@ def test_a_routes_file_that_is_not_utf8_names_the_file(tmp_path: Path) -> None:
 
 @pytest.fixture
 def addons() -> Iterator[tuple[Any, taddons.context]]:
-    common._REFUSED.clear()  # what earlier tests had refused before mitmproxy was "running"
+    options._REFUSED.clear()  # what earlier tests had refused before mitmproxy was "running"
     bundle = make_addons()
     with taddons.context(*bundle.all) as tctx:
         yield bundle, tctx

@@ -19,8 +19,10 @@ from mitmproxy import ctx, http
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow, tutils
 
+from addon.plan.fallback import NoAnswer, Reason
 from addon.shell.addons import Addons, make_addons
-from addon.shell.common import META_KEY
+from addon.shell.flows import Attempts
+from addon.shell.notes import META_KEY
 from addon.shell.relay import TOKEN_HEADER
 from tests.real.clients.loop import GEMINI_SIGNATURE, Call, chat_message, chat_sse, gemini_chunk
 
@@ -97,7 +99,7 @@ def client_flow(host: str, path: str, key: tuple[str, str], body: Any) -> http.H
     return tflow.tflow(req=req)
 
 
-type Answer = httpx.Response | str
+type Answer = httpx.Response | NoAnswer
 """What an attempt got: an answer (its body still to read) or why none came."""
 
 
@@ -120,7 +122,7 @@ class Bridge:
             if body.get("stream"):
                 return reply(200, chat_sse("hello from chat"), "text/event-stream")
             return reply(200, json.dumps(chat_message("hello from chat")).encode())
-        return "connection refused"
+        return NoAnswer(Reason.UNREACHABLE, "connection refused")
 
 
 def reply(status: int, body: bytes, ctype: str = "application/json", **headers: str) -> Answer:
@@ -159,15 +161,25 @@ def to_relay(bridge: Bridge, f: http.HTTPFlow) -> str:
     req = f.request
     assert (req.scheme, req.host, req.port) == ("http", "127.0.0.1", 54321)
     assert sorted(f.request.headers.keys()) == ["content-length", "host", TOKEN_HEADER]
-    sent = bridge.addons.fallbacks._pending[f.id].attempt.request
+    chain = chain_of(bridge, f)
+    assert chain.attempt is not None
+    sent = chain.attempt.request
     assert f.request.headers["host"] == sent.host_header  # what the view shows meanwhile
     assert f.request.content == b""
     assert f.server_conn.address is None and f.server_conn.via is None
     return f.request.headers[TOKEN_HEADER]
 
 
+def chain_of(bridge: Bridge, f: http.HTTPFlow) -> Attempts:
+    """The flow's chain as its record holds it."""
+    record = bridge.addons.report.flows.get(f.id)
+    assert record is not None and record.chain is not None
+    return record.chain
+
+
 async def _run_leg(bridge: Bridge, token: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    leg = bridge.addons.fallbacks.relay._legs.pop(token)
+    leg = bridge.addons.report.flows.take_leg(token)
+    assert leg is not None
     got = await leg()
     try:
         body = b"".join([chunk async for chunk in got.body])
@@ -296,7 +308,7 @@ def test_every_route_failing_gives_the_last_error_in_the_clients_dialect(bundle:
 
 
 def test_no_route_reachable_is_answered_in_the_clients_dialect(bundle: Bridge) -> None:
-    bundle.script["chat.example"] = ["connect timed out"]
+    bundle.script["chat.example"] = [NoAnswer(Reason.TIMED_OUT, "connect timed out")]
     f = messages_flow()
     relayed(bundle, f)
     assert f.response is not None and f.response.status_code == 504  # the last one timed out
@@ -322,10 +334,12 @@ def test_a_flow_that_ends_before_its_answer_shows_its_request_again(bundle: Brid
     f = messages_flow()
     token = to_relay(bundle, f)
     f.error = flow_error()
-    bundle.addons.fallbacks.error(f)
+    bundle.addons.fallbacks.error(f)  # the error hooks in order: the report's ends the flow
+    bundle.addons.report.error(f)
     assert f.request.url == "https://ant.example/v1/messages"
     assert f.request.headers["x-api-key"] == CLIENT_KEY and f.request.content
-    assert token not in bundle.addons.fallbacks.relay._legs  # the relay will not serve it
+    assert bundle.addons.report.flows.take_leg(token) is None  # the relay will not serve it
+    assert f.id not in bundle.addons.report.flows  # nothing of it is held
 
 
 def flow_error() -> Any:

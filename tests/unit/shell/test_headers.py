@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mitmproxy import http
 
-from addon.shell.common import header_map, replace_headers
+from addon.shell.headers import header_map, replace_headers
 
 NAMES = ["Authorization", "x-api-key", "X-Api-Key", "anthropic-version", "Accept", "cookie"]
 VALUES = ["a", "Bearer sk-x", "é", "two, parts", ""]

@@ -16,7 +16,7 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from addon.shell import answers
 from addon.shell.addons import Addons, make_addons
-from addon.shell.common import META_KEY
+from addon.shell.notes import META_KEY
 from addon.store import Scope
 from tests.realdata import as_sse
 
@@ -47,7 +47,7 @@ class Bridge:
     def __init__(self, bundle: Addons) -> None:
         self.bundle = bundle
         self.state = bundle.state
-        self.runs = bundle.report.runs
+        self.flows = bundle.report.flows
         self.stats = bundle.report.stats
 
     @property
@@ -306,8 +306,8 @@ def test_sse_answer_is_streamed_through_the_processor(
     assert out.endswith(b"data: [DONE]\n\n")
     assert b"get_stock_price" in out and b"GetWeatherArgs" in out
     respond(addon, flow)
-    assert flow.metadata[META_KEY]["stream_fallback"] is None
-    assert addon.runs.plan(flow.id) is None
+    assert flow.metadata[META_KEY]["stream_error"] is None
+    assert addon.flows.plan(flow.id) is None
 
 
 def test_gzipped_sse_is_decompressed_and_rewritten(bridge: tuple[Bridge, taddons.context]) -> None:
@@ -337,7 +337,7 @@ def test_broken_stream_falls_back_to_the_raw_bytes(
     assert b'"content":"hi"' in out
     assert "stream passed through from here on" in caplog.text
     respond(addon, flow)
-    assert "not JSON" in (flow.metadata[META_KEY]["stream_fallback"] or "")
+    assert "not JSON" in (flow.metadata[META_KEY]["stream_error"] or "")
 
 
 def test_error_answers_stream_untouched_on_the_same_dialect_and_buffer_for_another(
@@ -381,9 +381,9 @@ def test_error_frees_the_flow_state(bridge: tuple[Bridge, taddons.context]) -> N
     addon, _ = bridge
     flow = chat_flow(CURSOR_BODY)
     addon.request(flow)
-    assert addon.runs.plan(flow.id) is not None
+    assert addon.flows.plan(flow.id) is not None
     addon.error(flow)
-    assert addon.runs.plan(flow.id) is None
+    assert addon.flows.plan(flow.id) is None
 
 
 def test_content_view_shows_original_and_rewritten(bridge: tuple[Bridge, taddons.context]) -> None:
@@ -478,7 +478,7 @@ def test_a_bug_in_the_answer_path_gives_a_502_in_the_clients_dialect(
     addon, _ = bridge
     flow = chat_flow(ANTHROPIC_BODY, path="/v1/messages")
     addon.request(flow)
-    assert addon.runs.plan(flow.id) is not None
+    assert addon.flows.plan(flow.id) is not None
     monkeypatch.setattr(answers, "decode_answer", lambda *_, **__: 1 / 0)
     flow.response = tutils.tresp(
         headers=http.Headers(((b"content-type", b"application/json"),)), content=b"{}"
@@ -623,10 +623,9 @@ def test_allow_and_ignore_hosts_bind_the_bridge(
             if hasattr(a, "request") and getattr(a, "name", "").startswith("cursor_bridge"):
                 a.request(f)
     assert (META_KEY in flows[0].metadata) is rewritten
-    counter = bundle_addons.get("cursor_bridge_count_tokens")
-    catalogue = bundle_addons.get("cursor_bridge_models")
-    assert (flows[1].id in counter._sent) is rewritten
-    assert (flows[2].id in catalogue._flows) is rewritten
+    records = [bundle_addons.get("cursor_bridge_report").flows.get(f.id) for f in flows]
+    assert (records[1] is not None and records[1].count is not None) is rewritten
+    assert (records[2] is not None and records[2].models is not None) is rewritten
 
 
 # --------------------------------------------------------------------------- outcomes (issue 13)
@@ -645,7 +644,7 @@ def test_a_rewritten_stream_is_marked_counted_and_logged_once(
     assert "events_in=" in line and "bridge_ms=" in line
     assert SECRET not in caplog.text
     assert addon.state.counters["flows rewritten"] == 1
-    assert flow.id not in addon.runs
+    assert flow.id not in addon.flows
     assert addon.stats().startswith("flows: 1 rewritten; ")
 
 
@@ -671,7 +670,7 @@ def test_a_rewritten_whole_answer_is_logged_with_its_counts(
     assert "bytes_out=" in line
 
 
-def test_a_stream_fallback_is_marked_and_says_why(
+def test_a_stream_passed_through_is_marked_and_says_why(
     bridge: tuple[Bridge, taddons.context], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="cursor_bridge")
@@ -679,8 +678,8 @@ def test_a_stream_fallback_is_marked_and_says_why(
     flow = streamed(addon, b"data: {not json}\n\n", size=4)
     assert flow.marked == ":warning:"
     (line,) = [r.getMessage() for r in caplog.records if "cursor-bridge flow" in r.getMessage()]
-    assert "outcome=fallback" in line and 'reason="stream passed through after' in line
-    assert addon.state.counters["fallbacks"] == 1
+    assert "outcome=not_rewritten" in line and 'reason="stream passed through after' in line
+    assert addon.state.counters["not rewritten"] == 1
 
 
 def test_rejected_passed_and_errored_flows_are_marked_and_freed(
@@ -698,9 +697,9 @@ def test_rejected_passed_and_errored_flows_are_marked_and_freed(
     errored.error = flow_error = tflow.terr("connection closed by peer")
     addon.error(errored)
     assert flow_error.msg and errored.marked == ":twisted_rightwards_arrows:"
-    assert not len(addon.runs)
+    assert not len(addon.flows)
     assert addon.state.counters["flows rejected"] == 1
-    assert addon.state.counters["flows fallback"] == 1
+    assert addon.state.counters["flows not_rewritten"] == 1
 
 
 def test_bridge_debug_logs_the_details_at_debug_level(
@@ -764,7 +763,7 @@ def test_a_hang_up_after_the_answers_end_is_reported_once_without_a_reason(
         else:
             assert "Client disconnected" in lines[0]
             assert flow.response.raw_content is None  # part of a body is no body
-    assert not len(addon.runs)  # plans, reports, kept bytes: all freed
+    assert not len(addon.flows)  # plans, reports, kept bytes: all freed
 
 
 def test_kept_bytes_and_retry_bodies_are_bounded() -> None:
@@ -821,7 +820,7 @@ def test_bridge_fast_path_reaches_the_stream_processor(
     addon.request(flow)
     flow.response = sse_response()
     addon.responseheaders(flow)
-    run = addon.runs.get(flow.id)
+    run = addon.flows.run(flow.id)
     assert run is not None and run.plan is not None and run.plan.fast_path is fast
     processor = run.answer.processor
     assert processor is not None and processor.fast is fast

@@ -18,7 +18,8 @@ import pytest
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
-from addon.shell.relay import TOKEN_HEADER, Relay, Relayed, whole
+from addon.plan.fallback import NoAnswer, Reason
+from addon.shell.relay import TOKEN_HEADER, Leg, Relay, Relayed, whole
 from addon.shell.retry import Retry
 
 TIMEOUT = 10.0
@@ -57,16 +58,32 @@ class Pieces:
         return Relayed(status, b"OK", headers, self.body(), self.close)
 
 
+class Legs:
+    """What the relay asks its owner for: each token's leg, once (the flows table's part)."""
+
+    def __init__(self) -> None:
+        self._legs: dict[str, Leg] = {}
+
+    def add(self, leg: Leg) -> str:
+        token = f"t{len(self._legs)}"
+        self._legs[token] = leg
+        return token
+
+    def take(self, token: str) -> Leg | None:
+        return self._legs.pop(token, None)
+
+
 def test_a_legs_body_arrives_as_it_comes_and_the_connection_serves_the_next_flow() -> None:
     async def go() -> None:
-        relay = Relay()
+        legs = Legs()
+        relay = Relay(legs.take)
         port = await relay.start()
         pieces = Pieces(b"data: 1\n\n", b"data: 2\n\n")
 
         async def leg() -> Relayed:
             return pieces.relayed()
 
-        token = relay.add(leg)
+        token = legs.add(leg)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT) as c:
             async with c.stream("POST", "/v1/x", headers={TOKEN_HEADER: token}) as got:
                 assert got.status_code == 200
@@ -84,7 +101,7 @@ def test_a_legs_body_arrives_as_it_comes_and_the_connection_serves_the_next_flow
             again = await c.post("/v1/x", headers={TOKEN_HEADER: token})
             assert again.status_code == 404
             # The same kept-alive connection serves the next flow's leg.
-            second = relay.add(lambda: _whole(b'{"ok": true}'))
+            second = legs.add(lambda: _whole(b'{"ok": true}'))
             got2 = await c.post("/v1/x", headers={TOKEN_HEADER: second})
             assert got2.status_code == 201 and got2.json() == {"ok": True}
             assert (await c.post("/v1/x")).status_code == 404  # no token at all
@@ -99,7 +116,8 @@ async def _whole(body: bytes) -> Relayed:
 
 def test_a_client_that_goes_away_cancels_the_leg() -> None:
     async def go() -> None:
-        relay = Relay()
+        legs = Legs()
+        relay = Relay(legs.take)
         port = await relay.start()
         started, cancelled = asyncio.Event(), asyncio.Event()
 
@@ -112,7 +130,7 @@ def test_a_client_that_goes_away_cancels_the_leg() -> None:
                 raise
             raise AssertionError("not reached")
 
-        token = relay.add(leg)
+        token = legs.add(leg)
         _, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(
             f"POST / HTTP/1.1\r\nhost: x\r\n{TOKEN_HEADER}: {token}\r\ncontent-length: 0\r\n\r\n".encode()
@@ -128,14 +146,15 @@ def test_a_client_that_goes_away_cancels_the_leg() -> None:
 
 def test_a_client_that_goes_away_mid_answer_stops_the_upstreams_reading() -> None:
     async def go() -> None:
-        relay = Relay()
+        legs = Legs()
+        relay = Relay(legs.take)
         port = await relay.start()
         pieces = Pieces(b"data: 1\n\n", b"data: 2\n\n", b"data: 3\n\n")
 
         async def leg() -> Relayed:
             return pieces.relayed()
 
-        token = relay.add(leg)
+        token = legs.add(leg)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(
             f"POST / HTTP/1.1\r\nhost: x\r\n{TOKEN_HEADER}: {token}\r\ncontent-length: 0\r\n\r\n".encode()
@@ -155,14 +174,15 @@ def test_a_client_that_goes_away_mid_answer_stops_the_upstreams_reading() -> Non
 
 def test_a_body_that_fails_mid_way_cuts_the_connection() -> None:
     async def go() -> None:
-        relay = Relay()
+        legs = Legs()
+        relay = Relay(legs.take)
         port = await relay.start()
         pieces = Pieces(b"data: 1\n\n", b"never", fail_after=1)
 
         async def leg() -> Relayed:
             return pieces.relayed()
 
-        token = relay.add(leg)
+        token = legs.add(leg)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT) as c:
             pieces.release()
             with pytest.raises(httpx.RemoteProtocolError):
@@ -203,7 +223,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def opened(url: str, timeout: float = 5.0, **headers: str) -> httpx.Response | str:
+async def opened(url: str, timeout: float = 5.0, **headers: str) -> httpx.Response | NoAnswer:
     retry = Retry()
     try:
         return await retry.open(tflow.tflow(), request_to(url, **headers), timeout)
@@ -222,15 +242,18 @@ def test_open_says_why_no_answer_came() -> None:
         await writer.drain()
 
     async def go() -> None:
-        assert await opened(f"http://127.0.0.1:{free_port()}/v1") == "connection refused"
+        refused = NoAnswer(Reason.UNREACHABLE, "connection refused")
+        assert await opened(f"http://127.0.0.1:{free_port()}/v1") == refused
         async with server(plain) as port:
-            assert await opened(f"https://127.0.0.1:{port}/v1") == "TLS handshake failed"
+            got = await opened(f"https://127.0.0.1:{port}/v1")
+            assert got == NoAnswer(Reason.UNREACHABLE, "TLS handshake failed")
         async with server(silent) as port:
             got = await opened(f"https://127.0.0.1:{port}/v1", timeout=0.5)
-            assert got == "connect timed out"  # the TLS handshake never ends
+            # the TLS handshake never ends
+            assert got == NoAnswer(Reason.TIMED_OUT, "connect timed out")
             started = asyncio.get_running_loop().time()
             got = await opened(f"http://127.0.0.1:{port}/v1", timeout=0.5)
-            assert got == "timed out before the first byte"
+            assert got == NoAnswer(Reason.TIMED_OUT, "timed out before the first byte")
             assert asyncio.get_running_loop().time() - started < 5
 
     with taddons.context():

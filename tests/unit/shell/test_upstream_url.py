@@ -13,7 +13,7 @@ from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
 from addon.shell.addons import Addons, make_addons
-from addon.shell.common import META_KEY
+from addon.shell.notes import META_KEY
 from addon.shell.retry import RetryAnswer
 from addon.wire import WITHHELD
 from tests.e2e.harness import JSONReply, ScriptedUpstream

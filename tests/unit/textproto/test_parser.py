@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from addon.model import Event, TextDelta, ThinkingDelta, ToolCallEnd, ToolCallStart
-from addon.textproto.parser import Protocol, TextProtocolParser
+from addon.textproto.parser import TextProtocol, TextProtocolParser
 
 TRIGGER = "<<CALL_a1b2c3d4>>"
 TOOLS = ("Read", "Shell", "web_search")
@@ -20,7 +20,7 @@ def ids(n: int) -> str:
     return f"call_{n}"
 
 
-def parser(protocol: Protocol | None = "invoke") -> TextProtocolParser:
+def parser(protocol: TextProtocol | None = "invoke") -> TextProtocolParser:
     return TextProtocolParser(protocol, trigger=TRIGGER, tools=TOOLS, ids=ids)
 
 
@@ -37,7 +37,7 @@ def normalize(events: list[Event]) -> list[Event]:
     return out
 
 
-def run(chunks: list[str], protocol: Protocol | None = "invoke") -> list[Event]:
+def run(chunks: list[str], protocol: TextProtocol | None = "invoke") -> list[Event]:
     p = parser(protocol)
     events: list[Event] = []
     for c in chunks:
@@ -162,7 +162,7 @@ args = st.dictionaries(
 
 
 @st.composite
-def segments(draw: st.DrawFn, protocol: Protocol) -> tuple[str, str | None, Any]:
+def segments(draw: st.DrawFn, protocol: TextProtocol) -> tuple[str, str | None, Any]:
     """(source text, kind, payload): kind is text, thinking, call or None for a near miss."""
     kind = draw(st.sampled_from(["text", "text", "thinking", "call", "call", "miss"]))
     if kind == "text":
@@ -198,7 +198,7 @@ def segments(draw: st.DrawFn, protocol: Protocol) -> tuple[str, str | None, Any]
 @given(data=st.data(), protocol=st.sampled_from(["invoke", "bracket"]))
 @settings(max_examples=2000, deadline=None)
 def test_any_split_gives_the_events_of_the_whole_and_loses_nothing(
-    data: st.DataObject, protocol: Protocol
+    data: st.DataObject, protocol: TextProtocol
 ) -> None:
     parts = data.draw(st.lists(segments(protocol), max_size=8))
     source = "".join(src for src, _, _ in parts)

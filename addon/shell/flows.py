@@ -1,0 +1,248 @@
+"""What the bridge holds for one flow (``FlowRecord``) and the one table of them (``Flows``).
+
+A record opens when an addon first needs one for a flow and ends once (``Flows.end``): when
+the bridge is done with the flow (``Report``: its answer or error, or at once when it is passed
+or rejected) or when the bound forgets the oldest. Ending it frees all it held, its relay leg
+and its secrets included: one bound, one cleanup, so nothing a flow held outlives it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from secrets import token_urlsafe
+
+from mitmproxy import http
+
+from addon.outcome import FlowReport
+from addon.plan import AnswerState, FlowPlan, Incoming, RouteCredentials
+from addon.plan.count_tokens import CountUpstream
+from addon.plan.fallback import Failure
+from addon.plan.model_lists import ListRequest
+from addon.redact import NO_SECRETS, SecretForms, Secrets
+from addon.routes import Route
+from addon.shell.relay import Leg
+from addon.state import KeptBytes
+
+KEEP_STREAM_BYTES = 1024 * 1024
+"""How much of a rewritten stream's bytes (upstream's, client's) is kept for the content view."""
+
+MAX_FLOWS = 10_000
+"""Flows held at once; past this the oldest record ends (a leak guard: a flow whose end the
+bridge never sees)."""
+
+
+@dataclass(slots=True)
+class FlowRun:
+    """A rewritten flow's run: from the rewrite to the flow's end."""
+
+    report: FlowReport
+    """What the flow's log line and mark will say."""
+    plan: FlowPlan | None = None
+    """What ``decide`` settled; None once the answer is passed on as it comes. The loop
+    guard's second request, or the route of a chain that answered, replaces it."""
+    answer: AnswerState = field(default_factory=AnswerState)
+    """What changes while the answer is read (notes, the stream's processor and parser …)."""
+    client_bytes: KeptBytes | None = None
+    """A rewritten stream's first bytes as its client got them (``keep_originals``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt of a chain: its route, the plan that reads its answer, the request sent."""
+
+    route: Route
+    plan: FlowPlan
+    """The plan that reads this attempt's answer (``decide`` for its route)."""
+    request: http.Request
+    """The request as this route is sent it (address, headers, body: what the view shows)."""
+
+
+@dataclass(slots=True)
+class Attempts:
+    """A flow on a route with a ``fallback`` chain (``addon.shell.fallback``)."""
+
+    route: Route
+    """The route picked first (the first of the chain not cooling down)."""
+    chain: tuple[Route, ...]
+    """The matched route and its ``fallback`` routes, in order (``routes.fallback_chain``)."""
+    original: http.Request
+    """The client's request as it came: each next route's request is written from it."""
+    failures: list[Failure]
+    """The routes that did not answer, in order, with why (the skipped ones first)."""
+    tried: list[str]
+    """Names of the routes tried or passed over."""
+    incoming: Incoming | None = None
+    """The client's request as ``decide`` reads it; set when the attempts start."""
+    attempt: Attempt | None = None
+    """The attempt being made; None until the rewrite hands the flow to the relay."""
+    served: Attempt | None = None
+    """The attempt whose answer is relayed (an answer, or the last error when all failed);
+    None until then, and when no route answered at all."""
+    token: str = ""
+    """The relay's single-use token for this flow: ``<flow id>.<random>``."""
+    leg: Leg | None = None
+    """What the relay runs for the token (the attempts); None once it asked for it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelsAsked:
+    """A ``GET …/models`` the catalogue answers (``addon.shell.catalogue``)."""
+
+    models: tuple[str, ...]
+    """The models added to the upstream's list."""
+    others: tuple[ListRequest, ...]
+    """The other upstreams' lists to ask for (each with its route's key)."""
+
+
+@dataclass(slots=True)
+class FlowRecord:
+    """Everything the bridge holds for one flow while it runs."""
+
+    secrets: Secrets = NO_SECRETS
+    """Its credentials: its comment, its metadata and every line logged are redacted with them."""
+    kiro: RouteCredentials | None = None
+    """A Kiro route's token, read before the rewrite, until the rewrite takes it."""
+    chain: Attempts | None = None
+    """Its route's ``fallback`` chain: the route picked, the attempts, the relay's leg."""
+    run: FlowRun | None = None
+    """Once rewritten: the plan, the answer's state, the report."""
+    count: CountUpstream | None = None
+    """An Anthropic token count sent upstream, whose answer is read with this."""
+    models: ModelsAsked | None = None
+    """A model list the catalogue answers."""
+
+
+class Flows:
+    """The records of the flows still running, by flow id (bounded: ``MAX_FLOWS``)."""
+
+    def __init__(self, limit: int = MAX_FLOWS) -> None:
+        self._records: OrderedDict[str, FlowRecord] = OrderedDict()
+        self._limit = limit
+        self._forms = SecretForms()
+        """The secrets of every record, for the log lines (``_SecretFilter``)."""
+        _TABLES.add(self)
+
+    def open(self, flow_id: str) -> FlowRecord:
+        """The flow's record, a new one if it has none yet."""
+        record = self._records.get(flow_id)
+        if record is None:
+            record = self._records[flow_id] = FlowRecord()
+            while len(self._records) > self._limit:
+                self.end(next(iter(self._records)))
+        return record
+
+    def get(self, flow_id: str) -> FlowRecord | None:
+        return self._records.get(flow_id)
+
+    def end(self, flow_id: str) -> None:
+        """The flow is over for the bridge: everything its record held is let go."""
+        record = self._records.pop(flow_id, None)
+        if record is not None:
+            self._forms.remove(record.secrets)
+
+    # ------------------------------------------------------------------ secrets
+
+    def add_secrets(self, flow_id: str, found: Secrets) -> None:
+        """The flow's credentials (none: nothing changes): from now on redacted from its
+        comment, its metadata and every line the bridge logs."""
+        if not found:
+            return
+        record = self.open(flow_id)
+        self._forms.remove(record.secrets)
+        record.secrets = found
+        self._forms.add(found)
+
+    def secrets(self, flow_id: str) -> Secrets:
+        record = self._records.get(flow_id)
+        return record.secrets if record is not None else NO_SECRETS
+
+    def redact(self, text: str) -> str:
+        """``text`` redacted with the secrets of every flow still running."""
+        return self._forms.redact(text)
+
+    def holds_secrets(self) -> bool:
+        return bool(self._forms)
+
+    # ------------------------------------------------------------------ the run
+
+    def start_run(self, flow_id: str, plan: FlowPlan) -> FlowRun:
+        """The flow is rewritten for ``plan``: its run starts."""
+        answer = AnswerState.of(plan)
+        report = FlowReport(
+            plan.route.name,
+            "rewritten",
+            client=plan.client.name,
+            upstream=plan.upstream.name,
+            mode="stream" if plan.stream else "whole",
+            notes=answer.notes,
+        )
+        run = self.open(flow_id).run = FlowRun(report, plan, answer)
+        return run
+
+    def run(self, flow_id: str) -> FlowRun | None:
+        record = self._records.get(flow_id)
+        return record.run if record is not None else None
+
+    def plan(self, flow_id: str) -> FlowPlan | None:
+        run = self.run(flow_id)
+        return run.plan if run is not None else None
+
+    # ------------------------------------------------------------------ the relay's leg
+
+    def new_token(self, flow_id: str) -> str:
+        return f"{flow_id}.{token_urlsafe(24)}"
+
+    def take_leg(self, token: str) -> Leg | None:
+        """What the relay runs for ``token`` (once); None for a token no running flow holds."""
+        record = self._records.get(token.partition(".")[0])
+        chain = record.chain if record is not None else None
+        if chain is None or chain.leg is None or not hmac.compare_digest(chain.token, token):
+            return None
+        leg, chain.leg = chain.leg, None
+        return leg
+
+    def __contains__(self, flow_id: object) -> bool:
+        return flow_id in self._records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+
+_TABLES: weakref.WeakSet[Flows] = weakref.WeakSet()
+"""Every flow table alive (one in a proxy; a test makes several): logging is the process's."""
+
+
+def secrets_of(flow_id: str) -> Secrets:
+    """The flow's secrets, whichever table holds its record."""
+    for table in _TABLES:
+        found = table.secrets(flow_id)
+        if found:
+            return found
+    return NO_SECRETS
+
+
+class _SecretFilter(logging.Filter):
+    """Every line the bridge logs, redacted with the secrets of every flow still running: an
+    upstream that echoes a key that has no key's shape ("Incorrect API key provided:
+    SECRETKEY456") is caught wherever the line quotes it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        tables = [t for t in _TABLES if t.holds_secrets()]
+        if tables:
+            try:
+                message = record.getMessage()
+            except Exception:  # a bad format is the handler's to report
+                return True
+            clean_message = message
+            for table in tables:
+                clean_message = table.redact(clean_message)
+            if clean_message != message:
+                record.msg, record.args = clean_message, None
+        return True
+
+
+logging.getLogger("cursor_bridge").addFilter(_SecretFilter())

@@ -1,0 +1,49 @@
+"""What the bridge writes about a flow — log lines, its comment, its metadata — each redacted.
+
+Everything goes through ``addon.redact`` (credentials redacted, surrogates and control
+characters escaped) and the flow's exact secrets (``addon.shell.flows``; every log line gets
+every running flow's), so writing it never raises and never shows a key an upstream echoed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from mitmproxy import http
+
+from addon.redact import clean, clean_data
+from addon.shell.flows import secrets_of
+
+log = logging.getLogger("cursor_bridge")
+
+META_KEY = "cursor_bridge"
+"""``flow.metadata`` key holding what the bridge did (plain JSON data, no secrets)."""
+MAX_COMMENT_LINE = 2000
+
+
+def append_comment(flow: http.HTTPFlow, line: str) -> None:
+    line = secrets_of(flow.id)(clean(line, MAX_COMMENT_LINE))
+    flow.comment = f"{flow.comment}\n{line}" if flow.comment else line
+
+
+def set_meta(flow: http.HTTPFlow, meta: Mapping[str, Any]) -> None:
+    """``flow.metadata[META_KEY]``: plain data, every string cleaned (see ``addon.redact``)."""
+    flow.metadata[META_KEY] = secrets_of(flow.id).data(clean_data(dict(meta)))
+
+
+def seal_flow(flow: http.HTTPFlow) -> None:
+    """The flow is over: its comment and metadata redacted once more with its secrets (for
+    what was written into the metadata directly)."""
+    secrets = secrets_of(flow.id)
+    if secrets:
+        flow.comment = secrets(flow.comment)
+        meta = flow.metadata.get(META_KEY)
+        if isinstance(meta, dict):
+            flow.metadata[META_KEY] = secrets.data(meta)
+
+
+def log_internal_error(where: str, e: BaseException) -> None:
+    """One log line for an exception nobody expected (a bug): never a traceback."""
+    log.error("%s: internal error (%s: %s)", clean(where, 200), type(e).__name__, clean(e, 300))
