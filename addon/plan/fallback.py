@@ -1,8 +1,9 @@
 """Fallbacks, decided with plain values: which failures of an upstream send the request on to
 the next route of the matched route's ``fallback`` chain, how long a failed route is skipped
 (``Retry-After``, the route's ``cooldown``), which route comes next, and the line that says
-what was tried. The clock is injected; the shell keeps the one ``Cooldowns`` table of the
-process and sends the attempts. The rules and their limits: docs/routes.md ("Fallbacks")."""
+what was tried. The clock is injected; the shell keeps the ``Cooldowns`` table (this
+process's ``MemoryCooldowns``, or the store's, shared by every worker on a Redis store) and
+sends the attempts. The rules and their limits: docs/routes.md ("Fallbacks")."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
+from typing import Protocol
 
 from addon.dialects import Dialect
 from addon.model import ClientError
@@ -64,8 +66,21 @@ def cooldown_after(route: Route, status: int | None, wait: float | None) -> floa
     return None
 
 
-class Cooldowns:
-    """Until when each route is skipped (by route name), on an injected clock."""
+class Cooldowns(Protocol):
+    """Until when each route is skipped, by route name: ``MemoryCooldowns`` (one process), or
+    ``addon.store_redis.SharedCooldowns`` (every worker on one Redis store)."""
+
+    def cool(self, name: str, seconds: float) -> None:
+        """Skip the route for ``seconds`` from now (a later end already set is kept)."""
+
+    def left(self, name: str) -> float:
+        """Seconds the route is still skipped (0: not cooling)."""
+
+    def cooling(self, name: str) -> bool: ...
+
+
+class MemoryCooldowns:
+    """``Cooldowns`` of this process, on an injected clock."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock

@@ -7,7 +7,7 @@ attempt itself — the chosen route's, then the next routes', each decided again
 with connect and first-byte timeouts, and relays the first answer that does not fall back, as it
 streams. When its headers reach mitmproxy (``responseheaders``, before the stream addon) the
 flow gets back the request that route was sent and that route's plan, so the answer side reads
-it as any. The process-wide cooldowns live here. Rules and limits: docs/routes.md ("Fallbacks").
+it as any. The process's cooldowns live here (a Redis store's are shared by every worker). Rules and limits: docs/routes.md ("Fallbacks").
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from addon.plan import FlowPlan, Incoming, Rewrite, decide, route_for
 from addon.plan.fallback import (
     Cooldowns,
     Failure,
+    MemoryCooldowns,
     all_failed,
     cooldown_after,
     falls_back,
@@ -104,11 +105,17 @@ class Fallbacks:
         self.report = report
         self.retry = retry
         self._store = store
-        self.cooldowns = Cooldowns(clock)
+        self.local_cooldowns = MemoryCooldowns(clock)
         self._clock = clock
         self.relay = relay or Relay()
         self._chosen: OrderedDict[str, Chosen] = OrderedDict()
         self._pending: OrderedDict[str, Pending] = OrderedDict()
+
+    @property
+    def cooldowns(self) -> Cooldowns:
+        """The store's, shared by every worker on it (Redis), else this process's."""
+        store = self._store.store
+        return (store.cooldowns if store is not None else None) or self.local_cooldowns
 
     # ------------------------------------------------------------------ before the rewrite
 
