@@ -17,7 +17,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -83,6 +83,7 @@ class Backend(Protocol):
     bounds, as ``evict`` does alone."""
 
     def get(self, key: str, now: float, ttl: float) -> str | None: ...
+    def get_many(self, keys: list[str], now: float, ttl: float) -> list[str | None]: ...
     def put(self, key: str, text: str, size: int, now: float, bounds: Bounds) -> None: ...
     def delete(self, key: str) -> None: ...
     def evict(self, now: float, bounds: Bounds) -> None: ...
@@ -122,6 +123,9 @@ class _Memory:
         entry.used = now
         self._items.move_to_end(key)
         return entry.text
+
+    def get_many(self, keys: list[str], now: float, ttl: float) -> list[str | None]:
+        return [self.get(k, now, ttl) for k in keys]
 
     def put(self, key: str, text: str, size: int, now: float, bounds: Bounds) -> None:
         self._drop(key)
@@ -218,6 +222,9 @@ class _Sqlite:
             return None
         self._db.execute("UPDATE reasoning SET used = ? WHERE key = ?", (now, key))
         return str(text)
+
+    def get_many(self, keys: list[str], now: float, ttl: float) -> list[str | None]:
+        return [self.get(k, now, ttl) for k in keys]
 
     def put(self, key: str, text: str, size: int, now: float, bounds: Bounds) -> None:
         old = self._db.execute("SELECT size FROM reasoning WHERE key = ?", (key,)).fetchone()
@@ -407,13 +414,17 @@ class ReasoningStore:
             self._check_open()
             now = self._now()
             text = self._guard(lambda: self._backend.get(k, now, self.ttl))
-        if text is None:
-            return None
-        try:
-            value = json.loads(text)
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
+        return _load(text)
+
+    def get_many(self, scope: Scope, keys: Sequence[tuple[str, str]]) -> list[JSON | None]:
+        """``get`` of each ``(kind, key)``, in order, in one call to the backend (one round
+        trip to Redis). Raises ``StoreError``."""
+        ks = [_key(scope, kind, key) for kind, key in keys]
+        with self._lock:
+            self._check_open()
+            now = self._now()
+            texts = self._guard(lambda: self._backend.get_many(ks, now, self.ttl))
+        return [_load(text) for text in texts]
 
     def put(self, scope: Scope, kind: str, key: str, value: JSON) -> None:
         """Keep ``value`` (a JSON object), replacing what was under that key; then enforce the
@@ -514,8 +525,9 @@ class ReasoningStore:
 
 
 class ScopedStore:
-    """``ReasoningStore`` bound to one scope: ``get(kind, key)`` / ``put(kind, key, value)``.
-    Satisfies ``addon.transforms.restore.ReasoningLookup`` and ``addon.stream.capture.Sink``."""
+    """``ReasoningStore`` bound to one scope: ``get(kind, key)`` / ``put(kind, key, value)``,
+    and ``get_many`` for many keys at once. Satisfies ``addon.transforms.restore.BatchLookup``
+    and ``addon.stream.capture.Sink``."""
 
     __slots__ = ("scope", "store")
 
@@ -526,6 +538,9 @@ class ScopedStore:
     def get(self, kind: str, key: str) -> JSON | None:
         return self.store.get(self.scope, kind, key)
 
+    def get_many(self, keys: Sequence[tuple[str, str]]) -> list[JSON | None]:
+        return self.store.get_many(self.scope, keys)
+
     def put(self, kind: str, key: str, value: JSON) -> None:
         self.store.put(self.scope, kind, key, value)
 
@@ -534,6 +549,17 @@ def _key(scope: Scope, kind: str, key: str) -> str:
     """One string for scope, kind and key: a JSON array (unambiguous whatever they hold; ASCII,
     so that a lone surrogate in a model name cannot break SQLite's UTF-8)."""
     return json.dumps([scope.upstream, scope.model, kind, key], separators=(",", ":"))
+
+
+def _load(text: str | None) -> JSON | None:
+    """A stored value read back: a JSON object, else nothing."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _dump(value: JSON) -> tuple[str, int]:

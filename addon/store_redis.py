@@ -71,6 +71,26 @@ end
 return v
 """
 
+# KEYS: the values, then lru. ARGV: now, ttl in ms, then the keys. As _GET for each key, in one
+# command: one round trip, and redis-py packs one command, not one per key.
+_GET_MANY = """
+local lru, now, ttl = KEYS[#KEYS], ARGV[1], tonumber(ARGV[2])
+local out = {}
+for i = 1, #KEYS - 1 do
+  local v
+  if ttl > 0 then
+    v = redis.call('GETEX', KEYS[i], 'PX', ARGV[2])
+  else
+    v = redis.call('GET', KEYS[i])
+  end
+  if v then
+    redis.call('ZADD', lru, 'XX', now, ARGV[i + 2])
+  end
+  out[i] = v or false
+end
+return out
+"""
+
 # Shared by the scripts that drop entries. KEYS[1..3]: lru, sizes, bytes.
 _DROP = f"""
 local function drop(member)
@@ -197,6 +217,7 @@ class RedisBackend:
             name: self._redis.register_script(text)
             for name, text in (
                 ("get", _GET),
+                ("get_many", _GET_MANY),
                 ("put", _PUT),
                 ("evict", _EVICT_ONLY),
                 ("delete", _DELETE),
@@ -232,6 +253,25 @@ class RedisBackend:
             return bytes(got).decode("utf-8")
 
         return self._call(shared, lambda: self._local.get(key, now, ttl))
+
+    def get_many(self, keys: list[str], now: float, ttl: float) -> list[str | None]:
+        """One command, one round trip, whatever the number of keys."""
+
+        def shared() -> list[str | None]:
+            if not keys:
+                return []
+            got = self._scripts["get_many"](
+                keys=[*map(_value, keys), _LRU], args=[now, _ms(ttl), *keys]
+            )
+            kept = self._local.count()
+            return [
+                bytes(value).decode("utf-8")
+                if value is not None
+                else (self._local.get(key, now, ttl) if kept else None)
+                for key, value in zip(keys, got, strict=True)
+            ]
+
+        return self._call(shared, lambda: self._local.get_many(keys, now, ttl))
 
     def put(self, key: str, text: str, size: int, now: float, bounds: Bounds) -> None:
         def shared() -> None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """What one reasoning-store call costs the event loop, per backend: p50 / p99 / max µs of
-``put``, ``get`` (a hit) and ``get`` (a miss, as most restore lookups are), and of ``secret``,
+``put``, ``get`` (a hit) and ``get`` (a miss), of ``secret``, and of a long conversation's
+restore (200 call ids: one ``get`` each, or one ``get_many``),
 in memory, in SQLite and in Redis (a ``redis-server`` of its own on a free loopback port, or
 ``--url`` for one of yours). The store's calls run in mitmproxy's hooks, on the event loop:
 this is the time they hold it (docs/speed.md, "The reasoning store").
@@ -32,6 +33,8 @@ RECORD = {
     "extra": {"thoughtSignature": True},
 }
 
+HISTORY = [("call", f"c{i}") for i in range(200)]
+
 
 def timed(n: int, call: Callable[[int], object]) -> dict[str, float]:
     """µs per call: p50, p99, max."""
@@ -57,6 +60,9 @@ def measure(store: ReasoningStore, n: int) -> dict[str, dict[str, float]]:
         "get hit": timed(n, lambda i: store.get(SCOPE, "call", f"c{i}")),
         "get miss": timed(n, lambda i: store.get(SCOPE, "call", f"none{i}")),
         "secret": timed(n, lambda i: store.secret),
+        # A long conversation's restore: its 200 call ids, one by one and at once.
+        "200 gets": timed(max(n // 50, 20), lambda i: [store.get(SCOPE, *k) for k in HISTORY]),
+        "get_many": timed(max(n // 50, 20), lambda i: store.get_many(SCOPE, HISTORY)),
     }
 
 

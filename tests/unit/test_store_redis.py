@@ -340,3 +340,16 @@ def test_a_url_redis_cannot_read_is_refused_without_its_password() -> None:
 )
 def test_display_url_leaves_the_password_out(url: str, shown: str) -> None:
     assert store_redis.display_url(url) == shown
+
+
+def test_many_values_at_once_are_what_one_by_one_gives(
+    server: RedisServer, open_store: Open
+) -> None:
+    store = open_store(server.url)
+    for n in range(3):
+        store.put(A, "call", f"c{n}", {"n": n})
+    keys = [("call", "c0"), ("call", "none"), ("text", "c1"), ("call", "c2"), ("call", "c0")]
+    assert store.get_many(A, keys) == [{"n": 0}, None, None, {"n": 2}, {"n": 0}]
+    assert store.get_many(A, keys) == [store.get(A, kind, key) for kind, key in keys]
+    assert store.get_many(B, keys) == [None] * 5
+    assert store.get_many(A, []) == []
