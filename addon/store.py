@@ -357,6 +357,8 @@ class ReasoningStore:
             return RedisBackend(url, _Memory(), notify)
         except ValueError as e:
             raise StoreError(f"{display_url(url)} is not a Redis URL redis-py reads: {e}") from e
+        except redis.RedisError as e:  # it answered, but not as Redis does
+            raise StoreError(f"cannot open the reasoning store {display_url(url)}: {e}") from e
 
     @property
     def secret(self) -> bytes:

@@ -164,11 +164,6 @@ end
 _LRU, _SIZES, _BYTES, _SECRET = (PREFIX + k for k in ("lru", "sizes", "bytes", "secret"))
 
 
-def is_redis_url(path: str) -> bool:
-    """Whether ``bridge_store`` names a Redis (or Valkey) server rather than a file."""
-    return path.startswith(("redis://", "rediss://"))
-
-
 def display_url(url: str) -> str:
     """The URL to show: its password (and query, which may hold one) left out."""
     try:
