@@ -130,7 +130,11 @@ REWRITE_OPTIONS: tuple[OptionSpec, ...] = (
         "",
         "The reasoning store (thought signatures, thinking blocks, reasoning_content the "
         "client drops and the upstream needs back): empty keeps it in memory; a file path "
-        "keeps it in SQLite there, so a restart mid-conversation loses nothing.",
+        "keeps it in SQLite there, so a restart mid-conversation loses nothing; a "
+        "redis://[user:password@]host:port/db (or rediss:// for TLS) URL keeps it in Redis or "
+        "Valkey, shared by every worker on it with the fallbacks' cooldowns and the secret "
+        "of the invoke trigger (pip install 'cursor-bridge[redis]'). Redis away: each worker "
+        "goes on in its own memory, says so once, and shares again when Redis is back.",
     ),
     OptionSpec(
         "bridge_store_size",
@@ -386,7 +390,9 @@ def parse_store(read: Callable[[str], Any]) -> StoreSettings:
     """``bridge_store*`` checked: one ``ConfigError`` line naming the option."""
     path = read("bridge_store")
     if not isinstance(path, str):
-        raise ConfigError(f"bridge_store takes a file path or nothing, not {path!r}")
+        raise ConfigError(
+            f"bridge_store takes a file path, a redis:// URL or nothing, not {type(path).__name__}"
+        )
     numbers = {}
     for name in ("bridge_store_size", "bridge_store_ttl"):
         value = read(name)

@@ -1,9 +1,11 @@
 """The reasoning store: what clients drop and upstreams need back, kept process-wide.
 
-Contract: plain values, stdlib only (``sqlite3``, ``threading``); no mitmproxy, no logging (the
-shell logs what ``StoreError`` says). One ``ReasoningStore`` for the life of the addon, shared
-by every flow; opaque JSON objects under ``(scope, kind, key)``, bounded by ``max_entries``
-(LRU), ``max_bytes`` and a sliding ``ttl``; in memory or SQLite (WAL); thread-safe.
+Contract: plain values, stdlib only (``sqlite3``, ``threading``; ``redis`` for a Redis store,
+``addon.store_redis``); no mitmproxy, no logging (the shell logs what ``StoreError`` says, and
+the ``Notice`` a shared backend sends when Redis is lost or back). One ``ReasoningStore`` for the
+life of the addon, shared by every flow; opaque JSON objects under ``(scope, kind, key)``,
+bounded by ``max_entries`` (LRU), ``max_bytes`` and a sliding ``ttl``; in memory, SQLite (WAL)
+or Redis / Valkey (shared by several workers); thread-safe.
 Glossary: *scope* (``Scope``: upstream and model; a value is only returned for the scope it
 was put under); ``ScopedStore`` (the one-scope ``get`` / ``put`` view that ``restore`` and
 ``capture`` see). In full: docs/reasoning.md#how-the-store-works."""
@@ -15,12 +17,15 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from addon.model import JSON
+
+if TYPE_CHECKING:
+    from addon.store_redis import RedisBackend, SharedCooldowns
 
 DEFAULT_SIZE = 20_000
 """``bridge_store_size``: entries kept by default."""
@@ -36,7 +41,25 @@ cannot slip under the bytes bound."""
 
 
 class StoreError(Exception):
-    """The store could not be opened, read or written (SQLite); the message says why."""
+    """The store could not be opened, read or written (SQLite, Redis); the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """What a shared store has to say that is no call's error: Redis lost (``warning``), back."""
+
+    text: str
+    warning: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """What a store keeps at most (docs/reasoning.md#the-store)."""
+
+    max_entries: int
+    max_bytes: int
+    ttl: float
+    """Seconds a value lives without use; 0: no expiry."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +77,16 @@ class Scope:
         return cls(f"{route}@{host.lower()}", model)
 
 
-class _Backend(Protocol):
+class Backend(Protocol):
+    """Where a ``ReasoningStore`` keeps its values (memory, SQLite, Redis), called under the
+    store's lock; ``now`` is the store's clock. ``put`` keeps a value and then enforces the
+    bounds, as ``evict`` does alone."""
+
     def get(self, key: str, now: float, ttl: float) -> str | None: ...
-    def put(self, key: str, text: str, size: int, now: float) -> None: ...
+    def get_many(self, keys: list[str], now: float, ttl: float) -> list[str | None]: ...
+    def put(self, key: str, text: str, size: int, now: float, bounds: Bounds) -> None: ...
     def delete(self, key: str) -> None: ...
-    def evict(self, now: float, ttl: float, max_entries: int, max_bytes: int) -> None: ...
+    def evict(self, now: float, bounds: Bounds) -> None: ...
     def count(self) -> int: ...
     def size(self) -> int: ...
     def clear(self) -> None: ...
@@ -96,17 +124,21 @@ class _Memory:
         self._items.move_to_end(key)
         return entry.text
 
-    def put(self, key: str, text: str, size: int, now: float) -> None:
+    def get_many(self, keys: list[str], now: float, ttl: float) -> list[str | None]:
+        return [self.get(k, now, ttl) for k in keys]
+
+    def put(self, key: str, text: str, size: int, now: float, bounds: Bounds) -> None:
         self._drop(key)
         self._items[key] = _Entry(text, size, now)
         self._bytes += size
+        self.evict(now, bounds)
 
-    def evict(self, now: float, ttl: float, max_entries: int, max_bytes: int) -> None:
-        items = self._items
+    def evict(self, now: float, bounds: Bounds) -> None:
+        items, ttl = self._items, bounds.ttl
         while items:
             key, entry = next(iter(items.items()))
             expired = ttl > 0 and now - entry.used >= ttl
-            if not (expired or len(items) > max_entries or self._bytes > max_bytes):
+            if not (expired or len(items) > bounds.max_entries or self._bytes > bounds.max_bytes):
                 break
             self._drop(key)
 
@@ -167,15 +199,18 @@ class _Sqlite:
             raise
         self._count: int = count
         self._bytes: int = size
+        self._secret: bytes | None = None
 
     def secret(self) -> bytes:
         """Made once per file (the first process to ask writes it; the others read it)."""
-        self._db.execute(
-            "INSERT OR IGNORE INTO bridge_secret (id, value) VALUES (1, ?)",
-            (secrets.token_bytes(SECRET_BYTES),),
-        )
-        row = self._db.execute("SELECT value FROM bridge_secret WHERE id = 1").fetchone()
-        return bytes(row[0])
+        if self._secret is None:
+            self._db.execute(
+                "INSERT OR IGNORE INTO bridge_secret (id, value) VALUES (1, ?)",
+                (secrets.token_bytes(SECRET_BYTES),),
+            )
+            row = self._db.execute("SELECT value FROM bridge_secret WHERE id = 1").fetchone()
+            self._secret = bytes(row[0])
+        return self._secret
 
     def get(self, key: str, now: float, ttl: float) -> str | None:
         row = self._db.execute("SELECT value, used FROM reasoning WHERE key = ?", (key,)).fetchone()
@@ -188,7 +223,10 @@ class _Sqlite:
         self._db.execute("UPDATE reasoning SET used = ? WHERE key = ?", (now, key))
         return str(text)
 
-    def put(self, key: str, text: str, size: int, now: float) -> None:
+    def get_many(self, keys: list[str], now: float, ttl: float) -> list[str | None]:
+        return [self.get(k, now, ttl) for k in keys]
+
+    def put(self, key: str, text: str, size: int, now: float, bounds: Bounds) -> None:
         old = self._db.execute("SELECT size FROM reasoning WHERE key = ?", (key,)).fetchone()
         self._db.execute(
             "INSERT OR REPLACE INTO reasoning (key, value, size, used) VALUES (?, ?, ?, ?)",
@@ -199,8 +237,10 @@ class _Sqlite:
         else:
             self._bytes -= old[0]
         self._bytes += size
+        self.evict(now, bounds)
 
-    def evict(self, now: float, ttl: float, max_entries: int, max_bytes: int) -> None:
+    def evict(self, now: float, bounds: Bounds) -> None:
+        ttl, max_entries, max_bytes = bounds.ttl, bounds.max_entries, bounds.max_bytes
         if ttl > 0:
             row = self._db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM reasoning WHERE used <= ?",
@@ -261,9 +301,14 @@ class ReasoningStore:
         max_bytes: int = DEFAULT_MAX_BYTES,
         ttl: float = DEFAULT_TTL,
         clock: Callable[[], float] = time.time,
+        notify: Callable[[Notice], None] | None = None,
     ) -> None:
-        """Raises ``ValueError`` for a negative bound and ``StoreError`` for a file SQLite
-        cannot open (a missing directory, not a database)."""
+        """``path``: empty (memory), a file (SQLite) or a ``redis://`` / ``rediss://`` URL.
+        ``notify`` hears what a Redis store has to say (Redis lost, back). Raises
+        ``ValueError`` for a negative bound and ``StoreError`` for a file SQLite cannot open
+        (a missing directory, not a database), a URL that is not Redis's, or no ``redis``
+        package. A Redis that does not answer is no error: the store starts in memory, says so
+        through ``notify`` and shares again when Redis answers."""
         if max_entries < 0 or max_bytes < 0 or ttl < 0:
             raise ValueError("the reasoning store's size, bytes and ttl must not be negative")
         self.path = path
@@ -274,10 +319,17 @@ class ReasoningStore:
         self._last = float("-inf")
         self._lock = threading.Lock()
         self._closed = False
-        backend: _Backend
         self._db_errors: tuple[type[Exception], ...] = ()
-        """What the backend raises when its database fails (SQLite's errors; none in memory)."""
-        if path:
+        """What the backend raises when its database fails (SQLite's, Redis's; none in memory)."""
+        self._redis: RedisBackend | None = None
+        self._cooldowns: SharedCooldowns | None = None
+        self.where = f"SQLite file {path}" if path else "memory"
+        """Where the values are, for a log line (a Redis URL without its password)."""
+        backend: Backend
+        if path.startswith(("redis://", "rediss://")):
+            backend = self._redis = self._open_redis(path, notify or (lambda _: None))
+            self.where = f"Redis {backend.where}"
+        elif path:
             import sqlite3
 
             self._db_errors = (sqlite3.Error,)
@@ -288,21 +340,51 @@ class ReasoningStore:
         else:
             backend = _Memory()
         self._backend = backend
-        self._secret: bytes | None = None
         with self._lock:
-            self._guard(lambda: backend.evict(clock(), self.ttl, max_entries, max_bytes))
+            self._guard(lambda: backend.evict(clock(), self._bounds))
+
+    def _open_redis(self, url: str, notify: Callable[[Notice], None]) -> RedisBackend:
+        try:
+            import redis
+
+            from addon.store_redis import RedisBackend, display_url
+        except ImportError:
+            raise StoreError(
+                "a Redis store needs the redis package: pip install 'cursor-bridge[redis]'"
+            ) from None
+        self._db_errors = (redis.RedisError,)
+        try:
+            return RedisBackend(url, _Memory(), notify)
+        except ValueError as e:
+            raise StoreError(f"{display_url(url)} is not a Redis URL redis-py reads: {e}") from e
+        except redis.RedisError as e:  # it answered, but not as Redis does
+            raise StoreError(f"cannot open the reasoning store {display_url(url)}: {e}") from e
 
     @property
     def secret(self) -> bytes:
         """Random bytes that live as long as the store (in memory: the process; SQLite: the
-        file, so every worker on it shares them), never sent anywhere: what makes the values
-        the bridge derives per conversation (the ``invoke`` trigger, a ``prompt_cache_key``)
-        the same on every turn yet unguessable. Raises ``StoreError``."""
-        if self._secret is None:
-            with self._lock:
-                self._check_open()
-                self._secret = self._guard(self._backend.secret)
-        return self._secret
+        file; Redis: the server, so every worker on it shares them), never sent anywhere: what
+        makes the values the bridge derives per conversation (the ``invoke`` trigger, a
+        ``prompt_cache_key``) the same on every turn yet unguessable. Raises ``StoreError``."""
+        with self._lock:
+            self._check_open()
+            return self._guard(self._backend.secret)
+
+    @property
+    def cooldowns(self) -> SharedCooldowns | None:
+        """The fallbacks' cooldowns shared by every worker on this store (Redis); None: the
+        store is not shared that way (memory, SQLite), each process keeps its own."""
+        if self._redis is None:
+            return None
+        if self._cooldowns is None:
+            from addon.store_redis import SharedCooldowns
+
+            self._cooldowns = SharedCooldowns(self._redis)
+        return self._cooldowns
+
+    @property
+    def _bounds(self) -> Bounds:
+        return Bounds(self.max_entries, self.max_bytes, self.ttl)
 
     @classmethod
     def from_options(
@@ -334,13 +416,17 @@ class ReasoningStore:
             self._check_open()
             now = self._now()
             text = self._guard(lambda: self._backend.get(k, now, self.ttl))
-        if text is None:
-            return None
-        try:
-            value = json.loads(text)
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) else None
+        return _load(text)
+
+    def get_many(self, scope: Scope, keys: Sequence[tuple[str, str]]) -> list[JSON | None]:
+        """``get`` of each ``(kind, key)``, in order, in one call to the backend (one round
+        trip to Redis). Raises ``StoreError``."""
+        ks = [_key(scope, kind, key) for kind, key in keys]
+        with self._lock:
+            self._check_open()
+            now = self._now()
+            texts = self._guard(lambda: self._backend.get_many(ks, now, self.ttl))
+        return [_load(text) for text in texts]
 
     def put(self, scope: Scope, kind: str, key: str, value: JSON) -> None:
         """Keep ``value`` (a JSON object), replacing what was under that key; then enforce the
@@ -359,11 +445,8 @@ class ReasoningStore:
                 return
             now = self._now()
 
-            def write() -> None:
-                backend.put(k, text, size, now)
-                backend.evict(now, self.ttl, self.max_entries, self.max_bytes)
-
-            self._guard(write)
+            bounds = self._bounds
+            self._guard(lambda: backend.put(k, text, size, now, bounds))
 
     def scoped(self, scope: Scope) -> ScopedStore:
         """A view bound to ``scope``: what capture writes to and restore reads from."""
@@ -373,22 +456,21 @@ class ReasoningStore:
 
     def __len__(self) -> int:
         with self._lock:
-            return self._backend.count()
+            return self._guard(self._backend.count)
 
     @property
     def bytes(self) -> int:
         """The sizes of the values kept, as the bytes bound counts them."""
         with self._lock:
-            return self._backend.size()
+            return self._guard(self._backend.size)
 
     def expire(self) -> None:
         """Drop what has expired now (``put`` does it anyway; for a periodic tidy-up)."""
         with self._lock:
             self._check_open()
             now = self._now()
-            self._guard(
-                lambda: self._backend.evict(now, self.ttl, self.max_entries, self.max_bytes)
-            )
+            bounds = self._bounds
+            self._guard(lambda: self._backend.evict(now, bounds))
 
     def rebound(self, max_entries: int, ttl: float) -> None:
         """New bounds for what is kept (options changed while running): nothing is lost but
@@ -416,11 +498,14 @@ class ReasoningStore:
                 raise StoreError(f"cannot close the reasoning store: {e}") from e
 
     def describe(self) -> str:
-        where = f"SQLite file {self.path}" if self.path else "memory"
+        """One line for the log: where, how full, the bounds (a Redis URL without its password)."""
         ttl = f"{self.ttl:g} s" if self.ttl else "no expiry"
+        away = ""
+        if self._redis is not None and not self._redis.shared:
+            away = " (unreachable: in this process's memory until it is back)"
         return (
-            f"reasoning store in {where}: {len(self)} of {self.max_entries} entries, "
-            f"{self.bytes} of {self.max_bytes} bytes, ttl {ttl}"
+            f"reasoning store in {self.where}{away}: {len(self)} of {self.max_entries} "
+            f"entries, {self.bytes} of {self.max_bytes} bytes, ttl {ttl}"
         )
 
     def _now(self) -> float:
@@ -438,12 +523,13 @@ class ReasoningStore:
         try:
             return op()
         except self._db_errors as e:
-            raise StoreError(f"reasoning store ({self.path or 'memory'}): {e}") from e
+            raise StoreError(f"reasoning store ({self.where}): {e}") from e
 
 
 class ScopedStore:
-    """``ReasoningStore`` bound to one scope: ``get(kind, key)`` / ``put(kind, key, value)``.
-    Satisfies ``addon.transforms.restore.ReasoningLookup`` and ``addon.stream.capture.Sink``."""
+    """``ReasoningStore`` bound to one scope: ``get(kind, key)`` / ``put(kind, key, value)``,
+    and ``get_many`` for many keys at once. Satisfies ``addon.transforms.restore.BatchLookup``
+    and ``addon.stream.capture.Sink``."""
 
     __slots__ = ("scope", "store")
 
@@ -454,6 +540,9 @@ class ScopedStore:
     def get(self, kind: str, key: str) -> JSON | None:
         return self.store.get(self.scope, kind, key)
 
+    def get_many(self, keys: Sequence[tuple[str, str]]) -> list[JSON | None]:
+        return self.store.get_many(self.scope, keys)
+
     def put(self, kind: str, key: str, value: JSON) -> None:
         self.store.put(self.scope, kind, key, value)
 
@@ -462,6 +551,17 @@ def _key(scope: Scope, kind: str, key: str) -> str:
     """One string for scope, kind and key: a JSON array (unambiguous whatever they hold; ASCII,
     so that a lone surrogate in a model name cannot break SQLite's UTF-8)."""
     return json.dumps([scope.upstream, scope.model, kind, key], separators=(",", ":"))
+
+
+def _load(text: str | None) -> JSON | None:
+    """A stored value read back: a JSON object, else nothing."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _dump(value: JSON) -> tuple[str, int]:

@@ -1,7 +1,8 @@
 """A route's ``fallback`` chain, decided with plain values: which answers fall back, why a route
-failed (``Reason``), how long it cools down, which route comes next, the line naming what was
-tried. Sans-IO on an injected clock, so every rule is tested without a socket; the shell
-(``addon.shell.fallback``) sends the attempts. Rules and limits: docs/routes.md ("Fallbacks")."""
+failed (``Reason``), how long it cools down (``Cooldowns``: this process's, or the store's,
+shared by every worker on a Redis store), which route comes next, the line naming what was
+tried. Sans-IO on an injected clock; the shell (``addon.shell.fallback``) sends the attempts.
+Rules and limits: docs/routes.md ("Fallbacks")."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from enum import Enum
+from typing import Protocol
 
 from addon.dialects import Dialect
 from addon.model import ClientError
@@ -64,8 +66,21 @@ def cooldown_after(route: Route, status: int | None, wait: float | None) -> floa
     return None
 
 
-class Cooldowns:
-    """Until when each route is skipped (by route name), on an injected clock."""
+class Cooldowns(Protocol):
+    """Until when each route is skipped, by route name: ``MemoryCooldowns`` (one process), or
+    ``addon.store_redis.SharedCooldowns`` (every worker on one Redis store)."""
+
+    def cool(self, name: str, seconds: float) -> None:
+        """Skip the route for ``seconds`` from now (a later end already set is kept)."""
+
+    def left(self, name: str) -> float:
+        """Seconds the route is still skipped (0: not cooling)."""
+
+    def cooling(self, name: str) -> bool: ...
+
+
+class MemoryCooldowns:
+    """``Cooldowns`` of this process, on an injected clock."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock

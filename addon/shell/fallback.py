@@ -5,7 +5,7 @@ request for it and calls ``start``); mitmproxy sends the flow to the loopback re
 makes each attempt (``Retry.open``) and relays the first answer that does not fall back, as it
 streams; ``responseheaders`` gives the flow back the request that route was sent and its plan,
 and says what was tried. A relay because mitmproxy has no first-byte timeout and cannot take a
-request back once sent. Rules and limits: docs/routes.md ("Fallbacks").
+request back once sent. The cooldowns are the store's on a Redis store (shared by every worker), else this process's. Rules and limits: docs/routes.md ("Fallbacks").
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from addon.plan import AnswerState, FlowPlan, Incoming, Rewrite, decide, route_f
 from addon.plan.fallback import (
     Cooldowns,
     Failure,
+    MemoryCooldowns,
     NoAnswer,
     Reason,
     all_failed,
@@ -74,11 +75,17 @@ class Fallbacks:
         self.retry = retry
         """Makes each attempt (``Retry.open``); None: no chain is applied."""
         self._store = store
-        self.cooldowns = Cooldowns(clock)
-        """The process's: until when each route is skipped."""
+        self.local_cooldowns = MemoryCooldowns(clock)
+        """The process's: until when each route is skipped (without a Redis store)."""
         self._clock = clock
         self.relay = Relay(self._flows.take_leg)
         """Started with the first chain; a token's leg is its flow record's."""
+
+    @property
+    def cooldowns(self) -> Cooldowns:
+        """The store's, shared by every worker on it (Redis), else this process's."""
+        store = self._store.store
+        return (store.cooldowns if store is not None else None) or self.local_cooldowns
 
     # ------------------------------------------------------------------ before the rewrite
 

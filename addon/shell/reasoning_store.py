@@ -1,7 +1,10 @@
 """The reasoning store's life: ``bridge_store*`` opens it, new bounds rebound it, the end
-of mitmproxy closes it. Flows read ``ReasoningStoreLife.store`` (None: off)."""
+of mitmproxy closes it. Flows read ``ReasoningStoreLife.store`` (None: off). A Redis store's
+notices (Redis lost: one warning; back: one line) are logged here."""
 
 from __future__ import annotations
+
+import logging
 
 from mitmproxy import ctx
 
@@ -10,7 +13,7 @@ from addon.plan import short
 from addon.redact import clean
 from addon.shell.notes import log
 from addon.shell.options import OptionChecks
-from addon.store import ReasoningStore, StoreError
+from addon.store import Notice, ReasoningStore, StoreError
 
 
 class ReasoningStoreLife(OptionChecks):
@@ -59,10 +62,18 @@ class ReasoningStoreLife(OptionChecks):
         store = None
         if wanted.size > 0:
             try:
-                store = ReasoningStore(wanted.path, max_entries=wanted.size, ttl=wanted.ttl)
+                store = ReasoningStore(
+                    wanted.path, max_entries=wanted.size, ttl=wanted.ttl, notify=_log_notice
+                )
             except (StoreError, ValueError) as e:
                 raise ConfigError(f"bridge_store: {clean(e, 300)}") from None
         self.done()
         self.store, self._wanted = store, wanted
         if store is not None and wanted.path:  # in memory is the default: nothing to say
             log.info("cursor-bridge: %s", clean(store.describe(), 500))
+
+
+def _log_notice(notice: Notice) -> None:
+    """What a Redis store says when Redis is lost (a warning, once) or back (no traceback)."""
+    level = logging.WARNING if notice.warning else logging.INFO
+    log.log(level, "cursor-bridge: %s", clean(notice.text, 500))

@@ -15,8 +15,9 @@ as answers go by; ``addon.transforms.restore`` reads them back through a ``Reaso
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from addon.model import JSON, Thinking
 
@@ -30,6 +31,16 @@ class ReasoningLookup(Protocol):
     """The reasoning store, bound to this flow's scope."""
 
     def get(self, kind: str, key: str) -> JSON | None: ...
+
+
+@runtime_checkable
+class BatchLookup(ReasoningLookup, Protocol):
+    """A lookup that answers many keys at once (the store: one round trip to Redis for all
+    of a request's call ids, where one ``get`` each would cost one round trip each)."""
+
+    def get_many(self, keys: Sequence[tuple[str, str]]) -> list[JSON | None]:
+        """The value of each ``(kind, key)``, in order: what ``get`` would give."""
+        ...
 
 
 KEY_LENGTH = 32

@@ -33,6 +33,7 @@ from addon.transforms.reasoning_record import (
     KIND_LATEST,
     KIND_TEXT,
     KIND_THINKING,
+    BatchLookup,
     ReasoningLookup,
     Record,
     text_key,
@@ -74,10 +75,25 @@ class _Safe:
         self.lookup = lookup
         self.error: str | None = None
         self._records: dict[tuple[str, str], Record | None] = {}
+        self._fetched: dict[tuple[str, str], JSON | None] = {}
+
+    def prefetch(self, keys: list[tuple[str, str]]) -> None:
+        """Ask a lookup that can (``BatchLookup``) for ``keys`` at once; ``get`` then answers
+        them from what came back."""
+        if not keys or self.error is not None or not isinstance(self.lookup, BatchLookup):
+            return
+        try:
+            values = self.lookup.get_many(keys)
+        except Exception as e:  # as in ``get``
+            self.error = f"{type(e).__name__}: {e}"[:200]
+            return
+        self._fetched.update(zip(keys, values, strict=True))
 
     def get(self, kind: str, key: str) -> JSON | None:
         if self.lookup is None or self.error is not None:
             return None
+        if (kind, key) in self._fetched:
+            return self._fetched[(kind, key)]
         try:
             return self.lookup.get(kind, key)
         except Exception as e:  # the store is below us: whatever it raises, the request goes
@@ -149,6 +165,11 @@ def restore_reasoning(
     in (a request written for Gemini carries its own signatures)."""
     safe = _Safe(lookup)
     counts: Counter[str] = Counter()
+    if upstream != "none" and not (upstream == "signed_blocks" and not thinking_on(req)):
+        # Every call id of the history in one go (one round trip to a Redis store).
+        safe.prefetch(
+            [(KIND_CALL, c.id) for m in req.messages if m.role == "assistant" for c in _calls(m)]
+        )
     if upstream == "signed_parts":
         messages = (
             req.messages

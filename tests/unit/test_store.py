@@ -75,6 +75,15 @@ def test_round_trip_and_scoping(make: Make) -> None:
     assert len(store) == 3
 
 
+def test_many_at_once_is_one_by_one(make: Make) -> None:
+    store = make()
+    store.put(A, "call", "call_1", {"signature": "a"})
+    store.put(B, "call", "call_2", {"signature": "b"})
+    keys = [("call", "call_1"), ("call", "call_2"), ("text", "call_1")]
+    assert store.get_many(A, keys) == [{"signature": "a"}, None, None]
+    assert store.scoped(B).get_many(keys) == [None, {"signature": "b"}, None]
+
+
 def test_scope_fields_cannot_run_into_each_other(make: Make) -> None:
     store = make()
     store.put(Scope("a\x1fb", "c"), "k", "x", {"v": 1})

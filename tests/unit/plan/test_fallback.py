@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from addon.dialects import DIALECTS
 from addon.plan.fallback import (
     MAX_RETRY_AFTER,
-    Cooldowns,
     Failure,
+    MemoryCooldowns,
     Reason,
     all_failed,
     cooldown_after,
@@ -120,7 +120,7 @@ def test_cooldown_after_prefers_retry_after_then_the_routes_own() -> None:
 
 def test_a_route_cools_down_until_its_time_is_up() -> None:
     clock = Clock()
-    table = Cooldowns(clock)
+    table = MemoryCooldowns(clock)
     table.cool("a", 30)
     assert table.cooling("a") and table.left("a") == 30
     clock.now += 29.5
@@ -133,7 +133,7 @@ def test_a_route_cools_down_until_its_time_is_up() -> None:
 
 def test_a_shorter_cooldown_never_shortens_a_longer_one() -> None:
     clock = Clock()
-    table = Cooldowns(clock)
+    table = MemoryCooldowns(clock)
     table.cool("a", 60)
     table.cool("a", 5)
     assert table.left("a") == 60
@@ -141,7 +141,7 @@ def test_a_shorter_cooldown_never_shortens_a_longer_one() -> None:
 
 @given(st.lists(st.tuples(st.sampled_from("abc"), st.floats(0, 100)), max_size=20))
 def test_cooling_routes_are_skipped_in_chain_order(cools: list[tuple[str, float]]) -> None:
-    table = Cooldowns(Clock())
+    table = MemoryCooldowns(Clock())
     for name, seconds in cools:
         table.cool(name, seconds)
     route, skipped = first_route(CHAIN, table)
@@ -158,7 +158,7 @@ def test_cooling_routes_are_skipped_in_chain_order(cools: list[tuple[str, float]
 
 
 def test_next_route_keeps_chain_order_and_skips_what_was_tried() -> None:
-    table = Cooldowns(Clock())
+    table = MemoryCooldowns(Clock())
     assert next_route(CHAIN, ["a"], table) is B
     assert next_route(CHAIN, ["a", "b"], table) is C
     assert next_route(CHAIN, ["a", "b", "c"], table) is None

@@ -135,7 +135,7 @@ def reply(status: int, body: bytes, ctype: str = "application/json", **headers: 
 def bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bridge]:
     monkeypatch.setenv("CB_TEST_CHAT_KEY", CHAT_KEY)
     addons = make_addons()
-    addons.fallbacks.cooldowns.clock = Clock()
+    addons.fallbacks.local_cooldowns.clock = Clock()
     bridge = Bridge(addons)
     monkeypatch.setattr(addons.retry, "open", bridge.open)
 

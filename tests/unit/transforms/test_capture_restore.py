@@ -18,6 +18,7 @@ import dataclasses
 import json
 import re
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -1287,6 +1288,43 @@ def test_a_broken_store_is_noted_and_the_request_goes_on() -> None:
     out = restore_reasoning(req, Broken(), style("gemini"), notes, signature_fallback="sentinel")
     assert notes == {"reasoning store unavailable (OSError: disk gone)": 1, SKIP_NOTE: 1}
     assert out.messages[1].parts[0].extra == {GEMINI_SIGNATURE: SKIP_SIGNATURE}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("upstream", ["gemini", "openai_chat", "openai_responses"])
+def test_every_call_id_is_asked_for_at_once_where_the_store_can(upstream: str) -> None:
+    """One ``get_many`` for the history's call ids (one round trip to a Redis store); what it
+    answered is what restore uses, and nothing is asked again one by one."""
+    store = ReasoningStore()
+    view = store.scoped(SCOPE)
+    record = Record((Thinking("because", "S" * 60),), "S" * 60)
+    view.put(KIND_CALL, "c2", record.to_json())
+    asked: list[list[tuple[str, str]]] = []
+    one_by_one: list[tuple[str, str]] = []
+
+    class Batch:
+        def get(self, kind: str, key: str) -> JSON | None:
+            one_by_one.append((kind, key))
+            return view.get(kind, key)
+
+        def get_many(self, keys: Sequence[tuple[str, str]]) -> list[JSON | None]:
+            asked.append(list(keys))
+            return view.get_many(keys)
+
+    req = cursor_request([[("c1", "f", "{}")], [("c2", "f", "{}"), ("c3", "g", "{}")]], "m")
+    batched = restore_reasoning(req, Batch(), style(upstream), Counter())
+    assert asked == [[(KIND_CALL, "c1"), (KIND_CALL, "c2"), (KIND_CALL, "c3")]]
+    assert not [k for k in one_by_one if k[0] == KIND_CALL]
+    assert batched == restore_reasoning(req, _OneByOne(view), style(upstream), Counter())
+
+
+class _OneByOne:
+    """The same store without ``get_many``."""
+
+    def __init__(self, view: ScopedStore) -> None:
+        self.view = view
+
+    def get(self, kind: str, key: str) -> JSON | None:
+        return self.view.get(kind, key)
 
 
 def test_records_read_leniently() -> None:
