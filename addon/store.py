@@ -20,9 +20,21 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from addon.model import JSON
+from addon.store_types import Backend, Bounds, Notice, StoreError
+
+__all__ = [
+    "Backend",
+    "Bounds",
+    "Notice",
+    "ReasoningStore",
+    "Scope",
+    "ScopedStore",
+    "StoreError",
+    "memory_backend",
+]
 
 if TYPE_CHECKING:
     from addon.store_redis import RedisBackend, SharedCooldowns
@@ -40,28 +52,6 @@ ENTRY_OVERHEAD = 64
 cannot slip under the bytes bound."""
 
 
-class StoreError(Exception):
-    """The store could not be opened, read or written (SQLite, Redis); the message says why."""
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    """What a shared store has to say that is no call's error: Redis lost (``warning``), back."""
-
-    text: str
-    warning: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Bounds:
-    """What a store keeps at most (docs/reasoning.md#the-store)."""
-
-    max_entries: int
-    max_bytes: int
-    ttl: float
-    """Seconds a value lives without use; 0: no expiry."""
-
-
 @dataclass(frozen=True, slots=True)
 class Scope:
     """Where a value was captured: only requests to the same upstream and model get it back."""
@@ -75,23 +65,6 @@ class Scope:
     def of(cls, route: str, host: str, model: str) -> Scope:
         """The scope of a flow: its route's name, the upstream host (lower-cased) and the model."""
         return cls(f"{route}@{host.lower()}", model)
-
-
-class Backend(Protocol):
-    """Where a ``ReasoningStore`` keeps its values (memory, SQLite, Redis), called under the
-    store's lock; ``now`` is the store's clock. ``put`` keeps a value and then enforces the
-    bounds, as ``evict`` does alone."""
-
-    def get(self, key: str, now: float, ttl: float) -> str | None: ...
-    def get_many(self, keys: list[str], now: float, ttl: float) -> list[str | None]: ...
-    def put(self, key: str, text: str, size: int, now: float, bounds: Bounds) -> None: ...
-    def delete(self, key: str) -> None: ...
-    def evict(self, now: float, bounds: Bounds) -> None: ...
-    def count(self) -> int: ...
-    def size(self) -> int: ...
-    def clear(self) -> None: ...
-    def close(self) -> None: ...
-    def secret(self) -> bytes: ...
 
 
 @dataclass(slots=True)
@@ -162,6 +135,11 @@ class _Memory:
 
     def close(self) -> None:
         pass
+
+
+def memory_backend() -> Backend:
+    """A backend in this process's memory (what a Redis backend keeps while Redis is away)."""
+    return _Memory()
 
 
 _SCHEMA = """
@@ -369,6 +347,11 @@ class ReasoningStore:
         with self._lock:
             self._check_open()
             return self._guard(self._backend.secret)
+
+    @property
+    def redis(self) -> RedisBackend | None:
+        """The Redis backend (the usage ledger shares its connection); None: not Redis."""
+        return self._redis
 
     @property
     def cooldowns(self) -> SharedCooldowns | None:

@@ -22,7 +22,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import redis
@@ -32,10 +31,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from addon.store import Notice
-
-if TYPE_CHECKING:
-    from addon.store import Backend, Bounds
+from addon.store_types import Backend, Bounds, Notice
 
 PREFIX = "cursor-bridge:"
 """Every key the bridge writes starts with this (one Redis db may hold other things too)."""
@@ -331,6 +327,18 @@ class RedisBackend:
             probe.join(timeout=2 * CONNECT_TIMEOUT + 1)
         self._redis.close()
         self._local.close()
+
+    # ------------------------------------------------------------------ for the others
+
+    @property
+    def client(self) -> redis.Redis:
+        """The pooled client (the usage ledger's counters), to be used inside ``call``."""
+        return self._redis
+
+    def call[T](self, shared: Callable[[], T], local: Callable[[], T]) -> T:
+        """``shared()`` while Redis answers, ``local()`` while it is away (the same rules and
+        notices as the store's own calls)."""
+        return self._call(shared, local)
 
     # ------------------------------------------------------------------ cooldowns
 

@@ -1,0 +1,47 @@
+"""The reasoning store's shared vocabulary: its error, its notices, its bounds and the
+``Backend`` interface that memory, SQLite and Redis implement (``addon.store``,
+``addon.store_redis``). Stdlib only; here so that the backends need not import the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class StoreError(Exception):
+    """The store could not be opened, read or written (SQLite, Redis); the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """What a shared store has to say that is no call's error: Redis lost (``warning``), back."""
+
+    text: str
+    warning: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """What a store keeps at most (docs/reasoning.md#the-store)."""
+
+    max_entries: int
+    max_bytes: int
+    ttl: float
+    """Seconds a value lives without use; 0: no expiry."""
+
+
+class Backend(Protocol):
+    """Where a ``ReasoningStore`` keeps its values (memory, SQLite, Redis), called under the
+    store's lock; ``now`` is the store's clock. ``put`` keeps a value and then enforces the
+    bounds, as ``evict`` does alone."""
+
+    def get(self, key: str, now: float, ttl: float) -> str | None: ...
+    def get_many(self, keys: list[str], now: float, ttl: float) -> list[str | None]: ...
+    def put(self, key: str, text: str, size: int, now: float, bounds: Bounds) -> None: ...
+    def delete(self, key: str) -> None: ...
+    def evict(self, now: float, bounds: Bounds) -> None: ...
+    def count(self) -> int: ...
+    def size(self) -> int: ...
+    def clear(self) -> None: ...
+    def close(self) -> None: ...
+    def secret(self) -> bytes: ...
