@@ -1,0 +1,365 @@
+"""The usage ledger: every answered flow's tokens, added to counters by day, route, model, key
+name and client, in the store's backend (``bridge_store``: memory, SQLite, Redis).
+
+Contract: plain values, stdlib only (``sqlite3``; ``redis`` through ``addon.store_redis`` for a
+Redis store); no mitmproxy, no logging (the shell logs what ``StoreError`` says). One ``add``
+per flow, one call to the backend (one SQLite upsert, one Redis round trip); thread-safe.
+Nothing secret goes in: a key is named by its environment variable, never by its value, and a
+client's ``user`` that looks like a credential is hashed (``client_label``).
+Glossary: *ledger key* (``LedgerKey``: the day, UTC, and the four labels a row is counted
+under); *tokens* (``Tokens``: what one row adds up). Layouts per backend: docs/observability.md#usage-ledger.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from addon.model import Usage
+from addon.store import Notice, StoreError
+
+if TYPE_CHECKING:
+    from addon.store_redis import RedisBackend
+
+METRICS = ("requests", "input", "cache_read", "cache_write", "output", "reasoning")
+"""What each row counts, in this order (the table's columns, the SQLite columns, the Redis
+fields' last element)."""
+DIMENSIONS = ("day", "route", "model", "key", "client")
+"""What a row is counted under (``LedgerKey``'s fields; ``scripts/usage --by``)."""
+MAX_MEMORY_ROWS = 50_000
+"""Rows an in-memory ledger holds at most: past it a new row's client is ``OTHER`` (a client
+that sends a new ``user`` on every request cannot grow the process without bound)."""
+OTHER = "(other)"
+MAX_LABEL = 64
+"""Characters of a client's ``user`` kept as its label."""
+
+_PLAIN_LABEL = re.compile(r"[\w.@+:/-]{1,64}")
+_SECRET_LOOK = re.compile(
+    r"^(sk-|sk_|pk-|rk-|xai-|gsk_|AIza|ya29\.|ghp_|gho_|github_pat_|hf_|eyJ|Bearer\b)"
+    r"|[A-Za-z0-9+/_=-]{32,}",
+    re.IGNORECASE,
+)
+"""A ``user`` that may be a credential: a known key prefix, or a long run of key-like
+characters (a token, a hash, a JWT)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerKey:
+    """What one row is counted under (``DIMENSIONS``)."""
+
+    day: str
+    """The day the flow ended, UTC, ``YYYY-MM-DD``."""
+    route: str
+    """The route that served the flow (a chain's: the one that answered)."""
+    model: str
+    """The model as sent upstream (what the upstream bills; ``FlowPlan.unified``)."""
+    key: str
+    """The route's ``api_key_env`` name (never its value); empty: the client's own key."""
+    client: str
+    """The client key's name (``bridge_client_keys``), else the client's ``user`` (a
+    credential-looking one hashed), else empty."""
+
+    def labels(self) -> tuple[str, str, str, str, str]:
+        return (self.day, self.route, self.model, self.key, self.client)
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens:
+    """Counts one row adds up (``METRICS``): a flow adds one request and its answer's usage."""
+
+    requests: int = 0
+    input: int = 0
+    """Prompt tokens neither read from nor written to a cache (``Usage.input_tokens``)."""
+    cache_read: int = 0
+    cache_write: int = 0
+    output: int = 0
+    """Every answer token, reasoning included."""
+    reasoning: int = 0
+
+    @classmethod
+    def of(cls, usage: Usage | None) -> Tokens:
+        """One request with ``usage``'s counts (what it did not report counts 0)."""
+        if usage is None:
+            return cls(requests=1)
+        return cls(
+            1,
+            usage.input_tokens or 0,
+            usage.cache_read_tokens or 0,
+            usage.cache_write_tokens or 0,
+            usage.output_tokens or 0,
+            usage.reasoning_tokens or 0,
+        )
+
+    def values(self) -> tuple[int, ...]:
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    def __add__(self, other: Tokens) -> Tokens:
+        return Tokens(*(a + b for a, b in zip(self.values(), other.values(), strict=True)))
+
+    @property
+    def prompt(self) -> int:
+        """Every prompt token: uncached, read and written."""
+        return self.input + self.cache_read + self.cache_write
+
+
+type Rows = dict[LedgerKey, Tokens]
+
+
+def client_label(client_name: str, user: str | None) -> str:
+    """The client's label: the client key's name when one matched, else the ``user`` the
+    client sent — kept as it is when short and plain, else ``user:`` and 12 hex digits of its
+    SHA-256 (a credential or a long id never lands in the ledger as it came)."""
+    if client_name:
+        return client_name
+    if not user:
+        return ""
+    if _PLAIN_LABEL.fullmatch(user) and not _SECRET_LOOK.search(user):
+        return user
+    return "user:" + hashlib.sha256(user.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+class Counters(Protocol):
+    """Where the ledger's rows are (memory, SQLite, Redis). ``add`` is one call to the backend;
+    both raise the backend's own errors (the ledger wraps them)."""
+
+    def add(self, key: LedgerKey, tokens: Tokens) -> None: ...
+    def rows(self, since: str = "") -> Rows: ...
+    def close(self) -> None: ...
+
+
+class MemoryCounters:
+    """This process's rows (bounded: ``MAX_MEMORY_ROWS``)."""
+
+    def __init__(self, limit: int = MAX_MEMORY_ROWS) -> None:
+        self._rows: Rows = {}
+        self._limit = limit
+
+    def add(self, key: LedgerKey, tokens: Tokens) -> None:
+        rows = self._rows
+        if key not in rows and len(rows) >= self._limit:
+            key = LedgerKey(key.day, key.route, key.model, key.key, OTHER)
+        old = rows.get(key)
+        rows[key] = tokens if old is None else old + tokens
+
+    def rows(self, since: str = "") -> Rows:
+        return {k: t for k, t in self._rows.items() if k.day >= since}
+
+    def take(self) -> Rows:
+        """Every row, and none kept (what a Redis ledger kept while Redis was away)."""
+        rows, self._rows = self._rows, {}
+        return rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def close(self) -> None:
+        pass
+
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS usage (
+    day TEXT NOT NULL, route TEXT NOT NULL, model TEXT NOT NULL,
+    key_name TEXT NOT NULL, client TEXT NOT NULL,
+    {", ".join(f"{m} INTEGER NOT NULL DEFAULT 0" for m in METRICS)},
+    PRIMARY KEY (day, route, model, key_name, client)
+);
+"""
+_UPSERT = (
+    f"INSERT INTO usage (day, route, model, key_name, client, {', '.join(METRICS)}) "
+    f"VALUES ({', '.join('?' * (5 + len(METRICS)))}) "
+    "ON CONFLICT (day, route, model, key_name, client) DO UPDATE SET "
+    + ", ".join(f"{m} = {m} + excluded.{m}" for m in METRICS)
+)
+
+
+class SqliteCounters:
+    """One table, ``usage``, in the store's file (its own connection; WAL, as the store's):
+    a row per ledger key, one upsert per flow (autocommit)."""
+
+    def __init__(self, path: str) -> None:
+        import sqlite3
+
+        self._db = sqlite3.connect(
+            str(Path(path).expanduser()), isolation_level=None, check_same_thread=False
+        )
+        try:
+            self._db.execute("PRAGMA busy_timeout=200")
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.Error:
+            self._db.close()
+            raise
+
+    def add(self, key: LedgerKey, tokens: Tokens) -> None:
+        self._db.execute(_UPSERT, (*key.labels(), *tokens.values()))
+
+    def rows(self, since: str = "") -> Rows:
+        cursor = self._db.execute(
+            f"SELECT day, route, model, key_name, client, {', '.join(METRICS)} FROM usage "
+            "WHERE day >= ?",
+            (since,),
+        )
+        return {LedgerKey(*row[:5]): Tokens(*row[5:]) for row in cursor}
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class UsageLedger:
+    """The ledger: ``count`` a flow, read ``rows``; over one ``Counters`` backend, under a lock
+    (SQLite's connection is shared by the hooks' thread and a command's)."""
+
+    def __init__(self, counters: Counters, where: str, errors: tuple[type[Exception], ...]):
+        self._counters = counters
+        self.where = where
+        """Where the rows are, for a line (a Redis URL without its password)."""
+        self._errors = errors
+        self._lock = threading.Lock()
+
+    def count(self, key: LedgerKey, tokens: Tokens) -> None:
+        """Add ``tokens`` under ``key``. Raises ``StoreError``."""
+        with self._lock:
+            self._guard(lambda: self._counters.add(key, tokens))
+
+    def rows(self, since: str = "") -> Rows:
+        """Every row of ``since`` (``YYYY-MM-DD``) and later. Raises ``StoreError``."""
+        with self._lock:
+            return self._guard(lambda: self._counters.rows(since))
+
+    def close(self) -> None:
+        with self._lock:
+            self._guard(self._counters.close)
+
+    def _guard[T](self, op: Callable[[], T]) -> T:
+        try:
+            return op()
+        except self._errors as e:
+            raise StoreError(f"usage ledger ({self.where}): {e}") from e
+
+
+def open_ledger(
+    path: str,
+    *,
+    shared: RedisBackend | None = None,
+    notify: Callable[[Notice], None] | None = None,
+) -> UsageLedger:
+    """The ledger for ``bridge_store`` = ``path``: empty → memory, a file → SQLite (the
+    ``usage`` table of that file), a ``redis://`` / ``rediss://`` URL → Redis (``shared``:
+    the reasoning store's connection to it, else a new one that tells ``notify``). Raises
+    ``StoreError`` (a file SQLite cannot open, no ``redis`` package, a bad URL)."""
+    path = path.strip()
+    if path.startswith(("redis://", "rediss://")):
+        try:
+            import redis
+
+            from addon.store import memory_backend
+            from addon.store_redis import RedisBackend, display_url
+        except ImportError:
+            raise StoreError(
+                "a Redis ledger needs the redis package: pip install 'cursor-bridge[redis]'"
+            ) from None
+        own = shared is None
+        if shared is None:
+            try:
+                shared = RedisBackend(path, memory_backend(), notify or (lambda _: None))
+            except (ValueError, redis.RedisError) as e:
+                raise StoreError(f"cannot open the usage ledger {display_url(path)}: {e}") from e
+        counters = RedisCounters(shared, own=own)
+        return UsageLedger(counters, f"Redis {shared.where}", (redis.RedisError,))
+    if path:
+        import sqlite3
+
+        try:
+            return UsageLedger(SqliteCounters(path), f"SQLite file {path}", (sqlite3.Error,))
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open the usage ledger {path!r}: {e}") from e
+    return UsageLedger(MemoryCounters(), "memory", ())
+
+
+class RedisCounters:
+    """A hash per day, ``cursor-bridge:usage:<day>``, shared by every worker: its fields are
+    JSON arrays ``[route, model, key, client, metric]``, each an ``HINCRBY`` counter; the set
+    ``cursor-bridge:usage:days`` names the days. A flow's ``add`` is one pipeline (one round
+    trip). While Redis is away the rows wait in this process's memory and go with the next
+    ``add`` once it is back (``RedisBackend.call``)."""
+
+    def __init__(self, backend: RedisBackend, *, own: bool = False) -> None:
+        from addon.store_redis import PREFIX
+
+        self._backend = backend
+        self._own = own
+        """The connection is the ledger's (closed with it), not the reasoning store's."""
+        self._prefix = f"{PREFIX}usage:"
+        self._waiting = MemoryCounters()
+
+    def add(self, key: LedgerKey, tokens: Tokens) -> None:
+        def shared() -> None:
+            rows = self._waiting.take()
+            old = rows.get(key)
+            rows[key] = tokens if old is None else old + tokens
+            try:
+                self._write(rows)
+            except Exception:
+                for k, t in rows.items():  # not written: kept for the next try
+                    self._waiting.add(k, t)
+                raise
+
+        self._backend.call(shared, lambda: self._waiting.add(key, tokens))
+
+    def _write(self, rows: Rows) -> None:
+        pipe = self._backend.client.pipeline(transaction=False)
+        days: set[str] = set()
+        for key, tokens in rows.items():
+            days.add(key.day)
+            labels = key.labels()[1:]
+            for metric, n in zip(METRICS, tokens.values(), strict=True):
+                if n:
+                    field = json.dumps([*labels, metric], separators=(",", ":"))
+                    pipe.hincrby(self._prefix + key.day, field, n)
+        if days:
+            pipe.sadd(self._prefix + "days", *sorted(days))
+        pipe.execute()
+
+    def rows(self, since: str = "") -> Rows:
+        def shared() -> Rows:
+            client = self._backend.client
+            days = sorted(
+                d for d in (_text(b) for b in client.smembers(self._prefix + "days")) if d >= since
+            )
+            pipe = client.pipeline(transaction=False)
+            for day in days:
+                pipe.hgetall(self._prefix + day)
+            found: list[tuple[LedgerKey, Tokens]] = []
+            for day, table in zip(days, pipe.execute(), strict=True):
+                for field, n in table.items():
+                    route, model, key, client_, metric = json.loads(field)
+                    counts = dict.fromkeys(METRICS, 0)
+                    counts[metric] = int(n)
+                    found.append((LedgerKey(day, route, model, key, client_), Tokens(**counts)))
+            return merge([*found, *self._waiting.rows(since).items()])
+
+        return self._backend.call(shared, lambda: self._waiting.rows(since))
+
+    def close(self) -> None:
+        if self._own:
+            self._backend.close()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def merge(rows: Iterable[tuple[LedgerKey, Tokens]]) -> Rows:
+    """Rows added up by key."""
+    out: Rows = {}
+    for key, tokens in rows:
+        old = out.get(key)
+        out[key] = tokens if old is None else old + tokens
+    return out
