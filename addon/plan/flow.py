@@ -84,6 +84,9 @@ class FlowPlan:
     history_ids: frozenset[str] = frozenset()
     """The call ids the client's conversation holds (its calls' and results'): an answer's
     call under one of them reaches the client renamed (``addon.transforms.call_ids``)."""
+    client_name: str = ""
+    """The name of the client key (``bridge_client_keys``) the request carried; empty when
+    none is asked for or none matched: the usage ledger's client label."""
     secrets: Secrets = field(default_factory=Secrets, repr=False)
     """The flow's exact credential values: redacted from the error bodies the bridge writes
     (never in ``meta``)."""

@@ -17,6 +17,7 @@ from addon.shell.request import RewriteRequest
 from addon.shell.retry import Retry
 from addon.shell.settings import BridgeSettings
 from addon.shell.stream_attach import StreamAttach
+from addon.shell.usage import UsageCounting
 from addon.state import BridgeState
 
 
@@ -35,6 +36,7 @@ class Addons:
     stream: StreamAttach
     answers: Answers
     memory: MemoryTrim
+    usage: UsageCounting
 
     @property
     def all(self) -> list[object]:
@@ -42,8 +44,9 @@ class Addons:
         picks the route, then the Kiro token file is read (``request``, async), before the
         request is rewritten; the report closes a flow (``response``, ``error``) after the
         answer is re-encoded and ends its record (``Flows.end``: every addon's state for it),
-        and says its ``done`` line before the store closes; memory is handed back after the
-        flow is over."""
+        and says its ``done`` line before the store closes; the usage ledger opens after the
+        store (a Redis ledger shares its connection); memory is handed back after the flow is
+        over."""
         return [
             self.retry,
             self.catalogue,
@@ -56,6 +59,7 @@ class Addons:
             self.answers,
             self.report,
             self.store,
+            self.usage,
             self.memory,
         ]
 
@@ -63,8 +67,9 @@ class Addons:
 def make_addons() -> Addons:
     state, settings, retry, flows = BridgeState(), BridgeSettings(), Retry(), Flows()
     kiro = KiroAuth(settings, flows=flows)
-    report = Report(state, flows, settings)
     store = ReasoningStoreLife()
+    usage = UsageCounting(store)
+    report = Report(state, flows, settings, usage)
     fallbacks = Fallbacks(settings, report, retry, store)
     return Addons(
         state,
@@ -80,4 +85,5 @@ def make_addons() -> Addons:
         StreamAttach(report, loop_retry=True),
         Answers(report, retry),
         MemoryTrim(),
+        usage,
     )

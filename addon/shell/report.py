@@ -23,6 +23,7 @@ from addon.shell.contentview import BridgeContentview
 from addon.shell.flows import FlowRun, Flows
 from addon.shell.notes import append_comment, log, log_internal_error, seal_flow
 from addon.shell.settings import BridgeSettings
+from addon.shell.usage import UsageCounting
 from addon.state import AnswerInfo, BridgeState, Original
 from addon.view import usage_text
 
@@ -30,8 +31,16 @@ from addon.view import usage_text
 class Report:
     name = "cursor_bridge_report"
 
-    def __init__(self, state: BridgeState, flows: Flows, settings: BridgeSettings) -> None:
+    def __init__(
+        self,
+        state: BridgeState,
+        flows: Flows,
+        settings: BridgeSettings,
+        usage: UsageCounting | None = None,
+    ) -> None:
         self.state = state
+        self._usage = usage
+        """The usage ledger: each answered flow's tokens are counted there once, at its end."""
         self.flows = flows
         """What the bridge holds for each flow; ended here, once the flow is over."""
         self._settings = settings
@@ -162,6 +171,8 @@ class Report:
             report.status = flow.response.status_code
         if run is not None:
             report.usage = run.answer.usage  # the answer the client got (its cache fields)
+            if self._usage is not None:
+                self._usage.count(run, report)
         flow.marked = report.mark
         self.state.add(report.counters())
         if line:

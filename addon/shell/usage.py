@@ -1,0 +1,110 @@
+"""The usage ledger's shell: its life beside the reasoning store (``bridge_store``: memory, an
+SQLite file, Redis), one count per answered flow (``Report.close`` calls ``count``), and the
+``bridge.usage`` command. A store error costs the flow nothing: one warning line (then quiet
+until the ledger answers again). What is counted and how: docs/observability.md#usage-ledger."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from mitmproxy import command, ctx
+
+from addon.config import ConfigError, parse_store
+from addon.outcome import FlowReport
+from addon.plan import FlowPlan, short
+from addon.redact import clean
+from addon.shell.flows import FlowRun
+from addon.shell.notes import log
+from addon.shell.reasoning_store import ReasoningStoreLife
+from addon.store import Notice, StoreError
+from addon.usage import DIMENSIONS, LedgerKey, Tokens, UsageLedger, client_label, open_ledger
+from addon.usage_table import genai_prices, lines, table_text
+
+
+class UsageCounting:
+    name = "cursor_bridge_usage"
+
+    def __init__(self, store: ReasoningStoreLife) -> None:
+        self._store = store
+        """The reasoning store's life: a Redis ledger shares its connection."""
+        self.ledger: UsageLedger = open_ledger("")
+        self._path = ""
+        self._failing = False
+        """A warning was said and the ledger has not answered since."""
+
+    def configure(self, updated: set[str]) -> None:
+        """After the store's own ``configure`` (the addons' order): the ledger goes where
+        ``bridge_store`` says (a bad value is the store's to refuse)."""
+        if "bridge_store" not in updated:
+            return
+        try:
+            path = parse_store(lambda name: getattr(ctx.options, name)).path
+        except ConfigError:
+            return
+        if path == self._path:
+            return
+        store = self._store.store
+        try:
+            ledger = open_ledger(path, shared=store.redis if store else None, notify=_notice)
+        except StoreError as e:
+            log.warning("cursor-bridge: usage ledger: %s", clean(e, 300))
+            return
+        self.done()
+        self.ledger, self._path = ledger, path
+        if path:
+            log.info("cursor-bridge: usage ledger in %s", clean(ledger.where, 300))
+
+    def done(self) -> None:
+        try:
+            self.ledger.close()
+        except StoreError as e:
+            log.warning("cursor-bridge: closing the usage ledger: %s", short(e))
+
+    def count(self, run: FlowRun, report: FlowReport) -> None:
+        """Add an answered flow's usage (a 2xx answer, or any answer that reported usage)."""
+        plan = run.plan
+        answered = report.status is not None and 200 <= report.status < 300
+        if plan is None or not (answered or report.usage is not None):
+            return
+        try:
+            self.ledger.count(ledger_key(plan, time.time()), Tokens.of(report.usage))
+        except Exception as e:  # never the flow's failure
+            if not self._failing:
+                self._failing = True
+                log.warning("cursor-bridge: usage not counted: %s", clean(short(e), 300))
+            return
+        if self._failing:
+            self._failing = False
+            log.info("cursor-bridge: usage ledger counting again")
+
+    @command.command("bridge.usage")  # type: ignore[untyped-decorator]
+    def usage(self) -> str:
+        """Tokens and cost by day, route, model, key name and client, from the usage ledger
+        (also logged; ``scripts/usage`` says the same and groups as asked)."""
+        price = genai_prices()
+        text = table_text(lines(self.ledger.rows(), DIMENSIONS, price), DIMENSIONS, price)
+        log.info("cursor-bridge: usage\n%s", text)
+        return text
+
+
+def ledger_key(plan: FlowPlan, now: float) -> LedgerKey:
+    """What a flow is counted under: the day (UTC), its route, the model as sent upstream
+    (what the upstream bills and a price table knows: not a ``-thinking`` alias or a
+    ``model_map`` name), the route's key name (never its value; empty: the client's own key),
+    and the client's label."""
+    unified = plan.unified
+    model = unified.model if unified is not None else plan.defaults.model
+    user = unified.params.user if unified is not None else None
+    return LedgerKey(
+        time.strftime("%Y-%m-%d", time.gmtime(now)),
+        plan.route.name,
+        model,
+        plan.route.api_key_env or "",
+        client_label(plan.client_name, user),
+    )
+
+
+def _notice(notice: Notice) -> None:
+    level = logging.WARNING if notice.warning else logging.INFO
+    log.log(level, "cursor-bridge: usage ledger: %s", clean(notice.text, 500))
