@@ -211,7 +211,25 @@ RETRY_OPTIONS: tuple[OptionSpec, ...] = (
 )
 """Options of the retry addon (``addon.shell.retry``)."""
 
-OPTIONS: tuple[OptionSpec, ...] = REWRITE_OPTIONS + CATALOGUE_OPTIONS + RETRY_OPTIONS
+CLIENT_KEY_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec(
+        "bridge_client_keys",
+        str,
+        "",
+        'Path to a TOML file of client names and their keys: alice = "sk-…" (the key) or '
+        'bob = {env = "BOB_KEY"} (the environment variable holding it). When set, a request '
+        "on a route that sends a key of the proxy's (api_key_env, a Kiro token_file) must carry "
+        "one of these keys where its client sends its own (Authorization: Bearer, x-api-key, "
+        "x-goog-api-key, ?key=); anything else gets a 401 in the client's dialect. Keys are "
+        "kept as SHA-256 digests; the file is read again when it changes (or on the command "
+        "bridge.reload_client_keys). Empty: no check.",
+    ),
+)
+"""Options of the client keys addon (``addon.shell.client_keys``)."""
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    REWRITE_OPTIONS + CATALOGUE_OPTIONS + RETRY_OPTIONS + CLIENT_KEY_OPTIONS
+)
 """Every option the bridge declares."""
 DEFAULTS: dict[str, Any] = {spec.name: spec.default for spec in OPTIONS}
 _BY_NAME: dict[str, OptionSpec] = {spec.name: spec for spec in OPTIONS}

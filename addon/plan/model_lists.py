@@ -20,6 +20,10 @@ from addon.plan.values import load_json
 from addon.routes import Route
 from addon.wire import auth_value, read_key
 
+MODELS_SUFFIX = "/models"
+CHAT_PATHS = ("/chat/completions", "/messages", "/responses")
+"""``BASE/models`` is answered when a route takes ``POST BASE`` + one of these."""
+
 MODELS_PATH = {
     "openai_chat": "/v1/models",
     "openai_responses": "/v1/models",

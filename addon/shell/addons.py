@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from addon.shell.answers import Answers
 from addon.shell.catalogue import ModelCatalogue
+from addon.shell.client_keys import ClientKeysGate
 from addon.shell.count_tokens import CountTokens
 from addon.shell.fallback import Fallbacks
 from addon.shell.flows import Flows
@@ -26,6 +27,7 @@ class Addons:
     state: BridgeState
     settings: BridgeSettings
     retry: Retry
+    client_keys: ClientKeysGate
     catalogue: ModelCatalogue
     count_tokens: CountTokens
     kiro: KiroAuth
@@ -40,8 +42,9 @@ class Addons:
 
     @property
     def all(self) -> list[object]:
-        """In hook order (mitmproxy calls addons in list order): a route's fallback chain
-        picks the route, then the Kiro token file is read (``request``, async), before the
+        """In hook order (mitmproxy calls addons in list order): a request that would spend
+        a key of the proxy's without a client key is answered before any other acts; a
+        route's fallback chain picks the route, then the Kiro token file is read (``request``, async), before the
         request is rewritten; the report closes a flow (``response``, ``error``) after the
         answer is re-encoded and ends its record (``Flows.end``: every addon's state for it),
         and says its ``done`` line before the store closes; the usage ledger opens after the
@@ -49,6 +52,7 @@ class Addons:
         over."""
         return [
             self.retry,
+            self.client_keys,
             self.catalogue,
             self.count_tokens,
             self.fallbacks,
@@ -75,6 +79,7 @@ def make_addons() -> Addons:
         state,
         settings,
         retry,
+        ClientKeysGate(settings, report),
         ModelCatalogue(settings, flows, retry),
         CountTokens(settings, state, flows),
         kiro,

@@ -15,7 +15,13 @@ from mitmproxy import ctx, http
 
 from addon.config import CATALOGUE_OPTIONS, ConfigError, parse_models
 from addon.plan import dump, load_json
-from addon.plan.model_lists import ListRequest, list_requests, listed_names
+from addon.plan.model_lists import (
+    CHAT_PATHS,
+    MODELS_SUFFIX,
+    ListRequest,
+    list_requests,
+    listed_names,
+)
 from addon.routes import listed_models
 from addon.shell.flows import Flows, ModelsAsked
 from addon.shell.headers import header_map, is_json, json_response
@@ -26,9 +32,7 @@ from addon.shell.retry import Retry, RetryAnswer
 from addon.shell.settings import BridgeSettings
 from addon.transforms.thinking import catalogue_models
 
-SUFFIX = "/models"
-CHAT_PATHS = ("/chat/completions", "/messages", "/responses")
-"""``BASE/models`` is answered when a route takes ``POST BASE`` + one of these."""
+SUFFIX = MODELS_SUFFIX
 LIST_TIMEOUT = 5.0
 """Seconds another upstream's model list may take (the client waits for the slowest)."""
 

@@ -114,6 +114,9 @@ class FlowRecord:
     """An Anthropic token count sent upstream, whose answer is read with this."""
     models: ModelsAsked | None = None
     """A model list the catalogue answers."""
+    client_name: str | None = None
+    """The name of the client whose key the request carried (``bridge_client_keys``): the
+    usage ledger's client label. Never the key."""
 
 
 class Flows:

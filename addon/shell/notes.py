@@ -28,9 +28,17 @@ def append_comment(flow: http.HTTPFlow, line: str) -> None:
     flow.comment = f"{flow.comment}\n{line}" if flow.comment else line
 
 
+KEPT_META = ("client_name",)
+"""What an addon sets for the whole flow before the others write its metadata (the client
+key's name, ``addon.shell.client_keys``): ``set_meta`` keeps it."""
+
+
 def set_meta(flow: http.HTTPFlow, meta: Mapping[str, Any]) -> None:
-    """``flow.metadata[META_KEY]``: plain data, every string cleaned (see ``addon.redact``)."""
-    flow.metadata[META_KEY] = secrets_of(flow.id).data(clean_data(dict(meta)))
+    """``flow.metadata[META_KEY]``: plain data, every string cleaned (see ``addon.redact``);
+    the ``KEPT_META`` keys already there stay unless ``meta`` sets them."""
+    prior = flow.metadata.get(META_KEY)
+    kept = {k: prior[k] for k in KEPT_META if isinstance(prior, dict) and k in prior}
+    flow.metadata[META_KEY] = secrets_of(flow.id).data(clean_data({**kept, **meta}))
 
 
 def seal_flow(flow: http.HTTPFlow) -> None:

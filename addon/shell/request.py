@@ -148,6 +148,9 @@ class RewriteRequest:
         run.report.fields["upstream_url"] = url
         if model:
             run.report.fields["model"] = model
+        record = self.report.flows.get(flow.id)
+        if record is not None and record.client_name is not None:
+            run.report.fields["client_name"] = record.client_name  # a name, never a key
         self.report.state.count("requests rewritten")
         decisions = decision_lines(plan.request_notes)
         if self.report.keep_originals:

@@ -1,0 +1,123 @@
+"""Who may spend the proxy's keys: the client key check (``bridge_client_keys``).
+
+Contract: plain values. ``guarded_route`` says which route's key of the proxy's a request would
+spend — its chat route (or one of that route's ``fallback`` routes), its token-count route,
+or, for ``GET …/models``, a chat route of that base path — or None: the request sends no key
+of the proxy's and is not checked. ``check_client_key`` looks for one of the clients' keys
+where a client of the route's dialect sends its own (``Dialect.key_headers``, then
+``Dialect.key_query``) and returns the client's name (``Admitted``) or a 401 in that dialect
+(``Reject``: ``invalid_api_key`` for OpenAI clients, ``authentication_error`` for Anthropic,
+``UNAUTHENTICATED`` for Gemini). A key of the proxy's: the route's ``api_key_env`` or Kiro
+``token_file`` (``sends_proxy_key``) — what replaces the client's key upstream
+(``addon.wire.credentials``), so the client's key never goes there. Neither answer, nor its
+``reason``, quotes a key: they name where one was looked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from addon.client_keys import ClientKeys
+from addon.config import Settings
+from addon.dialects import DIALECTS, Dialect
+from addon.dialects.base import Query
+from addon.model import ClientError
+from addon.plan.conditions import RequestView
+from addon.plan.count_tokens import count_route
+from addon.plan.decision import Reject
+from addon.plan.model_lists import CHAT_PATHS, MODELS_SUFFIX
+from addon.plan.values import error_bytes
+from addon.routes import Route, fallback_chain, match
+
+
+def sends_proxy_key(route: Route) -> bool:
+    """Whether the route sends a key of the proxy's upstream (``api_key_env``, Kiro's
+    ``token_file``) instead of the client's: what a client key guards."""
+    return route.api_key_env is not None or route.token_file is not None
+
+
+def guarded_route(
+    settings: Settings, method: str, host: str, path: str, view: RequestView
+) -> Route | None:
+    """The route whose client dialect a request that would spend a key of the proxy's is
+    answered in, or None (see the module docstring). ``view`` reads ``path``'s body."""
+    routes = settings.routes
+    bare = path.split("?", 1)[0]
+    if method.upper() == "GET" and bare.endswith(MODELS_SUFFIX):
+        base = bare[: -len(MODELS_SUFFIX)]
+        for route in routes:
+            if sends_proxy_key(route) and any(
+                route.matches(host, base + chat, "POST") for chat in CHAT_PATHS
+            ):
+                return route
+    counted = count_route(routes, method, host, bare, view.body)
+    if counted is not None:
+        return counted if sends_proxy_key(counted) else None
+    chat = match(routes, host, path, method, view.model, view.facts)
+    if chat is None:
+        return None
+    return chat if any(sends_proxy_key(r) for r in fallback_chain(chat, routes)) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A request that carried a client's key."""
+
+    route: Route
+    name: str
+    """The client's name in the keys file (the usage ledger's client label)."""
+    source: str
+    """Where the key was: a header's name, or ``query parameter 'key'``."""
+
+
+def presented_keys(
+    dialect: Dialect, headers: Mapping[str, str], query: Query
+) -> list[tuple[str, str]]:
+    """``(source, key)`` for every place a client of ``dialect`` may carry its key and does
+    (header names lower-case; ``authorization`` only with the ``Bearer`` scheme)."""
+    found: list[tuple[str, str]] = []
+    for name in dialect.key_headers:
+        value = headers.get(name, "").strip()
+        if name == "authorization":
+            scheme, _, token = value.partition(" ")
+            value = token.strip() if scheme.lower() == "bearer" else ""
+        if value:
+            found.append((name, value))
+    if dialect.key_query is not None:
+        for name, value in query:
+            if name == dialect.key_query and value.strip():
+                found.append((f"query parameter '{name}'", value.strip()))
+    return found
+
+
+def key_places(dialect: Dialect) -> str:
+    """Where a client of ``dialect`` may put its key, for messages: ``authorization (Bearer)
+    or x-api-key``."""
+    places = [f"{h} (Bearer)" if h == "authorization" else h for h in dialect.key_headers]
+    if dialect.key_query is not None:
+        places.append(f"the query parameter '{dialect.key_query}'")
+    return " or ".join(places)
+
+
+def check_client_key(
+    keys: ClientKeys, route: Route, headers: Mapping[str, str], query: Query
+) -> Admitted | Reject:
+    """The client named by a key the request carries, else a 401 in the route's client
+    dialect whose message (also the ``Reject``'s) says where a key was looked for."""
+    client = DIALECTS[route.client]
+    presented = presented_keys(client, headers, query)
+    for source, key in presented:
+        name = keys.match(key)
+        if name is not None:
+            return Admitted(route, name, source)
+    if presented:
+        why = f"the key in {', '.join(s for s, _ in presented)} is not a client key of this proxy"
+    else:
+        why = f"no key in {key_places(client)}"
+    e = ClientError(
+        f"cursor-bridge: this route needs a client key of the proxy's (bridge_client_keys): {why}",
+        status=401,
+        code="invalid_api_key",
+    )
+    return Reject(route, 401, error_bytes(client, e), why)
