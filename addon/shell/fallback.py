@@ -11,6 +11,7 @@ request back once sent. The cooldowns are the store's on a Redis store (shared b
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -188,7 +189,10 @@ class Fallbacks:
                 apply_rewrite(request, chain.incoming, decision)
                 self.report.attempt(flow, f"fallback to {route.name}", decision.body)
                 self.report.retried(self._flows.run(flow.id), "fallback")
-                return Attempt(route, decision.plan, request)
+                # The client key's name goes with the flow to every route it is sent to.
+                named = chain.attempt.plan.client_name if chain.attempt is not None else ""
+                plan = dataclasses.replace(decision.plan, client_name=named)
+                return Attempt(route, plan, request)
             chain.tried.append(route.name)
             chain.failures.append(Failure(route.name, Reason.NOT_SENDABLE))
         return None

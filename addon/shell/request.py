@@ -6,6 +6,7 @@ the upstream — body, path, query, headers (``Rewrite``). A bug of ours still a
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from mitmproxy import http
@@ -139,6 +140,10 @@ class RewriteRequest:
 
     def _rewrite(self, flow: http.HTTPFlow, incoming: Incoming, d: Rewrite) -> FlowReport:
         wire, plan = d.wire, d.plan
+        record = self.report.flows.get(flow.id)
+        if record is not None and record.client_name is not None:
+            # The client key's name labels the flow's usage (the ledger reads the plan).
+            plan = dataclasses.replace(plan, client_name=record.client_name)
         apply_rewrite(flow.request, incoming, d)
         run = self.report.flows.start_run(flow.id, plan)
         # Where the answer comes from, in the log line, the metadata and the view: the
@@ -148,9 +153,8 @@ class RewriteRequest:
         run.report.fields["upstream_url"] = url
         if model:
             run.report.fields["model"] = model
-        record = self.report.flows.get(flow.id)
-        if record is not None and record.client_name is not None:
-            run.report.fields["client_name"] = record.client_name  # a name, never a key
+        if plan.client_name:
+            run.report.fields["client_name"] = plan.client_name  # a name, never a key
         self.report.state.count("requests rewritten")
         decisions = decision_lines(plan.request_notes)
         if self.report.keep_originals:

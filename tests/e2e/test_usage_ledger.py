@@ -124,3 +124,38 @@ def test_the_ledger_sums_what_the_upstream_reported(
     ).stdout
     assert "gpt-4o" in text and "total" in text
     assert "Traceback" not in p.log_text()
+
+
+def test_a_client_keys_name_labels_its_usage(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``bridge_client_keys`` the ledger's client is the matched key's name (never the
+    key), whatever ``user`` the client sends."""
+    routes = tmp_path / "routes.toml"
+    routes.write_text(ROUTES)
+    keys = tmp_path / "clients.toml"
+    bob_key = "sk-team-bob-0123456789abcdef"
+    keys.write_text(f'bob = "{bob_key}"\n')
+    store = tmp_path / "store.db"
+    monkeypatch.setenv("CB_E2E_USAGE_KEY", ROUTE_KEY)
+    p = start_proxy(
+        bridge_routes=str(routes), bridge_store=str(store), bridge_client_keys=str(keys)
+    )
+    client = openai.OpenAI(
+        base_url=f"{p.base_url}/keyed/v1", api_key=bob_key, max_retries=0, timeout=15
+    )
+    upstream.enqueue(JSONReply(chat_answer()))
+    messages: Any = [{"role": "user", "content": "hello"}]
+    client.chat.completions.create(model="fast", messages=messages, user="alice")
+    ledger = open_ledger(str(store))
+    deadline = time.monotonic() + 10
+    while not ledger.rows():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    rows = ledger.rows()
+    ledger.close()
+    assert [key.client for key in rows] == ["bob"]
+    assert bob_key.encode() not in store.read_bytes() and bob_key not in p.log_text()
