@@ -34,7 +34,7 @@ from addon.model import (
     ToolCall,
     ToolCallStart,
 )
-from addon.stream.fastpath import TextLane
+from addon.stream.stages import TextLane
 from addon.transforms.reasoning_record import (
     KEY_LENGTH,
     KIND_CALL,

@@ -21,7 +21,7 @@ from addon.model import (
     ToolCallEnd,
     ToolCallStart,
 )
-from addon.stream.fastpath import PASSES_TEXT, TextLane
+from addon.stream.stages import PASSES_TEXT, TextLane
 from addon.transforms.custom_tools import unwrap_custom_input
 
 

@@ -28,7 +28,7 @@ from addon.model import (
     ToolCallEnd,
     ToolCallStart,
 )
-from addon.stream.fastpath import PASSES_TEXT, TextLane
+from addon.stream.stages import PASSES_TEXT, TextLane
 from addon.transforms.repair import ToolSchemas, repair_call
 
 MAX_HELD_BYTES = 16 * 1024 * 1024

@@ -19,8 +19,7 @@ from addon.plan.answer import AnswerState, stream_processor
 from addon.plan.errors import error_body, unreadable_answer, upstream_error
 from addon.redact import REDACTED, SecretRegistry, Secrets, clean
 from addon.routes import Route
-from addon.stream.fastpath import PASSES_TEXT
-from addon.stream.stages import RedactErrorStage
+from addon.stream.stages import PASSES_TEXT, RedactErrorStage
 from addon.wire import secret_values
 
 KEY = "SECRETKEY456"
