@@ -1,10 +1,9 @@
-"""The upstream bodies that are not SSE, read the general way: one JSON array whose items are
-the events (Gemini without ``alt=sse``: ``JsonArrayReader``), AWS event-stream frames (Kiro:
-``EventStreamReader``), and a body that is no stream at all, read whole (``WholeBody``).
+"""The upstream bodies that are not SSE: one JSON array whose items are the events (Gemini
+without ``alt=sse``: ``JsonArrayReader``), AWS event-stream frames (Kiro: ``EventStreamReader``),
+and a body that is no stream at all, read whole (``WholeBody``).
 
-Contract: as the SSE reader's (``feed`` / ``finish`` return what they found, ``pending``,
-``forget``, the counts); a body whose first bytes fail to frame is named for what came instead
-(``addon.stream.foreign``), so that a user reads why, not a parser's complaint.
+Contract: as ``SSEReader``'s (what a read found, ``pending``, ``forget``, the counts); a body
+whose first bytes fail to frame is named for what came instead, not by a parser's complaint.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""One streamed answer, sans-IO: upstream bytes in, client bytes out (``StreamProcessor``), and
-the general way of reading an SSE body (``SSEReader``: lines → events → decoder → ``Output``).
+"""One streamed answer, sans-IO (``StreamProcessor``), and the general way of reading an SSE
+body (``SSEReader``: lines → events → the decoder → the client's ``Output``).
 
-Contract: ``feed(chunk) -> list[bytes]`` takes chunks split anywhere and returns ``[]`` (never
-``b""``) when nothing is ready; ``finish()`` flushes and is idempotent; ``abort(why)`` is the
-shell's way out. What a read does follows the stream's ``State`` alone, changed only by the
-table below: a stream that failed is never read on as if it had not (docs/streams.md).
+Contract: ``feed(chunk)`` takes chunks split anywhere and returns ``[]``, never ``b""``, when
+nothing is ready; ``finish()`` is idempotent; ``abort(why)`` is the shell's way out. What a
+read does follows the ``State`` alone, moved only by ``TRANSITIONS``: a failed stream stays so.
 """
 
 from __future__ import annotations

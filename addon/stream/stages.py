@@ -1,7 +1,8 @@
-"""Pipeline stages between the upstream decoder and the client encoder.
+"""Pipeline stages between the upstream decoder and the client encoder, and what a stage offers
+the fast path's text read (``TextLane``, ``PASSES_TEXT``).
 
-Contract: each stage takes unified events one at a time and returns unified
-events; ``finish`` flushes and is idempotent. Sans-IO.
+Contract: sans-IO; a stage takes unified events one at a time and returns unified events;
+``finish`` flushes and is idempotent. The offer is declared, never probed.
 """
 
 from __future__ import annotations
