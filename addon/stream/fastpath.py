@@ -6,17 +6,41 @@ general way); ``Runs.take`` reads the whole events a general read completes. Eac
 switched off with ``fast=False`` (``FastPath.of``); why they are built so: docs/speed.md.
 """
 
-# The routes, in the order a read meets them. A read none takes goes the general way.
+# The routes, in the order a read meets them; a read none takes goes the general way.
 #
-# | route | the read it takes | when | the same output as the general way, because |
-# |---|---|---|---|
-# | skip read (`SkipRead`) | whole events, each exactly the decoder's `plain_frame` | the processor is BETWEEN events; a client of the upstream's dialect and nothing that changes events (`raw_ok`), SSE both ways, no decompressor | such an event is `skippable`: the general way passes it as its bytes too |
-# | text read (`TextRead`) | whole events, each exactly the decoder's `text_frame`: a plain string (`PLAIN_ASCII`) undecoded into the one stage that must see it (`text_sink`) and the encoder's frame (`_sunk`), any other text read and shown (`_text`) | BETWEEN; `coalesce` (another dialect, or a text protocol), SSE in, no decompressor | each is one `TextDelta` of its text, and the general way joins the texts of events read together into one delta (`join_runs`); stages that only pass text are left out (`PASSES_TEXT`), the others' `take_text` / `text_sink` and the encoder's `text_sse` / `text_frame` do what their `feed` does |
-# | skip run (`Runs`) | the whole events a general read completes, all `skippable` (`skippable_run`) | as the skip read, wherever those events start | as the skip read |
-# | text run (`Runs`) | the whole events a general read completes, all plain text (`text_run`) | as the text read, wherever those events start | as the text read |
+# route       the read it takes             when                      the same output, because
+# ----------  ----------------------------  ------------------------  -----------------------------
+# skip read   whole events, each exactly    BETWEEN events; a client  such an event is skippable:
+# (SkipRead)  the decoder's plain_frame     of the upstream's         the general way passes it as
+#                                           dialect, nothing that     its bytes too
+#                                           changes events (raw_ok),
+#                                           SSE both ways, no
+#                                           decompressor
 #
-# Not a route: a read of whole one-line events (`simple_events`) is read at once by the general
-# way itself, with the switch off too (with `coalesce` its texts are joined: that is the rule).
+# text read   whole events, each exactly    BETWEEN events;           each is one TextDelta of its
+# (TextRead)  the decoder's text_frame: a   coalesce (another         text, and the general way
+#             plain string goes undecoded   dialect, a text           joins the texts of events read
+#             to the one stage that must    protocol), SSE in, no     together (join_runs); stages
+#             see it (text_sink) and into   decompressor              that only pass text are left
+#             the encoder's frame (_sunk),                            out (PASSES_TEXT), the others'
+#             other text is read and shown                            take_text / text_sink and the
+#             to the stages (_text)                                   encoder's text_sse/text_frame
+#                                                                     do what their feed does
+#
+# skip run    the whole events a general    as the skip read, where   as the skip read
+# (Runs)      read completes, all           those events start
+#             skippable (skippable_run)
+#
+# text run    the whole events a general    as the text read, where   as the text read
+# (Runs)      read completes, all plain     those events start
+#             text (text_run)
+#
+# Not a route: a read of whole one-line events (simple_events) is read at once by the general
+# way itself, with the switch off too (with coalesce their texts are joined: that is the rule).
+#
+# Words: a *read route* takes a whole read, its object's ``read`` being the stream's read
+# function (a ``Lane``); a *run* takes the whole events inside a general read; a stage's *text
+# lane* (``stages.TextLane``) is what it offers the text read and the text run.
 
 from __future__ import annotations
 
