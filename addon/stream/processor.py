@@ -133,7 +133,6 @@ class StreamProcessor:
     ) -> None:
         if framing_in not in ("sse", "json_array", "aws_eventstream") or framing_out not in _OUT:
             raise ValueError(f"unknown framing {framing_in!r} → {framing_out!r}")
-        self._decoder = decoder
         self._redact = redact  # for the error message of ``_stop`` (it may quote the upstream)
         self._decompressor = decompressor
         self.same_dialect = same_dialect
@@ -178,7 +177,9 @@ class StreamProcessor:
         self._output = Output(stages, encoder, writer, fp.text_sse, fp.stages)
         self._runs = fastpath.runs(self._output, fp)
         answer = (status, content_type)  # to say what came when the body is not a stream
-        self._body_reader = _reader(framing_in, self, fp, answer, coalesce)
+        self._body_reader = _reader(
+            framing_in, self._decoding, self._output, fp, self._runs, answer, coalesce, self._max
+        )
         self._bytes_in = 0
         self.feed: Callable[[bytes], list[bytes]] = self.reader()
         """Upstream bytes in (split anywhere), client bytes out (see the module docstring)."""
@@ -321,10 +322,7 @@ class StreamProcessor:
             return self.ended_with_error is None
         if state is not READING and state is not BETWEEN:
             return False
-        try:
-            return not any(isinstance(e, StreamError) for e in self._decoder.finish())
-        except Exception:
-            return False
+        return self._decoding.ended()
 
     # ------------------------------------------------------------------ internals
 
@@ -574,11 +572,18 @@ type _Reader = SSEReader | JsonArrayReader | EventStreamReader
 
 
 def _reader(
-    framing: Framing, p: StreamProcessor, fast: FastPath, answer: Answer, coalesce: bool
+    framing: Framing,
+    decoding: Decoding,
+    output: Output,
+    fast: FastPath,
+    runs: Runs | None,
+    answer: Answer,
+    coalesce: bool,
+    max_event_bytes: int,
 ) -> _Reader:
     """The reader of the upstream's body for its framing."""
     if framing == "sse":
-        return SSEReader(p._decoding, p._output, fast, p._runs, coalesce, p._max)
+        return SSEReader(decoding, output, fast, runs, coalesce, max_event_bytes)
     if framing == "json_array":
-        return JsonArrayReader(p._decoding, p._output, answer, p._max)
-    return EventStreamReader(p._decoding, p._output, answer)
+        return JsonArrayReader(decoding, output, answer, max_event_bytes)
+    return EventStreamReader(decoding, output, answer)

@@ -90,6 +90,14 @@ class Decoding:
         self.noted(events)
         return events
 
+    def ended(self) -> bool:
+        """Whether the upstream's stream had reached its own end (``[DONE]``, ``message_stop``
+        …): the decoder's ``finish`` says no error (its events are dropped)."""
+        try:
+            return not any(isinstance(e, StreamError) for e in self.decoder.finish())
+        except Exception:
+            return False
+
     def noted(self, events: list[Event]) -> None:
         """An error among ``events`` read at the body's end is the bridge's ``end_error``."""
         for event in events:

@@ -261,7 +261,7 @@ def test_a_stream_through_the_lane_is_the_stream_without_it(
     chunks = _stream(["Hi ", "there ", *parts])  # the first text teaches the decoder the frame
     lane, slow = processor(), processor()
     decoded: list[str] = []
-    decoder: Any = lane._decoder
+    decoder: Any = lane._decoding.decoder
     decode = decoder.feed
     decoder.feed = lambda data, event: decoded.append(data) or decode(data, event)
     got, want = _both_ways(lane, slow, chunks)
@@ -470,7 +470,7 @@ def test_a_bug_in_the_common_read_neither_escapes_nor_eats_the_stream(
     same = _from_openai("openai_chat", raw_ok=True)
     stream = stream_callable(same, "test", FlowReport("r", "rewritten"))
     got = b"".join(b for c in chunks[:2] for b in stream(c))
-    same._decoder.plain_frame = 5  # type: ignore[attr-defined]  # the bug: not a frame
+    same._decoding.decoder.plain_frame = 5  # type: ignore[attr-defined]  # the bug: not a frame
     with caplog.at_level(logging.WARNING):
         got += b"".join(b for c in [*chunks[2:], b""] for b in stream(c))
     assert got.endswith(b"".join(chunks[2:])) and same.passthrough  # from the failed read on
