@@ -163,8 +163,6 @@ class StreamProcessor:
         """The first ``keep_original`` bytes the upstream sent (decompressed), for the view."""
         self.whole_body = False
         """The body was not a stream and was read whole (``whole``) for another dialect."""
-        self.passthrough = False
-        """The client got the upstream's bytes from some point on (PASSTHROUGH, PASSED)."""
         self.error: str | None = None
         """Why the processor gave up rewriting (the rest passed raw, or the stream stopped)."""
         self.ended_with_error: str | None = None
@@ -207,6 +205,11 @@ class StreamProcessor:
         runs = self._runs.skipped_decoding if self._runs is not None else 0
         lanes = sum(lane.skipped_decoding for lane in self._lanes)
         return self._body_reader.skipped_decoding + runs + lanes
+
+    @property
+    def passthrough(self) -> bool:
+        """The client got the upstream's bytes from some point on (``error`` says why)."""
+        return self.state is PASSTHROUGH or self.state is PASSED
 
     @property
     def skipped(self) -> int:
@@ -305,7 +308,6 @@ class StreamProcessor:
         through from here on (``[]``); another dialect's ends with an error event."""
         if self.same_dialect and not self._binary:
             self._to(RAW)
-            self.passthrough = True
             self.error = self.error or why
             return []
         if self.state is STOPPED:
@@ -360,7 +362,6 @@ class StreamProcessor:
         self._to(RAW)
         if state is PASSTHROUGH or state is PASSED:  # passing already: the bytes go on
             return self._output.out([*failure.done, failure.raw])
-        self.passthrough = True
         self.error = failure.why
         held = self._body_reader.pending()
         self._forget()
