@@ -488,7 +488,8 @@ class SSEReader:
             return found
         if isinstance(found, Failure):
             return found.then(rest)
-        return after(found, self.run(lines.feed(rest), final=False))
+        more = self.run(lines.feed(rest), final=False)
+        return found + more if isinstance(more, list) else after(found, more)
 
     def run(self, lines: list[tuple[str, bytes]], final: bool) -> Found:
         out: list[bytes] = []
