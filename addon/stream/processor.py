@@ -310,8 +310,6 @@ class StreamProcessor:
             self._to(RAW)
             self.error = self.error or why
             return []
-        if self.state is STOPPED:
-            return []
         # Also after ``finish`` raised: what it wrote was lost with it, so the client's stream
         # has no ending yet — it gets the error event.
         return self._stop(why)
