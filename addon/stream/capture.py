@@ -1,13 +1,9 @@
-"""Capture: what an upstream's answer holds that a client may drop, written to the reasoning
-store as it goes by.
+"""The reasoning store's capture: what an upstream's answer holds that a client may drop, written
+to the store as it goes by (``CaptureStage``; ``capture_response`` for a whole answer).
 
-Contract: sans-IO. ``CaptureStage`` (right after the upstream's decoder and the call-id
-rename, ``CallIdStage``: calls are recorded under the ids the client gets) passes every event through unchanged and records from the unified events;
-``capture_response`` does the same for a whole answer. Both write ``Record``s through a
-``Sink`` (the store's view for the flow's scope). What is recorded follows the upstream's
-reasoning style (``ReasoningStyle``, from the plan), never its name; the records and keys:
-docs/reasoning.md ("How the store captures and restores"). A failure of its own never
-touches the stream: recording stops and ``error`` says why, for the shell to log.
+Contract: sans-IO; events pass unchanged; ``Record``s go through a ``Sink`` chosen by the
+upstream's ``ReasoningStyle``, never its name (docs/reasoning.md). A failure of its own stops
+recording, never the stream: the answer matters more than what a later turn may restore.
 """
 
 from __future__ import annotations
@@ -34,7 +30,7 @@ from addon.model import (
     ToolCall,
     ToolCallStart,
 )
-from addon.stream.fastpath import TextLane
+from addon.stream.stages import TextLane
 from addon.transforms.reasoning_record import (
     KEY_LENGTH,
     KIND_CALL,
@@ -155,10 +151,16 @@ class TextKey:
 
 @dataclass(slots=True)
 class _Block:
+    """A thinking block of the answer, as far as it came."""
+
     texts: list[str] = field(default_factory=list)
+    """Its deltas' texts (or folded runs of them: ``packed``)."""
     signature: str | None = None
+    """Its signature, once the upstream gave it."""
     redacted: bool = False
+    """A redacted block: its ``signature`` is the whole of it."""
     extra: JSON = field(default_factory=dict)
+    """The upstream's wire extras for it, kept for a client of its dialect."""
     item: str | None = None
     """The Responses item id it belongs to, when known."""
     packed: int = 0
@@ -173,9 +175,14 @@ class _Block:
 
 @dataclass(slots=True)
 class _Call:
+    """A tool call of the answer, as the reasoning store keys it."""
+
     id: str
+    """Its id, as the client gets it (after the call-id rename)."""
     signature: str | None
+    """The thought signature that goes with it (Gemini), if any."""
     extra: JSON
+    """The wire extras a client may drop and the upstream needs back (``extra_content``)."""
 
 
 class TurnRecorder:
@@ -395,7 +402,9 @@ def _wire_details(extra: JSON) -> Any:
 
 
 class CaptureStage:
-    """A stream stage: every event through, unchanged; the turn recorded (module docstring)."""
+    """A stream stage: every event through, unchanged; the turn recorded through ``sink``.
+    It comes right after the call-id rename (``CallIdStage``): calls are recorded under the ids
+    the client gets. A failure of its own stops recording (``error``), for the shell to log."""
 
     def __init__(self, sink: Sink, style: ReasoningStyle) -> None:
         self.sink = sink

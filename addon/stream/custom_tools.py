@@ -1,12 +1,9 @@
 """Stream stage: calls of wrapped custom tools back as custom calls carrying their raw input.
 
-A call of a wrapped tool streams as JSON fragments of ``{"input": …}``; the raw text can only be
-read once the JSON is whole, so the call is held until its ``ToolCallEnd`` and goes out as one
-``ToolCallStart(custom=True)`` with the raw input, then its end. Everything else passes at once;
-a ``Finish`` / ``StreamEnd`` releases held calls, a ``StreamError`` or ``finish()`` drops them.
-
-Contract: sans-IO, the ``Stage`` protocol of ``addon.stream.processor``. In full:
-docs/tools.md#custom-tools-in-a-stream."""
+Contract: sans-IO, a ``Stage``; a wrapped call is held until its ``ToolCallEnd`` and goes out as
+one ``ToolCallStart(custom=True)`` and its end, everything else at once: the raw text can only
+be read once the JSON ``{"input": …}`` is whole (docs/tools.md#custom-tools-in-a-stream).
+"""
 
 from __future__ import annotations
 
@@ -21,17 +18,25 @@ from addon.model import (
     ToolCallEnd,
     ToolCallStart,
 )
-from addon.stream.fastpath import PASSES_TEXT, TextLane
+from addon.stream.stages import PASSES_TEXT, TextLane
 from addon.transforms.custom_tools import unwrap_custom_input
 
 
 @dataclass(slots=True)
 class _Held:
+    """A wrapped custom call held until its end."""
+
     start: ToolCallStart
+    """Its start, as it came."""
     fragments: list[str] = field(default_factory=list)
+    """Its argument fragments so far (``{"input": …}`` in pieces)."""
 
 
 class CustomToolStage:
+    """Calls of the ``names`` tools held whole and given back as custom calls with their raw
+    input; a ``Finish`` / ``StreamEnd`` releases held calls, a ``StreamError`` or ``finish()``
+    drops them."""
+
     text_lane: TextLane | None = PASSES_TEXT
     """Only calls are held: a plain text delta passes as it came."""
 

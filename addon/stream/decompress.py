@@ -1,12 +1,10 @@
-"""Incremental ``Content-Encoding`` decoders for streamed answers.
+"""Incremental ``Content-Encoding`` decoders for streamed answers (``make_decompressor``).
 
-Contract: bytes in, bytes out, chunk by chunk, the chunks split anywhere; ``finish`` flushes,
-raises ``DecompressError`` if the stream stopped before its end marker, and is idempotent.
-Corrupt input raises ``DecompressError``, an encoding we cannot undo ``UnsupportedEncoding``
-(both ``ValueError``); the caller then passes the stream through. Supported: ``gzip`` /
-``x-gzip``, ``deflate`` (zlib-wrapped or raw), ``br``, ``zstd``, and lists of them (undone in
-reverse order). Must not know: mitmproxy, sockets, asyncio, HTTP headers other than the
-``Content-Encoding`` value handed to ``make_decompressor``, or what the bytes mean."""
+Contract: bytes in, bytes out, chunks split anywhere; ``finish`` flushes, is idempotent and
+raises ``DecompressError`` for a stream cut before its end marker; corrupt input raises
+``DecompressError``, an encoding it cannot undo ``UnsupportedEncoding`` (both ``ValueError``).
+mitmproxy decodes only whole bodies; a stream must be undone as it comes.
+"""
 
 from __future__ import annotations
 
@@ -221,7 +219,9 @@ def _one(name: str) -> Decompressor | None:
 
 
 def make_decompressor(content_encoding: str | None) -> Decompressor | None:
-    """A decoder for a ``Content-Encoding`` value, or None when the body is not encoded."""
+    """A decoder for a ``Content-Encoding`` value, or None when the body is not encoded:
+    ``gzip`` / ``x-gzip``, ``deflate`` (zlib-wrapped or raw), ``br``, ``zstd``, and lists of
+    them (undone in reverse order)."""
     if not content_encoding:
         return None
     names = [name.strip().lower() for name in content_encoding.split(",")]

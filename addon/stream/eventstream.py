@@ -1,13 +1,10 @@
 """AWS event-stream framing (``application/vnd.amazon.eventstream``): binary frames → events.
 
-Contract: sans-IO and incremental, like ``addon.stream.framing``. ``EventStreamSplitter.feed``
-takes byte chunks split anywhere and returns one ``Frame`` per complete message as soon as its
-last byte arrives, checked by botocore's event-stream parser (CRCs, bounded sizes); a bad
-message or a cut body is reported in ``error``, nothing after it; the raw bytes of the frames
-returned plus ``pending()`` always equal the input. A ``Frame`` is ``(event, text)`` for the
-dialect's ``StreamDecoder.feed``: exceptions and errors as ``":exception"`` / ``":error"``.
-Must not know: mitmproxy, sockets, asyncio or any dialect. In full:
-docs/streams.md#aws-event-stream."""
+Contract: sans-IO and incremental; ``EventStreamSplitter.feed`` returns one ``Frame`` per
+complete message as soon as its last byte arrives, checked by botocore (CRCs, bounded sizes);
+the raw bytes of the frames plus ``pending()`` equal the input. Kiro streams this way; the
+frame layout: docs/streams.md#aws-event-stream.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +30,8 @@ class Frame:
 
 
 class EventStreamSplitter:
-    """bytes → ``Frame``s, one per complete event-stream message."""
+    """bytes → ``Frame``s, one per complete event-stream message, chunks split anywhere; a bad
+    message or a cut body is reported in ``error``, nothing after it."""
 
     __slots__ = ("_buf", "_length", "error")
 

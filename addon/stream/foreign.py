@@ -1,12 +1,10 @@
-"""Whether a 2xx body is the stream its framing promised, and what came instead when it is not.
+"""Whether a 2xx body is the stream its framing promised, and what came instead when it is not
+(``not_a_stream``: the status, the content type and the first bytes, cleaned).
 
-A 200 behind a login or a gateway may be an HTML sign-in page or a JSON error; read as the
-framing's stream it gives an error that tells the user nothing. ``not_a_stream`` says what came
-instead: the status, the content type and the first bytes, cleaned (``addon.redact.clean``).
-Each framing declares its stream in ``FRAMINGS``: content type, and ``starts`` (whether the
-first bytes can begin one; None while too few have come). Used by the whole answer
-(``addon.plan``) and the stream (``addon.stream.processor``, on the first bytes that failed to
-frame). Must not know: mitmproxy, sockets, asyncio or any dialect."""
+Contract: each framing declares its stream in ``FRAMINGS``; used by the whole answer and the
+stream on the first bytes that failed to frame. Why: a 200 behind a login or a gateway may be
+an HTML page or a JSON error, and a parser's complaint about it tells the user nothing.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """JSON-array framing: a streamed body that is one JSON array written item by item.
 
-Gemini answers ``:streamGenerateContent`` without ``alt=sse`` this way: ``[`` then one
-``GenerateContentResponse`` object per chunk, separated by ``,`` (and whatever whitespace the
-server likes, ``\\r\\n`` between items), then ``]``. ``JsonArraySplitter`` reads it
-(sans-IO, incremental, like ``addon.stream.sse``); ``JsonArrayWriter`` writes it: ``[``
-before the first item, ``,\\r\\n`` between items, ``]`` at the end (``[]`` for no item).
-
-Must not know: mitmproxy, sockets, asyncio or any dialect.
+Contract: sans-IO and incremental; ``JsonArraySplitter`` reads it (one item as soon as it
+closes), ``JsonArrayWriter`` writes it (``[``, items joined by ``,\r\n``, ``]``). Gemini
+answers ``:streamGenerateContent`` without ``alt=sse`` this way.
 """
 
 from __future__ import annotations

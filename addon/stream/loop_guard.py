@@ -1,13 +1,9 @@
 """Stream stage: the loop guard judges each completed tool call of the answer.
 
-A call of the verdict's tool (``addon.transforms.loop_guard.check_loop``) is held until its
-``ToolCallEnd``: the same call again (``LoopVerdict.matches``) is replaced by the terminal
-message as text, another call goes out as it came. Text, thinking and usage are never held;
-later calls keep their order and are renumbered densely; a ``Finish`` left without a call
-becomes a text finish.
-
-Contract: sans-IO, the ``Stage`` protocol of ``addon.stream.processor``, fed every event.
-Memory: the held call and what queued behind it. In full: docs/tools.md#the-loop-guard-in-a-stream."""
+Contract: sans-IO, a ``Stage`` fed every event; a call of the verdict's tool is held until its
+``ToolCallEnd``, the same call again replaced by the terminal message as text; memory is the
+held call and what queued behind it. In full: docs/tools.md#the-loop-guard-in-a-stream.
+"""
 
 from __future__ import annotations
 
@@ -34,11 +30,16 @@ from addon.transforms.loop_guard import LoopVerdict, stop_finish, terminal_messa
 
 @dataclass(slots=True)
 class _Held:
+    """A call of the verdict's tool, held until it can be judged."""
+
     start: ToolCallStart
+    """Its start, as it came."""
     events: list[Event] = field(default_factory=list)
     """The call's own events as they came (its start, fragments, repeated starts)."""
     fragments: list[str] = field(default_factory=list)
+    """Its argument fragments so far."""
     ended: bool = False
+    """Its ``ToolCallEnd`` came: it can be judged."""
 
 
 def _nothing() -> None:
@@ -46,6 +47,12 @@ def _nothing() -> None:
 
 
 class LoopGuardStage:
+    """A call of the verdict's tool (``addon.transforms.loop_guard.check_loop``) held until its
+    ``ToolCallEnd``: the same call again (``LoopVerdict.matches``) becomes the terminal message
+    as text, another call goes out as it came. Text, thinking and usage are never held; later
+    calls keep their order, renumbered densely; a ``Finish`` left without a call becomes a
+    text finish."""
+
     text_lane: None = None
     """Every event is the guard's to see (``Stage``)."""
 

@@ -1,22 +1,20 @@
-"""The client's side of a stream: unified events through the stages, the client's encoder, then
-the framing (SSE, or one JSON array: ``JsonArrayWriter``), and the count of bytes written.
+"""The client's side of a stream: unified events through the stages and the client's encoder,
+then its framing (SSE, or one JSON array: ``JsonArrayWriter``).
 
-Contract: sans-IO. Every method returns the client's bytes as parts (``out`` joins them into
-at most one, never an empty ``bytes``, and counts it in ``bytes_out``); ``end`` and
-``end_with`` close the stages, the encoder and the framing. ``lane_text`` and ``written`` take
-a plain text delta past the stages that only need to see it (the text lane, docs/speed.md).
+Contract: sans-IO; every method returns the client's bytes as parts, ``out`` joins them into at
+most one (never an empty ``bytes``) and counts it; ``end`` and ``end_with`` close the stages,
+the encoder and the framing. One object per stream, so that every path writes through it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from addon.dialects.base import StreamEncoder
 from addon.model import Event, StreamError, TextDelta, ThinkingDelta
-from addon.stream.fastpath import FastPath
 from addon.stream.framing import JsonArrayWriter
 from addon.stream.sse import encode_pairs
-from addon.stream.stages import Stage
+from addon.stream.stages import LaneStages, Stage
 
 
 class Output:
@@ -27,15 +25,20 @@ class Output:
         stages: Sequence[Stage],
         encoder: StreamEncoder,
         writer: JsonArrayWriter | None,
-        fast: FastPath,
+        text_sse: Callable[[str | None, bytes | None], bytes | None] | None = None,
+        lane: LaneStages | None = None,
     ) -> None:
         self.stages = tuple(stages)
         self.encoder = encoder
         self.writer = writer
+        """The JSON-array writer of a client that reads one (None: SSE)."""
         self.frame = encode_pairs if writer is None else writer.pairs
-        self._text_sse = fast.text_sse
-        self._lane = fast.stages
+        self._text_sse = text_sse
+        """The encoder's ``text_sse`` where a fast route may use it (SSE out), else None."""
+        self._lane = lane
+        """The stages a plain text delta must be shown to (None: every stage is fed it)."""
         self.bytes_out = 0
+        """Bytes written to the client through ``out``, ``written`` and ``lane_text``."""
 
     def out(self, parts: Sequence[bytes]) -> list[bytes]:
         data = b"".join(parts)

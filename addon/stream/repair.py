@@ -1,13 +1,9 @@
 """Stream stage: each tool call assembled from its fragments and sent on repaired and normalized.
 
-A call of a tool in the schema map is held from its ``ToolCallStart`` to its ``ToolCallEnd``,
-then ``repair_call`` decides: unchanged → its own events as they came; changed → one
-``ToolCallStart`` with the whole new arguments and its ``ToolCallEnd``. Text, thinking and
-usage are never held; tool-call and raw events keep their order; a call that never ended is
-never delivered; past ``max_bytes`` held, the stage stops repairing for the rest of the stream.
-
-Contract: sans-IO, the ``Stage`` protocol of ``addon.stream.processor``; cost linear in the
-stream. The ordering rules in full: docs/tools.md#argument-repair-in-a-stream."""
+Contract: sans-IO, a ``Stage``, linear in the stream; a call is held from its start to its end,
+then ``repair_call`` decides; a call that never ended is never delivered (a client must not run
+half a call). The ordering rules: docs/tools.md#argument-repair-in-a-stream.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +24,7 @@ from addon.model import (
     ToolCallEnd,
     ToolCallStart,
 )
-from addon.stream.fastpath import PASSES_TEXT, TextLane
+from addon.stream.stages import PASSES_TEXT, TextLane
 from addon.transforms.repair import ToolSchemas, repair_call
 
 MAX_HELD_BYTES = 16 * 1024 * 1024
@@ -39,12 +35,18 @@ NOTE_CUT = "tool calls cut by the stream's end: not delivered"
 
 @dataclass(slots=True)
 class _Held:
+    """A call held from its start to its end, to be repaired whole."""
+
     start: ToolCallStart
+    """Its start, as it came."""
     events: list[Event] = field(default_factory=list)
     """The call's own events as they came (its start, fragments, repeated starts)."""
     fragments: list[str] = field(default_factory=list)
+    """Its argument fragments so far."""
     ended: bool = False
+    """It can go out: its ``ToolCallEnd`` came, or it was released without one (``cut``)."""
     cut: bool = False
+    """Released before its end (a ``Finish`` or the stream's end): ``repair_call`` is told."""
     as_it_came: bool = False
     """Released unended by ``finish()``: its own events, no end, no repair."""
 
@@ -54,6 +56,12 @@ def _ignore(record: JSON) -> None:
 
 
 class RepairStage:
+    """A call of a tool in the schema map held from its ``ToolCallStart`` to its
+    ``ToolCallEnd``: unchanged by ``repair_call``, its own events as they came; changed, one
+    ``ToolCallStart`` with the whole new arguments and its end. Text, thinking and usage are
+    never held; tool-call and raw events keep their order; past ``max_bytes`` held, it stops
+    repairing for the rest of the stream."""
+
     text_lane: TextLane | None = PASSES_TEXT
     """Text is never held (only calls are): a plain text delta passes as it came."""
 

@@ -1,12 +1,9 @@
 """Server-sent events: bytes ↔ lines ↔ events, per the WHATWG event-stream rules.
 
-Contract: sans-IO and incremental. ``LineDecoder`` turns byte chunks split anywhere into
-complete lines, each with its raw bytes (so a caller can give back the exact original bytes);
-``EventDecoder`` turns lines into events and comments; ``encode_event`` / ``encode_data``
-write them back with LF endings.
-
-Must not know: mitmproxy, sockets, asyncio, JSON or any dialect. Only bytes, str and the
-event-stream grammar.
+Contract: sans-IO and incremental; ``LineDecoder`` gives whole lines with their raw bytes (so a
+caller can give back the exact original bytes), ``EventDecoder`` events and comments,
+``encode_event`` / ``encode_data`` write them back with LF endings. UTF-8 is decoded only on
+whole lines: a character split across two chunks survives.
 """
 
 from __future__ import annotations
@@ -17,9 +14,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class SSEEvent:
     data: str
+    """Its ``data:`` lines, joined with LF."""
     event: str | None = None
+    """Its ``event:`` name (None: unnamed, a ``message``)."""
     id: str | None = None
+    """The ``id:`` set since the previous event (not the persistent last event id)."""
     retry: int | None = None
+    """The ``retry:`` set since the previous event."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,7 @@ class SSEForeign:
     object, an HTML page, plain text) sent as ``text/event-stream``."""
 
     line: str
+    """The line, as text."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,13 +1,14 @@
-"""Pipeline stages between the upstream decoder and the client encoder.
+"""Pipeline stages between the upstream decoder and the client encoder, and what a stage offers
+the fast path's text read (``TextLane``, ``PASSES_TEXT``).
 
-Contract: each stage takes unified events one at a time and returns unified
-events; ``finish`` flushes and is idempotent. Sans-IO.
+Contract: sans-IO; a stage takes unified events one at a time and returns unified events;
+``finish`` flushes and is idempotent. The offer is declared, never probed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from addon.model import (
@@ -27,18 +28,64 @@ from addon.model import (
     UsageEvent,
 )
 from addon.redact import Secrets
-from addon.stream.fastpath import PASSES_TEXT, TextLane
 from addon.textproto.parser import TextProtocolParser
 from addon.transforms.call_ids import CallIds
 
 
-class Stage(Protocol):
-    """A step between decoder and encoder: unified events in, unified events out.
-    ``text_lane``: what it offers the text lane (``addon.stream.fastpath.TextLane``;
-    ``PASSES_TEXT`` when plain text passes it untouched), or None: it is fed every event."""
+class TextLane(Protocol):
+    """What a stage offers the fast path's text read (``addon.stream.fastpath``)."""
+
+    def take_text(self, text: str) -> bool:
+        """True when the stage took a plain text delta as ``feed`` would and passes it on
+        unchanged; False (nothing done) when it must be fed the event."""
+        ...
 
     @property
-    def text_lane(self) -> TextLane | None: ...
+    def text_sink(self) -> Callable[[bytes], bool | None] | None:
+        """None, or a function that takes a plain text as its JSON string (printable ASCII
+        without a backslash, quotes included) as ``take_text`` would (False: not taken, nothing
+        done); valid until the stage's next ``feed``, ``take_text`` or ``finish``."""
+        ...
+
+
+class _PassesText:
+    """The lane of a stage whose ``feed`` returns a plain ``TextDelta`` unchanged and records
+    nothing: it need not see plain text at all."""
+
+    text_sink: None = None
+
+    def take_text(self, text: str) -> bool:
+        return True
+
+
+PASSES_TEXT: TextLane = _PassesText()
+"""A stage's ``text_lane`` when plain text passes it untouched (the text read leaves it out)."""
+
+type LaneStages = tuple[tuple[int, Callable[[str], bool], TextLane], ...]
+"""(stage index, ``take_text``, lane) of each stage a plain text delta must be shown to."""
+
+
+def lane_stages(offers: Sequence[TextLane | None]) -> LaneStages | None:
+    """The stages a plain text delta must be shown to (from each stage's ``text_lane``), or
+    None: some stage must be fed every event."""
+    lane: list[tuple[int, Callable[[str], bool], TextLane]] = []
+    for i, offer in enumerate(offers):
+        if offer is None:
+            return None
+        if offer is not PASSES_TEXT:
+            lane.append((i, offer.take_text, offer))
+    return tuple(lane)
+
+
+class Stage(Protocol):
+    """A step between decoder and encoder: unified events in, unified events out."""
+
+    @property
+    def text_lane(self) -> TextLane | None:
+        """What it offers the text read (``PASSES_TEXT`` when plain text passes it untouched),
+        or None: it is fed every event."""
+        ...
+
     def feed(self, event: Event) -> list[Event]: ...
     def finish(self) -> list[Event]: ...
 

@@ -1,12 +1,9 @@
-"""A whole answer as a stream, and a stream as a whole answer.
+"""A whole answer as a stream (``sse_from_response``), and a stream as a whole answer
+(``response_from_events``).
 
-Contract: sans-IO. ``response_events`` lists the unified events a stream of this answer would
-have carried and ``sse_from_response`` encodes them for the client (gateways that ignore
-``stream: true`` answer with one JSON object). ``response_from_events`` assembles a whole
-stream's events (Kiro, for a client that asked for a whole answer) into one ``Response``:
-text and reasoning deltas joined, each call where it started, the last ``Finish``, the
-usage merged; a ``StreamError`` among them raises ``StreamFailed`` with the client's HTTP status
-(``StreamError.http_status``)."""
+Contract: sans-IO. Gateways that ignore ``stream: true`` answer with one JSON object, and Kiro
+streams even when the client asked for a whole answer: each side gets the shape it asked for.
+"""
 
 from __future__ import annotations
 
@@ -38,6 +35,7 @@ from addon.stream.sse import encode_pairs
 
 
 def response_events(resp: Response) -> list[Event]:
+    """The unified events a stream of this answer would have carried."""
     events: list[Event] = [
         MessageStart(resp.origin, id=resp.id, model=resp.model, created=resp.created)
     ]
@@ -80,7 +78,9 @@ class StreamFailed(Exception):
 
 
 def response_from_events(events: Iterable[Event], origin: str) -> Response:
-    """One ``Response`` from the events of a whole stream (see the module docstring)."""
+    """One ``Response`` from the events of a whole stream: text and reasoning deltas joined,
+    each call where it started, the last ``Finish``, the usage merged; a ``StreamError`` among
+    them raises ``StreamFailed`` with the client's HTTP status (``StreamError.http_status``)."""
     start: MessageStart | None = None
     parts: list[Part | int] = []
     """Parts in order; an ``int`` holds the place of the call of that index."""

@@ -20,8 +20,7 @@ from addon.plan.errors import error_body, unreadable_answer, upstream_error
 from addon.redact import REDACTED, Secrets, clean
 from addon.routes import Route
 from addon.shell.flows import Flows
-from addon.stream.fastpath import PASSES_TEXT
-from addon.stream.stages import RedactErrorStage
+from addon.stream.stages import PASSES_TEXT, RedactErrorStage
 from addon.wire import secret_values
 
 KEY = "SECRETKEY456"

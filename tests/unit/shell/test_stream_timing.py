@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from addon.dialects import DIALECTS
 from addon.outcome import FlowReport
 from addon.shell.stream_attach import stream_callable
-from addon.stream.lanes import SAMPLE_EVERY, TIMED_READS
+from addon.stream.fastpath import SAMPLE_EVERY, TIMED_READS
 from addon.stream.processor import StreamProcessor
 
 _CHUNK = (

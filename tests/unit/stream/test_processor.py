@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from addon.dialects.openai_chat import DIALECT as OPENAI
 from addon.model import TextDelta
 from addon.stream.decompress import make_decompressor
-from addon.stream.processor import StreamProcessor
+from addon.stream.processor import TRANSITIONS, Input, State, StreamProcessor, StreamStateError
 from tests.realdata import OPENAI_STREAMS, as_sse, needs_recordings
 from tests.unit.helpers import feed_at
 
@@ -346,3 +346,60 @@ def test_an_event_whose_body_is_no_json_string_is_not_passed_undecoded(body: str
         assert _learnt_decoder().skippable_run(chunk) == 0
         assert _learnt_decoder().text_run(chunk) is None
     assert _learnt_decoder().skippable_run(_text_event("plain") * 2) == 2
+
+
+def test_every_state_has_its_row_and_takes_the_end() -> None:
+    """The table names every state, and ``finish`` (END) is legal in each: it is idempotent."""
+    assert set(TRANSITIONS) == set(State)
+    assert all(Input.END in row for row in TRANSITIONS.values())
+
+
+def test_an_input_a_state_cannot_take_names_both() -> None:
+    """As h11's: an illegal transition raises, naming the state and the input."""
+    p = processor()
+    p.finish()
+    assert p.state is State.DONE
+    with pytest.raises(StreamStateError, match=r"state DONE cannot take BOUNDARY"):
+        p._to(Input.BOUNDARY)
+    assert p.state is State.DONE
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pieces=st.lists(
+        st.sampled_from(
+            [b'data: {"x":1}\n\n', b"<html>", b"data: [DONE]\n\n", b"\n", b"data: ", b"\xff"]
+        ),
+        max_size=12,
+    ),
+    same=st.booleans(),
+    ends=st.lists(st.sampled_from(["finish", "abort"]), max_size=3),
+)
+def test_whatever_comes_every_state_change_is_in_the_table(
+    pieces: list[bytes], same: bool, ends: list[str]
+) -> None:
+    """Any bytes, then any order of ``finish`` and ``abort``: every move the processor makes
+    is one of the table's (none raises), and the last state is one where the body ended."""
+    from addon.dialects.anthropic import DIALECT as ANTHROPIC
+
+    p = StreamProcessor(
+        OPENAI.stream_decoder(),
+        (OPENAI if same else ANTHROPIC).stream_encoder(),
+        same_dialect=same,
+        whole=lambda raw: [TextDelta("?")],
+    )
+    moves: list[tuple[State, Input]] = []
+    take = p._to
+
+    def to(event: Input) -> None:
+        moves.append((p.state, event))
+        take(event)
+
+    p._to = to  # type: ignore[method-assign]
+    for piece in pieces:
+        p.feed(piece)
+    for end in ends:
+        p.finish() if end == "finish" else p.abort("test")
+    p.finish()
+    assert all(event in TRANSITIONS[state] for state, event in moves)
+    assert p.state in (State.DONE, State.PASSED, State.STOPPED)

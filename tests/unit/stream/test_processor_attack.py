@@ -241,7 +241,11 @@ def test_bounded_on_the_same_dialect_passes_through_and_lets_go(flood: bytes) ->
     out += b"".join(p.finish())
     assert p.passthrough and p.error and str(LIMIT) in p.error
     assert out.endswith(flood * 3)  # everything after the bound came through as sent
-    assert p._input.lines.held == 0 and p._input.events.size == 0 and not p._input.pending_raw
+    assert (
+        p._body_reader.lines.held == 0
+        and p._body_reader.events.size == 0
+        and not p._body_reader.pending_raw
+    )
 
 
 @pytest.mark.parametrize(
@@ -256,7 +260,11 @@ def test_bounded_on_another_dialect_ends_with_an_error_and_lets_go(flood: bytes)
     events = sse_events(out)
     assert anthropic_text(events) == "Hello"
     assert events[-1][0] == "error"
-    assert p._input.lines.held == 0 and p._input.events.size == 0 and p._body is None
+    assert (
+        p._body_reader.lines.held == 0
+        and p._body_reader.events.size == 0
+        and (p._collected is None or p._collected.held == 0)
+    )
 
 
 def test_the_original_bytes_are_kept_up_to_their_bound() -> None:

@@ -30,11 +30,10 @@ from addon.outcome import FlowReport
 from addon.shell.stream_attach import stream_callable
 from addon.stream.capture import CaptureStage
 from addon.stream.custom_tools import CustomToolStage
-from addon.stream.fastpath import PASSES_TEXT
-from addon.stream.processor import StreamProcessor
+from addon.stream.processor import State, StreamProcessor
 from addon.stream.repair import RepairStage
 from addon.stream.sse import encode_pairs
-from addon.stream.stages import HideThinkingStage, TextToolStage
+from addon.stream.stages import PASSES_TEXT, HideThinkingStage, TextToolStage
 from addon.textproto.parser import TextProtocolParser
 from addon.transforms.repair import ToolSchemas
 
@@ -262,7 +261,7 @@ def test_a_stream_through_the_lane_is_the_stream_without_it(
     chunks = _stream(["Hi ", "there ", *parts])  # the first text teaches the decoder the frame
     lane, slow = processor(), processor()
     decoded: list[str] = []
-    decoder: Any = lane._decoder
+    decoder: Any = lane._decoding.decoder
     decode = decoder.feed
     decoder.feed = lambda data, event: decoded.append(data) or decode(data, event)
     got, want = _both_ways(lane, slow, chunks)
@@ -303,10 +302,10 @@ def test_no_read_takes_the_lane_once_the_stream_took_a_way_out(client: str, way_
     whole = b"".join(chunks[:3])
     for i in range(len(whole)):
         general.feed(whole[i : i + 1])
-    assert lane._between, "a read of one event would take the lane here"
+    assert lane.state is State.BETWEEN, "a read of one event would take the lane here"
     for p in (lane, general):
         p.finish() if way_out == "finish" else p.abort("test")
-    assert not lane._between
+    assert lane.state is not State.BETWEEN
     assert lane.feed(late) == general.feed(late)
 
 
@@ -359,8 +358,8 @@ def test_a_read_of_one_event_says_what_the_line_decoder_says(
     chunks = [*head[:3], *body, *head[3:]]
     lane, slow = processor(), processor()
     general: list[bytes] = []  # the reads that did not take a lane
-    fast = lane._input.read_whole
-    lane._input.read_whole = lambda chunk: general.append(chunk) or fast(chunk)  # type: ignore[method-assign]
+    fast = lane._body_reader.read_whole
+    lane._body_reader.read_whole = lambda chunk: general.append(chunk) or fast(chunk)  # type: ignore[method-assign]
     got, want = _both_ways(lane, slow, chunks)
     assert got == want
     if lane._track:  # a route with a lane (not same-dialect without raw_ok)
@@ -417,7 +416,7 @@ def test_the_lane_shows_the_capture_stage_the_text_the_long_way_shows_it(
     # Up to the first body: a later text that is not plain folds the run of plain texts away.
     got = b"".join(b for c in chunks[: at + 1] for b in lane.feed(c))
     # No event lost, and no line that is not SSE (the body is then read whole at its end).
-    intact = lane.error is None and not lane.skipped and lane._body is None
+    intact = lane.error is None and not lane.skipped and lane.state is not State.COLLECTING
     if client in ("anthropic", "gemini") and bodies[0] == b"plain" and intact:  # text after text
         turn = lane._output.stages[0].turn  # type: ignore[attr-defined]
         assert b'"plain"' in turn.visible.plain, "the text lane gave a text to the sink"
@@ -471,7 +470,7 @@ def test_a_bug_in_the_common_read_neither_escapes_nor_eats_the_stream(
     same = _from_openai("openai_chat", raw_ok=True)
     stream = stream_callable(same, "test", FlowReport("r", "rewritten"))
     got = b"".join(b for c in chunks[:2] for b in stream(c))
-    same._decoder.plain_frame = 5  # type: ignore[attr-defined]  # the bug: not a frame
+    same._decoding.decoder.plain_frame = 5  # type: ignore[attr-defined]  # the bug: not a frame
     with caplog.at_level(logging.WARNING):
         got += b"".join(b for c in [*chunks[2:], b""] for b in stream(c))
     assert got.endswith(b"".join(chunks[2:])) and same.passthrough  # from the failed read on
@@ -558,8 +557,8 @@ def test_a_read_of_several_events_says_what_the_general_way_says(
         i += n
     lane, general = processor(), processor()
     fallback: list[bytes] = []  # reads the common read left to the general way
-    fast = lane._input.read_whole
-    lane._input.read_whole = lambda chunk: fallback.append(chunk) or fast(chunk)  # type: ignore[method-assign]
+    fast = lane._body_reader.read_whole
+    lane._body_reader.read_whole = lambda chunk: fallback.append(chunk) or fast(chunk)  # type: ignore[method-assign]
     got = b"".join(b for r in reads for b in lane.feed(r)) + b"".join(lane.finish())
     want = b"".join(b for r in reads for b in general.feed_general(r))
     assert got == want + b"".join(general.finish())
