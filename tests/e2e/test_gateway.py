@@ -106,6 +106,8 @@ def confdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gateway(upstream: ScriptedUpstream, confdir: Path) -> Iterator[GatewayRun]:
     with GatewayRun(upstream.port, workers=2, confdir=confdir) as g:
         yield g
+        # Shown only when the test failed (pytest's captured output of the teardown).
+        print(f"----- scripts/gateway's output -----\n{g.log_text()[-8000:]}")
 
 
 def test_requests_through_haproxy_are_served_by_both_workers(
