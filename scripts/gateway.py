@@ -140,7 +140,7 @@ def haproxy_config(
     return f"""\
 # Written by scripts/gateway (cursor-bridge): HAProxy in front of {len(workers)} mitmdump worker(s).
 global
-    maxconn 4096
+    # No maxconn here: HAProxy sizes it from the open-files limit it may raise to.
 {stats}
 defaults
     mode http
@@ -286,9 +286,9 @@ def store_warning(opts: Options) -> str | None:
     where = f"bridge_store={store!r} (a file of each machine)" if store else "no bridge_store"
     return (
         f"warning: {opts.workers} workers with {where}: each worker keeps its own state in memory"
-        " (reasoning store, cooldowns, key pools, usage counters), so a conversation whose turns"
-        " land on different workers loses what the earlier ones left; give every worker one"
-        " store: --set bridge_store=redis://HOST:PORT/DB"
+        " (the reasoning store, cooldowns, …), so a conversation whose turns land on different"
+        " workers loses what the earlier ones left; give every worker one store:"
+        " --set bridge_store=redis://HOST:PORT/DB"
     )
 
 
