@@ -172,15 +172,19 @@ def main_gateway(quick: bool, json_path: Path | None) -> int:
         "section 3: workers behind HAProxy on 127.0.0.1 (ratio = column / bare mitmdump;"
         " a column's CPU is all its processes')"
     )
+    load_before = _loadavg()
     results, configs = run_gateway(plan, COLUMNS, haproxy, say)
-    say("done")
+    machine["loadavg_1min"] = [load_before, _loadavg()]
+    say(f"done (1-minute load average {load_before} at the start, {_loadavg()} at the end)")
     print()
     print("### Workers behind HAProxy\n")
     print(
         f"Ratios in parentheses: column / bare mitmdump. {os.cpu_count()} CPUs, processes not"
         " pinned; CPU is the column's (HAProxy and its workers), the scripted upstream's and the"
         f" load generator's. Host: {machine['cpu_model'] or 'CPU model unknown'}; a 1,000-step"
-        f" Python loop takes {machine['python_loop_us']:.1f} µs.\n"
+        f" Python loop takes {machine['python_loop_us']:.1f} µs; 1-minute load average"
+        f" {machine['loadavg_1min'][0]} at the start, {machine['loadavg_1min'][1]} at the end"
+        " (other work on the machine shows there).\n"
     )
     print(proxy_table(plan, configs, results, only_measured=True))
     split = cpu_split(results)
@@ -192,3 +196,11 @@ def main_gateway(quick: bool, json_path: Path | None) -> int:
         json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
         print(f"\nraw numbers: {json_path}")
     return 0
+
+
+def _loadavg() -> str:
+    """The 1-minute load average (another job on the machine takes CPU from the run)."""
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "?"
