@@ -4,6 +4,7 @@
     scripts/bench --quick          # a reduced version of everything (under a minute, 2 cores)
     scripts/bench --no-proxy       # only section 1
     scripts/bench --json out.json  # also write the raw numbers
+    scripts/bench --gateway        # only section 3: workers behind HAProxy (needs haproxy)
 
 Section 1, in process (best of N repetitions; ratio = bridge / baseline):
 
@@ -49,4 +50,8 @@ grid of K, halfway between each column's last K within the bound and its first p
 after many small non-streamed requests. ``--quick`` shortens all of it. Ratios (not seconds) are what to compare
 across machines; on a 2-core machine the proxy, the upstream and the load generator
 share the cores, which is why their CPU is shown next to each other.
+
+Section 3 (``--gateway``, on its own): the bridge's workers behind HAProxy as
+``scripts/gateway`` runs them, against bare mitmdump, HAProxy in front of bare mitmdump and one
+bridge worker alone, with the same upstream and load generator (``benchlib.gateway_section``).
 """

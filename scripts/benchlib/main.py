@@ -13,6 +13,13 @@ from typing import Any
 
 import benchlib
 from benchlib.base import X
+from benchlib.gateway_section import (
+    COLUMNS,
+    GATEWAY_FULL,
+    GATEWAY_QUICK,
+    cpu_split,
+    run_gateway,
+)
 from benchlib.inprocess import bench_request, bench_stream, host
 from benchlib.plan import FULL, QUICK, Progress
 from benchlib.processes import CONFIGS
@@ -78,11 +85,19 @@ def main() -> None:
         help="leave the proxies, the upstream and the load generator to the scheduler (default:"
         " the proxies on the last CPU, the rest on the others)",
     )
+    parser.add_argument(
+        "--gateway",
+        action="store_true",
+        help="only section 3: the bridge's workers behind HAProxy (scripts/gateway) against"
+        " bare mitmdump, HAProxy before bare mitmdump and one worker alone (needs haproxy)",
+    )
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:
         serve_upstream()
         return
+    if args.gateway:
+        sys.exit(main_gateway(args.quick, args.json))
 
     # SIGTERM ends the run like Ctrl-C: the finally blocks stop every child.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -134,3 +149,58 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
         print(f"\nraw numbers: {args.json}")
+
+
+def main_gateway(quick: bool, json_path: Path | None) -> int:
+    """Section 3 alone (``--gateway``); 3 when HAProxy is not installed."""
+    from gateway import find_haproxy, install_hint
+
+    haproxy = find_haproxy()
+    if haproxy is None:
+        print(install_hint(), file=sys.stderr)
+        return 3
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    _raise_nofile()
+    plan = GATEWAY_QUICK if quick else GATEWAY_FULL
+    say = Progress()
+    machine = {"cpus": os.cpu_count(), "python": sys.version.split()[0], **host()}
+    say(
+        f"host: {machine['cpu_model'] or 'CPU model unknown'}; a 1,000-step Python loop"
+        f" {machine['python_loop_us']:.1f} µs"
+    )
+    say(
+        "section 3: workers behind HAProxy on 127.0.0.1 (ratio = column / bare mitmdump;"
+        " a column's CPU is all its processes')"
+    )
+    load_before = _loadavg()
+    results, configs = run_gateway(plan, COLUMNS, haproxy, say)
+    machine["loadavg_1min"] = [load_before, _loadavg()]
+    say(f"done (1-minute load average {load_before} at the start, {_loadavg()} at the end)")
+    print()
+    print("### Workers behind HAProxy\n")
+    print(
+        f"Ratios in parentheses: column / bare mitmdump. {os.cpu_count()} CPUs, processes not"
+        " pinned; CPU is the column's (HAProxy and its workers), the scripted upstream's and the"
+        f" load generator's. Host: {machine['cpu_model'] or 'CPU model unknown'}; a 1,000-step"
+        f" Python loop takes {machine['python_loop_us']:.1f} µs; 1-minute load average"
+        f" {machine['loadavg_1min'][0]} at the start, {machine['loadavg_1min'][1]} at the end"
+        " (other work on the machine shows there).\n"
+    )
+    print(proxy_table(plan, configs, results, only_measured=True))
+    split = cpu_split(results)
+    if split:
+        print("\nCPU of the unpaced windows, by process:\n")
+        print(split)
+    if json_path:
+        report = {"quick": quick, "machine": machine, "plan": plan.__dict__, "gateway": results}
+        json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        print(f"\nraw numbers: {json_path}")
+    return 0
+
+
+def _loadavg() -> str:
+    """The 1-minute load average (another job on the machine takes CPU from the run)."""
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "?"

@@ -115,6 +115,8 @@ class Config:
     options: tuple[tuple[str, str], ...] = ()
     routes: str = ""
     """A routes file's text (``bridge_routes``); empty: the default routes."""
+    scripts: tuple[Path, ...] = ()
+    """More mitmproxy scripts, loaded after the addon (``addon/health.py`` behind HAProxy)."""
 
 
 FALLBACK_ROUTES = """
@@ -157,6 +159,8 @@ def mitmdump_argv(config: Config, upstream: int, port: int, confdir: Path) -> li
     argv = [str(MITMDUMP)]
     if config.bridge:
         argv += ["-s", str(MAIN_SCRIPT)]
+    for script in config.scripts:
+        argv += ["-s", str(script)]
     argv += ["--mode", f"reverse:http://{HOST}:{upstream}", "--listen-host", HOST]
     argv += ["--listen-port", str(port)]
     settings = {

@@ -164,10 +164,18 @@ def rows(plan: Plan, results: dict[str, Any]) -> list[Row]:
     return out
 
 
-def proxy_table(plan: Plan, configs: Sequence[Config], results: dict[str, Any]) -> str:
+def proxy_table(
+    plan: Plan, configs: Sequence[Config], results: dict[str, Any], only_measured: bool = False
+) -> str:
+    """The table; ``only_measured``: without the rows no column has a measurement for (a
+    section that measures part of a ``Plan``)."""
     head = "| measurement | " + " | ".join(c.title for c in configs) + " |"
     lines = [head, "|---" * (len(configs) + 1) + "|"]
     for row in rows(plan, results):
+        if only_measured and not any(
+            isinstance(results.get(c.key, {}).get(row.measurement), dict) for c in configs
+        ):
+            continue
         cells = []
         base_m = results.get("bare", {}).get(row.measurement)
         if not isinstance(base_m, dict) or "error" in base_m:

@@ -169,6 +169,8 @@ _DISCONNECTS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = False
+    request_queue_size = 128
+    """The listen backlog (socketserver's default is 5): tens of streams connect at once."""
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hung up is no error of ours; anything else is printed as before."""
