@@ -30,6 +30,8 @@ class UsageCounting:
         """The reasoning store's life: a Redis ledger shares its connection."""
         self.ledger: UsageLedger = open_ledger("")
         self._path = ""
+        self._shared: object | None = None
+        """The store's Redis connection the ledger was opened on (None: its own, or none)."""
         self._failing = False
         """A warning was said and the ledger has not answered since."""
 
@@ -44,16 +46,30 @@ class UsageCounting:
             return
         if path == self._path:
             return
+        self._open(path)
+
+    def _open(self, path: str) -> None:
         store = self._store.store
+        shared = store.redis if store is not None else None
         try:
-            ledger = open_ledger(path, shared=store.redis if store else None, notify=_notice)
+            ledger = open_ledger(path, shared=shared, notify=_notice)
         except StoreError as e:
             log.warning("cursor-bridge: usage ledger: %s", clean(e, 300))
             return
         self.done()
-        self.ledger, self._path = ledger, path
+        self.ledger, self._path, self._shared = ledger, path, shared
         if path:
             log.info("cursor-bridge: usage ledger in %s", clean(ledger.where, 300))
+
+    def _current(self) -> UsageLedger:
+        """The ledger, on the reasoning store's Redis connection whenever the store has one
+        (mitmproxy may configure this addon before the store opened: then the ledger moves
+        onto the store's connection at its first count, so Redis lost is said once)."""
+        store = self._store.store
+        shared = store.redis if store is not None else None
+        if shared is not None and shared is not self._shared and self._path:
+            self._open(self._path)
+        return self.ledger
 
     def done(self) -> None:
         try:
@@ -68,7 +84,7 @@ class UsageCounting:
         if plan is None or not (answered or report.usage is not None):
             return
         try:
-            self.ledger.count(ledger_key(plan, time.time()), Tokens.of(report.usage))
+            self._current().count(ledger_key(plan, time.time()), Tokens.of(report.usage))
         except Exception as e:  # never the flow's failure
             if not self._failing:
                 self._failing = True
@@ -83,7 +99,7 @@ class UsageCounting:
         """Tokens and cost by day, route, model, key name and client, from the usage ledger
         (also logged; ``scripts/usage`` says the same and groups as asked)."""
         price = genai_prices()
-        text = table_text(lines(self.ledger.rows(), DIMENSIONS, price), DIMENSIONS, price)
+        text = table_text(lines(self._current().rows(), DIMENSIONS, price), DIMENSIONS, price)
         log.info("cursor-bridge: usage\n%s", text)
         return text
 
