@@ -47,7 +47,7 @@ from addon.shell.settings import BridgeSettings
 from addon.shell.upstream_request import apply_rewrite, origin
 
 if TYPE_CHECKING:
-    import httpx
+    from addon.shell.wire import Opened
 
 MAX_ERROR_BODY = 1024 * 1024
 """An upstream error's body is read to at most this many bytes (it is relayed whole)."""
@@ -163,7 +163,7 @@ class Fallbacks:
             elif falls_back(got.status_code):
                 last = await _read_error(got, route.timeout)
                 chain.served = attempt
-                self._failed(chain, route, got.status_code, got.headers.get("retry-after"))
+                self._failed(chain, route, got.status_code, got.header("retry-after"))
             else:
                 chain.served = attempt
                 return _streamed(got)
@@ -271,21 +271,22 @@ def _back(flow: http.HTTPFlow, sent: http.Request) -> None:
     flow.request = req
 
 
-def _headers(got: httpx.Response) -> list[tuple[bytes, bytes]]:
-    return [(k, v) for k, v in got.headers.raw if k.lower() not in _HOP_BY_HOP]
+def _headers(got: Opened) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in got.headers if k.lower() not in _HOP_BY_HOP]
 
 
-def _streamed(got: httpx.Response) -> Relayed:
-    """The answer relayed as it comes (raw: still content-encoded; its length kept)."""
+def _streamed(got: Opened) -> Relayed:
+    """The answer relayed as it comes: its body's bytes passed on as the upstream framed them
+    (chunked, or its length kept); a body that ends with the connection is framed again."""
     headers = _headers(got)
-    length = got.headers.get("content-length")
-    if length is not None and "transfer-encoding" not in got.headers:
+    length = got.header("content-length")
+    if got.framing == "length" and length is not None:
         headers.append((b"content-length", length.encode("latin-1")))
-    reason = got.reason_phrase.encode("latin-1", "replace")
-    return Relayed(got.status_code, reason, headers, got.aiter_raw(), got.aclose)
+    passed = got.passed_to if got.framing in ("chunked", "length") else None
+    return Relayed(got.status_code, got.reason, headers, got.aiter_raw(), got.aclose, passed)
 
 
-async def _read_error(got: httpx.Response, timeout: float) -> Relayed:
+async def _read_error(got: Opened, timeout: float) -> Relayed:
     """An error answer read whole (to ``MAX_ERROR_BODY``, within the route's ``timeout``), to
     relay if no later route answers."""
     body = bytearray()

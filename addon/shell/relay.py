@@ -43,6 +43,14 @@ class Relayed:
     """Its pieces as the upstream's reads give them."""
     close: Callable[[], Awaitable[None]]
     """Lets go of the upstream's connection (called once the body is written or abandoned)."""
+    passed: Passed | None = None
+    """The body's bytes written to mitmproxy as the upstream framed them (the headers say
+    how: ``content-length``, else chunked), instead of ``body`` framed again."""
+
+
+type Passed = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+"""Writes a body's bytes to mitmproxy's connection as they come, until its end; stops when
+mitmproxy closes it (``ConnectionError``); raises when the body ends short."""
 
 
 type Leg = Callable[[], Awaitable[Relayed]]
@@ -134,7 +142,7 @@ class Relay:
             return True
         except (ConnectionError, OSError):
             return False
-        except Exception as e:  # the upstream's body failed mid-way (httpx): cut it off
+        except Exception as e:  # the upstream's body failed mid-way (its connection): cut it off
             log.info("cursor-bridge: fallback relay: answer cut off (%s)", type(e).__name__)
             return False
         finally:
@@ -155,6 +163,10 @@ async def _write(
     head += [k + b": " + v + b"\r\n" for k, v in relayed.headers]
     head.append(b"transfer-encoding: chunked\r\n\r\n" if chunked else b"\r\n")
     writer.write(b"".join(head))
+    if relayed.passed is not None:
+        await relayed.passed(reader, writer)
+        await writer.drain()
+        return
     pending: list[bytes] = []
     held = 0
 
@@ -217,7 +229,7 @@ async def _unless_gone(leg: Awaitable[Relayed], reader: asyncio.StreamReader) ->
     try:
         await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        gone.cancel()
+        await stop_reading(gone)
     if task.done():
         return task.result()
     task.cancel()
@@ -225,6 +237,14 @@ async def _unless_gone(leg: Awaitable[Relayed], reader: asyncio.StreamReader) ->
         late = await task
         await late.close()
     return None
+
+
+async def stop_reading(gone: asyncio.Future[bytes]) -> None:
+    """A ``reader.read`` watching for mitmproxy's close, stopped: its end awaited, so that the
+    next read of the connection does not find it still waiting."""
+    gone.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await gone
 
 
 def _header(request: h11.Request, name: str) -> str:

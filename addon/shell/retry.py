@@ -27,13 +27,12 @@ from addon.plan import short
 from addon.plan.fallback import NoAnswer, Reason
 from addon.shell.notes import append_comment, log
 from addon.shell.options import OptionChecks, add_options
+from addon.shell.wire import Opened, Origin, Pool, ProxyRefused, UpstreamClosed, ask
 
 _HOP_BY_HOP = frozenset(
     {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
      "proxy-connection", "proxy-authorization", "trailer"}
 )  # fmt: skip
-_ADDED_BY_HTTPX = ("accept", "accept-encoding", "user-agent")
-"""Headers httpx's client adds to every request: a relayed attempt sends the client's only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +53,8 @@ class Retry(OptionChecks):
         self._clients: dict[tuple[str, str] | None, httpx.AsyncClient] = {}
         """One client per way out: ``None`` direct, else (upstream proxy URL, its auth)."""
         self._timeout = float(RETRY_OPTIONS[0].default)
+        self._pool = Pool()
+        """The relay's attempts' kept-alive connections (``open``)."""
 
     def load(self, loader: Any) -> None:
         add_options(loader, RETRY_OPTIONS)
@@ -136,40 +137,35 @@ class Retry(OptionChecks):
 
     async def open(
         self, flow: http.HTTPFlow, request: http.Request, timeout: float
-    ) -> httpx.Response | NoAnswer:
+    ) -> Opened | NoAnswer:
         """``request`` sent the way mitmproxy sends the flow's, its answer open once its
-        headers came (the body still to read: ``aiter_raw``, then ``aclose``), or why none
-        came within ``timeout`` seconds (the route's, to the first byte; the connect itself
-        at most 15 s). Only the request's own headers go: httpx adds none of its defaults."""
-        import httpx
-
-        client = self._client(flow)
-        headers = _sendable(request.headers)
-        sent = False
-
-        async def trace(event: str, info: object) -> None:
-            nonlocal sent
-            sent = sent or event.endswith("send_request_headers.started")
-
+        headers came (the body still to read), or why none came within ``timeout`` seconds
+        (the route's, to the first byte; the connect itself at most 15 s). Only the
+        request's own headers go (``addon.shell.wire``: no client library's defaults)."""
+        via = _upstream_proxy(flow)
+        proxy, auth = via if via is not None else (None, "")
+        origin = Origin(request.scheme, request.host, request.port, proxy, auth, _ssl_insecure())
+        sent = [False]
         try:
-            built = client.build_request(
-                request.method,
-                request.url,
-                headers=headers,
-                content=request.content,
-                timeout=httpx.Timeout(None, connect=min(timeout, 15.0)),
-                extensions={"trace": trace},
-            )
-            for name in _ADDED_BY_HTTPX:
-                if name not in request.headers:
-                    built.headers.pop(name, None)
-            return await asyncio.wait_for(client.send(built, stream=True), timeout)
+            data = _request_bytes(request, origin)
+            async with asyncio.timeout(timeout):
+                return await ask(self._pool, origin, data, request.method, min(timeout, 15.0), sent)
         except TimeoutError:
-            how = "timed out before the first byte" if sent else "connect timed out"
+            how = "timed out before the first byte" if sent[0] else "connect timed out"
             return NoAnswer(Reason.TIMED_OUT, how)
-        except httpx.HTTPError as e:
-            return _why(e)
-        except (httpx.InvalidURL, ValueError) as e:
+        except ConnectionRefusedError:
+            return NoAnswer(Reason.UNREACHABLE, "connection refused")
+        except (ssl.SSLError, ssl.CertificateError):
+            return NoAnswer(Reason.UNREACHABLE, "TLS handshake failed")
+        except socket.gaierror:
+            return NoAnswer(Reason.UNREACHABLE, "name not resolved")
+        except UpstreamClosed:
+            return NoAnswer(Reason.UNREACHABLE, "the upstream closed the connection")
+        except ProxyRefused:
+            return NoAnswer(Reason.UNREACHABLE, "request failed (ProxyError)")
+        except OSError:
+            return NoAnswer(Reason.UNREACHABLE, "connection failed")
+        except ValueError as e:
             return NoAnswer(Reason.UNREACHABLE, f"request failed ({type(e).__name__})")
 
     def _client(self, flow: http.HTTPFlow) -> httpx.AsyncClient:
@@ -200,6 +196,7 @@ class Retry(OptionChecks):
         return client
 
     async def done(self) -> None:
+        self._pool.close()
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
@@ -212,6 +209,31 @@ def _sendable(headers: http.Headers) -> list[tuple[str, str]]:
         for k, v in headers.fields
         if k.decode("latin-1").lower() not in _HOP_BY_HOP
     ]
+
+
+def _request_bytes(request: http.Request, origin: Origin) -> bytes:
+    """The request as HTTP/1.1: absolute-form through a proxy for ``http://``, its own
+    headers (hop-by-hop ones left out), ``Host`` and ``Content-Length`` as httpx set them."""
+    body = request.raw_content or b""
+    forward = origin.proxy is not None and origin.scheme == "http"
+    target = request.url if forward else request.path
+    default = 443 if origin.scheme == "https" else 80
+    host = request.host if ":" not in request.host else f"[{request.host}]"
+    authority = host if request.port == default else f"{host}:{request.port}"
+    lines = [f"{request.method} {target} HTTP/1.1".encode(), b"Host: " + authority.encode("idna")]
+    lines += [
+        k + b": " + v
+        for k, v in request.headers.fields
+        if k.lower().decode("latin-1") not in _HOP_BY_HOP
+    ]
+    if body or request.method in ("POST", "PUT", "PATCH"):
+        lines.append(b"Content-Length: %d" % len(body))
+    if forward and origin.proxy_auth:
+        lines.append(b"Proxy-Authorization: " + origin.proxy_auth.encode("latin-1"))
+    head = b"\r\n".join(lines)
+    if b"\n" in head.replace(b"\r\n", b"") or b"\r" in head.replace(b"\r\n", b""):
+        raise ValueError("a header holds a line break")
+    return head + b"\r\n\r\n" + body
 
 
 def _why(e: httpx.HTTPError) -> NoAnswer:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from mitmproxy import ctx, http
 from mitmproxy.proxy.mode_specs import ProxyMode
@@ -99,7 +99,32 @@ def client_flow(host: str, path: str, key: tuple[str, str], body: Any) -> http.H
     return tflow.tflow(req=req)
 
 
-type Answer = httpx.Response | NoAnswer
+@dataclass
+class Reply:
+    """An upstream's answer as ``Retry.open`` gives it (``addon.shell.wire.Opened``): headers
+    read, the body still to come (here read off whole, as a body that ends with its
+    connection)."""
+
+    status_code: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    reason: bytes = b""
+    framing: str = "close"
+    passed_to: None = None
+    closed: bool = False
+
+    def header(self, name: str) -> str | None:
+        got = [v for k, v in self.headers if k.lower() == name.encode()]
+        return got[0].decode() if got else None
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        yield self.body
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+type Answer = Reply | NoAnswer
 """What an attempt got: an answer (its body still to read) or why none came."""
 
 
@@ -128,7 +153,7 @@ class Bridge:
 def reply(status: int, body: bytes, ctype: str = "application/json", **headers: str) -> Answer:
     """An upstream's answer as ``Retry.open`` gives it: headers read, the body still to come."""
     fields = [("content-type", ctype), *((k.replace("_", "-"), v) for k, v in headers.items())]
-    return httpx.Response(status, headers=fields, stream=httpx.ByteStream(body))
+    return Reply(status, [(k.encode(), v.encode()) for k, v in fields], body)
 
 
 @pytest.fixture

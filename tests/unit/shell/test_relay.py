@@ -21,6 +21,7 @@ from mitmproxy.test import taddons, tflow, tutils
 from addon.plan.fallback import NoAnswer, Reason
 from addon.shell.relay import TOKEN_HEADER, Leg, Relay, Relayed, whole
 from addon.shell.retry import Retry
+from addon.shell.wire import Opened
 
 TIMEOUT = 10.0
 
@@ -223,7 +224,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def opened(url: str, timeout: float = 5.0, **headers: str) -> httpx.Response | NoAnswer:
+async def opened(url: str, timeout: float = 5.0, **headers: str) -> Opened | NoAnswer:
     retry = Retry()
     try:
         return await retry.open(tflow.tflow(), request_to(url, **headers), timeout)
@@ -277,7 +278,7 @@ def test_open_sends_the_requests_own_headers_and_leaves_the_body_to_read() -> No
         async with server(answer) as port:
             url = f"http://127.0.0.1:{port}/v1"
             got = await retry.open(tflow.tflow(), request_to(url, authorization="Bearer k"), 5.0)
-            assert isinstance(got, httpx.Response) and got.status_code == 200
+            assert isinstance(got, Opened) and got.status_code == 200
             assert b"".join([c async for c in got.aiter_raw()]) == b"data: 1\n\n"
             await got.aclose()
         await retry.done()
@@ -285,6 +286,127 @@ def test_open_sends_the_requests_own_headers_and_leaves_the_body_to_read() -> No
         assert "authorization: bearer k" in head
         for added in ("user-agent", "accept-encoding", "accept:"):
             assert added not in head
+
+    with taddons.context():
+        run(go)
+
+
+# ---------------------------------------------------------------------- the body passed through
+
+
+def test_a_chunked_answer_passes_through_as_its_bytes_and_the_connection_is_kept() -> None:
+    """The upstream's chunks reach mitmproxy as the upstream wrote them (sizes, extensions
+    and the last chunk's trailer included: read only to find the end), and the next attempt
+    to the same origin goes on the same connection."""
+    connections: list[int] = []
+    body = b"9;x=1\r\ndata: 1\n\n\r\n9\r\ndata: 2\n\n\r\n0\r\nx-t: 1\r\n\r\n"
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        for _ in range(2):
+            await reader.readuntil(b"\r\n\r\n")
+            await reader.readexactly(len(b'{"model": "m"}'))
+            writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + body[:20])
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(body[20:])
+            await writer.drain()
+
+    async def go() -> None:
+        retry = Retry()
+        legs = Legs()
+        relay = Relay(legs.take)
+        port = await relay.start()
+        async with server(answer) as up:
+            for _ in range(2):
+                got = await retry.open(tflow.tflow(), request_to(f"http://127.0.0.1:{up}/v1"), 5.0)
+                assert isinstance(got, Opened) and got.framing == "chunked"
+
+                async def leg(got: Opened = got) -> Relayed:
+                    return Relayed(200, b"OK", [], got.aiter_raw(), got.aclose, got.passed_to)
+
+                token = legs.add(leg)
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(
+                    f"GET / HTTP/1.1\r\nhost: x\r\n{TOKEN_HEADER}: {token}\r\n\r\n".encode()
+                )
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT)
+                assert b"transfer-encoding: chunked" in head
+                got_body = await asyncio.wait_for(reader.readuntil(b"x-t: 1\r\n\r\n"), TIMEOUT)
+                assert got_body == body
+                writer.close()
+                await asyncio.sleep(0.1)  # the relay lets go of the upstream's connection
+        assert len(connections) == 1
+        await retry.done()
+        await relay.stop()
+
+    with taddons.context():
+        run(go)
+
+
+def test_an_upstream_that_cuts_its_body_cuts_the_relayed_one() -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789")
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.close()  # 90 bytes short
+
+    async def go() -> None:
+        retry, legs = Retry(), Legs()
+        relay = Relay(legs.take)
+        port = await relay.start()
+        async with server(answer) as up:
+            got = await retry.open(tflow.tflow(), request_to(f"http://127.0.0.1:{up}/v1"), 5.0)
+            assert isinstance(got, Opened) and got.framing == "length"
+            headers = [(b"content-length", b"100")]
+            relayed = Relayed(200, b"OK", headers, got.aiter_raw(), got.aclose, got.passed_to)
+
+            async def leg() -> Relayed:
+                return relayed
+
+            token = legs.add(leg)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT) as c:
+                with pytest.raises(httpx.RemoteProtocolError):
+                    async with c.stream("GET", "/", headers={TOKEN_HEADER: token}) as r:
+                        assert b"".join([p async for p in r.aiter_raw()]) == b"0123456789"
+        await retry.done()
+        await relay.stop()
+
+    with taddons.context():
+        run(go)
+
+
+def test_a_client_gone_mid_answer_closes_the_upstreams_connection() -> None:
+    upstream_saw_close = asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n")
+        await writer.drain()
+        await reader.read()  # the body's bytes: until the relay closes the connection
+        upstream_saw_close.set()
+
+    async def go() -> None:
+        retry, legs = Retry(), Legs()
+        relay = Relay(legs.take)
+        port = await relay.start()
+        async with server(answer) as up:
+            got = await retry.open(tflow.tflow(), request_to(f"http://127.0.0.1:{up}/v1"), 5.0)
+            assert isinstance(got, Opened)
+            relayed = Relayed(200, b"OK", [], got.aiter_raw(), got.aclose, got.passed_to)
+
+            async def leg() -> Relayed:
+                return relayed
+
+            token = legs.add(leg)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"GET / HTTP/1.1\r\nhost: x\r\n{TOKEN_HEADER}: {token}\r\n\r\n".encode())
+            await asyncio.wait_for(reader.readuntil(b"data: 1\n\n\r\n"), TIMEOUT)
+            writer.close()  # mitmproxy closes: its client hung up mid-answer
+            await asyncio.wait_for(upstream_saw_close.wait(), TIMEOUT)
+        await retry.done()
+        await relay.stop()
 
     with taddons.context():
         run(go)
