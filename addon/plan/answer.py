@@ -58,13 +58,12 @@ from addon.stream.whole import (
     sse_from_response,
 )
 from addon.textproto.parser import TextProtocolParser
+from addon.transforms import staged_retry
 from addon.transforms.call_ids import RENAMED_NOTE, fresh_call_ids
 from addon.transforms.custom_tools import unwrap_custom_calls
 from addon.transforms.loop_guard import guard_response
 from addon.transforms.repair import repair_response
 from addon.transforms.signatures import drop_trailing_signatures
-from addon.transforms.staged_retry import Stage as RetryStage
-from addon.transforms.staged_retry import stage_request
 from addon.transforms.text_tools import parse_text_tools
 
 
@@ -377,12 +376,12 @@ def needs_retry(plan: FlowPlan, state: AnswerState, answer: Response) -> bool:
     )
 
 
-def stage_body(plan: FlowPlan, state: AnswerState, stage: RetryStage) -> bytes:
+def stage_body(plan: FlowPlan, state: AnswerState, stage: staged_retry.Stage) -> bytes:
     """The upstream body of a staged retry (``addon.transforms.staged_retry``). Raises
     ``ValueError`` when this flow cannot be retried that way."""
     if plan.unified is None or plan.encode_stage is None:
         raise ValueError("no request to retry")
-    return plan.encode_stage(stage_request(plan.unified, stage, state.notes))
+    return plan.encode_stage(staged_retry.stage_request(plan.unified, stage, state.notes))
 
 
 # ---------------------------------------------------------------------- the loop guard

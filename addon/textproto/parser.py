@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Literal
 
-from addon.jsonio import loads as strict_json
+from addon import jsonio
 from addon.model import Event, TextDelta, ThinkingDelta, ToolCallEnd, ToolCallStart
 
 type TextProtocol = Literal["invoke", "bracket"]
@@ -348,7 +348,7 @@ class TextProtocolParser:
         assert call is not None
         args = "".join(call.args)
         try:
-            parsed = strict_json(args)
+            parsed = jsonio.loads(args)
         except ValueError:
             if self.readable is None or not self.readable(args):
                 self._reject(f"arguments of {call.name!r} are not valid JSON", out, refeed=False)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from typing import Literal
 
+from addon import jsonio
 from addon.dialects.anthropic.blocks import CACHE_KEY, cache_control
 from addon.dialects.anthropic.ids import to_anthropic
 from addon.dialects.base import unsupported_tool
-from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
     Image,
@@ -244,7 +244,7 @@ def _encode_part(p: Part, notes: Notes) -> JSON:
             return _marked(_encode_image(p), p)
         case ToolCall():
             try:
-                args = strict_json(p.arguments or "{}")
+                args = jsonio.loads(p.arguments or "{}")
             except ValueError:
                 args = None
             if not isinstance(args, dict):

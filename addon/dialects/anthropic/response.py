@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from addon import jsonio
 from addon.dialects.base import count_at
-from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
     AnswerDefaults,
@@ -82,7 +82,7 @@ def stop_reason(reason: FinishReason | None, raw: str | None, same_dialect: bool
 def tool_input(arguments: str) -> JSON:
     """The ``input`` object of a tool_use block; broken arguments kept as ``_raw_arguments``."""
     try:
-        parsed = strict_json(arguments or "{}")
+        parsed = jsonio.loads(arguments or "{}")
     except ValueError:
         parsed = None
     return parsed if isinstance(parsed, dict) else {"_raw_arguments": arguments}

@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal, assert_never
 
+from addon import jsonio
 from addon.dialects.base import EncoderFastPath
 from addon.jsonio import dumpb, dumps
-from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
     NO_DEFAULTS,
@@ -186,7 +186,7 @@ class _Call:
         if self.blank or self.in_string:
             return False
         try:  # a bare scalar (not an object): rare, parse it
-            strict_json(self.arguments())
+            jsonio.loads(self.arguments())
         except ValueError:
             return False
         return True

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from addon.jsonio import loads as strict_json
+from addon import jsonio
 from addon.model import JSON
 
 _CALL = re.compile(r"call:(?P<path>[^{(\s]*)\s*(?P<args>\{.*\})?\s*$", re.S)
@@ -55,7 +55,7 @@ def _parse_args(text: str) -> JSON | None:
 
 
 def _as_json(text: str) -> Any:
-    return strict_json(text)
+    return jsonio.loads(text)
 
 
 def _with_json_repair(text: str) -> Any:
@@ -78,7 +78,7 @@ def _as_gemini_syntax(text: str) -> Any:
     if "<ctrl46>" in rest:
         raise ValueError("an unclosed <ctrl46> string")
     pieces.append(_quote_keys(rest))
-    return strict_json("".join(pieces))
+    return jsonio.loads("".join(pieces))
 
 
 def _quote_keys(text: str) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from addon.jsonio import loads as strict_json
+from addon import jsonio
 from addon.model import (
     JSON,
     Image,
@@ -246,7 +246,7 @@ def args_object(arguments: str, custom: bool = False) -> tuple[JSON, bool]:
     if not arguments.strip():
         return {}, False
     try:
-        args = strict_json(arguments)
+        args = jsonio.loads(arguments)
     except ValueError:
         args = None
     if isinstance(args, dict):

@@ -15,8 +15,8 @@ import hashlib
 import json
 from typing import Any
 
+from addon import jsonio
 from addon.dialects.base import count_at
-from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
     ClientError,
@@ -231,7 +231,7 @@ def synthetic() -> JSON:
 def call_args(arguments: str) -> JSON:
     """The ``args`` object of a ``functionCall``; broken arguments kept as ``_raw_arguments``."""
     try:
-        parsed = strict_json(arguments or "{}")
+        parsed = jsonio.loads(arguments or "{}")
     except ValueError:
         parsed = None
     return parsed if isinstance(parsed, dict) else {"_raw_arguments": arguments}

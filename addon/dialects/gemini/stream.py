@@ -15,8 +15,8 @@ import json
 import re
 from typing import Any
 
+from addon import jsonio
 from addon.jsonio import loads
-from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
     Event,
@@ -422,7 +422,7 @@ class GeminiStreamDecoder:
         call = parse_malformed(message) if raw == MALFORMED else None
         if call is not None:
             name, arguments = call
-            out.extend(self._emit(_Call(name, None, None, {}, args=strict_json(arguments))))
+            out.extend(self._emit(_Call(name, None, None, {}, args=jsonio.loads(arguments))))
             out.append(Finish("tool_calls", raw=raw, extra={NAME: {"recovered": True}}))
             return
         if raw in _EXPLAINED:

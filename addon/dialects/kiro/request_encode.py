@@ -16,8 +16,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
+from addon import jsonio
 from addon.dialects.base import unsupported_tool
-from addon.jsonio import loads as strict_json
 from addon.model import (
     JSON,
     Image,
@@ -379,7 +379,7 @@ def session_id(user: str | None) -> str | None:
         return None
     if user.lstrip().startswith("{"):
         try:
-            value = strict_json(user)
+            value = jsonio.loads(user)
         except (ValueError, RecursionError):
             value = None
         found = value.get("session_id") if isinstance(value, dict) else None
@@ -416,7 +416,7 @@ def _args_object(arguments: str, custom: bool) -> JSON:
     if not arguments.strip():
         return {}
     try:
-        args = strict_json(arguments)
+        args = jsonio.loads(arguments)
     except ValueError:
         args = None
     return args if isinstance(args, dict) else {RAW_ARGUMENTS: arguments}
@@ -428,7 +428,7 @@ def _kiro_shaped(content: object) -> JSON | None:
     if not isinstance(content, str) or not content.lstrip().startswith("{"):
         return None
     try:
-        value = strict_json(content)
+        value = jsonio.loads(content)
     except (ValueError, RecursionError):
         return None
     if not isinstance(value, dict) or value.get("status") not in ("success", "error"):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from addon.dialects.openai_chat import errors
 from addon.dialects.openai_chat.errors import body_status, error_body, error_code, error_type
-from addon.dialects.openai_chat.errors import status_of as openai_status_of
 
 _CLIENT_CODES = [
     "invalid_prompt",
@@ -59,7 +59,7 @@ def status_of(*kinds: Any) -> int | None:
     for kind in kinds:
         if isinstance(kind, str) and kind in FAILED_STATUSES:
             return FAILED_STATUSES[kind]
-    return openai_status_of(*kinds)
+    return errors.status_of(*kinds)
 
 
 __all__ = ["body_status", "error_body", "error_code", "error_type", "failed_code", "status_of"]
