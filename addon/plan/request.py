@@ -274,13 +274,14 @@ def _route_key(route: Route, env: Mapping[str, str], creds: RouteCredentials | N
     route's environment variable. ``ClientError`` (500) when that variable is not set."""
     if creds is not None:
         return creds.key
-    if route.api_key_env is None:
+    name = route.key_env  # a key pool's link: its one key
+    if name is None:
         return None
-    key = env.get(route.api_key_env) or None
+    key = env.get(name) or None
     if key is None:
         raise ClientError(
             f"the bridge's route '{route.name}' takes its API key from the environment "
-            f"variable {route.api_key_env}, which is not set",
+            f"variable {name}, which is not set",
             status=500,
             code="bridge_configuration",
         )

@@ -83,9 +83,11 @@ class RewriteRequest:
             if route.token_file is None:
                 creds = None  # read for the matched route, and this flow goes elsewhere
             env = environment()
-            route_key = creds.key if creds else env.get(route.api_key_env or "")
-            # A fallback's key is this flow's secret too: redacted wherever it is echoed.
-            others = [env.get(r.api_key_env or "") for r in chain.chain] if chain else []
+            route_key = creds.key if creds else env.get(route.key_env or "")
+            # A fallback's key (a pool's every key) is this flow's secret too: redacted
+            # wherever it is echoed.
+            routes = chain.chain if chain else (route,)
+            others = [env.get(n) for r in routes for n in r.key_names]
             secrets = secret_values(incoming.headers, incoming.query, route_key, *others)
             flows.add_secrets(flow.id, secrets)  # before any line about this flow is written
             decision: Decision = decide(
