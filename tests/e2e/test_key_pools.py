@@ -1,0 +1,174 @@
+"""End to end: key pools (issue 37). One mitmdump in reverse mode; a route whose
+``api_key_env`` lists two keys of one scripted OpenAI-compatible upstream (which answers 401
+to any other key). One key at 429 → the request is answered with the other, and later
+requests of that conversation skip the cooled key; one key revoked (401) → left out, one log
+line naming its variable; both keys at 429 → the client's 429 with ``Retry-After`` in its own
+dialect. No key value in the log (``keyed.routed``)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.harness import Proxy, Recorded, Reply, ScriptedUpstream
+from tests.e2e.keyed import routed
+from tests.e2e.test_fallback import error_reply
+from tests.real.clients.loop import answer, check_request
+
+CLIENT_KEY = "sk-client-SECRET-pool"
+KEYS = {"CB_E2E_POOL_A": "sk-pool-a-SECRET", "CB_E2E_POOL_B": "sk-pool-b-SECRET"}
+BY_VALUE = {v: n for n, v in KEYS.items()}
+ALL_KEYS = (CLIENT_KEY, *KEYS.values())
+
+
+@dataclass
+class Pooled:
+    """An OpenAI-compatible upstream that takes either key of the pool."""
+
+    server: ScriptedUpstream
+
+    def __call__(self, rec: Recorded) -> Reply:
+        if key_of(rec) is None:
+            return error_reply("openai_chat", "invalid api key", 401)
+        body = rec.json()
+        check_request("openai_chat", body)
+        return answer("openai_chat", bool(body.get("stream")), f"hello with {key_of(rec)}")
+
+
+def key_of(rec: Recorded) -> str | None:
+    """The pool's variable whose key the request carried."""
+    auth = rec.headers.get("authorization", "")
+    return BY_VALUE.get(auth.removeprefix("Bearer "))
+
+
+@pytest.fixture
+def pooled() -> Iterator[Pooled]:
+    server = ScriptedUpstream().start()
+    try:
+        service = Pooled(server)
+        server.script = service
+        yield service
+        assert not server.errors, server.errors
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pool(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    pooled: Pooled,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Proxy]:
+    names = ", ".join(f'"{n}"' for n in KEYS)
+    text = f"""
+[[routes]]
+name = "pool"
+path = "*/chat/completions"
+upstream_url = "{pooled.server.base_url}"
+api_key_env = [{names}]
+cooldown = 30
+
+[[routes]]
+name = "claude-pool"
+path = "*/v1/messages"
+client = "anthropic"
+upstream = "openai_chat"
+upstream_url = "{pooled.server.base_url}"
+api_key_env = [{names}]
+"""
+    with routed(start_proxy, tmp_path / "routes.toml", text, KEYS, monkeypatch, ALL_KEYS) as p:
+        yield p
+    assert not upstream.requests
+
+
+def ask(proxy: Proxy, opening: str, stream: bool = False) -> str:
+    client = openai.OpenAI(
+        base_url=f"{proxy.base_url}/v1", api_key=CLIENT_KEY, max_retries=0, timeout=30
+    )
+    messages: Any = [{"role": "user", "content": opening}]
+    if not stream:
+        done = client.chat.completions.create(model="gpt-5", messages=messages)
+        return done.choices[0].message.content or ""
+    chunks = client.chat.completions.create(model="gpt-5", messages=messages, stream=True)
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def lines(proxy: Proxy, pattern: str, n: int, timeout: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = re.findall(pattern, proxy.log_text())
+        if len(found) >= n or time.monotonic() > deadline:
+            return [str(f) for f in found]
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_key_at_429_is_cooled_and_the_other_key_answers(
+    pool: Proxy, pooled: Pooled, stream: bool
+) -> None:
+    server = pooled.server
+    server.enqueue(error_reply("openai_chat", "slow down", 429))  # no Retry-After: cooldown
+    text = ask(pool, "conversation one", stream)
+    first, second = server.requests
+    cooled, other = key_of(first), key_of(second)
+    assert cooled != other and text == f"hello with {other}"
+    (line,) = lines(pool, r"cursor-bridge flow route=pool .*", 1)
+    assert f"pool#{cooled} (HTTP 429, cooling down 30 s)" in line
+    # The same conversation again, and other ones: never the cooled key while it cools.
+    for opening in ["conversation one", "two", "three", "four", "five"]:
+        assert ask(pool, opening, stream) == f"hello with {other}"
+    assert [key_of(r) for r in server.requests[2:]] == [other] * 5
+
+
+def test_the_sticky_key_serves_every_turn_of_a_conversation(pool: Proxy, pooled: Pooled) -> None:
+    for _ in range(3):
+        ask(pool, "a conversation of its own")
+    keys = {key_of(r) for r in pooled.server.requests}
+    assert len(keys) == 1 and len(pooled.server.requests) == 3
+
+
+def test_a_revoked_key_is_left_out_with_one_line_naming_it(pool: Proxy, pooled: Pooled) -> None:
+    server = pooled.server
+    server.enqueue(error_reply("openai_chat", "invalid api key", 401))
+    text = ask(pool, "revoked one")
+    first, second = server.requests
+    revoked, other = key_of(first), key_of(second)
+    assert revoked is not None and revoked != other and text == f"hello with {other}"
+    for opening in ["a", "b", "c", "d", "e", "f"]:
+        assert ask(pool, opening) == f"hello with {other}"
+    assert [key_of(r) for r in server.requests[2:]] == [other] * 6
+    found = lines(pool, r".*key \w+ refused \(HTTP 401\).*", 1)
+    assert len(found) == 1 and f"key {revoked} refused" in found[0]
+
+
+def test_both_keys_at_429_give_the_client_its_429_with_retry_after(
+    pool: Proxy, pooled: Pooled
+) -> None:
+    server = pooled.server
+    server.enqueue(
+        error_reply("openai_chat", "slow down", 429, {"retry-after": "20"}),
+        error_reply("openai_chat", "slow down", 429, {"retry-after": "7"}),
+    )
+    body = {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"x-api-key": CLIENT_KEY, "anthropic-version": "2023-06-01"}
+    url = f"{pool.base_url}/v1/messages"
+    got = httpx.post(url, json=body, headers=headers, timeout=30)
+    assert got.status_code == 429 and got.json()["type"] == "error"
+    assert {key_of(r) for r in server.requests} == set(KEYS)
+    # Both keys cool down: the next request is answered at once, upstream not asked.
+    again = httpx.post(url, json=body, headers=headers, timeout=30)
+    assert again.status_code == 429 and len(server.requests) == 2
+    assert again.json()["type"] == "error" and "every key" in again.text
+    assert 1 <= int(again.headers["retry-after"]) <= 7
+    found = lines(pool, r"cursor-bridge flow route=claude-pool outcome=rejected .*", 1)
+    assert "every key cooling down" in found[0]
