@@ -184,6 +184,8 @@ def _decide(
             _keep_explicit_empties(body, wire.body)
         if creds is not None and notes.pop("API key from the route's environment variable", 0):
             notes["Kiro token from the route's token file"] += 1
+        elif route.key_pool and notes.pop("API key from the route's environment variable", 0):
+            notes[f"API key from {route.key_env} (the route's key pool)"] += 1  # a name
         as_sent = (
             plan.same_dialect
             and decoded.origin == upstream.name

@@ -447,6 +447,10 @@ def _served(
     if model:
         line.fields["model"] = model
     line.fields["tried"] = tried
+    if plan.route.key_pool and plan.route.key_env:
+        line.fields["key"] = plan.route.key_env  # the key that served it: its name
+    else:
+        line.fields.pop("key", None)
 
 
 def _all_failed(

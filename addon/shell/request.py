@@ -157,6 +157,8 @@ class RewriteRequest:
             run.report.fields["model"] = model
         if plan.client_name:
             run.report.fields["client_name"] = plan.client_name  # a name, never a key
+        if plan.route.key_pool and plan.route.key_env:
+            run.report.fields["key"] = plan.route.key_env  # a key pool's: its name
         self.report.state.count("requests rewritten")
         decisions = decision_lines(plan.request_notes)
         if self.report.keep_originals:

@@ -123,7 +123,7 @@ def test_a_key_at_429_is_cooled_and_the_other_key_answers(
     cooled, other = key_of(first), key_of(second)
     assert cooled != other and text == f"hello with {other}"
     (line,) = lines(pool, r"cursor-bridge flow route=pool .*", 1)
-    assert f"pool#{cooled} (HTTP 429, cooling down 30 s)" in line
+    assert f"pool#{cooled} (HTTP 429, cooling down 30 s)" in line and f"key={other}" in line
     # The same conversation again, and other ones: never the cooled key while it cools.
     for opening in ["conversation one", "two", "three", "four", "five"]:
         assert ask(pool, opening, stream) == f"hello with {other}"
@@ -135,6 +135,9 @@ def test_the_sticky_key_serves_every_turn_of_a_conversation(pool: Proxy, pooled:
         ask(pool, "a conversation of its own")
     keys = {key_of(r) for r in pooled.server.requests}
     assert len(keys) == 1 and len(pooled.server.requests) == 3
+    (key,) = keys
+    found = lines(pool, r"cursor-bridge flow route=pool .*", 3)
+    assert len(found) == 3 and all(f"key={key}" in line for line in found)
 
 
 def test_a_revoked_key_is_left_out_with_one_line_naming_it(pool: Proxy, pooled: Pooled) -> None:

@@ -159,3 +159,14 @@ def test_a_pool_built_in_code_is_checked_too() -> None:
     with pytest.raises(ValueError, match="twice"):
         Route(name="x", api_key_env=("A", "A"))
     assert Route(name="x", api_key_env=["A", "B"]).api_key_env == ("A", "B")  # type: ignore[arg-type]
+
+
+def test_the_ledger_names_the_key_the_attempt_used() -> None:
+    from addon.plan.flow import FlowPlan
+    from addon.shell.usage import ledger_key
+
+    for link in chain_for(ALONE, "opening:ledger"):
+        plan = FlowPlan(link, DIALECTS["openai_chat"], DIALECTS["openai_chat"])
+        assert ledger_key(plan, 0.0).key == link.key_env
+    plain = FlowPlan(BACKUP, DIALECTS["openai_chat"], DIALECTS["anthropic"])
+    assert ledger_key(plain, 0.0).key == "KEY_BACKUP"
