@@ -18,15 +18,18 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.harness import Proxy, Recorded, Reply, ScriptedUpstream
+from tests.e2e.harness import Proxy, Recorded, Reply, ScriptedUpstream, free_port
 from tests.e2e.keyed import routed
 from tests.e2e.test_fallback import error_reply
 from tests.real.clients.loop import answer, check_request
+from tests.redis_server import RedisServer, redis_server_or_skip
 
 CLIENT_KEY = "sk-client-SECRET-pool"
 KEYS = {"CB_E2E_POOL_A": "sk-pool-a-SECRET", "CB_E2E_POOL_B": "sk-pool-b-SECRET"}
 BY_VALUE = {v: n for n, v in KEYS.items()}
 ALL_KEYS = (CLIENT_KEY, *KEYS.values())
+DEAD = free_port()
+"""A loopback port with nothing listening: connection refused."""
 
 
 @dataclass
@@ -61,16 +64,16 @@ def pooled() -> Iterator[Pooled]:
         server.stop()
 
 
-@pytest.fixture
-def pool(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    pooled: Pooled,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Proxy]:
+def routes_text(pooled: Pooled) -> str:
     names = ", ".join(f'"{n}"' for n in KEYS)
-    text = f"""
+    return f"""
+[[routes]]
+name = "dead-pool"
+model = "dead-*"
+upstream_url = "http://127.0.0.1:{DEAD}"
+api_key_env = [{names}]
+fallback = ["pool"]
+
 [[routes]]
 name = "pool"
 path = "*/chat/completions"
@@ -86,20 +89,31 @@ upstream = "openai_chat"
 upstream_url = "{pooled.server.base_url}"
 api_key_env = [{names}]
 """
+
+
+@pytest.fixture
+def pool(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    pooled: Pooled,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Proxy]:
+    text = routes_text(pooled)
     with routed(start_proxy, tmp_path / "routes.toml", text, KEYS, monkeypatch, ALL_KEYS) as p:
         yield p
     assert not upstream.requests
 
 
-def ask(proxy: Proxy, opening: str, stream: bool = False) -> str:
+def ask(proxy: Proxy, opening: str, stream: bool = False, model: str = "gpt-5") -> str:
     client = openai.OpenAI(
         base_url=f"{proxy.base_url}/v1", api_key=CLIENT_KEY, max_retries=0, timeout=30
     )
     messages: Any = [{"role": "user", "content": opening}]
     if not stream:
-        done = client.chat.completions.create(model="gpt-5", messages=messages)
+        done = client.chat.completions.create(model=model, messages=messages)
         return done.choices[0].message.content or ""
-    chunks = client.chat.completions.create(model="gpt-5", messages=messages, stream=True)
+    chunks = client.chat.completions.create(model=model, messages=messages, stream=True)
     return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
@@ -154,6 +168,18 @@ def test_a_revoked_key_is_left_out_with_one_line_naming_it(pool: Proxy, pooled: 
     assert len(found) == 1 and f"key {revoked} refused" in found[0]
 
 
+def test_an_unreachable_upstream_cools_every_key_of_its_route(pool: Proxy, pooled: Pooled) -> None:
+    """No connection is the upstream's failure, not a key's: the route's other keys are not
+    tried against it; its fallback (a pool of its own) answers."""
+    assert ask(pool, "dead one", model="dead-1").startswith("hello with ")
+    assert len(pooled.server.requests) == 1
+    (line,) = lines(pool, r"cursor-bridge flow route=pool .*", 1)
+    assert line.count("connection refused") == 1 and "dead-pool#CB_E2E_POOL_" in line
+    assert ask(pool, "dead two", model="dead-2").startswith("hello with ")
+    second = lines(pool, r"cursor-bridge flow route=pool .*", 2)[1]
+    assert second.count("(skipped, cooling down") == 2 and len(pooled.server.requests) == 2
+
+
 def test_both_keys_at_429_give_the_client_its_429_with_retry_after(
     pool: Proxy, pooled: Pooled
 ) -> None:
@@ -175,3 +201,40 @@ def test_both_keys_at_429_give_the_client_its_429_with_retry_after(
     assert 1 <= int(again.headers["retry-after"]) <= 7
     found = lines(pool, r"cursor-bridge flow route=claude-pool outcome=rejected .*", 1)
     assert "every key cooling down" in found[0]
+
+
+def test_two_workers_on_one_redis_store_share_the_keys_and_their_cooldowns(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    pooled: Pooled,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every worker on one store picks a conversation's key alike (the store's secret), and a
+    key one worker saw at 429 is skipped by the other."""
+    with RedisServer(redis_server_or_skip()) as redis:
+        for name, value in KEYS.items():
+            monkeypatch.setenv(name, value)
+        routes = tmp_path / "routes.toml"
+        routes.write_text(routes_text(pooled))
+        one = start_proxy(bridge_routes=str(routes), bridge_store=redis.url)
+        two = start_proxy(bridge_routes=str(routes), bridge_store=redis.url)
+        server = pooled.server
+        for n in range(6):
+            ask(one, f"shared {n}")
+            ask(two, f"shared {n}")
+        picked = [key_of(r) for r in server.requests]
+        assert picked[0::2] == picked[1::2]  # each conversation: one key on both workers
+        server.reset()
+        server.script = pooled
+        server.enqueue(error_reply("openai_chat", "slow down", 429))
+        ask(one, "cooled on one")
+        cooled, other = (key_of(r) for r in server.requests)
+        assert cooled != other
+        for opening in ["cooled on one", "p", "q", "r", "s", "t"]:
+            assert ask(two, opening) == f"hello with {other}"
+        assert [key_of(r) for r in server.requests[2:]] == [other] * 6
+        for proxy in (one, two):
+            log = proxy.log_text()
+            assert "Traceback" not in log and not [k for k in ALL_KEYS if k in log]
+    assert not upstream.requests
