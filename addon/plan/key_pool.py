@@ -87,8 +87,14 @@ def revoked(left: float) -> bool:
 
 
 def all_cooling(client: Dialect, wait: float) -> tuple[int, dict[str, str], bytes]:
-    """The client's 429 when every key of its route cools down and no other route is left:
-    in its dialect, ``Retry-After`` the earliest end of the keys' cooldowns."""
+    """The client's answer when every key of its route cools down and no other route is left:
+    a 429 in its dialect, ``Retry-After`` the earliest end of the keys' cooldowns. Every key
+    revoked (``revoked(wait)``): a 503 saying so (no wait would help; a 401 would tell the
+    client its own key is wrong)."""
+    if revoked(wait):
+        message = "cursor-bridge: every key of the route was refused by the upstream (401/403)"
+        error = ClientError(message, status=503, code="upstream_keys_refused")
+        return 503, {}, error_bytes(client, error)
     seconds = max(1, math.ceil(wait))
     message = f"cursor-bridge: every key of the route is cooling down; retry in {seconds} s"
     body = error_bytes(client, ClientError(message, status=429, code="rate_limited"))

@@ -236,7 +236,8 @@ class Fallbacks:
         )
         tried = tried_line(failures)
         label = f"cursor-bridge [{route.name}]"
-        append_comment(flow, f"{label}: answered 429: every key cooling down; tried: {tried}")
+        why = "every key cooling down" if status == 429 else "every key refused"
+        append_comment(flow, f"{label}: answered {status}: {why}; tried: {tried}")
         set_meta(flow, {"route": route.name, "action": "rejected"})
         self.report.state.count("rejected")
         line = FlowReport(
@@ -244,7 +245,8 @@ class Fallbacks:
             "rejected",
             client=route.client,
             upstream=route.upstream,
-            reason=f"answered 429: every key cooling down (Retry-After {headers['retry-after']})",
+            reason=f"answered {status}: {why}"
+            + (f" (Retry-After {headers['retry-after']})" if headers else ""),
             fields={"tried": tried},
         )
         self.report.close(flow, line, line=True)
@@ -403,7 +405,8 @@ def _deliver(
     if run.plan is not by.plan:
         run.plan, run.answer = by.plan, AnswerState.of(by.plan)
         run.report.notes = run.answer.notes
-    if falls_back(flow.response.status_code):
+    status = flow.response.status_code
+    if falls_back(status) or refused_key(by.route, status):
         _all_failed(report, flow, run, by.plan, failures)
     elif failures:
         _served(flow, run, by.plan, flow.request, failures)
@@ -413,7 +416,7 @@ def _deliver(
         log.info(
             "%s: fallback answered HTTP %d; tried: %s",
             by.plan.label,
-            flow.response.status_code,
+            status,
             tried_line(failures),
         )
 

@@ -238,3 +238,20 @@ def test_two_workers_on_one_redis_store_share_the_keys_and_their_cooldowns(
             log = proxy.log_text()
             assert "Traceback" not in log and not [k for k in ALL_KEYS if k in log]
     assert not upstream.requests
+
+
+def test_every_key_revoked_gives_the_client_a_503_naming_no_key(
+    pool: Proxy, pooled: Pooled
+) -> None:
+    server = pooled.server
+    server.enqueue(*[error_reply("openai_chat", "invalid api key", 401)] * 2)
+    body = {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"x-api-key": CLIENT_KEY, "anthropic-version": "2023-06-01"}
+    url = f"{pool.base_url}/v1/messages"
+    got = httpx.post(url, json=body, headers=headers, timeout=30)
+    assert got.status_code == 401 and got.json()["type"] == "error"  # the upstream's last
+    again = httpx.post(url, json=body, headers=headers, timeout=30)
+    assert again.status_code == 503 and "retry-after" not in again.headers
+    assert again.json()["type"] == "error" and len(server.requests) == 2
+    found = lines(pool, r".*key \w+ refused \(HTTP 401\).*", 2)
+    assert sorted(re.findall(r"key (\w+) refused", "\n".join(found))) == sorted(KEYS)

@@ -170,3 +170,9 @@ def test_the_ledger_names_the_key_the_attempt_used() -> None:
         assert ledger_key(plan, 0.0).key == link.key_env
     plain = FlowPlan(BACKUP, DIALECTS["openai_chat"], DIALECTS["anthropic"])
     assert ledger_key(plain, 0.0).key == "KEY_BACKUP"
+
+
+def test_every_key_revoked_is_a_503_without_retry_after() -> None:
+    status, headers, body = all_cooling(DIALECTS["openai_chat"], REVOKED_FOR - 5)
+    assert status == 503 and headers == {}
+    assert "refused" in json.loads(body)["error"]["message"]
