@@ -274,11 +274,15 @@ class Fallbacks:
             chain.failures.append(
                 Failure(link_name(route), Reason.ANSWERED_FAILURE, f"HTTP {status}")
             )
+            shared = self.cooldowns is not self.local_cooldowns  # a Redis store's table
             log.warning(
-                "cursor-bridge [%s]: key %s refused (HTTP %d): left out until the proxy restarts",
+                "cursor-bridge [%s]: key %s refused (HTTP %d): left out %s",
                 route.name,
                 route.key_env,
                 status,
+                f"for {REVOKED_FOR / 86400:.0f} days by every worker"
+                if shared
+                else "until the proxy restarts",
             )
             return
         wait = retry_after(header, self._clock())
