@@ -337,11 +337,12 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
     routes_path = get("bridge_routes")
     routes = _read_routes(routes_path) if routes_path else DEFAULT_ROUTES
     for route in routes:
-        if route.api_key_env is not None and route.api_key_env not in env:
-            raise ConfigError(
-                f"route '{route.name}': api_key_env names the environment variable "
-                f"{route.api_key_env}, which is not set"
-            )
+        for name in route.key_names:
+            if name not in env:
+                raise ConfigError(
+                    f"route '{route.name}': api_key_env names the environment variable "
+                    f"{name}, which is not set"
+                )
     limits = {}
     for name in ("bridge_tool_desc_max_chars", "bridge_tool_param_desc_max_chars"):
         value = get(name)

@@ -96,9 +96,11 @@ class Route:
     schema_profile: SchemaProfile | None = None
     """The ``schema`` key of a routes file."""
     upstream_path: str | None = None
-    api_key_env: str | None = None
+    api_key_env: str | tuple[str, ...] | None = None
     """Send the value of this environment variable as the upstream's API key (in the
-    upstream dialect's header) instead of the client's key."""
+    upstream dialect's header) instead of the client's key. A tuple is a key pool
+    (``addon.plan.key_pool``): one attempt per key, a conversation's own key first; a fallback
+    chain's link for one key of a pool is the route with a tuple of that one name."""
     cache_control: CachePolicy | None = None
     """Prompt-cache breakpoints sent upstream (docs/caching.md): ``keep`` the client's,
     ``auto`` the client's and the bridge's own where the client placed none, ``drop`` none;
@@ -167,7 +169,7 @@ class Route:
         object.__setattr__(self, "methods", http_methods(tuple(self.methods)))
         client_side(self.client)
         absolute_path(self.upstream_path)
-        env_name(self.api_key_env)
+        object.__setattr__(self, "api_key_env", env_names(self.api_key_env))
         object.__setattr__(self, "model_map", model_map_pairs(self.model_map))
         http_url(self.refresh_url)
         if self.description_limit is not None and self.description_limit < 16:
@@ -178,6 +180,25 @@ class Route:
         object.__setattr__(self, "fallback", fallback_names(self.fallback))
         seconds(self.timeout, "timeout", MAX_TIMEOUT, zero=False)
         seconds(self.cooldown, "cooldown", MAX_COOLDOWN, zero=True)
+
+    @property
+    def key_env(self) -> str | None:
+        """The environment variable whose value is sent: ``api_key_env``'s name, a pool's first
+        (a chain's link for one key of a pool: that key)."""
+        keys = self.api_key_env
+        return keys[0] if isinstance(keys, tuple) else keys
+
+    @property
+    def key_pool(self) -> tuple[str, ...]:
+        """The names of a key pool (``api_key_env`` given as a list); empty: no pool."""
+        keys = self.api_key_env
+        return keys if isinstance(keys, tuple) else ()
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        """Every environment variable the route may send (one, a pool's, or none)."""
+        keys = self.api_key_env
+        return keys if isinstance(keys, tuple) else (keys,) if keys is not None else ()
 
     def matches(self, host: str, path: str, method: str) -> bool:
         return (
@@ -231,6 +252,25 @@ def env_name(v: str | None) -> str | None:
     if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
         raise ValueError("must be an environment variable name (letters, digits, _)")
     return v
+
+
+def env_names(v: object) -> str | tuple[str, ...] | None:
+    """``api_key_env``: one environment variable name, or a key pool's list of them (not
+    empty, each once)."""
+    if v is None or isinstance(v, str):
+        return env_name(v)
+    if not isinstance(v, tuple | list):
+        raise ValueError('must be an environment variable name or a list of them, e.g. ["A", "B"]')
+    if not v:
+        raise ValueError("a key pool names at least one environment variable")
+    for name in v:
+        if not isinstance(name, str):
+            raise ValueError("must be environment variable names (letters, digits, _)")
+        env_name(name)
+    dupes = sorted({n for n in v if v.count(n) > 1})
+    if dupes:
+        raise ValueError(f"names a variable twice: {', '.join(dupes)}")
+    return tuple(v)
 
 
 def http_methods(v: tuple[str, ...]) -> tuple[str, ...]:

@@ -77,7 +77,7 @@ class RouteFields(BaseModel):
     tool_mode: ToolMode | None = None
     schema_profile: SchemaProfile | None = Field(default=None, alias="schema")
     upstream_path: str | None = None
-    api_key_env: str | None = None
+    api_key_env: str | tuple[str, ...] | None = None
     cache_control: CachePolicy | None = None
     cache_ttl: CacheTTL = "5m"
     prompt_cache_key: bool | None = Field(default=None, strict=True)
@@ -100,7 +100,7 @@ class RouteFields(BaseModel):
         default=routes.DEFAULT_COOLDOWN, ge=0, le=routes.MAX_COOLDOWN, strict=True
     )
 
-    _env = field_validator("api_key_env")(routes.env_name)
+    _env = field_validator("api_key_env", mode="before")(routes.env_names)
     _methods = field_validator("methods")(routes.http_methods)
     _not_empty = field_validator("name", "host", "path")(routes.not_empty)
     _path = field_validator("path")(routes.path_glob)

@@ -60,7 +60,8 @@ class LedgerKey:
     model: str
     """The model as sent upstream (what the upstream bills; ``FlowPlan.unified``)."""
     key: str
-    """The route's ``api_key_env`` name (never its value); empty: the client's own key."""
+    """The route's ``api_key_env`` name (never its value; a key pool's: the one the attempt
+    sent); empty: the client's own key."""
     client: str
     """The client key's name (``bridge_client_keys``), else the client's ``user`` (a
     credential-looking one hashed), else empty."""

@@ -127,7 +127,7 @@ def _count_request(
             f"cursor-bridge: count_tokens estimated ({estimate}; Kiro has no such endpoint)",
         )
     # The key follows the upstream's dialect here too (a Bearer gateway would say 401).
-    env_key = (env.get(route.api_key_env) or None) if route.api_key_env else None
+    env_key = (env.get(route.key_env) or None) if route.key_env else None  # a pool's first
     set_headers, drop = credentials(
         client, upstream, headers, env_key, Counter(), withhold=withhold
     )

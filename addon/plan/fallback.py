@@ -15,6 +15,7 @@ from typing import Protocol
 
 from addon.dialects import Dialect
 from addon.model import ClientError
+from addon.plan.key_pool import is_link, link_name
 from addon.plan.values import error_bytes
 from addon.routes import Route
 
@@ -157,26 +158,34 @@ def tried_line(failures: Iterable[Failure]) -> str:
     return ", ".join(f.describe() for f in failures)
 
 
-def first_route(chain: tuple[Route, ...], cooldowns: Cooldowns) -> tuple[Route, tuple[Route, ...]]:
-    """The route to try first and the routes skipped before it because they cool down, chain
-    order kept. Every route cooling: the one whose cooldown ends first (ties: chain order)."""
+def first_route(
+    chain: tuple[Route, ...], cooldowns: Cooldowns
+) -> tuple[Route | None, tuple[Route, ...]]:
+    """The route (or key link, ``addon.plan.key_pool``) to try first and the ones skipped
+    before it because they cool down, chain order kept. Every one cooling: the route whose
+    cooldown ends first (ties: chain order), never a key of a pool: a chain of keys only
+    gives None (the client's 429, ``key_pool.all_cooling``)."""
     skipped: list[Route] = []
     for route in chain:
-        if not cooldowns.cooling(route.name):
+        if not cooldowns.cooling(link_name(route)):
             return route, tuple(skipped)
         skipped.append(route)
-    soonest = min(chain, key=lambda r: cooldowns.left(r.name))
+    plain = [r for r in chain if not is_link(r)]
+    if not plain:
+        return None, chain
+    soonest = min(plain, key=lambda r: cooldowns.left(r.name))
     return soonest, tuple(r for r in chain if r is not soonest)
 
 
 def next_route(
     chain: tuple[Route, ...], tried: Iterable[str], cooldowns: Cooldowns
 ) -> Route | None:
-    """The next route of the chain after the ones tried: not tried yet, not cooling down, in
-    chain order; None when no route is left."""
+    """The next route (or key link) of the chain after the ones tried (by ``link_name``): not
+    tried yet, not cooling down, in chain order; None when none is left."""
     done = set(tried)
     for route in chain:
-        if route.name not in done and not cooldowns.cooling(route.name):
+        name = link_name(route)
+        if name not in done and not cooldowns.cooling(name):
             return route
     return None
 

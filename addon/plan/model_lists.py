@@ -80,8 +80,8 @@ def list_requests(
 
 
 def _key(route: Route, client_headers: Mapping[str, str], env: Mapping[str, str]) -> str | None:
-    if route.api_key_env is not None:
-        return env.get(route.api_key_env) or None
+    if route.key_env is not None:  # a key pool's first key
+        return env.get(route.key_env) or None
     if route.client_key:
         found = read_key(DIALECTS[route.client], client_headers)
         return found[1] if found is not None else None

@@ -184,6 +184,8 @@ def _decide(
             _keep_explicit_empties(body, wire.body)
         if creds is not None and notes.pop("API key from the route's environment variable", 0):
             notes["Kiro token from the route's token file"] += 1
+        elif route.key_pool and notes.pop("API key from the route's environment variable", 0):
+            notes[f"API key from {route.key_env} (the route's key pool)"] += 1  # a name
         as_sent = (
             plan.same_dialect
             and decoded.origin == upstream.name
@@ -274,13 +276,14 @@ def _route_key(route: Route, env: Mapping[str, str], creds: RouteCredentials | N
     route's environment variable. ``ClientError`` (500) when that variable is not set."""
     if creds is not None:
         return creds.key
-    if route.api_key_env is None:
+    name = route.key_env  # a key pool's link: its one key
+    if name is None:
         return None
-    key = env.get(route.api_key_env) or None
+    key = env.get(name) or None
     if key is None:
         raise ClientError(
             f"the bridge's route '{route.name}' takes its API key from the environment "
-            f"variable {route.api_key_env}, which is not set",
+            f"variable {name}, which is not set",
             status=500,
             code="bridge_configuration",
         )

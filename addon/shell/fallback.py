@@ -19,7 +19,10 @@ from typing import TYPE_CHECKING
 from mitmproxy import connection, http
 
 from addon.dialects import DIALECTS
+from addon.outcome import FlowReport
 from addon.plan import AnswerState, FlowPlan, Incoming, Rewrite, decide, route_for
+from addon.plan.caching import secret_of
+from addon.plan.conditions import RequestView
 from addon.plan.fallback import (
     Cooldowns,
     Failure,
@@ -34,6 +37,16 @@ from addon.plan.fallback import (
     retry_after,
     tried_line,
 )
+from addon.plan.key_pool import (
+    REVOKED_FOR,
+    all_cooling,
+    has_pool,
+    is_link,
+    link_name,
+    links,
+    refused_key,
+    revoked,
+)
 from addon.routes import Route, fallback_chain
 from addon.shell.flows import Attempt, Attempts, FlowRun
 from addon.shell.host_filter import outside_proxy_hosts
@@ -45,6 +58,7 @@ from addon.shell.report import Report
 from addon.shell.retry import Retry
 from addon.shell.settings import BridgeSettings
 from addon.shell.upstream_request import apply_rewrite, origin
+from addon.transforms.conversation import conversation_of
 
 if TYPE_CHECKING:
     from addon.shell.wire import Opened
@@ -98,13 +112,18 @@ class Fallbacks:
         try:
             req = flow.request
             settings = self._settings.settings
-            if self.retry is None or not any(r.fallback for r in settings.routes):
+            if self.retry is None or not any(_relayed(r) for r in settings.routes):
                 return None
             body = req.get_content(strict=False) or b""
-            route = route_for(settings, req.method, req.host, req.path, body)
-            if route is None or not route.fallback or outside_proxy_hosts(flow):
+            view = RequestView(body, req.path)
+            route = route_for(settings, req.method, req.host, req.path, view)
+            if route is None or not _relayed(route) or outside_proxy_hosts(flow):
                 return None
             chain = fallback_chain(route, settings.routes)
+            if has_pool(chain):  # each key a link, the conversation's own first
+                decoded = view.decoded(route.client)
+                conversation = conversation_of(decoded.request) if decoded else ""
+                chain = links(chain, secret_of(self._store.store), conversation)
         except Exception as e:
             log_internal_error("cursor-bridge: fallback", e)
             return None
@@ -114,11 +133,11 @@ class Fallbacks:
         try:
             await self.relay.start()
             route, skipped = first_route(chain, self.cooldowns)
-            failures = [
-                Failure(r.name, Reason.SKIPPED, cooling=self.cooldowns.left(r.name))
-                for r in skipped
-            ]
-            tried = [r.name for r in skipped]
+            failures = [self._skipped(r) for r in skipped]
+            if route is None:  # every key of the pool cools down, and nothing else is left
+                self._all_keys_cooling(flow, chain, failures)
+                return
+            tried = [link_name(r) for r in skipped]
             attempts = Attempts(route, chain, flow.request.copy(), failures, tried)
             self._flows.open(flow.id).chain = attempts
         except Exception as e:  # no relay: the flow goes to its matched route, without a chain
@@ -153,14 +172,14 @@ class Fallbacks:
         attempt = chain.attempt
         while attempt is not None:
             chain.attempt, route = attempt, attempt.route
-            chain.tried.append(route.name)
+            chain.tried.append(link_name(route))
             got = await self.retry.open(flow, attempt.request, route.timeout)
             if isinstance(got, NoAnswer):
                 cool = cooldown_after(route, None, None)
-                self.cooldowns.cool(route.name, cool or 0)
-                chain.failures.append(Failure(route.name, got.reason, got.detail, cool))
+                self._cool(chain, route, cool or 0)
+                chain.failures.append(Failure(link_name(route), got.reason, got.detail, cool))
                 log.info("cursor-bridge [%s]: upstream %s: falling back", route.name, got.detail)
-            elif falls_back(got.status_code):
+            elif falls_back(got.status_code) or refused_key(route, got.status_code):
                 last = await _read_error(got, route.timeout)
                 chain.served = attempt
                 self._failed(chain, route, got.status_code, got.header("retry-after"))
@@ -193,8 +212,8 @@ class Fallbacks:
                 named = chain.attempt.plan.client_name if chain.attempt is not None else ""
                 plan = dataclasses.replace(decision.plan, client_name=named)
                 return Attempt(route, plan, request)
-            chain.tried.append(route.name)
-            chain.failures.append(Failure(route.name, Reason.NOT_SENDABLE))
+            chain.tried.append(link_name(route))
+            chain.failures.append(Failure(link_name(route), Reason.NOT_SENDABLE))
         return None
 
     def _unreachable(self, chain: Attempts) -> Relayed:
@@ -204,12 +223,75 @@ class Fallbacks:
         status, body = all_failed(client, tuple(chain.failures))
         return whole(status, [(b"content-type", b"application/json")], body)
 
+    def _all_keys_cooling(
+        self, flow: http.HTTPFlow, chain: tuple[Route, ...], failures: list[Failure]
+    ) -> None:
+        """Every key of the pool cools down (or was revoked) and no other route is left: the
+        client's 429 in its dialect, ``Retry-After`` the earliest end of the cooldowns."""
+        route = chain[0]
+        wait = min(self.cooldowns.left(link_name(r)) for r in chain)
+        status, headers, body = all_cooling(DIALECTS[route.client], wait)
+        flow.response = http.Response.make(
+            status, body, {"content-type": "application/json", **headers}
+        )
+        tried = tried_line(failures)
+        label = f"cursor-bridge [{route.name}]"
+        why = "every key cooling down" if status == 429 else "every key refused"
+        append_comment(flow, f"{label}: answered {status}: {why}; tried: {tried}")
+        set_meta(flow, {"route": route.name, "action": "rejected"})
+        self.report.state.count("rejected")
+        line = FlowReport(
+            route.name,
+            "rejected",
+            client=route.client,
+            upstream=route.upstream,
+            reason=f"answered {status}: {why}"
+            + (f" (Retry-After {headers['retry-after']})" if headers else ""),
+            fields={"tried": tried},
+        )
+        self.report.close(flow, line, line=True)
+
+    def _skipped(self, route: Route) -> Failure:
+        """A route or key passed over because it cools down (or, a key, was revoked)."""
+        left = self.cooldowns.left(link_name(route))
+        if is_link(route) and revoked(left):
+            return Failure(link_name(route), Reason.SKIPPED, "revoked")
+        return Failure(link_name(route), Reason.SKIPPED, cooling=left)
+
+    def _cool(self, chain: Attempts, route: Route, seconds: float) -> None:
+        """The route cools down; a key of a pool failing for its upstream's sake (no answer,
+        a 5xx): every key of that route, which all reach the same upstream."""
+        if not is_link(route):
+            self.cooldowns.cool(route.name, seconds)
+            return
+        for other in chain.chain:
+            if other.name == route.name and is_link(other):
+                self.cooldowns.cool(link_name(other), seconds)
+
     def _failed(self, chain: Attempts, route: Route, status: int, header: str | None) -> None:
+        if refused_key(route, status):
+            self.cooldowns.cool(link_name(route), REVOKED_FOR)
+            chain.failures.append(
+                Failure(link_name(route), Reason.ANSWERED_FAILURE, f"HTTP {status}")
+            )
+            shared = self.cooldowns is not self.local_cooldowns  # a Redis store's table
+            log.warning(
+                "cursor-bridge [%s]: key %s refused (HTTP %d): left out %s",
+                route.name,
+                route.key_env,
+                status,
+                f"for {REVOKED_FOR / 86400:.0f} days by every worker"
+                if shared
+                else "until the proxy restarts",
+            )
+            return
         wait = retry_after(header, self._clock())
         cool = cooldown_after(route, status, wait)
-        if cool:
-            self.cooldowns.cool(route.name, cool)
-        failure = Failure(route.name, Reason.ANSWERED_FAILURE, f"HTTP {status}", cool)
+        if cool and status == 429:
+            self.cooldowns.cool(link_name(route), cool)  # a key's own limit: that key only
+        elif cool:
+            self._cool(chain, route, cool)
+        failure = Failure(link_name(route), Reason.ANSWERED_FAILURE, f"HTTP {status}", cool)
         chain.failures.append(failure)
         log.info(
             "cursor-bridge [%s]: upstream answered HTTP %d: falling back%s",
@@ -249,6 +331,11 @@ class Fallbacks:
 
     async def done(self) -> None:
         await self.relay.stop()
+
+
+def _relayed(route: Route) -> bool:
+    """Whether the route's flows go through the relay: a ``fallback`` chain or a key pool."""
+    return bool(route.fallback or route.key_pool)
 
 
 def _to_relay(flow: http.HTTPFlow, token: str, port: int) -> None:
@@ -323,7 +410,8 @@ def _deliver(
     if run.plan is not by.plan:
         run.plan, run.answer = by.plan, AnswerState.of(by.plan)
         run.report.notes = run.answer.notes
-    if falls_back(flow.response.status_code):
+    status = flow.response.status_code
+    if falls_back(status) or refused_key(by.route, status):
         _all_failed(report, flow, run, by.plan, failures)
     elif failures:
         _served(flow, run, by.plan, flow.request, failures)
@@ -333,7 +421,7 @@ def _deliver(
         log.info(
             "%s: fallback answered HTTP %d; tried: %s",
             by.plan.label,
-            flow.response.status_code,
+            status,
             tried_line(failures),
         )
 
@@ -352,12 +440,14 @@ def _served(
     tried = tried_line(failures)
     append_comment(
         flow,
-        f"{plan.label}: served by {plan.route.name} ({url}, model {model or '?'}); tried: {tried}",
+        f"{plan.label}: served by {link_name(plan.route)} ({url}, model {model or '?'}); "
+        f"tried: {tried}",
     )
+    served = link_name(plan.route)  # a key of a pool: route#KEYNAME
     _meta(
         flow,
         plan.meta(),
-        {"served_by": plan.route.name, "upstream_url": url, "model": model, "tried": failures},
+        {"served_by": served, "upstream_url": url, "model": model, "tried": failures},
     )
     line = run.report
     line.route, line.upstream = plan.route.name, plan.upstream.name
@@ -365,6 +455,10 @@ def _served(
     if model:
         line.fields["model"] = model
     line.fields["tried"] = tried
+    if plan.route.key_pool and plan.route.key_env:
+        line.fields["key"] = plan.route.key_env  # the key that served it: its name
+    else:
+        line.fields.pop("key", None)
 
 
 def _all_failed(

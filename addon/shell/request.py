@@ -83,9 +83,11 @@ class RewriteRequest:
             if route.token_file is None:
                 creds = None  # read for the matched route, and this flow goes elsewhere
             env = environment()
-            route_key = creds.key if creds else env.get(route.api_key_env or "")
-            # A fallback's key is this flow's secret too: redacted wherever it is echoed.
-            others = [env.get(r.api_key_env or "") for r in chain.chain] if chain else []
+            route_key = creds.key if creds else env.get(route.key_env or "")
+            # A fallback's key (a pool's every key) is this flow's secret too: redacted
+            # wherever it is echoed.
+            routes = chain.chain if chain else (route,)
+            others = [env.get(n) for r in routes for n in r.key_names]
             secrets = secret_values(incoming.headers, incoming.query, route_key, *others)
             flows.add_secrets(flow.id, secrets)  # before any line about this flow is written
             decision: Decision = decide(
@@ -155,6 +157,8 @@ class RewriteRequest:
             run.report.fields["model"] = model
         if plan.client_name:
             run.report.fields["client_name"] = plan.client_name  # a name, never a key
+        if plan.route.key_pool and plan.route.key_env:
+            run.report.fields["key"] = plan.route.key_env  # a key pool's: its name
         self.report.state.count("requests rewritten")
         decisions = decision_lines(plan.request_notes)
         if self.report.keep_originals:

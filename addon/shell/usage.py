@@ -116,7 +116,7 @@ def ledger_key(plan: FlowPlan, now: float) -> LedgerKey:
         time.strftime("%Y-%m-%d", time.gmtime(now)),
         plan.route.name,
         model,
-        plan.route.api_key_env or "",
+        plan.route.key_env or "",  # the key sent (a pool's: the attempt's one)
         client_label(plan.client_name, user),
     )
 

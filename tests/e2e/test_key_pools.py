@@ -1,0 +1,257 @@
+"""End to end: key pools (issue 37). One mitmdump in reverse mode; a route whose
+``api_key_env`` lists two keys of one scripted OpenAI-compatible upstream (which answers 401
+to any other key). One key at 429 → the request is answered with the other, and later
+requests of that conversation skip the cooled key; one key revoked (401) → left out, one log
+line naming its variable; both keys at 429 → the client's 429 with ``Retry-After`` in its own
+dialect. No key value in the log (``keyed.routed``)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.harness import Proxy, Recorded, Reply, ScriptedUpstream, free_port
+from tests.e2e.keyed import routed
+from tests.e2e.test_fallback import error_reply
+from tests.real.clients.loop import answer, check_request
+from tests.redis_server import RedisServer, redis_server_or_skip
+
+CLIENT_KEY = "sk-client-SECRET-pool"
+KEYS = {"CB_E2E_POOL_A": "sk-pool-a-SECRET", "CB_E2E_POOL_B": "sk-pool-b-SECRET"}
+BY_VALUE = {v: n for n, v in KEYS.items()}
+ALL_KEYS = (CLIENT_KEY, *KEYS.values())
+DEAD = free_port()
+"""A loopback port with nothing listening: connection refused."""
+
+
+@dataclass
+class Pooled:
+    """An OpenAI-compatible upstream that takes either key of the pool."""
+
+    server: ScriptedUpstream
+
+    def __call__(self, rec: Recorded) -> Reply:
+        if key_of(rec) is None:
+            return error_reply("openai_chat", "invalid api key", 401)
+        body = rec.json()
+        check_request("openai_chat", body)
+        return answer("openai_chat", bool(body.get("stream")), f"hello with {key_of(rec)}")
+
+
+def key_of(rec: Recorded) -> str | None:
+    """The pool's variable whose key the request carried."""
+    auth = rec.headers.get("authorization", "")
+    return BY_VALUE.get(auth.removeprefix("Bearer "))
+
+
+@pytest.fixture
+def pooled() -> Iterator[Pooled]:
+    server = ScriptedUpstream().start()
+    try:
+        service = Pooled(server)
+        server.script = service
+        yield service
+        assert not server.errors, server.errors
+    finally:
+        server.stop()
+
+
+def routes_text(pooled: Pooled) -> str:
+    names = ", ".join(f'"{n}"' for n in KEYS)
+    return f"""
+[[routes]]
+name = "dead-pool"
+model = "dead-*"
+upstream_url = "http://127.0.0.1:{DEAD}"
+api_key_env = [{names}]
+fallback = ["pool"]
+
+[[routes]]
+name = "pool"
+path = "*/chat/completions"
+upstream_url = "{pooled.server.base_url}"
+api_key_env = [{names}]
+cooldown = 30
+
+[[routes]]
+name = "claude-pool"
+path = "*/v1/messages"
+client = "anthropic"
+upstream = "openai_chat"
+upstream_url = "{pooled.server.base_url}"
+api_key_env = [{names}]
+"""
+
+
+@pytest.fixture
+def pool(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    pooled: Pooled,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Proxy]:
+    text = routes_text(pooled)
+    with routed(start_proxy, tmp_path / "routes.toml", text, KEYS, monkeypatch, ALL_KEYS) as p:
+        yield p
+    assert not upstream.requests
+
+
+def ask(proxy: Proxy, opening: str, stream: bool = False, model: str = "gpt-5") -> str:
+    client = openai.OpenAI(
+        base_url=f"{proxy.base_url}/v1", api_key=CLIENT_KEY, max_retries=0, timeout=30
+    )
+    messages: Any = [{"role": "user", "content": opening}]
+    if not stream:
+        done = client.chat.completions.create(model=model, messages=messages)
+        return done.choices[0].message.content or ""
+    chunks = client.chat.completions.create(model=model, messages=messages, stream=True)
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def lines(proxy: Proxy, pattern: str, n: int, timeout: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = re.findall(pattern, proxy.log_text())
+        if len(found) >= n or time.monotonic() > deadline:
+            return [str(f) for f in found]
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_key_at_429_is_cooled_and_the_other_key_answers(
+    pool: Proxy, pooled: Pooled, stream: bool
+) -> None:
+    server = pooled.server
+    server.enqueue(error_reply("openai_chat", "slow down", 429))  # no Retry-After: cooldown
+    text = ask(pool, "conversation one", stream)
+    first, second = server.requests
+    cooled, other = key_of(first), key_of(second)
+    assert cooled != other and text == f"hello with {other}"
+    (line,) = lines(pool, r"cursor-bridge flow route=pool .*", 1)
+    assert f"pool#{cooled} (HTTP 429, cooling down 30 s)" in line and f"key={other}" in line
+    # The same conversation again, and other ones: never the cooled key while it cools.
+    for opening in ["conversation one", "two", "three", "four", "five"]:
+        assert ask(pool, opening, stream) == f"hello with {other}"
+    assert [key_of(r) for r in server.requests[2:]] == [other] * 5
+
+
+def test_the_sticky_key_serves_every_turn_of_a_conversation(pool: Proxy, pooled: Pooled) -> None:
+    for _ in range(3):
+        ask(pool, "a conversation of its own")
+    keys = {key_of(r) for r in pooled.server.requests}
+    assert len(keys) == 1 and len(pooled.server.requests) == 3
+    (key,) = keys
+    found = lines(pool, r"cursor-bridge flow route=pool .*", 3)
+    assert len(found) == 3 and all(f"key={key}" in line for line in found)
+
+
+def test_a_revoked_key_is_left_out_with_one_line_naming_it(pool: Proxy, pooled: Pooled) -> None:
+    server = pooled.server
+    server.enqueue(error_reply("openai_chat", "invalid api key", 401))
+    text = ask(pool, "revoked one")
+    first, second = server.requests
+    revoked, other = key_of(first), key_of(second)
+    assert revoked is not None and revoked != other and text == f"hello with {other}"
+    for opening in ["a", "b", "c", "d", "e", "f"]:
+        assert ask(pool, opening) == f"hello with {other}"
+    assert [key_of(r) for r in server.requests[2:]] == [other] * 6
+    found = lines(pool, r".*key \w+ refused \(HTTP 401\).*", 1)
+    assert len(found) == 1 and f"key {revoked} refused" in found[0]
+
+
+def test_an_unreachable_upstream_cools_every_key_of_its_route(pool: Proxy, pooled: Pooled) -> None:
+    """No connection is the upstream's failure, not a key's: the route's other keys are not
+    tried against it; its fallback (a pool of its own) answers."""
+    assert ask(pool, "dead one", model="dead-1").startswith("hello with ")
+    assert len(pooled.server.requests) == 1
+    (line,) = lines(pool, r"cursor-bridge flow route=pool .*", 1)
+    assert line.count("connection refused") == 1 and "dead-pool#CB_E2E_POOL_" in line
+    assert ask(pool, "dead two", model="dead-2").startswith("hello with ")
+    second = lines(pool, r"cursor-bridge flow route=pool .*", 2)[1]
+    assert second.count("(skipped, cooling down") == 2 and len(pooled.server.requests) == 2
+
+
+def test_both_keys_at_429_give_the_client_its_429_with_retry_after(
+    pool: Proxy, pooled: Pooled
+) -> None:
+    server = pooled.server
+    server.enqueue(
+        error_reply("openai_chat", "slow down", 429, {"retry-after": "20"}),
+        error_reply("openai_chat", "slow down", 429, {"retry-after": "7"}),
+    )
+    body = {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"x-api-key": CLIENT_KEY, "anthropic-version": "2023-06-01"}
+    url = f"{pool.base_url}/v1/messages"
+    got = httpx.post(url, json=body, headers=headers, timeout=30)
+    assert got.status_code == 429 and got.json()["type"] == "error"
+    assert {key_of(r) for r in server.requests} == set(KEYS)
+    # Both keys cool down: the next request is answered at once, upstream not asked.
+    again = httpx.post(url, json=body, headers=headers, timeout=30)
+    assert again.status_code == 429 and len(server.requests) == 2
+    assert again.json()["type"] == "error" and "every key" in again.text
+    assert 1 <= int(again.headers["retry-after"]) <= 7
+    found = lines(pool, r"cursor-bridge flow route=claude-pool outcome=rejected .*", 1)
+    assert "every key cooling down" in found[0]
+
+
+def test_two_workers_on_one_redis_store_share_the_keys_and_their_cooldowns(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    pooled: Pooled,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every worker on one store picks a conversation's key alike (the store's secret), and a
+    key one worker saw at 429 is skipped by the other."""
+    with RedisServer(redis_server_or_skip()) as redis:
+        for name, value in KEYS.items():
+            monkeypatch.setenv(name, value)
+        routes = tmp_path / "routes.toml"
+        routes.write_text(routes_text(pooled))
+        one = start_proxy(bridge_routes=str(routes), bridge_store=redis.url)
+        two = start_proxy(bridge_routes=str(routes), bridge_store=redis.url)
+        server = pooled.server
+        for n in range(6):
+            ask(one, f"shared {n}")
+            ask(two, f"shared {n}")
+        picked = [key_of(r) for r in server.requests]
+        assert picked[0::2] == picked[1::2]  # each conversation: one key on both workers
+        server.reset()
+        server.script = pooled
+        server.enqueue(error_reply("openai_chat", "slow down", 429))
+        ask(one, "cooled on one")
+        cooled, other = (key_of(r) for r in server.requests)
+        assert cooled != other
+        for opening in ["cooled on one", "p", "q", "r", "s", "t"]:
+            assert ask(two, opening) == f"hello with {other}"
+        assert [key_of(r) for r in server.requests[2:]] == [other] * 6
+        for proxy in (one, two):
+            log = proxy.log_text()
+            assert "Traceback" not in log and not [k for k in ALL_KEYS if k in log]
+    assert not upstream.requests
+
+
+def test_every_key_revoked_gives_the_client_a_503_naming_no_key(
+    pool: Proxy, pooled: Pooled
+) -> None:
+    server = pooled.server
+    server.enqueue(*[error_reply("openai_chat", "invalid api key", 401)] * 2)
+    body = {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"x-api-key": CLIENT_KEY, "anthropic-version": "2023-06-01"}
+    url = f"{pool.base_url}/v1/messages"
+    got = httpx.post(url, json=body, headers=headers, timeout=30)
+    assert got.status_code == 401 and got.json()["type"] == "error"  # the upstream's last
+    again = httpx.post(url, json=body, headers=headers, timeout=30)
+    assert again.status_code == 503 and "retry-after" not in again.headers
+    assert again.json()["type"] == "error" and len(server.requests) == 2
+    found = lines(pool, r".*key \w+ refused \(HTTP 401\).*", 2)
+    assert sorted(re.findall(r"key (\w+) refused", "\n".join(found))) == sorted(KEYS)
