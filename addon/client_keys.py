@@ -1,19 +1,9 @@
 """Client keys (``bridge_client_keys``): who may use the routes that send a key of the proxy's.
 
-Contract: sans-IO but for reading the one file it is given (``load_client_keys``). The file is
-a TOML table of client names to keys, each either the key itself or a table naming the
-environment variable that holds it::
-
-    alice = "sk-alice-0123456789abcdef"   # a string: the key itself
-    bob = { env = "BOB_CLIENT_KEY" }      # a table with `env`: the variable holding the key
-
-Only SHA-256 digests of the keys are kept (``ClientKeys``); the plain keys are dropped as soon
-as they are hashed, and no error message, repr or log line quotes one: errors name the client
-and, for a variable, the variable. A key is matched by its digest, with
-``hmac.compare_digest`` against every digest (no early exit): the time taken does not say
-which key, or how much of one, was right. What a key of a client is matched against — the
-client dialect's key headers and query parameter — is ``addon.plan.client_keys``'s.
-"""
+Contract: sans-IO but for reading the one file it is given (``load_client_keys``): a TOML table
+of client names to keys in, ``ClientKeys`` (SHA-256 digests and names, never a plain key) out.
+What a client's key is matched against (its dialect's headers) is ``addon.plan.client_keys``'s.
+Why digests: no error message, repr or log line can quote a key; errors name the client."""
 
 from __future__ import annotations
 
@@ -39,7 +29,8 @@ def digest(key: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class ClientKeys:
-    """The clients of a keys file: ``(digest, name)`` pairs, in the file's order."""
+    """The clients of a keys file: ``(digest, name)`` pairs, in the file's order. The plain
+    keys are dropped as soon as they are hashed."""
 
     entries: tuple[tuple[bytes, str], ...] = field(repr=False, default=())
 
@@ -49,7 +40,8 @@ class ClientKeys:
 
     def match(self, key: str) -> str | None:
         """The name of the client whose key ``key`` is, or None. Every digest is compared,
-        in constant time each, whichever matches."""
+        in constant time each, whichever matches (``hmac.compare_digest``, no early exit): the
+        time taken does not say which key, or how much of one, was right."""
         wanted = digest(key)
         found: str | None = None
         for kept, name in self.entries:
@@ -59,7 +51,13 @@ class ClientKeys:
 
 
 def parse_client_keys(text: str, env: Mapping[str, str], where: str = "") -> ClientKeys:
-    """The clients of a keys file's text; ``env`` holds the variables a client may name.
+    """The clients of a keys file's text; ``env`` holds the variables a client may name. Each
+    value is either the key itself or a table naming the environment variable that holds it::
+
+        alice = "sk-alice-0123456789abcdef"   # a string: the key itself
+        bob = { env = "BOB_CLIENT_KEY" }      # a table with `env`: the variable holding the key
+
+
     ``ClientKeysError`` (prefixed with ``where``): TOML that does not parse, a value that is
     neither a string nor ``{env = "NAME"}``, a variable that is not set, an empty or short
     key, two clients with the same key, no client at all."""

@@ -3,18 +3,7 @@
 Contract: loaded only for a ``redis://`` / ``rediss://`` ``bridge_store`` (the ``redis``
 package is an optional extra); no mitmproxy, no logging — what the shell must say (Redis lost,
 Redis back) goes to the ``notify`` callback, on the thread of the store call that found it.
-Calls block (the hooks that use the store are synchronous) but briefly: one round trip each,
-short timeouts (``TIMEOUT``), and while Redis is away every call goes to this process's memory
-without trying the network; a background thread probes with backoff and sharing resumes at the
-next call after it answers. Not for Redis Cluster (the scripts name keys they build).
-
-Layout under ``PREFIX`` (db from the URL): ``r:<key>`` the value (``PX`` = the TTL, renewed
-on every use: Redis's own expiry is the sliding TTL); ``lru`` a sorted set of keys by last use
-and ``sizes`` / ``bytes`` their sizes and their sum, kept by Lua scripts (atomic across
-workers) that enforce ``max_entries`` (least recently used first) and ``max_bytes``;
-``secret`` the store's secret (``SET NX``: the first worker makes it, the others read it);
-``cool:<route>`` a fallback cooldown (``PX`` = its length). In full:
-docs/reasoning.md#the-redis-backend."""
+Not for Redis Cluster (the scripts name keys they build). Layout: docs/reasoning.md."""
 
 from __future__ import annotations
 
@@ -52,6 +41,14 @@ EVICT_BATCH = 512
 _LOST = (RedisConnectionError, RedisTimeoutError)
 """Errors that mean Redis is away (refused, reset, timed out, still loading, bad password);
 any other ``RedisError`` is one command's failure: ``StoreError``."""
+
+# Layout under ``PREFIX`` (db from the URL): ``r:<key>`` the value (``PX`` = the TTL, renewed
+# on every use: Redis's own expiry is the sliding TTL); ``lru`` a sorted set of keys by last
+# use and ``sizes`` / ``bytes`` their sizes and their sum, kept by the Lua scripts below (atomic
+# across workers) that enforce ``max_entries`` (least recently used first) and ``max_bytes``;
+# ``secret`` the store's secret (``SET NX``: the first worker makes it, the others read it);
+# ``cool:<route>`` a fallback cooldown (``PX`` = its length). In full:
+# docs/reasoning.md#the-redis-backend.
 
 # KEYS: value, lru. ARGV: key, now, ttl in ms (0: none). Reading renews the TTL and the use.
 _GET = """
@@ -176,7 +173,12 @@ def display_url(url: str) -> str:
 
 
 class RedisBackend:
-    """A ``Backend`` on Redis, with ``local`` (this process's memory) while Redis is away."""
+    """A ``Backend`` on Redis, with ``local`` (this process's memory) while Redis is away.
+
+    Calls block (the hooks that use the store are synchronous) but briefly: one round trip
+    each, short timeouts (``TIMEOUT``), and while Redis is away every call goes to ``local``
+    without trying the network; a background thread probes with backoff and sharing resumes at
+    the next call after it answers."""
 
     def __init__(
         self,

@@ -1,17 +1,9 @@
 """Who may spend the proxy's keys: the client key check (``bridge_client_keys``).
 
 Contract: plain values. ``guarded_route`` says which route's key of the proxy's a request would
-spend — its chat route (or one of that route's ``fallback`` routes), its token-count route,
-or, for ``GET …/models``, a chat route of that base path — or None: the request sends no key
-of the proxy's and is not checked. ``check_client_key`` looks for one of the clients' keys
-where a client of the route's dialect sends its own (``Dialect.key_headers``, then
-``Dialect.key_query``) and returns the client's name (``Admitted``) or a 401 in that dialect
-(``Reject``: ``invalid_api_key`` for OpenAI clients, ``authentication_error`` for Anthropic,
-``UNAUTHENTICATED`` for Gemini). A key of the proxy's: the route's ``api_key_env`` or Kiro
-``token_file`` (``sends_proxy_key``) — what replaces the client's key upstream
-(``addon.wire.credentials``), so the client's key never goes there. Neither answer, nor its
-``reason``, quotes a key: they name where one was looked for.
-"""
+spend, or None; ``check_client_key`` returns the client's name (``Admitted``) or a 401 in the
+route's client dialect (``Reject``). Neither answer, nor its ``reason``, quotes a key: they name
+where one was looked for. Why: a key of the proxy's is spent only for a client that has one."""
 
 from __future__ import annotations
 
@@ -33,7 +25,8 @@ from addon.routes import Route, fallback_chain, match
 
 def sends_proxy_key(route: Route) -> bool:
     """Whether the route sends a key of the proxy's upstream (``api_key_env``, Kiro's
-    ``token_file``) instead of the client's: what a client key guards."""
+    ``token_file``) instead of the client's: what a client key guards. It replaces the client's
+    key upstream (``addon.wire.credentials``), so the client's key never goes there."""
     return route.api_key_env is not None or route.token_file is not None
 
 
@@ -41,7 +34,9 @@ def guarded_route(
     settings: Settings, method: str, host: str, path: str, view: RequestView
 ) -> Route | None:
     """The route whose client dialect a request that would spend a key of the proxy's is
-    answered in, or None (see the module docstring). ``view`` reads ``path``'s body."""
+    answered in: its chat route (or one of that route's ``fallback`` routes), its token-count
+    route, or, for ``GET …/models``, a chat route of that base path. None: the request sends no
+    key of the proxy's and is not checked. ``view`` reads ``path``'s body."""
     routes = settings.routes
     bare = path.split("?", 1)[0]
     if method.upper() == "GET" and bare.endswith(MODELS_SUFFIX):
@@ -104,7 +99,10 @@ def check_client_key(
     keys: ClientKeys, route: Route, headers: Mapping[str, str], query: Query
 ) -> Admitted | Reject:
     """The client named by a key the request carries, else a 401 in the route's client
-    dialect whose message (also the ``Reject``'s) says where a key was looked for."""
+    dialect whose message (also the ``Reject``'s) says where a key was looked for: where a
+    client of that dialect sends its own (``Dialect.key_headers``, then ``Dialect.key_query``).
+    The 401 is ``invalid_api_key`` for OpenAI clients, ``authentication_error`` for Anthropic,
+    ``UNAUTHENTICATED`` for Gemini."""
     client = DIALECTS[route.client]
     presented = presented_keys(client, headers, query)
     for source, key in presented:

@@ -1,21 +1,8 @@
 """Key pools: a route whose ``api_key_env`` is a list sends one key per attempt, a
-conversation's own key first. Plain values; the fallback addon (``addon.shell.fallback``)
-makes the attempts through its relay, as it does for a ``fallback`` chain.
-
-- A pool is, for the fallback machinery, a chain of *links*: the route once per key (the
-  route with ``api_key_env`` the 1-tuple of that key's name), in the conversation's order,
-  before the route's ``fallback`` routes. A link's name in the cooldowns table, the tried
-  line and the logs is ``route#KEYNAME``: the variable's name, never its value.
-- The order is rendezvous hashing over the keys: each key's weight is
-  ``derive(secret, conversation, "key pool\\0KEYNAME")`` (the store's secret, so every worker
-  on one store orders them alike; the conversation as ``conversation_of`` names it, the
-  identity the prompt cache uses). A conversation stays on its key while other keys cool
-  down or are revoked; only the conversations of a key that left move, spread over the rest.
-- A 429 cools the key (``Retry-After``, else the route's ``cooldown``); a 401 / 403 revokes it
-  (``REVOKED_FOR``: longer than any cooldown, which is how ``revoked`` tells). Every key
-  cooling and no other route to try: the client's 429 with ``Retry-After`` (``all_cooling``).
-
-Rules: docs/routes.md ("Key pools")."""
+conversation's own key first. Plain values: the chain of links, their names, the order, the
+client's answer when every key cools; the fallback addon (``addon.shell.fallback``) makes the
+attempts through its relay, as for a ``fallback`` chain. Why: a conversation stays on one key
+(and its prompt cache) while another key cools. Rules: docs/routes.md ("Key pools")."""
 
 from __future__ import annotations
 
@@ -46,19 +33,27 @@ def is_link(route: Route) -> bool:
 
 def link_name(route: Route) -> str:
     """The name a chain's link goes by (cooldowns, tried line, logs): ``route#KEYNAME`` for a
-    key of a pool, else the route's name."""
+    key of a pool (the variable's name, never its value), else the route's name."""
     return f"{route.name}#{route.key_env}" if is_link(route) else route.name
 
 
 def key_order(keys: tuple[str, ...], secret: bytes, conversation: str) -> tuple[str, ...]:
-    """The pool's keys in this conversation's order (highest weight first; ties: pool order)."""
+    """The pool's keys in this conversation's order (highest weight first; ties: pool order).
+
+    Rendezvous hashing: each key's weight is
+    ``derive(secret, conversation, "key pool\\0KEYNAME")`` (the store's secret,
+    so every worker on one store orders them alike; the conversation as ``conversation_of``
+    names it, the identity the prompt cache uses). A conversation stays on its key while other
+    keys cool down or are revoked; only the conversations of a key that left move, spread over
+    the rest."""
     weights = {k: derive(secret, conversation, f"{PURPOSE}\0{k}") for k in keys}
     return tuple(sorted(keys, key=lambda k: weights[k], reverse=True))
 
 
 def links(chain: tuple[Route, ...], secret: bytes, conversation: str) -> tuple[Route, ...]:
     """A fallback chain with every pool's route as its keys' links, in the conversation's order
-    (routes without a pool stay as they are)."""
+    (routes without a pool stay as they are): the route once per key (``api_key_env`` the
+    1-tuple of that key's name), before the route's ``fallback`` routes."""
     out: list[Route] = []
     for route in chain:
         pool = route.key_pool
@@ -77,7 +72,8 @@ def has_pool(chain: tuple[Route, ...]) -> bool:
 
 
 def refused_key(route: Route, status: int) -> bool:
-    """A 401 / 403 from one key of a pool: that key is revoked, the next one tried."""
+    """A 401 / 403 from one key of a pool: that key is revoked (``REVOKED_FOR``), the next one
+    tried. A 429 only cools the key (``Retry-After``, else the route's ``cooldown``)."""
     return is_link(route) and status in REFUSED_KEY_STATUSES
 
 
