@@ -1,14 +1,9 @@
 """Routes: which flows the bridge rewrites, and how.
 
-Contract: what a route is and the checks every route passes (``Route``), the
-built-in default routes, and the first route that fits a request's host, path
-and method. No mitmproxy, no file reading here (``addon.routes_file`` reads
-files and builds routes with these checks); the shell passes plain strings.
-
-The keys of a routes file, with an example: docs/routes.md (``addon.routes_file`` reads
-such files; this module never reads one). A route may name the models it takes (``model``):
-the caller then gives the model a request asks for, read per client dialect, lazily.
-"""
+Contract: what a route is and the checks every route passes (``Route``), the built-in default
+routes, and the first route that fits a request's host, path and method (``match``). No
+mitmproxy, no file reading here (``addon.routes_file`` reads files, whose keys docs/routes.md
+lists, and builds routes with these checks); the shell passes plain strings."""
 
 from __future__ import annotations
 

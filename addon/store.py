@@ -2,13 +2,8 @@
 
 Contract: plain values, stdlib only (``sqlite3``, ``threading``; ``redis`` for a Redis store,
 ``addon.store_redis``); no mitmproxy, no logging (the shell logs what ``StoreError`` says, and
-the ``Notice`` a shared backend sends when Redis is lost or back). One ``ReasoningStore`` for the
-life of the addon, shared by every flow; opaque JSON objects under ``(scope, kind, key)``,
-bounded by ``max_entries`` (LRU), ``max_bytes`` and a sliding ``ttl``; in memory, SQLite (WAL)
-or Redis / Valkey (shared by several workers); thread-safe.
-Glossary: *scope* (``Scope``: upstream and model; a value is only returned for the scope it
-was put under); ``ScopedStore`` (the one-scope ``get`` / ``put`` view that ``restore`` and
-``capture`` see). In full: docs/reasoning.md#how-the-store-works."""
+the ``Notice`` a shared backend sends when Redis is lost or back). In memory, SQLite (WAL) or
+Redis / Valkey (shared by several workers). In full: docs/reasoning.md#how-the-store-works."""
 
 from __future__ import annotations
 
@@ -54,7 +49,8 @@ cannot slip under the bytes bound."""
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """Where a value was captured: only requests to the same upstream and model get it back."""
+    """Where a value was captured: only requests to the same upstream and model get it back (a
+    value is only returned for the scope it was put under)."""
 
     upstream: str
     """The upstream's identity, e.g. ``route@host`` (``Scope.of``)."""
@@ -269,7 +265,9 @@ class _Sqlite:
 
 
 class ReasoningStore:
-    """JSON values under ``(scope, kind, key)``, bounded (see the module docstring)."""
+    """Opaque JSON objects under ``(scope, kind, key)``, bounded by ``max_entries`` (LRU),
+    ``max_bytes`` and a sliding ``ttl``; thread-safe. One for the life of the addon, shared by
+    every flow; ``restore`` and ``capture`` see one scope of it (``ScopedStore``)."""
 
     def __init__(
         self,

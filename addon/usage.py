@@ -1,14 +1,9 @@
 """The usage ledger: every answered flow's tokens, added to counters by day, route, model, key
 name and client, in the store's backend (``bridge_store``: memory, SQLite, Redis).
 
-Contract: plain values, stdlib only (``sqlite3``; ``redis`` through ``addon.store_redis`` for a
-Redis store); no mitmproxy, no logging (the shell logs what ``StoreError`` says). One ``add``
-per flow, one call to the backend (one SQLite upsert, one Redis round trip); thread-safe.
-Nothing secret goes in: a key is named by its environment variable, never by its value, and a
-client's ``user`` that looks like a credential is hashed (``client_label``).
-Glossary: *ledger key* (``LedgerKey``: the day, UTC, and the four labels a row is counted
-under); *tokens* (``Tokens``: what one row adds up). Layouts per backend: docs/observability.md#usage-ledger.
-"""
+Contract: plain values, stdlib only (``sqlite3``; ``redis`` through ``addon.store_redis``); no
+mitmproxy, no logging (the shell logs what ``StoreError`` says). Nothing secret goes in: a key
+is named by its variable, never its value; a credential-looking ``user`` is hashed."""
 
 from __future__ import annotations
 
@@ -215,7 +210,9 @@ class SqliteCounters:
 
 class UsageLedger:
     """The ledger: ``count`` a flow, read ``rows``; over one ``Counters`` backend, under a lock
-    (SQLite's connection is shared by the hooks' thread and a command's)."""
+    (SQLite's connection is shared by the hooks' thread and a command's). One ``count`` per
+    flow, one call to the backend (one SQLite upsert, one Redis round trip). Layouts per
+    backend: docs/observability.md#usage-ledger."""
 
     def __init__(self, counters: Counters, where: str, errors: tuple[type[Exception], ...]):
         self._counters = counters

@@ -2,15 +2,8 @@
 proxy's must carry a client's key, or is answered 401 in its own dialect before any other
 addon acts on it (no fallback relay, no Kiro token read, no upstream call).
 
-What is checked and how is ``addon.plan.client_keys`` (``guarded_route``,
-``check_client_key``); the file is ``addon.client_keys``'s. Here: the option, parsed in
-``configure`` (a bad file refuses the value: at start mitmdump exits with one error line
-naming the problem); the file read again when its modification time, size or inode change
-(one ``stat`` per guarded request) or on ``bridge.reload_client_keys`` — a bad file then
-keeps the keys in use, with one warning line; the admitted client's name on the flow's
-record (``FlowRecord.client_name``) and in its metadata (``client_name``); one log line for a
-refused request, naming the route and where a key was looked for, never a key.
-"""
+What is checked and how is ``addon.plan.client_keys``; the file is ``addon.client_keys``'s.
+Here: the option, the file read again when it changes, the flow's record and log line."""
 
 from __future__ import annotations
 
@@ -67,6 +60,8 @@ class ClientKeysGate(OptionChecks):
         add_options(loader, CLIENT_KEY_OPTIONS)
 
     def configure(self, updated: set[str]) -> None:
+        """The option, parsed: a bad file refuses the value (at start mitmdump exits with one
+        error line naming the problem)."""
         if "bridge_client_keys" not in updated:
             return
         path = str(ctx.options.bridge_client_keys or "").strip()
@@ -105,6 +100,11 @@ class ClientKeysGate(OptionChecks):
         return text
 
     def request(self, flow: http.HTTPFlow) -> None:
+        """A guarded request checked; the file read again first when its modification time,
+        size or inode changed (one ``stat`` per guarded request). The admitted client's name
+        goes on the flow's record (``FlowRecord.client_name``) and in its metadata
+        (``client_name``); a refused request gets one log line, naming the route and where a
+        key was looked for, never a key."""
         if self.keys is None or flow.response is not None or flow.error is not None:
             return
         if not flow.live:

@@ -1,16 +1,8 @@
 """The reasoning store's record format: what an answer turn left, and the keys it is found by.
 
 Contract: plain values and JSON, no store and no I/O. ``addon.stream.capture`` writes records
-as answers go by; ``addon.transforms.restore`` reads them back through a ``ReasoningLookup``. Kinds of key
-(``KIND_*``; "the seed": ``addon.transforms.thinking_policy``'s glossary):
-
-- ``call``: a tool-call id the client sends back → the ``Record`` of the turn that made the call
-  (its thinking blocks, the call's own signature and extras, the turn's message extras).
-- ``text``: ``text_key`` of the visible text of a turn without calls → its ``Record``.
-- ``thinking``: ``text_key`` of one signed thinking block's text → ``{"signature": …}``.
-- ``latest``: ``""`` → ``{"signature": …}``, the scope's latest valid signature (the seed's
-  process-wide fallback).
-"""
+as answers go by; ``addon.transforms.restore`` reads them back through a ``ReasoningLookup``.
+Why one module: the writer and the reader agree on the format without knowing each other."""
 
 from __future__ import annotations
 
@@ -22,9 +14,15 @@ from typing import Any, Protocol, runtime_checkable
 from addon.model import JSON, Thinking
 
 KIND_CALL = "call"
+"""A tool-call id the client sends back → the ``Record`` of the turn that made the call (its
+thinking blocks, the call's own signature and extras, the turn's message extras)."""
 KIND_TEXT = "text"
+"""``text_key`` of the visible text of a turn without calls → its ``Record``."""
 KIND_THINKING = "thinking"
+"""``text_key`` of one signed thinking block's text → ``{"signature": …}``."""
 KIND_LATEST = "latest"
+"""``""`` → ``{"signature": …}``, the scope's latest valid signature (the seed's process-wide
+fallback; "the seed": ``addon.transforms.thinking_policy``)."""
 
 
 class ReasoningLookup(Protocol):

@@ -1,15 +1,9 @@
 """The thinking policy: which models think, which think by default, when thinking is not sent.
 
 Contract: pure over ``addon.model`` requests; decisions go to ``notes``. Run by
-``addon.transforms.restore.restore_request`` before the store's restore.
-
-Glossary:
-- *the seed*: the earlier proxies the bridge's first issues took their rules from. A rule or
-  list called "the seed's" is kept as they had it (model names, lengths), not derived from a
-  provider's documentation; a route overrides the lists with ``reasoning = "on"``.
-- *the seed's lists*: ``model_supports_thinking`` (``-thinking`` names, ``gemini-3-pro``,
-  ``claude-*``) and ``thinking_on_by_default`` (``-thinking`` names, Claude Opus 4.5).
-"""
+``addon.transforms.restore.restore_request`` before the store's restore. *The seed*: the
+earlier proxies the bridge's first issues took their rules from; a rule or list called "the
+seed's" is kept as they had it (model names, lengths), not derived from a provider's docs."""
 
 from __future__ import annotations
 
@@ -40,7 +34,8 @@ def model_supports_thinking(model: str) -> bool:
 
 
 def thinking_on_by_default(model: str) -> bool:
-    """Models that think unless told otherwise: ``-thinking`` names and Claude Opus 4.5."""
+    """The seed's list of models that think unless told otherwise: ``-thinking`` names and
+    Claude Opus 4.5 (a route overrides the lists with ``reasoning = "on"``)."""
     name = _name(model)
     return "-thinking" in name or (is_claude(model) and _OPUS_45.search(name) is not None)
 

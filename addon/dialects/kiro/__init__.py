@@ -1,14 +1,9 @@
 """Kiro (``kiro``): the CodeWhisperer ``generateAssistantResponse`` API behind the Kiro IDE.
 
 An upstream-only dialect: Cursor, Claude Code and every other client reach Kiro's Claude
-models through it; no route takes Kiro clients. The request is the IDE's
-``conversationState`` body (``request_encode.py``), placed at ``/generateAssistantResponse`` with the
-key as a Bearer token (a route may read it from the Kiro IDE's token file: ``token.py`` and
-the shell's ``kiro_auth``); the answer is always AWS event-stream frames
-(``application/vnd.amazon.eventstream``, framing ``aws_eventstream``: split by
-``addon.stream.eventstream``, decoded by ``stream.py``), streamed or assembled into a whole
-answer by the plan.
-"""
+models through it; no route takes Kiro clients. The request is the IDE's ``conversationState``
+body (``request_encode.py``); the answer is always AWS event-stream frames (``stream.py``),
+streamed or assembled into a whole answer by the plan."""
 
 from addon.dialects.base import Dialect, RouteFacts
 from addon.model import Notes, Request
@@ -27,6 +22,8 @@ from .response import (
 from .stream import KiroStreamDecoder, KiroStreamEncoder
 
 CONTENT_TYPE = "application/vnd.amazon.eventstream"
+"""The answer's type, streamed or not: AWS event-stream frames (framing ``aws_eventstream``:
+split by ``addon.stream.eventstream``, decoded by ``stream.py``)."""
 
 
 def prepare_for_route(req: Request, notes: Notes, route: RouteFacts) -> Request:
@@ -39,6 +36,8 @@ def prepare_for_route(req: Request, notes: Notes, route: RouteFacts) -> Request:
     )
 
 
+# Placed at ``/generateAssistantResponse`` with the key as a Bearer token; a route may read the
+# key from the Kiro IDE's token file (``token.py`` and the shell's ``kiro_auth``).
 DIALECT = Dialect(
     name=NAME,
     path=PATH,

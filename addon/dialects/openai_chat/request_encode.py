@@ -1,15 +1,9 @@
 """Unified ``Request`` → an OpenAI ``chat/completions`` request.
 
 Contract: ``Request`` in, JSON body out, for a chat upstream; a chat client's unmodelled
-fields (``Request.extra``) go back unchanged. The decoder is ``request``.
-
-Custom (freeform) tools reach a chat upstream as function tools with one string
-parameter ``input`` when no transform rewrote them before (``_encode_tool``), and the
-calls of such a tool in the history get their raw input wrapped the same way.
-Tool kinds of other dialects (Codex's ``namespace`` and ``web_search``, Anthropic's server
-tools …) were left out before (``addon.transforms.tools.leave_out_tools``); the encoder
-refuses any that reach it.
-"""
+fields (``Request.extra``) go back unchanged. The decoder is ``request``. Tool kinds of other
+dialects must have been left out before (``addon.transforms.tools.leave_out_tools``): the
+encoder refuses any that reach it."""
 
 from __future__ import annotations
 
@@ -128,7 +122,8 @@ def _wrap_custom_calls(body: JSON, req: Request) -> None:
 
 def _encode_tool(t: Tool | OpaqueTool) -> JSON:
     if isinstance(t, Tool) and t.format is not None:
-        # A custom (freeform) tool that no transform rewrote: a function with one string.
+        # A custom (freeform) tool that no transform rewrote: a function with one string
+        # parameter ``input`` (its calls in the history are wrapped alike: _wrap_custom_calls).
         custom: JSON = {"name": t.name}
         if t.description is not None:
             custom["description"] = t.description
@@ -137,6 +132,8 @@ def _encode_tool(t: Tool | OpaqueTool) -> JSON:
     if isinstance(t, OpaqueTool):
         if t.origin == NAME:
             return t.data
+        # Other dialects' kinds (Codex's ``namespace`` and ``web_search``, Anthropic's server
+        # tools …) were left out before (leave_out_tools); one that reaches here is refused.
         raise ClientError(
             f"tool '{t.name}' has type '{t.type}', a server tool that an OpenAI-compatible "
             "upstream cannot run; remove it from the request",

@@ -1,14 +1,9 @@
 """OpenAI Responses SSE (a Responses upstream) → unified stream events.
 
 Contract: sans-IO. ``OpenAIResponsesStreamDecoder.feed`` takes one SSE event's data (and name)
-and returns unified events: text and reasoning deltas, calls (numbered 0, 1, 2 … as they
-start), ``response.completed`` / ``incomplete`` → usage, ``Finish``, ``StreamEnd``;
-``response.failed`` and ``error`` → ``StreamError``; every other event a ``RawEvent``.
-``finish()`` ends a cut stream with a ``StreamError``. A liberal reader: an event finds its
-item by ``output_index``, else by item id, else as the open item of its kind (``_Book``); what
-real servers leave out or add: docs/dialects/openai_responses.md#what-real-servers-send.
-The encoder is ``stream_encode.py``; what each event becomes: the same page, #streams.
-"""
+and returns unified events; ``finish()`` ends a cut stream. The encoder is ``stream_encode.py``.
+A liberal reader, because real servers leave out or add to what OpenAI sends: both, and what
+each event becomes, in docs/dialects/openai_responses.md (#what-real-servers-send, #streams)."""
 
 from __future__ import annotations
 
@@ -97,7 +92,10 @@ class _Book:
 
 
 class OpenAIResponsesStreamDecoder:
-    """Responses upstream SSE → unified events (see the module docstring)."""
+    """Responses upstream SSE → unified events: text and reasoning deltas, calls (numbered 0,
+    1, 2 … as they start), ``response.completed`` / ``incomplete`` → usage, ``Finish``,
+    ``StreamEnd``; ``response.failed`` and ``error`` → ``StreamError``; every other event a
+    ``RawEvent``. An event finds its item through ``_Book``."""
 
     fast_path: None = None
     """Nothing for the fast path (``StreamDecoder``, ``StreamEncoder``)."""
@@ -366,7 +364,8 @@ class OpenAIResponsesStreamDecoder:
         return ended
 
     def finish(self) -> list[Event]:
-        """A stream that ended without a terminal event, ``[DONE]`` or an error was cut."""
+        """A stream that ended without a terminal event, ``[DONE]`` or an error was cut: a
+        ``StreamError``."""
         if self._ended:
             return self._end_calls()
         self._ended = True

@@ -1,14 +1,9 @@
 """Unified stream events → OpenAI Responses SSE ``(event name, JSON data)`` pairs.
 
-Contract: sans-IO. ``OpenAIResponsesStreamEncoder`` writes the Responses event sequence,
-each payload with ``type`` = its event name and a ``sequence_number`` from 0:
-``response.created`` / ``in_progress``, per output item ``output_item.added`` … ``.done``, then
-``response.completed`` / ``incomplete`` / ``failed``. ``finish()`` is idempotent.
-Glossary: *item* an output item (``message``, ``reasoning``, ``function_call`` …), addressed
-by ``output_index`` and ``item_id``; *part* a content part of a message; *same* a Responses
-upstream (its ids and fields are kept). Each item writes its own events and ``Output``
-keeps the numbering (``stream_items.py``). The rules: docs/dialects/openai_responses.md#streams.
-"""
+Contract: sans-IO. ``OpenAIResponsesStreamEncoder`` writes the Responses event sequence, each
+payload with ``type`` = its event name and a ``sequence_number`` from 0; ``finish()`` is
+idempotent. Each item writes its own events and ``Output`` keeps the numbering
+(``stream_items.py``). The rules: docs/dialects/openai_responses.md#streams."""
 
 from __future__ import annotations
 
@@ -104,7 +99,13 @@ def _incomplete(finish: FinishReason | None, same_raw: str | None) -> JSON | Non
 
 
 class OpenAIResponsesStreamEncoder:
-    """Unified events → Responses SSE ``(event, data)`` pairs (see the module docstring)."""
+    """Unified events → Responses SSE ``(event, data)`` pairs: ``response.created`` /
+    ``in_progress``, per output item ``output_item.added`` … ``.done``, then
+    ``response.completed`` / ``incomplete`` / ``failed``.
+
+    Words: *item* an output item (``message``, ``reasoning``, ``function_call`` …), addressed
+    by ``output_index`` and ``item_id``; *part* a content part of a message; *same* a Responses
+    upstream (its ids and fields are kept)."""
 
     @property
     def fast_path(self) -> EncoderFastPath:
