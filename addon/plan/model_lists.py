@@ -1,13 +1,9 @@
 """``GET …/models`` for routes with their own upstream: which lists to ask for, and their names.
 
-Contract: ``list_requests`` says, for the routes a models request concerns, where each route
-with an ``upstream_url`` on another address lists its models (the upstream dialect's models
-path under the route's prefix) and with which key: the route's ``api_key_env`` value, the
-client's key only with ``client_key = true``, else none (keys never cross hosts).
-``listed_names`` reads a list (OpenAI and Anthropic ``data[].id``, Gemini
-``models[].name``) and keeps the names the route's ``model`` globs take. Plain values: the
-shell sends the requests and merges what answers.
-"""
+Contract: plain values. ``list_requests`` says where each route with an ``upstream_url`` on
+another address lists its models, and with which key; ``listed_names`` reads a list and keeps
+the names the route's ``model`` globs take. The shell sends the requests and merges what
+answers. Keys never cross hosts: only a route's own key, or the client's with ``client_key``."""
 
 from __future__ import annotations
 
@@ -56,7 +52,9 @@ def list_requests(
     """The lists to ask for, one per distinct (address, key): routes taking ``POST`` on one
     of ``paths`` at ``host`` whose ``upstream_url`` is not ``addressed`` (scheme, host,
     port: the upstream the models request itself goes to, which answers it); not routes
-    with ``when`` conditions (they are chosen by what a request holds, not by a model)."""
+    with ``when`` conditions (they are chosen by what a request holds, not by a model). Each
+    at the upstream dialect's models path under the route's prefix, with the route's
+    ``api_key_env`` value, the client's key only with ``client_key = true``, else no key."""
     out: dict[tuple[str, tuple[tuple[str, str], ...]], ListRequest] = {}
     for route in routes:
         target = route.target
@@ -89,7 +87,8 @@ def _key(route: Route, client_headers: Mapping[str, str], env: Mapping[str, str]
 
 
 def listed_names(route: Route, body: bytes) -> tuple[str, ...]:
-    """The model names of an upstream's list (at most ``MAX_NAMES``) that the route takes;
+    """The model names of an upstream's list (OpenAI and Anthropic ``data[].id``, Gemini
+    ``models[].name``; at most ``MAX_NAMES``) that the route takes;
     ``ValueError`` when the body is not such a list."""
     data = load_json(body)
     items: Any = None

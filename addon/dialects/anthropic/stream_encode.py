@@ -1,13 +1,9 @@
 """Unified stream events → Anthropic Messages SSE ``(event name, JSON data)`` pairs.
 
-Contract: sans-IO. ``AnthropicStreamEncoder`` writes what the Anthropic API streams:
-``message_start``; per content block ``content_block_start`` / ``_delta`` / ``_stop``; then
-``message_delta`` (stop reason, usage) and ``message_stop``. ``finish()`` is idempotent and
-closes whatever is open. One block is open at a time; a parallel call whose fragments
-interleave with the open call's is held back until that call is complete.
-Glossary: *block* an Anthropic content block, by our own index; *held* a call not yet sent;
-*live* the call whose block is open. The rules: docs/dialects/anthropic.md#streams.
-"""
+Contract: sans-IO. ``AnthropicStreamEncoder`` writes what the Anthropic API streams;
+``finish()`` is idempotent and closes whatever is open. One block is open at a time, as with
+Anthropic; a parallel call whose fragments interleave with the open call's is held back until
+that call is complete, because Claude Code reads a tool block's input at its stop."""
 
 from __future__ import annotations
 
@@ -193,7 +189,12 @@ class _Call:
 
 
 class AnthropicStreamEncoder:
-    """Unified events → Anthropic SSE ``(event, data)`` pairs (see the module docstring)."""
+    """Unified events → Anthropic SSE ``(event, data)`` pairs: ``message_start``; per content
+    block ``content_block_start`` / ``_delta`` / ``_stop``; then ``message_delta`` (stop
+    reason, usage) and ``message_stop``. The rules: docs/dialects/anthropic.md#streams.
+
+    Words: *block* an Anthropic content block, by our own index; *held* a call not yet sent;
+    *live* the call whose block is open."""
 
     @property
     def fast_path(self) -> EncoderFastPath:

@@ -45,7 +45,10 @@ CODE_ASSIST = "gemini_code_assist"
 OWN = (NAME, CODE_ASSIST)
 """Both Gemini dialects: a request from either is written back to Gemini as it came."""
 SIDE = "__gemini__"
-"""Key of the private table in ``Request.extra`` (never written to the wire)."""
+"""Key of the private table in ``Request.extra`` (never written to the wire) of what only a
+Gemini round trip needs (signatures, part fields, made-up ids, the envelope), kept out of part
+``extra`` because other encoders copy that onto their wire objects. Details:
+docs/dialects/gemini.md#module-notes."""
 
 _SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
 

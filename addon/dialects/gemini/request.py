@@ -3,11 +3,7 @@
 Contract: JSON object in, ``Request`` out; camelCase and snake_case alike. Unknown fields stay
 in ``extra`` for a Gemini upstream. Raises ``UnsupportedShape`` for JSON that is not a Gemini
 request (passed through) and ``ClientError`` for a client's mistake. The way back is
-``request_encode``; paths and the Code Assist envelope are ``placement``.
-Glossary: ``SIDE`` the private table in ``Request.extra`` of what only a Gemini round trip
-needs (signatures, part fields, made-up ids, the envelope), kept out of part ``extra`` because
-other encoders copy that onto their wire objects. Details: docs/dialects/gemini.md#module-notes.
-"""
+``request_encode``; paths and the Code Assist envelope are ``placement``."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """Gemini whole answers (``GenerateContentResponse``) ↔ ``addon.model.Response``; errors.
 
-Contract: JSON in, ``Response`` out and back; no I/O. The stream codec (``stream.py``,
-``stream_encode.py``) shares the helpers here, so that a streamed and a whole answer read and
-write the same way. Only candidate 0 is read; Code Assist's ``{"response": …}`` is unwrapped.
-Glossary: *call signature* the copy of a call's ``thoughtSignature`` sent as a signature-only
-``Thinking`` before it; *synthetic* a text the bridge wrote (a malformed or blocked answer
-explained); *recovered* a malformed call read back from ``finishMessage``.
-Details: docs/dialects/gemini.md#module-notes.
-"""
+Contract: JSON in, ``Response`` out and back; no I/O. Only candidate 0 is read; Code Assist's
+``{"response": …}`` is unwrapped. The stream codec (``stream.py``, ``stream_encode.py``) shares
+the helpers here, so that a streamed and a whole answer read and write the same way. Details:
+docs/dialects/gemini.md#module-notes."""
 
 from __future__ import annotations
 
@@ -182,7 +178,7 @@ def finish_reason(raw: str, calls: bool) -> FinishReason:
 
 def gemini_finish(reason: FinishReason | None, raw: str | None, same: bool, extra: JSON) -> str:
     """The ``finishReason`` for a Gemini client: the upstream's own on a Gemini route (unless the
-    bridge recovered a malformed call), else mapped."""
+    bridge *recovered* a malformed call: read it back from ``finishMessage``), else mapped."""
     if same and raw and not extra.get(NAME, {}).get("recovered"):
         return raw
     return _TO_GEMINI[reason or "stop"]
@@ -217,11 +213,12 @@ def blocked_text(feedback: JSON) -> str:
 
 
 CALL_SIGNATURE: JSON = {NAME: {"call_signature": True}}
-"""Marks the copy of a call's signature given as a signature-only thinking part just before the
-call (see the module docstring); the Gemini encoders skip it."""
+"""Marks the *call signature*: the copy of a call's ``thoughtSignature`` given as a
+signature-only ``Thinking`` part just before the call; the Gemini encoders skip it."""
 
 
 def synthetic() -> JSON:
+    """Marks a *synthetic* text: one the bridge wrote (a malformed or blocked answer explained)."""
     return {NAME: {"synthetic": True}}
 
 

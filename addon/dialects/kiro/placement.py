@@ -1,13 +1,7 @@
 """Where a Kiro request goes and what a route adds: path, framing, ``modelId``, ``prepare``.
 
 Contract: pure functions over ``Request`` and ``Target``; no body codec (``request`` /
-``request_encode``).
-
-Model names: ``model_id`` maps a client's name to Kiro's ``modelId`` (``MODEL_IDS``, then
-Anthropic's dated and dashed names such as ``claude-sonnet-4-5-20250929`` →
-``claude-sonnet-4.5``); other names go as they are. A route's ``model_map`` comes first
-(applied for every upstream by ``addon.plan.request.transform``): a name it chose is kept.
-"""
+``request_encode``)."""
 
 from __future__ import annotations
 
@@ -43,7 +37,10 @@ _DATED = re.compile(r"(claude-(?:sonnet|opus|haiku)-\d+)-\d{8}")
 
 
 def model_id(name: str, route_map: Mapping[str, str] | None = None) -> str:
-    """The Kiro ``modelId`` for a client's model name (see the module docstring)."""
+    """The Kiro ``modelId`` for a client's model name: ``MODEL_IDS``, then Anthropic's dated and
+    dashed names such as ``claude-sonnet-4-5-20250929`` → ``claude-sonnet-4.5``; other names
+    go as they are. A route's ``model_map`` comes first (applied for every upstream by
+    ``addon.plan.request.transform``): a name it chose is kept (``route_map``)."""
     if route_map and name in route_map:
         return route_map[name]
     if name in MODEL_IDS:

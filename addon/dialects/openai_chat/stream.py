@@ -1,13 +1,8 @@
 """OpenAI ``chat.completion.chunk`` streams (an OpenAI-compatible upstream) → unified events.
 
 Contract: sans-IO. ``OpenAIChatStreamDecoder.feed`` takes the ``data`` of one SSE event and
-returns unified events; ``finish()`` ends a cut stream with a ``StreamError``. Fields of a
-chunk the model does not know (chunk, choice and delta level: ``logprobs``, ``usage: null``,
-``obfuscation`` …) ride on the first event made from it (``extra["wire"]``), so that an
-OpenAI client gets them back. Only choice 0 is modelled: ``n > 1`` raises
-``UnsupportedShape``. Its fast path reads plain text chunks by their frame (``_learn``).
-The encoder is ``stream_encode.py``.
-"""
+returns unified events; ``finish()`` ends a cut stream with a ``StreamError``. Only choice 0 is
+modelled: ``n > 1`` raises ``UnsupportedShape``. The encoder is ``stream_encode.py``."""
 
 from __future__ import annotations
 
@@ -49,6 +44,11 @@ _NOT_PLAIN = ('"tool_calls"', "reasoning", '"extra_content"', '"error"', '"funct
 
 
 class OpenAIChatStreamDecoder:
+    """Chat chunks → unified events. Fields of a chunk the model does not know (chunk, choice
+    and delta level: ``logprobs``, ``usage: null``, ``obfuscation`` …) ride on the first event
+    made from it (``extra["wire"]``), so that an OpenAI client gets them back. Its fast path
+    reads plain text chunks by their frame (``_learn``)."""
+
     @property
     def fast_path(self) -> DecoderFastPath:
         """Its own frames, ``skippable`` and runs (``DecoderFastPath``)."""

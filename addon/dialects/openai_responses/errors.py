@@ -2,12 +2,8 @@
 the ``code`` of a failed response.
 
 Contract: plain values. An error body of the Responses API is OpenAI's
-(``{"error": {message, type, param, code}}``, the same types by status). A stream ends in
-``response.failed`` whose ``response.error`` is ``{code, message}``, the code one of a closed
-list (the official SDK's ``ResponseError.code``): ``rate_limit_exceeded`` for a 429,
-``server_error`` for a failure of the service, ``invalid_prompt`` for what the request itself
-caused; the rest of the list names image and vector-store problems, all client errors.
-"""
+(``{"error": {message, type, param, code}}``, the same types by status); a stream ends in
+``response.failed`` whose ``response.error`` is ``{code, message}``, from a closed list."""
 
 from __future__ import annotations
 
@@ -43,11 +39,15 @@ FAILED_STATUSES: dict[str, int] = {
     "vector_store_timeout": 504,
     **dict.fromkeys(_CLIENT_CODES, 400),
 }
-"""``response.error.code`` (the SDK's list) → the status it stands for."""
+"""``response.error.code`` → the status it stands for. A closed list (the official SDK's
+``ResponseError.code``): beyond the three ``failed_code`` writes, it names image and
+vector-store problems, all client errors."""
 
 
 def failed_code(status: int) -> str:
-    """The ``response.error.code`` of a failed response for an error of this status."""
+    """The ``response.error.code`` of a failed response for an error of this status:
+    ``rate_limit_exceeded`` for a 429, ``server_error`` for a failure of the service,
+    ``invalid_prompt`` for what the request itself caused."""
     if status == 429:
         return "rate_limit_exceeded"
     return "server_error" if status >= 500 else "invalid_prompt"

@@ -3,11 +3,7 @@
 Contract: JSON object in, ``Request`` out (the way back: ``request_encode``). Lenient on input;
 raises ``UnsupportedShape`` for JSON that is not a Responses request (passed through) and
 ``ClientError`` for a client's mistake (``response.encode_error``). Items are grouped into
-unified messages; tools only OpenAI runs become ``OpaqueTool(NAME)``.
-Glossary: ``ITEMS`` the private table in ``Request.extra`` of wire details only a Responses
-upstream gets back (item ids and statuses, which system message was ``instructions``).
-Details: docs/dialects/openai_responses.md#module-notes.
-"""
+unified messages; tools only OpenAI runs become ``OpaqueTool(NAME)``."""
 
 from __future__ import annotations
 
@@ -41,7 +37,9 @@ from addon.model import (
 
 NAME = "openai_responses"
 ITEMS = "__openai_responses_items__"
-"""Key of the private table in ``Request.extra`` (never written to the wire)."""
+"""Key of the private table in ``Request.extra`` (never written to the wire) of wire details
+only a Responses upstream gets back (item ids and statuses, which system message was
+``instructions``). Details: docs/dialects/openai_responses.md#module-notes."""
 
 _EFFORTS = frozenset({"minimal", "low", "medium", "high", "xhigh"})
 """The efforts ``ThinkingConfig`` models (``none`` means no thinking; others stay in extra)."""
