@@ -2,12 +2,8 @@
 
 Contract: sans-IO. ``build_wire`` takes the unified request, both dialects, the client's path,
 query and headers as plain values, and returns a ``WireRequest`` the shell applies as it is.
-The upstream dialect encodes the body and places the request (``Dialect.placement``); this
-module moves the client's API key (header, or Gemini's ``?key=``) to the upstream dialect's
-header, or sends the route's ``api_key_env`` value, and removes the credential headers and
-query key only the client's dialect understands (docs/routes.md). Keys live only in
-``WireRequest.set_headers`` (hidden from ``repr``); notes name where a key came from, never
-its value."""
+Keys live only in ``WireRequest.set_headers`` (hidden from ``repr``); notes name where a key
+came from, never its value."""
 
 from __future__ import annotations
 
@@ -66,7 +62,10 @@ def credentials(
     query: Query = (),
     withhold: bool = False,
 ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
-    """``(headers to set, headers to drop)`` for the key, following the rule above.
+    """``(headers to set, headers to drop)`` for the key: the client's API key (header, or
+    Gemini's ``?key=``) moved to the upstream dialect's header, or the route's ``api_key_env``
+    value sent; the credential headers only the client's dialect understands dropped
+    (docs/routes.md).
     ``withhold``: the client's key must not go upstream (another host): without ``env_key``
     every credential header is dropped and none is set."""
     if env_key is not None:
@@ -105,7 +104,9 @@ def build_wire(
     project: str | None = None,
     withhold_key: bool = False,
 ) -> WireRequest:
-    """The whole upstream request. ``headers`` are the client's, names lower-case.
+    """The whole upstream request: the upstream dialect encodes the body and places it
+    (``Dialect.placement``), ``credentials`` sets the key, and the query key only the client's
+    dialect understands is removed. ``headers`` are the client's, names lower-case.
     ``withhold_key``: the client's key must not go upstream (``credentials``), neither in a
     header nor in a query parameter.
 

@@ -1,13 +1,9 @@
 """Memory the proxy freed goes back to the system (glibc only; elsewhere it does nothing).
 
-After flows end, when the process's resident size grew by ``GROWTH``, glibc is asked to
-return its free pages (``malloc_trim(0)``, at most once per ``MIN_INTERVAL_S``). While large
-bodies keep coming, glibc serves blocks up to ``HEAP_BLOCKS`` from its heap and keeps up to
-``HEAP_KEEP`` free (no page faults on the next large body), given back after ``QUIET_S``
-quiet seconds. A flow with a large body is collected as soon as its hooks are done, and
-what the start loaded is frozen out of the collector's way (``gc.freeze``). Why and what
-it measured: docs/speed.md ("Memory").
-"""
+Contract: an addon over flows' ends; when the resident size grew, glibc is asked to return its
+free pages (``malloc_trim(0)``), and while large bodies keep coming their memory is kept for the
+next one (the constants below say when), because memory fresh from the system costs a page
+fault per 4 KiB on first touch. Why and what it measured: docs/speed.md ("Memory")."""
 
 from __future__ import annotations
 
@@ -59,8 +55,8 @@ def libc_trim() -> Callable[[int], int] | None:
 
 
 def keep_large_blocks() -> bool:
-    """Large blocks from glibc's heap, kept when freed (see the module docstring). False where
-    glibc is not there or says no."""
+    """Large blocks from glibc's heap, kept when freed (``HEAP_BLOCKS``, ``HEAP_KEEP``): no page
+    faults on the next large body. False where glibc is not there or says no."""
     mallopt = _libc("mallopt")
     if mallopt is None:
         return False
@@ -131,6 +127,7 @@ class MemoryTrim:
         """How many times memory was handed back."""
 
     def running(self) -> None:
+        """What the start loaded is frozen out of the collector's way (``gc.freeze``)."""
         gc.collect()  # what the start left behind goes first: frozen garbage would stay
         gc.freeze()
         if self._trim is not None:
@@ -144,6 +141,9 @@ class MemoryTrim:
         self._ended(flow)
 
     def _ended(self, flow: http.HTTPFlow) -> None:
+        """A flow with a large body is collected as soon as its hooks are done; free pages
+        go back (at most once per ``MIN_INTERVAL_S``) when the resident size grew by
+        ``GROWTH``, and after ``QUIET_S`` quiet seconds when large bodies came."""
         big = any(
             m is not None and len(m.raw_content or b"") >= BIG_BODY
             for m in (flow.request, flow.response)

@@ -3,11 +3,7 @@
 Contract: sans-IO. ``feed(text) -> list[Event]`` takes text split anywhere (inside a tag, a
 trigger or a JSON string); ``finish()`` flushes and is idempotent. Plain text leaves at once;
 only a suffix that could begin a marker is held back, a call until it is complete and valid.
-Glossary: *marker* what starts a block: a thinking tag (``<thinking>``, ``<think>``), this
-request's ``invoke`` trigger, ``bracket``'s ``[Calling tool: ``; *header* what follows a call
-marker up to its JSON arguments; *rejected* a would-be call given back as the text it was
-(the reason kept in ``rejected``). More: docs/tools.md#tools-for-upstreams-without-tool-calling.
-"""
+More: docs/tools.md#tools-for-upstreams-without-tool-calling."""
 
 from __future__ import annotations
 
@@ -115,6 +111,11 @@ def default_ids(n: int) -> str:
 
 
 class TextProtocolParser:
+    """Words: *marker* what starts a block: a thinking tag (``<thinking>``, ``<think>``), this
+    request's ``invoke`` trigger, ``bracket``'s ``[Calling tool: ``; *header* what follows a
+    call marker up to its JSON arguments; *rejected* a would-be call given back as the text it
+    was (the reason kept in ``rejected``)."""
+
     def __init__(
         self,
         protocol: TextProtocol | None,

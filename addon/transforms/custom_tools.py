@@ -1,13 +1,9 @@
 """Custom (freeform) tools for upstreams that only have function tools (unified → unified).
 
-OpenAI's custom tools (Codex's ``apply_patch``, Cursor's ``ApplyPatch``) take raw text, not a
-JSON object. ``wrap_custom_tools`` carries each as a function with one required string
-parameter, ``input`` (history re-encoded the same way); ``unwrap_custom_input`` /
-``unwrap_custom_calls`` (and ``addon.stream.custom_tools.CustomToolStage``) give the client its
-custom call and raw input back, leniently, losing no text.
-
-Contract: pure functions over ``addon.model``; nothing here knows a wire format.
-Glossary: *wrapped* (a custom tool carried as a function). In full: docs/tools.md#custom-tools."""
+Contract: pure functions over ``addon.model``; nothing here knows a wire format. Why: OpenAI's
+custom tools (Codex's ``apply_patch``, Cursor's ``ApplyPatch``) take raw text, not a JSON
+object; ``wrap_custom_tools`` carries (*wraps*) each as a function, the ``unwrap_*`` functions
+give the client its custom call back. In full: docs/tools.md#custom-tools."""
 
 from __future__ import annotations
 
@@ -195,7 +191,8 @@ def _partial_input(text: str) -> str | None:
 
 
 def unwrap_custom_calls(resp: Response, names: frozenset[str]) -> Response:
-    """A whole answer's calls of wrapped custom tools back as custom calls with their raw input."""
+    """A whole answer's calls of wrapped custom tools back as custom calls with their raw input
+    (streamed: ``addon.stream.custom_tools.CustomToolStage``)."""
     if not names or not any(isinstance(p, ToolCall) and p.name in names for p in resp.parts):
         return resp
     parts = tuple(

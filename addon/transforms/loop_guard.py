@@ -1,13 +1,9 @@
 """The loop guard: an agent repeating the same failing tool call, judged on the model's answer.
 
-``check_loop`` reads the history the client sends (nothing is kept between requests) and says
-when the latest calls are ``max_repeat`` identical failures in a row; the upstream is asked as
-usual, and only an answer that makes that call once more has it replaced by
-``terminal_message`` (``guard_response`` whole, ``addon.stream.loop_guard`` streamed).
-
-Contract: pure functions over ``addon.model`` values, cost linear in the history. Glossary:
-*fingerprint* (tool, argument shape, error class: safe to log); *error class* (``classify``);
-*step* and *break* (how the history is read); *run*. The rules: docs/tools.md#the-loop-guard."""
+Contract: pure functions over ``addon.model`` values, cost linear in the history; nothing is
+kept between requests. ``check_loop`` says when the latest calls are ``max_repeat`` identical
+failures in a row; only an answer that makes that call once more has it replaced by
+``terminal_message`` (``guard_response`` whole, ``addon.stream.loop_guard`` streamed)."""
 
 from __future__ import annotations
 
@@ -126,7 +122,7 @@ def _nonzero_exit(text: str) -> bool:
 
 
 def classify(result: ToolResult) -> ErrorClass | None:
-    """``None`` when the result is a success, else its error class (module docstring)."""
+    """``None`` when the result is a success, else its error class (docs/tools.md#the-loop-guard)."""
     text = result_text(result)
     head = text[:_HEAD]
     exited = _nonzero_exit(text)
@@ -248,7 +244,8 @@ def call_key(call: ToolCall) -> str:
 
 
 def fingerprint(call: ToolCall, result: ToolResult) -> str | None:
-    """``tool/error_class/digest`` of a failing call, ``None`` when its result is a success."""
+    """``tool/error_class/digest`` of a failing call (tool, argument shape, error class: safe
+    to log), ``None`` when its result is a success."""
     cls = classify(result)
     if cls is None:
         return None
@@ -342,7 +339,9 @@ def _failures(step: list[tuple[ToolCall, ToolResult]]) -> list[_Failure]:
 
 def check_loop(req: Request, max_repeat: int) -> LoopVerdict | None:
     """The verdict when the history ends with ``max_repeat`` (or more) identical failing calls
-    in a row (module docstring), else ``None``. ``max_repeat < 1`` disables the guard."""
+    in a row, else ``None``. ``max_repeat < 1`` disables the guard. The upstream is asked as
+    usual: the verdict acts only on an answer that repeats the call. The rules (steps, breaks,
+    runs): docs/tools.md#the-loop-guard."""
     if max_repeat < 1:
         return None
     steps = _timeline(req.messages)

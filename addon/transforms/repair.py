@@ -1,13 +1,9 @@
 """Tool-call argument repair and normalization against the request's own tool schemas.
 
-Turns arguments that almost fit the tool they call (``filePath`` for ``path``, a todo status
-``done``, a trailing comma, a cut-off object) into what the client's tool accepts, never
-changing the call's meaning. ``repair_call``: parse, key aliases, todo lists, validate.
-
 Contract: pure functions over ``addon.model`` values, cost linear in the arguments' size; the
-stream stage is ``addon.stream.repair.RepairStage``. Glossary: *schema map* (``ToolSchemas``,
-the client's own function tools' parameters, before any schema profile); *collision* (an alias
-dropped because its canonical key is present). The rules: docs/tools.md#argument-repair."""
+stream stage is ``addon.stream.repair.RepairStage``. Why: arguments that almost fit the tool
+they call (``filePath`` for ``path``, a todo status ``done``, a trailing comma, a cut-off
+object) become what the client's tool accepts, never changing the call's meaning."""
 
 from __future__ import annotations
 
@@ -123,8 +119,8 @@ def _validator_for(text: str) -> Validator | None:
 
 
 class ToolSchemas:
-    """The request's own function tools: name → parameters schema (JSON Schema of the
-    arguments object). Validators are built on first use, once per distinct schema for the
+    """The request's own function tools (the *schema map*): name → parameters schema (JSON
+    Schema of the arguments object), the client's own, before any schema profile. Validators are built on first use, once per distinct schema for the
     whole process (``_validator_for``)."""
 
     __slots__ = ("_schemas", "_validators")
@@ -199,20 +195,22 @@ class RepairResult:
     aliases: tuple[tuple[str, str], ...] = ()
     """Renames applied, ``(alias, canonical)``."""
     collisions: tuple[str, ...] = ()
-    """Alias keys dropped because their canonical key (or an earlier alias) was there."""
+    """Alias keys dropped because their canonical key (or an earlier alias) was there
+    (*collisions*)."""
     statuses: tuple[tuple[str, str], ...] = ()
     """Todo statuses rewritten, ``(as written, as sent)``."""
     priorities: int = 0
     """Todo items given ``priority: medium``."""
     record: JSON | None = field(default=None)
-    """The structured log record, when one is due (see the module docstring)."""
+    """The structured log record, when one is due (invalid arguments, a collision, or a cut
+    call changed)."""
 
 
 def repair_call(
     name: str, arguments: str, schemas: ToolSchemas, notes: Notes, *, cut: bool = False
 ) -> RepairResult:
-    """One call's arguments repaired and normalized against its tool's schema (module
-    docstring). A tool not in ``schemas`` gets its arguments back untouched. ``cut``: the
+    """One call's arguments repaired and normalized against its tool's schema: parse, key
+    aliases, todo lists, validate (docs/tools.md#argument-repair). A tool not in ``schemas`` gets its arguments back untouched. ``cut``: the
     answer ended inside this call (said in the log record)."""
     schema = schemas.get(name)
     if schema is None:

@@ -2,12 +2,8 @@
 signature rules for thinking blocks a client does send ("the seed": ``thinking_policy``).
 
 Contract: pure over ``addon.model`` values plus one lookup (``ReasoningLookup``: the store's
-view for this flow's scope); run after the client's decoder, before the upstream's encoder;
-decisions go to ``notes``; a failing lookup is "nothing known" (noted), never a stopped
-request. What is restored follows the upstream's reasoning style (``ReasoningStyle``, from
-the plan), never its name: docs/reasoning.md ("How the store captures and restores").
-``restore_request`` runs it all: default thinking, restore, signature rules, history check.
-"""
+view for this flow's scope), after the client's decoder, before the upstream's encoder;
+decisions go to ``notes``; a failing lookup is "nothing known", never a stopped request."""
 
 from __future__ import annotations
 
@@ -161,7 +157,8 @@ def restore_reasoning(
     origin: ReasoningStyle = "none",
 ) -> Request:
     """What the client dropped, back from the store, for an upstream of that reasoning style
-    (see the module docstring). ``origin``: the style of the dialect the request was written
+    (``ReasoningStyle``, from the plan), never by its name: docs/reasoning.md ("How the store
+    captures and restores"). ``origin``: the style of the dialect the request was written
     in (a request written for Gemini carries its own signatures)."""
     safe = _Safe(lookup)
     counts: Counter[str] = Counter()
@@ -389,7 +386,7 @@ def _restore_gemini(
 
 
 def signature_valid(t: Thinking) -> bool:
-    """The seed's rule (see the module docstring)."""
+    """The seed's rule for a thinking block's signature ("the seed": ``thinking_policy``)."""
     if t.redacted:
         return bool(t.text)
     if not t.text:
@@ -399,7 +396,7 @@ def signature_valid(t: Thinking) -> bool:
 
 def apply_signature_rules(req: Request, lookup: ReasoningLookup | None, notes: Notes) -> Request:
     """Thinking blocks the client sent with a missing or invalid signature: repaired from the
-    store, else sent as text; empty ones dropped (see the module docstring)."""
+    store, else sent as text; empty ones dropped (the seed's rules)."""
     safe = _Safe(lookup)
     counts: Counter[str] = Counter()
     out: list[Message] = []

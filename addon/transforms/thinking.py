@@ -1,13 +1,9 @@
 """Thinking policy for upstreams reached through a ``-thinking`` model name (unified → unified).
 
-Contract: pure. When thinking is on for a model that has no reasoning switch of
-its own, the system prompt gets the thinking rule and the last user message
-with text of its own a short hint (``prompt.append_to_last_user``: never a
-message of tool results only, where a new text part reads as a new request and
-makes the model start over, and once per request, not on every turn of the
-history); the answer's ``<thinking>`` / ``<think>`` blocks are turned into
-reasoning by ``addon.textproto.parser``.
-"""
+Contract: pure. When thinking is on for a model that has no reasoning switch of its own, the
+system prompt gets the thinking rule and the last user message with text of its own a short
+hint; the answer's ``<thinking>`` / ``<think>`` blocks are turned into reasoning by
+``addon.textproto.parser``."""
 
 from __future__ import annotations
 
@@ -67,6 +63,10 @@ def catalogue_models(catalogue: tuple[str, ...]) -> list[str]:
 
 
 def apply_thinking_prompt(req: Request, notes: Notes) -> Request:
+    """The thinking rule on the system prompt, the hint on the last user message with text of
+    its own (``prompt.append_to_last_user``): never a message of tool results only, where a
+    new text part reads as a new request and makes the model start over, and once per
+    request, not on every turn of the history."""
     notes["thinking prompt added"] += 1
     messages = append_to_last_user(append_system(req.messages, THINKING_RULE), THINKING_HINT)
     # The prompt takes the place of a reasoning switch the model does not have: none is sent.
