@@ -3,10 +3,7 @@
 Contract: JSON object in, ``Request`` out (the way back: ``request_encode``). Lenient on
 input: unmodelled top-level fields stay in ``extra``, unknown blocks become ``Opaque`` parts.
 Raises ``UnsupportedShape`` for JSON that is not a Messages request (passed through) and
-``ClientError`` for a client's mistake. Server tools become ``OpaqueTool``; tool ids a client
-sends back are un-escaped (``ids.from_anthropic``).
-Details: docs/dialects/anthropic.md#module-notes.
-"""
+``ClientError`` for a client's mistake. Details: docs/dialects/anthropic.md#module-notes."""
 
 from __future__ import annotations
 
@@ -68,6 +65,8 @@ encoder copies ``ToolCall.extra`` and ``Image.extra`` into its own objects. A
 
 
 def decode_request(body: JSON, notes: Notes) -> Request:
+    """The unified request. Server tools become ``OpaqueTool``; tool ids a client sends back
+    are un-escaped (``ids.from_anthropic``)."""
     model, messages = body.get("model"), body.get("messages")
     if not isinstance(model, str) or not isinstance(messages, list):
         raise UnsupportedShape("not an Anthropic Messages request (model and messages needed)")

@@ -2,11 +2,8 @@
 
 Both speak the same ``contents`` / ``parts`` JSON; Code Assist wraps the request as
 ``{model, project, user_prompt_id, request: {…}}`` and every answer as ``{"response": {…}}``,
-and takes a Bearer token where the public API takes ``x-goog-api-key``. As clients: Gemini CLI
-(``/v1beta/models/{model}:streamGenerateContent?alt=sse``), whose model and streaming live in
-the path (``from_path``). Streams are SSE with ``alt=sse`` and one JSON array without it
-(``framing``).
-"""
+and takes a Bearer token where the public API takes ``x-goog-api-key``. Streams are SSE with
+``alt=sse`` and one JSON array without it (``framing``)."""
 
 from addon.dialects.base import Dialect, TokenCount
 
@@ -36,6 +33,8 @@ from .tokens import count_answer, count_request
 
 TOKEN_COUNT = TokenCount(count_request, count_answer)
 
+# As clients: Gemini CLI (``/v1beta/models/{model}:streamGenerateContent?alt=sse``), whose
+# model and streaming live in the path (``from_path``).
 DIALECT = Dialect(
     name=NAME,
     reasoning="signed_parts",

@@ -2,11 +2,8 @@
 
 Contract: plain functions over JSON and ``addon.model``; no wire envelope, no request or
 answer structure (that is ``request`` / ``response`` / ``stream``). Decoding reads camelCase
-and snake_case alike; encoding writes only known fields, camelCase.
-Glossary: *Leftover* what a part holds beyond its unified form (``thoughtSignature``,
-``partMetadata`` …), returned beside it for the caller to keep; ``_raw_arguments`` the key of
-arguments that are not a JSON object. Details: docs/dialects/gemini.md#module-notes.
-"""
+and snake_case alike; encoding writes only known fields, camelCase. Details:
+docs/dialects/gemini.md#module-notes."""
 
 from __future__ import annotations
 
@@ -79,7 +76,8 @@ def rest(obj: JSON, modelled: frozenset[str]) -> JSON:
 
 @dataclass(slots=True)
 class Leftover:
-    """What one wire part holds beyond its unified part (all plain JSON)."""
+    """What one wire part holds beyond its unified part (``thoughtSignature``,
+    ``partMetadata`` …; all plain JSON), returned beside it for the caller to keep."""
 
     part: JSON = field(default_factory=dict)
     """Part-level fields: ``thoughtSignature`` (except on thoughts, where it is the

@@ -2,11 +2,8 @@
 
 Contract: pure functions over paths, ``Request`` and ``Target``; no body codec (that is
 ``request`` / ``request_encode``). A public-API client's model and streaming live in its path
-(``from_path``); a Gemini upstream gets ``{base}/v1beta/models/{model}:streamGenerateContent
-?alt=sse`` (``place_public``) or Code Assist's ``/v1internal:…`` (``place_code_assist``), the
-body then wrapped as ``{model, project, user_prompt_id, request: {…}}``
-(``code_assist_envelope``).
-"""
+(``from_path``); an upstream gets the public API's path (``place_public``) or Code Assist's
+(``place_code_assist``), the body then wrapped (``code_assist_envelope``)."""
 
 from __future__ import annotations
 

@@ -3,10 +3,7 @@
 Contract: ``Request`` in, JSON body out, for a Gemini upstream (the model goes in the path or
 in Code Assist's envelope: ``placement``). A request that came from a Gemini client is written
 back as it came, from the private table the decoder kept (``request``). Raises ``ClientError``
-for what Gemini cannot be sent (a tool result naming no function). Only signed thinking is
-sent; later system messages stay in place as ``<system>`` text.
-Details: docs/dialects/gemini.md#module-notes.
-"""
+for what Gemini cannot be sent (a tool result naming no function)."""
 
 from __future__ import annotations
 
@@ -79,7 +76,8 @@ def runs_tool(t: OpaqueTool) -> bool:
 
 def encode_request(req: Request, notes: Notes) -> JSON:
     """The ``GenerateContentRequest`` body for a Gemini upstream (the model goes in the path,
-    or in Code Assist's envelope)."""
+    or in Code Assist's envelope). Only signed thinking is sent; later system messages stay
+    in place as ``<system>`` text. Details: docs/dialects/gemini.md#module-notes."""
     enc = _Encoder(req, notes)
     system, contents = enc.contents()
     body: JSON = {}

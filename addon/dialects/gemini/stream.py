@@ -2,11 +2,8 @@
 
 Contract: sans-IO. ``GeminiStreamDecoder.feed`` takes the JSON of one chunk (an SSE ``data:``
 with ``alt=sse``, an item of the JSON array without it) and returns unified events; parts are
-read as ``response.py`` reads whole answers. A call goes out whole (``ToolCallStart`` with all
-its arguments, ``ToolCallEnd``); Vertex's streamed arguments (``partialArgs``) are assembled
-first. ``finish()`` sends the usage and ``StreamEnd``, or a ``StreamError`` for a cut body.
-The encoder is ``stream_encode.py``; the rules: docs/dialects/gemini.md#streams.
-"""
+read as ``response.py`` reads whole answers. The encoder is ``stream_encode.py``; the rules:
+docs/dialects/gemini.md#streams."""
 
 from __future__ import annotations
 
@@ -194,7 +191,9 @@ class _Call:
 
 
 class GeminiStreamDecoder:
-    """Public and Code Assist-wrapped chunks (``{"response": {…}, "traceId"}``) alike."""
+    """Public and Code Assist-wrapped chunks (``{"response": {…}, "traceId"}``) alike. A call
+    goes out whole (``ToolCallStart`` with all its arguments, ``ToolCallEnd``); Vertex's
+    streamed arguments (``partialArgs``) are assembled first."""
 
     fast_path: None = None
     """Nothing for the fast path (``StreamDecoder``, ``StreamEncoder``)."""
@@ -227,6 +226,7 @@ class GeminiStreamDecoder:
         return out
 
     def finish(self) -> list[Event]:
+        """The usage and ``StreamEnd``, or a ``StreamError`` for a cut body."""
         if self._ended:
             return []
         self._ended = True

@@ -1,12 +1,8 @@
 """Unified stream events → Gemini streamed chunks, ``(None, JSON)`` pairs, one chunk each.
 
 Contract: sans-IO. ``GeminiStreamEncoder`` (Gemini CLI, ``@google/genai``) sends one chunk per
-part: per text or thought delta, per call at its ``ToolCallEnd`` (arguments parsed into
-``args``); signatures go where Gemini wants them (``response.PartWriter``); the last chunk
-carries ``finishReason`` and ``usageMetadata``. ``StreamError`` → an error body, then nothing.
-``CodeAssistStreamEncoder`` wraps each chunk as ``{"response": {…}}``. The rules:
-docs/dialects/gemini.md#streams.
-"""
+part; ``CodeAssistStreamEncoder`` wraps each chunk as ``{"response": {…}}``. ``StreamError`` →
+an error body, then nothing. The rules: docs/dialects/gemini.md#streams."""
 
 from __future__ import annotations
 
@@ -58,7 +54,9 @@ class _Pending:
 
 
 class GeminiStreamEncoder:
-    """Chunks for a public-API Gemini client."""
+    """Chunks for a public-API Gemini client: one per text or thought delta, one per call at its
+    ``ToolCallEnd`` (arguments parsed into ``args``); signatures go where Gemini wants them
+    (``response.PartWriter``); the last chunk carries ``finishReason`` and ``usageMetadata``."""
 
     @property
     def fast_path(self) -> EncoderFastPath:

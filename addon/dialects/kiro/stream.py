@@ -2,11 +2,8 @@
 
 Contract: sans-IO. ``KiroStreamDecoder.feed(payload, event_type)`` takes one frame at a time
 (its JSON payload and ``:event-type``, as ``addon.stream.eventstream`` splits them);
-``finish()`` is idempotent. Kiro sends no finish event: ``finish()`` sends ``Finish``, the
-usage and ``StreamEnd``, or a ``StreamError`` (``upstream_cut``) for a body cut inside a call
-or empty. ``KiroStreamEncoder`` exists for the ``Dialect`` record only: building one raises.
-What each event becomes: docs/dialects/kiro.md#module-notes.
-"""
+``finish()`` is idempotent. ``KiroStreamEncoder`` exists for the ``Dialect`` record only.
+What each event becomes: docs/dialects/kiro.md#module-notes."""
 
 from __future__ import annotations
 
@@ -108,6 +105,8 @@ class KiroStreamDecoder:
         return out
 
     def finish(self) -> list[Event]:
+        """Kiro sends no finish event: here ``Finish``, the usage and ``StreamEnd``, or a
+        ``StreamError`` (``upstream_cut``) for a body cut inside a call or empty."""
         if self._ended:
             return []
         self._ended = True
