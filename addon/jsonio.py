@@ -1,12 +1,9 @@
 """Strict JSON, fast: msgspec, and the standard library where msgspec says no.
 
-Contract: ``loads`` reads RFC 8259 JSON only — no ``NaN``, ``Infinity``, ``-Infinity``, no float
-that overflows (``1e400``): ``ValueError`` for those, as for anything else that is not JSON
-(invalid UTF-8 included); nesting too deep raises ``RecursionError``. Integers keep every
-digit, however long. ``dumps`` / ``dumpb`` write compact JSON (no spaces), non-ASCII as UTF-8;
-``dumps`` gives text, ``dumpb`` bytes; always encodable as UTF-8. What msgspec refuses that is
-still JSON (a lone surrogate escape, deep nesting) goes through ``json``, with the same
-results. Why msgspec (measured): docs/speed.md#why-msgspec."""
+Contract: ``loads`` reads RFC 8259 JSON only (``ValueError`` for anything else); ``dumps`` /
+``dumpb`` write compact JSON (no spaces), non-ASCII as UTF-8, as text / bytes. What msgspec
+refuses that is still JSON (a lone surrogate escape, deep nesting) goes through ``json``, with
+the same results. Why msgspec (measured): docs/speed.md#why-msgspec."""
 
 from __future__ import annotations
 
@@ -46,7 +43,10 @@ def _strict_stdlib(text: str | bytes) -> Any:
 
 
 def loads(data: str | bytes) -> Any:
-    """Strict JSON (see the module docstring). ``bytes`` must be UTF-8."""
+    """Strict JSON: RFC 8259 only — no ``NaN``, ``Infinity``, ``-Infinity``, no float that
+    overflows (``1e400``): ``ValueError`` for those, as for anything else that is not JSON
+    (invalid UTF-8 included); nesting too deep raises ``RecursionError``. Integers keep every
+    digit, however long. ``bytes`` must be UTF-8."""
     try:
         return fast_loads(data)
     except REFUSED:

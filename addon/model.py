@@ -2,11 +2,8 @@
 
 Contract: plain data only. Nothing here knows a wire format, mitmproxy, sockets or asyncio.
 N client dialects and M upstream dialects meet here: N + M codecs instead of N x M converters.
-Glossary: ``extra`` (wire fields a codec does not model, kept with the dialect they came from,
-``origin``: an encoder of the same dialect puts them back, another ignores them, so an
-OpenAI -> OpenAI route keeps ``system_fingerprint``). Parts and events are frozen dataclasses
-with slots, made once per stream delta, so cheap (pydantic only for wire shapes and
-configuration, where validation is the point)."""
+``extra``: wire fields a codec does not model, kept with the dialect they came from
+(``origin``): an encoder of the same dialect puts them back, another ignores them."""
 
 from __future__ import annotations
 
@@ -31,6 +28,10 @@ message (OpenAI-compatible chat), or nothing to keep."""
 
 
 # --------------------------------------------------------------------------- parts
+
+# Parts and events are frozen dataclasses with slots, made once per stream delta, so cheap
+# (pydantic only for wire shapes and configuration, where validation is the point). ``extra``
+# kept with its ``origin`` is how an OpenAI -> OpenAI route keeps ``system_fingerprint``.
 
 type CacheTTL = Literal["5m", "1h"]
 """How long a prompt-cache entry lives without use (Anthropic's ``ttl``; 5m when unsaid)."""

@@ -1,12 +1,8 @@
 """Text the bridge writes (log lines, flow comments, metadata, the content view): safe and secret-free.
 
-Contract: sans-IO, plain strings in and out, never raises on any ``str``.
-
-``redact(text)`` is the one redaction function (``clean`` and ``clean_data`` call it): the
-values of credential-named parameters, key-shaped strings and (``tokens=True``) long
-random-looking tokens become ``[REDACTED]``. ``clean(text, limit)`` is what goes into a log
-line or a comment: redacted, lone surrogates and control characters escaped, one line, cut to
-``limit``. What each replaces: docs/observability.md#what-redact-replaces."""
+Contract: sans-IO, plain strings in and out, never raises on any ``str``. ``redact`` is the one
+redaction function (``clean`` and ``clean_data`` call it); ``clean`` is what goes into a log
+line or a comment. What each replaces: docs/observability.md#what-redact-replaces."""
 
 from __future__ import annotations
 
@@ -96,7 +92,8 @@ def _has_run(text: str) -> bool:
 
 
 def redact(text: str, *, tokens: bool = True) -> str:
-    """``text`` with credential values and key-shaped strings replaced by ``[REDACTED]``.
+    """``text`` with the values of credential-named parameters, key-shaped strings and
+    (``tokens=True``) long random-looking tokens replaced by ``[REDACTED]``.
     (A replacement cannot make a new match: ``[REDACTED]`` holds no part above, and its
     brackets end any word or token next to it. So the parts are looked for once.)"""
     if not text:
@@ -142,8 +139,9 @@ def _escape_char(m: re.Match[str]) -> str:
 
 
 def clean(text: object, limit: int | None = None) -> str:
-    """``text`` fit for a log line, a comment or a metadata value: redacted, escaped, and cut
-    to ``limit`` characters (ending ``...`` when cut). Never raises."""
+    """``text`` fit for a log line, a comment or a metadata value: redacted, lone surrogates
+    and control characters escaped, one line, and cut to ``limit`` characters (ending ``...``
+    when cut). Never raises."""
     try:
         s = text if isinstance(text, str) else str(text)
     except Exception:  # a __str__ that fails: say what it was

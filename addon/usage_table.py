@@ -2,11 +2,8 @@
 read share, the cost from a maintained price table and totals (``scripts/usage``,
 ``bridge.usage``).
 
-Contract: plain values; no mitmproxy, no logging. Costs come from PyPI ``genai-prices``
-(pydantic's maintained price table, the ``usage`` extra) when it is installed, at the prices of
-the row's day; a model it does not know has no cost (an empty cell, its requests counted as
-``unpriced``), never a guessed one. Without the package every cost cell is empty and the table
-says why."""
+Contract: plain values; no mitmproxy, no logging. A model the price table does not know has no
+cost (an empty cell, its requests counted as ``unpriced``), never a guessed one."""
 
 from __future__ import annotations
 
@@ -27,7 +24,9 @@ NO_PRICES = "no cost: the price table (PyPI genai-prices) is not installed: pip 
 
 
 def genai_prices() -> Price | None:
-    """A ``Price`` from ``genai-prices``; None when it is not installed."""
+    """A ``Price`` from PyPI ``genai-prices`` (pydantic's maintained price table, the ``usage``
+    extra), at the prices of the row's day; None when it is not installed: every cost cell is
+    then empty and the table says why (``NO_PRICES``)."""
     try:
         from genai_prices import Usage as PriceUsage
         from genai_prices import calc_price

@@ -2,11 +2,8 @@
 
 Sans-IO (no mitmproxy, no sockets); nothing here logs, the shell does from what these
 return. ``request``: ``decide(settings, route, incoming, env)`` returns one ``decision``:
-``Pass``, ``Reject`` (an error in the client's dialect) or ``Rewrite`` (the ``WireRequest``
-and the frozen ``FlowPlan`` of ``flow``). ``answer``: the answer side, on the plan and the
-flow's ``AnswerState`` (stream pipeline, whole answers, the loop guard's second request).
-``errors``: error bodies for the client. ``staged``: each step of the staged retry.
-``count_tokens``: Anthropic's token count. ``values``: what both sides speak in."""
+``Pass``, ``Reject`` (an error in the client's dialect) or ``Rewrite``; ``answer`` the answer
+side; ``errors``, ``staged``, ``count_tokens``, ``values``: each module says what it holds."""
 
 from addon.plan.answer import AnswerState
 from addon.plan.conditions import RequestView

@@ -1,12 +1,9 @@
 """The fallback addon: a route's ``fallback`` chain applied to a flow (``addon.plan.fallback`` rules).
 
-``request`` picks the first route not cooling down (the rewrite addon then writes the flow's
-request for it and calls ``start``); mitmproxy sends the flow to the loopback relay, whose leg
-makes each attempt (``Retry.open``) and relays the first answer that does not fall back, as it
-streams; ``responseheaders`` gives the flow back the request that route was sent and its plan,
-and says what was tried. A relay because mitmproxy has no first-byte timeout and cannot take a
-request back once sent. The cooldowns are the store's on a Redis store (shared by every worker), else this process's. Rules and limits: docs/routes.md ("Fallbacks").
-"""
+``request`` picks the first route not cooling down; mitmproxy sends the flow to the loopback
+relay, which makes each attempt and relays the first answer that does not fall back, as it
+streams. A relay because mitmproxy has no first-byte timeout and cannot take a request back
+once sent. Rules and limits: docs/routes.md ("Fallbacks")."""
 
 from __future__ import annotations
 
@@ -72,6 +69,8 @@ _HOP_BY_HOP = frozenset(
 
 
 class Fallbacks:
+    """The chain's addon; the relay's leg makes each attempt (``Retry.open``)."""
+
     name = "cursor_bridge_fallback"
 
     def __init__(
@@ -106,7 +105,8 @@ class Fallbacks:
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         """For a flow on a route with a chain, a coroutine mitmproxy awaits before the Kiro
-        and rewrite addons: the relay started, the first route picked (the record's chain)."""
+        and rewrite addons: the relay started, the first route picked (the record's chain).
+        The rewrite addon then writes the flow's request for it and calls ``start``."""
         if flow.response is not None or flow.error is not None or not flow.live:
             return None
         try:
@@ -304,7 +304,8 @@ class Fallbacks:
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         """The relay's answer came: the flow gets back the request its serving route was
-        sent (address, headers, body: what the view shows) and that route's plan."""
+        sent (address, headers, body: what the view shows) and that route's plan, and what was
+        tried is said."""
         chain = self._started(flow.id)
         if chain is None or chain.attempt is None:
             return

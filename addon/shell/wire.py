@@ -1,12 +1,9 @@
 """The relay's HTTP/1.1 client: an attempt's answer, its head parsed, its body's bytes passed on.
 
-One asyncio ``Protocol`` per upstream connection (direct, or through ``--mode upstream``'s
-proxy: absolute-form for ``http://``, a CONNECT tunnel for ``https://``); the body's bytes go
-to the relay's writer as each read gives them, chunk framing included, read only for the chunk
-sizes that say where the answer ends; connections kept alive per origin. Why: httpx parsed every
-chunk into an event and the relay framed it again, about twice a plain route's CPU per event
-(docs/speed.md, "A route with a fallback").
-"""
+Contract: one asyncio ``Protocol`` per upstream connection (direct, or through ``--mode
+upstream``'s proxy); connections kept alive per origin. Why: httpx parsed every chunk into an
+event and the relay framed it again, about twice a plain route's CPU per event (docs/speed.md,
+"A route with a fallback")."""
 
 from __future__ import annotations
 
@@ -49,7 +46,8 @@ class Origin:
     host: str
     port: int
     proxy: str | None
-    """The upstream proxy's URL (``--mode upstream``)."""
+    """The upstream proxy's URL (``--mode upstream``): absolute-form for ``http://``, a CONNECT
+    tunnel for ``https://``."""
     proxy_auth: str
     """Its ``Proxy-Authorization`` value, or ""."""
     insecure: bool
@@ -101,7 +99,9 @@ class Chunks:
 
 
 class Wire(asyncio.Protocol):
-    """One upstream connection: a request's answer head, then its body to a sink."""
+    """One upstream connection: a request's answer head, then its body to a sink (the relay's
+    writer) as each read gives it, chunk framing included, read only for the chunk sizes that
+    say where the answer ends (``Chunks``)."""
 
     def __init__(self, origin: Origin, pool: Pool | None) -> None:
         self.origin = origin

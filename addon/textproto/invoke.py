@@ -1,12 +1,9 @@
 """The ``invoke`` protocol: a per-conversation trigger, then ``<invoke name="…">{json}</invoke>``.
 
 Contract: pure text rendering over unified ``Tool`` / ``ToolCall`` / ``ToolResult``; parsing
-lives in ``parser``. The trigger is made from a seed the plan derives from the conversation
-and a secret (``addon.transforms.conversation``): the same on every turn of one conversation,
-so the prompt's bytes repeat and an upstream's prefix cache keeps them (a new trigger each
-turn made llama-server process 56% of every later prompt again), and unguessable from the
-conversation's content, so a call copied from a file or a web page stays text.
-"""
+lives in ``parser``. The trigger is the same on every turn of one conversation, so that an
+upstream's prefix cache keeps the prompt, and unguessable from the conversation's content, so
+that a call copied from a file or a web page stays text."""
 
 from __future__ import annotations
 
@@ -22,7 +19,9 @@ TRIGGER_CHARS = 8
 
 def make_trigger(seed: bytes) -> str:
     """The trigger for ``seed`` (at least 8 bytes of a keyed hash; the same seed, the same
-    trigger)."""
+    trigger). The plan derives the seed from the conversation and a secret
+    (``addon.transforms.conversation``): a new trigger each turn made llama-server process 56%
+    of every later prompt again."""
     if len(seed) < TRIGGER_CHARS:
         raise ValueError("an invoke trigger needs a seed of 8 bytes or more")
     chars = "".join(_ALPHABET[b % len(_ALPHABET)] for b in seed[:TRIGGER_CHARS])

@@ -1,12 +1,9 @@
 """A signature that comes after the answer: kept from the client's view (unified → unified).
 
-Contract: pure. Gemini 3's trailing empty text part with a ``thoughtSignature``, or a Responses
-reasoning item after the message, decodes to a signature-only ``Thinking("", signature)``
-after the text. For a client of another dialect it is not sent on (reasoning after the answer
-breaks the order clients read: ``claude -p`` printed nothing), unless a call follows it at
-once (``gemini.response.CALL_SIGNATURE``) or it ends reasoning text. The reasoning store has
-it all the same (``addon.stream.capture``, ``addon.transforms.restore``). The stream applies
-the same rule with ``addon.stream.stages.TrailingSignatureStage``; docs/reasoning.md."""
+Contract: pure. A signature-only ``Thinking("", signature)`` after the text is not sent on to a
+client of another dialect, unless a call follows it at once or it ends reasoning text. Why:
+reasoning after the answer breaks the order clients read (``claude -p`` printed nothing). The
+stream applies the same rule with ``addon.stream.stages.TrailingSignatureStage``."""
 
 from __future__ import annotations
 
@@ -26,7 +23,12 @@ def signature_only(p: Part) -> bool:
 
 
 def drop_trailing_signatures(answer: Response) -> Response:
-    """``answer`` without the signature-only reasoning parts the rule keeps from the client."""
+    """``answer`` without the signature-only reasoning parts the rule keeps from the client:
+    Gemini 3's trailing empty text part with a ``thoughtSignature``, or a Responses reasoning
+    item after the message, decoded to a ``Thinking("", signature)`` after the text. Kept when
+    a call follows at once (``gemini.response.CALL_SIGNATURE``) or it ends reasoning text. The
+    reasoning store has it all the same (``addon.stream.capture``,
+    ``addon.transforms.restore``; docs/reasoning.md)."""
     parts: list[Part] = []
     seen = False
     for i, p in enumerate(answer.parts):

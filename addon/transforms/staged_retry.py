@@ -1,12 +1,9 @@
 """Staged retry on signature errors: which upstream errors call for it (``next_stage``) and
 the request of each stage (``stage_request``, unified → unified).
 
-Contract: pure. Stage 1: thinking off, thinking blocks as text, every signature and
-reasoning extra taken off. Stage 2: tool calls and results as text too. The stages start
-from the unified request as first encoded (after restore): they take away, never restore.
-The decision of each step is ``addon.plan.staged``'s; when and what exactly:
-docs/reasoning.md ("When the staged retry asks again").
-"""
+Contract: pure. The stages start from the unified request as first encoded (after restore):
+they take away, never restore. The decision of each step is ``addon.plan.staged``'s; when and
+what exactly: docs/reasoning.md ("When the staged retry asks again")."""
 
 from __future__ import annotations
 
@@ -91,7 +88,9 @@ _REASONING_SWITCHES = frozenset({"reasoning_effort", "reasoning", "thinking", "e
 
 
 def stage_request(req: Request, stage: Stage, notes: Notes | None = None) -> Request:
-    """The request of ``stage`` (see the module docstring); ``notes`` get what was changed."""
+    """The request of ``stage``; ``notes`` get what was changed. Stage 1: thinking off,
+    thinking blocks as text, every signature and reasoning extra taken off. Stage 2: tool calls
+    and results as text too."""
     if stage not in (1, 2):
         raise ValueError(f"no stage {stage!r}: stages are 1 and 2")
     counts: Notes = notes if notes is not None else Counter()

@@ -1,12 +1,8 @@
 """What the ``gemini`` profile's walker stands on: Gemini's keywords and limits, small value
-tests, and the walker's state (its notes, its node budget).
-
-Glossary (used across ``addon.transforms.schema.gemini*``):
-- *family*: the keywords that belong to one type (object, array, string, number); Gemini
-  answers 400 to a keyword on another type's node.
-- *stub*: a stand-in for a node the walker does not expand (a cycle, too deep, too large):
-  its type and description only.
-"""
+tests, and the walker's state (its notes, its node budget). Words used across
+``addon.transforms.schema.gemini*``: a *family* is the keywords of one type (object, array,
+string, number), and Gemini answers 400 to a keyword on another type's node; a *stub* stands in
+for a node the walker does not expand (a cycle, too deep, too large): its type and description."""
 
 from __future__ import annotations
 
