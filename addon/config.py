@@ -1,11 +1,9 @@
 """The bridge's options: declarations, validation and the parsed ``Settings``.
 
-Contract: no mitmproxy here. ``OPTIONS`` lists every option (name, type,
-default, help text: the help is the user's documentation); the shell registers
-them and calls ``parse_settings`` with a getter over mitmproxy's options. A
-bad value raises ``ConfigError`` naming the option and what it accepts
-(mitmproxy does not enforce ``choices`` itself).
-"""
+Contract: no mitmproxy here. ``OPTIONS`` lists every option (name, type, default, help text:
+the help is the user's documentation); the shell registers them and calls ``parse_settings``
+with a getter over mitmproxy's options. A bad value raises ``ConfigError`` naming the option
+and what it accepts (mitmproxy does not enforce ``choices`` itself)."""
 
 from __future__ import annotations
 

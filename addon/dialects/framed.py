@@ -3,9 +3,7 @@ bytes a dialect writes before and after a JSON string) around a body each.
 
 Contract: bytes in, an exact answer out — a yes only where reading the events one by one
 would find the same bodies; a no costs the caller the slow way, never a wrong answer. Used by
-a decoder's ``DecoderFastPath`` (OpenAI chat's ``text_run`` / ``skippable_run``) and by the
-stream fast path (``addon.stream.processor``).
-"""
+OpenAI chat's ``text_run`` / ``skippable_run`` and the fast path (``addon.stream.processor``)."""
 
 from __future__ import annotations
 

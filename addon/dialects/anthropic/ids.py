@@ -1,11 +1,7 @@
 """Tool-call ids that Anthropic accepts, made from any other dialect's ids, and back.
 
-Contract: pure, stateless, reversible. ``to_anthropic`` leaves an id Anthropic accepts
-(``^[a-zA-Z0-9_-]+$``, not starting with ``PREFIX``) unchanged and escapes any other as
-``PREFIX`` + its URL-safe base64; ``from_anthropic`` is the inverse on what ``to_anthropic``
-makes and leaves every other id unchanged. Nothing remembers a mapping: the id carries it.
-Applied by the anthropic dialect only. Details: docs/dialects/anthropic.md#module-notes.
-"""
+Contract: pure, stateless, reversible; applied by the anthropic dialect only. Nothing
+remembers a mapping: the id carries it. Details: docs/dialects/anthropic.md#module-notes."""
 
 from __future__ import annotations
 
@@ -20,7 +16,8 @@ PATTERN = re.compile(r"[a-zA-Z0-9_-]+")
 
 
 def to_anthropic(tool_id: str) -> str:
-    """``tool_id`` unchanged when Anthropic accepts it as is, else escaped (see the module)."""
+    """``tool_id`` unchanged when Anthropic accepts it as is (``^[a-zA-Z0-9_-]+$``, not
+    starting with ``PREFIX``), else escaped as ``PREFIX`` + its URL-safe base64."""
     if PATTERN.fullmatch(tool_id) and not tool_id.startswith(PREFIX):
         return tool_id
     raw = tool_id.encode("utf-8", "surrogatepass")

@@ -2,10 +2,7 @@
 
 Contract: ``Request`` in, JSON body out, for an Anthropic upstream; an Anthropic client's
 unmodelled fields (``Request.extra``) go back as they came. The decoder is ``request``.
-Writes strictly alternating turns, leading system messages as ``system`` blocks, escaped tool
-ids, ``max_tokens`` always; every change is counted in ``notes``.
-Details: docs/dialects/anthropic.md#module-notes.
-"""
+Every change is counted in ``notes``. Details: docs/dialects/anthropic.md#module-notes."""
 
 from __future__ import annotations
 
@@ -44,7 +41,8 @@ _MIN_ANSWER_TOKENS = 1024
 
 
 def encode_request(req: Request, notes: Notes) -> JSON:
-    """The Messages body for an Anthropic upstream."""
+    """The Messages body for an Anthropic upstream: strictly alternating turns, leading system
+    messages as ``system`` blocks, escaped tool ids, ``max_tokens`` always."""
     same = req.origin == NAME
     system, system_string, turns = _encode_messages(req, notes)
     body: JSON = {"model": req.model, "messages": turns}

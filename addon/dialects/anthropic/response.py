@@ -2,10 +2,8 @@
 
 Contract: JSON in, ``Response`` out and back; no I/O. ``decode_response`` reads an Anthropic
 upstream's answer (unknown blocks become ``Opaque`` parts); ``encode_response`` writes a
-complete ``message`` the anthropic SDK and Claude Code accept (tool ids escaped with
-``ids.to_anthropic``, broken arguments as ``{"_raw_arguments": …}``); ``encode_error`` writes
-Anthropic's error body. Details: docs/dialects/anthropic.md#module-notes.
-"""
+complete ``message``; ``encode_error`` writes Anthropic's error body. Details:
+docs/dialects/anthropic.md#module-notes."""
 
 from __future__ import annotations
 
@@ -177,6 +175,8 @@ def _decode_block(block: JSON) -> Part:
 
 
 def encode_response(r: Response) -> JSON:
+    """A complete ``message`` the anthropic SDK and Claude Code accept (tool ids escaped with
+    ``ids.to_anthropic``, broken arguments as ``{"_raw_arguments": …}``)."""
     same = r.origin == NAME
     content: list[JSON]
     if same:

@@ -2,10 +2,8 @@
 route: Claude Code asks before it compacts a conversation).
 
 Contract: pure. ``count_request`` turns the unified request into the ``countTokens`` call of
-the public API (``/v1beta/models/{model}:countTokens`` with ``generateContentRequest``) or of
-Code Assist (``/v1internal:countTokens`` with ``request``); ``count_answer`` reads
-``totalTokens`` back (``None`` when the answer holds no count).
-"""
+the public API or of Code Assist; ``count_answer`` reads ``totalTokens`` back (``None`` when
+the answer holds no count)."""
 
 from __future__ import annotations
 
@@ -20,7 +18,9 @@ from .request_encode import encode_request
 
 
 def count_request(req: Request, t: Target, dialect: str, notes: Notes) -> tuple[str, Query, JSON]:
-    """``(path, query, body)`` of the upstream ``countTokens`` call."""
+    """``(path, query, body)`` of the upstream ``countTokens`` call: the public API's
+    ``/v1beta/models/{model}:countTokens`` with ``generateContentRequest``, or Code Assist's
+    ``/v1internal:countTokens`` with ``request``."""
     body = encode_request(req, notes)
     model = f"models/{bare_model(req.model)}"
     # countTokens takes the conversation, not how to generate it.

@@ -1,11 +1,8 @@
 """Kiro's (AWS's) exception names by HTTP status, both ways: the one table of the Kiro dialect.
 
-Contract: plain values. Kiro reports an error as an AWS exception: the ``__type`` of a JSON
-error body (``"com.amazon.aws.codewhisperer#ThrottlingException"``) or the
-``exceptionType`` of an exception frame in its stream. ``status_of(name)`` is the HTTP status
-AWS sends each with; ``error_type(status)`` the name for a status (Kiro is upstream-only: the
-bridge never writes it to a client, but a dialect's table goes both ways).
-"""
+Contract: plain values. ``status_of(name)`` is the HTTP status AWS sends an exception with;
+``error_type(status)`` the name for a status (Kiro is upstream-only: the bridge never writes it
+to a client, but a dialect's table goes both ways)."""
 
 from __future__ import annotations
 
@@ -43,7 +40,10 @@ def error_type(status: int) -> str:
 
 
 def status_of(name: Any) -> int | None:
-    """The status of an exception name, with or without its namespace (``…#Name``)."""
+    """The status of an exception name, with or without its namespace (``…#Name``). Kiro
+    reports an error as an AWS exception: the ``__type`` of a JSON error body
+    (``"com.amazon.aws.codewhisperer#ThrottlingException"``) or the ``exceptionType`` of an
+    exception frame in its stream."""
     if not isinstance(name, str):
         return None
     return STATUSES.get(name.rsplit("#", 1)[-1])

@@ -1,11 +1,9 @@
 """Kiro requests (CodeWhisperer ``generateAssistantResponse``) → ``addon.model.Request``.
 
-Contract: ``decode_request`` reads a body the Kiro IDE sends to ``POST
-/generateAssistantResponse`` leniently (for tests and a same-dialect round trip; no route takes
-Kiro clients). No I/O. The other direction, the one every route to Kiro uses, is
-``request_encode``; the path, the ``modelId`` and what a route adds are ``placement``.
-The body's shape (from real Kiro IDE 0.11 bodies): docs/dialects/kiro.md#module-notes.
-"""
+Contract: ``decode_request`` reads a body the Kiro IDE sends, leniently; no I/O. Why it
+exists: tests and a same-dialect round trip (no route takes Kiro clients). The other direction,
+the one every route to Kiro uses, is ``request_encode``; the path, the ``modelId`` and what a
+route adds are ``placement``."""
 
 from __future__ import annotations
 
@@ -33,8 +31,9 @@ SIDE = "__kiro__"
 
 
 def decode_request(body: JSON, notes: Notes) -> Request:
-    """A Kiro body → unified (lenient; see the module docstring). Raises ``UnsupportedShape``
-    for JSON that is not a ``generateAssistantResponse`` body."""
+    """A body the Kiro IDE sends to ``POST /generateAssistantResponse`` → unified, leniently.
+    Raises ``UnsupportedShape`` for JSON that is not a ``generateAssistantResponse`` body. The
+    body's shape (from real Kiro IDE 0.11 bodies): docs/dialects/kiro.md#module-notes."""
     state = body.get("conversationState")
     if not isinstance(state, dict):
         raise UnsupportedShape("not a Kiro request (no conversationState)")

@@ -1,11 +1,8 @@
 """Unified ``Request`` → the body of Kiro's ``POST /generateAssistantResponse``.
 
 Contract: ``encode_request`` turns a unified request (from any client dialect) into the body
-the Kiro IDE sends (its shape: ``request``); no I/O. Runs after ``placement.prepare``.
-The conversation is folded into alternating turns (``history`` + ``currentMessage``), tools
-go in the current message only, and every blank content Kiro refuses is filled in; each such
-change is noted. Details: docs/dialects/kiro.md#module-notes.
-"""
+the Kiro IDE sends (its shape: ``request``); no I/O. Runs after ``placement.prepare``. Every
+change Kiro's rules force is noted. Details: docs/dialects/kiro.md#module-notes."""
 
 from __future__ import annotations
 
@@ -71,6 +68,8 @@ class _Turn:
 
 
 def encode_request(req: Request, notes: Notes) -> JSON:
+    """The conversation folded into alternating turns (``history`` + ``currentMessage``), tools
+    in the current message only, and every blank content Kiro refuses filled in."""
     return _Encoder(req, notes).encode()
 
 

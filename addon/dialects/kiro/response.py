@@ -1,11 +1,9 @@
 """Kiro answers: errors, and what a Kiro client would get (nothing: Kiro is upstream-only).
 
 Contract: JSON in, plain values out; no I/O. Kiro answers only in AWS event-stream frames
-(``stream.py``), so ``decode_response`` refuses a JSON body on a 2xx; ``error_message`` reads
-Kiro's and AWS's JSON errors; ``encode_response`` and the stream encoder raise
-``UnsupportedShape`` (no route takes Kiro clients); ``encode_error`` writes Kiro's error shape.
-Details: docs/dialects/kiro.md#module-notes.
-"""
+(``stream.py``), so ``decode_response`` refuses a JSON body on a 2xx; ``encode_response`` and
+the stream encoder raise ``UnsupportedShape`` (no route takes Kiro clients). Details:
+docs/dialects/kiro.md#module-notes."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """OpenAI's error types by HTTP status, both ways: the one table of the OpenAI dialects.
 
-Contract: plain values. ``error_type(status)`` / ``error_code(status)`` are what the bridge
-writes in an OpenAI error body (``{"error": {message, type, param, code}}``) or in the error
-chunk that ends a chat stream; ``status_of(kind)`` reads a type or code an OpenAI-compatible
-upstream wrote back to the status it stands for. ``openai_responses`` uses the same table.
-What OpenAI writes: docs/dialects/openai_chat.md#module-notes.
-"""
+Contract: plain values. ``error_type`` / ``error_code`` are what the bridge writes in an
+OpenAI error body (``{"error": {message, type, param, code}}``) or in the error chunk that
+ends a chat stream; ``status_of`` reads a type or code back. ``openai_responses`` uses the
+same table. What OpenAI writes: docs/dialects/openai_chat.md#module-notes."""
 
 from __future__ import annotations
 
@@ -58,7 +56,8 @@ def error_code(status: int) -> str | None:
 
 
 def status_of(*kinds: Any) -> int | None:
-    """The status the first of ``kinds`` (a ``type``, a ``code``) that names one stands for:
+    """The status the first of ``kinds`` (a ``type``, a ``code`` an OpenAI-compatible upstream
+    wrote) that names one stands for:
     one of the names above, or a status number (gateways write ``"code": 429`` or ``"429"``)."""
     for kind in kinds:
         if isinstance(kind, int) and not isinstance(kind, bool) and 400 <= kind <= 599:
