@@ -1,11 +1,9 @@
 """A routes file → ``Route``s: TOML read, each key's type checked by pydantic.
 
 Contract: ``load_routes`` raises ``RoutesError`` with one line naming the file, the key and
-what it takes. Imported only when a routes file is read (the options import it then): the
-proxy that runs on the built-in routes never loads pydantic. Configuration flows one way:
-this module imports ``addon.routes``, never the reverse. The model mirrors ``Route`` field
-for field (a test holds them together); the checks beyond types are ``addon.routes``' own,
-run on the key they are about so that an error names it. The file's keys: docs/routes.md."""
+what it takes. Imported only when a routes file is read, so that the proxy that runs on the
+built-in routes never loads pydantic. This module imports ``addon.routes``, never the
+reverse. The file's keys: docs/routes.md."""
 
 from __future__ import annotations
 
@@ -66,6 +64,9 @@ class WhenFields(BaseModel):
 
 
 class RouteFields(BaseModel):
+    """``Route`` field for field (a test holds them together). The checks beyond types are
+    ``addon.routes``' own, run on the key they are about so that an error names it."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     name: str

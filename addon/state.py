@@ -1,11 +1,8 @@
 """Process-wide state of the bridge, owned by the addon instance.
 
-Contract: plain, bounded data; no mitmproxy. Per-flow stream state lives in
-the flow's ``StreamProcessor``, not here. This holds counters (what the bridge
-did since start: ``bridge.stats`` and the shutdown line) and the originals of
-rewritten bodies for mitmweb's "cursor-bridge" content view, with what the view
-needs to show them (route, dialects, decisions), bounded in count and bytes.
-"""
+Contract: plain, bounded data; no mitmproxy. Per-flow stream state lives in the flow's
+``StreamProcessor``, not here. This holds counters and the originals of rewritten bodies for
+mitmweb's "cursor-bridge" content view."""
 
 from __future__ import annotations
 
@@ -20,6 +17,10 @@ from addon.redact import Secrets
 
 
 class BridgeState:
+    """Counters (what the bridge did since start: ``bridge.stats`` and the shutdown line) and
+    the originals of rewritten bodies, with what the view needs to show them (route,
+    dialects, decisions), bounded in count and bytes."""
+
     def __init__(self) -> None:
         self.counters: Counter[str] = Counter()
         self.originals = OriginalStore()

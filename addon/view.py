@@ -1,11 +1,9 @@
 """The text of the "cursor-bridge" content view: what the bridge did to one flow.
 
 Contract: sans-IO (no mitmproxy); the shell's content view hands in what it kept and shows
-what comes back. ``request_view``: the route, dialects and decisions, then a unified diff of
-the JSON the client sent against the JSON the upstream got; ``response_view``: the upstream's
-events and the client's as one timeline in two columns (docs/observability.md). Nothing here
-raises on what it is shown (bad JSON, deep nesting, lone surrogates, garbage bytes: a line says
-what could not be read), the output is bounded, and every line goes through ``addon.redact``."""
+what comes back (docs/observability.md). Nothing here raises on what it is shown (bad JSON,
+deep nesting, lone surrogates, garbage bytes: a line says what could not be read), the output
+is bounded, and every line goes through ``addon.redact``."""
 
 from __future__ import annotations
 
@@ -55,7 +53,10 @@ def request_view(
     upstream_body: bytes,
     attempts: Sequence[tuple[str, bytes]] = (),
 ) -> str:
-    """``attempts``: what each later attempt sent (a staged retry …), each shown as a diff
+    """The route, dialects and decisions, then a unified diff of the JSON the client sent
+    against the JSON the upstream got.
+
+    ``attempts``: what each later attempt sent (a staged retry …), each shown as a diff
     against the attempt before it. JSON is diffed with its keys sorted: a key the encoder
     wrote elsewhere is no change."""
     lines = _head(summary, facts, decisions)
@@ -293,6 +294,7 @@ def response_view(
     stream: bool,
     cut: bool = False,
 ) -> str:
+    """The upstream's events and the client's as one timeline in two columns."""
     lines = _head(summary, facts, decisions)
     up_events, up_error = events_of(upstream, upstream_framing, upstream_body, stream)
     left = _rows(up_events)

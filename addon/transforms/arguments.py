@@ -3,9 +3,7 @@
 Contract: pure, never raises. Strict JSON first; then, losslessly, raw control characters in
 strings and a JSON string holding the object (double encoding); then ``json-repair``
 (imported when first needed). Two values back to back, or anything that is not an object,
-comes back as ``None``. Step 1 of ``addon.transforms.repair``; the loop guard reads
-arguments the same way.
-"""
+comes back as ``None``. The loop guard reads arguments the same way."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """Prompt-cache breakpoints of a unified request: removed, or placed where the client put none.
 
-Contract: pure, unified → unified. ``strip_cache_control`` removes every breakpoint: the
-``cache`` marks of parts (inside tool results too) and tools, and any ``cache_control`` a
-decoder kept in an ``extra`` (messages, thinking blocks, a malformed one), counted under
-``"cache_control removed"``; ``Opaque`` parts and ``OpaqueTool``s are left alone (only their
-own dialect writes them). ``place_breakpoints`` adds the bridge's own (docs/caching.md). A
-request with nothing to change is returned as it is (the same object)."""
+Contract: pure, unified → unified. ``strip_cache_control`` removes every breakpoint;
+``place_breakpoints`` adds the bridge's own (docs/caching.md). A request with nothing to
+change is returned as it is (the same object)."""
 
 from __future__ import annotations
 
@@ -43,7 +40,11 @@ class _Count:
 
 
 def strip_cache_control(req: Request, notes: Notes) -> Request:
-    """``req`` without ``cache_control`` anywhere it can sit (see the module docstring)."""
+    """``req`` without ``cache_control`` anywhere it can sit: the ``cache`` marks of parts
+    (inside tool results too) and tools, and any ``cache_control`` a decoder kept in an
+    ``extra`` (messages, thinking blocks, a malformed one), counted under ``"cache_control
+    removed"``; ``Opaque`` parts and ``OpaqueTool``s are left alone (only their own dialect
+    writes them)."""
     count = _Count()
     messages = tuple(_message(m, count) for m in req.messages)
     tools = None if req.tools is None else tuple(_tool(t, count) for t in req.tools)

@@ -2,10 +2,8 @@
 
 Contract: pure. ``conversation_of(req)`` names the client's conversation from what the client
 sends on every turn of it (docs/caching.md#conversations); ``derive(secret, conversation,
-purpose)`` is an HMAC of it under the store's secret: the same on every turn of one
-conversation (so an upstream's prompt cache keeps matching), different between conversations
-and unguessable without the secret (so an ``invoke`` trigger cannot be written into a file or
-web page that the model reads later)."""
+purpose)`` is an HMAC of it under the store's secret. Why: the same on every turn of one
+conversation, different between conversations and unguessable without the secret."""
 
 from __future__ import annotations
 
@@ -37,7 +35,10 @@ def conversation_of(req: Request) -> str:
 
 
 def derive(secret: bytes, conversation: str, purpose: str) -> bytes:
-    """32 bytes for ``purpose`` (``"invoke"``, ``"prompt_cache_key"``) in this conversation."""
+    """32 bytes for ``purpose`` (``"invoke"``, ``"prompt_cache_key"``) in this conversation:
+    the same on every turn (so an upstream's prompt cache keeps matching), unguessable without
+    the secret (so an ``invoke`` trigger cannot be written into a file or web page that the
+    model reads later)."""
     return hmac.new(secret, f"{purpose}\0{conversation}".encode(), hashlib.sha256).digest()
 
 

@@ -1,11 +1,8 @@
 """Carry tools as text for upstreams without native tool calling (unified → unified).
 
-Contract: pure. ``apply_text_tools`` puts the protocol's instruction and the
-tool list into the system prompt, replays earlier tool calls and results as
-text, and removes native ``tools`` / ``tool_choice``. With ``tool_choice``
-``none`` no tool text is added at all. The answer is parsed back by
-``addon.textproto.parser`` in the stream stage or on the whole response.
-"""
+Contract: pure. ``apply_text_tools`` puts the tools into the system prompt as text and
+removes native ``tools`` / ``tool_choice``. The answer is parsed back by
+``addon.textproto.parser`` in the stream stage or on the whole response."""
 
 from __future__ import annotations
 
@@ -47,6 +44,9 @@ class TextToolSettings:
 
 
 def apply_text_tools(req: Request, s: TextToolSettings, notes: Notes) -> Request:
+    """The protocol's instruction and the tool list in the system prompt, earlier tool calls
+    and results replayed as text, native ``tools`` / ``tool_choice`` removed. With
+    ``tool_choice`` ``none`` no tool text is added at all."""
     tools: list[Tool] = []
     for t in req.tools or ():
         if isinstance(t, OpaqueTool):

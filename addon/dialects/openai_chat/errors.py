@@ -57,8 +57,8 @@ def error_code(status: int) -> str | None:
 
 def status_of(*kinds: Any) -> int | None:
     """The status the first of ``kinds`` (a ``type``, a ``code`` an OpenAI-compatible upstream
-    wrote) that names one stands for:
-    one of the names above, or a status number (gateways write ``"code": 429`` or ``"429"``)."""
+    wrote) that names one stands for: one of the names above, or a status number (gateways
+    write ``"code": 429`` or ``"429"``)."""
     for kind in kinds:
         if isinstance(kind, int) and not isinstance(kind, bool) and 400 <= kind <= 599:
             return kind

@@ -3,9 +3,7 @@
 Contract: JSON object in, ``Request`` out (the way back: ``request_encode``). Lenient on
 input: every field this codec does not model is kept in ``extra`` and written back unchanged.
 Raises ``UnsupportedShape`` for JSON it cannot read (passed through) and ``ClientError`` for a
-client's mistake (400 in OpenAI's error shape). Cursor's variants (flat tools, Anthropic-style
-blocks, Responses-shaped agent bodies: ``hybrid``): docs/dialects/openai_chat.md#module-notes.
-"""
+client's mistake (400 in OpenAI's error shape). Details: docs/dialects/openai_chat.md."""
 
 from __future__ import annotations
 
@@ -155,6 +153,8 @@ def _wrong(where: str, got: object, takes: str) -> str:
 
 
 def decode_request(body: JSON, notes: Notes) -> Request:
+    """The unified request, Cursor's variants included (flat tools, Anthropic-style blocks,
+    Responses-shaped agent bodies: ``hybrid``): docs/dialects/openai_chat.md#module-notes."""
     if isinstance(body.get("input"), str | list):
         # Cursor agent mode: a Responses request on /chat/completions (with or without
         # ``messages``; how both are merged is documented in decode_chat_hybrid).

@@ -2,10 +2,8 @@
 
 Contract: JSON in, ``Response`` out and back; no I/O. ``decode_response`` reads a Responses
 upstream's answer; ``encode_response`` writes a complete ``response`` object the openai SDK
-and Codex accept (ids ``resp_…``, ``msg_…``, ``rs_…``, ``fc_…``, ``ctc_…``, fresh per answer
-unless a Responses upstream's are known); ``encode_error`` writes OpenAI's error body.
-Details: docs/dialects/openai_responses.md#module-notes.
-"""
+and Codex accept; ``encode_error`` writes OpenAI's error body. Details:
+docs/dialects/openai_responses.md#module-notes."""
 
 from __future__ import annotations
 
@@ -256,6 +254,8 @@ def reasoning_item(p: Thinking, item_id: str, same: bool) -> JSON:
 
 
 def encode_response(r: Response) -> JSON:
+    """A complete ``response`` object; ids ``resp_…``, ``msg_…``, ``rs_…``, ``fc_…``,
+    ``ctc_…``, fresh per answer unless a Responses upstream's are known."""
     same = r.origin == NAME
     ours = new_response_id()
     rid = response_id(r.id) if same and r.id else ours

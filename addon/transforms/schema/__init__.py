@@ -1,11 +1,9 @@
 """JSON Schema sanitizing profiles for tool parameters.
 
 Contract: a pure function ``sanitize_schema(schema, profile, notes) -> schema`` that returns a
-new object and never mutates its input. Cost is linear in the size of the schema (``gemini``:
-in the size of its output, which is bounded). It knows JSON Schema keywords, nothing about
-dialects or tools. Profiles: ``none`` (as written), ``strict`` (``strict.py``), ``gemini``
-(``gemini.py``); what each does: ``bridge_schema`` in docs/options.md and
-docs/tools.md#tool-schema-profiles."""
+new object and never mutates its input. It knows JSON Schema keywords, nothing about dialects
+or tools. Profiles: ``none`` (as written), ``strict`` (``strict.py``), ``gemini``
+(``gemini.py``): docs/tools.md#tool-schema-profiles."""
 
 from __future__ import annotations
 
@@ -30,7 +28,9 @@ def sanitize_schema(
     schema: Any, profile: SchemaProfile, notes: Notes | None = None, *, upper_types: bool = False
 ) -> Any:
     """``schema`` cleaned for ``profile``; ``gemini`` counts what it changed in ``notes`` and
-    writes upper-case type names with ``upper_types`` (other profiles ignore it)."""
+    writes upper-case type names with ``upper_types`` (other profiles ignore it). Cost is
+    linear in the size of the schema (``gemini``: in the size of its output, which is
+    bounded). What each profile does: ``bridge_schema`` in docs/options.md."""
     if profile == "none":
         return schema
     if profile == "gemini":
