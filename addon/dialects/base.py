@@ -3,8 +3,7 @@
 Contract: a dialect turns its wire JSON into the unified model and back. It
 never sees bytes of a socket, headers or mitmproxy; SSE framing belongs to
 ``addon.stream``. Decoders are lenient (unknown fields are kept in ``extra``),
-encoders produce what the wire's official clients accept.
-"""
+encoders produce what the wire's official clients accept."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@ and their ``-thinking`` variants) and the routes' models, merged with the upstre
 the lists of the routes' other upstreams (``addon.plan.model_lists``, asked through ``Retry`` with
 each route's key, a few seconds at most). Only a path whose chat sibling a route takes, inside
 ``allow_hosts`` / ``ignore_hosts``: a client picks its model from this list, so it must name the
-bridge's routes.
-"""
+bridge's routes."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 A record opens when an addon first needs one for a flow and ends once (``Flows.end``): when
 the bridge is done with the flow (``Report``: its answer or error, or at once when it is passed
 or rejected) or when the bound forgets the oldest. Ending it frees all it held, its relay leg
-and its secrets included: one bound, one cleanup, so nothing a flow held outlives it.
-"""
+and its secrets included: one bound, one cleanup, so nothing a flow held outlives it."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 A flow on a route with a ``fallback`` chain comes here (127.0.0.1, no key, no body) with a
 single-use token naming its leg (asked of the owner: ``take_leg``); the leg's answer is written
 back as it comes, so mitmproxy reads it as any upstream's stream. Why: mitmproxy has no
-first-byte timeout and cannot take a request back once sent (docs/routes.md).
-"""
+first-byte timeout and cannot take a request back once sent (docs/routes.md)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 When a flow is over (``response``, ``error``) its ``FlowReport`` (``addon.outcome``) sets its
 mark, adds to the counters (``bridge.stats``) and is logged as one line, the same format for
 every outcome; then the flow's record ends (``Flows.end``). It also keeps what the content view
-shows. One place, so every flow is said once and freed once.
-"""
+shows. One place, so every flow is said once and freed once."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 ``resend`` / ``send`` (the request again, or with another body), ``attempt`` (another route's,
 read whole), ``open`` (a chain's attempt for the relay, left open once its headers came); one
 httpx client per way out, through ``--mode upstream:…`` when the flow came that way, never the
-environment's proxies, so a retry and its key go only where the request went.
-"""
+environment's proxies, so a retry and its key go only where the request went."""
 
 from __future__ import annotations
 

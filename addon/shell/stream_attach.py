@@ -3,8 +3,7 @@ behind ``flow.response.stream``; a routed answer the bridge cannot rewrite still
 
 The one failure policy of a stream (``stream_callable``): a bug of ours never eats the
 user's stream. The same dialect passes the rest through raw; another dialect ends the
-client's stream with an error in its own dialect. One log line says which.
-"""
+client's stream with an error in its own dialect. One log line says which."""
 
 from __future__ import annotations
 

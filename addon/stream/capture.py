@@ -3,8 +3,7 @@ to the store as it goes by (``CaptureStage``; ``capture_response`` for a whole a
 
 Contract: sans-IO; events pass unchanged; ``Record``s go through a ``Sink`` chosen by the
 upstream's ``ReasoningStyle``, never its name (docs/reasoning.md). A failure of its own stops
-recording, never the stream: the answer matters more than what a later turn may restore.
-"""
+recording, never the stream: the answer matters more than what a later turn may restore."""
 
 from __future__ import annotations
 

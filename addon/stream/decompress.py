@@ -3,8 +3,7 @@
 Contract: bytes in, bytes out, chunks split anywhere; ``finish`` flushes, is idempotent and
 raises ``DecompressError`` for a stream cut before its end marker; corrupt input raises
 ``DecompressError``, an encoding it cannot undo ``UnsupportedEncoding`` (both ``ValueError``).
-mitmproxy decodes only whole bodies; a stream must be undone as it comes.
-"""
+mitmproxy decodes only whole bodies; a stream must be undone as it comes."""
 
 from __future__ import annotations
 

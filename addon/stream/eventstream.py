@@ -3,8 +3,7 @@
 Contract: sans-IO and incremental; ``EventStreamSplitter.feed`` returns one ``Frame`` per
 complete message as soon as its last byte arrives, checked by botocore (CRCs, bounded sizes);
 the raw bytes of the frames plus ``pending()`` equal the input. Kiro streams this way; the
-frame layout: docs/streams.md#aws-event-stream.
-"""
+frame layout: docs/streams.md#aws-event-stream."""
 
 from __future__ import annotations
 

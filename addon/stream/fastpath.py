@@ -3,8 +3,7 @@
 
 Contract: ``reads`` gives the stream's read function (a route object's flat ``read``, or the
 general way); ``Runs.take`` reads the whole events a general read completes. Each route is
-switched off with ``fast=False`` (``FastPath.of``); why they are built so: docs/speed.md.
-"""
+switched off with ``fast=False`` (``FastPath.of``); why they are built so: docs/speed.md."""
 
 # The routes, in the order a read meets them; a read none takes goes the general way.
 #

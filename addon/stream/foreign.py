@@ -3,8 +3,7 @@
 
 Contract: each framing declares its stream in ``FRAMINGS``; used by the whole answer and the
 stream on the first bytes that failed to frame. Why: a 200 behind a login or a gateway may be
-an HTML page or a JSON error, and a parser's complaint about it tells the user nothing.
-"""
+an HTML page or a JSON error, and a parser's complaint about it tells the user nothing."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@ without ``alt=sse``: ``JsonArrayReader``), AWS event-stream frames (Kiro: ``Even
 and a body that is no stream at all, read whole (``WholeBody``).
 
 Contract: as ``SSEReader``'s (what a read found, ``pending``, ``forget``, the counts); a body
-whose first bytes fail to frame is named for what came instead, not by a parser's complaint.
-"""
+whose first bytes fail to frame is named for what came instead, not by a parser's complaint."""
 
 from __future__ import annotations
 

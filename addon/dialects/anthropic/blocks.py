@@ -3,8 +3,7 @@
 Contract: one block (a JSON object) in, one part out, or ``None`` for a kind
 this module does not handle (the caller decides). Besides the anthropic
 dialect, ``openai_chat`` uses it for Cursor's requests, which put these very
-blocks into OpenAI messages.
-"""
+blocks into OpenAI messages."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Contract: plain values. ``error_type(status)`` is the ``error.type`` the bridge writes in an
 Anthropic error body (``{"type": "error", "error": {type, message}}``) and in the ``error``
 event that ends a stream; ``status_of(kind)`` reads a type an Anthropic upstream wrote back to
-its status. The table: docs/dialects/anthropic.md#module-notes.
-"""
+its status. The table: docs/dialects/anthropic.md#module-notes."""
 
 from __future__ import annotations
 

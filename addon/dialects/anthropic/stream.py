@@ -3,8 +3,7 @@
 Contract: sans-IO. ``AnthropicStreamDecoder.feed`` takes one SSE event's data (and name) and
 returns unified events; ``finish()`` ends a stream that was cut with a ``StreamError``.
 Blocks the model knows (text, thinking, tool_use) become deltas and tool-call events, the rest
-``RawEvent``s only the Anthropic encoder re-emits. The encoder is in ``stream_encode.py``.
-"""
+``RawEvent``s only the Anthropic encoder re-emits. The encoder is in ``stream_encode.py``."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Contract: plain values. A Google error is ``{"error": {"code": <HTTP status>, "message",
 "status": <canonical code name>}}``; ``error_type(status)`` is the name the bridge writes for
 an HTTP status (in whole bodies and in the error chunk that ends a stream), ``status_of``
-reads a name (or the ``code`` number) back. The table: docs/dialects/gemini.md#module-notes.
-"""
+reads a name (or the ``code`` number) back. The table: docs/dialects/gemini.md#module-notes."""
 
 from __future__ import annotations
 

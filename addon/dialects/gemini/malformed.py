@@ -3,8 +3,7 @@
 Contract: ``parse_malformed(message)`` → ``(name, JSON arguments)`` or None; pure. Gemini ends
 an answer with ``finishReason: MALFORMED_FUNCTION_CALL`` and a ``finishMessage`` holding the
 call in its own syntax (``call:default_api:write_file{path:<ctrl46>a<ctrl46>}``); the whole
-and streamed answer codecs (``response``, ``stream``) turn a readable one into a call.
-"""
+and streamed answer codecs (``response``, ``stream``) turn a readable one into a call."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Contract: pure functions over text and JSON; no file, no network, no clock of its own (the
 caller passes ``now``). Nothing here puts a token in an exception message or a ``repr``.
 ``refreshed`` merges a refresh answer into the file's JSON (other fields kept) for the caller
-to write back. The file and the refresh exchange: docs/dialects/kiro.md#module-notes.
-"""
+to write back. The file and the refresh exchange: docs/dialects/kiro.md#module-notes."""
 
 from __future__ import annotations
 

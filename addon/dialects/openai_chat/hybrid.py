@@ -3,8 +3,7 @@
 Contract: ``decode_chat_hybrid`` turns such a body into a ``Request`` of origin
 ``openai_responses`` (its items decoded by ``openai_responses.request``), merged with the chat
 ``messages`` it may carry (decoded by the chat decoder it is given). The chat decoder calls it
-for a body with an ``input`` key; the answer goes back as Chat Completions.
-"""
+for a body with an ``input`` key; the answer goes back as Chat Completions."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Contract: JSON in, ``Response`` out and back. Only the first choice is
 modelled; an answer with several choices (``n > 1``) raises
 ``UnsupportedShape`` and is passed through untouched. Fields not modelled are
-kept per level (top, choice, message) and written back for OpenAI clients.
-"""
+kept per level (top, choice, message) and written back for OpenAI clients."""
 
 from __future__ import annotations
 

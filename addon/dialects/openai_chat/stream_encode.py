@@ -3,8 +3,7 @@
 Contract: sans-IO. ``OpenAIChatStreamEncoder`` stamps the envelope (``id``, ``created``,
 ``model``, ``system_fingerprint``) on every chunk and, on an OpenAI → OpenAI route, puts back
 the fields the decoder kept in ``extra["wire"]``. Tool-call argument fragments are never
-merged or re-split. The decoder is ``stream.py``.
-"""
+merged or re-split. The decoder is ``stream.py``."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Contract: no I/O. ``MessageItem``, ``ReasoningItem`` and ``CallItem`` are the items the
 encoder (``stream_encode.py``) has open; each writes its ``.delta`` / ``.done`` events through
 the encoder's ``Emit`` and returns its finished item for the output. ``Output`` keeps the
-output list in order and what addresses it: item ids, call ids, the upstream's raw items.
-"""
+output list in order and what addresses it: item ids, call ids, the upstream's raw items."""
 
 from __future__ import annotations
 
