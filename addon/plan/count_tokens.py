@@ -1,10 +1,8 @@
 """Anthropic's ``POST …/messages/count_tokens``, decided with plain values (the shell's
-``count_tokens`` addon only applies it). ``count_request``: not the bridge's (None), answer
-at once with an estimate (``CountLocally``: the upstream has no such endpoint), or send it
-upstream (``CountUpstream``: as it came, or as the upstream's own counting call).
-``count_answer``: what the client gets instead of the upstream's answer, if anything (an
-estimate when the endpoint is missing, the upstream's own count, its error re-shaped).
-How and why: docs/dialects/anthropic.md."""
+``count_tokens`` addon only applies it). ``count_request``: not the bridge's (None), answer at
+once with an estimate (``CountLocally``), or send it upstream (``CountUpstream``);
+``count_answer``: what the client gets instead of the upstream's answer, if anything. How and
+why: docs/dialects/anthropic.md."""
 
 from __future__ import annotations
 
@@ -31,7 +29,8 @@ MISSING_ENDPOINT = frozenset({404, 405, 501})
 
 @dataclass(frozen=True, slots=True)
 class CountLocally:
-    """Answer the client at once with the estimate; the upstream is not asked."""
+    """Answer the client at once with the estimate; the upstream is not asked (it has no such
+    endpoint)."""
 
     body: bytes
     comment: str
@@ -39,7 +38,8 @@ class CountLocally:
 
 @dataclass(frozen=True, slots=True)
 class CountUpstream:
-    """Send the request upstream with these headers (and, when set, this path and body)."""
+    """Send the request upstream with these headers (and, when set, this path and body): as it
+    came, or as the upstream's own counting call."""
 
     estimate: int
     client: Dialect
@@ -152,7 +152,8 @@ def _count_request(
 
 def count_answer(sent: CountUpstream, status: int, raw: bytes) -> CountAnswer | None:
     """The client's answer instead of the upstream's (``status``, body ``raw``), or None: the
-    upstream's goes on as it is (an auth, rate-limit or server error is the client's)."""
+    upstream's goes on as it is (an auth, rate-limit or server error is the client's). An
+    estimate when the endpoint is missing, the upstream's own count, or its error re-shaped."""
     if status in MISSING_ENDPOINT:
         return CountAnswer(
             200,

@@ -2,8 +2,7 @@
 
 Contract: sans-IO and incremental; ``JsonArraySplitter`` reads it (one item as soon as it
 closes), ``JsonArrayWriter`` writes it (``[``, items joined by ``,\r\n``, ``]``). Gemini
-answers ``:streamGenerateContent`` without ``alt=sse`` this way.
-"""
+answers ``:streamGenerateContent`` without ``alt=sse`` this way."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@ then its framing (SSE, or one JSON array: ``JsonArrayWriter``).
 
 Contract: sans-IO; every method returns the client's bytes as parts, ``out`` joins them into at
 most one (never an empty ``bytes``) and counts it; ``end`` and ``end_with`` close the stages,
-the encoder and the framing. One object per stream, so that every path writes through it.
-"""
+the encoder and the framing. One object per stream, so that every path writes through it."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@ body (``SSEReader``: lines → events → the decoder → the client's ``Output`
 
 Contract: ``feed(chunk)`` takes chunks split anywhere and returns ``[]``, never ``b""``, when
 nothing is ready; ``finish()`` is idempotent; ``abort(why)`` is the shell's way out. What a
-read does follows the ``State`` alone, moved only by ``TRANSITIONS``: a failed stream stays so.
-"""
+read does follows the ``State`` alone, moved only by ``TRANSITIONS``: a failed stream stays so."""
 
 from __future__ import annotations
 
@@ -180,7 +179,8 @@ class StreamProcessor:
         )
         self._bytes_in = 0
         self.feed: Callable[[bytes], list[bytes]] = self.reader()
-        """Upstream bytes in (split anywhere), client bytes out (see the module docstring)."""
+        """Upstream bytes in (split anywhere), client bytes out: ``[]``, never ``b""``, when
+        nothing is ready."""
 
     # ------------------------------------------------------------------ public
 

@@ -3,8 +3,7 @@
 Contract: sans-IO and incremental; ``LineDecoder`` gives whole lines with their raw bytes (so a
 caller can give back the exact original bytes), ``EventDecoder`` events and comments,
 ``encode_event`` / ``encode_data`` write them back with LF endings. UTF-8 is decoded only on
-whole lines: a character split across two chunks survives.
-"""
+whole lines: a character split across two chunks survives."""
 
 from __future__ import annotations
 

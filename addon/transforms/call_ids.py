@@ -2,9 +2,8 @@
 
 Contract: pure. A call id in the upstream's answer that the client's conversation already
 holds (``history_call_ids``), or that an earlier call of the same answer had, reaches the client
-renamed ``<id>_<k>`` with the smallest ``k >= 2`` not taken: unique in the conversation as the
-client sees it, and the same for the same request and answer, whole or streamed. The stream
-applies it with ``addon.stream.stages.CallIdStage``; why: docs/tools.md ("Call ids")."""
+renamed: unique in the conversation as the client sees it, and the same for the same request and
+answer, whole or streamed (``addon.stream.stages.CallIdStage``). Why: docs/tools.md ("Call ids")."""
 
 from __future__ import annotations
 
@@ -50,7 +49,8 @@ class CallIds:
 
 
 def fresh_call_ids(answer: Response, history: frozenset[str]) -> tuple[Response, int]:
-    """``answer`` with its calls' ids fresh (see the module docstring), and how many were
+    """``answer`` with its calls' ids fresh (a taken id renamed ``<id>_<k>`` with the smallest
+    ``k >= 2`` not taken), and how many were
     renamed. The same object when none was."""
     ids = CallIds(history)
     parts: list[Part] = []

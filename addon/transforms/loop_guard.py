@@ -122,7 +122,8 @@ def _nonzero_exit(text: str) -> bool:
 
 
 def classify(result: ToolResult) -> ErrorClass | None:
-    """``None`` when the result is a success, else its error class (docs/tools.md#the-loop-guard)."""
+    """``None`` when the result is a success, else its error class (the rules:
+    docs/tools.md#the-loop-guard)."""
     text = result_text(result)
     head = text[:_HEAD]
     exited = _nonzero_exit(text)

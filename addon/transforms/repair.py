@@ -120,8 +120,9 @@ def _validator_for(text: str) -> Validator | None:
 
 class ToolSchemas:
     """The request's own function tools (the *schema map*): name → parameters schema (JSON
-    Schema of the arguments object), the client's own, before any schema profile. Validators are built on first use, once per distinct schema for the
-    whole process (``_validator_for``)."""
+    Schema of the arguments object), the client's own, before any schema profile. Validators
+    are built on first use, once per distinct schema for the whole process
+    (``_validator_for``)."""
 
     __slots__ = ("_schemas", "_validators")
 
@@ -210,8 +211,9 @@ def repair_call(
     name: str, arguments: str, schemas: ToolSchemas, notes: Notes, *, cut: bool = False
 ) -> RepairResult:
     """One call's arguments repaired and normalized against its tool's schema: parse, key
-    aliases, todo lists, validate (docs/tools.md#argument-repair). A tool not in ``schemas`` gets its arguments back untouched. ``cut``: the
-    answer ended inside this call (said in the log record)."""
+    aliases, todo lists, validate (docs/tools.md#argument-repair). A tool not in ``schemas``
+    gets its arguments back untouched. ``cut``: the answer ended inside this call (said in
+    the log record)."""
     schema = schemas.get(name)
     if schema is None:
         return RepairResult(arguments)

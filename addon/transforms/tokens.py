@@ -1,10 +1,7 @@
 """A rough input-token estimate, for ``count_tokens`` when the upstream cannot count.
 
-Contract: pure; JSON in, an integer out. About four characters per token over
-every string of the request (system, messages, tools), plus a flat cost per
-image. It is an estimate and the flow comment says so; Claude Code uses it
-only to decide when to compact the conversation.
-"""
+Contract: pure; JSON in, an integer out. It is an estimate and the flow comment says so; Claude
+Code uses it only to decide when to compact the conversation."""
 
 from __future__ import annotations
 
@@ -15,6 +12,8 @@ IMAGE_TOKENS = 1_600
 
 
 def estimate_input_tokens(body: Any) -> int:
+    """About ``CHARS_PER_TOKEN`` characters per token over every string of the request
+    (system, messages, tools), plus ``IMAGE_TOKENS`` per image."""
     chars = 0
     images = 0
     stack = [body]

@@ -3,8 +3,7 @@
 The walker visits each node once (``node``), gives it one type or an ``anyOf`` (``types``,
 ``single``, ``infer``, ``union``), and leaves the keyword families (``gemini_families``) and
 ``$ref`` / ``allOf`` (``gemini_refs``) to its bases. Glossary in ``gemini_base``. What each
-keyword becomes (``$ref`` inlined, ``null`` unions → ``nullable``, ``const`` → ``enum``,
-unknown keywords dropped): docs/tools.md#the-gemini-profile."""
+keyword becomes: docs/tools.md#the-gemini-profile."""
 
 from __future__ import annotations
 
@@ -32,7 +31,9 @@ from addon.transforms.schema.gemini_refs import _Refs
 
 
 def gemini_schema(schema: Any, *, upper_types: bool = False, notes: Notes | None = None) -> JSON:
-    """``schema`` as Gemini's function declarations take it; every change counted in ``notes``.
+    """``schema`` as Gemini's function declarations take it; every change counted in ``notes``
+    (``$ref`` inlined, ``null`` unions → ``nullable``, ``const`` → ``enum``, unknown keywords
+    dropped).
 
     The result uses only ``GEMINI_KEYWORDS``, every node has a ``type`` or an ``anyOf``, and a
     keyword appears only on the type Gemini allows it for (it answers 400 to ``properties`` on a

@@ -1,10 +1,8 @@
 """The ``strict`` schema profile: what several gateways (and Gemini-backed ones) reject, dropped.
 
-Contract: ``strict_schema(schema)`` returns a new schema, never mutating its input; linear
-in its size. Drops ``additionalProperties``, ``$schema``, ``title`` and ``default``; collapses
-``anyOf`` to its first non-null option; drops an empty ``required``. Keys of a ``properties``
-map are field names, not keywords: a property called ``title`` or ``default`` stays.
-"""
+Contract: ``strict_schema(schema)`` returns a new schema, never mutating its input; linear in
+its size. Keys of a ``properties`` map are field names, not keywords: a property called
+``title`` or ``default`` stays."""
 
 from __future__ import annotations
 
@@ -37,6 +35,8 @@ _SCHEMA_VALUES = frozenset(
 
 
 def strict_schema(node: Any) -> Any:
+    """Drops ``additionalProperties``, ``$schema``, ``title`` and ``default``; collapses
+    ``anyOf`` to its first non-null option; drops an empty ``required``."""
     if isinstance(node, list):
         return [strict_schema(x) for x in node]
     if not isinstance(node, dict):
