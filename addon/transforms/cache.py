@@ -42,9 +42,9 @@ class _Count:
 def strip_cache_control(req: Request, notes: Notes) -> Request:
     """``req`` without ``cache_control`` anywhere it can sit: the ``cache`` marks of parts
     (inside tool results too) and tools, and any ``cache_control`` a decoder kept in an
-    ``extra`` (messages, thinking blocks, a malformed one), counted under ``"cache_control
-    removed"``; ``Opaque`` parts and ``OpaqueTool``s are left alone (only their own dialect
-    writes them)."""
+    ``extra`` (messages, thinking blocks, a malformed one), counted under
+    ``"cache_control removed"``; ``Opaque`` parts and ``OpaqueTool``s are left alone (only
+    their own dialect writes them)."""
     count = _Count()
     messages = tuple(_message(m, count) for m in req.messages)
     tools = None if req.tools is None else tuple(_tool(t, count) for t in req.tools)
