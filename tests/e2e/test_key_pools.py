@@ -255,3 +255,39 @@ def test_every_key_revoked_gives_the_client_a_503_naming_no_key(
     assert again.json()["type"] == "error" and len(server.requests) == 2
     found = lines(pool, r".*key \w+ refused \(HTTP 401\).*", 2)
     assert sorted(re.findall(r"key (\w+) refused", "\n".join(found))) == sorted(KEYS)
+
+
+def test_a_key_revoked_on_one_worker_is_skipped_by_the_other_on_one_redis_store(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    pooled: Pooled,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A conversation's sticky key answers 401 on worker A: A answers with the other key, and
+    worker B, on the same Redis store, never sends that conversation (or any other) to the
+    revoked key; one line, on A, names the key's variable, never its value."""
+    with RedisServer(redis_server_or_skip()) as redis:
+        for name, value in KEYS.items():
+            monkeypatch.setenv(name, value)
+        routes = tmp_path / "routes.toml"
+        routes.write_text(routes_text(pooled))
+        one = start_proxy(bridge_routes=str(routes), bridge_store=redis.url)
+        two = start_proxy(bridge_routes=str(routes), bridge_store=redis.url)
+        server = pooled.server
+        server.enqueue(error_reply("openai_chat", "invalid api key", 401))
+        text = ask(one, "revoked on one")
+        first, second = server.requests
+        revoked, other = key_of(first), key_of(second)
+        assert revoked is not None and other is not None and revoked != other
+        assert text == f"hello with {other}"
+        for n, opening in enumerate(["revoked on one", "u", "v", "w", "x", "y"]):
+            assert ask(two, opening, stream=n % 2 == 1) == f"hello with {other}"
+        assert [key_of(r) for r in server.requests[2:]] == [other] * 6
+        (line,) = lines(one, r".*key \w+ refused \(HTTP 401\).*", 1)
+        assert f"key {revoked} refused" in line
+        assert not re.findall(r"refused \(HTTP 401\)", two.log_text())
+        for proxy in (one, two):
+            log = proxy.log_text()
+            assert "Traceback" not in log and not [k for k in ALL_KEYS if k in log]
+    assert not upstream.requests

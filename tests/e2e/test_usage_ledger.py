@@ -1,10 +1,13 @@
 """The usage ledger end to end: a real mitmdump with an SQLite ``bridge_store`` before a
 scripted upstream that reports known usage, streamed and whole; the ledger's sums are what the
 upstream reported, by route, model as sent, key name and client; ``scripts/usage`` prints them
-(CSV) with a cost for a model the price table knows. No key value lands in the ledger."""
+(CSV) with a cost for a model the price table knows. Two workers on one real ``redis-server``
+with client keys: the ledger read from Redis sums each client key name's usage across both.
+No key value lands in the ledger (nor in Redis) or a log."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import time
@@ -18,6 +21,8 @@ import pytest
 from addon.usage import Tokens, open_ledger
 from addon.usage_table import genai_prices
 from tests.e2e.harness import JSONReply, Proxy, ScriptedUpstream, SSEReply, sse_from_payloads
+from tests.e2e.test_shared_store import PASSWORD, store_url
+from tests.redis_server import RedisServer, redis_server_or_skip
 
 ROUTE_KEY = "sk-e2e-usage-route-key-0123456789"
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +42,7 @@ USAGE: dict[str, Any] = {
 }
 
 
-def chat_answer() -> dict[str, Any]:
+def chat_answer(usage: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "id": "chatcmpl-1",
         "object": "chat.completion",
@@ -46,17 +51,17 @@ def chat_answer() -> dict[str, Any]:
         "choices": [
             {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
         ],
-        "usage": USAGE,
+        "usage": usage or USAGE,
     }
 
 
-def chat_stream() -> bytes:
+def chat_stream(usage: dict[str, Any] | None = None) -> bytes:
     base = {"id": "chatcmpl-2", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o"}
     return sse_from_payloads(
         [
             {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}}]},
             {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-            {**base, "choices": [], "usage": USAGE},
+            {**base, "choices": [], "usage": usage or USAGE},
             "[DONE]",
         ]
     )
@@ -159,3 +164,115 @@ def test_a_client_keys_name_labels_its_usage(
     ledger.close()
     assert [key.client for key in rows] == ["bob"]
     assert bob_key.encode() not in store.read_bytes() and bob_key not in p.log_text()
+
+
+def usage_of(n: int) -> tuple[dict[str, Any], Tokens]:
+    """The ``n``th answer's usage as the upstream reports it, and what the ledger counts."""
+    prompt, cached, completion, reasoning = 100 + 7 * n, 10 * n, 20 + 3 * n, n
+    reported = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }
+    return reported, Tokens(1, prompt - cached, cached, 0, completion, reasoning)
+
+
+def redis_contents(url: str) -> list[str]:
+    """Every key of the Redis at ``url`` and every value under it, as text."""
+    import redis
+
+    def text(item: object) -> str:
+        return item.decode(errors="replace") if isinstance(item, bytes) else str(item)
+
+    client = redis.Redis.from_url(url)
+    found: list[object] = []
+    try:
+        for key in client.scan_iter(count=1000):
+            found.append(key)
+            kind = text(client.type(key))
+            if kind == "string":
+                found.append(client.get(key))
+            elif kind == "hash":
+                found.extend(itertools.chain(*client.hgetall(key).items()))
+            elif kind == "set":
+                found.extend(client.smembers(key))
+            elif kind == "list":
+                found.extend(client.lrange(key, 0, -1))
+            elif kind == "zset":
+                found.extend(client.zrange(key, 0, -1))
+            else:
+                raise AssertionError(f"a Redis {kind} this test cannot read: {key!r}")
+    finally:
+        client.close()
+    return [text(item) for item in found]
+
+
+def test_two_workers_on_one_redis_store_sum_each_client_keys_usage(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two workers, one Redis ledger: alice's and bob's requests, streamed and whole, spread
+    over both workers; the ledger read from Redis sums, per client key name, exactly what the
+    upstream reported. No key value in Redis or in a log."""
+    routes = tmp_path / "routes.toml"
+    routes.write_text(ROUTES)
+    team = {"alice": "sk-team-alice-0123456789abcdef", "bob": "sk-team-bob-fedcba9876543210"}
+    keys = tmp_path / "clients.toml"
+    keys.write_text("".join(f'{name} = "{key}"\n' for name, key in team.items()))
+    monkeypatch.setenv("CB_E2E_USAGE_KEY", ROUTE_KEY)
+    with RedisServer(redis_server_or_skip(), extra=("--requirepass", PASSWORD)) as redis:
+        url = store_url(redis)
+        options = {"bridge_routes": str(routes), "bridge_store": url}
+        workers = [start_proxy(**options, bridge_client_keys=str(keys)) for _ in range(2)]
+        expected = {name: Tokens() for name in team}
+        messages: Any = [{"role": "user", "content": "hello"}]
+        plan = itertools.product(range(2), team, [False, True], range(2))
+        for n, (worker, name, stream, _) in enumerate(plan):
+            reported, counted = usage_of(n)
+            expected[name] += counted
+            client = openai.OpenAI(
+                base_url=f"{workers[worker].base_url}/keyed/v1",
+                api_key=team[name],
+                max_retries=0,
+                timeout=15,
+            )
+            if stream:
+                upstream.enqueue(SSEReply(chat_stream(reported), seed=n))
+                with client.chat.completions.create(
+                    model="fast", messages=messages, user="carol", stream=True
+                ) as chunks:
+                    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            else:
+                upstream.enqueue(JSONReply(chat_answer(reported)))
+                done = client.chat.completions.create(model="fast", messages=messages)
+                assert done.choices[0].message.content == "hi"
+        assert len(upstream.requests) == 16
+        for rec in upstream.requests:
+            assert rec.headers["authorization"] == f"Bearer {ROUTE_KEY}"
+
+        ledger = open_ledger(url)
+        deadline = time.monotonic() + 10
+        while sum(t.requests for t in ledger.rows().values()) < 16:  # counted at flow's end
+            assert time.monotonic() < deadline, ledger.rows()
+            time.sleep(0.05)
+        time.sleep(0.3)  # nothing more comes
+        rows = ledger.rows()
+        ledger.close()
+        by_client: dict[str, Tokens] = {}
+        for key, tokens in rows.items():
+            assert (key.route, key.model, key.key) == ("keyed", "gpt-4o", "CB_E2E_USAGE_KEY")
+            by_client[key.client] = by_client.get(key.client, Tokens()) + tokens
+        assert by_client == expected
+        assert expected["alice"].requests == expected["bob"].requests == 8
+
+        secrets = [ROUTE_KEY, PASSWORD, *team.values()]
+        stored = list(redis_contents(url))
+        assert any("usage" in item for item in stored)  # the ledger's counters were read
+        assert not [s for s in secrets if any(s in item for item in stored)]
+        for w in workers:
+            log = w.log_text()
+            assert "Traceback" not in log and not [s for s in secrets if s in log]
