@@ -202,3 +202,16 @@ def test_every_key_revoked_is_a_503_without_retry_after() -> None:
     status, headers, body = all_cooling(DIALECTS["openai_chat"], 3595, True)
     assert status == 503 and headers == {}
     assert "refused" in json.loads(body)["error"]["message"]
+
+
+@pytest.mark.parametrize("value", [0, -5, True, "60"])
+def test_bridge_key_recheck_takes_whole_seconds_of_at_least_one(value: object) -> None:
+    from addon.config import DEFAULTS, ConfigError, parse_settings
+
+    assert DEFAULTS["bridge_key_recheck"] == 3600
+    assert (
+        parse_settings(lambda n: {"bridge_key_recheck": 2}.get(n, DEFAULTS[n]), {}).key_recheck
+        == 2.0
+    )
+    with pytest.raises(ConfigError, match="bridge_key_recheck takes a whole number of seconds"):
+        parse_settings(lambda n: {"bridge_key_recheck": value}.get(n, DEFAULTS[n]), {})
