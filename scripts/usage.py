@@ -19,6 +19,7 @@ import datetime
 import errno
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from addon.store import StoreError
 from addon.usage import DIMENSIONS, Rows, open_ledger
@@ -132,6 +133,11 @@ def check_redis(url: str) -> None:
     try:
         client.ping()
     except redis.AuthenticationError:
+        if not urlsplit(url).password:
+            raise Unreadable(
+                f"Redis at {shown} wants a password: give it in --store "
+                f"(redis://:PASSWORD@host:port/db, as in the workers' bridge_store)"
+            ) from None
         raise Unreadable(
             f"Redis at {shown} refused the password: give the one in the workers' "
             f"bridge_store (redis://:PASSWORD@host:port/db)"
@@ -145,13 +151,6 @@ def check_redis(url: str) -> None:
         raise Unreadable(
             f"cannot reach Redis at {shown}: {_why(e)}; start it or pass --store"
         ) from None
-    except redis.ResponseError as e:
-        if "NOAUTH" in str(e):
-            raise Unreadable(
-                f"Redis at {shown} wants a password: give it in --store "
-                f"(redis://:PASSWORD@host:port/db, as the workers' bridge_store)"
-            ) from None
-        raise Unreadable(f"Redis at {shown} said: {e}") from None
     except redis.exceptions.InvalidResponse:
         raise Unreadable(
             f"what answers at {shown} is not Redis (its answer is not Redis's protocol): "
