@@ -89,8 +89,9 @@ def read(store: str, since: str) -> Rows:
     elif not store:
         raise Unreadable("--store is empty: give the proxy's bridge_store (a file or a URL)")
     elif not Path(store).expanduser().is_file():
+        what = "not a file" if Path(store).expanduser().exists() else "no such file"
         raise Unreadable(
-            f"no such file: {store} (--store is the proxy's bridge_store: its SQLite file, "
+            f"{what}: {store} (--store is the proxy's bridge_store: its SQLite file, "
             f"or a redis:// URL)"
         )
     lost: list[str] = []
@@ -101,7 +102,7 @@ def read(store: str, since: str) -> Rows:
         finally:
             ledger.close()
     except StoreError as e:
-        raise Unreadable(f"cannot read the usage ledger: {e}") from None
+        raise Unreadable(f"{e} (--store is the proxy's bridge_store)") from None
     if lost:  # Redis went away between the check and the read: never an empty table
         raise Unreadable(
             f"Redis at {where(store)} stopped answering while the ledger was read; try again"
