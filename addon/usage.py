@@ -1,5 +1,5 @@
 """The usage ledger: every answered flow's tokens, added to counters by day, route, model, key
-name and client, in the store's backend (``bridge_store``: memory, SQLite, Redis).
+name, client and user, in the store's backend (``bridge_store``: memory, SQLite, Redis).
 
 Contract: plain values, stdlib only (``sqlite3``; ``redis`` through ``addon.store_redis``); no
 mitmproxy, no logging (the shell logs what ``StoreError`` says). Nothing secret goes in: a key
@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+from urllib.parse import quote
 
 from addon.model import Usage
 from addon.store import Notice, StoreError
@@ -25,14 +26,14 @@ if TYPE_CHECKING:
 METRICS = ("requests", "input", "cache_read", "cache_write", "output", "reasoning")
 """What each row counts, in this order (the table's columns, the SQLite columns, the Redis
 fields' last element)."""
-DIMENSIONS = ("day", "route", "model", "key", "client")
+DIMENSIONS = ("day", "route", "model", "key", "client", "user")
 """What a row is counted under (``LedgerKey``'s fields; ``scripts/usage --by``)."""
 MAX_MEMORY_ROWS = 50_000
-"""Rows an in-memory ledger holds at most: past it a new row's client is ``OTHER`` (a client
+"""Rows an in-memory ledger holds at most: past it a new row's user is ``OTHER`` (a client
 that sends a new ``user`` on every request cannot grow the process without bound)."""
 OTHER = "(other)"
 MAX_LABEL = 64
-"""Characters of a client's ``user`` kept as its label."""
+"""Characters of a client's ``user`` kept as it came."""
 
 _PLAIN_LABEL = re.compile(r"[\w.@+:/-]{1,64}")
 _SECRET_LOOK = re.compile(
@@ -58,11 +59,14 @@ class LedgerKey:
     """The route's ``api_key_env`` name (never its value; a key pool's: the one the attempt
     sent); empty: the client's own key."""
     client: str
-    """The client key's name (``bridge_client_keys``), else the client's ``user`` (a
-    credential-looking one hashed), else empty."""
+    """The name of the client key (``bridge_client_keys``) the request carried; empty when
+    none was asked for. Never what the request's body says (``user`` is its own column)."""
+    user: str = ""
+    """The ``user`` the request's body carried (``user_label``: a credential-looking one
+    hashed), empty when none: what the client says of itself, not who it is."""
 
-    def labels(self) -> tuple[str, str, str, str, str]:
-        return (self.day, self.route, self.model, self.key, self.client)
+    def labels(self) -> tuple[str, str, str, str, str, str]:
+        return (self.day, self.route, self.model, self.key, self.client, self.user)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,12 +111,10 @@ class Tokens:
 type Rows = dict[LedgerKey, Tokens]
 
 
-def client_label(client_name: str, user: str | None) -> str:
-    """The client's label: the client key's name when one matched, else the ``user`` the
-    client sent — kept as it is when short and plain, else ``user:`` and 12 hex digits of its
-    SHA-256 (a credential or a long id never lands in the ledger as it came)."""
-    if client_name:
-        return client_name
+def user_label(user: str | None) -> str:
+    """The ``user`` column: the ``user`` the client sent, kept as it is when short and plain,
+    else ``user:`` and 12 hex digits of its SHA-256 (a credential or a long id never lands in
+    the ledger as it came); empty when none."""
     if not user:
         return ""
     if _PLAIN_LABEL.fullmatch(user) and not _SECRET_LOOK.search(user):
@@ -139,7 +141,7 @@ class MemoryCounters:
     def add(self, key: LedgerKey, tokens: Tokens) -> None:
         rows = self._rows
         if key not in rows and len(rows) >= self._limit:
-            key = LedgerKey(key.day, key.route, key.model, key.key, OTHER)
+            key = LedgerKey(key.day, key.route, key.model, key.key, key.client, OTHER)
         old = rows.get(key)
         rows[key] = tokens if old is None else old + tokens
 
@@ -158,51 +160,100 @@ class MemoryCounters:
         pass
 
 
+_LABELS = ("day", "route", "model", "key_name", "client", "user")
+"""The SQLite table's label columns (``LedgerKey``'s fields; ``key`` is ``key_name``)."""
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS usage (
     day TEXT NOT NULL, route TEXT NOT NULL, model TEXT NOT NULL,
-    key_name TEXT NOT NULL, client TEXT NOT NULL,
+    key_name TEXT NOT NULL, client TEXT NOT NULL, user TEXT NOT NULL DEFAULT '',
     {", ".join(f"{m} INTEGER NOT NULL DEFAULT 0" for m in METRICS)},
-    PRIMARY KEY (day, route, model, key_name, client)
+    PRIMARY KEY ({", ".join(_LABELS)})
 );
 """
 _UPSERT = (
-    f"INSERT INTO usage (day, route, model, key_name, client, {', '.join(METRICS)}) "
-    f"VALUES ({', '.join('?' * (5 + len(METRICS)))}) "
-    "ON CONFLICT (day, route, model, key_name, client) DO UPDATE SET "
+    f"INSERT INTO usage ({', '.join(_LABELS)}, {', '.join(METRICS)}) "
+    f"VALUES ({', '.join('?' * (len(_LABELS) + len(METRICS)))}) "
+    f"ON CONFLICT ({', '.join(_LABELS)}) DO UPDATE SET "
     + ", ".join(f"{m} = {m} + excluded.{m}" for m in METRICS)
 )
+_BEFORE_USER = "usage_before_user"
+"""The table of a ledger written before the ``user`` column, while ``_migrate`` copies it."""
+MIGRATION_WAIT_MS = 10_000
+"""How long opening a ledger waits for another process's migration of the same file."""
 
 
 class SqliteCounters:
     """One table, ``usage``, in the store's file (its own connection; WAL, as the store's):
-    a row per ledger key, one upsert per flow (autocommit)."""
+    a row per ledger key, one upsert per flow (autocommit). A table of before the ``user``
+    column is moved to today's once, at the first open that may write (``_migrate``: its
+    rows kept, with an empty ``user``); ``writes=False`` (``scripts/usage``) reads either
+    table and changes nothing in the file."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, writes: bool = True) -> None:
         import sqlite3
 
-        self._db = sqlite3.connect(
-            str(Path(path).expanduser()), isolation_level=None, check_same_thread=False
-        )
+        where = str(Path(path).expanduser())
+        if writes:
+            self._db = sqlite3.connect(where, isolation_level=None, check_same_thread=False)
+        else:
+            uri = "file:" + quote(where) + "?mode=ro"
+            self._db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
         try:
             self._db.execute("PRAGMA busy_timeout=200")
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            if writes:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._migrate()
+                self._db.executescript(_SCHEMA)
+            self._columns = self._table_columns()
         except sqlite3.Error:
             self._db.close()
             raise
+
+    def _table_columns(self) -> set[str]:
+        return {row[1] for row in self._db.execute("PRAGMA table_info(usage)")}
+
+    def _migrate(self) -> None:
+        """A ``usage`` table of before the ``user`` column (its key: day, route, model,
+        key_name, client) becomes today's in one transaction: renamed, today's created, every
+        row copied with ``user`` empty, the old one dropped. Another process opening the file
+        meanwhile waits (``MIGRATION_WAIT_MS``) and finds it done."""
+        columns = self._table_columns()
+        if not columns or "user" in columns:
+            return
+        db = self._db
+        db.execute(f"PRAGMA busy_timeout={MIGRATION_WAIT_MS}")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if "user" not in self._table_columns():  # not done by another process meanwhile
+                old = ", ".join(("day", "route", "model", "key_name", "client", *METRICS))
+                db.execute(f"ALTER TABLE usage RENAME TO {_BEFORE_USER}")
+                db.execute(_SCHEMA.strip().removesuffix(";"))
+                db.execute(f"INSERT INTO usage ({old}, user) SELECT {old}, '' FROM {_BEFORE_USER}")
+                db.execute(f"DROP TABLE {_BEFORE_USER}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        finally:
+            db.execute("PRAGMA busy_timeout=200")
 
     def add(self, key: LedgerKey, tokens: Tokens) -> None:
         self._db.execute(_UPSERT, (*key.labels(), *tokens.values()))
 
     def rows(self, since: str = "") -> Rows:
+        if not self._columns:  # a file whose ledger never counted (read only)
+            self._columns = self._table_columns()
+            if not self._columns:
+                return {}
+        user = "user" if "user" in self._columns else "''"  # a table of before the column
         cursor = self._db.execute(
-            f"SELECT day, route, model, key_name, client, {', '.join(METRICS)} FROM usage "
-            "WHERE day >= ?",
+            f"SELECT day, route, model, key_name, client, {user}, {', '.join(METRICS)} "
+            "FROM usage WHERE day >= ?",
             (since,),
         )
-        return {LedgerKey(*row[:5]): Tokens(*row[5:]) for row in cursor}
+        width = len(_LABELS)
+        return merge((LedgerKey(*row[:width]), Tokens(*row[width:])) for row in cursor)
 
     def close(self) -> None:
         self._db.close()
@@ -247,11 +298,14 @@ def open_ledger(
     *,
     shared: RedisBackend | None = None,
     notify: Callable[[Notice], None] | None = None,
+    writes: bool = True,
 ) -> UsageLedger:
     """The ledger for ``bridge_store`` = ``path``: empty → memory, a file → SQLite (the
     ``usage`` table of that file), a ``redis://`` / ``rediss://`` URL → Redis (``shared``:
-    the reasoning store's connection to it, else a new one that tells ``notify``). Raises
-    ``StoreError`` (a file SQLite cannot open, no ``redis`` package, a bad URL)."""
+    the reasoning store's connection to it, else a new one that tells ``notify``).
+    ``writes=False``: a reader's (``scripts/usage``), which neither creates nor migrates a
+    table. Raises ``StoreError`` (a file SQLite cannot open, no ``redis`` package, a bad
+    URL)."""
     path = path.strip()
     if path.startswith(("redis://", "rediss://")):
         try:
@@ -275,7 +329,8 @@ def open_ledger(
         import sqlite3
 
         try:
-            return UsageLedger(SqliteCounters(path), f"SQLite file {path}", (sqlite3.Error,))
+            sqlite = SqliteCounters(path, writes=writes)
+            return UsageLedger(sqlite, f"SQLite file {path}", (sqlite3.Error,))
         except sqlite3.Error as e:
             raise StoreError(f"cannot open the usage ledger {path!r}: {e}") from e
     return UsageLedger(MemoryCounters(), "memory", ())
@@ -283,8 +338,10 @@ def open_ledger(
 
 class RedisCounters:
     """A hash per day, ``cursor-bridge:usage:<day>``, shared by every worker: its fields are
-    JSON arrays ``[route, model, key, client, metric]``, each an ``HINCRBY`` counter; the set
-    ``cursor-bridge:usage:days`` names the days. A flow's ``add`` is one pipeline (one round
+    JSON arrays ``[route, model, key, client, user, metric]``, each an ``HINCRBY`` counter
+    (a field of before the ``user`` column, ``[route, model, key, client, metric]``, is read
+    with an empty user and added to the same row); the set ``cursor-bridge:usage:days`` names
+    the days. A flow's ``add`` is one pipeline (one round
     trip). While Redis is away the rows wait in this process's memory and go with the next
     ``add`` once it is back (``RedisBackend.call``)."""
 
@@ -337,10 +394,15 @@ class RedisCounters:
             found: list[tuple[LedgerKey, Tokens]] = []
             for day, table in zip(days, pipe.execute(), strict=True):
                 for field, n in table.items():
-                    route, model, key, client_, metric = json.loads(field)
+                    labels = json.loads(field)
+                    if not isinstance(labels, list) or len(labels) not in (5, 6):
+                        continue  # not a field this ledger writes
+                    *names, metric = (str(v) for v in labels)
+                    if metric not in METRICS:
+                        continue
                     counts = dict.fromkeys(METRICS, 0)
                     counts[metric] = int(n)
-                    found.append((LedgerKey(day, route, model, key, client_), Tokens(**counts)))
+                    found.append((LedgerKey(day, *names), Tokens(**counts)))
             return merge([*found, *self._waiting.rows(since).items()])
 
         return self._backend.call(shared, lambda: self._waiting.rows(since))

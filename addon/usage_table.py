@@ -3,12 +3,16 @@ read share, the cost from a maintained price table and totals (``scripts/usage``
 ``bridge.usage``).
 
 Contract: plain values; no mitmproxy, no logging. A model the price table does not know has no
-cost (an empty cell, its requests counted as ``unpriced``), never a guessed one."""
+cost (an empty cell, its requests counted as ``unpriced``), never a guessed one. Every label is
+text a client chose (a model, a ``user``) or could have: it is written so that it cannot act
+on what shows it (``shown``: no control or bidi character reaches a terminal or a sheet;
+``table_cell``: cut to ``MAX_CELL``; ``csv_cell``: never read as a formula)."""
 
 from __future__ import annotations
 
 import csv
 import io
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -119,13 +123,83 @@ def total(found: Sequence[Line], width: int) -> Line:
 
 
 HEADER = (*METRICS, "cache_share", "cost_usd", "unpriced")
+MAX_CELL = 60
+"""Columns a text cell of the table takes at most: a longer one is cut, ending ``…`` (CSV
+writes it whole)."""
+FORMULA_START = frozenset("=+-@\t\r")
+"""What makes a spreadsheet read a cell as a formula (OWASP, "CSV Injection"): a CSV text
+cell starting with one (after any spaces) is written with a ``'`` before it."""
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_HIDDEN = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
+"""Unicode categories written as escapes: controls (C0, DEL, C1), format characters (the bidi
+marks, embeddings, overrides and isolates U+200E/F, U+202A-E, U+2066-9; zero-width ones),
+lone surrogates, line and paragraph separators."""
 
 
-def _cells(line: Line, places: int) -> list[str]:
+def shown(text: str) -> str:
+    """``text`` as one line that shows what it is: a control, format (bidi) or separator
+    character, and the backslash, as a Python-style backslash escape (``\\n``, ``\\x1b``,
+    ``\\u202e``); any other character as it is. Two different names never show alike."""
+    if text.isprintable() and "\\" not in text:  # none of them is printable
+        return text
+    return "".join(_escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    if c in _ESCAPES:
+        return _ESCAPES[c]
+    if unicodedata.category(c) not in _HIDDEN:
+        return c
+    code = ord(c)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _width(text: str) -> int:
+    """Columns ``text`` takes on a terminal: 2 for a wide character, 0 for a combining one."""
+    if text.isascii():
+        return len(text)
+    return sum(_char_width(c) for c in text)
+
+
+def _char_width(c: str) -> int:
+    if unicodedata.combining(c):
+        return 0
+    return 2 if unicodedata.east_asian_width(c) in "WF" else 1
+
+
+def table_cell(text: str) -> str:
+    """A label for the text table: ``shown``, and cut to ``MAX_CELL`` columns (``…`` last)."""
+    out = shown(text)
+    if len(out) <= MAX_CELL and _width(out) <= MAX_CELL:
+        return out
+    kept: list[str] = []
+    used = 0
+    for c in out:
+        used += _char_width(c)
+        if used > MAX_CELL - 1 or len(kept) >= 2 * MAX_CELL:
+            break
+        kept.append(c)
+    return "".join(kept) + "…"
+
+
+def csv_cell(text: str) -> str:
+    """A label for CSV: ``shown`` (whole), with a ``'`` before it when it, or the text it
+    shows, would start a formula (``FORMULA_START``)."""
+    out = shown(text)
+    return "'" + out if _starts_formula(text) or _starts_formula(out) else out
+
+
+def _starts_formula(text: str) -> bool:
+    return text.lstrip(" ")[:1] in FORMULA_START
+
+
+def _cells(line: Line, places: int, label: Callable[[str], str]) -> list[str]:
     cost = "" if line.cost is None else f"{line.cost:.{places}f}"
     unpriced = str(line.unpriced) if line.unpriced else ""
     return [
-        *line.labels,
+        *map(label, line.labels),
         *map(str, line.tokens.values()),
         line.cache_share,
         cost,
@@ -134,17 +208,19 @@ def _cells(line: Line, places: int) -> list[str]:
 
 
 def table_text(found: Sequence[Line], by: Sequence[str], price: Price | None) -> str:
-    """The lines and their total as an aligned text table (numbers to the right)."""
+    """The lines and their total as an aligned text table (numbers to the right); each label
+    a ``table_cell``."""
     header = [*by, *HEADER]
-    body = [_cells(line, 4) for line in found]
-    body.append(_cells(total(found, len(by)), 4))
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    body = [_cells(line, 4, table_cell) for line in found]
+    body.append(_cells(total(found, len(by)), 4, table_cell))
+    widths = [max(_width(row[i]) for row in [header, *body]) for i in range(len(header))]
 
     def row(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if i < len(by) else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
+        out = []
+        for i, (c, w) in enumerate(zip(cells, widths, strict=True)):
+            pad = " " * (w - _width(c))
+            out.append(c + pad if i < len(by) else pad + c)
+        return "  ".join(out).rstrip()
 
     out = [row(header), row(["-" * w for w in widths])]
     out += [row(cells) for cells in body[:-1]]
@@ -157,12 +233,13 @@ def table_text(found: Sequence[Line], by: Sequence[str], price: Price | None) ->
 
 
 def csv_text(found: Sequence[Line], by: Sequence[str]) -> str:
-    """The lines as CSV with a header row (no total: a sheet adds it up); costs in full."""
+    """The lines as CSV with a header row (no total: a sheet adds it up); costs in full; each
+    label a ``csv_cell`` (numbers as numbers)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow([*by, *HEADER])
     for line in found:
-        writer.writerow(_cells(line, 8))
+        writer.writerow(_cells(line, 8, csv_cell))
     return buffer.getvalue()
 
 

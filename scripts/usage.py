@@ -1,31 +1,49 @@
 """The usage ledger (docs/observability.md#usage-ledger): tokens, cache read share and cost by
-day, route, model, key name and client, as a table or CSV.
+day, route, model, key name, client and user, as a table or CSV.
 
     scripts/usage --store redis://127.0.0.1:6379/0 --since 2026-01-01 --by day,model --csv
 
-``--store`` is the proxy's ``bridge_store``: an SQLite file or a Redis URL (an in-memory
-ledger lives in its proxy only: ask it with the ``bridge.usage`` command). Costs come from
-PyPI ``genai-prices`` (the ``usage`` extra); a model it does not know has no cost.
+``--store`` is the proxy's ``bridge_store``: an SQLite file or a Redis URL; without it, the
+gateway's (docs/deploy.md): redis://127.0.0.1:6379/0. An in-memory ledger lives in its proxy
+only: ask it with the ``bridge.usage`` command. The ledger is only read, never changed. Costs
+come from PyPI ``genai-prices`` (the ``usage`` extra); a model it does not know has no cost.
+Every name is shown as what it is: control and bidi characters escaped, long ones cut in the
+table (whole in CSV), a CSV cell a spreadsheet would run as a formula written with a ``'``
+before it.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import errno
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from addon.store import StoreError
-from addon.usage import DIMENSIONS, open_ledger
+from addon.usage import DIMENSIONS, Rows, open_ledger
 from addon.usage_table import csv_text, genai_prices, lines, parse_by, table_text
+
+PROG = "scripts/usage"
+DEFAULT_STORE = "redis://127.0.0.1:6379/0"
+"""The gateway setup's ``bridge_store`` (docs/deploy.md), read when no ``--store`` is given."""
+REDIS_WAIT = 3.0
+"""Seconds to wait for Redis to answer (connect, then each reply)."""
+
+
+class Unreadable(Exception):
+    """The ledger cannot be read: what to tell the person who ran the script."""
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="scripts/usage", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+        prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument(
-        "--store", required=True, help="the proxy's bridge_store: an SQLite file or a redis:// URL"
+        "--store",
+        help=f"the proxy's bridge_store: an SQLite file or a redis:// URL (default: the "
+        f"gateway's, {DEFAULT_STORE})",
     )
     parser.add_argument("--since", default="", help="the first day to show, YYYY-MM-DD (UTC)")
     parser.add_argument(
@@ -41,25 +59,123 @@ def main(argv: list[str] | None = None) -> int:
             datetime.date.fromisoformat(args.since)
     except ValueError as e:
         parser.error(str(e))
-    store = args.store.strip()
-    if not store.startswith(("redis://", "rediss://")) and not Path(store).expanduser().is_file():
-        print(f"scripts/usage: no such file: {store}", file=sys.stderr)
-        return 2
-    lost: list[str] = []
+    if args.store is None:
+        store = DEFAULT_STORE
+        say(f"no --store given: reading {store}, the gateway's bridge_store (docs/deploy.md)")
+    else:
+        store = args.store.strip()
     try:
-        ledger = open_ledger(store, notify=lambda n: lost.append(n.text))
-        rows = ledger.rows(args.since)
-        ledger.close()
-    except StoreError as e:
-        print(f"scripts/usage: {e}", file=sys.stderr)
-        return 1
-    if lost:  # a Redis that does not answer: say so, never an empty table
-        print(f"scripts/usage: {lost[0]}", file=sys.stderr)
+        rows = read(store, args.since)
+    except Unreadable as e:
+        say(str(e))
         return 1
     price = genai_prices()
     found = lines(rows, by, price)
+    # A name the terminal's encoding cannot write is escaped, never a traceback.
+    sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     sys.stdout.write(csv_text(found, by) if args.csv else table_text(found, by, price) + "\n")
     return 0
+
+
+def say(text: str) -> None:
+    print(f"{PROG}: {text}", file=sys.stderr)
+
+
+def read(store: str, since: str) -> Rows:
+    """The ledger's rows at ``store`` from ``since``. Raises ``Unreadable``."""
+    redis = store.startswith(("redis://", "rediss://"))
+    if redis:
+        check_redis(store)
+    elif not store:
+        raise Unreadable("--store is empty: give the proxy's bridge_store (a file or a URL)")
+    elif not Path(store).expanduser().is_file():
+        what = "not a file" if Path(store).expanduser().exists() else "no such file"
+        raise Unreadable(
+            f"{what}: {store} (--store is the proxy's bridge_store: its SQLite file, "
+            f"or a redis:// URL)"
+        )
+    lost: list[str] = []
+    try:
+        ledger = open_ledger(store, notify=lambda n: lost.append(n.text), writes=False)
+        try:
+            rows = ledger.rows(since)
+        finally:
+            ledger.close()
+    except StoreError as e:
+        raise Unreadable(f"{e} (--store is the proxy's bridge_store)") from None
+    if lost:  # Redis went away between the check and the read: never an empty table
+        raise Unreadable(
+            f"Redis at {where(store)} stopped answering while the ledger was read; try again"
+        )
+    return rows
+
+
+def where(url: str) -> str:
+    from addon.store_redis import display_url
+
+    return display_url(url)
+
+
+def check_redis(url: str) -> None:
+    """Redis at ``url`` answers a PING. Raises ``Unreadable`` saying why not, and what to do."""
+    try:
+        import redis
+    except ImportError:
+        raise Unreadable(
+            "reading a Redis ledger needs the redis package: pip install 'cursor-bridge[redis]'"
+        ) from None
+    shown = where(url)
+    try:
+        client = redis.Redis.from_url(
+            url, socket_connect_timeout=REDIS_WAIT, socket_timeout=REDIS_WAIT
+        )
+    except ValueError as e:
+        raise Unreadable(f"not a Redis URL: {shown} ({e})") from None
+    try:
+        client.ping()
+    except redis.AuthenticationError:
+        if not urlsplit(url).password:
+            raise Unreadable(
+                f"Redis at {shown} wants a password: give it in --store "
+                f"(redis://:PASSWORD@host:port/db, as in the workers' bridge_store)"
+            ) from None
+        raise Unreadable(
+            f"Redis at {shown} refused the password: give the one in the workers' "
+            f"bridge_store (redis://:PASSWORD@host:port/db)"
+        ) from None
+    except redis.TimeoutError:
+        raise Unreadable(
+            f"cannot reach Redis at {shown}: no answer in {REDIS_WAIT:g} s; check it runs "
+            f"there, or pass --store"
+        ) from None
+    except redis.ConnectionError as e:
+        raise Unreadable(
+            f"cannot reach Redis at {shown}: {_why(e)}; start it or pass --store"
+        ) from None
+    except redis.exceptions.InvalidResponse:
+        raise Unreadable(
+            f"what answers at {shown} is not Redis (its answer is not Redis's protocol): "
+            f"check the host and port, or pass --store"
+        ) from None
+    except redis.RedisError as e:
+        raise Unreadable(f"Redis at {shown}: {e}") from None
+    finally:
+        client.close()
+
+
+def _why(error: Exception) -> str:
+    """A connection failure in a few words (``connection refused``), else redis-py's text."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno is not None:
+            if cause.errno == errno.ECONNREFUSED:
+                return "connection refused"
+            return (cause.strerror or str(cause)).lower()
+        cause = cause.__cause__ or cause.__context__
+    text = str(error)
+    if "Connection refused" in text:
+        return "connection refused"
+    return text or type(error).__name__
 
 
 if __name__ == "__main__":

@@ -104,7 +104,9 @@ class RewriteRequest:
                 # Everything that could fail is done: the flow is changed only from here on.
                 report = self._rewrite(flow, incoming, decision)
                 if chain is not None and self.fallbacks is not None:
-                    self.fallbacks.start(flow, chain, incoming, decision.plan)
+                    # The run's plan: the one with the client key's name on it.
+                    named = self.report.flows.plan(flow.id) or decision.plan
+                    self.fallbacks.start(flow, chain, incoming, named)
                 report.spent_ns += time.perf_counter_ns() - started
                 return
         except Exception as e:

@@ -18,7 +18,7 @@ from addon.shell.flows import FlowRun
 from addon.shell.notes import log
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.store import Notice, StoreError
-from addon.usage import DIMENSIONS, LedgerKey, Tokens, UsageLedger, client_label, open_ledger
+from addon.usage import DIMENSIONS, LedgerKey, Tokens, UsageLedger, open_ledger, user_label
 from addon.usage_table import genai_prices, lines, table_text
 
 
@@ -96,7 +96,7 @@ class UsageCounting:
 
     @command.command("bridge.usage")  # type: ignore[untyped-decorator]
     def usage(self) -> str:
-        """Tokens and cost by day, route, model, key name and client, from the usage ledger
+        """Tokens and cost by day, route, model, key name, client and user, from the usage ledger
         (also logged; ``scripts/usage`` says the same and groups as asked)."""
         price = genai_prices()
         text = table_text(lines(self._current().rows(), DIMENSIONS, price), DIMENSIONS, price)
@@ -108,7 +108,8 @@ def ledger_key(plan: FlowPlan, now: float) -> LedgerKey:
     """What a flow is counted under: the day (UTC), its route, the model as sent upstream
     (what the upstream bills and a price table knows: not a ``-thinking`` alias or a
     ``model_map`` name), the route's key name (never its value; empty: the client's own key),
-    and the client's label."""
+    the client key's name (on every route of a chain: the plan of each carries it), and the
+    ``user`` the body said, in a column of its own: a body never names the client."""
     unified = plan.unified
     model = unified.model if unified is not None else plan.defaults.model
     user = unified.params.user if unified is not None else None
@@ -117,7 +118,8 @@ def ledger_key(plan: FlowPlan, now: float) -> LedgerKey:
         plan.route.name,
         model,
         plan.route.key_env or "",  # the key sent (a pool's: the attempt's one)
-        client_label(plan.client_name, user),
+        plan.client_name,
+        user_label(user),
     )
 
 

@@ -13,11 +13,19 @@ import pytest
 from addon import store_redis
 from addon.model import Usage
 from addon.store import ReasoningStore
-from addon.usage import LedgerKey, Tokens, UsageLedger, client_label, open_ledger
+from addon.usage import (
+    OTHER,
+    LedgerKey,
+    MemoryCounters,
+    Tokens,
+    UsageLedger,
+    open_ledger,
+    user_label,
+)
 from addon.usage_table import csv_text, genai_prices, lines, parse_by, table_text, total
 from tests.redis_server import RedisServer, redis_server_or_skip
 
-GPT = LedgerKey("2026-01-02", "openai", "gpt-4o", "OPENAI_API_KEY", "alice")
+GPT = LedgerKey("2026-01-02", "openai", "gpt-4o", "OPENAI_API_KEY", "alice", "bob")
 UNKNOWN = LedgerKey("2026-01-03", "local", "my-own-finetune-xyz", "", "bob")
 ONE = Tokens.of(
     Usage(input_tokens=100, output_tokens=50, cache_read_tokens=300, reasoning_tokens=20)
@@ -86,8 +94,8 @@ def test_redis_layout_is_a_hash_per_day() -> None:
         led.count(GPT, ONE)
         raw = redis.Redis.from_url(server.url)
         table = raw.hgetall(f"{store_redis.PREFIX}usage:2026-01-02")
-        assert table[b'["openai","gpt-4o","OPENAI_API_KEY","alice","requests"]'] == b"1"
-        assert table[b'["openai","gpt-4o","OPENAI_API_KEY","alice","cache_read"]'] == b"300"
+        assert table[b'["openai","gpt-4o","OPENAI_API_KEY","alice","bob","requests"]'] == b"1"
+        assert table[b'["openai","gpt-4o","OPENAI_API_KEY","alice","bob","cache_read"]'] == b"300"
         assert raw.smembers(f"{store_redis.PREFIX}usage:days") == {b"2026-01-02"}
         led.close()
 
@@ -114,18 +122,17 @@ def test_redis_ledger_keeps_counts_while_redis_is_away(monkeypatch: pytest.Monke
 
 
 @pytest.mark.parametrize(
-    ("name", "user", "label"),
+    ("user", "label"),
     [
-        pytest.param("team-a", "someone", "team-a", id="client-key-name-wins"),
-        pytest.param("", "alice@example.com", "alice@example.com", id="plain-user-kept"),
-        pytest.param("", None, "", id="no-user"),
-        pytest.param("", "sk-proj-abcdefghijklmnop", "user:", id="key-prefix-hashed"),
-        pytest.param("", "x" * 40, "user:", id="long-token-hashed"),
-        pytest.param("", "has space", "user:", id="odd-characters-hashed"),
+        pytest.param("alice@example.com", "alice@example.com", id="plain-user-kept"),
+        pytest.param(None, "", id="no-user"),
+        pytest.param("sk-proj-abcdefghijklmnop", "user:", id="key-prefix-hashed"),
+        pytest.param("x" * 40, "user:", id="long-token-hashed"),
+        pytest.param("has space", "user:", id="odd-characters-hashed"),
     ],
 )
-def test_client_label(name: str, user: str | None, label: str) -> None:
-    got = client_label(name, user)
+def test_user_label(user: str | None, label: str) -> None:
+    got = user_label(user)
     assert got.startswith(label)
     if label == "user:":
         assert len(got) == len("user:") + 12
@@ -177,9 +184,17 @@ def test_no_price_table_says_so() -> None:
 
 
 def test_parse_by_refuses_an_unknown_dimension() -> None:
-    assert parse_by("") == ("day", "route", "model", "key", "client")
-    with pytest.raises(ValueError, match="'user'"):
-        parse_by("day,user")
+    assert parse_by("") == ("day", "route", "model", "key", "client", "user")
+    assert parse_by("client,user") == ("client", "user")
+    with pytest.raises(ValueError, match="'users'"):
+        parse_by("day,users")
+
+
+def test_a_full_memory_ledger_folds_new_users_not_clients() -> None:
+    counters = MemoryCounters(limit=1)
+    counters.add(GPT, ONE)
+    counters.add(LedgerKey(*GPT.labels()[:5], "mallory-1"), ONE)
+    assert set(counters.rows()) == {GPT, LedgerKey(*GPT.labels()[:5], OTHER)}
 
 
 def test_genai_prices_prices_a_known_model_and_not_an_unknown_one() -> None:

@@ -21,3 +21,22 @@ def test_bridge_usage_shows_every_row_with_its_key_name_and_client() -> None:
         assert word in row
     assert "total" in text
     assert "sk-" not in text  # names only, never a key
+
+
+def test_bridge_usage_shows_names_escaped_and_cut_with_the_user_column() -> None:
+    """What a client chose (a model, a ``user``) reaches the command's table as one line,
+    its control and bidi characters escaped, a long name cut (issue 40 point 5)."""
+    usage = UsageCounting(ReasoningStoreLife())
+    names = ["gpt\n2026-01-01  forged", "x\u202eevil", "\x1b[2Jclear", "m" * 5000]
+    with taddons.context(usage):
+        for name in names:
+            usage.ledger.count(LedgerKey("2026-11-28", "r", name, "K", "alice", name), Tokens(1))
+        text = usage.usage()
+    lines = text.splitlines()
+    assert lines[0].split()[:6] == ["day", "route", "model", "key", "client", "user"]
+    assert len([line for line in lines if line.startswith("2026-11-28")]) == len(names)
+    assert "\u202e" not in text and "\x1b" not in text
+    for shown in ("gpt\\n2026-01-01  forged", "x\\u202eevil", "\\x1b[2Jclear"):
+        assert text.count(shown) == 2  # model and user
+    assert "m" * 59 + "…" in text and "m" * 60 not in text
+    assert max(len(line) for line in lines) < 400
