@@ -503,3 +503,39 @@ def test_client_keys_without_a_route_that_spends_a_key_warn_at_start(
         assert "bridge_client_keys" in whole and "every request is served" in whole
         assert text.count("no route sends a key of the proxy's") == 1
         assert ALICE not in text
+
+
+def test_a_request_mitmproxy_streams_goes_without_the_client_key(tmp_path: Path) -> None:
+    """``stream_large_bodies``: mitmproxy sends a large request's head upstream before its
+    body is read (before any ``request`` hook): the client key is removed from it first."""
+    routes, keys = tmp_path / "routes.toml", tmp_path / "keys.toml"
+    routes.write_text(routes_text())
+    keys.write_text(f'alice = "{ALICE}"\n')
+    server = ScriptedUpstream(strict=False).start()
+    server.script = Provider(server)
+    options = {
+        "bridge_routes": str(routes),
+        "bridge_client_keys": str(keys),
+        "stream_large_bodies": "1k",
+    }
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            for name, value in ENV.items():
+                mp.setenv(name, value)
+            with Proxy(server.port, options, check_options=False) as proxy:
+                big = {"model": "gpt-x", "messages": [{"role": "user", "content": "x" * 4096}]}
+                got = httpx.post(
+                    f"{proxy.base_url}/v1/chat/completions",
+                    json=big,
+                    headers={"authorization": f"Bearer {ALICE}"},
+                    timeout=30,
+                    trust_env=False,
+                )
+                log = proxy.log_text()
+        (rec,) = server.requests
+        assert ALICE not in str(rec.header_list)
+        assert credentials(rec) == {}  # not rewritten (streamed): no key of the proxy's either
+        assert got.status_code == 401  # the provider's own answer to no key
+        assert ALICE not in log and "Traceback" not in log
+    finally:
+        server.stop()
