@@ -174,6 +174,15 @@ REWRITE_OPTIONS: tuple[OptionSpec, ...] = (
         "answer on such a turn is then read whole before it is sent.",
     ),
     OptionSpec(
+        "bridge_key_recheck",
+        int,
+        3600,
+        "Seconds a key of a key pool (api_key_env as a list) is left out after the upstream "
+        "said the key itself is invalid, revoked or out of credit (never for a refusal of the "
+        "request: a model the key may not use, moderation). Then the key is tried again and "
+        "comes back by itself if it is accepted. Shared by every worker on a Redis store.",
+    ),
+    OptionSpec(
         "bridge_debug",
         bool,
         False,
@@ -294,6 +303,7 @@ class Settings:
     max_event_bytes: int = 16 * 1024 * 1024
     fast_path: bool = True
     thinking_budget: int | None = None
+    key_recheck: float = 3600.0
     debug: bool = False
 
 
@@ -361,6 +371,11 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
     budget = get("bridge_thinking_budget")
     if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
         raise ConfigError(f"bridge_thinking_budget takes a whole number >= 0, not {budget!r}")
+    recheck = get("bridge_key_recheck")
+    if not isinstance(recheck, int) or isinstance(recheck, bool) or recheck < 1:
+        raise ConfigError(
+            f"bridge_key_recheck takes a whole number of seconds >= 1, not {recheck!r}"
+        )
     fallback, debug = _flag(get, "bridge_loop_fallback"), _flag(get, "bridge_debug")
     fast_path = _flag(get, "bridge_fast_path")
     return Settings(
@@ -383,6 +398,7 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
         max_event_bytes=max_event,
         fast_path=fast_path,
         thinking_budget=budget or None,
+        key_recheck=float(recheck),
         debug=debug,
     )
 

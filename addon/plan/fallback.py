@@ -16,7 +16,7 @@ from typing import Protocol
 from addon.dialects import Dialect
 from addon.model import ClientError
 from addon.plan.key_pool import is_link, link_name
-from addon.plan.values import error_bytes
+from addon.plan.values import error_bytes, tenths
 from addon.routes import Route
 
 MAX_RETRY_AFTER = 3600.0
@@ -121,6 +121,9 @@ class Reason(Enum):
     """No connection or no first byte within the route's ``timeout``."""
     ANSWERED_FAILURE = "answered a failure"
     """It answered 429 or 5xx (``falls_back``)."""
+    KEY_REFUSED = "key refused"
+    """A key of a pool answered an error that is the key's own fault (``key_pool.key_verdict``):
+    revoked, or passed on when this request revoked one already."""
     NOT_SENDABLE = "request not sendable there"
     """The client's request could not be written for that route."""
     INTERNAL_ERROR = "internal error"
@@ -147,9 +150,11 @@ class Failure:
     """How, in a few words (``connection refused``, ``HTTP 429``); empty: ``reason``'s word."""
     cooling: float | None = None
     """Seconds the route now cools down; None: it does not."""
+    revoked: bool = False
+    """A key of a pool this request revoked (``key_pool.KeyAction.REVOKE``): one at most."""
 
     def describe(self) -> str:
-        cool = f", cooling down {self.cooling:.0f} s" if self.cooling else ""
+        cool = f", cooling down {tenths(self.cooling)} s" if self.cooling else ""
         return f"{self.route} ({self.detail or self.reason.value}{cool})"
 
 
@@ -179,15 +184,20 @@ def first_route(
 
 def next_route(
     chain: tuple[Route, ...], tried: Iterable[str], cooldowns: Cooldowns
-) -> Route | None:
+) -> tuple[Route | None, tuple[Route, ...]]:
     """The next route (or key link) of the chain after the ones tried (by ``link_name``): not
-    tried yet, not cooling down, in chain order; None when none is left."""
+    tried yet, not cooling down, in chain order (None when none is left); and the ones not
+    tried yet passed over before it because they cool down (the tried line names them)."""
     done = set(tried)
+    passed: list[Route] = []
     for route in chain:
         name = link_name(route)
-        if name not in done and not cooldowns.cooling(name):
-            return route
-    return None
+        if name in done:
+            continue
+        if not cooldowns.cooling(name):
+            return route, tuple(passed)
+        passed.append(route)
+    return None, tuple(passed)
 
 
 def all_failed(client: Dialect, failures: tuple[Failure, ...]) -> tuple[int, bytes]:

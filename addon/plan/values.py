@@ -5,6 +5,7 @@ writes them). Text quoted from input goes through ``short`` (redacted, escaped, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,3 +120,10 @@ def short(e: BaseException | str) -> str:
     """A message cut to ``MAX_REASON`` characters, safe to log and show whatever it holds:
     credentials redacted, surrogates and control characters escaped (``addon.redact``)."""
     return clean(e, MAX_REASON)
+
+
+def tenths(seconds: float) -> str:
+    """A duration for a log line, to a tenth of a second, rounded up (a cooldown is never said
+    shorter than it is, nor ``0`` while it lasts): ``30``, ``0.4``, ``29.8``."""
+    text = f"{math.ceil(round(seconds * 10, 6)) / 10:.1f}"
+    return text.removesuffix(".0")

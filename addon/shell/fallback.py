@@ -35,15 +35,18 @@ from addon.plan.fallback import (
     tried_line,
 )
 from addon.plan.key_pool import (
-    REVOKED_FOR,
+    KeyAction,
+    KeyVerdict,
     all_cooling,
     has_pool,
     is_link,
+    key_verdict,
     link_name,
     links,
-    refused_key,
-    revoked,
+    reads_error,
+    revoked_mark,
 )
+from addon.plan.values import tenths
 from addon.routes import Route, fallback_chain
 from addon.shell.flows import Attempt, Attempts, FlowRun
 from addon.shell.host_filter import outside_proxy_hosts
@@ -55,6 +58,7 @@ from addon.shell.report import Report
 from addon.shell.retry import Retry
 from addon.shell.settings import BridgeSettings
 from addon.shell.upstream_request import apply_rewrite, origin
+from addon.stream.decompress import make_decompressor
 from addon.transforms.conversation import conversation_of
 
 if TYPE_CHECKING:
@@ -179,10 +183,22 @@ class Fallbacks:
                 self._cool(chain, route, cool or 0)
                 chain.failures.append(Failure(link_name(route), got.reason, got.detail, cool))
                 log.info("cursor-bridge [%s]: upstream %s: falling back", route.name, got.detail)
-            elif falls_back(got.status_code) or refused_key(route, got.status_code):
-                last = await _read_error(got, route.timeout)
+            elif falls_back(got.status_code) or reads_error(route, got.status_code):
+                error, body = await _read_error(got, route.timeout)
                 chain.served = attempt
-                self._failed(chain, route, got.status_code, got.header("retry-after"))
+                status = got.status_code
+                revoked = any(f.revoked for f in chain.failures)
+                verdict = key_verdict(route, status, _plain(body, got), revoked)
+                if verdict is not None and verdict.action is not KeyAction.ANSWER:
+                    last = error
+                    self._refused(chain, route, status, verdict)
+                elif verdict is not None or not falls_back(status):
+                    if verdict is not None:
+                        _kept(route, status, verdict)
+                    return error  # the request's own: the client's answer, nothing cools
+                else:
+                    last = error
+                    self._failed(chain, route, status, got.header("retry-after"))
             else:
                 chain.served = attempt
                 return _streamed(got)
@@ -194,7 +210,13 @@ class Fallbacks:
         route of the chain is left."""
         settings, env = self._settings.settings, environment()
         assert chain.incoming is not None
-        while (route := next_route(chain.chain, chain.tried, self.cooldowns)) is not None:
+        while True:
+            route, passed = next_route(chain.chain, chain.tried, self.cooldowns)
+            for skipped in passed:  # cooling down (or revoked): named in the tried line
+                chain.tried.append(link_name(skipped))
+                chain.failures.append(self._skipped(skipped))
+            if route is None:
+                return None
             decision = decide(
                 settings,
                 route,
@@ -214,7 +236,6 @@ class Fallbacks:
                 return Attempt(route, plan, request)
             chain.tried.append(link_name(route))
             chain.failures.append(Failure(link_name(route), Reason.NOT_SENDABLE))
-        return None
 
     def _unreachable(self, chain: Attempts) -> Relayed:
         """No route answered at all: the client's 502 / 504 in its dialect, naming them."""
@@ -230,7 +251,8 @@ class Fallbacks:
         client's 429 in its dialect, ``Retry-After`` the earliest end of the cooldowns."""
         route = chain[0]
         wait = min(self.cooldowns.left(link_name(r)) for r in chain)
-        status, headers, body = all_cooling(DIALECTS[route.client], wait)
+        every_revoked = all(self.cooldowns.cooling(revoked_mark(link_name(r))) for r in chain)
+        status, headers, body = all_cooling(DIALECTS[route.client], wait, every_revoked)
         flow.response = http.Response.make(
             status, body, {"content-type": "application/json", **headers}
         )
@@ -253,10 +275,10 @@ class Fallbacks:
 
     def _skipped(self, route: Route) -> Failure:
         """A route or key passed over because it cools down (or, a key, was revoked)."""
-        left = self.cooldowns.left(link_name(route))
-        if is_link(route) and revoked(left):
-            return Failure(link_name(route), Reason.SKIPPED, "revoked")
-        return Failure(link_name(route), Reason.SKIPPED, cooling=left)
+        name = link_name(route)
+        if is_link(route) and (left := self.cooldowns.left(revoked_mark(name))) > 0:
+            return Failure(name, Reason.SKIPPED, f"revoked, tried again in {tenths(left)} s")
+        return Failure(name, Reason.SKIPPED, cooling=self.cooldowns.left(name))
 
     def _cool(self, chain: Attempts, route: Route, seconds: float) -> None:
         """The route cools down; a key of a pool failing for its upstream's sake (no answer,
@@ -268,23 +290,41 @@ class Fallbacks:
             if other.name == route.name and is_link(other):
                 self.cooldowns.cool(link_name(other), seconds)
 
-    def _failed(self, chain: Attempts, route: Route, status: int, header: str | None) -> None:
-        if refused_key(route, status):
-            self.cooldowns.cool(link_name(route), REVOKED_FOR)
-            chain.failures.append(
-                Failure(link_name(route), Reason.ANSWERED_FAILURE, f"HTTP {status}")
-            )
-            shared = self.cooldowns is not self.local_cooldowns  # a Redis store's table
+    def _refused(self, chain: Attempts, route: Route, status: int, verdict: KeyVerdict) -> None:
+        """A key of a pool answered an error that is its own fault: revoked for
+        ``bridge_key_recheck`` (every worker on a Redis store), unless this request revoked
+        one already; the next link is tried either way."""
+        recheck = self._settings.settings.key_recheck
+        name = link_name(route)
+        revoke = verdict.action is KeyAction.REVOKE
+        if revoke:
+            self.cooldowns.cool(name, recheck)
+            self.cooldowns.cool(revoked_mark(name), recheck)
+        detail = verdict.detail(status, recheck)
+        chain.failures.append(Failure(name, Reason.KEY_REFUSED, detail, revoked=revoke))
+        judged = verdict.judgement
+        why = f"HTTP {status} {judged.why}, {judged.provider}"
+        if not revoke:
             log.warning(
-                "cursor-bridge [%s]: key %s refused (HTTP %d): left out %s",
+                "cursor-bridge [%s]: key %s refused (%s): not left out, this request left out "
+                "a key already; trying the next",
                 route.name,
                 route.key_env,
-                status,
-                f"for {REVOKED_FOR / 86400:.0f} days by every worker"
-                if shared
-                else "until the proxy restarts",
+                why,
             )
             return
+        shared = self.cooldowns is not self.local_cooldowns  # a Redis store's table
+        log.warning(
+            "cursor-bridge [%s]: key %s refused (%s): left out for %s s by %s, then tried "
+            "again (bridge_key_recheck)",
+            route.name,
+            route.key_env,
+            why,
+            tenths(recheck),
+            "every worker" if shared else "this process",
+        )
+
+    def _failed(self, chain: Attempts, route: Route, status: int, header: str | None) -> None:
         wait = retry_after(header, self._clock())
         cool = cooldown_after(route, status, wait)
         if cool and status == 429:
@@ -297,7 +337,7 @@ class Fallbacks:
             "cursor-bridge [%s]: upstream answered HTTP %d: falling back%s",
             route.name,
             status,
-            f" (cooling down {cool:.0f} s)" if cool else "",
+            f" (cooling down {tenths(cool)} s)" if cool else "",
         )
 
     # ------------------------------------------------------------------ the answer
@@ -379,9 +419,9 @@ def _streamed(got: Opened) -> Relayed:
     return Relayed(got.status_code, got.reason, headers, got.aiter_raw(), got.aclose, passed)
 
 
-async def _read_error(got: Opened, timeout: float) -> Relayed:
+async def _read_error(got: Opened, timeout: float) -> tuple[Relayed, bytes]:
     """An error answer read whole (to ``MAX_ERROR_BODY``, within the route's ``timeout``), to
-    relay if no later route answers."""
+    relay if no later route answers; and its body's bytes as they came."""
     body = bytearray()
     try:
         async with asyncio.timeout(timeout):
@@ -393,7 +433,34 @@ async def _read_error(got: Opened, timeout: float) -> Relayed:
         log.debug("cursor-bridge: fallback: error body cut (%s)", type(e).__name__)
     finally:
         await got.aclose()
-    return whole(got.status_code, _headers(got), bytes(body))
+    return whole(got.status_code, _headers(got), bytes(body)), bytes(body)
+
+
+def _plain(body: bytes, got: Opened) -> bytes:
+    """An error body without its ``Content-Encoding`` (as it came when it cannot be undone),
+    for the key's verdict."""
+    try:
+        undo = make_decompressor(got.header("content-encoding"))
+        return body if undo is None else undo.feed(body) + undo.finish()
+    except ValueError:
+        return body
+
+
+def _kept(route: Route, status: int, verdict: KeyVerdict) -> None:
+    """A 401 / 403 of a key of a pool that is the request's own (or not known to be the
+    key's): the client gets it, no key is left out; one line says so."""
+    judged = verdict.judgement
+    if judged.why:
+        why = f"the request's own ({judged.why}, {judged.provider})"
+    else:
+        why = "not known to be the key's fault"
+    log.info(
+        "cursor-bridge [%s]: key %s answered HTTP %d, %s: answered, no key left out",
+        route.name,
+        route.key_env,
+        status,
+        why,
+    )
 
 
 # ---------------------------------------------------------------------- what the flow says
@@ -417,7 +484,8 @@ def _deliver(
         run.plan, run.answer = by.plan, AnswerState.of(by.plan)
         run.report.notes = run.answer.notes
     status = flow.response.status_code
-    if falls_back(status) or refused_key(by.route, status):
+    failed = {f.route for f in failures if f.reason is not Reason.SKIPPED}
+    if link_name(by.route) in failed:  # the last error relayed: every route failed
         _all_failed(report, flow, run, by.plan, failures)
     elif failures:
         _served(flow, run, by.plan, flow.request, failures)

@@ -5,6 +5,7 @@
     scripts/bench --no-proxy       # only section 1
     scripts/bench --json out.json  # also write the raw numbers
     scripts/bench --gateway        # only section 3: workers behind HAProxy (needs haproxy)
+    scripts/bench --baseline main  # each route also as the commit main has it, side by side
 
 Section 1, in process (best of N repetitions; ratio = bridge / baseline):
 

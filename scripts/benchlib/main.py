@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -13,6 +14,7 @@ from typing import Any
 
 import benchlib
 from benchlib.base import X
+from benchlib.baseline import BaselineError, baseline_table, checkout, with_baselines
 from benchlib.gateway_section import (
     COLUMNS,
     GATEWAY_FULL,
@@ -91,6 +93,13 @@ def main() -> None:
         help="only section 3: the bridge's workers behind HAProxy (scripts/gateway) against"
         " bare mitmdump, HAProxy before bare mitmdump and one worker alone (needs haproxy)",
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also measure each route as the commit REF (a branch, tag or id) has it, in a git"
+        " worktree of its own, as a column beside the work tree's; a table of work tree / REF"
+        " follows",
+    )
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:
@@ -106,6 +115,8 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown route(s) {', '.join(sorted(unknown))}")
     configs = [c for c in CONFIGS if c.key == "bare" or c.key in wanted]
+    if args.baseline and args.no_proxy:
+        parser.error("--baseline measures mitmdump columns: it cannot go with --no-proxy")
     plan = QUICK if args.quick else FULL
     reps = 3 if args.quick else 7
     say = Progress()
@@ -131,8 +142,18 @@ def main() -> None:
         _raise_nofile()
         say("section 2: mitmdump on 127.0.0.1 (ratio = bridge column / bare mitmdump column)")
         report["plan"] = plan.__dict__
-        report["configs"] = {c.key: c.title for c in configs}
-        report["proxy"], placed = run_proxies(plan, configs, say, pinned=not args.no_pin)
+        with contextlib.ExitStack() as stack:
+            if args.baseline:
+                try:
+                    root, short = stack.enter_context(checkout(args.baseline))
+                except BaselineError as e:
+                    parser.error(str(e))
+                label = f"{args.baseline} ({short})" if short != args.baseline else short
+                configs = with_baselines(configs, root, label)
+                report["baseline"] = {"ref": args.baseline, "commit": short}
+                say(f"baseline: {label} checked out in {root}")
+            report["configs"] = {c.key: c.title for c in configs}
+            report["proxy"], placed = run_proxies(plan, configs, say, pinned=not args.no_pin)
         report["machine"]["placement"] = placed
         tables += [
             "\n### Through mitmdump on 127.0.0.1\n",
@@ -143,6 +164,14 @@ def main() -> None:
             f" stream event {m['json_event_ns']:.0f} ns.\n",
             proxy_table(plan, configs, report["proxy"]),
         ]
+        if args.baseline:
+            tables += [
+                f"\n### Work tree against {args.baseline}\n",
+                "Each figure: the work tree's ratio to bare mitmdump over the baseline's, both"
+                " from the same run (below 1 for events/s, above 1 for CPU: the work tree is"
+                " slower).\n",
+                baseline_table(plan, configs, report["proxy"]),
+            ]
     say("done")
     print()
     print("\n".join(tables))

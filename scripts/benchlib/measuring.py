@@ -92,7 +92,7 @@ async def warm_up(proxy: Proxy) -> dict[str, Any]:
     if stamps.unique != 20:
         raise RuntimeError(f"{stamps.unique} of 20 events arrived: {bytes(stamps.sample[:600])!r}")
     invoke_call = b"tool_calls" in stamps.sample and b"read_file" in stamps.sample
-    if proxy.config.key == "invoke" and not invoke_call:
+    if proxy.config.route == "invoke" and not invoke_call:
         raise RuntimeError(f"no tool call parsed from the invoke text: {bytes(stamps.sample)!r}")
     return {"invoke_call_parsed": invoke_call}
 

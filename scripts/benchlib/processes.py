@@ -27,7 +27,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(root: Path = REPO) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -38,13 +38,19 @@ def _child_env() -> dict[str, str]:
     # One hash seed for every child, so that identical processes at least lay out their dicts
     # and sets alike (the second bare mitmdump's column shows the noise that is left).
     env["PYTHONHASHSEED"] = "0"
+    if root != REPO:
+        # A baseline checkout (``--baseline``): its ``addon`` package ahead of the work tree's
+        # editable install, which Python consults only after ``PYTHONPATH``.
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(root), *filter(None, [os.environ.get("PYTHONPATH")])]
+        )
     return env
 
 
 class Proc:
     """A child process: CPU seconds and RSS from /proc, log in a file, always stopped."""
 
-    def __init__(self, name: str, argv: list[str], log: Path) -> None:
+    def __init__(self, name: str, argv: list[str], log: Path, root: Path = REPO) -> None:
         self.name = name
         self.log = log
         with log.open("wb") as out:
@@ -53,8 +59,8 @@ class Proc:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                cwd=REPO,
-                env=_child_env(),
+                cwd=root,
+                env=_child_env(root),
                 preexec_fn=_die_with_parent,
             )
         self.pid = self.popen.pid
@@ -117,6 +123,17 @@ class Config:
     """A routes file's text (``bridge_routes``); empty: the default routes."""
     scripts: tuple[Path, ...] = ()
     """More mitmproxy scripts, loaded after the addon (``addon/health.py`` behind HAProxy)."""
+    root: Path = REPO
+    """The checkout whose addon this column runs: the work tree, or a ``--baseline`` REF's."""
+
+    @property
+    def route(self) -> str:
+        """The route measured, the same for a work-tree column and its baseline's."""
+        return self.key.split(BASELINE_MARK, 1)[0]
+
+
+BASELINE_MARK = "@"
+"""Between a route's key and ``base`` in a baseline column's key (``openai@base``)."""
 
 
 FALLBACK_ROUTES = """
@@ -158,7 +175,7 @@ class Proxy:
 def mitmdump_argv(config: Config, upstream: int, port: int, confdir: Path) -> list[str]:
     argv = [str(MITMDUMP)]
     if config.bridge:
-        argv += ["-s", str(MAIN_SCRIPT)]
+        argv += ["-s", str(config.root / MAIN_SCRIPT.relative_to(REPO))]
     for script in config.scripts:
         argv += ["-s", str(script)]
     argv += ["--mode", f"reverse:http://{HOST}:{upstream}", "--listen-host", HOST]
@@ -184,7 +201,8 @@ def spawn_proxy(config: Config, upstream: int, tmp: Path) -> Proxy:
     confdir.mkdir(exist_ok=True)
     port = free_port()
     argv = mitmdump_argv(config, upstream, port, confdir)
-    return Proxy(config, Proc(config.key, argv, tmp / f"mitmdump-{config.key}.log"), port)
+    log = tmp / f"mitmdump-{config.key}.log"
+    return Proxy(config, Proc(config.key, argv, log, root=config.root), port)
 
 
 def can_connect(port: int) -> bool:

@@ -3,7 +3,8 @@
 to any other key). One key at 429 → the request is answered with the other, and later
 requests of that conversation skip the cooled key; one key revoked (401) → left out, one log
 line naming its variable; both keys at 429 → the client's 429 with ``Retry-After`` in its own
-dialect. No key value in the log (``keyed.routed``)."""
+dialect. No key value in the log (``keyed.routed``). What revokes a key and what does not, on
+two workers: ``test_key_revocation``."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.harness import Proxy, Recorded, Reply, ScriptedUpstream, free_port
+from tests.e2e.harness import JSONReply, Proxy, Recorded, Reply, ScriptedUpstream, free_port
 from tests.e2e.keyed import routed
 from tests.e2e.test_fallback import error_reply
 from tests.real.clients.loop import answer, check_request
@@ -32,6 +33,19 @@ DEAD = free_port()
 """A loopback port with nothing listening: connection refused."""
 
 
+def invalid_key() -> JSONReply:
+    """OpenAI's 401 for a key it does not know (its error codes guide): the key's own fault."""
+    body = {
+        "error": {
+            "message": "Incorrect API key provided: sk-pool-****CRET.",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_api_key",
+        }
+    }
+    return JSONReply(body, status=401)  # fmt: skip
+
+
 @dataclass
 class Pooled:
     """An OpenAI-compatible upstream that takes either key of the pool."""
@@ -40,7 +54,7 @@ class Pooled:
 
     def __call__(self, rec: Recorded) -> Reply:
         if key_of(rec) is None:
-            return error_reply("openai_chat", "invalid api key", 401)
+            return invalid_key()
         body = rec.json()
         check_request("openai_chat", body)
         return answer("openai_chat", bool(body.get("stream")), f"hello with {key_of(rec)}")
@@ -156,7 +170,7 @@ def test_the_sticky_key_serves_every_turn_of_a_conversation(pool: Proxy, pooled:
 
 def test_a_revoked_key_is_left_out_with_one_line_naming_it(pool: Proxy, pooled: Pooled) -> None:
     server = pooled.server
-    server.enqueue(error_reply("openai_chat", "invalid api key", 401))
+    server.enqueue(invalid_key())
     text = ask(pool, "revoked one")
     first, second = server.requests
     revoked, other = key_of(first), key_of(second)
@@ -164,8 +178,9 @@ def test_a_revoked_key_is_left_out_with_one_line_naming_it(pool: Proxy, pooled: 
     for opening in ["a", "b", "c", "d", "e", "f"]:
         assert ask(pool, opening) == f"hello with {other}"
     assert [key_of(r) for r in server.requests[2:]] == [other] * 6
-    found = lines(pool, r".*key \w+ refused \(HTTP 401\).*", 1)
+    found = lines(pool, r".*key \w+ refused \(HTTP 401 invalid_api_key, OpenAI\).*", 1)
     assert len(found) == 1 and f"key {revoked} refused" in found[0]
+    assert "left out for 3600 s by this process, then tried again" in found[0]
 
 
 def test_an_unreachable_upstream_cools_every_key_of_its_route(pool: Proxy, pooled: Pooled) -> None:
@@ -243,18 +258,47 @@ def test_two_workers_on_one_redis_store_share_the_keys_and_their_cooldowns(
 def test_every_key_revoked_gives_the_client_a_503_naming_no_key(
     pool: Proxy, pooled: Pooled
 ) -> None:
+    """One key revoked per client request: the first request leaves one out and tries the
+    other (refused too, not left out), the second leaves that one out, the third is the
+    bridge's 503."""
     server = pooled.server
-    server.enqueue(*[error_reply("openai_chat", "invalid api key", 401)] * 2)
+    server.enqueue(*[invalid_key()] * 3)
     body = {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
     headers = {"x-api-key": CLIENT_KEY, "anthropic-version": "2023-06-01"}
     url = f"{pool.base_url}/v1/messages"
-    got = httpx.post(url, json=body, headers=headers, timeout=30)
-    assert got.status_code == 401 and got.json()["type"] == "error"  # the upstream's last
+    for n in (2, 3):
+        got = httpx.post(url, json=body, headers=headers, timeout=30)
+        assert got.status_code == 401 and got.json()["type"] == "error"  # the upstream's last
+        assert len(server.requests) == n
     again = httpx.post(url, json=body, headers=headers, timeout=30)
     assert again.status_code == 503 and "retry-after" not in again.headers
-    assert again.json()["type"] == "error" and len(server.requests) == 2
-    found = lines(pool, r".*key \w+ refused \(HTTP 401\).*", 2)
+    assert again.json()["type"] == "error" and len(server.requests) == 3
+    found = lines(pool, r".*key \w+ refused \(HTTP 401 invalid_api_key, OpenAI\): left out.*", 2)
     assert sorted(re.findall(r"key (\w+) refused", "\n".join(found))) == sorted(KEYS)
+
+
+def test_the_tried_line_names_a_key_passed_over_because_it_cools_down(
+    pool: Proxy, pooled: Pooled
+) -> None:
+    """Issue 40, point 9: a key cooling down is named wherever the chain passes it over —
+    before the key tried, and after it (``no route answered; tried: pool#B (HTTP 500)`` left
+    it out) — with how long it still cools, to a tenth of a second."""
+    server = pooled.server
+    server.enqueue(error_reply("openai_chat", "slow down", 429))  # the cooldown: 30 s
+    ask(pool, "cool one key")
+    cooled = key_of(server.requests[0])
+    other = next(k for k in KEYS if k != cooled)
+    for n in range(30):  # until a conversation asks the other key first, the cooled one next
+        server.enqueue(error_reply("openai_chat", "upstream broke", 500))
+        with pytest.raises(openai.InternalServerError):
+            ask(pool, f"a 500 {n}")
+        found = lines(pool, r"(?<=\]: )no route answered; tried: .*", n + 1)
+        assert len(found) == n + 1 and f"pool#{other} (HTTP 500)" in found[-1]
+        assert re.search(rf"pool#{cooled} \(skipped, cooling down (2\d|30)(\.\d)? s\)", found[-1])
+        if found[-1].startswith(f"no route answered; tried: pool#{other}"):
+            break
+    else:
+        raise AssertionError("no conversation of 30 asked the key that was not cooling first")
 
 
 def test_a_key_revoked_on_one_worker_is_skipped_by_the_other_on_one_redis_store(
@@ -275,7 +319,7 @@ def test_a_key_revoked_on_one_worker_is_skipped_by_the_other_on_one_redis_store(
         one = start_proxy(bridge_routes=str(routes), bridge_store=redis.url)
         two = start_proxy(bridge_routes=str(routes), bridge_store=redis.url)
         server = pooled.server
-        server.enqueue(error_reply("openai_chat", "invalid api key", 401))
+        server.enqueue(invalid_key())
         text = ask(one, "revoked on one")
         first, second = server.requests
         revoked, other = key_of(first), key_of(second)
@@ -284,9 +328,9 @@ def test_a_key_revoked_on_one_worker_is_skipped_by_the_other_on_one_redis_store(
         for n, opening in enumerate(["revoked on one", "u", "v", "w", "x", "y"]):
             assert ask(two, opening, stream=n % 2 == 1) == f"hello with {other}"
         assert [key_of(r) for r in server.requests[2:]] == [other] * 6
-        (line,) = lines(one, r".*key \w+ refused \(HTTP 401\).*", 1)
-        assert f"key {revoked} refused" in line
-        assert not re.findall(r"refused \(HTTP 401\)", two.log_text())
+        (line,) = lines(one, r".*key \w+ refused \(HTTP 401 invalid_api_key, OpenAI\).*", 1)
+        assert f"key {revoked} refused" in line and "left out for 3600 s by every worker" in line
+        assert not re.findall(r"refused \(HTTP 401", two.log_text())
         for proxy in (one, two):
             log = proxy.log_text()
             assert "Traceback" not in log and not [k for k in ALL_KEYS if k in log]

@@ -247,3 +247,49 @@ def test_the_host_line_names_the_cpu_and_times_both_pieces_of_work(bench: Module
     assert isinstance(h["cpu_model"], str)
     assert 0 < h["python_loop_us"] < 100_000 and 0 < h["json_event_ns"] < 1_000_000
     assert inprocess._reference_loop() == sum(i * i for i in range(1000))
+
+
+def test_baseline_columns_follow_their_route() -> None:
+    """``--baseline``: each bridge column is followed by the same route from the other
+    checkout; bare mitmdump stays single; the baseline column measures the same route."""
+    from benchlib.baseline import with_baselines
+    from benchlib.processes import CONFIGS, mitmdump_argv
+
+    chosen = [c for c in CONFIGS if c.key in {"bare", "openai", "invoke"}]
+    other = Path("/elsewhere/checkout")
+    out = with_baselines(chosen, other, "main (abc123)")
+    assert [c.key for c in out] == ["bare", "openai", "openai@base", "invoke", "invoke@base"]
+    assert [c.route for c in out] == ["bare", "openai", "openai", "invoke", "invoke"]
+    base = out[4]
+    assert base.options == chosen[2].options and base.title.endswith("at main (abc123)")
+    argv = mitmdump_argv(base, 1, 2, Path("/tmp/confdir"))
+    assert argv[argv.index("-s") + 1] == str(other / "addon" / "main.py")
+
+
+def test_baseline_table_divides_the_paired_ratios() -> None:
+    from benchlib.base import NONE, X
+    from benchlib.baseline import baseline_table, with_baselines
+    from benchlib.plan import QUICK
+    from benchlib.processes import CONFIGS
+
+    configs = with_baselines([c for c in CONFIGS if c.key in {"bare", "openai"}], Path("/x"), "r")
+    run = f"unpaced_{QUICK.unpaced_streams[0]}"
+    results = {
+        "openai": {run: {"events_per_s_ratio": 0.9, "proxy_cpu_us_per_event_ratio": 1.5}},
+        "openai@base": {run: {"events_per_s_ratio": 1.0, "proxy_cpu_us_per_event_ratio": 1.2}},
+    }
+    table = baseline_table(QUICK, configs, results)
+    row = next(
+        line for line in table.splitlines() if f"unpaced {QUICK.unpaced_streams[0]} " in line
+    )
+    assert f"0.90{X}" in row and f"1.25{X}" in row
+    # a run neither column measured shows no figure rather than a made-up one
+    missing = next(line for line in table.splitlines() if "unpaced" in line and line != row)
+    assert NONE in missing
+
+
+def test_baseline_of_no_commit_is_refused() -> None:
+    from benchlib.baseline import BaselineError, checkout
+
+    with pytest.raises(BaselineError, match="not a commit"), checkout("no-such-ref-xyz"):
+        pass

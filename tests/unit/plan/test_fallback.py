@@ -28,6 +28,7 @@ from addon.plan.fallback import (
     retry_after,
     tried_line,
 )
+from addon.plan.values import tenths
 from addon.routes import Route, check_fallbacks, fallback_chain
 from addon.routes_file import RoutesError, load_routes
 
@@ -152,18 +153,23 @@ def test_cooling_routes_are_skipped_in_chain_order(cools: list[tuple[str, float]
     else:  # all cooling: the one that frees first
         assert table.left(route.name) == min(table.left(r.name) for r in CHAIN)
         assert set(skipped) == set(CHAIN) - {route}
-    nxt = next_route(CHAIN, [route.name], table)
+    nxt, passed = next_route(CHAIN, [route.name], table)
     later = [r for r in CHAIN if r is not route and not table.cooling(r.name)]
     assert nxt is (later[0] if later else None)
+    # Every route passed over before it is named: none is left out of the tried line.
+    end = CHAIN.index(nxt) if nxt is not None else len(CHAIN)
+    assert passed == tuple(r for r in CHAIN[:end] if r is not route)
 
 
 def test_next_route_keeps_chain_order_and_skips_what_was_tried() -> None:
     table = MemoryCooldowns(Clock())
-    assert next_route(CHAIN, ["a"], table) is B
-    assert next_route(CHAIN, ["a", "b"], table) is C
-    assert next_route(CHAIN, ["a", "b", "c"], table) is None
+    assert next_route(CHAIN, ["a"], table) == (B, ())
+    assert next_route(CHAIN, ["a", "b"], table) == (C, ())
+    assert next_route(CHAIN, ["a", "b", "c"], table) == (None, ())
     table.cool("b", 5)
-    assert next_route(CHAIN, ["a"], table) is C
+    assert next_route(CHAIN, ["a"], table) == (C, (B,))
+    table.cool("c", 5)
+    assert next_route(CHAIN, ["a"], table) == (None, (B, C))
 
 
 # ----------------------------------------------------------------------------- reports
@@ -175,11 +181,25 @@ def test_the_tried_line_names_each_route_and_why() -> None:
         Failure("second", Reason.ANSWERED_FAILURE, "HTTP 429", 12.4),
         Failure("third", Reason.ANSWERED_FAILURE, "HTTP 500"),
         Failure("fourth", Reason.SKIPPED, cooling=8.0),
+        Failure("fifth", Reason.SKIPPED, cooling=0.43),
+        Failure("sixth", Reason.SKIPPED, cooling=0.01),
     )
     assert tried_line(failures) == (
         "primary (connection refused, cooling down 30 s), second (HTTP 429, cooling down "
-        "12 s), third (HTTP 500), fourth (skipped, cooling down 8 s)"
+        "12.4 s), third (HTTP 500), fourth (skipped, cooling down 8 s), fifth (skipped, "
+        "cooling down 0.5 s), sixth (skipped, cooling down 0.1 s)"
     )
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"),
+    [(30.0, "30"), (29.97, "30"), (29.91, "30"), (29.9, "29.9"), (0.4, "0.4"), (0.43, "0.5"),
+     (0.01, "0.1"), (0.0, "0"), (3600.0, "3600")],
+)  # fmt: skip
+def test_a_cooldown_is_said_to_a_tenth_of_a_second_never_0_while_it_lasts(
+    seconds: float, said: str
+) -> None:
+    assert tenths(seconds) == said
 
 
 @pytest.mark.parametrize(

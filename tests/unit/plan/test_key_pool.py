@@ -14,14 +14,15 @@ import pytest
 from addon.dialects import DIALECTS
 from addon.plan.fallback import MemoryCooldowns, first_route, next_route
 from addon.plan.key_pool import (
-    REVOKED_FOR,
+    KeyAction,
     all_cooling,
     is_link,
     key_order,
+    key_verdict,
     link_name,
     links,
-    refused_key,
-    revoked,
+    reads_error,
+    revoked_mark,
 )
 from addon.routes import Route, fallback_chain
 from addon.routes_file import RoutesError, load_routes
@@ -89,11 +90,12 @@ def test_cooling_and_revoked_keys_are_skipped_then_the_fallback() -> None:
     chain = chain_for(POOL, "opening:y")
     a, b, c = (link_name(r) for r in chain[:3])
     table.cool(a, 30)
-    table.cool(b, REVOKED_FOR)
+    table.cool(b, 3600)
+    table.cool(revoked_mark(b), 3600)
     first, skipped = first_route(chain, table)
     assert first is chain[2] and [link_name(r) for r in skipped] == [a, b]
-    assert revoked(table.left(b)) and not revoked(table.left(a))
-    assert next_route(chain, [c], table) is BACKUP
+    assert table.cooling(revoked_mark(b)) and not table.cooling(revoked_mark(a))
+    assert next_route(chain, [a, b, c], table) == (BACKUP, ())
     table.cool(c, 5)
     first, _ = first_route(chain, table)
     assert first is BACKUP  # every key cooling: the route's fallback
@@ -107,19 +109,43 @@ def test_every_key_cooling_without_a_fallback_is_the_clients_429() -> None:
     first, skipped = first_route(chain, table)
     assert first is None and skipped == chain
     status, headers, body = all_cooling(
-        DIALECTS["anthropic"], min(table.left(link_name(r)) for r in chain)
+        DIALECTS["anthropic"], min(table.left(link_name(r)) for r in chain), False
     )
     assert status == 429 and headers == {"retry-after": "13"}
     assert json.loads(body)["type"] == "error"
-    _, _, chat = all_cooling(DIALECTS["openai_chat"], 0.1)
+    _, _, chat = all_cooling(DIALECTS["openai_chat"], 0.1, False)
     assert "every key" in json.loads(chat)["error"]["message"]
 
 
-def test_401_and_403_revoke_only_a_key_of_a_pool() -> None:
+INVALID_KEY = json.dumps(
+    {"error": {"message": "Incorrect API key provided: sk-…abcd.", "type": "invalid_request_error",
+     "param": None, "code": "invalid_api_key"}}
+).encode()  # fmt: skip
+FORBIDDEN_MODEL = json.dumps(
+    {"error": {"message": "key not allowed to access model. This key can only access "
+     "models=['gpt-5']. Tried to access gpt-x", "type": "key_model_access_denied",
+     "param": "model", "code": "401"}}
+).encode()  # fmt: skip
+
+
+def test_only_the_keys_own_fault_revokes_a_key_of_a_pool_and_one_per_request() -> None:
     link = chain_for(ALONE, "c")[0]
-    assert refused_key(link, 401) and refused_key(link, 403)
-    assert not refused_key(link, 429) and not refused_key(BACKUP, 401)
-    assert revoked(REVOKED_FOR) and not revoked(86400)
+    revoke = key_verdict(link, 401, INVALID_KEY, revoked_already=False)
+    assert revoke is not None and revoke.action is KeyAction.REVOKE
+    assert revoke.detail(401, 3600) == "HTTP 401 invalid_api_key, revoked for 3600 s"
+    again = key_verdict(link, 401, INVALID_KEY, revoked_already=True)
+    assert again is not None and again.action is KeyAction.PASS_ON
+    assert again.detail(401, 3600) == "HTTP 401 invalid_api_key, not revoked: one key per request"
+    for body in (FORBIDDEN_MODEL, b'{"error":{"message":"who knows","code":403}}', b"<html>"):
+        answer = key_verdict(link, 403, body, revoked_already=False)
+        assert answer is not None and answer.action is KeyAction.ANSWER
+    # Not a key of a pool, or nothing about the key: the fallback rules apply.
+    assert key_verdict(BACKUP, 401, INVALID_KEY, revoked_already=False) is None
+    assert key_verdict(link, 429, b'{"error":{"message":"slow down"}}', False) is None
+    assert key_verdict(link, 400, b'{"error":{"message":"bad tools"}}', False) is None
+    assert reads_error(link, 401) and reads_error(link, 400) and reads_error(link, 429)
+    assert not reads_error(link, 500) and not reads_error(link, 200)
+    assert not reads_error(BACKUP, 401)
 
 
 # ----------------------------------------------------------------------------- the file
@@ -173,6 +199,19 @@ def test_the_ledger_names_the_key_the_attempt_used() -> None:
 
 
 def test_every_key_revoked_is_a_503_without_retry_after() -> None:
-    status, headers, body = all_cooling(DIALECTS["openai_chat"], REVOKED_FOR - 5)
+    status, headers, body = all_cooling(DIALECTS["openai_chat"], 3595, True)
     assert status == 503 and headers == {}
     assert "refused" in json.loads(body)["error"]["message"]
+
+
+@pytest.mark.parametrize("value", [0, -5, True, "60"])
+def test_bridge_key_recheck_takes_whole_seconds_of_at_least_one(value: object) -> None:
+    from addon.config import DEFAULTS, ConfigError, parse_settings
+
+    assert DEFAULTS["bridge_key_recheck"] == 3600
+    assert (
+        parse_settings(lambda n: {"bridge_key_recheck": 2}.get(n, DEFAULTS[n]), {}).key_recheck
+        == 2.0
+    )
+    with pytest.raises(ConfigError, match="bridge_key_recheck takes a whole number of seconds"):
+        parse_settings(lambda n: {"bridge_key_recheck": value}.get(n, DEFAULTS[n]), {})
