@@ -33,6 +33,11 @@ class ClientKeys:
     keys are dropped as soon as they are hashed."""
 
     entries: tuple[tuple[bytes, str], ...] = field(repr=False, default=())
+    _digests: frozenset[bytes] = field(init=False, repr=False, compare=False)
+    """Every digest, for ``holds``."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_digests", frozenset(d for d, _ in self.entries))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -48,6 +53,12 @@ class ClientKeys:
             if hmac.compare_digest(kept, wanted) and found is None:
                 found = name
         return found
+
+    def holds(self, value: str) -> bool:
+        """Whether ``value`` is one of the keys, whoever's (a set lookup of its digest: the
+        time taken depends on the digest, never on how much of a key was right). For finding
+        a client key wherever a request carries it (``addon.plan.client_keys.client_keys_in``)."""
+        return bool(value) and digest(value) in self._digests
 
 
 def parse_client_keys(text: str, env: Mapping[str, str], where: str = "") -> ClientKeys:

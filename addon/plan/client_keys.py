@@ -7,7 +7,7 @@ where one was looked for. Why: a key of the proxy's is spent only for a client t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from addon.client_keys import ClientKeys
@@ -18,7 +18,7 @@ from addon.model import ClientError
 from addon.plan.conditions import RequestView
 from addon.plan.count_tokens import count_route
 from addon.plan.decision import Reject
-from addon.plan.model_lists import CHAT_PATHS, MODELS_SUFFIX
+from addon.plan.model_lists import MODELS_SUFFIX, best_fit, lists_models_of
 from addon.plan.values import error_bytes
 from addon.routes import Route, fallback_chain, match
 
@@ -31,21 +31,27 @@ def sends_proxy_key(route: Route) -> bool:
 
 
 def guarded_route(
-    settings: Settings, method: str, host: str, path: str, view: RequestView
+    settings: Settings,
+    method: str,
+    host: str,
+    path: str,
+    view: RequestView,
+    headers: Mapping[str, str] | None = None,
+    query: Query = (),
 ) -> Route | None:
     """The route whose client dialect a request that would spend a key of the proxy's is
     answered in: its chat route (or one of that route's ``fallback`` routes), its token-count
-    route, or, for ``GET …/models``, a chat route of that base path. None: the request sends no
+    route, or, for ``GET …/models``, a route whose models that list holds
+    (``lists_models_of``: a chat route of that base path, Gemini's ``…/models/{model}:…``),
+    the one the request's ``headers`` and ``query`` fit best (``best_fit``). None: the request sends no
     key of the proxy's and is not checked. ``view`` reads ``path``'s body."""
     routes = settings.routes
     bare = path.split("?", 1)[0]
     if method.upper() == "GET" and bare.endswith(MODELS_SUFFIX):
         base = bare[: -len(MODELS_SUFFIX)]
-        for route in routes:
-            if sends_proxy_key(route) and any(
-                route.matches(host, base + chat, "POST") for chat in CHAT_PATHS
-            ):
-                return route
+        found = [r for r in routes if sends_proxy_key(r) and lists_models_of(r, host, base)]
+        if found:
+            return best_fit(found, headers or {}, query)
     counted = count_route(routes, method, host, bare, view.body)
     if counted is not None:
         return counted if sends_proxy_key(counted) else None
@@ -119,3 +125,45 @@ def check_client_key(
         code="invalid_api_key",
     )
     return Reject(route, 401, error_bytes(client, e), why)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientKeysFound:
+    """Where a request carries a client key of the proxy's: the headers (names lower-case) and
+    query parameters to remove before anything goes upstream. Names only, never a key."""
+
+    headers: tuple[str, ...] = ()
+    query: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.headers or self.query)
+
+
+def client_keys_in(
+    keys: ClientKeys, headers: Iterable[tuple[str, str]], query: Query
+) -> ClientKeysFound:
+    """Every header whose value (or the token after its scheme: ``Bearer KEY``) and every query
+    parameter whose value is a listed client key, whatever the route, guarded or not, the
+    header's name or the parameter's: a client key is the proxy's, and never goes upstream
+    (the route's own key, where it has one, is set by whoever sends the request)."""
+    names: dict[str, None] = {}
+    for name, value in headers:
+        value = value.strip()
+        scheme, _, token = value.partition(" ")
+        if keys.holds(value) or (scheme and keys.holds(token.strip())):
+            names[name.lower()] = None
+    params = dict.fromkeys(name for name, value in query if keys.holds(value.strip()))
+    return ClientKeysFound(tuple(names), tuple(params))
+
+
+def unguarded_warning(routes: Iterable[Route]) -> str | None:
+    """The start-up warning when client keys are set and no route sends a key of the proxy's:
+    no request is checked, every one is served (client keys are still removed from what goes
+    upstream). None: some route does."""
+    if any(sends_proxy_key(route) for route in routes):
+        return None
+    return (
+        "bridge_client_keys is set, but no route sends a key of the proxy's (api_key_env, "
+        "token_file): no request is checked for a client key, every request is served "
+        "(client keys are still removed from what goes upstream)"
+    )

@@ -17,8 +17,8 @@ class Pass:
     route: Route | None = None
     reason: str | None = None
     wire: WireRequest | None = None
-    """A route with an ``upstream_url``: where the untouched request goes instead (origin,
-    path with the prefix, the key rules' headers; ``body`` unused), else None."""
+    """A route with an ``upstream_url`` or a key of its own: where the untouched request goes
+    (origin, path with the prefix, the key rules' headers; ``body`` unused), else None."""
 
 
 @dataclass(frozen=True, slots=True)

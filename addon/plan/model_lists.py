@@ -8,13 +8,14 @@ answers. Keys never cross hosts: only a route's own key, or the client's with ``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from addon.dialects import DIALECTS
+from addon.dialects.base import Dialect, Query
 from addon.plan.values import load_json
 from addon.routes import Route
-from addon.wire import auth_value, read_key
+from addon.wire import CREDENTIAL_HEADERS, KEY_PARAMETERS, auth_value, read_key
 
 MODELS_SUFFIX = "/models"
 CHAT_PATHS = ("/chat/completions", "/messages", "/responses")
@@ -28,6 +29,73 @@ MODELS_PATH = {
 }
 """Where each upstream dialect lists its models (Kiro and Code Assist list none)."""
 MAX_NAMES = 2000
+PROBE_MODEL = "model"
+"""A model name in the probe path of a dialect whose chat path holds the model
+(``/models/{model}:generateContent``): ``BASE/models`` lists the models of a route taking
+``POST BASE/models/model:generateContent``."""
+
+
+def lists_models_of(route: Route, host: str, base: str) -> bool:
+    """Whether ``GET base/models`` at ``host`` lists the models of ``route``: it takes ``POST``
+    on ``base`` + one of ``CHAT_PATHS``, or, for a client dialect whose path names the model
+    (Gemini's ``:generateContent``), on ``base/models/{model}`` + that path."""
+    if any(route.matches(host, base + chat, "POST") for chat in CHAT_PATHS):
+        return True
+    path = DIALECTS[route.client].path
+    return path.startswith(":") and route.matches(
+        host, f"{base}{MODELS_SUFFIX}/{PROBE_MODEL}{path}", "POST"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ListKey:
+    """The route's key a model list asked of the addressed upstream goes with: ``set_headers``
+    holds it (never log them); the client's credential headers and key-named query parameters
+    are dropped."""
+
+    route: Route
+    set_headers: tuple[tuple[str, str], ...] = field(repr=False)
+    drop_headers: tuple[str, ...]
+    drop_query: tuple[str, ...]
+
+
+def list_key(
+    routes: tuple[Route, ...],
+    host: str,
+    base: str,
+    addressed: tuple[str, str, int],
+    headers: Mapping[str, str],
+    query: Query,
+    env: Mapping[str, str],
+    checked: Route | None = None,
+) -> ListKey | None:
+    """The key of the proxy's that ``GET base/models``, sent to the upstream it addresses,
+    goes with: the ``api_key_env`` value (a pool's first key) of a route whose models that
+    list holds (``lists_models_of``) and whose upstream is that one (no ``upstream_url``, or
+    one at ``addressed``: keys never cross hosts), in its upstream dialect's header; of
+    several, the first of the client dialect of ``checked`` (the route the request's client
+    key was checked for, before the key was removed), else the first the request fits best
+    (``best_fit``). None: no such route (the request goes as it came, less any client key of
+    the proxy's: ``addon.plan.client_keys``), or its variable is not set."""
+    found: list[Route] = []
+    for route in routes:
+        if route.key_env is None or not lists_models_of(route, host, base):
+            continue
+        target = route.target
+        if target is not None and (target.scheme, target.host, target.port) != addressed:
+            continue
+        found.append(route)
+    if not found:
+        return None
+    same = [r for r in found if checked is not None and r.client == checked.client]
+    route = same[0] if same else best_fit(found, headers, query)
+    key = env.get(route.key_env or "") or None
+    if key is None:
+        return None
+    name, value = auth_value(DIALECTS[route.upstream], key)
+    drop = tuple(sorted(h for h in CREDENTIAL_HEADERS if h in headers and h != name))
+    params = tuple(dict.fromkeys(k for k, _ in query if k.lower() in KEY_PARAMETERS))
+    return ListKey(route, ((name, value),), drop, params)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +152,20 @@ def _key(route: Route, client_headers: Mapping[str, str], env: Mapping[str, str]
         found = read_key(DIALECTS[route.client], client_headers)
         return found[1] if found is not None else None
     return None
+
+
+def best_fit(routes: list[Route], headers: Mapping[str, str], query: Query) -> Route:
+    """Of several routes a model list could be for, the first the request fits best
+    (``_fit``): an Anthropic client's list is an Anthropic route's, a ``?key=`` Gemini's."""
+    return min(routes, key=lambda r: _fit(DIALECTS[r.client], headers, query))
+
+
+def _fit(client: Dialect, headers: Mapping[str, str], query: Query) -> int:
+    """How well a request fits a client dialect, best first: 0 it carries that dialect's own
+    headers (``anthropic-version``), 1 a key where that dialect carries one, else 2."""
+    if any(h.startswith(p) for h in headers for p in client.own_headers):
+        return 0
+    return 1 if read_key(client, headers, query) is not None else 2
 
 
 def listed_names(route: Route, body: bytes) -> tuple[str, ...]:

@@ -91,7 +91,8 @@ def decide(
     for the route's ``when`` is not made again. A request passed on untouched still goes to
     the route's ``upstream_url`` (``Pass.wire``)."""
     d = _decide(settings, route, incoming, env, creds, store, secrets, view)
-    if isinstance(d, Pass) and d.reason is not None and route.target is not None:
+    keyed = route.target is not None or route.api_key_env or creds is not None
+    if isinstance(d, Pass) and d.reason is not None and keyed:
         return replace(d, wire=passed_on(route, incoming, env, creds))
     return d
 
@@ -99,13 +100,11 @@ def decide(
 def passed_on(
     route: Route, incoming: Incoming, env: Mapping[str, str], creds: RouteCredentials | None
 ) -> WireRequest | None:
-    """Where an untouched request of a route with an ``upstream_url`` goes: that origin, the
-    prefix before the client's path, its query, and the key rules of ``build_wire`` (the
-    route's own key in the client dialect's header; none to another host unless
-    ``client_key``). None: the route has no ``upstream_url``."""
+    """Where an untouched request of a route with an ``upstream_url`` or a key of its own
+    goes: that origin (else where the client sent it), the prefix before the client's path,
+    its query, and the key rules of ``build_wire`` (the route's own key in the client
+    dialect's header, never the client's; none to another host unless ``client_key``)."""
     target = route.target
-    if target is None:
-        return None
     client = DIALECTS[route.client]
     withhold = withholds_key(route, incoming.host, incoming.port)
     try:
@@ -119,6 +118,8 @@ def passed_on(
     query = incoming.query
     if withhold or env_key is not None:
         query = tuple((k, v) for k, v in query if k.lower() not in KEY_PARAMETERS)
+    if target is None:
+        return WireRequest({}, incoming.bare_path, query, set_headers, drop)
     origin = (target.scheme, target.host, target.port)
     path = target.join(incoming.bare_path)
     return WireRequest({}, path, query, set_headers, drop, origin=origin)

@@ -18,6 +18,7 @@ from addon.plan.model_lists import (
     CHAT_PATHS,
     MODELS_SUFFIX,
     ListRequest,
+    list_key,
     list_requests,
     listed_names,
 )
@@ -65,6 +66,9 @@ class ModelCatalogue(OptionChecks):
             if req.method != "GET" or not path.endswith(SUFFIX):
                 return
             base, routes = path[: -len(SUFFIX)], self._settings.settings.routes
+            addressed = (req.scheme, req.host.lower(), req.port)
+            if not outside_proxy_hosts(flow):
+                self._route_key(flow, base, addressed)
             chats = tuple(base + chat for chat in CHAT_PATHS)
             # Any route of a chat path on this host, whatever models it takes.
             if not any(r.matches(req.host, chat, "POST") for r in routes for chat in chats):
@@ -74,7 +78,6 @@ class ModelCatalogue(OptionChecks):
                     (*catalogue_models(self.models), *listed_models(routes, req.host, chats))
                 )
             )
-            addressed = (req.scheme, req.host.lower(), req.port)
             others = list_requests(
                 routes, req.host, chats, addressed, header_map(req.headers), environment()
             )
@@ -83,6 +86,26 @@ class ModelCatalogue(OptionChecks):
                 self._flows.open(flow.id).models = asked
         except Exception as e:
             log_internal_error("cursor-bridge: models request", e)
+
+    def _route_key(self, flow: http.HTTPFlow, base: str, addressed: tuple[str, str, int]) -> None:
+        """The list goes to the upstream it addresses with the key of a route of that upstream
+        whose models it lists (``list_key``: a pool's first key), never the client's."""
+        req = flow.request
+        query = tuple(req.query.items(multi=True))
+        routes = self._settings.settings.routes
+        record = self._flows.get(flow.id)
+        checked = record.client_route if record is not None else None
+        headers = header_map(req.headers)
+        key = list_key(routes, req.host, base, addressed, headers, query, environment(), checked)
+        if key is None:
+            return
+        for name in key.drop_headers:
+            req.headers.pop(name, None)
+        if key.drop_query:
+            req.query = [(k, v) for k, v in query if k not in key.drop_query]
+        for name, value in key.set_headers:
+            req.headers[name] = value
+        append_comment(flow, f"cursor-bridge [{key.route.name}]: model list asked with its key")
 
     async def response(self, flow: http.HTTPFlow) -> None:
         record = self._flows.get(flow.id)
@@ -141,6 +164,8 @@ class ModelCatalogue(OptionChecks):
                 body = load_json(resp.get_content(strict=False) or b"")
                 if isinstance(body, dict) and isinstance(body.get("data"), list):
                     listed = body["data"]
+                elif isinstance(body, dict) and isinstance(body.get("models"), list):
+                    return  # Gemini's list (``models``): not in the shape this one writes
                 dump(listed)  # what cannot be written back strictly is not kept
             except (ValueError, RecursionError):
                 listed = []

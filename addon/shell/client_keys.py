@@ -2,6 +2,9 @@
 proxy's must carry a client's key, or is answered 401 in its own dialect before any other
 addon acts on it (no fallback relay, no Kiro token read, no upstream call).
 
+A client key never goes upstream: once checked (or on a request no route guards), every header
+and query parameter holding a listed client key is removed from the flow's request, before any
+other addon reads it (the route's own key, where it has one, is set by the addon that sends).
 What is checked and how is ``addon.plan.client_keys``; the file is ``addon.client_keys``'s.
 Here: the option, the file read again when it changes, the flow's record and log line."""
 
@@ -16,8 +19,14 @@ from mitmproxy import command, ctx, http
 from addon.client_keys import ClientKeys, ClientKeysError, load_client_keys
 from addon.config import CLIENT_KEY_OPTIONS
 from addon.outcome import FlowReport
-from addon.plan import RequestView, short
-from addon.plan.client_keys import Admitted, check_client_key, guarded_route
+from addon.plan import Reject, RequestView, short
+from addon.plan.client_keys import (
+    Admitted,
+    check_client_key,
+    client_keys_in,
+    guarded_route,
+    unguarded_warning,
+)
 from addon.redact import clean
 from addon.shell.headers import header_map, json_response
 from addon.shell.host_filter import outside_proxy_hosts
@@ -59,6 +68,19 @@ class ClientKeysGate(OptionChecks):
     def load(self, loader: Any) -> None:
         add_options(loader, CLIENT_KEY_OPTIONS)
 
+    def running(self) -> None:
+        super().running()
+        self._warn_unguarded()
+
+    def _warn_unguarded(self) -> None:
+        """One warning line when client keys are set and no route spends a key of the proxy's
+        (every request is then served)."""
+        if self.keys is None:
+            return
+        warning = unguarded_warning(self._settings.settings.routes)
+        if warning is not None:
+            log.warning("cursor-bridge: %s", warning)
+
     def configure(self, updated: set[str]) -> None:
         """The option, parsed: a bad file refuses the value (at start mitmdump exits with one
         error line naming the problem)."""
@@ -76,6 +98,8 @@ class ClientKeysGate(OptionChecks):
             return
         self.keys, self._path, self._stamp = keys, path, stamp
         log.info("cursor-bridge: %d client key(s) from %s", len(keys.entries), clean(path, 1000))
+        if self._running:  # set while running (at start: ``running``, once the routes are read)
+            self._warn_unguarded()
 
     @command.command("bridge.reload_client_keys")  # type: ignore[untyped-decorator]
     def reload_client_keys(self) -> str:
@@ -99,40 +123,54 @@ class ClientKeysGate(OptionChecks):
         log.info("%s", clean(text, 2000))
         return text
 
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """A request whose body mitmproxy streams (``stream_large_bodies``) goes upstream before
+        its body is read (and before ``request``): its client keys are removed now."""
+        if self.keys is not None and flow.live and flow.request.stream:
+            self._strip(flow)
+
     def request(self, flow: http.HTTPFlow) -> None:
         """A guarded request checked; the file read again first when its modification time,
         size or inode changed (one ``stat`` per guarded request). The admitted client's name
         goes on the flow's record (``FlowRecord.client_name``) and in its metadata
         (``client_name``); a refused request gets one log line, naming the route and where a
-        key was looked for, never a key."""
+        key was looked for, never a key. Then, checked or not guarded, the request loses every
+        client key it carries (``_strip``)."""
         if self.keys is None or flow.response is not None or flow.error is not None:
             return
-        if not flow.live:
-            return
+        if not flow.live or flow.request.stream:
+            return  # a streamed request went upstream already (``requestheaders``)
         started = time.perf_counter_ns()
+        found: Admitted | Reject | None = None
         try:
             req = flow.request
             view = RequestView(req.get_content(strict=False) or b"", req.path)
-            route = guarded_route(self._settings.settings, req.method, req.host, req.path, view)
-            if route is None or outside_proxy_hosts(flow):
-                return
-            stamp = stamp_of(self._path)
-            if stamp != self._stamp:
-                self._reload(stamp)
-            keys = self.keys
-            assert keys is not None
-            query = tuple(req.query.items(multi=True))
-            found = check_client_key(keys, route, header_map(req.headers), query)
+            headers, query = header_map(req.headers), tuple(req.query.items(multi=True))
+            settings = self._settings.settings
+            route = guarded_route(settings, req.method, req.host, req.path, view, headers, query)
+            if route is not None and not outside_proxy_hosts(flow):
+                stamp = stamp_of(self._path)
+                if stamp != self._stamp:
+                    self._reload(stamp)
+                keys = self.keys
+                assert keys is not None
+                found = check_client_key(keys, route, headers, query)
+            if not isinstance(found, Reject):
+                self._strip(flow)
         except Exception as e:
             log_internal_error("cursor-bridge: client keys", e)
             flow.response = json_response(500, FAILED_CLOSED)
             return
+        if found is None:
+            return
         if isinstance(found, Admitted):
-            self.report.flows.open(flow.id).client_name = found.name
+            record = self.report.flows.open(flow.id)
+            record.client_name, record.client_route = found.name, found.route
             set_meta(flow, {"client_name": found.name})
             return
         try:
             flow.response = json_response(found.status, found.body)
+            route = found.route
             label = f"cursor-bridge [{route.name}]"
             append_comment(flow, f"{label}: answered {found.status}: {found.message}")
             set_meta(flow, {"route": route.name, "action": "rejected", "error": found.message})
@@ -149,4 +187,22 @@ class ClientKeysGate(OptionChecks):
             )
             self.report.close(flow, line, line=True)
         except Exception as e:
-            log_internal_error(f"cursor-bridge [{route.name}]: client keys", e)
+            log_internal_error(f"cursor-bridge [{found.route.name}]: client keys", e)
+
+    def _strip(self, flow: http.HTTPFlow) -> None:
+        """Every header and query parameter holding a client key removed from the request
+        (``client_keys_in``); the comment names them, never a key."""
+        keys, req = self.keys, flow.request
+        if keys is None:
+            return
+        query = tuple(req.query.items(multi=True))
+        headers = [(name, value) for name in req.headers for value in req.headers.get_all(name)]
+        found = client_keys_in(keys, headers, query)
+        if not found:
+            return
+        for name in found.headers:
+            req.headers.pop(name, None)
+        if found.query:
+            req.query = [(k, v) for k, v in query if k not in found.query]
+        places = [*found.headers, *(f"query parameter '{q}'" for q in found.query)]
+        append_comment(flow, f"cursor-bridge: client key not sent upstream ({', '.join(places)})")

@@ -381,11 +381,16 @@ def _relayed(route: Route) -> bool:
 
 def _to_relay(flow: http.HTTPFlow, token: str, port: int) -> None:
     """The flow's request pointed at the relay: plain HTTP to 127.0.0.1, never through an
-    upstream proxy, only the token and the Host its view shows (no key, no body)."""
+    upstream proxy, only the token, the Host its view shows and the client's ``Connection``
+    (no key, no body). mitmproxy reads the client's connection's fate from this very request
+    object once the answer is sent (``Connection: close``, RFC 9112 §9.6): it must stay."""
     req = flow.request
     host = req.host_header
+    connection_header = req.headers.get_all("connection")
     req.scheme, req.host, req.port = "http", "127.0.0.1", port
     req.headers = http.Headers([(b"host", (host or "127.0.0.1").encode("idna"))])
+    if connection_header:
+        req.headers["connection"] = ", ".join(connection_header)
     req.headers[TOKEN_HEADER] = token
     req.content = b""
     flow.server_conn = connection.Server(address=None)

@@ -116,6 +116,9 @@ class FlowRecord:
     client_name: str | None = None
     """The name of the client whose key the request carried (``bridge_client_keys``): the
     usage ledger's client label. Never the key."""
+    client_route: Route | None = None
+    """The route that client's key was checked for: its client dialect is the request's (a
+    model list asks its upstream with a key of such a route: ``addon.plan.model_lists``)."""
 
 
 class Flows:

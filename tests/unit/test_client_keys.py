@@ -20,7 +20,13 @@ from addon.client_keys import (
 )
 from addon.config import Settings
 from addon.plan import Reject, RequestView
-from addon.plan.client_keys import Admitted, check_client_key, guarded_route
+from addon.plan.client_keys import (
+    Admitted,
+    check_client_key,
+    client_keys_in,
+    guarded_route,
+    unguarded_warning,
+)
 from addon.routes import Route
 
 ALICE = "sk-alice-0123456789abcdef"
@@ -232,3 +238,60 @@ def test_a_route_whose_fallback_sends_a_key_is_guarded() -> None:
     first = Route(name="first", path="*", fallback=("second",))
     second = Route(name="second", path="/never", api_key_env="K")
     assert guarded(settings(first, second), "POST", "/v1/chat/completions") == "first"
+
+
+# --------------------------------------------------------------------------- never upstream
+
+
+def test_holds_finds_any_clients_key_and_nothing_else() -> None:
+    k = keys()
+    assert k.holds(ALICE) and k.holds(BOB)
+    assert not k.holds("") and not k.holds(ALICE[:-1]) and not k.holds(ALICE + " ")
+
+
+def test_every_header_and_parameter_holding_a_client_key_is_found_by_name() -> None:
+    headers = [
+        ("Authorization", f"Bearer {ALICE}"),
+        ("x-api-key", BOB),
+        ("X-Custom", f"Token {ALICE}"),
+        ("x-goog-api-key", "sk-the-clients-own-upstream-key"),
+        ("content-type", "application/json"),
+    ]
+    query = (("key", ALICE), ("alt", "sse"), ("other", BOB))
+    found = client_keys_in(keys(), headers, query)
+    assert found.headers == ("authorization", "x-api-key", "x-custom")
+    assert found.query == ("key", "other")
+    assert ALICE not in repr(found) and BOB not in repr(found)
+    assert not client_keys_in(keys(), [("authorization", "Bearer sk-own-key-0000")], ())
+
+
+def test_gemini_model_lists_are_guarded_by_the_route_the_request_fits() -> None:
+    chat = Route(name="chat", api_key_env="K")
+    claude = Route(
+        name="claude", path="*/v1/messages", client="anthropic", upstream="anthropic",
+        api_key_env="K",
+    )  # fmt: skip
+    gemini = Route(
+        name="gemini", path="*/models/*:*enerateContent", client="gemini", upstream="gemini",
+        api_key_env="K",
+    )  # fmt: skip
+    s = settings(chat, claude, gemini)
+
+    def listed(path: str, headers: dict[str, str], query: tuple[tuple[str, str], ...] = ()) -> str:
+        r = guarded_route(s, "GET", "h", path, RequestView(b"", path), headers, query)
+        assert r is not None
+        return r.name
+
+    assert listed("/v1/models", {"authorization": "Bearer x"}) == "chat"
+    assert listed("/v1/models", {"x-api-key": "x", "anthropic-version": "1"}) == "claude"
+    assert listed("/v1beta/models", {}, (("key", "x"),)) == "gemini"
+    assert listed("/v1beta/models", {"x-goog-api-key": "x"}) == "gemini"
+    assert guarded(settings(gemini), "GET", "/v1beta/models") == "gemini"
+
+
+def test_the_start_up_warning_only_when_no_route_spends_a_key() -> None:
+    warning = unguarded_warning((Route(name="open"),))
+    assert warning is not None and "every request is served" in warning
+    assert unguarded_warning((Route(name="open"), Route(name="k", api_key_env="K"))) is None
+    kiro = Route(name="kiro", client="anthropic", upstream="kiro", token_file="t")
+    assert unguarded_warning((kiro,)) is None
