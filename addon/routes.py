@@ -156,6 +156,10 @@ class Route:
     cooldown: float = DEFAULT_COOLDOWN
     """Seconds this route is skipped after a refused connection, a timeout or a 429 / 5xx
     without ``Retry-After`` (a 429's ``Retry-After`` says how long instead)."""
+    key_probe: str | None = None
+    """A key pool's probe (``addon.plan.key_probe``): the path, on the upstream's origin, of a
+    GET that refuses a request without a key and answers a good key (OpenRouter's
+    ``/api/v1/key``); None: the one known for the upstream."""
 
     def __post_init__(self) -> None:
         for name in ("name", "host", "path"):
@@ -175,6 +179,7 @@ class Route:
         object.__setattr__(self, "fallback", fallback_names(self.fallback))
         seconds(self.timeout, "timeout", MAX_TIMEOUT, zero=False)
         seconds(self.cooldown, "cooldown", MAX_COOLDOWN, zero=True)
+        probe_path(self.key_probe)
 
     @property
     def key_env(self) -> str | None:
@@ -292,6 +297,17 @@ def path_glob(v: str) -> str:
 def absolute_path(v: str | None) -> str | None:
     if v is not None and not v.startswith("/"):
         raise ValueError("must start with '/'")
+    return v
+
+
+def probe_path(v: str | None) -> str | None:
+    """``key_probe``: an absolute path, no query (a key never goes in a URL), no space."""
+    if v is None:
+        return v
+    if not v.startswith("/") or v.startswith("//"):
+        raise ValueError("must be a path starting with '/' (on the upstream's origin)")
+    if any(c in v for c in "?#") or any(not c.isprintable() or c.isspace() for c in v):
+        raise ValueError("must be a plain path: no query, fragment, space or control character")
     return v
 
 

@@ -100,6 +100,7 @@ class RouteFields(BaseModel):
     cooldown: float = Field(
         default=routes.DEFAULT_COOLDOWN, ge=0, le=routes.MAX_COOLDOWN, strict=True
     )
+    key_probe: str | None = None
 
     _env = field_validator("api_key_env", mode="before")(routes.env_names)
     _methods = field_validator("methods")(routes.http_methods)
@@ -112,6 +113,7 @@ class RouteFields(BaseModel):
     _model = field_validator("model", mode="before")(routes.model_globs)
     _upstream_url = field_validator("upstream_url")(routes.upstream_url)
     _fallback = field_validator("fallback", mode="before")(routes.fallback_names)
+    _probe = field_validator("key_probe")(routes.probe_path)
 
     @model_validator(mode="after")
     def _dialect_keys(self) -> RouteFields:

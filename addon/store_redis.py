@@ -350,6 +350,12 @@ class RedisBackend:
             local,
         )
 
+    def uncool(self, name: str, local: Callable[[], None]) -> None:
+        def shared() -> None:
+            self._redis.delete(_cool(name))
+
+        self._call(shared, local)
+
     def cool_left(self, name: str, local: Callable[[], float]) -> float:
         def shared() -> float:
             ms = int(self._redis.pttl(_cool(name)))
@@ -456,6 +462,11 @@ class SharedCooldowns:
 
     def cooling(self, name: str) -> bool:
         return self.left(name) > 0
+
+    def clear(self, name: str) -> None:
+        """The route is no longer skipped, by any worker."""
+        self._local.pop(name, None)
+        self._backend.uncool(name, lambda: None)
 
 
 def _value(key: str) -> str:

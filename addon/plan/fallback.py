@@ -79,6 +79,9 @@ class Cooldowns(Protocol):
 
     def cooling(self, name: str) -> bool: ...
 
+    def clear(self, name: str) -> None:
+        """The route is no longer skipped (a revoked key its probe accepted)."""
+
 
 class MemoryCooldowns:
     """``Cooldowns`` of this process, on an injected clock."""
@@ -107,6 +110,9 @@ class MemoryCooldowns:
 
     def cooling(self, name: str) -> bool:
         return self.left(name) > 0
+
+    def clear(self, name: str) -> None:
+        self._until.pop(name, None)
 
 
 class Reason(Enum):

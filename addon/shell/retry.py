@@ -141,7 +141,13 @@ class Retry(OptionChecks):
         headers came (the body still to read), or why none came within ``timeout`` seconds
         (the route's, to the first byte; the connect itself at most 15 s). Only the
         request's own headers go (``addon.shell.wire``: no client library's defaults)."""
-        via = _upstream_proxy(flow)
+        return await self.open_via(upstream_proxy(flow), request, timeout)
+
+    async def open_via(
+        self, via: tuple[str, str] | None, request: http.Request, timeout: float
+    ) -> Opened | NoAnswer:
+        """``open`` for a request of no flow (a key's probe): ``via`` the upstream proxy a
+        flow came through (``upstream_proxy``), or None."""
         proxy, auth = via if via is not None else (None, "")
         origin = Origin(request.scheme, request.host, request.port, proxy, auth, _ssl_insecure())
         sent = [False]
@@ -170,7 +176,7 @@ class Retry(OptionChecks):
     def _client(self, flow: http.HTTPFlow) -> httpx.AsyncClient:
         import httpx
 
-        via = _upstream_proxy(flow)
+        via = upstream_proxy(flow)
         client = self._clients.get(via)
         if client is None:
             # httpx logs each request's URL at info level: a query may hold a key (?key=).
@@ -273,7 +279,7 @@ def _causes(e: BaseException) -> list[BaseException]:
     return out
 
 
-def _upstream_proxy(flow: http.HTTPFlow) -> tuple[str, str] | None:
+def upstream_proxy(flow: http.HTTPFlow) -> tuple[str, str] | None:
     """``(proxy URL, Proxy-Authorization value or "")`` when the flow came in through
     ``--mode upstream:…``: mitmproxy sent it through that proxy, so does the retry."""
     mode = flow.client_conn.proxy_mode

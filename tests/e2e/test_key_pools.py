@@ -180,7 +180,10 @@ def test_a_revoked_key_is_left_out_with_one_line_naming_it(pool: Proxy, pooled: 
     assert [key_of(r) for r in server.requests[2:]] == [other] * 6
     found = lines(pool, r".*key \w+ refused \(HTTP 401 invalid_api_key, OpenAI\).*", 1)
     assert len(found) == 1 and f"key {revoked} refused" in found[0]
-    assert "left out for 3600 s by this process, then tried again" in found[0]
+    assert (
+        "left out for 3600 s by this process, then probed with GET /v1/models (bridge_key_recheck)"
+        in found[0]
+    )
 
 
 def test_an_unreachable_upstream_cools_every_key_of_its_route(pool: Proxy, pooled: Pooled) -> None:

@@ -7,8 +7,9 @@ one scripted OpenAI-compatible upstream that answers as OpenRouter, LiteLLM or O
   key is left out, the pool serves every other client;
 - a key that is invalid (OpenAI ``invalid_api_key``, OpenRouter's "User not found.",
   LiteLLM's ``auth_error``): that key alone is left out by both workers, never more than one
-  key per client request, and tried again after ``bridge_key_recheck``: back by itself once
-  the upstream takes it.
+  key per client request, and probed again after ``bridge_key_recheck`` (the model list
+  beside the chat path, which refuses a request without a key): back by itself once the
+  upstream takes it, without a client's request spent on it.
 
 The bodies (``FORBIDDEN``, ``INVALID``) are the providers' documented error shapes; where each
 comes from is said beside it (the same shapes are judged in tests/unit/plan/test_key_errors.py).
@@ -90,13 +91,25 @@ class Gate:
     provider: str
     invalid: set[str] = field(default_factory=set)
     used: list[tuple[str | None, float]] = field(default_factory=list)
+    probed: list[tuple[str | None, float]] = field(default_factory=list)
+    """The keys' probes (``GET /v1/models``, the model list beside the chat path): each key,
+    None without one."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self, rec: Recorded) -> Reply:
         key = key_of(rec)
         with self.lock:
-            self.used.append((key, time.monotonic()))
+            if rec.method == "GET":  # the model list: refused without a key, as the chat
+                assert rec.path == "/v1/models" and rec.body == b""
+                self.probed.append((key, time.monotonic()))
+            else:
+                self.used.append((key, time.monotonic()))
             refused = key is None or key in self.invalid
+        if refused:
+            status, body = INVALID[self.provider]
+            return JSONReply(body, status=status)
+        if rec.method == "GET":
+            return JSONReply({"object": "list", "data": [{"id": "gpt-5", "object": "model"}]})
         if refused:
             status, body = INVALID[self.provider]
             return JSONReply(body, status=status)
@@ -257,18 +270,32 @@ def test_an_invalid_key_alone_is_left_out_by_both_workers_then_rechecked(
     assert "cursor-bridge:cool:revoked:pool#CB_E2E_REV_A" in w.cooldown_entries()
     for n in range(6):  # the other worker, any conversation: key B; A only after the recheck
         assert ask(w.two, f"after {n}", stream=n % 2 == 1) == "hello with CB_E2E_REV_B"
-    a_uses = [t for k, t in w.gate.used if k == "CB_E2E_REV_A"]
-    # However slow the machine: key A was asked again only once its recheck was due, and each
-    # time it was refused it was left out once more (one line each).
-    assert all(b - a >= RECHECK - 0.2 for a, b in itertools.pairwise(a_uses))
-    assert len(left_out_lines(w.log())) == len(a_uses)
-    # The key is renewed upstream: after the recheck it comes back by itself.
+    # The recheck is the key's probe (the model list, which refuses a request without a
+    # key): refused again, the key stays out, and no client's request is spent on it.
+    wait_for(lambda: "key CB_E2E_REV_A still refused by its probe GET /v1/models" in w.log())
+    (a_use,) = [t for k, t in w.gate.used if k == "CB_E2E_REV_A"]
+    # The key is renewed upstream: the next recheck probe takes it, and it is back by itself.
     w.gate.invalid.clear()
-    time.sleep(max(0.0, a_uses[-1] + RECHECK + 0.3 - time.monotonic()))
-    assert first_key_a(w.two, w.gate, "back") == "hello with CB_E2E_REV_A"
-    assert len(left_out_lines(w.log())) == len(a_uses)
+    wait_for(lambda: "key CB_E2E_REV_A accepted by its probe GET /v1/models" in w.log())
+    a_probes = [t for k, t in w.gate.probed if k == "CB_E2E_REV_A"]
+    # However slow the machine: key A was probed only once its recheck was due.
+    assert len(a_probes) >= 2 and all(
+        b - a >= RECHECK - 0.2 for a, b in itertools.pairwise(a_probes)
+    )
+    assert a_probes[0] - a_use >= RECHECK - 0.2
+    assert [k for k, _ in w.gate.used].count("CB_E2E_REV_A") == 1  # no client's request
     assert w.cooldown_entries() == []
+    assert first_key_a(w.two, w.gate, "back") == "hello with CB_E2E_REV_A"
+    assert len(left_out_lines(w.log())) == 1
     clean(w)
+
+
+def wait_for(what: Callable[[], bool], seconds: float = 90.0) -> None:
+    """Until ``what`` holds (bounded: a wait, never a time the test asserts)."""
+    deadline = time.monotonic() + seconds
+    while not what():
+        assert time.monotonic() < deadline, "waited too long"
+        time.sleep(0.1)
 
 
 def test_never_more_than_one_key_is_revoked_for_one_client_request(
