@@ -348,7 +348,7 @@ class KeyRedactor:
     whole body, ``stream()`` one streamed body read by read. The values are never shown (no
     ``repr`` of them) and live in memory only."""
 
-    __slots__ = ("_forms", "_pattern", "longest")
+    __slots__ = ("_bytes", "_chars", "_forms", "_pattern", "longest")
 
     def __init__(self, values: Iterable[str | None] = ()) -> None:
         forms: set[bytes] = set()
@@ -356,7 +356,13 @@ class KeyRedactor:
             if v and len(v.strip()) >= MIN_SECRET:
                 forms |= {f.encode("utf-8", "surrogatepass") for f in _forms(v.strip())}
         self._forms = tuple(sorted(forms, key=len, reverse=True))
+        # One search for every form: ``re`` looks for the literal start the forms share (the
+        # key up to its first character a form writes otherwise), faster than one ``in``
+        # per form.
         self._pattern = re.compile(b"|".join(re.escape(f) for f in self._forms))
+        self._chars = bytes(sorted({b for f in self._forms for b in f}))
+        """Every byte of a form: an end of a read made of others cannot start a key."""
+        self._bytes = frozenset(self._chars)
         self.longest = len(self._forms[0]) if self._forms else 0
         """The longest form's length: a stream holds back fewer bytes than this."""
 
@@ -367,11 +373,8 @@ class KeyRedactor:
         return bool(self._forms)
 
     def found(self, raw: bytes) -> bool:
-        """Whether ``raw`` holds a form of a key (one ``in`` per form: most bodies hold none)."""
-        for form in self._forms:  # noqa: SIM110  (a loop: any() over a generator is slower)
-            if form in raw:
-                return True
-        return False
+        """Whether ``raw`` holds a form of a key (most bodies hold none)."""
+        return bool(self._forms) and self._pattern.search(raw) is not None
 
     def body(self, raw: bytes) -> bytes:
         """``raw`` with every form of every key replaced (``raw`` itself when it holds none)."""
@@ -403,6 +406,11 @@ class KeyRedactor:
         begins: the bytes a stream holds back until the next read says whether a key
         follows. ``len(buf)`` when no end of it is (an SSE event's ``\\n\\n``: almost always)."""
         n = len(buf)
+        if not n or buf[-1] not in self._bytes:  # an event's "\n\n", mostly: nothing held
+            return n
+        # Only an end made of the forms' bytes can be the start of one.
+        end = buf[max(start, n - self.longest + 1) :]
+        start = n - (len(end) - len(end.rstrip(self._chars)))
         cut = n
         for form in self._forms:
             first = form[:1]
@@ -423,22 +431,30 @@ class StreamRedactor:
     reads give, joined, is ``KeyRedactor.body`` of the whole body, however it is cut (for keys
     whose forms do not overlap one another)."""
 
-    __slots__ = ("_held", "_keys", "replaced")
+    __slots__ = ("_bytes", "_held", "_keys", "_search", "replaced")
 
     def __init__(self, keys: KeyRedactor) -> None:
         self._keys = keys
+        self._search = keys._pattern.search
+        self._bytes = keys._bytes
         self._held = b""
         self.replaced = 0
         """How many forms were replaced so far."""
 
     def feed(self, data: bytes) -> bytes:
-        buf = self._held + data if self._held else data
-        keys = self._keys
-        start = 0
-        if keys.found(buf):
-            buf, start, n = keys._replace(buf)
+        held = self._held
+        buf = held + data if held else data
+        if self._search(buf) is None:
+            # The common read: no key, and it ends with a byte no key has (an event's "\n").
+            if not buf or buf[-1] not in self._bytes:
+                if held:
+                    self._held = b""
+                return buf
+            start = 0
+        else:
+            buf, start, n = self._keys._replace(buf)
             self.replaced += n
-        cut = keys._tail(buf, start)
+        cut = self._keys._tail(buf, start)
         if cut == len(buf):
             self._held = b""
             return buf

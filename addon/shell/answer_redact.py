@@ -167,37 +167,58 @@ def redacting(
     """The ``flow.response.stream`` callable: ``inner``'s output (``True``: the bytes as they
     came, decompressed by ``decompressor``) through ``redactor``; ``b""`` ends the body and
     gives what was held back. A failure here ends the client's stream: a key is never passed
-    on unsearched."""
+    on unsearched. (One flat function per kind of ``inner``: it runs for every read.)"""
+    feed, finish = redactor.feed, redactor.finish
     broken = False
 
-    def read(data: bytes) -> Sequence[bytes]:
+    def last(chunk: bytes) -> list[bytes]:
+        out = (feed(chunk) if chunk else b"") + finish()
+        if ended is not None:
+            ended()
+        return [out] if out else []
+
+    def failed(e: Exception) -> list[bytes]:
         nonlocal broken
+        broken = True
+        log_internal_error("cursor-bridge: keys in a streamed answer (the stream ends)", e)
+        return []
+
+    if callable(inner):
+        read_inner = inner
+
+        def read(data: bytes) -> Sequence[bytes]:
+            if broken:
+                return []
+            try:
+                got = read_inner(data)
+                if type(got) is not list:
+                    got = [got] if isinstance(got, bytes) else list(got)
+                chunk = got[0] if len(got) == 1 else b"".join(got)
+                if not data:
+                    return last(chunk)
+                out = feed(chunk)
+            except Exception as e:
+                return failed(e)
+            return [out] if out else []
+
+        return read
+
+    def raw(data: bytes) -> Sequence[bytes]:
         if broken:
             return []
         try:
-            if callable(inner):
-                got = inner(data)
-                if isinstance(got, bytes):
-                    chunk = got
-                else:
-                    pieces = got if isinstance(got, list | tuple) else list(got)
-                    chunk = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-            elif decompressor is not None:
+            if decompressor is not None:
                 chunk = decompressor.feed(data) if data else decompressor.finish()
             else:
                 chunk = data
-            out = redactor.feed(chunk) if chunk else b""
             if not data:
-                out += redactor.finish()
-                if ended is not None:
-                    ended()
+                return last(chunk)
+            out = feed(chunk)
         except Exception as e:
-            broken = True
-            log_internal_error("cursor-bridge: keys in a streamed answer (the stream ends)", e)
-            return []
+            return failed(e)
         return [out] if out else []
 
-    return read
+    return raw
 
 
 def _head(resp: http.Response, keys: KeyRedactor) -> int:
