@@ -73,18 +73,15 @@ class AnswerRedaction:
     # ------------------------------------------------------------------ hooks
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
+        """A streamed answer: its head now (sent before any hook sees the body), its body
+        wrapped. A whole one is left to ``response`` (its head is sent after that hook)."""
         resp = flow.response
-        if resp is None:
+        if resp is None or not resp.stream:
             return
         try:
             keys = self.keys(flow)
-            if not keys:
-                return
-            found = _head(resp, keys)
-            if resp.stream:
-                self._wrap(flow, resp, keys, found)
-            elif found:
-                self._said(flow, found)
+            if keys:
+                self._wrap(flow, resp, keys, _head(resp, keys))
         except Exception as e:
             log_internal_error("cursor-bridge: keys in answers", e)
 

@@ -89,7 +89,9 @@ def test_headers_and_the_reason_are_redacted(bundle: Addons) -> None:
     f = answered(b"{}", [(b"x-echo", f"made with {ROUTE_KEY}".encode())])
     assert f.response is not None
     f.response.reason = f"Bad key {POOL_B}"
-    bundle.redaction.responseheaders(f)
+    bundle.redaction.responseheaders(f)  # a whole answer: its head is redacted in ``response``
+    assert f.response.headers["x-echo"] == f"made with {ROUTE_KEY}"
+    bundle.redaction.response(f)
     assert f.response.headers["x-echo"] == "made with [REDACTED]"
     assert f.response.reason == "Bad key [REDACTED]"
     assert "held a key of the proxy's 2 time(s): redacted" in f.comment
@@ -159,3 +161,10 @@ def test_a_failure_ends_the_stream_never_passes_it_unsearched() -> None:
     read = redacting(broken, keys.stream())
     assert read(ROUTE_KEY.encode()) == []
     assert read(b"more") == []
+
+
+def test_it_sees_every_answer_after_the_others_wrote_it(bundle: Addons) -> None:
+    order = bundle.all
+    at = order.index(bundle.redaction)
+    assert at > order.index(bundle.stream) and at > order.index(bundle.answers)
+    assert at > order.index(bundle.fallbacks) and at < order.index(bundle.report)
