@@ -332,3 +332,136 @@ class SecretForms:
 
 NO_SECRETS = Secrets()
 """A flow without credentials of its own."""
+
+
+# --------------------------------------------------------------------------- keys in answers
+
+REDACTED_BYTES = REDACTED.encode()
+
+
+class KeyRedactor:
+    """The keys the proxy holds (docs/observability.md#keys-in-answers), searched by value in
+    the bytes of an answer: each key as sent and in the forms a body may quote it in (JSON-
+    escaped, ``/`` as ``\\/``, URL-encoded: ``_forms``) is replaced by ``[REDACTED]``, the
+    leftmost first and the longest form where two start at one place. A masked echo
+    (``sk-…abcd``, ``sk-proj-****abcd``) is no form of a key and stays. ``body`` redacts a
+    whole body, ``stream()`` one streamed body read by read. The values are never shown (no
+    ``repr`` of them) and live in memory only."""
+
+    __slots__ = ("_bytes", "_chars", "_forms", "_pattern", "longest")
+
+    def __init__(self, values: Iterable[str | None] = ()) -> None:
+        forms: set[bytes] = set()
+        for v in values:
+            if v and len(v.strip()) >= MIN_SECRET:
+                forms |= {f.encode("utf-8", "surrogatepass") for f in _forms(v.strip())}
+        self._forms = tuple(sorted(forms, key=len, reverse=True))
+        # One search for every form: ``re`` looks for the literal start the forms share (the
+        # key up to its first character a form writes otherwise), faster than one ``in``
+        # per form.
+        self._pattern = re.compile(b"|".join(re.escape(f) for f in self._forms))
+        self._chars = bytes(sorted({b for f in self._forms for b in f}))
+        """Every byte of a form: an end of a read made of others cannot start a key."""
+        self._bytes = frozenset(self._chars)
+        self.longest = len(self._forms[0]) if self._forms else 0
+        """The longest form's length: a stream holds back fewer bytes than this."""
+
+    def __repr__(self) -> str:
+        return f"KeyRedactor({len(self._forms)} forms)"
+
+    def __bool__(self) -> bool:
+        return bool(self._forms)
+
+    def found(self, raw: bytes) -> bool:
+        """Whether ``raw`` holds a form of a key (most bodies hold none)."""
+        return bool(self._forms) and self._pattern.search(raw) is not None
+
+    def body(self, raw: bytes) -> bytes:
+        """``raw`` with every form of every key replaced (``raw`` itself when it holds none)."""
+        if not self.found(raw):
+            return raw
+        return self._pattern.sub(REDACTED_BYTES, raw)
+
+    def count(self, raw: bytes) -> int:
+        """How many forms ``raw`` holds (for a log line)."""
+        return sum(1 for _ in self._pattern.finditer(raw)) if self.found(raw) else 0
+
+    def stream(self) -> StreamRedactor:
+        return StreamRedactor(self)
+
+    def _replace(self, buf: bytes) -> tuple[bytes, int, int]:
+        """``buf`` redacted, where the bytes after the last replacement start, and how many
+        replacements."""
+        parts: list[bytes] = []
+        last = 0
+        for m in self._pattern.finditer(buf):
+            parts += (buf[last : m.start()], REDACTED_BYTES)
+            last = m.end()
+        parts.append(buf[last:])
+        out = b"".join(parts)
+        return out, len(out) - (len(buf) - last), (len(parts) - 1) // 2
+
+    def _tail(self, buf: bytes, start: int) -> int:
+        """Where the longest end of ``buf`` (from ``start`` on) that is the start of a form
+        begins: the bytes a stream holds back until the next read says whether a key
+        follows. ``len(buf)`` when no end of it is (an SSE event's ``\\n\\n``: almost always)."""
+        n = len(buf)
+        if not n or buf[-1] not in self._bytes:  # an event's "\n\n", mostly: nothing held
+            return n
+        # Only an end made of the forms' bytes can be the start of one.
+        end = buf[max(start, n - self.longest + 1) :]
+        start = n - (len(end) - len(end.rstrip(self._chars)))
+        cut = n
+        for form in self._forms:
+            first = form[:1]
+            at = buf.find(first, max(start, n - len(form) + 1))
+            while at != -1 and at < cut:
+                if form.startswith(buf[at:]):
+                    cut = at
+                    break
+                at = buf.find(first, at + 1)
+        return cut
+
+
+class StreamRedactor:
+    """One streamed body redacted as it comes (``KeyRedactor.stream``): ``feed`` returns the
+    bytes that can go now, ``finish`` the rest. A key cut across reads is still found: the end
+    of a read that could be the start of a form (never as long as the longest form) is held
+    back until the next read completes it or rules it out, and given at ``finish``. What the
+    reads give, joined, is ``KeyRedactor.body`` of the whole body, however it is cut (for keys
+    whose forms do not overlap one another)."""
+
+    __slots__ = ("_bytes", "_held", "_keys", "_search", "replaced")
+
+    def __init__(self, keys: KeyRedactor) -> None:
+        self._keys = keys
+        self._search = keys._pattern.search
+        self._bytes = keys._bytes
+        self._held = b""
+        self.replaced = 0
+        """How many forms were replaced so far."""
+
+    def feed(self, data: bytes) -> bytes:
+        held = self._held
+        buf = held + data if held else data
+        if self._search(buf) is None:
+            # The common read: no key, and it ends with a byte no key has (an event's "\n").
+            if not buf or buf[-1] not in self._bytes:
+                if held:
+                    self._held = b""
+                return buf
+            start = 0
+        else:
+            buf, start, n = self._keys._replace(buf)
+            self.replaced += n
+        cut = self._keys._tail(buf, start)
+        if cut == len(buf):
+            self._held = b""
+            return buf
+        self._held = buf[cut:]
+        return buf[:cut]
+
+    def finish(self) -> bytes:
+        """The bytes held back (no key among them: a key would have been replaced)."""
+        held, self._held = self._held, b""
+        return held

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from addon.shell.answer_redact import AnswerRedaction
 from addon.shell.answers import Answers
 from addon.shell.catalogue import ModelCatalogue
 from addon.shell.client_keys import ClientKeysGate
@@ -37,6 +38,7 @@ class Addons:
     request: RewriteRequest
     stream: StreamAttach
     answers: Answers
+    redaction: AnswerRedaction
     memory: MemoryTrim
     usage: UsageCounting
 
@@ -45,8 +47,10 @@ class Addons:
         """In hook order (mitmproxy calls addons in list order): a request that would spend
         a key of the proxy's without a client key is answered before any other acts; a
         route's fallback chain picks the route, then the Kiro token file is read (``request``, async), before the
-        request is rewritten; the report closes a flow (``response``, ``error``) after the
-        answer is re-encoded and ends its record (``Flows.end``: every addon's state for it),
+        request is rewritten; every key of the proxy's is redacted from an answer after all
+        else has written it (``responseheaders``: the stream attached; ``response``: the answer
+        re-encoded); the report closes a flow (``response``, ``error``) after that and ends
+        its record (``Flows.end``: every addon's state for it),
         and says its ``done`` line before the store closes; the usage ledger opens after the
         store (a Redis ledger shares its connection); memory is handed back after the flow is
         over."""
@@ -61,6 +65,7 @@ class Addons:
             self.request,
             self.stream,
             self.answers,
+            self.redaction,
             self.report,
             self.store,
             self.usage,
@@ -75,11 +80,12 @@ def make_addons() -> Addons:
     usage = UsageCounting(store)
     report = Report(state, flows, settings, usage)
     fallbacks = Fallbacks(settings, report, retry, store)
+    client_keys = ClientKeysGate(settings, report)
     return Addons(
         state,
         settings,
         retry,
-        ClientKeysGate(settings, report),
+        client_keys,
         ModelCatalogue(settings, flows, retry),
         CountTokens(settings, state, flows),
         kiro,
@@ -89,6 +95,7 @@ def make_addons() -> Addons:
         RewriteRequest(settings, store, report, kiro, fallbacks),
         StreamAttach(report, loop_retry=True),
         Answers(report, retry),
+        AnswerRedaction(settings, lambda: client_keys.keys, kiro.held_tokens),
         MemoryTrim(),
         usage,
     )

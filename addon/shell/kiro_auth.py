@@ -57,6 +57,9 @@ class KiroAuth:
         self._flows = flows if flows is not None else Flows()
         self._locks: dict[str, asyncio.Lock] = {}
         self._client: httpx.AsyncClient | None = None
+        self._tokens: dict[str, tuple[str, ...]] = {}
+        """Each token file's tokens as last read or refreshed: keys of the proxy's, redacted
+        from every answer (``held_tokens``)."""
 
     # ------------------------------------------------------------------ hooks
 
@@ -106,10 +109,19 @@ class KiroAuth:
 
     # ------------------------------------------------------------------ tokens
 
+    def held_tokens(self) -> tuple[str, ...]:
+        """Every Kiro token read or refreshed (access and refresh tokens), by value."""
+        return tuple(t for tokens in self._tokens.values() for t in tokens)
+
     async def token(self, route: Route) -> KiroToken:
         """The route's token, refreshed first when it has expired. Raises ``TokenError``."""
         assert route.token_file is not None
         path = Path(route.token_file).expanduser()
+        token = await self._token(route, path)
+        self._tokens[str(path)] = tuple(t for t in (token.access_token, token.refresh_token) if t)
+        return token
+
+    async def _token(self, route: Route, path: Path) -> KiroToken:
         token = _read(path)
         if not token.expired(self._clock()) or token.refresh_token is None:
             return token

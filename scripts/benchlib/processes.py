@@ -38,6 +38,7 @@ def _child_env(root: Path = REPO) -> dict[str, str]:
     # One hash seed for every child, so that identical processes at least lay out their dicts
     # and sets alike (the second bare mitmdump's column shows the noise that is left).
     env["PYTHONHASHSEED"] = "0"
+    env[BENCH_KEY_ENV] = BENCH_KEY
     if root != REPO:
         # A baseline checkout (``--baseline``): its ``addon`` package ahead of the work tree's
         # editable install, which Python consults only after ``PYTHONPATH``.
@@ -136,6 +137,21 @@ BASELINE_MARK = "@"
 """Between a route's key and ``base`` in a baseline column's key (``openai@base``)."""
 
 
+BENCH_KEY_ENV = "CB_BENCH_ROUTE_KEY"
+BENCH_KEY = "sk-bench-route/KEY+0123456789abcdef"
+"""The key of the ``keyed`` column's route (the scripted upstream takes any key)."""
+
+KEYED_ROUTES = f"""
+[[routes]]
+name = "chat"
+path = "*/chat/completions"
+api_key_env = "{BENCH_KEY_ENV}"
+"""
+"""OpenAI→OpenAI on a route with ``api_key_env``: the proxy holds a key, so every answer is
+searched for it (docs/observability.md#keys-in-answers); the same-dialect fast path with that
+search added."""
+
+
 FALLBACK_ROUTES = """
 [[routes]]
 name = "chat"
@@ -155,6 +171,9 @@ CONFIGS: tuple[Config, ...] = (
     Config("bare", "bare mitmdump", "openai", bridge=False),
     Config("bare2", "bare mitmdump again (the noise)", "openai", bridge=False),
     Config("openai", "OpenAI→OpenAI (Cursor)", "openai"),
+    Config(
+        "keyed", "OpenAI→OpenAI with `api_key_env` (keys searched)", "openai", routes=KEYED_ROUTES
+    ),
     Config("anthropic", "Anthropic→OpenAI (Claude Code)", "anthropic"),
     Config("invoke", "`invoke` text protocol", "openai", options=(("bridge_tool_mode", "invoke"),)),
     Config("gemini", "Gemini→OpenAI", "gemini"),

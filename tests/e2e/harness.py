@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import http.client
+import itertools
 import json
 import os
 import random
@@ -132,6 +133,8 @@ class SSEReply:
     linger: float = 0.0
     """Seconds between the last piece and the body's end (an upstream slower to close its
     side than its client, which may hang up first)."""
+    cuts: tuple[int, ...] = ()
+    """Where the body is cut into pieces (offsets, in order), instead of at random."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.chunk_min <= self.chunk_max:
@@ -141,6 +144,9 @@ class SSEReply:
 
     def pieces(self) -> list[bytes]:
         """The uncompressed pieces this reply writes, in order."""
+        if self.cuts:
+            ends = [0, *self.cuts, len(self.body)]
+            return [self.body[a:b] for a, b in itertools.pairwise(ends) if b > a]
         rng = random.Random(self.seed)
         out, pos = [], 0
         while pos < len(self.body):

@@ -6,7 +6,8 @@ The client's key (``x-api-key``, ``Authorization``, Gemini's ``?key=``) and a ro
 in mitmdump's log (with ``bridge_debug`` at debug verbosity), not in the saved flows'
 comments and metadata (``save_stream_file``, read back with ``mitmproxy.io``), not in the
 error bodies and events the bridge builds for a client of another dialect. A same-dialect
-client gets the upstream's body as it was sent: that body is the upstream's, not the bridge's.
+client gets the upstream's body as it was sent, its own key echoed included (the client's, not
+the proxy's); a key of the proxy's is taken out of every answer (``test_keys_in_answers``).
 """
 
 from __future__ import annotations
