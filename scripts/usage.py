@@ -15,7 +15,8 @@ import datetime
 import sys
 from pathlib import Path
 
-from addon.store import StoreError
+from addon.config import ConfigError, parse_store_url
+from addon.store import Notice, StoreError
 from addon.usage import DIMENSIONS, open_ledger
 from addon.usage_table import csv_text, genai_prices, lines, parse_by, table_text
 
@@ -42,12 +43,24 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         parser.error(str(e))
     store = args.store.strip()
-    if not store.startswith(("redis://", "rediss://")) and not Path(store).expanduser().is_file():
+    try:
+        location = parse_store_url(store)  # the proxy's own reading of bridge_store
+    except ConfigError as e:
+        print(f"scripts/usage: {e}", file=sys.stderr)
+        return 2
+    if location.kind != "redis" and not Path(location.target).is_file():
         print(f"scripts/usage: no such file: {store}", file=sys.stderr)
         return 2
     lost: list[str] = []
+
+    def notice(n: Notice) -> None:
+        if location.kind == "redis":
+            lost.append(n.text)  # Redis does not answer
+        else:
+            print(f"scripts/usage: {n.text}", file=sys.stderr)  # the file made 0600
+
     try:
-        ledger = open_ledger(store, notify=lambda n: lost.append(n.text))
+        ledger = open_ledger(store, notify=notice)
         rows = ledger.rows(args.since)
         ledger.close()
     except StoreError as e:
