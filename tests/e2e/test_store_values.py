@@ -35,8 +35,11 @@ from tests.redis_server import HOST, RedisServer, redis_server_or_skip
 def test_a_value_no_store_reads_stops_mitmdump_at_start_naming_it(
     start_proxy: Callable[..., Proxy], value: str, says: str
 ) -> None:
-    stray = REPO / value  # what today's main made of "127.0.0.1:6379": an SQLite file
-    existed = stray.exists()
+    # What today's main made of "127.0.0.1:6379" (and "unix://"): an SQLite file in the
+    # working directory, with its -wal and -shm.
+    name = str(Path(value))
+    strays = [REPO / f"{name}{end}" for end in ("", "-wal", "-shm")]
+    existed = {f for f in strays if f.exists()}
     try:
         with pytest.raises(ProxyStartError) as e:
             start_proxy(bridge_store=value)
@@ -47,10 +50,11 @@ def test_a_value_no_store_reads_stops_mitmdump_at_start_naming_it(
         assert "Traceback" not in log
         if "neither" in says or "not a store" in says:
             assert "redis://HOST:PORT/DB, rediss:// (TLS), valkey://" in log
-        assert existed or not stray.exists()
+        assert {f for f in strays if f.exists()} == existed
     finally:
-        if not existed and stray.is_file():
-            stray.unlink()
+        for f in strays:
+            if f not in existed and f.is_file():
+                f.unlink()
 
 
 @pytest.fixture
