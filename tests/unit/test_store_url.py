@@ -282,3 +282,54 @@ def test_an_existing_0644_ledger_file_is_made_0600_by_the_ledger_too(tmp_path: P
     assert [n.text for n in said] == [f"{path} (0644) could be read by others: made 0600"]
     assert mode(path) == 0o600
     ledger.close()
+
+
+# --------------------------------------------------------------------------- the scripts
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_scripts_usage_reads_store_as_the_proxy_does(tmp_path: Path) -> None:
+    """``scripts/usage --store`` goes through the same parser: a value the proxy refuses is
+    refused with the proxy's words, and no file of that name is made."""
+    import subprocess
+    import sys
+
+    for value, says in (
+        ("127.0.0.1:6379", "a Redis address is written redis://127.0.0.1:6379/0"),
+        ("redis://127.0.0.1:6379/notanumber", "must be a whole number >= 0"),
+        ("valkey+x://127.0.0.1:6379/0", "valkey+x:// is not a store this bridge opens"),
+    ):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "scripts/usage.py"), "--store", value],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=60,
+        )
+        assert done.returncode == 2, done.stderr
+        assert f"scripts/usage: bridge_store {value!r}" in done.stderr
+        assert says in done.stderr
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_scripts_gateway_calls_every_redis_form_shared() -> None:
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import gateway
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+    def warning(store: str) -> str | None:
+        argv = ["--workers", "2", "--mode", "reverse:https://api.example.com"]
+        return gateway.store_warning(gateway.parse_args([*argv, "--set", f"bridge_store={store}"]))
+
+    for shared in ("valkey://10.0.0.5:6379/0", "unix:///run/redis.sock?db=1", "REDIS://h/0"):
+        assert warning(shared) is None, shared
+    assert "a file of each machine" in (warning("./cb.sqlite") or "")
+    refused = warning("10.0.0.5:6379") or ""
+    assert "a Redis address is written redis://10.0.0.5:6379/0" in refused
+    assert "every worker will refuse to start" in refused
