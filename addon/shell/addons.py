@@ -9,6 +9,7 @@ from addon.shell.catalogue import ModelCatalogue
 from addon.shell.client_keys import ClientKeysGate
 from addon.shell.count_tokens import CountTokens
 from addon.shell.fallback import Fallbacks
+from addon.shell.flow_line import KeysOutOfFlowLine
 from addon.shell.flows import Flows
 from addon.shell.kiro_auth import KiroAuth
 from addon.shell.memory import MemoryTrim
@@ -39,6 +40,7 @@ class Addons:
     answers: Answers
     memory: MemoryTrim
     usage: UsageCounting
+    flow_line: KeysOutOfFlowLine
 
     @property
     def all(self) -> list[object]:
@@ -49,7 +51,8 @@ class Addons:
         answer is re-encoded and ends its record (``Flows.end``: every addon's state for it),
         and says its ``done`` line before the store closes; the usage ledger opens after the
         store (a Redis ledger shares its connection); memory is handed back after the flow is
-        over."""
+        over; a key leaves the flow's URL last of all, before mitmdump prints the flow (its
+        ``Dumper`` comes after every script's addons)."""
         return [
             self.retry,
             self.client_keys,
@@ -65,6 +68,7 @@ class Addons:
             self.store,
             self.usage,
             self.memory,
+            self.flow_line,
         ]
 
 
@@ -91,4 +95,5 @@ def make_addons() -> Addons:
         Answers(report, retry),
         MemoryTrim(),
         usage,
+        KeysOutOfFlowLine(),
     )
