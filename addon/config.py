@@ -448,7 +448,8 @@ def parse_store_url(value: str) -> StoreLocation:
         return StoreLocation("sqlite", str(Path(text).expanduser()), text)
     hint = ""
     if _HOST_PORT.fullmatch(text):
-        hint = f" (a Redis address is written redis://{text.split('/')[0]}/0)"
+        where, _, db = text.partition("/")
+        hint = f" (a Redis address is written redis://{where}/{db or 0})"
     raise ConfigError(
         f"bridge_store {_shown(text)!r} is neither a path nor a store URL{hint}: give {STORE_FORMS}"
     )

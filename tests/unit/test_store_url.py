@@ -85,7 +85,8 @@ def test_every_accepted_form_is_read_as_what_it_names(value: str, expected: Stor
     ("value", "says"),
     [
         ("127.0.0.1:6379", "a Redis address is written redis://127.0.0.1:6379/0"),
-        ("localhost:6379/2", "a Redis address is written redis://localhost:6379/0"),
+        ("localhost:6379/2", "a Redis address is written redis://localhost:6379/2"),
+        ("localhost:6379/", "a Redis address is written redis://localhost:6379/0"),
         ("store", "is neither a path nor a store URL"),
         ("redis+bogus://127.0.0.1:6379/0", "redis+bogus:// is not a store this bridge opens"),
         ("http://127.0.0.1:6379/0", "http:// is not a store this bridge opens"),
