@@ -8,12 +8,16 @@ and what it accepts (mitmproxy does not enforce ``choices`` itself)."""
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, cast, get_args
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from addon.model import SCHEMA_PROFILES, TOOL_MODES, SchemaProfile, ToolMode
 from addon.routes import DEFAULT_ROUTES, Route
+from addon.store_types import display_url
 
 type ThinkingOutput = Literal["reasoning", "hidden"]
 
@@ -127,12 +131,15 @@ REWRITE_OPTIONS: tuple[OptionSpec, ...] = (
         str,
         "",
         "The reasoning store (thought signatures, thinking blocks, reasoning_content the "
-        "client drops and the upstream needs back): empty keeps it in memory; a file path "
-        "keeps it in SQLite there, so a restart mid-conversation loses nothing; a "
-        "redis://[user:password@]host:port/db (or rediss:// for TLS) URL keeps it in Redis or "
-        "Valkey, shared by every worker on it with the fallbacks' cooldowns and the secret "
-        "of the invoke trigger (pip install 'cursor-bridge[redis]'). Redis away: each worker "
-        "goes on in its own memory, says so once, and shares again when Redis is back.",
+        "client drops and the upstream needs back): empty keeps it in memory; a path "
+        "(absolute, ~/…, ./… or a name ending .db, .sqlite or .sqlite3) keeps it in an SQLite "
+        "file there (made 0600), so a restart mid-conversation loses nothing; "
+        "redis://[user:password@]host:port/db (rediss:// for TLS; valkey:// and valkeys:// "
+        "the same) or unix:///path/to/redis.sock?db=N keeps it in Redis or Valkey, shared by "
+        "every worker on it with the fallbacks' cooldowns and the secret of the invoke "
+        "trigger (pip install 'cursor-bridge[redis]'). Anything else is refused at start. "
+        "Redis away: each worker goes on in its own memory, says so once, and shares again "
+        "when Redis is back.",
     ),
     OptionSpec(
         "bridge_store_size",
@@ -410,6 +417,97 @@ def _flag(get: Callable[[str], Any], name: str) -> bool:
     return value
 
 
+type StoreKind = Literal["memory", "sqlite", "redis"]
+
+STORE_FORMS = (
+    "a path (absolute, ~/…, ./… or a name ending .db, .sqlite or .sqlite3), "
+    "redis://HOST:PORT/DB, rediss:// (TLS), valkey:// or valkeys:// (the same), "
+    "unix:///PATH/TO/SOCKET?db=N (Redis over a socket), or nothing (memory)"
+)
+"""What ``bridge_store`` accepts, as an error line says it."""
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
+_REDIS_SCHEMES = {"redis": "redis", "rediss": "rediss", "valkey": "redis", "valkeys": "rediss"}
+"""A store URL's scheme → the one redis-py reads (Valkey speaks Redis's protocol)."""
+_HOST_PORT = re.compile(r"[A-Za-z0-9.\-]+:\d+(/\d*)?")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLocation:
+    """Where ``bridge_store`` says the store is (``parse_store_url``)."""
+
+    kind: StoreKind
+    target: str = ""
+    """memory: empty; sqlite: the file's path (``~`` expanded); redis: the URL redis-py reads
+    (``valkey://`` as ``redis://``, ``valkeys://`` as ``rediss://``)."""
+    shown: str = ""
+    """The value as written, its password and query left out: for a line."""
+
+    @property
+    def shared(self) -> bool:
+        """Redis: every worker on it shares the store (memory and SQLite: one machine's)."""
+        return self.kind == "redis"
+
+
+def parse_store_url(value: str) -> StoreLocation:
+    """``bridge_store`` (and ``scripts/usage --store``, ``scripts/gateway``) read: the one
+    parser of a store's place. Raises ``ConfigError`` naming the value (password left out)
+    and what is accepted: no scheme a store may have (``127.0.0.1:6379`` is no file name),
+    a scheme that is not Redis's, a db number that is not a whole number >= 0, a port that
+    is not a number, a ``unix://`` without a socket path."""
+    text = value.strip()
+    if not text:
+        return StoreLocation("memory")
+    if m := _SCHEME.match(text):
+        return _redis_location(text, m.group(1).lower())
+    if text.startswith(("/", "~", "./", "../")) or text.lower().endswith(SQLITE_SUFFIXES):
+        return StoreLocation("sqlite", str(Path(text).expanduser()), text)
+    hint = ""
+    if _HOST_PORT.fullmatch(text):
+        where, _, db = text.partition("/")
+        hint = f" (a Redis address is written redis://{where}/{db or 0})"
+    raise ConfigError(
+        f"bridge_store {_shown(text)!r} is neither a path nor a store URL{hint}: give {STORE_FORMS}"
+    )
+
+
+def _redis_location(text: str, scheme: str) -> StoreLocation:
+    shown = _shown(text)
+    if scheme != "unix" and scheme not in _REDIS_SCHEMES:
+        raise ConfigError(
+            f"bridge_store {shown!r}: {scheme}:// is not a store this bridge opens: "
+            f"give {STORE_FORMS}"
+        )
+    rest = text[len(scheme) + 3 :]
+    target = f"{_REDIS_SCHEMES.get(scheme, scheme)}://{rest}"
+    try:
+        parts = urlsplit(target)
+        parts.port  # noqa: B018 - raises ValueError for a port that is no number
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError as e:
+        raise ConfigError(f"bridge_store {shown!r} is not a URL a store reads: {e}") from None
+    dbs = [v for k, v in query if k == "db"]
+    if scheme == "unix":
+        if not parts.path or parts.path == "/":
+            raise ConfigError(
+                f"bridge_store {shown!r}: unix:// takes the socket's path, "
+                "unix:///PATH/TO/redis.sock?db=N"
+            )
+    elif parts.path not in ("", "/"):
+        dbs.insert(0, unquote(parts.path[1:]))
+    for db in dbs:
+        if not (db.isascii() and db.isdigit()):
+            raise ConfigError(
+                f"bridge_store {shown!r}: the db number must be a whole number >= 0, not {db!r}"
+            )
+    return StoreLocation("redis", target, shown)
+
+
+def _shown(text: str) -> str:
+    """A store value fit for a line: a URL's password and query left out; a path as it is."""
+    return display_url(text) if "://" in text else text
+
+
 @dataclass(frozen=True, slots=True)
 class StoreSettings:
     """The reasoning store's options (the store itself lives in the shell)."""
@@ -417,22 +515,25 @@ class StoreSettings:
     path: str = ""
     size: int = 20_000
     ttl: int = 24 * 3600
+    location: StoreLocation = field(default=StoreLocation("memory"), compare=False)
+    """Where ``path`` says the store is (``parse_store_url``)."""
 
 
 def parse_store(read: Callable[[str], Any]) -> StoreSettings:
     """``bridge_store*`` checked: one ``ConfigError`` line naming the option."""
     path = read("bridge_store")
     if not isinstance(path, str):
-        raise ConfigError(
-            f"bridge_store takes a file path, a redis:// URL or nothing, not {type(path).__name__}"
-        )
+        raise ConfigError(f"bridge_store takes {STORE_FORMS}, not {type(path).__name__}")
+    location = parse_store_url(path)
     numbers = {}
     for name in ("bridge_store_size", "bridge_store_ttl"):
         value = read(name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ConfigError(f"{name} takes a whole number >= 0, not {value!r}")
         numbers[name] = value
-    return StoreSettings(path.strip(), numbers["bridge_store_size"], numbers["bridge_store_ttl"])
+    return StoreSettings(
+        path.strip(), numbers["bridge_store_size"], numbers["bridge_store_ttl"], location
+    )
 
 
 def parse_retry_timeout(value: Any) -> float:

@@ -8,19 +8,22 @@ Redis / Valkey (shared by several workers). In full: docs/reasoning.md#how-the-s
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import stat
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from addon.config import ConfigError, StoreLocation, parse_store_url
 from addon.model import JSON
 from addon.store_types import Backend, Bounds, Notice, StoreError
 
 __all__ = [
+    "CANNOT_PRIVATE",
     "Backend",
     "Bounds",
     "Notice",
@@ -29,6 +32,8 @@ __all__ = [
     "ScopedStore",
     "StoreError",
     "memory_backend",
+    "private_file",
+    "store_location",
 ]
 
 if TYPE_CHECKING:
@@ -151,6 +156,51 @@ CREATE TABLE IF NOT EXISTS bridge_secret (
     value BLOB NOT NULL
 );
 """
+
+
+def store_location(value: str) -> StoreLocation:
+    """``parse_store_url`` (the config layer's), its ``ConfigError`` as a ``StoreError``."""
+    try:
+        return parse_store_url(value)
+    except ConfigError as e:
+        raise StoreError(str(e)) from None
+
+
+CANNOT_PRIVATE = "others may read it and it cannot be made 0600"
+"""How ``private_file``'s line ends when it could not change a file (a warning)."""
+PRIVATE_MODE = 0o600
+"""An SQLite store's file and its ``-wal`` / ``-shm``: its owner's only (the store's secret,
+the stored reasoning and the usage ledger are in them)."""
+
+
+def private_file(path: str) -> str | None:
+    """Make the SQLite file ``path`` its owner's only, before SQLite opens it: created 0600 if
+    missing (SQLite then gives its ``-wal`` and ``-shm`` the file's mode), and an existing one
+    (or its ``-wal`` / ``-shm``) that others may read changed to 0600. Returns the line to say
+    when it changed one (None: nothing to say). A file it cannot create (no such directory) is
+    left to SQLite, which says why; one it may not change is said, not raised."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_MODE))
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    changed, failed = [], []
+    for name in (path, f"{path}-wal", f"{path}-shm"):
+        try:
+            mode = os.stat(name).st_mode
+            if stat.S_ISREG(mode) and mode & 0o077:
+                os.chmod(name, PRIVATE_MODE)
+                changed.append(f"{name} ({stat.S_IMODE(mode):04o})")
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            failed.append(f"{name} ({e.strerror or type(e).__name__})")
+    if failed:
+        return f"{', '.join(failed)}: {CANNOT_PRIVATE}"
+    if changed:
+        return f"{', '.join(changed)} could be read by others: made 0600"
+    return None
 
 
 class _Sqlite:
@@ -279,12 +329,13 @@ class ReasoningStore:
         clock: Callable[[], float] = time.time,
         notify: Callable[[Notice], None] | None = None,
     ) -> None:
-        """``path``: empty (memory), a file (SQLite) or a ``redis://`` / ``rediss://`` URL.
-        ``notify`` hears what a Redis store has to say (Redis lost, back). Raises
-        ``ValueError`` for a negative bound and ``StoreError`` for a file SQLite cannot open
-        (a missing directory, not a database), a URL that is not Redis's, or no ``redis``
-        package. A Redis that does not answer is no error: the store starts in memory, says so
-        through ``notify`` and shares again when Redis answers."""
+        """``path``: a ``bridge_store`` value (``parse_store_url``): empty (memory), a file
+        (SQLite, made 0600) or a Redis URL. ``notify`` hears what a Redis store has to say
+        (Redis lost, back) and an SQLite file others could read made 0600. Raises
+        ``ValueError`` for a negative bound and ``StoreError`` for a value no store reads, a
+        file SQLite cannot open (a missing directory, not a database), a URL redis-py cannot
+        read, or no ``redis`` package. A Redis that does not answer is no error: the store
+        starts in memory, says so through ``notify`` and shares again when Redis answers."""
         if max_entries < 0 or max_bytes < 0 or ttl < 0:
             raise ValueError("the reasoning store's size, bytes and ttl must not be negative")
         self.path = path
@@ -299,18 +350,22 @@ class ReasoningStore:
         """What the backend raises when its database fails (SQLite's, Redis's; none in memory)."""
         self._redis: RedisBackend | None = None
         self._cooldowns: SharedCooldowns | None = None
+        location = store_location(path)
         self.where = f"SQLite file {path}" if path else "memory"
         """Where the values are, for a log line (a Redis URL without its password)."""
+        tell = notify or (lambda _: None)
         backend: Backend
-        if path.startswith(("redis://", "rediss://")):
-            backend = self._redis = self._open_redis(path, notify or (lambda _: None))
+        if location.kind == "redis":
+            backend = self._redis = self._open_redis(location, tell)
             self.where = f"Redis {backend.where}"
-        elif path:
+        elif location.kind == "sqlite":
             import sqlite3
 
             self._db_errors = (sqlite3.Error,)
+            if changed := private_file(location.target):
+                tell(Notice(f"reasoning store: {changed}", changed.endswith(CANNOT_PRIVATE)))
             try:
-                backend = _Sqlite(str(Path(path).expanduser()))
+                backend = _Sqlite(location.target)
             except sqlite3.Error as e:
                 raise StoreError(f"cannot open the reasoning store {path!r}: {e}") from e
         else:
@@ -319,22 +374,22 @@ class ReasoningStore:
         with self._lock:
             self._guard(lambda: backend.evict(clock(), self._bounds))
 
-    def _open_redis(self, url: str, notify: Callable[[Notice], None]) -> RedisBackend:
+    def _open_redis(self, at: StoreLocation, notify: Callable[[Notice], None]) -> RedisBackend:
         try:
             import redis
 
-            from addon.store_redis import RedisBackend, display_url
+            from addon.store_redis import RedisBackend
         except ImportError:
             raise StoreError(
                 "a Redis store needs the redis package: pip install 'cursor-bridge[redis]'"
             ) from None
         self._db_errors = (redis.RedisError,)
         try:
-            return RedisBackend(url, _Memory(), notify)
-        except ValueError as e:
-            raise StoreError(f"{display_url(url)} is not a Redis URL redis-py reads: {e}") from e
+            return RedisBackend(at.target, _Memory(), notify, where=at.shown)
+        except (ValueError, TypeError) as e:  # TypeError: a query parameter redis-py lacks
+            raise StoreError(f"{at.shown} is not a Redis URL redis-py reads: {e}") from e
         except redis.RedisError as e:  # it answered, but not as Redis does
-            raise StoreError(f"cannot open the reasoning store {display_url(url)}: {e}") from e
+            raise StoreError(f"cannot open the reasoning store {at.shown}: {e}") from e
 
     @property
     def secret(self) -> bytes:

@@ -1,16 +1,20 @@
 """The reasoning store's shared backend: Redis (or Valkey), for several workers on one store.
 
-Contract: loaded only for a ``redis://`` / ``rediss://`` ``bridge_store`` (the ``redis``
-package is an optional extra); no mitmproxy, no logging — what the shell must say (Redis lost,
+Contract: loaded only for a Redis ``bridge_store`` (``redis://``, ``rediss://``, ``valkey://``,
+``unix://``: ``addon.config.parse_store_url``; the ``redis`` package is an optional extra);
+no mitmproxy, no logging — what the shell must say (Redis lost,
 Redis back) goes to the ``notify`` callback, on the thread of the store call that found it.
 Not for Redis Cluster (the scripts name keys they build). Layout: docs/reasoning.md."""
 
 from __future__ import annotations
 
 import math
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import cast
 from urllib.parse import urlsplit
 
 import redis
@@ -20,7 +24,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from addon.store_types import Backend, Bounds, Notice
+from addon.store_types import Backend, Bounds, Notice, display_url
 
 PREFIX = "cursor-bridge:"
 """Every key the bridge writes starts with this (one Redis db may hold other things too)."""
@@ -157,19 +161,24 @@ end
 _LRU, _SIZES, _BYTES, _SECRET = (PREFIX + k for k in ("lru", "sizes", "bytes", "secret"))
 
 
-def display_url(url: str) -> str:
-    """The URL to show: its password (and query, which may hold one) left out."""
-    try:
-        parts = urlsplit(url)
-        where = parts.netloc.rpartition("@")[2]
-        user = parts.username
-    except ValueError:
-        return "redis://?"
-    if parts.password is not None:
-        where = f"{user or ''}:***@{where}"
-    elif user:
-        where = f"{user}@{where}"
-    return f"{parts.scheme}://{where}{parts.path}"
+class TLSConnection(redis.SSLConnection):
+    """redis-py's TLS connection, whose failed handshake says so: against a Redis that does
+    not speak TLS redis-py says only "Timeout connecting to server" (the server waits for the
+    rest of a command that is a TLS hello) or an SSL error code."""
+
+    def _wrap_socket_with_ssl(self, sock: socket.socket) -> socket.socket:
+        try:
+            return cast(socket.socket, super()._wrap_socket_with_ssl(sock))  # type: ignore[no-untyped-call]
+        except ssl.SSLCertVerificationError as e:
+            raise RedisConnectionError(
+                f"TLS handshake with {self.host}:{self.port} failed: the server's certificate "
+                f"is not trusted ({e.verify_message or e})"
+            ) from e
+        except (OSError, RedisError) as e:  # a timeout, an SSL error, a reset
+            raise RedisConnectionError(
+                f"TLS handshake with {self.host}:{self.port} failed: the server may not speak "
+                f"TLS ({str(e) or type(e).__name__})"
+            ) from e
 
 
 class RedisBackend:
@@ -187,14 +196,20 @@ class RedisBackend:
         notify: Callable[[Notice], None],
         *,
         retry: tuple[float, float] | None = None,
+        where: str | None = None,
     ) -> None:
-        """Raises ``ValueError`` for a URL redis-py cannot read. Redis unreachable is no error:
-        the backend starts on ``local``, says so once, and probes (``retry``: first and most
-        seconds between probes; ``RETRY_FIRST``, ``RETRY_MOST`` by default)."""
-        self.where = display_url(url)
+        """``url``: one redis-py reads (``redis://``, ``rediss://``, ``unix://``; the config
+        layer's ``parse_store_url`` makes it); ``where``: the store as the user wrote it, for a
+        line (``display_url(url)`` by default). Raises ``ValueError`` for a URL redis-py
+        cannot read. Redis unreachable is no error: the backend starts on ``local``, says so
+        once, and probes (``retry``: first and most seconds between probes; ``RETRY_FIRST``,
+        ``RETRY_MOST`` by default). A ``rediss://`` whose TLS handshake fails says so."""
+        self.where = where or display_url(url)
         self._password = urlsplit(url).password or ""
+        tls = {"connection_class": TLSConnection} if url.lower().startswith("rediss:") else {}
         self._redis: redis.Redis = redis.Redis.from_url(
             url,
+            **tls,
             socket_timeout=TIMEOUT,
             socket_connect_timeout=CONNECT_TIMEOUT,
             # One fresh try for a pooled connection Redis closed (a restart); a timeout is not

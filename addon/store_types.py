@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import urlsplit
 
 
 class StoreError(Exception):
@@ -45,3 +46,19 @@ class Backend(Protocol):
     def clear(self) -> None: ...
     def close(self) -> None: ...
     def secret(self) -> bytes: ...
+
+
+def display_url(url: str) -> str:
+    """A store URL to show: its password (and query, which may hold one) left out."""
+    try:
+        parts = urlsplit(url)
+        where = parts.netloc.rpartition("@")[2]
+        user = parts.username
+        password = parts.password
+    except ValueError:
+        return f"{url.partition(':')[0][:20]}://?"
+    if password is not None:
+        where = f"{user or ''}:***@{where}"
+    elif user:
+        where = f"{user}@{where}"
+    return f"{parts.scheme}://{where}{parts.path}"

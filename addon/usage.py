@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote
 
 from addon.model import Usage
-from addon.store import Notice, StoreError
+from addon.store import CANNOT_PRIVATE, Notice, StoreError, private_file, store_location
 
 if TYPE_CHECKING:
     from addon.store_redis import RedisBackend
@@ -300,19 +300,20 @@ def open_ledger(
     notify: Callable[[Notice], None] | None = None,
     writes: bool = True,
 ) -> UsageLedger:
-    """The ledger for ``bridge_store`` = ``path``: empty → memory, a file → SQLite (the
-    ``usage`` table of that file), a ``redis://`` / ``rediss://`` URL → Redis (``shared``:
-    the reasoning store's connection to it, else a new one that tells ``notify``).
-    ``writes=False``: a reader's (``scripts/usage``), which neither creates nor migrates a
-    table. Raises ``StoreError`` (a file SQLite cannot open, no ``redis`` package, a bad
-    URL)."""
+    """The ledger for ``bridge_store`` = ``path`` (``parse_store_url``): empty → memory, a
+    file → SQLite (the ``usage`` table of that file, made 0600), a Redis URL → Redis
+    (``shared``: the reasoning store's connection to it, else a new one that tells
+    ``notify``). ``writes=False``: a reader's (``scripts/usage``), which neither creates nor
+    migrates a table. Raises ``StoreError`` (a value no store reads, a file SQLite cannot
+    open, no ``redis`` package, a bad URL)."""
     path = path.strip()
-    if path.startswith(("redis://", "rediss://")):
+    location = store_location(path)
+    if location.kind == "redis":
         try:
             import redis
 
             from addon.store import memory_backend
-            from addon.store_redis import RedisBackend, display_url
+            from addon.store_redis import RedisBackend
         except ImportError:
             raise StoreError(
                 "a Redis ledger needs the redis package: pip install 'cursor-bridge[redis]'"
@@ -320,16 +321,23 @@ def open_ledger(
         own = shared is None
         if shared is None:
             try:
-                shared = RedisBackend(path, memory_backend(), notify or (lambda _: None))
-            except (ValueError, redis.RedisError) as e:
-                raise StoreError(f"cannot open the usage ledger {display_url(path)}: {e}") from e
+                shared = RedisBackend(
+                    location.target,
+                    memory_backend(),
+                    notify or (lambda _: None),
+                    where=location.shown,
+                )
+            except (ValueError, TypeError, redis.RedisError) as e:
+                raise StoreError(f"cannot open the usage ledger {location.shown}: {e}") from e
         counters = RedisCounters(shared, own=own)
         return UsageLedger(counters, f"Redis {shared.where}", (redis.RedisError,))
-    if path:
+    if location.kind == "sqlite":
         import sqlite3
 
+        if (changed := private_file(location.target)) and notify is not None:
+            notify(Notice(changed, warning=changed.endswith(CANNOT_PRIVATE)))
         try:
-            sqlite = SqliteCounters(path, writes=writes)
+            sqlite = SqliteCounters(location.target, writes=writes)
             return UsageLedger(sqlite, f"SQLite file {path}", (sqlite3.Error,))
         except sqlite3.Error as e:
             raise StoreError(f"cannot open the usage ledger {path!r}: {e}") from e

@@ -65,7 +65,8 @@ def credentials(
     """``(headers to set, headers to drop)`` for the key: the client's API key (header, or
     Gemini's ``?key=``) moved to the upstream dialect's header, or the route's ``api_key_env``
     value sent; the credential headers only the client's dialect understands dropped
-    (docs/routes.md).
+    (docs/routes.md). Same dialect: a key in a header stays as it is, Gemini's ``?key=``
+    moves to ``x-goog-api-key``.
     ``withhold``: the client's key must not go upstream (another host): without ``env_key``
     every credential header is dropped and none is set."""
     if env_key is not None:
@@ -76,7 +77,15 @@ def credentials(
         notes[WITHHELD] += 1
         return (), drop
     elif client.name == upstream.name:
-        return (), ()
+        # The key goes on where the client put it; Gemini's ``?key=`` alone moves to its
+        # header (``build_wire`` drops the parameter): a key is never in the upstream's URL.
+        found = read_key(client, headers, query) if client.key_query is not None else None
+        if found is None or found[0] in client.key_headers:
+            return (), ()
+        source, key = found
+        name, value = auth_value(upstream, key)
+        notes[f"API key moved from {source} to {name}"] += 1
+        return ((name, value),), ()
     else:
         found = read_key(client, headers, query)
         if found is None:
@@ -122,10 +131,11 @@ def build_wire(
             body = upstream.envelope(body, req, target)
     out = body
     new_path, new_query = upstream.placement(req, target)
-    if client.key_query is not None and (not same or env_key is not None):
+    if client.key_query is not None:
         # The client's key travels in a header of the upstream's dialect (or is replaced by
-        # the route's): its own query parameter must not reach the upstream. A parameter the
-        # route's upstream_path sets itself is the route's, and stays.
+        # the route's), the same dialect's too (Gemini reads x-goog-api-key as it reads
+        # ?key=): its query parameter must reach neither the upstream nor a URL mitmproxy
+        # prints. A parameter the route's upstream_path sets itself is the route's, and stays.
         theirs = {(k, v) for k, v in query if k == client.key_query}
         new_query = tuple(kv for kv in new_query if kv not in theirs)
     if withhold_key:

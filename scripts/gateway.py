@@ -68,6 +68,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from addon.config import ConfigError, parse_store_url
+
 ROOT = Path(__file__).resolve().parents[1]
 MAIN_SCRIPT = ROOT / "addon" / "main.py"
 HEALTH_SCRIPT = ROOT / "addon" / "health.py"
@@ -281,8 +283,11 @@ def store_warning(opts: Options) -> str | None:
     if opts.workers < 2:
         return None
     store = _settings(opts.mitmdump).get("bridge_store", "").strip()
-    if store.startswith(("redis://", "rediss://", "unix://")):
-        return None
+    try:
+        if parse_store_url(store).shared:  # the workers' own reading of bridge_store
+            return None
+    except ConfigError as e:
+        return f"warning: {e}: every worker will refuse to start"
     where = f"bridge_store={store!r} (a file of each machine)" if store else "no bridge_store"
     return (
         f"warning: {opts.workers} workers with {where}: each worker keeps its own state in memory"

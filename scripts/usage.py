@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from addon.store import StoreError
+from addon.config import ConfigError, StoreLocation, parse_store_url
+from addon.store import Notice, StoreError
 from addon.usage import DIMENSIONS, Rows, open_ledger
 from addon.usage_table import csv_text, genai_prices, lines, parse_by, table_text
 
@@ -65,7 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         store = args.store.strip()
     try:
-        rows = read(store, args.since)
+        location = parse_store_url(store)  # the proxy's own reading of bridge_store
+    except ConfigError as e:
+        say(str(e))
+        return 2
+    try:
+        rows = read(store, location, args.since)
     except Unreadable as e:
         say(str(e))
         return 1
@@ -81,22 +87,29 @@ def say(text: str) -> None:
     print(f"{PROG}: {text}", file=sys.stderr)
 
 
-def read(store: str, since: str) -> Rows:
-    """The ledger's rows at ``store`` from ``since``. Raises ``Unreadable``."""
-    redis = store.startswith(("redis://", "rediss://"))
-    if redis:
-        check_redis(store)
-    elif not store:
+def read(store: str, location: StoreLocation, since: str) -> Rows:
+    """The ledger's rows at ``store`` (read as ``location``) from ``since``. Raises
+    ``Unreadable``."""
+    if location.kind == "redis":
+        check_redis(location.target, location.shown)
+    elif location.kind != "sqlite":
         raise Unreadable("--store is empty: give the proxy's bridge_store (a file or a URL)")
-    elif not Path(store).expanduser().is_file():
-        what = "not a file" if Path(store).expanduser().exists() else "no such file"
+    elif not Path(location.target).is_file():
+        what = "not a file" if Path(location.target).exists() else "no such file"
         raise Unreadable(
-            f"{what}: {store} (--store is the proxy's bridge_store: its SQLite file, "
+            f"{what}: {location.shown} (--store is the proxy's bridge_store: its SQLite file, "
             f"or a redis:// URL)"
         )
     lost: list[str] = []
+
+    def notice(n: Notice) -> None:
+        if location.kind == "redis":
+            lost.append(n.text)  # Redis stopped answering
+        else:
+            say(n.text)  # the file made 0600: said, and the script carries on
+
     try:
-        ledger = open_ledger(store, notify=lambda n: lost.append(n.text), writes=False)
+        ledger = open_ledger(store, notify=notice, writes=False)
         try:
             rows = ledger.rows(since)
         finally:
@@ -105,18 +118,12 @@ def read(store: str, since: str) -> Rows:
         raise Unreadable(f"{e} (--store is the proxy's bridge_store)") from None
     if lost:  # Redis went away between the check and the read: never an empty table
         raise Unreadable(
-            f"Redis at {where(store)} stopped answering while the ledger was read; try again"
+            f"Redis at {location.shown} stopped answering while the ledger was read; try again"
         )
     return rows
 
 
-def where(url: str) -> str:
-    from addon.store_redis import display_url
-
-    return display_url(url)
-
-
-def check_redis(url: str) -> None:
+def check_redis(url: str, shown: str) -> None:
     """Redis at ``url`` answers a PING. Raises ``Unreadable`` saying why not, and what to do."""
     try:
         import redis
@@ -124,7 +131,6 @@ def check_redis(url: str) -> None:
         raise Unreadable(
             "reading a Redis ledger needs the redis package: pip install 'cursor-bridge[redis]'"
         ) from None
-    shown = where(url)
     try:
         client = redis.Redis.from_url(
             url, socket_connect_timeout=REDIS_WAIT, socket_timeout=REDIS_WAIT

@@ -10,6 +10,7 @@ from addon.shell.catalogue import ModelCatalogue
 from addon.shell.client_keys import ClientKeysGate
 from addon.shell.count_tokens import CountTokens
 from addon.shell.fallback import Fallbacks
+from addon.shell.flow_line import KeysOutOfFlowLine
 from addon.shell.flows import Flows
 from addon.shell.kiro_auth import KiroAuth
 from addon.shell.memory import MemoryTrim
@@ -41,6 +42,7 @@ class Addons:
     redaction: AnswerRedaction
     memory: MemoryTrim
     usage: UsageCounting
+    flow_line: KeysOutOfFlowLine
 
     @property
     def all(self) -> list[object]:
@@ -53,7 +55,8 @@ class Addons:
         its record (``Flows.end``: every addon's state for it),
         and says its ``done`` line before the store closes; the usage ledger opens after the
         store (a Redis ledger shares its connection); memory is handed back after the flow is
-        over."""
+        over; a key leaves the flow's URL last of all, before mitmdump prints the flow (its
+        ``Dumper`` comes after every script's addons)."""
         return [
             self.retry,
             self.client_keys,
@@ -70,6 +73,7 @@ class Addons:
             self.store,
             self.usage,
             self.memory,
+            self.flow_line,
         ]
 
 
@@ -98,4 +102,5 @@ def make_addons() -> Addons:
         AnswerRedaction(settings, lambda: client_keys.keys, kiro.held_tokens),
         MemoryTrim(),
         usage,
+        KeysOutOfFlowLine(),
     )

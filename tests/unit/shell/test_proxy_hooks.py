@@ -147,6 +147,12 @@ def sse_response(body: bytes = b"", **headers: str) -> http.Response:
         pytest.param("bridge_store_ttl", -5, "bridge_store_ttl takes", id="store-ttl"),
         pytest.param("bridge_store", "/nonexistent/dir/store.db", "cannot open", id="store-path"),
         pytest.param(
+            "bridge_store", "127.0.0.1:6379", "neither a path nor a store URL", id="store-no-scheme"
+        ),
+        pytest.param(
+            "bridge_store", "redis://h/notanumber", "must be a whole number", id="store-db"
+        ),
+        pytest.param(
             "bridge_thinking_budget", -1, "bridge_thinking_budget takes", id="thinking-budget"
         ),
     ],

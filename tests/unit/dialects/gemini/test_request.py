@@ -1039,10 +1039,16 @@ def test_a_gemini_client_header_key_comes_before_its_query_key() -> None:
     assert w.drop_headers == ("x-goog-api-key",)
 
 
-def test_gemini_to_gemini_leaves_the_key_where_it_is_unless_the_route_has_one() -> None:
+def test_gemini_to_gemini_moves_the_query_key_to_its_header_unless_the_route_has_one() -> None:
     query = (("alt", "sse"), ("key", KEY))
-    w, _ = wire(GEMINI_REQ, "gemini", "gemini", GEMINI_PATH, {}, query=query)
-    assert (w.path, w.query, w.set_headers) == (GEMINI_PATH, query, ())
+    w, notes = wire(GEMINI_REQ, "gemini", "gemini", GEMINI_PATH, {}, query=query)
+    # Gemini reads x-goog-api-key as it reads ?key=: no key in the URL (issue 40, point 6)
+    assert (w.path, w.query) == (GEMINI_PATH, (("alt", "sse"),))
+    assert dict(w.set_headers) == {"x-goog-api-key": KEY} and w.drop_headers == ()
+    assert notes["API key moved from query parameter 'key' to x-goog-api-key"] == 1
+    # a key in the client's header goes on as it came, the query's dropped
+    w, _ = wire(GEMINI_REQ, "gemini", "gemini", GEMINI_PATH, {"x-goog-api-key": "h"}, query=query)
+    assert (w.query, w.set_headers, w.drop_headers) == ((("alt", "sse"),), (), ())
     w, _ = wire(GEMINI_REQ, "gemini", "gemini", GEMINI_PATH, {}, query=query, env_key="env")
     assert w.query == (("alt", "sse"),) and dict(w.set_headers) == {"x-goog-api-key": "env"}
     # a key the route's own upstream_path carries is the route's
