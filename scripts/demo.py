@@ -37,7 +37,6 @@ import sys
 import tempfile
 import textwrap
 import threading
-import time
 import tomllib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,6 +52,10 @@ except ImportError:
 except KeyboardInterrupt:  # Ctrl-C while importing: nothing started yet
     print("\ndemo: interrupted", file=sys.stderr)
     sys.exit(130)
+
+# Beside this file (its folder is on the path of ``python scripts/demo.py``): shared with
+# the e2e harness.
+from mitmdump_ready import READY_MARK, NotServing, wait_serving, write_probe
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDON = ROOT / "addon" / "main.py"
@@ -380,26 +383,6 @@ def whole_completion(text: str, prompt: int) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- the proxy
 
-READY_MARK = "cursor-bridge-demo: startup complete"
-
-# Loaded after the addon: logs READY_MARK two loop turns after `running`, i.e. after
-# mitmproxy's check for errors logged during startup (which exits before the mark).
-PROBE = f"""\
-import asyncio
-import logging
-
-
-class _Ready:
-    def running(self):
-        loop = asyncio.get_running_loop()
-        log = lambda: logging.getLogger("cursor_bridge_demo").info({READY_MARK!r})
-        loop.call_soon(lambda: loop.call_soon(log))
-
-
-addons = [_Ready()]
-"""
-STARTUP_FAILURES = ("Error logged during startup", "error in script", "Traceback")
-
 
 def free_ports(n: int) -> list[int]:
     """``n`` different ports free on 127.0.0.1 right now (they may be taken before use)."""
@@ -428,8 +411,7 @@ class ProxyProcess:
         self.tool = "mitmweb" if web else "mitmdump"
         self.workdir = workdir
         self.log_path = workdir / f"{self.tool}.log"
-        self.probe = workdir / "demo_ready_probe.py"
-        self.probe.write_text(PROBE)
+        self.probe = write_probe(workdir)  # the start-up probe's script
         self.confdir = workdir / "confdir"  # a fresh CA, none of the user's settings
         self.confdir.mkdir(exist_ok=True)
         self.port = 0
@@ -500,25 +482,20 @@ class ProxyProcess:
 
     def _wait_ready(self) -> None:
         assert self._proc is not None
-        listening = f"listening at {HOST}:{self.port}"
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while True:
-            text = self.log_text()
-            if self._proc.poll() is not None:
-                raise DemoError(
-                    f"{self.tool} exited with status {self._proc.returncode} at start: "
-                    f"{last_error_line(text)}"
-                )
-            if listening in text and READY_MARK in text:
-                if any(s in text for s in STARTUP_FAILURES):
-                    raise DemoError(f"{self.tool} failed to start: {last_error_line(text)}")
-                found = re.search(r"Web server listening at (\S+)", text)
-                if (found or not self.web) and can_connect(self.port):
-                    self.web_url = found.group(1) if found else ""
-                    return
-            if time.monotonic() >= deadline:
-                raise DemoError(f"{self.tool} not ready after {STARTUP_TIMEOUT:.0f} s")
-            time.sleep(0.05)
+        web = re.compile(r"Web server listening at (\S+)")
+        try:
+            text = wait_serving(
+                self._proc,
+                self.log_text,
+                HOST,
+                self.port,
+                STARTUP_TIMEOUT,
+                also=lambda log: not self.web or web.search(log) is not None,
+            )
+        except NotServing as e:
+            raise DemoError(f"{self.tool} {e.why}: {last_error_line(e.log)}") from None
+        found = web.search(text)
+        self.web_url = found.group(1) if found else ""
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
@@ -561,14 +538,6 @@ def last_error_line(log: str) -> str:
     lines = [re.sub(r"^\[[\d:.]+\]\s*", "", line).strip() for line in log.splitlines()]
     said = [line for line in lines if line and not any(r in line for r in ROUTINE)]
     return said[-1][:300] if said else "(nothing in its log)"
-
-
-def can_connect(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 # --------------------------------------------------------------------------- the client

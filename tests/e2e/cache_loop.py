@@ -33,7 +33,7 @@ import openai
 
 from tests.anthropic_cache import CacheUsage, PromptCache, ToolCall, content_blocks, estimate_tokens
 from tests.e2e.anthropic_cache_upstream import CachingAnthropic
-from tests.e2e.clients import chat_turn
+from tests.e2e.clients import assistant_calls, chat_turn, messages_turn
 from tests.e2e.harness import MAIN_SCRIPT, Proxy, ScriptedUpstream
 
 MODEL = "claude-opus-4-1"
@@ -204,20 +204,7 @@ def _chat_loop(proxy: Proxy, turns: int, stream: bool) -> None:
     for turn in range(1, turns + 1):
         _, _, calls = chat_turn(client, stream, model=MODEL, messages=messages, tools=tools)
         _expect(calls, turn, "name")
-        messages.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": c["id"],
-                        "type": "function",
-                        "function": {"name": c["name"], "arguments": c["arguments"]},
-                    }
-                    for c in calls
-                ],
-            }
-        )
+        messages.append(assistant_calls(calls))
         messages.append(
             {"role": "tool", "tool_call_id": calls[0]["id"], "content": result_of(turn)}
         )
@@ -298,11 +285,7 @@ def _anthropic_loop(proxy: Proxy, turns: int, stream: bool, breakpoints: int) ->
             "tools": tools,
             "messages": sent,
         }
-        if stream:
-            with client.messages.stream(**params) as events:
-                message = events.get_final_message()
-        else:
-            message = client.messages.create(**params)
+        message = messages_turn(client, stream, **params)
         calls = [
             {"type": "tool_use", "id": b.id, "name": b.name, "input": b.input}
             for b in message.content

@@ -39,6 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from scripts.mitmdump_ready import NotServing, can_connect, wait_serving, write_probe
 from tests import upstream_rules
 
 REPO = Path(__file__).resolve().parents[2]
@@ -470,29 +471,6 @@ upstream = "openai_responses"
 """A routes file (``bridge_routes``) that sends each client dialect to an upstream of its own."""
 
 
-READY_MARK = "cursor-bridge-e2e: startup complete"
-
-# A second script, loaded after the addon. It logs READY_MARK two loop turns after the
-# `running` hook: after mitmdump's last startup error check, which exits (with
-# "Error logged during startup, exiting...") before the mark when the addon
-# logged an error while loading or configuring.
-_PROBE = f"""\
-import asyncio
-import logging
-
-
-class _Ready:
-    def running(self):
-        loop = asyncio.get_running_loop()
-        log = lambda: logging.getLogger("cursor_bridge_e2e").info({READY_MARK!r})
-        loop.call_soon(lambda: loop.call_soon(log))
-
-
-addons = [_Ready()]
-"""
-
-_STARTUP_FAILURES = ("Error logged during startup", "error in script", "Traceback")
-
 _live: weakref.WeakSet[Proxy] = weakref.WeakSet()
 
 
@@ -553,8 +531,7 @@ class Proxy:
         self.confdir = Path(self._dir.name) / "confdir"
         self.confdir.mkdir()
         self.log_path = Path(self._dir.name) / "mitmdump.log"
-        self._probe = Path(self._dir.name) / "e2e_ready_probe.py"
-        self._probe.write_text(_PROBE)
+        self._probe = write_probe(Path(self._dir.name))  # the start-up probe's script
         self._closed_log: str | None = None
 
     def _check_options(self) -> None:
@@ -660,24 +637,10 @@ class Proxy:
 
     def _wait_ready(self, timeout: float) -> None:
         assert self._proc is not None
-        listening = f"listening at {HOST}:{self.port}"
-        deadline = time.monotonic() + timeout
-        while True:
-            exited = self._proc.poll() is not None
-            text = self.log_text()
-            if exited:
-                self._proc.wait()
-                raise ProxyStartError(
-                    f"mitmdump exited with {self._proc.returncode} during startup", self.log_text()
-                )
-            if listening in text and READY_MARK in text:
-                if any(s in text for s in _STARTUP_FAILURES):
-                    raise ProxyStartError("mitmdump logged an error during startup", text)
-                if _can_connect(self.port):
-                    return
-            if time.monotonic() >= deadline:
-                raise ProxyStartError(f"mitmdump not ready after {timeout} s", text)
-            time.sleep(0.02)
+        try:
+            wait_serving(self._proc, self.log_text, HOST, self.port, timeout)
+        except NotServing as e:
+            raise ProxyStartError(f"mitmdump {e.why}", e.log) from None
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout`` s. Returns the exit code (None if never run)."""
@@ -720,11 +683,7 @@ def _option_value(value: object) -> str:
 
 
 def _can_connect(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
+    return can_connect(HOST, port)
 
 
 # --------------------------------------------------------------------------- clients

@@ -22,7 +22,7 @@ import anthropic
 import openai
 import pytest
 
-from tests.e2e.clients import chat_turn
+from tests.e2e.clients import claude_code_loop, cursor_loop, read_and_list
 from tests.e2e.harness import (
     JSONReply,
     Proxy,
@@ -274,53 +274,21 @@ CURSOR_TOOLS: list[Any] = [
 ]
 
 
-def run_tool(name: str, args: dict[str, Any]) -> str:
-    if name == "Read":
-        return {"a.txt": "A", "b.txt": "B"}[args["path"]]
-    assert name == "List" and args == {"pattern": "*.txt"}
-    return "a.txt\nb.txt"
+CLAUDE_TOOLS: list[Any] = [
+    {"name": "Read", "description": "Read a file", "input_schema": READ_SCHEMA},
+    {"name": "List", "description": "List files", "input_schema": LIST_SCHEMA},
+]
+RUN_TOOL = read_and_list({"a.txt": "A", "b.txt": "B"})
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 def test_cursor_tool_loop_on_gemini(gemini_proxy: tuple[Proxy, Gemini], stream: bool) -> None:
     proxy, gemini = gemini_proxy
-    client = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key=KEY, max_retries=0, timeout=15)
-    messages: list[Any] = [
-        {"role": "system", "content": "You are Cursor's agent."},
-        {"role": "user", "content": "What do the text files say?"},
-    ]
-    calls_per_turn = []
-    text = ""
-    for _ in range(3):
-        content, finish, got = chat_turn(
-            client, stream, model=MODEL, messages=messages, tools=CURSOR_TOOLS
-        )
-        calls_per_turn.append([c["name"] for c in got])
-        if not got:
-            assert finish == "stop"
-            text = content
-            break
-        assert finish == "tool_calls"
-        assert len({c["id"] for c in got}) == len(got)  # ids unique within the answer
-        messages.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": c["id"],
-                        "type": "function",
-                        "function": {k: c[k] for k in ("name", "arguments")},
-                    }
-                    for c in got
-                ],
-            }
-        )
-        for c in got:
-            result = run_tool(c["name"], json.loads(c["arguments"]))
-            messages.append({"role": "tool", "tool_call_id": c["id"], "content": result})
-    assert calls_per_turn == [["Read", "Read"], ["List"], []]
-    assert text == "a says A, b says B; two text files."
+    loop = cursor_loop(
+        proxy.base_url, stream, key=KEY, model=MODEL, tools=CURSOR_TOOLS, run_tool=RUN_TOOL
+    )
+    assert loop.calls == [["Read", "Read"], ["List"], []]
+    assert loop.text == "a says A, b says B; two text files."
     assert len(gemini.bodies) == 3
     last = gemini.bodies[-1]
     assert last["systemInstruction"]["parts"][0]["text"] == "You are Cursor's agent."
@@ -332,57 +300,22 @@ def test_cursor_tool_loop_on_gemini(gemini_proxy: tuple[Proxy, Gemini], stream: 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 def test_claude_code_tool_loop_on_gemini(gemini_proxy: tuple[Proxy, Gemini], stream: bool) -> None:
     proxy, gemini = gemini_proxy
-    client = anthropic.Anthropic(base_url=proxy.base_url, api_key=KEY, max_retries=0, timeout=15)
-    tools: Any = [
-        {"name": "Read", "description": "Read a file", "input_schema": READ_SCHEMA},
-        {"name": "List", "description": "List files", "input_schema": LIST_SCHEMA},
-    ]
-    messages: list[Any] = [{"role": "user", "content": "What do the text files say?"}]
-    calls_per_turn = []
-    final: anthropic.types.Message | None = None
-    for _ in range(3):
-        params: dict[str, Any] = {
-            "model": MODEL,
-            "max_tokens": 2048,
-            "system": "You are Claude Code.",
-            "tools": tools,
-            "messages": messages,
-            "thinking": {"type": "enabled", "budget_tokens": 1024},
-        }
-        if stream:
-            with client.messages.stream(**params) as s:
-                message = s.get_final_message()
-        else:
-            message = client.messages.create(**params)
-        uses = [b for b in message.content if b.type == "tool_use"]
-        calls_per_turn.append([u.name for u in uses])
-        if not uses:
-            assert message.stop_reason == "end_turn"
-            final = message
-            break
-        assert message.stop_reason == "tool_use"
-        assert message.usage.input_tokens > 0
-        messages.append({"role": "assistant", "content": [b.model_dump() for b in message.content]})
-        messages.append(
-            {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": u.id,
-                        "content": run_tool(u.name, cast(dict[str, Any], u.input)),
-                    }
-                    for u in uses
-                ],
-            }
-        )
-    assert calls_per_turn == [["Read", "Read"], ["List"], []]
-    assert final is not None
-    text = "".join(b.text for b in final.content if b.type == "text")
-    assert text == "a says A, b says B; two text files."
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    loop = claude_code_loop(
+        proxy.base_url,
+        stream,
+        key=KEY,
+        model=MODEL,
+        tools=CLAUDE_TOOLS,
+        run_tool=RUN_TOOL,
+        thinking=thinking,
+    )
+    assert loop.calls == [["Read", "Read"], ["List"], []]
+    assert all(m.usage.input_tokens > 0 for m in loop.answers[:-1])  # the turns that call
+    assert loop.text == "a says A, b says B; two text files."
     first = gemini.bodies[0]
-    thinking = first["generationConfig"]["thinkingConfig"]
-    assert thinking["includeThoughts"] is True and thinking["thinkingBudget"] == 1024
+    config = first["generationConfig"]["thinkingConfig"]
+    assert config["includeThoughts"] is True and config["thinkingBudget"] == 1024
     assert first["systemInstruction"]["parts"][0]["text"] == "You are Claude Code."
 
 

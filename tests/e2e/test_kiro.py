@@ -29,7 +29,7 @@ import openai
 import pytest
 
 from tests import eventstream_frames as ef
-from tests.e2e.clients import chat_turn
+from tests.e2e.clients import QUESTION, claude_code_loop, cursor_loop, read_and_list
 from tests.e2e.harness import (
     JSONReply,
     Proxy,
@@ -208,61 +208,21 @@ CURSOR_TOOLS: list[Any] = [
 ]
 
 
-def run_tool(name: str, args: dict[str, Any]) -> str:
-    if name == "Read":
-        return {"a.txt": "A", "b.txt": "B", "empty.txt": ""}[args["path"]]
-    assert name == "List" and args == {"pattern": "*.txt"}
-    return "a.txt\nb.txt"
-
-
-def cursor_loop(proxy: Proxy, stream: bool) -> tuple[list[list[str]], str]:
-    return cursor_loop_with(proxy, stream, CURSOR_TOOLS)
-
-
-def cursor_loop_with(proxy: Proxy, stream: bool, tools: Any) -> tuple[list[list[str]], str]:
-    """Cursor's loop on the openai SDK, up to 3 turns: calls per turn, the final text."""
-    client = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key=KEY, max_retries=0, timeout=15)
-    messages: list[Any] = [
-        {"role": "system", "content": "You are Cursor's agent."},
-        {"role": "user", "content": "What do the text files say?"},
-    ]
-    calls_per_turn: list[list[str]] = []
-    for _ in range(3):
-        content, finish, got = chat_turn(
-            client, stream, model=MODEL, messages=messages, tools=tools
-        )
-        calls_per_turn.append([c["name"] for c in got])
-        if not got:
-            assert finish == "stop"
-            return calls_per_turn, content
-        assert finish == "tool_calls"
-        assert len({c["id"] for c in got}) == len(got)
-        messages.append(
-            {
-                "role": "assistant",
-                "content": content or None,
-                "tool_calls": [
-                    {
-                        "id": c["id"],
-                        "type": "function",
-                        "function": {"name": c["name"], "arguments": c["arguments"]},
-                    }
-                    for c in got
-                ],
-            }
-        )
-        for c in got:
-            result = run_tool(c["name"], json.loads(c["arguments"]))
-            messages.append({"role": "tool", "tool_call_id": c["id"], "content": result})
-    raise AssertionError(f"no final answer after 3 turns: {calls_per_turn}")
+CLAUDE_TOOLS: list[Any] = [
+    {"name": "Read", "description": "Read a file", "input_schema": READ_SCHEMA},
+    {"name": "List", "description": "List files", "input_schema": LIST_SCHEMA},
+]
+RUN_TOOL = read_and_list({"a.txt": "A", "b.txt": "B", "empty.txt": ""})
+AGENT: dict[str, Any] = {"key": KEY, "model": MODEL, "run_tool": RUN_TOOL}
+"""What every loop here runs with besides its tools."""
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 def test_cursor_tool_loop_on_kiro(kiro_proxy: tuple[Proxy, Kiro], stream: bool) -> None:
     proxy, kiro = kiro_proxy
-    calls, text = cursor_loop(proxy, stream)
-    assert calls == [["Read", "Read"], ["List"], []]
-    assert text == FINAL
+    loop = cursor_loop(proxy.base_url, stream, tools=CURSOR_TOOLS, **AGENT)
+    assert loop.calls == [["Read", "Read"], ["List"], []]
+    assert loop.text == FINAL
     assert len(kiro.bodies) == 3
     state = kiro.bodies[-1]["conversationState"]
     history = state["history"]
@@ -283,57 +243,15 @@ def test_cursor_tool_loop_on_kiro(kiro_proxy: tuple[Proxy, Kiro], stream: bool) 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 def test_claude_code_tool_loop_on_kiro(kiro_proxy: tuple[Proxy, Kiro], stream: bool) -> None:
     proxy, kiro = kiro_proxy
-    client = anthropic.Anthropic(base_url=proxy.base_url, api_key=KEY, max_retries=0, timeout=15)
-    tools: Any = [
-        {"name": "Read", "description": "Read a file", "input_schema": READ_SCHEMA},
-        {"name": "List", "description": "List files", "input_schema": LIST_SCHEMA},
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    loop = claude_code_loop(proxy.base_url, stream, tools=CLAUDE_TOOLS, thinking=thinking, **AGENT)
+    assert loop.calls == [["Read", "Read"], ["List"], []]
+    assert all(m.usage.input_tokens > 0 for m in loop.answers[:-1])  # the turns that call
+    assert loop.text == FINAL
+    thinking_blocks = [b for b in loop.first.content if b.type == "thinking"]
+    assert [(b.thinking, b.signature) for b in thinking_blocks] == [
+        ("Two files to read.", "kiro-sig-1")
     ]
-    messages: list[Any] = [{"role": "user", "content": "What do the text files say?"}]
-    calls_per_turn = []
-    final: anthropic.types.Message | None = None
-    first: anthropic.types.Message | None = None
-    for _ in range(3):
-        params: dict[str, Any] = {
-            "model": MODEL,
-            "max_tokens": 2048,
-            "system": "You are Claude Code.",
-            "tools": tools,
-            "messages": messages,
-            "thinking": {"type": "enabled", "budget_tokens": 1024},
-        }
-        if stream:
-            with client.messages.stream(**params) as s:
-                message = s.get_final_message()
-        else:
-            message = client.messages.create(**params)
-        first = first or message
-        uses = [b for b in message.content if b.type == "tool_use"]
-        calls_per_turn.append([u.name for u in uses])
-        if not uses:
-            assert message.stop_reason == "end_turn"
-            final = message
-            break
-        assert message.stop_reason == "tool_use"
-        assert message.usage.input_tokens > 0
-        messages.append({"role": "assistant", "content": [b.model_dump() for b in message.content]})
-        messages.append(
-            {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": u.id,
-                        "content": run_tool(u.name, cast(dict[str, Any], u.input)),
-                    }
-                    for u in uses
-                ],
-            }
-        )
-    assert calls_per_turn == [["Read", "Read"], ["List"], []]
-    assert final is not None and first is not None
-    assert "".join(b.text for b in final.content if b.type == "text") == FINAL
-    thinking = [b for b in first.content if b.type == "thinking"]
-    assert [(b.thinking, b.signature) for b in thinking] == [("Two files to read.", "kiro-sig-1")]
     body = kiro.bodies[0]["conversationState"]
     assert body["history"][0]["userInputMessage"]["content"].startswith("You are Claude Code.")
     # Claude Code's thinking switch is Kiro's thinking prompt (Kiro has no switch).
@@ -374,55 +292,13 @@ def test_a_token_file_is_read_and_refreshed(
     upstream.script = script
     extra = f'token_file = "{token}"\nrefresh_url = "{upstream.base_url}/refreshToken"'
     proxy = start_proxy(bridge_routes=str(routes_file(tmp_path, extra)))
-    calls, text = cursor_loop(proxy, stream=True)
-    assert calls == [["Read", "Read"], ["List"], []] and text == FINAL
+    loop = cursor_loop(proxy.base_url, True, tools=CURSOR_TOOLS, **AGENT)
+    assert loop.calls == [["Read", "Read"], ["List"], []] and loop.text == FINAL
     assert script.refreshes == [{"refreshToken": "aor-e2e"}]  # once, then the file is fresh
     assert json.loads(token.read_text())["accessToken"] == NEW_TOKEN
     log = proxy.log_text()
     for secret in (FILE_TOKEN, NEW_TOKEN, "aor-e2e", KEY):
         assert secret not in log
-
-
-def claude_loop(
-    proxy: Proxy, stream: bool, tools: Any, **extra: Any
-) -> tuple[list[list[str]], anthropic.types.Message]:
-    """Claude Code's loop on the anthropic SDK, up to 3 turns: calls per turn, last answer."""
-    client = anthropic.Anthropic(base_url=proxy.base_url, api_key=KEY, max_retries=0, timeout=15)
-    messages: list[Any] = [{"role": "user", "content": "What do the text files say?"}]
-    calls_per_turn: list[list[str]] = []
-    for _ in range(3):
-        params: dict[str, Any] = {
-            "model": MODEL,
-            "max_tokens": 2048,
-            "system": "You are Claude Code.",
-            "tools": tools,
-            "messages": messages,
-            **extra,
-        }
-        if stream:
-            with client.messages.stream(**params) as s:
-                message = s.get_final_message()
-        else:
-            message = client.messages.create(**params)
-        uses = [b for b in message.content if b.type == "tool_use"]
-        calls_per_turn.append([u.name for u in uses])
-        if not uses:
-            return calls_per_turn, message
-        messages.append({"role": "assistant", "content": [b.model_dump() for b in message.content]})
-        messages.append(
-            {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": u.id,
-                        "content": run_tool(u.name, cast(dict[str, Any], u.input)),
-                    }
-                    for u in uses
-                ],
-            }
-        )
-    raise AssertionError(f"no final answer after 3 turns: {calls_per_turn}")
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
@@ -441,19 +317,14 @@ def test_a_loop_of_calls_only_passes_what_kiro_refuses(
     proxy = start_proxy(bridge_routes=str(routes_file(tmp_path)))
     if client == "cursor":
         bare_list = {"type": "function", "function": {"name": "List", "parameters": {}}}
-        tools: Any = [CURSOR_TOOLS[0], bare_list]
-        calls, text = cursor_loop_with(proxy, stream, tools)
+        loop = cursor_loop(proxy.base_url, stream, tools=[CURSOR_TOOLS[0], bare_list], **AGENT)
     else:
-        tools = [
-            {"name": "Read", "description": "Read a file", "input_schema": READ_SCHEMA},
-            {"name": "List", "description": "", "input_schema": {"type": "object"}},
-        ]
-        calls, message = claude_loop(proxy, stream, tools)
-        assert message.stop_reason == "end_turn"
-        text = "".join(b.text for b in message.content if b.type == "text")
+        bare = {"name": "List", "description": "", "input_schema": {"type": "object"}}
+        loop = claude_code_loop(proxy.base_url, stream, tools=[CLAUDE_TOOLS[0], bare], **AGENT)
+        assert loop.last.stop_reason == "end_turn"
     assert kiro.refusals == []
-    assert calls == [["Read", "Read"], ["List"], []]
-    assert text == FINAL
+    assert loop.calls == [["Read", "Read"], ["List"], []]
+    assert loop.text == FINAL
     history = kiro.bodies[-1]["conversationState"]["history"]
     # [system, ack, question, calls, results, call, results(current) …]
     assert history[3]["assistantResponseMessage"]["content"] == ""
@@ -584,7 +455,7 @@ def test_answers_name_the_asked_model_and_the_time(
     the current time (never ``""`` / ``0``), streamed and whole, OpenAI and Anthropic."""
     proxy, _ = kiro_proxy
     cursor = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key=KEY, max_retries=0, timeout=15)
-    messages: Any = [{"role": "user", "content": "What do the text files say?"}]
+    messages: Any = [{"role": "user", "content": QUESTION}]
     now = time.time()
     if stream:
         chunks = list(
@@ -599,15 +470,11 @@ def test_answers_name_the_asked_model_and_the_time(
         done = cursor.chat.completions.create(model=MODEL, messages=messages, tools=CURSOR_TOOLS)
         assert done.model == MODEL and abs(done.created - now) < 10
     claude = anthropic.Anthropic(base_url=proxy.base_url, api_key=KEY, max_retries=0, timeout=15)
-    tools: Any = [
-        {"name": "Read", "description": "Read a file", "input_schema": READ_SCHEMA},
-        {"name": "List", "description": "List files", "input_schema": LIST_SCHEMA},
-    ]
     params: dict[str, Any] = {
         "model": MODEL,
         "max_tokens": 100,
         "messages": messages,
-        "tools": tools,
+        "tools": CLAUDE_TOOLS,
     }
     if stream:
         events = list(claude.messages.create(stream=True, **params))

@@ -25,12 +25,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import openai
 import pytest
 from mitmproxy import io as mitmio
 
-from tests.e2e.clients import chat_turn
+from tests.e2e import clients
+from tests.e2e.clients import BaseURL, assistant_calls, chat_turn, read_and_list
 from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream, SSEReply
 
 MODEL_GEMINI = "gemini-3-pro-preview"
@@ -64,10 +64,7 @@ TURNS: list[tuple[str, list[tuple[str, dict[str, Any]]], str]] = [
 ]
 
 
-def run_tool(name: str, args: dict[str, Any]) -> str:
-    if name == "Read":
-        return {"a.txt": "A", "b.txt": "B"}[args["path"]]
-    return "a.txt\nb.txt"
+RUN_TOOL = read_and_list({"a.txt": "A", "b.txt": "B"})
 
 
 def error(status: int, body: dict[str, Any]) -> JSONReply:
@@ -349,93 +346,49 @@ def chat_answer(turn: int, stream: bool, reasoning: bool) -> JSONReply | SSERepl
 # --------------------------------------------------------------------------- clients
 
 
-def cursor_loop(base_url: Callable[[], str], model: str, stream: bool, **extra: Any) -> str:
-    """A Cursor-shaped loop: the history keeps only ids, names and arguments."""
-    messages: list[Any] = [{"role": "user", "content": "What do the text files say?"}]
+CALLS = [[name for name, _ in calls] for _, calls, _ in TURNS]
+"""The tools each answer of the loop calls."""
+
+
+def cursor_loop(base_url: BaseURL, model: str, stream: bool, **extra: Any) -> str:
+    """A Cursor-shaped loop whose history keeps only ids, names and arguments: its last
+    answer's text, once each answer called what ``TURNS`` says."""
     tools = [
         {"type": "function", "function": {"name": "Read", "parameters": READ}},
         {"type": "function", "function": {"name": "List", "parameters": LIST}},
     ]
-    for turn in range(3):
-        client = openai.OpenAI(base_url=f"{base_url()}/v1", api_key=KEY, max_retries=0, timeout=15)
-        content, _, calls = chat_turn(
-            client, stream, model=model, messages=messages, tools=tools, **extra
-        )
-        assert [c["name"] for c in calls] == [n for n, _ in TURNS[turn][1]], (turn, content)
-        if not calls:
-            return content
-        messages.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": c["id"],
-                        "type": "function",
-                        "function": {"name": c["name"], "arguments": c["arguments"]},
-                    }
-                    for c in calls
-                ],
-            }
-        )
-        for c in calls:
-            messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": c["id"],
-                    "content": run_tool(c["name"], json.loads(c["arguments"])),
-                }
-            )
-    raise AssertionError("the loop did not end")
+    loop = clients.cursor_loop(
+        base_url,
+        stream,
+        key=KEY,
+        model=model,
+        tools=tools,
+        run_tool=RUN_TOOL,
+        system=None,
+        history="calls",
+        **extra,
+    )
+    assert loop.calls == CALLS, loop.calls
+    return loop.text
 
 
-def claude_code_loop(base_url: Callable[[], str], model: str, stream: bool) -> str:
-    """A Claude Code-shaped loop with thinking on, whose history drops the thinking blocks."""
-    messages: list[Any] = [{"role": "user", "content": "What do the text files say?"}]
-    tools: Any = [
-        {"name": "Read", "input_schema": READ},
-        {"name": "List", "input_schema": LIST},
-    ]
-    params: dict[str, Any] = {
-        "model": model,
-        "max_tokens": 4096,
-        "messages": messages,
-        "tools": tools,
-        "thinking": {"type": "enabled", "budget_tokens": 1024},
-    }
-    for turn in range(3):
-        client = anthropic.Anthropic(base_url=base_url(), api_key=KEY, max_retries=0, timeout=15)
-        if stream:
-            with client.messages.stream(**params) as s:
-                message = s.get_final_message()
-        else:
-            message = client.messages.create(**params)
-        uses = [b for b in message.content if b.type == "tool_use"]
-        assert [u.name for u in uses] == [n for n, _ in TURNS[turn][1]], (turn, message)
-        if not uses:
-            return "".join(b.text for b in message.content if b.type == "text")
-        messages.append(
-            {
-                "role": "assistant",
-                "content": [
-                    {"type": "tool_use", "id": u.id, "name": u.name, "input": u.input} for u in uses
-                ],
-            }
-        )
-        messages.append(
-            {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": u.id,
-                        "content": run_tool(u.name, dict(u.input)),
-                    }  # type: ignore[arg-type]
-                    for u in uses
-                ],
-            }
-        )
-    raise AssertionError("the loop did not end")
+def claude_code_loop(base_url: BaseURL, model: str, stream: bool) -> str:
+    """A Claude Code-shaped loop with thinking on, whose history drops the thinking blocks:
+    its last answer's text, once each answer called what ``TURNS`` says."""
+    loop = clients.claude_code_loop(
+        base_url,
+        stream,
+        key=KEY,
+        model=model,
+        tools=[{"name": "Read", "input_schema": READ}, {"name": "List", "input_schema": LIST}],
+        run_tool=RUN_TOOL,
+        system=None,
+        max_tokens=4096,
+        history="calls",
+        thinking={"type": "enabled", "budget_tokens": 1024},
+    )
+    assert loop.calls == CALLS, loop.calls
+    return loop.text
 
 
 # --------------------------------------------------------------------------- the loops
@@ -611,17 +564,7 @@ def _staged_turn(p: Proxy, script: Staged, accept: int, stream: bool) -> None:
     client = openai.OpenAI(base_url=f"{p.base_url}/v1", api_key=KEY, max_retries=0, timeout=15)
     messages: list[Any] = [
         {"role": "user", "content": "What does a.txt say?"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_x",
-                    "type": "function",
-                    "function": {"name": "Read", "arguments": '{"path": "a.txt"}'},
-                }
-            ],
-        },
+        assistant_calls([{"id": "call_x", "name": "Read", "arguments": '{"path": "a.txt"}'}]),
         {"role": "tool", "tool_call_id": "call_x", "content": "A"},
     ]
     tools = [{"type": "function", "function": {"name": "Read", "parameters": READ}}]

@@ -27,6 +27,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.e2e.clients import QUESTION
 from tests.e2e.harness import Proxy, ScriptedUpstream
 from tests.e2e.test_reasoning_store import (
     CASES,
@@ -196,7 +197,7 @@ def cursor_loop_first_turn(worker: Proxy, model: str) -> None:
     client = openai.OpenAI(base_url=f"{worker.base_url}/v1", api_key=KEY, max_retries=0, timeout=15)
     done = client.chat.completions.create(
         model=model,
-        messages=[{"role": "user", "content": "What do the text files say?"}],
+        messages=[{"role": "user", "content": QUESTION}],
         tools=[
             {"type": "function", "function": {"name": "Read", "parameters": {"type": "object"}}}
         ],

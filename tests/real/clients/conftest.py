@@ -1,4 +1,5 @@
-"""Fixtures for the real client programs: ``program(name)`` skips with its reason if missing.
+"""Fixtures for the real client programs: ``program(name)`` skips with its reason if missing;
+``through_bridge(agent, loop, paths)`` runs one through a bridge and checks the loop.
 
 A failing test's report carries the client's command line and output, and the mitmdump log.
 """
@@ -6,12 +7,22 @@ A failing test's report carries the client's command line and output, and the mi
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
-from tests.real.clients.programs import Program, Unavailable, locate
+from tests.real.clients.loop import ToolLoop
+from tests.real.clients.programs import (
+    Agent,
+    Bridge,
+    Finished,
+    Program,
+    ThroughBridge,
+    Unavailable,
+    check_loop,
+    locate,
+)
 
 
 @pytest.fixture(scope="session")
@@ -40,3 +51,19 @@ def project(tmp_path: Path, token: str) -> Path:
     (root / "notes.txt").write_text(f"The secret token is {token}.\n")
     (tmp_path / "home").mkdir()
     return root
+
+
+@pytest.fixture
+def through_bridge(program: Callable[[str], Program], project: Path) -> ThroughBridge:
+    """``through_bridge(agent, loop, paths=())``: the agent's program (or a skip saying why not),
+    asked to read ``paths`` in ``project``, run through a bridge before the scripted ``loop``;
+    then ``check_loop`` on what it printed as its answer. Returns how it finished."""
+
+    def run(agent: Agent, loop: ToolLoop, paths: Sequence[Path] = ()) -> Finished:
+        found = program(agent.program)
+        with Bridge(agent.dialect, loop, project.parent) as bridge:
+            done = agent.run(found, bridge, project, agent.prompt(paths))
+        check_loop(done, bridge, agent.answer(done), agent.key)
+        return done
+
+    return run

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -260,3 +260,33 @@ def check_loop(done: Finished, bridge: Bridge, answer: str, key: str) -> None:
         assert token in answer, context
     assert key not in log
     assert "Traceback" not in log, context
+
+
+# --------------------------------------------------------------------------- the clients
+
+
+def read_prompt(paths: Sequence[Path]) -> str:
+    """The task most clients get: read those files and say their tokens."""
+    return f"Read {' and '.join(str(p) for p in paths)} and tell me the tokens."
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A real client program as its tests drive it (the ``through_bridge`` fixture)."""
+
+    program: str
+    """Its name for ``scripts/clients.py`` (``locate``)."""
+    dialect: str
+    """The client dialect it speaks to the bridge (the route's ``client``)."""
+    key: str
+    """The API key it is given: never in the bridge's log."""
+    run: Callable[[Program, Bridge, Path, str], Finished]
+    """Runs it headless in the project folder with a prompt, against the bridge."""
+    answer: Callable[[Finished], str]
+    """Its final text, from its output."""
+    prompt: Callable[[Sequence[Path]], str] = read_prompt
+    """Its task, given the files the loop's calls read."""
+
+
+ThroughBridge = Callable[..., Finished]
+"""The ``through_bridge`` fixture: ``(agent, loop, paths=()) → how the program finished``."""

@@ -14,7 +14,7 @@ upstreams (``wrapped``) in 3 turns (two parallel calls, one call, the text).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -22,11 +22,12 @@ import pytest
 from tests.e2e.harness import JSONReply, Reply, SSEReply, sse_from_payloads
 from tests.real.clients.loop import UPSTREAMS, Call, ToolLoop, gemini_chunk
 from tests.real.clients.programs import (
+    Agent,
     Bridge,
     Finished,
     Program,
+    ThroughBridge,
     base_env,
-    check_loop,
     notes,
     rounds_of,
     run,
@@ -82,61 +83,54 @@ def read(n: int, path: Path) -> Call:
     return Call("Read", {"file_path": str(path)}, id=f"call_real_read_{n}")
 
 
-def loop_through(
-    program: Program, project: Path, loop: ToolLoop, paths: list[Path]
-) -> tuple[Finished, Bridge]:
-    names = " and ".join(str(p) for p in paths)
-    with Bridge("anthropic", loop, project.parent) as bridge:
-        done = claude(program, bridge, project, f"Read {names} and tell me the tokens.")
-    check_loop(done, bridge, final_result(done), KEY)
-    return done, bridge
+CLAUDE_CODE = Agent("claude-code", "anthropic", KEY, claude, final_result)
 
 
 @pytest.mark.parametrize("upstream", UPSTREAMS)
 def test_claude_code_reads_a_file_through_the_bridge(
-    program: Callable[[str], Program], project: Path, token: str, upstream: str
+    through_bridge: ThroughBridge, project: Path, token: str, upstream: str
 ) -> None:
     target = project / "notes.txt"
     loop = ToolLoop(upstream, [[(read(1, target), token)]])
-    loop_through(program("claude-code"), project, loop, [target])
+    through_bridge(CLAUDE_CODE, loop, [target])
 
 
 @pytest.mark.parametrize("upstream", ["anthropic", "gemini"])
 def test_claude_code_reads_two_files_in_parallel(
-    program: Callable[[str], Program], project: Path, upstream: str
+    through_bridge: ThroughBridge, project: Path, upstream: str
 ) -> None:
     files = notes(project, 2)
     loop = ToolLoop(upstream, rounds_of(files, read, 2))
-    loop_through(program("claude-code"), project, loop, [p for p, _ in files])
+    through_bridge(CLAUDE_CODE, loop, [p for p, _ in files])
 
 
 @pytest.mark.parametrize("upstream", ["openai_chat", "openai_responses", "gemini_code_assist"])
 def test_claude_code_streams_what_the_upstream_answers_whole(
-    program: Callable[[str], Program], project: Path, token: str, upstream: str
+    through_bridge: ThroughBridge, project: Path, token: str, upstream: str
 ) -> None:
     target = project / "notes.txt"
     loop = loop_for(upstream, [[(read(1, target), token)]], whole=True)
-    loop_through(program("claude-code"), project, loop, [target])
+    through_bridge(CLAUDE_CODE, loop, [target])
     asked = [t.stream for t in loop.turns if t.kind in ("call", "final")]
     assert asked and all(asked), f"Claude Code asked for a stream: {asked}"
 
 
 @pytest.mark.parametrize("upstream", sorted(WRAPPED))
 def test_claude_code_runs_three_turns_through_the_bridge(
-    program: Callable[[str], Program], project: Path, upstream: str
+    through_bridge: ThroughBridge, project: Path, upstream: str
 ) -> None:
     files = notes(project, 3)
     loop = WRAPPED[upstream](upstream, rounds_of(files, read, 2, 1))
-    loop_through(program("claude-code"), project, loop, [p for p, _ in files])
+    through_bridge(CLAUDE_CODE, loop, [p for p, _ in files])
 
 
 @pytest.mark.parametrize("upstream", ["anthropic", "gemini_code_assist"])
 def test_claude_code_asks_without_streaming_when_its_stream_breaks(
-    program: Callable[[str], Program], project: Path, token: str, upstream: str
+    through_bridge: ThroughBridge, project: Path, token: str, upstream: str
 ) -> None:
     target = project / "notes.txt"
     loop = loop_for(upstream, [[(read(1, target), token)]], cut_streams=True)
-    loop_through(program("claude-code"), project, loop, [target])
+    through_bridge(CLAUDE_CODE, loop, [target])
     assert loop.of("cut"), "Claude Code never asked for a stream"
     asked = [t.stream for t in loop.turns if t.kind in ("call", "final")]
     assert asked == [False, False], f"Claude Code's fallback asked for a stream: {asked}"
@@ -154,9 +148,9 @@ class SameResponseId(ToolLoop):
 
 
 def test_claude_code_runs_three_turns_over_a_gemini_server_that_repeats_its_answer_id(
-    program: Callable[[str], Program], project: Path
+    through_bridge: ThroughBridge, project: Path
 ) -> None:
     files = notes(project, 3)
     loop = SameResponseId("gemini", rounds_of(files, read, 2, 1))
-    loop_through(program("claude-code"), project, loop, [p for p, _ in files])
+    through_bridge(CLAUDE_CODE, loop, [p for p, _ in files])
     assert [t.round for t in loop.turns if t.kind == "call"] == [0, 1]

@@ -21,11 +21,12 @@ import pytest
 
 from tests.real.clients.loop import UPSTREAMS, Call, ToolLoop
 from tests.real.clients.programs import (
+    Agent,
     Bridge,
     Finished,
     Program,
+    ThroughBridge,
     base_env,
-    check_loop,
     notes,
     rounds_of,
     run,
@@ -85,34 +86,38 @@ def cat(project: Path) -> Callable[[int, Path], Call]:
     return call
 
 
-def loop_through(program: Program, project: Path, loop: ToolLoop) -> None:
-    with Bridge("openai_responses", loop, project.parent) as bridge:
-        done = codex(program, bridge, project, "Show me the tokens written in the notes files.")
-    check_loop(done, bridge, "\n".join(agent_messages(done)[-1:]), KEY)
+CODEX = Agent(
+    "codex",
+    "openai_responses",
+    KEY,
+    codex,
+    lambda done: "\n".join(agent_messages(done)[-1:]),
+    prompt=lambda paths: "Show me the tokens written in the notes files.",
+)
 
 
 @pytest.mark.parametrize("upstream", UPSTREAMS)
 def test_codex_runs_cat_through_the_bridge(
-    program: Callable[[str], Program], project: Path, token: str, upstream: str
+    through_bridge: ThroughBridge, project: Path, token: str, upstream: str
 ) -> None:
     loop = ToolLoop(upstream, [[(cat(project)(1, project / "notes.txt"), token)]])
-    loop_through(program("codex"), project, loop)
+    through_bridge(CODEX, loop)
 
 
 @pytest.mark.parametrize("upstream", ["openai_responses", "openai_chat"])
 def test_codex_runs_two_cats_in_parallel(
-    program: Callable[[str], Program], project: Path, upstream: str
+    through_bridge: ThroughBridge, project: Path, upstream: str
 ) -> None:
     loop = ToolLoop(upstream, rounds_of(notes(project, 2), cat(project), 2))
-    loop_through(program("codex"), project, loop)
+    through_bridge(CODEX, loop)
 
 
 @pytest.mark.parametrize("upstream", ["anthropic", "gemini"])
 def test_codex_streams_what_the_upstream_answers_whole(
-    program: Callable[[str], Program], project: Path, token: str, upstream: str
+    through_bridge: ThroughBridge, project: Path, token: str, upstream: str
 ) -> None:
     loop = loop_for(upstream, [[(cat(project)(1, project / "notes.txt"), token)]], whole=True)
-    loop_through(program("codex"), project, loop)
+    through_bridge(CODEX, loop)
     # Its limit: every request it sends asks for a stream (it has no whole mode).
     asked = [t.stream for t in loop.turns if t.rec.method == "POST"]
     assert asked and all(asked), f"Codex asked for a stream every time: {asked}"
@@ -120,7 +125,7 @@ def test_codex_streams_what_the_upstream_answers_whole(
 
 @pytest.mark.parametrize("upstream", sorted(WRAPPED))
 def test_codex_runs_three_turns_through_the_bridge(
-    program: Callable[[str], Program], project: Path, upstream: str
+    through_bridge: ThroughBridge, project: Path, upstream: str
 ) -> None:
     loop = WRAPPED[upstream](upstream, rounds_of(notes(project, 3), cat(project), 2, 1))
-    loop_through(program("codex"), project, loop)
+    through_bridge(CODEX, loop)

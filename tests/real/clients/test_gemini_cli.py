@@ -13,18 +13,18 @@ calls, one call, the text).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.real.clients.loop import UPSTREAMS, Call, ToolLoop
 from tests.real.clients.programs import (
+    Agent,
     Bridge,
     Finished,
     Program,
+    ThroughBridge,
     base_env,
-    check_loop,
     notes,
     rounds_of,
     run,
@@ -81,38 +81,34 @@ def read(n: int, path: Path) -> Call:
     return Call("read_file", {"file_path": str(path)}, id=f"call_real_read_{n}")
 
 
-def loop_through(program: Program, project: Path, loop: ToolLoop, paths: list[Path]) -> None:
-    names = " and ".join(str(p) for p in paths)
-    with Bridge("gemini", loop, project.parent) as bridge:
-        done = gemini(program, bridge, project, f"Read {names} and tell me the tokens.")
-    check_loop(done, bridge, assistant_text(done), KEY)
+GEMINI_CLI = Agent("gemini-cli", "gemini", KEY, gemini, assistant_text)
 
 
 @pytest.mark.parametrize("upstream", UPSTREAMS)
 def test_gemini_cli_reads_a_file_through_the_bridge(
-    program: Callable[[str], Program], project: Path, token: str, upstream: str
+    through_bridge: ThroughBridge, project: Path, token: str, upstream: str
 ) -> None:
     target = project / "notes.txt"
     loop = ToolLoop(upstream, [[(read(1, target), token)]])
-    loop_through(program("gemini-cli"), project, loop, [target])
+    through_bridge(GEMINI_CLI, loop, [target])
 
 
 @pytest.mark.parametrize("upstream", ["gemini", "anthropic"])
 def test_gemini_cli_reads_two_files_in_parallel(
-    program: Callable[[str], Program], project: Path, upstream: str
+    through_bridge: ThroughBridge, project: Path, upstream: str
 ) -> None:
     files = notes(project, 2)
     loop = ToolLoop(upstream, rounds_of(files, read, 2))
-    loop_through(program("gemini-cli"), project, loop, [p for p, _ in files])
+    through_bridge(GEMINI_CLI, loop, [p for p, _ in files])
 
 
 @pytest.mark.parametrize("upstream", ["openai_chat", "gemini_code_assist"])
 def test_gemini_cli_streams_what_the_upstream_answers_whole(
-    program: Callable[[str], Program], project: Path, token: str, upstream: str
+    through_bridge: ThroughBridge, project: Path, token: str, upstream: str
 ) -> None:
     target = project / "notes.txt"
     loop = loop_for(upstream, [[(read(1, target), token)]], whole=True)
-    loop_through(program("gemini-cli"), project, loop, [target])
+    through_bridge(GEMINI_CLI, loop, [target])
     # Its limit: every request it sends asks for a stream (it has no whole mode).
     asked = [t.stream for t in loop.turns if t.rec.method == "POST"]
     assert asked and all(asked), f"Gemini CLI asked for a stream every time: {asked}"
@@ -120,8 +116,8 @@ def test_gemini_cli_streams_what_the_upstream_answers_whole(
 
 @pytest.mark.parametrize("upstream", sorted(WRAPPED))
 def test_gemini_cli_runs_three_turns_through_the_bridge(
-    program: Callable[[str], Program], project: Path, upstream: str
+    through_bridge: ThroughBridge, project: Path, upstream: str
 ) -> None:
     files = notes(project, 3)
     loop = WRAPPED[upstream](upstream, rounds_of(files, read, 2, 1))
-    loop_through(program("gemini-cli"), project, loop, [p for p, _ in files])
+    through_bridge(GEMINI_CLI, loop, [p for p, _ in files])

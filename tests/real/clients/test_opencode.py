@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -22,11 +22,12 @@ import pytest
 from tests.e2e.harness import Reply
 from tests.real.clients.loop import MODEL, UPSTREAMS, Call, ToolLoop
 from tests.real.clients.programs import (
+    Agent,
     Bridge,
     Finished,
     Program,
+    ThroughBridge,
     base_env,
-    check_loop,
     notes,
     rounds_of,
     run,
@@ -87,38 +88,34 @@ def read(n: int, path: Path) -> Call:
     return Call("read", {"filePath": str(path)}, id=f"call_real_read_{n}")
 
 
-def loop_through(program: Program, project: Path, loop: ToolLoop, paths: list[Path]) -> None:
-    names = " and ".join(str(p) for p in paths)
-    with Bridge("openai_chat", loop, project.parent) as bridge:
-        done = opencode(program, bridge, project, f"Read {names} and tell me the tokens.")
-    check_loop(done, bridge, "\n".join(texts(done)), KEY)
+OPENCODE = Agent("opencode", "openai_chat", KEY, opencode, lambda done: "\n".join(texts(done)))
 
 
 @pytest.mark.parametrize("upstream", UPSTREAMS)
 def test_opencode_reads_a_file_through_the_bridge(
-    program: Callable[[str], Program], project: Path, token: str, upstream: str
+    through_bridge: ThroughBridge, project: Path, token: str, upstream: str
 ) -> None:
     target = project / "notes.txt"
     loop = ToolLoop(upstream, [[(read(1, target), token)]])
-    loop_through(program("opencode"), project, loop, [target])
+    through_bridge(OPENCODE, loop, [target])
 
 
 @pytest.mark.parametrize("upstream", ["openai_chat", "openai_responses"])
 def test_opencode_reads_two_files_in_parallel(
-    program: Callable[[str], Program], project: Path, upstream: str
+    through_bridge: ThroughBridge, project: Path, upstream: str
 ) -> None:
     files = notes(project, 2)
     loop = ToolLoop(upstream, rounds_of(files, read, 2))
-    loop_through(program("opencode"), project, loop, [p for p, _ in files])
+    through_bridge(OPENCODE, loop, [p for p, _ in files])
 
 
 @pytest.mark.parametrize("upstream", ["gemini", "anthropic"])
 def test_opencode_streams_what_the_upstream_answers_whole(
-    program: Callable[[str], Program], project: Path, token: str, upstream: str
+    through_bridge: ThroughBridge, project: Path, token: str, upstream: str
 ) -> None:
     target = project / "notes.txt"
     loop = loop_for(upstream, [[(read(1, target), token)]], whole=True)
-    loop_through(program("opencode"), project, loop, [target])
+    through_bridge(OPENCODE, loop, [target])
     # Its limit: every request it sends asks for a stream (it has no whole mode).
     asked = [t.stream for t in loop.turns if t.rec.method == "POST"]
     assert asked and all(asked), f"OpenCode asked for a stream every time: {asked}"
@@ -126,11 +123,11 @@ def test_opencode_streams_what_the_upstream_answers_whole(
 
 @pytest.mark.parametrize("upstream", sorted(WRAPPED))
 def test_opencode_runs_three_turns_through_the_bridge(
-    program: Callable[[str], Program], project: Path, upstream: str
+    through_bridge: ThroughBridge, project: Path, upstream: str
 ) -> None:
     files = notes(project, 3)
     loop = WRAPPED[upstream](upstream, rounds_of(files, read, 2, 1))
-    loop_through(program("opencode"), project, loop, [p for p, _ in files])
+    through_bridge(OPENCODE, loop, [p for p, _ in files])
 
 
 class NumberedPerAnswer(ToolLoop):
@@ -150,8 +147,8 @@ class NumberedPerAnswer(ToolLoop):
 
 
 def test_opencode_runs_three_turns_over_a_server_that_numbers_calls_per_answer(
-    program: Callable[[str], Program], project: Path
+    through_bridge: ThroughBridge, project: Path
 ) -> None:
     files = notes(project, 3)
     loop = NumberedPerAnswer("openai_chat", rounds_of(files, read, 2, 1))
-    loop_through(program("opencode"), project, loop, [p for p, _ in files])
+    through_bridge(OPENCODE, loop, [p for p, _ in files])
