@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping, Sequence
 
 from mitmproxy import http
 
@@ -19,12 +20,14 @@ from addon.plan import (
     Reject,
     RequestView,
     Rewrite,
+    RouteCredentials,
     decide,
     internal_error,
     route_for,
     short,
 )
-from addon.redact import clean
+from addon.redact import Secrets, clean
+from addon.routes import Route
 from addon.shell.fallback import Fallbacks
 from addon.shell.headers import header_map, json_response
 from addon.shell.host_filter import outside_proxy_hosts
@@ -83,12 +86,7 @@ class RewriteRequest:
             if route.token_file is None:
                 creds = None  # read for the matched route, and this flow goes elsewhere
             env = environment()
-            route_key = creds.key if creds else env.get(route.key_env or "")
-            # A fallback's key (a pool's every key) is this flow's secret too: redacted
-            # wherever it is echoed.
-            routes = chain.chain if chain else (route,)
-            others = [env.get(n) for r in routes for n in r.key_names]
-            secrets = secret_values(incoming.headers, incoming.query, route_key, *others)
+            secrets = _secrets(incoming, env, creds, route, chain.chain if chain else (route,))
             flows.add_secrets(flow.id, secrets)  # before any line about this flow is written
             decision: Decision = decide(
                 settings,
@@ -196,3 +194,17 @@ class RewriteRequest:
         reason = short(d.reason)
         append_comment(flow, f"{label}: passed through: {reason}")
         set_meta(flow, {"route": d.route.name, "action": "passthrough", "reason": reason})
+
+
+def _secrets(
+    incoming: Incoming,
+    env: Mapping[str, str],
+    creds: RouteCredentials | None,
+    route: Route,
+    routes: Sequence[Route],
+) -> Secrets:
+    """What this flow's lines are redacted with: the client's credentials, the route's key (a
+    Kiro token's where it has one), and a fallback's or a pool's every key, wherever echoed."""
+    route_key = creds.key if creds else env.get(route.key_env or "")
+    others = [env.get(n) for r in routes for n in r.key_names]
+    return secret_values(incoming.headers, incoming.query, route_key, *others)
