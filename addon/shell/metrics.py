@@ -19,12 +19,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
-from wsgiref.simple_server import WSGIServer
 
 from mitmproxy import ctx, http
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from addon.config import METRICS_OPTIONS, ConfigError, MetricsAddress, parse_metrics_address
 from addon.metrics_labels import (
@@ -46,6 +42,8 @@ from addon.state import BridgeState
 from addon.usage_table import Price, genai_prices
 
 if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
     from addon.plan.fallback import Failure
 
 PREFIX = "cursor_bridge_"
@@ -57,9 +55,12 @@ MAX_PENDING = 10_000
 
 class BridgeMetrics:
     """The registry: every metric of docs/deploy.md#metrics (the flows' counts, the gauges of
-    the limits' work, the collector read at scrape time)."""
+    the limits' work, the collector read at scrape time). prometheus_client is imported here,
+    when ``bridge_metrics`` is first set: a proxy without metrics never loads it."""
 
-    def __init__(self, scraped: Collector | None = None) -> None:
+    def __init__(self, scraped: ScrapeTime | None = None) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -126,7 +127,7 @@ class BridgeMetrics:
             r.register(scraped)
 
 
-class ScrapeTime(Collector):
+class ScrapeTime:
     """What is read when Prometheus scrapes (on the server's thread): the key pools' states
     from the cooldowns store and the bridge's own counters (``bridge.stats``)."""
 
@@ -141,6 +142,9 @@ class ScrapeTime(Collector):
         return []  # read at each scrape only: nothing is collected at registration
 
     def collect(self) -> Iterator[Any]:
+        """A prometheus_client collector's ``collect``."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         counters = self._counters()
         for name, value in bridge_counters(counters):
             yield CounterMetricFamily(
@@ -188,7 +192,9 @@ class Metrics(OptionChecks):
     ) -> None:
         self._settings = settings
         self._flows = flows
-        self.metrics = BridgeMetrics(ScrapeTime(state, settings, cooldowns))
+        self._scraped = ScrapeTime(state, settings, cooldowns)
+        self.metrics: BridgeMetrics | None = None
+        """Made when ``bridge_metrics`` is first set."""
         self._price_source = price
         self._price: Price | None = None
         self._priced = False
@@ -226,6 +232,10 @@ class Metrics(OptionChecks):
         self.address = address
         if address is None:
             return
+        from prometheus_client import start_http_server
+
+        if self.metrics is None:
+            self.metrics = BridgeMetrics(self._scraped)
         try:
             server, thread = start_http_server(
                 address.port, addr=address.host, registry=self.metrics.registry
@@ -268,15 +278,16 @@ class Metrics(OptionChecks):
         """A routed flow is over (``Report.close`` → ``UsageCounting.count``, with the same
         ``booking`` the usage ledger counts): its counts added. Never the flow's failure."""
         first = self._first.pop(flow.id, None) if flow is not None else None
-        if not self.on:
+        if not self.on or self.metrics is None:
             return
         try:
-            self._count(flow, run, report, booking, first)
+            self._count(self.metrics, flow, run, report, booking, first)
         except Exception as e:
             log_internal_error(f"cursor-bridge [{report.route}]: metrics", e)
 
     def _count(
         self,
+        m: BridgeMetrics,
         flow: http.HTTPFlow | None,
         run: FlowRun,
         report: FlowReport,
@@ -310,7 +321,6 @@ class Metrics(OptionChecks):
             failures=failures,
             served=served,
         )
-        m = self.metrics
         m.requests.labels(
             counts.route, counts.client, counts.upstream, counts.model, counts.outcome
         ).inc()
