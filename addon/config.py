@@ -8,6 +8,7 @@ and what it accepts (mitmproxy does not enforce ``choices`` itself)."""
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -241,8 +242,20 @@ CLIENT_KEY_OPTIONS: tuple[OptionSpec, ...] = (
 )
 """Options of the client keys addon (``addon.shell.client_keys``)."""
 
+METRICS_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec(
+        "bridge_metrics",
+        str,
+        "",
+        "HOST:PORT where Prometheus text is served at /metrics (e.g. 127.0.0.1:9464; [::1]:9464 "
+        "for IPv6), on a listener of its own, never the proxy's. A host that is not loopback is "
+        "allowed and said in one log line. Empty: no metrics.",
+    ),
+)
+"""Options of the metrics addon (``addon.shell.metrics``)."""
+
 OPTIONS: tuple[OptionSpec, ...] = (
-    REWRITE_OPTIONS + CATALOGUE_OPTIONS + RETRY_OPTIONS + CLIENT_KEY_OPTIONS
+    REWRITE_OPTIONS + CATALOGUE_OPTIONS + RETRY_OPTIONS + CLIENT_KEY_OPTIONS + METRICS_OPTIONS
 )
 """Every option the bridge declares."""
 DEFAULTS: dict[str, Any] = {spec.name: spec.default for spec in OPTIONS}
@@ -542,3 +555,36 @@ def parse_retry_timeout(value: Any) -> float:
             f"bridge_retry_timeout must be a whole number of seconds >= 1, not {value!r}"
         )
     return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsAddress:
+    """Where ``bridge_metrics`` serves ``/metrics``."""
+
+    host: str
+    port: int
+    loopback: bool
+    """The host is a loopback address (or ``localhost``): only this machine can scrape."""
+
+
+def parse_metrics_address(value: str) -> MetricsAddress | None:
+    """``bridge_metrics``: ``HOST:PORT`` (an IPv6 host in brackets), port 0-65535 (0: any free
+    port); None when empty. ``ConfigError`` names the value and what is accepted."""
+    text = value.strip()
+    if not text:
+        return None
+    accepted = "give HOST:PORT, e.g. 127.0.0.1:9464 or [::1]:9464"
+    host, sep, port_text = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        sep = ""
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ConfigError(f"bridge_metrics {_shown(text)!r} is not HOST:PORT: {accepted}")
+    if any(c.isspace() or c in "/@[]" for c in host):
+        raise ConfigError(f"bridge_metrics {_shown(text)!r} has no valid host: {accepted}")
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host.lower() == "localhost"
+    return MetricsAddress(host, int(port_text), loopback)

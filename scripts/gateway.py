@@ -8,7 +8,9 @@ starts N ``mitmdump -s addon/main.py -s addon/health.py`` workers, each on a fre
 ``--listen-host``:``--listen-port`` (127.0.0.1:8080 unless told), with a haproxy.cfg written
 into a temporary folder (``--print-config`` shows it). Every line the children print is
 printed here, prefixed with its name (``w1``, ``w2``, …, ``haproxy``); the gateway's own lines
-start with ``gateway``. Ctrl-C (SIGINT), SIGTERM or SIGHUP stops HAProxy and every worker
+start with ``gateway``. ``--set bridge_metrics=HOST:PORT`` gives each worker its own metrics
+listener (worker 1 ``PORT``, worker 2 ``PORT+1`` …; ``HOST:0`` a free port each), named in
+the ready line: scrape every worker (docs/deploy.md#metrics). Ctrl-C (SIGINT), SIGTERM or SIGHUP stops HAProxy and every worker
 (each in a process group of its own: SIGTERM, then SIGKILL after ``STOP_TIMEOUT`` s). A worker
 that dies is said in one line and left out by HAProxy's health check; HAProxy dying, or the
 last worker, ends the gateway with exit status 1.
@@ -68,7 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from addon.config import ConfigError, parse_store_url
+from addon.config import ConfigError, parse_metrics_address, parse_store_url
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN_SCRIPT = ROOT / "addon" / "main.py"
@@ -297,7 +299,9 @@ def store_warning(opts: Options) -> str | None:
     )
 
 
-def worker_argv(opts: Options, port: int) -> list[str]:
+def worker_argv(opts: Options, port: int, metrics: str = "") -> list[str]:
+    """A worker's mitmdump: ``metrics`` its own ``bridge_metrics`` (``worker_metrics``) in
+    place of the one given."""
     mitmdump = Path(sys.executable).parent / "mitmdump"
     argv = [str(mitmdump), "-s", str(MAIN_SCRIPT), "-s", str(HEALTH_SCRIPT)]
     argv += ["--listen-host", LOOPBACK, "--listen-port", str(port)]
@@ -306,7 +310,47 @@ def worker_argv(opts: Options, port: int) -> list[str]:
         argv += ["--set", "connection_strategy=lazy"]
     if "dumper_filter" not in given:
         argv += ["--set", f"dumper_filter={HEALTH_DUMPER_FILTER}"]
-    return argv + opts.mitmdump
+    if not metrics:
+        return argv + opts.mitmdump
+    return (
+        argv
+        + _without_setting(opts.mitmdump, "bridge_metrics")
+        + [
+            "--set",
+            f"bridge_metrics={metrics}",
+        ]
+    )
+
+
+def worker_metrics(opts: Options, index: int) -> str:
+    """Worker ``index``'s (1, 2, …) own ``bridge_metrics`` when one was given: ``HOST:PORT``
+    gives worker 1 ``PORT``, worker 2 ``PORT+1`` …; ``HOST:0`` each a free port. Empty: none
+    given (a bad value is left to the workers to refuse, each in one line)."""
+    value = _settings(opts.mitmdump).get("bridge_metrics", "")
+    try:
+        address = parse_metrics_address(value)
+    except ConfigError:
+        return ""
+    if address is None:
+        return ""
+    port = free_port() if address.port == 0 else address.port + index - 1
+    return _hostport(address.host, port)
+
+
+def _without_setting(args: Sequence[str], name: str) -> list[str]:
+    """``args`` without its ``--set name=…`` (both spellings)."""
+    out: list[str] = []
+    it = iter(args)
+    for arg in it:
+        if arg == "--set":
+            value = next(it, "")
+            if value.partition("=")[0].strip() != name:
+                out += [arg, value]
+        elif arg.startswith("--set=") and arg[6:].partition("=")[0].strip() == name:
+            continue
+        else:
+            out.append(arg)
+    return out
 
 
 # --------------------------------------------------------------------------- children
@@ -340,6 +384,8 @@ class Child:
     name: str
     argv: list[str]
     port: int
+    metrics: str = ""
+    """A worker's own ``bridge_metrics`` (``HOST:PORT``); empty: none."""
     popen: subprocess.Popen[bytes] | None = None
     partial: bytes = b""
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=400))
@@ -474,7 +520,8 @@ class Gateway:
 
     def _spawn_worker(self, w: Child) -> None:
         w.port = free_port()
-        w.argv = worker_argv(self.opts, w.port)
+        w.metrics = worker_metrics(self.opts, int(w.name[1:]))
+        w.argv = worker_argv(self.opts, w.port, w.metrics)
         w.spawn()
         self._watch(w)
 
@@ -651,7 +698,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if gw.start():
             assert gw.haproxy is not None
-            ports = ", ".join(f"{w.name} 127.0.0.1:{w.port} pid {w.pid}" for w in gw.workers)
+            ports = ", ".join(
+                f"{w.name} 127.0.0.1:{w.port} pid {w.pid}"
+                + (f" metrics http://{w.metrics}/metrics" if w.metrics else "")
+                for w in gw.workers
+            )
             say(
                 "gateway",
                 f"ready: HAProxy on http://{_hostport(opts.listen_host, opts.listen_port)}"

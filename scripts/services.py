@@ -2,10 +2,11 @@
 """Install the real engines the team-gateway tests run against (issue 37), with apt-get.
 
 Debian's ``redis-server`` (the shared store's engine: ``bridge_store=redis://…``; its tests
-start their own on a free loopback port) and ``haproxy`` (the workers' front, for later), each
-only when its program is missing. What it does is said on stderr: ``[services] apt-get install
-…``. It installs nothing, and says why, when it cannot: not root, no ``apt-get`` (not Debian),
-or ``--check``. Idempotent; the tests that need a missing program skip, naming it.
+start their own on a free loopback port), ``haproxy`` (the workers' front) and ``prometheus``
+(the tests of ``bridge_metrics`` run its binary on a free loopback port with a config and
+storage of their own, never the package's service), each only when its program is missing.
+What it does is said on stderr: ``[services] apt-get install …``. It installs nothing, and
+says why, when it cannot: not root, no ``apt-get`` (not Debian), or ``--check``. Idempotent; the tests that need a missing program skip, naming it.
 
 Exit status: 0 all present (or installed), 1 ``--check`` found one missing, 2 it could not
 install (the reason is on stderr). ``--json`` prints each service's program path (or null).
@@ -24,6 +25,7 @@ from pathlib import Path
 SERVICES = {
     "redis-server": "redis-server",
     "haproxy": "haproxy",
+    "prometheus": "prometheus",
 }
 """Program → the Debian package that installs it."""
 _SBIN = ("/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin")

@@ -14,6 +14,7 @@ from addon.shell.flow_line import KeysOutOfFlowLine
 from addon.shell.flows import Flows
 from addon.shell.kiro_auth import KiroAuth
 from addon.shell.memory import MemoryTrim
+from addon.shell.metrics import Metrics
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.report import Report
 from addon.shell.request import RewriteRequest
@@ -43,6 +44,7 @@ class Addons:
     memory: MemoryTrim
     usage: UsageCounting
     flow_line: KeysOutOfFlowLine
+    metrics: Metrics
 
     @property
     def all(self) -> list[object]:
@@ -56,9 +58,12 @@ class Addons:
         and says its ``done`` line before the store closes; the usage ledger opens after the
         store (a Redis ledger shares its connection); memory is handed back after the flow is
         over; a key leaves the flow's URL last of all, before mitmdump prints the flow (its
-        ``Dumper`` comes after every script's addons)."""
+        ``Dumper`` comes after every script's addons). The metrics addon declares
+        ``bridge_metrics`` before the settings addon checks the options given early; its
+        first-token clock wraps a stream after the redaction did."""
         return [
             self.retry,
+            self.metrics,
             self.client_keys,
             self.catalogue,
             self.count_tokens,
@@ -69,6 +74,7 @@ class Addons:
             self.stream,
             self.answers,
             self.redaction,
+            self.metrics.first_token_clock,
             self.report,
             self.store,
             self.usage,
@@ -85,6 +91,7 @@ def make_addons() -> Addons:
     report = Report(state, flows, settings, usage)
     fallbacks = Fallbacks(settings, report, retry, store)
     client_keys = ClientKeysGate(settings, report)
+    metrics = usage.metrics = Metrics(state, settings, flows, lambda: fallbacks.cooldowns)
     return Addons(
         state,
         settings,
@@ -103,4 +110,5 @@ def make_addons() -> Addons:
         MemoryTrim(),
         usage,
         KeysOutOfFlowLine(),
+        metrics,
     )

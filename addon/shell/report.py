@@ -171,7 +171,7 @@ class Report:
         if run is not None:
             report.usage = run.answer.usage  # the answer the client got (its cache fields)
             if self._usage is not None:
-                self._usage.count(run, report)
+                self._usage.count(run, report, flow)
         flow.marked = report.mark
         self.state.add(report.counters())
         if line:

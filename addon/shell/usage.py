@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Protocol
 
-from mitmproxy import command, ctx
+from mitmproxy import command, ctx, http
 
 from addon.config import ConfigError, parse_store
+from addon.metrics_labels import Booking
 from addon.outcome import FlowReport
 from addon.plan import FlowPlan, short
 from addon.redact import clean
@@ -34,6 +36,8 @@ class UsageCounting:
         """The store's Redis connection the ledger was opened on (None: its own, or none)."""
         self._failing = False
         """A warning was said and the ledger has not answered since."""
+        self.metrics: FlowObserver | None = None
+        """The metrics addon (``addon.shell.metrics``): told of every routed flow's end."""
 
     def configure(self, updated: set[str]) -> None:
         """After the store's own ``configure`` (the addons' order): the ledger goes where
@@ -77,14 +81,17 @@ class UsageCounting:
         except StoreError as e:
             log.warning("cursor-bridge: closing the usage ledger: %s", short(e))
 
-    def count(self, run: FlowRun, report: FlowReport) -> None:
-        """Add an answered flow's usage (a 2xx answer, or any answer that reported usage)."""
-        plan = run.plan
-        answered = report.status is not None and 200 <= report.status < 300
-        if plan is None or not (answered or report.usage is not None):
+    def count(self, run: FlowRun, report: FlowReport, flow: http.HTTPFlow | None = None) -> None:
+        """Add an answered flow's usage (a 2xx answer, or any answer that reported usage);
+        the metrics (``bridge_metrics``) count every routed flow here, an answered one with
+        the same ``Booking`` as the ledger, so that the two cannot drift."""
+        booked = booking(run, report, time.time())
+        if self.metrics is not None:
+            self.metrics.flow_over(flow, run, report, booked)
+        if booked is None:
             return
         try:
-            self._current().count(ledger_key(plan, time.time()), Tokens.of(report.usage))
+            self._current().count(booked.key, booked.tokens)
         except Exception as e:  # never the flow's failure
             if not self._failing:
                 self._failing = True
@@ -102,6 +109,22 @@ class UsageCounting:
         text = table_text(lines(self._current().rows(), DIMENSIONS, price), DIMENSIONS, price)
         log.info("cursor-bridge: usage\n%s", text)
         return text
+
+
+class FlowObserver(Protocol):
+    def flow_over(
+        self, flow: http.HTTPFlow | None, run: FlowRun, report: FlowReport, booking: Booking | None
+    ) -> None: ...
+
+
+def booking(run: FlowRun, report: FlowReport, now: float) -> Booking | None:
+    """What the ledger counts of a flow that is over: its row's key and its tokens; None when
+    it counts nothing (not answered with a 2xx and no usage reported, or no plan)."""
+    plan = run.plan
+    answered = report.status is not None and 200 <= report.status < 300
+    if plan is None or not (answered or report.usage is not None):
+        return None
+    return Booking(ledger_key(plan, now), Tokens.of(report.usage))
 
 
 def ledger_key(plan: FlowPlan, now: float) -> LedgerKey:

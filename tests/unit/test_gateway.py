@@ -147,3 +147,30 @@ def test_print_config_needs_no_haproxy(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     assert out.count("\n    server w") == 3
     assert "balance leastconn" in out
+
+
+def test_each_worker_gets_its_own_metrics_port() -> None:
+    """``--set bridge_metrics=HOST:PORT``: worker 1 PORT, worker 2 PORT+1, each given only its
+    own (the one given is left out of its options); ``HOST:0``: a free port each."""
+    opts = gateway.parse_args(
+        [
+            *REVERSE,
+            "--workers",
+            "2",
+            "--set",
+            "bridge_metrics=127.0.0.1:9464",
+            "--set=bridge_debug=true",
+        ]
+    )
+    first, second = gateway.worker_metrics(opts, 1), gateway.worker_metrics(opts, 2)
+    assert (first, second) == ("127.0.0.1:9464", "127.0.0.1:9465")
+    argv = gateway.worker_argv(opts, 8001, second)
+    metrics = [a for a in argv if a.startswith("bridge_metrics=")]
+    assert metrics == ["bridge_metrics=127.0.0.1:9465"]
+    assert "--set=bridge_debug=true" in argv
+    free = gateway.parse_args([*REVERSE, "--set", "bridge_metrics=[::1]:0"])
+    ports = {gateway.worker_metrics(free, i) for i in (1, 2)}
+    assert all(p.startswith("[::1]:") and not p.endswith(":0") for p in ports)
+    none = gateway.parse_args([*REVERSE, "--workers", "2"])
+    assert gateway.worker_metrics(none, 1) == ""
+    assert not [a for a in gateway.worker_argv(none, 8001) if "bridge_metrics" in a]

@@ -3,7 +3,8 @@
 A mitmdump on the built-in routes must stay close to bare mitmdump in memory (issue: within
 10 MB). Libraries only some flows need — pydantic (a routes file), httpx (a retry, a Kiro
 token refresh), jsonschema and json-repair (a tool call to repair), botocore (a Kiro stream),
-sqlite3 (a reasoning store kept in a file), redis (one kept in Redis) — are imported where they
+sqlite3 (a reasoning store kept in a file), redis (one kept in Redis), prometheus_client
+(``bridge_metrics``) — are imported where they
 are first used.
 """
 
@@ -12,7 +13,16 @@ from __future__ import annotations
 import subprocess
 import sys
 
-LATER = ("pydantic", "httpx", "jsonschema", "json_repair", "botocore", "sqlite3", "redis")
+LATER = (
+    "pydantic",
+    "httpx",
+    "jsonschema",
+    "json_repair",
+    "botocore",
+    "sqlite3",
+    "redis",
+    "prometheus_client",
+)
 
 
 def _loaded(code: str) -> set[str]:
