@@ -15,6 +15,7 @@ as a plain route does; the start-up warning when no route spends a key of the pr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import time
@@ -140,6 +141,17 @@ def dialect_of(rec: Recorded) -> str:
     return "openai_chat"
 
 
+def tag(key: str | None) -> str:
+    """What the provider answers about the key it got: a digest, never the key (the bridge
+    redacts every key of its own from answers, so an echoed key would read [REDACTED])."""
+    return "key#" + hashlib.sha256((key or "").encode()).hexdigest()[:12]
+
+
+def untag(text: str) -> str:
+    """The pool key whose ``tag`` ``text`` is."""
+    return next(k for k in (POOL_A, POOL_B, ROUTE_KEY) if tag(k) == text)
+
+
 def key_in(dialect: str, creds: dict[str, str]) -> str | None:
     """The key a real service of ``dialect`` reads (Anthropic ``x-api-key``, Gemini
     ``x-goog-api-key`` or ``?key=``, OpenAI ``Authorization: Bearer``)."""
@@ -221,7 +233,7 @@ class Provider:
             }
             return JSONReply({"error": error}, status=400)
         stream = bool(body.get("stream")) or "streamGenerateContent" in path
-        return answer(dialect, stream, f"hello with {key_in(dialect, credentials(rec))}")
+        return answer(dialect, stream, f"hello with {tag(key_in(dialect, credentials(rec)))}")
 
 
 @dataclass
@@ -365,17 +377,17 @@ def test_count_tokens_goes_with_the_routes_key(bridge: Bridge) -> None:
 
 def test_chat_on_every_dialect_goes_with_the_routes_key(bridge: Bridge) -> None:
     chat = bridge.openai().chat.completions.create(model="gpt-x", messages=MESSAGES)  # type: ignore[arg-type]
-    assert chat.choices[0].message.content == f"hello with {ROUTE_KEY}"
+    assert chat.choices[0].message.content == f"hello with {tag(ROUTE_KEY)}"
     assert bridge.sent("POST", "/v1/chat/completions") == [{"authorization": f"Bearer {ROUTE_KEY}"}]
     for kw in ({"api_key": ALICE}, {"auth_token": BOB}):
         msg = bridge.anthropic(**kw).messages.create(
             model="claude-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
         )
         block = msg.content[0]
-        assert block.type == "text" and block.text == f"hello with {ROUTE_KEY}"
+        assert block.type == "text" and block.text == f"hello with {tag(ROUTE_KEY)}"
     assert bridge.sent("POST", "/v1/messages") == [{"x-api-key": ROUTE_KEY}] * 2
     done = bridge.openai().responses.create(model="gpt-x", input="hi")
-    assert done.output_text == f"hello with {ROUTE_KEY}"
+    assert done.output_text == f"hello with {tag(ROUTE_KEY)}"
     assert bridge.sent("POST", "/v1/responses") == [{"authorization": f"Bearer {ROUTE_KEY}"}]
     path = "/v1beta/models/gemini-2.5-flash:generateContent"
     with bridge.http() as client:
@@ -383,7 +395,7 @@ def test_chat_on_every_dialect_goes_with_the_routes_key(bridge: Bridge) -> None:
             got = client.post(bridge.base + path, json=GEMINI_BODY, headers=headers, params=params)
             assert got.status_code == 200, got.text
             text = got.json()["candidates"][0]["content"]["parts"][0]["text"]
-            assert text == f"hello with {ROUTE_KEY}"
+            assert text == f"hello with {tag(ROUTE_KEY)}"
     assert bridge.sent("POST", path) == [{"x-goog-api-key": ROUTE_KEY}] * 2
 
 
@@ -399,17 +411,22 @@ def test_pool_and_fallback_routes_go_with_their_keys(bridge: Bridge, stream: boo
         return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
     pooled = ask("pool-1")
-    assert pooled in (f"hello with {POOL_A}", f"hello with {POOL_B}")
-    assert ask("fb-1") == f"hello with {ROUTE_KEY}"  # the dead route refused, the rescue's key
+    assert pooled in (f"hello with {tag(POOL_A)}", f"hello with {tag(POOL_B)}")
+    assert ask("fb-1") == f"hello with {tag(ROUTE_KEY)}"  # the dead route refused, the rescue's key
     (first, second) = bridge.sent("POST", "/v1/chat/completions")
-    assert first == {"authorization": f"Bearer {pooled.removeprefix('hello with ')}"}
+    assert first == {"authorization": f"Bearer {untag(pooled.removeprefix('hello with '))}"}
     assert second == {"authorization": f"Bearer {ROUTE_KEY}"}
     msg = bridge.anthropic(auth_token=ALICE).messages.create(
         model="pool-2", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
     )
     block = msg.content[0]
-    assert block.type == "text" and block.text in (f"hello with {POOL_A}", f"hello with {POOL_B}")
-    assert bridge.sent("POST", "/v1/messages") == [{"x-api-key": block.text[len("hello with ") :]}]
+    assert block.type == "text" and block.text in (
+        f"hello with {tag(POOL_A)}",
+        f"hello with {tag(POOL_B)}",
+    )
+    assert bridge.sent("POST", "/v1/messages") == [
+        {"x-api-key": untag(block.text[len("hello with ") :])}
+    ]
 
 
 def test_a_body_the_bridge_passes_through_goes_with_the_routes_key(bridge: Bridge) -> None:
