@@ -44,7 +44,7 @@ from addon.plan.key_pool import (
     refused_key,
     revoked,
 )
-from addon.routes import Route, fallback_chain
+from addon.routes import MAX_TIMEOUT, Route, fallback_chain
 from addon.shell.flows import Attempt, Attempts, FlowRun
 from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.notes import META_KEY, append_comment, log, log_internal_error, set_meta
@@ -94,6 +94,15 @@ class Fallbacks:
         self._clock = clock
         self.relay = Relay(self._flows.take_leg)
         """Started with the first chain; a token's leg is its flow record's."""
+
+    async def running(self) -> None:
+        """The relay started with the proxy: every streamed answer of a routed flow goes
+        through it (``plain``), and the rewrite hook that sends it there cannot await."""
+        if self.retry is not None:
+            try:
+                await self.relay.start()
+            except Exception as e:  # no relay: plain routes' flows go by mitmproxy as before
+                log_internal_error("cursor-bridge: relay", e)
 
     @property
     def cooldowns(self) -> Cooldowns:
@@ -154,6 +163,17 @@ class Fallbacks:
         chain.leg = lambda: self._leg(flow, chain)
         _to_relay(flow, chain.token, self.relay.port)
 
+    def plain(self, flow: http.HTTPFlow, route: Route, incoming: Incoming, plan: FlowPlan) -> None:
+        """One upstream path (docs/architecture.md): a streamed flow of a route without a
+        chain or a key pool goes through the relay too, as a chain of one attempt that never
+        falls back (``_plain``: no cooldown, no first-byte timeout but the longest a route
+        may set, any status relayed as it came). A whole answer stays mitmproxy's."""
+        if not plan.stream or self.retry is None or not self.relay.port:
+            return
+        chain = Attempts(route, (route,), flow.request.copy(), [], [])
+        self._flows.open(flow.id).chain = chain
+        self.start(flow, chain, incoming, plan)
+
     # ------------------------------------------------------------------ the relay's leg
 
     async def _leg(self, flow: http.HTTPFlow, chain: Attempts) -> Relayed:
@@ -170,6 +190,15 @@ class Fallbacks:
         assert self.retry is not None
         last: Relayed | None = None
         attempt = chain.attempt
+        if attempt is not None and _plain(chain):
+            # A plain route: its one attempt, as mitmproxy would have made it.
+            chain.tried.append(attempt.route.name)
+            got = await self.retry.open(flow, attempt.request, MAX_TIMEOUT)
+            if isinstance(got, NoAnswer):
+                chain.failures.append(Failure(attempt.route.name, got.reason, got.detail))
+                return self._unreachable(chain)
+            chain.served = attempt
+            return _streamed(got)
         while attempt is not None:
             chain.attempt, route = attempt, attempt.route
             chain.tried.append(link_name(route))
@@ -311,6 +340,8 @@ class Fallbacks:
             return
         try:
             _back(flow, (chain.served or chain.attempt).request)
+            if _plain(chain) and chain.served is not None:
+                return  # a plain route's answer: read as mitmproxy's own would be
             run = self._flows.run(flow.id)
             if run is not None and flow.response is not None:
                 _deliver(self.report, flow, run, chain.served, tuple(chain.failures))
@@ -337,6 +368,11 @@ class Fallbacks:
 def _relayed(route: Route) -> bool:
     """Whether the route's flows go through the relay: a ``fallback`` chain or a key pool."""
     return bool(route.fallback or route.key_pool)
+
+
+def _plain(chain: Attempts) -> bool:
+    """A plain route's chain of one (``Fallbacks.plain``): nothing to fall back to."""
+    return chain.chain == (chain.route,) and not _relayed(chain.route)
 
 
 def _to_relay(flow: http.HTTPFlow, token: str, port: int) -> None:
@@ -370,7 +406,12 @@ def _streamed(got: Opened) -> Relayed:
     length = got.header("content-length")
     if got.framing == "length" and length is not None:
         headers.append((b"content-length", length.encode("latin-1")))
-    passed = got.passed_to if got.framing in ("chunked", "length") else None
+    # A chunked body's data goes as one chunk per upstream read (``Wire.passed_to``).
+    passed = None
+    if got.framing == "chunked":
+        passed = got.rechunked_to
+    elif got.framing == "length":
+        passed = got.passed_to
     return Relayed(got.status_code, got.reason, headers, got.aiter_raw(), got.aclose, passed)
 
 

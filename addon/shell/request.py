@@ -105,6 +105,8 @@ class RewriteRequest:
                 report = self._rewrite(flow, incoming, decision)
                 if chain is not None and self.fallbacks is not None:
                     self.fallbacks.start(flow, chain, incoming, decision.plan)
+                elif self.fallbacks is not None:  # one upstream path: a stream by the relay
+                    self.fallbacks.plain(flow, route, incoming, decision.plan)
                 report.spent_ns += time.perf_counter_ns() - started
                 return
         except Exception as e:

@@ -279,21 +279,30 @@ class Wire(asyncio.Protocol):
 
     # ------------------------------------------------------------------ the body's readers
 
-    async def passed_to(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def passed_to(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rechunk: bool = False
+    ) -> None:
         """The body's bytes, framing included, written to ``writer`` as they come; mitmproxy
         closing the connection (``reader`` at its end) stops the reading. Raises
-        ``UpstreamClosed`` when the body ends before its end (the relay then cuts it off)."""
+        ``UpstreamClosed`` when the body ends before its end (the relay then cuts it off).
+
+        ``rechunk`` (a chunked body): its data written again as ONE chunk per upstream read,
+        then the last chunk. Why: mitmproxy hands each chunk it parses to the stream callable
+        as one event through its layers (~µs each); an upstream that sends one SSE event per
+        chunk (OpenAI, Anthropic) then costs one pass per event, a read of many events one
+        pass (docs/speed.md, "One upstream path")."""
         assert self.end is not None
         out = writer.transport
+        rechunk = rechunk and self.framing == "chunked"
 
         def sink(piece: bytes) -> None:
-            out.write(piece)
+            out.write(b"%x\r\n%b\r\n" % (len(piece), piece) if rechunk else piece)
             if out.get_write_buffer_size() > HOLD and not self.paused and self.transport:
                 self.paused = True
                 self.transport.pause_reading()
                 self.resuming = asyncio.ensure_future(self._resume(writer))
 
-        self._attach(sink, decode=False)
+        self._attach(sink, decode=rechunk)
         gone = asyncio.ensure_future(reader.read(1))
         try:
             both: set[asyncio.Future[Any]] = {self.end, gone}
@@ -303,6 +312,8 @@ class Wire(asyncio.Protocol):
         if not self.end.done():
             raise ConnectionResetError("mitmproxy closed the relay's connection")
         self.end.result()
+        if rechunk and not out.is_closing():
+            out.write(b"0\r\n\r\n")  # the upstream's trailer, if any, is not passed on
 
     async def _resume(self, writer: asyncio.StreamWriter) -> None:
         try:
@@ -493,6 +504,12 @@ class Opened:
 
     async def passed_to(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await self.wire.passed_to(reader, writer)
+
+    async def rechunked_to(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """``passed_to``, a chunked body's data written as one chunk per upstream read."""
+        await self.wire.passed_to(reader, writer, rechunk=True)
 
     async def aclose(self) -> None:
         self.wire.release()
