@@ -9,7 +9,7 @@ Every figure is a ratio to a baseline of the same round: a raw socket read of th
 (an asyncio ``Protocol`` writing each read as it came, nothing parsed). CPU is this process's
 (``time.process_time``: the upstream and the discarding end are other processes), never wall
 time: the machine is shared. Each candidate is measured ``--rounds`` times, in a rotated order;
-the table gives the median ratio and its spread (min–max) over the rounds.
+the table gives the median ratio and its spread (min to max) over the rounds.
 
 Candidates (a decoded body is written again as one HTTP chunk per piece the client yields,
 as the relay must):
@@ -50,6 +50,7 @@ HOST = "127.0.0.1"
 BODY = b'{"model":"bench-model","stream":true,"messages":[{"role":"user","content":"hi"}]}'
 PATH = "/v1/chat/completions"
 TIMEOUT = 120.0
+X, DASH = "\u00d7", "\u2013"
 WIRE = "wire decoded"
 """The second baseline: the relay's own client as the one upstream path reads a stream."""
 
@@ -301,7 +302,7 @@ def report(out: dict[str, object], args: argparse.Namespace) -> str:
     ]
     for against in (base, WIRE):
         lines += [
-            f"CPU per event, × {against} of the same round: median (min–max over the rounds)",
+            f"CPU per event, {X} {against} of the same round: median (min{DASH}max over the rounds)",
             "",
             "| client | "
             + " | ".join(f"{s} stream{'s' if s > 1 else ''}" for s in args.streams)
@@ -313,7 +314,7 @@ def report(out: dict[str, object], args: argparse.Namespace) -> str:
             for s in args.streams:
                 ratios = sorted(v / b for v, b in zip(by[s], results[against][s], strict=True))
                 med = statistics.median(ratios)
-                cells.append(f"{med:.2f}× ({ratios[0]:.2f}–{ratios[-1]:.2f})")
+                cells.append(f"{med:.2f}{X} ({ratios[0]:.2f}{DASH}{ratios[-1]:.2f})")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
     raw_us = [statistics.median(results[base][s]) for s in args.streams]

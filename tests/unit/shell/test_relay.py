@@ -344,6 +344,57 @@ def test_a_chunked_answer_passes_through_as_its_bytes_and_the_connection_is_kept
         run(go)
 
 
+def test_a_chunked_answer_rechunked_reaches_mitmproxy_as_one_chunk_per_upstream_read() -> None:
+    """One upstream path: a chunked body's data goes on as ONE chunk per upstream read, so
+    mitmproxy hands the stream callable one read of many events, not one pass per chunk
+    (docs/speed.md "One upstream path"); the data is the upstream's, byte for byte, and the
+    body ends with the last chunk."""
+    events = [b"data: %d\n\n" % i for i in range(6)]
+    first = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events[:4])
+    second = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events[4:]) + b"0\r\n\r\n"
+    go_on = asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(len(b'{"model": "m"}'))
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + first)
+        await writer.drain()
+        await asyncio.wait_for(go_on.wait(), TIMEOUT)
+        writer.write(second)
+        await writer.drain()
+
+    async def go() -> None:
+        retry = Retry()
+        legs = Legs()
+        relay = Relay(legs.take)
+        port = await relay.start()
+        async with server(answer) as up:
+            got = await retry.open(tflow.tflow(), request_to(f"http://127.0.0.1:{up}/v1"), 5.0)
+            assert isinstance(got, Opened) and got.framing == "chunked"
+
+            async def leg() -> Relayed:
+                return Relayed(200, b"OK", [], got.aiter_raw(), got.aclose, got.rechunked_to)
+
+            token = legs.add(leg)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"GET / HTTP/1.1\r\nhost: x\r\n{TOKEN_HEADER}: {token}\r\n\r\n".encode())
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT)
+            assert b"transfer-encoding: chunked" in head
+            data = b"".join(events[:4])
+            one = await asyncio.wait_for(reader.readexactly(len(data) + 6), TIMEOUT)
+            assert one == b"%x\r\n%s\r\n" % (len(data), data)  # four chunks, one read: one
+            go_on.set()
+            data = b"".join(events[4:])
+            rest = await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), TIMEOUT)
+            assert rest == b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
+            writer.close()
+        await retry.done()
+        await relay.stop()
+
+    with taddons.context():
+        run(go)
+
+
 def test_an_upstream_that_cuts_its_body_cuts_the_relayed_one() -> None:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
