@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
 from addon.plan.fallback import NoAnswer, Reason
 from addon.shell.relay import TOKEN_HEADER, Leg, Relay, Relayed, whole
 from addon.shell.retry import Retry
-from addon.shell.wire import Opened
+from addon.shell.wire import Chunks, Opened
 
 TIMEOUT = 10.0
 
@@ -461,3 +464,37 @@ def test_a_client_gone_mid_answer_closes_the_upstreams_connection() -> None:
 
     with taddons.context():
         run(go)
+
+
+# ---------------------------------------------------------------------- the chunk sizes
+
+
+@given(
+    pieces=st.lists(st.binary(min_size=1, max_size=40), max_size=8),
+    ext=st.booleans(),
+    cuts=st.lists(st.integers(min_value=0, max_value=600), max_size=6),
+)
+def test_chunks_find_the_end_and_the_data_however_the_reads_split_the_body(
+    pieces: list[bytes], ext: bool, cuts: list[int]
+) -> None:
+    """``Chunks.feed`` (its whole-chunk shortcut included) gives the body's data and where it
+    ends, whatever bytes each read holds: sizes in any case, extensions, a trailer."""
+    body = (
+        b"".join(
+            b"%x%s\r\n%s\r\n" % (len(p), b";e=1" if ext else b"", p)
+            if i % 2
+            else b"%X\r\n%s\r\n" % (len(p), p)
+            for i, p in enumerate(pieces)
+        )
+        + b"0\r\nx-t: 1\r\n\r\n"
+    )
+    wire = body + b"NEXT"
+    points = sorted({c for c in cuts if c < len(wire)} | {0, len(wire)})
+    chunks, out, end = Chunks(), [], -1
+    for a, b in itertools.pairwise(points):
+        at = chunks.feed(wire[a:b], out)
+        if at >= 0:
+            end = a + at
+            break
+    assert end == len(body)
+    assert b"".join(out) == b"".join(pieces)
