@@ -170,9 +170,12 @@ class Fallbacks:
         may set, any status relayed as it came). A whole answer stays mitmproxy's."""
         if not plan.stream or self.retry is None or not self.relay.port:
             return
-        chain = Attempts(route, (route,), flow.request.copy(), [], [])
+        sent = flow.request.copy()  # one copy: a chain of one never writes a next request
+        chain = Attempts(route, (route,), sent, [], [], incoming, Attempt(route, plan, sent))
+        chain.token = self._flows.new_token(flow.id)
+        chain.leg = lambda: self._leg(flow, chain)
         self._flows.open(flow.id).chain = chain
-        self.start(flow, chain, incoming, plan)
+        _to_relay(flow, chain.token, self.relay.port)
 
     # ------------------------------------------------------------------ the relay's leg
 
