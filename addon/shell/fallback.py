@@ -96,8 +96,7 @@ class Fallbacks:
         """Started with the first chain; a token's leg is its flow record's."""
 
     async def running(self) -> None:
-        """The relay started with the proxy: every streamed answer of a routed flow goes
-        through it (``plain``), and the rewrite hook that sends it there cannot await."""
+        """The relay started with the proxy: the rewrite hook sends streams there (``send``)."""
         if self.retry is not None:
             try:
                 await self.relay.start()
@@ -163,19 +162,23 @@ class Fallbacks:
         chain.leg = lambda: self._leg(flow, chain)
         _to_relay(flow, chain.token, self.relay.port)
 
-    def plain(self, flow: http.HTTPFlow, route: Route, incoming: Incoming, plan: FlowPlan) -> None:
-        """One upstream path (docs/architecture.md): a streamed flow of a route without a
-        chain or a key pool goes through the relay too, as a chain of one attempt that never
-        falls back (``_plain``: no cooldown, no first-byte timeout but the longest a route
-        may set, any status relayed as it came). A whole answer stays mitmproxy's."""
-        if not plan.stream or self.retry is None or not self.relay.port:
-            return
-        sent = flow.request.copy()  # one copy: a chain of one never writes a next request
-        chain = Attempts(route, (route,), sent, [], [], incoming, Attempt(route, plan, sent))
-        chain.token = self._flows.new_token(flow.id)
-        chain.leg = lambda: self._leg(flow, chain)
-        self._flows.open(flow.id).chain = chain
-        _to_relay(flow, chain.token, self.relay.port)
+    def send(
+        self, flow: http.HTTPFlow, chain: Attempts | None, r: Route, inc: Incoming, plan: FlowPlan
+    ) -> None:
+        """The rewritten flow handed to the relay: its chain's attempts (``start``); or, one
+        upstream path (docs/architecture.md), a stream of a route without a chain, as a chain
+        of one attempt that never falls back (``_plain``: no cooldown, no first-byte timeout
+        but the longest a route may set, any status relayed as it came). A whole answer of a
+        route without a chain stays mitmproxy's."""
+        if chain is not None:
+            self.start(flow, chain, inc, plan)
+        elif plan.stream and self.retry is not None and self.relay.port:
+            sent = flow.request.copy()  # one copy: a chain of one writes no next request
+            one = Attempts(r, (r,), sent, [], [], inc, Attempt(r, plan, sent))
+            one.token = self._flows.new_token(flow.id)
+            one.leg = lambda: self._leg(flow, one)
+            self._flows.open(flow.id).chain = one
+            _to_relay(flow, one.token, self.relay.port)
 
     # ------------------------------------------------------------------ the relay's leg
 
@@ -193,8 +196,7 @@ class Fallbacks:
         assert self.retry is not None
         last: Relayed | None = None
         attempt = chain.attempt
-        if attempt is not None and _plain(chain):
-            # A plain route: its one attempt, as mitmproxy would have made it.
+        if attempt is not None and _plain(chain):  # its one attempt, as mitmproxy's would be
             chain.tried.append(attempt.route.name)
             got = await self.retry.open(flow, attempt.request, MAX_TIMEOUT)
             if isinstance(got, NoAnswer):
@@ -374,7 +376,7 @@ def _relayed(route: Route) -> bool:
 
 
 def _plain(chain: Attempts) -> bool:
-    """A plain route's chain of one (``Fallbacks.plain``): nothing to fall back to."""
+    """A plain route's chain of one (``Fallbacks.send``): nothing to fall back to."""
     return chain.chain == (chain.route,) and not _relayed(chain.route)
 
 

@@ -103,10 +103,8 @@ class RewriteRequest:
             if isinstance(decision, Rewrite):
                 # Everything that could fail is done: the flow is changed only from here on.
                 report = self._rewrite(flow, incoming, decision)
-                if chain is not None and self.fallbacks is not None:
-                    self.fallbacks.start(flow, chain, incoming, decision.plan)
-                elif self.fallbacks is not None:  # one upstream path: a stream by the relay
-                    self.fallbacks.plain(flow, route, incoming, decision.plan)
+                if self.fallbacks is not None:  # a chain's attempts, or a stream: the relay
+                    self.fallbacks.send(flow, chain, route, incoming, decision.plan)
                 report.spent_ns += time.perf_counter_ns() - started
                 return
         except Exception as e:
