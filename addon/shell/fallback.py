@@ -57,7 +57,7 @@ from addon.plan.key_probe import (
     probed_verdict,
 )
 from addon.plan.values import tenths
-from addon.routes import Route, fallback_chain
+from addon.routes import MAX_TIMEOUT, Route, fallback_chain
 from addon.shell.flows import Attempt, Attempts, FlowRun
 from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.key_probe import KeyProbes, Target
@@ -112,6 +112,14 @@ class Fallbacks:
         self.probes = KeyProbes(lambda: self.retry, environment)
         """The keys' probes (``addon.plan.key_probe``): one per key at a time, and the
         rechecks of the keys this worker revoked."""
+
+    async def running(self) -> None:
+        """The relay started with the proxy: the rewrite hook sends streams there (``send``)."""
+        if self.retry is not None:
+            try:
+                await self.relay.start()
+            except Exception as e:  # no relay: plain routes' flows go by mitmproxy as before
+                log_internal_error("cursor-bridge: relay", e)
 
     @property
     def cooldowns(self) -> Cooldowns:
@@ -172,6 +180,24 @@ class Fallbacks:
         chain.leg = lambda: self._leg(flow, chain)
         _to_relay(flow, chain.token, self.relay.port)
 
+    def send(
+        self, flow: http.HTTPFlow, chain: Attempts | None, r: Route, inc: Incoming, plan: FlowPlan
+    ) -> None:
+        """The rewritten flow handed to the relay: its chain's attempts (``start``); or, one
+        upstream path (docs/architecture.md), a stream of a route without a chain, as a chain
+        of one attempt that never falls back (``_plain``: no cooldown, no first-byte timeout
+        but the longest a route may set, any status relayed as it came). A whole answer of a
+        route without a chain stays mitmproxy's."""
+        if chain is not None:
+            self.start(flow, chain, inc, plan)
+        elif plan.stream and self.retry is not None and self.relay.port:
+            sent = flow.request.copy()  # one copy: a chain of one writes no next request
+            one = Attempts(r, (r,), sent, [], [], inc, Attempt(r, plan, sent))
+            one.token = self._flows.new_token(flow.id)
+            one.leg = lambda: self._leg(flow, one)
+            self._flows.open(flow.id).chain = one
+            _to_relay(flow, one.token, self.relay.port)
+
     # ------------------------------------------------------------------ the relay's leg
 
     async def _leg(self, flow: http.HTTPFlow, chain: Attempts) -> Relayed:
@@ -188,6 +214,14 @@ class Fallbacks:
         assert self.retry is not None
         last: Relayed | None = None
         attempt = chain.attempt
+        if attempt is not None and _plain(chain):  # its one attempt, as mitmproxy's would be
+            chain.tried.append(attempt.route.name)
+            got = await self.retry.open(flow, attempt.request, MAX_TIMEOUT)
+            if isinstance(got, NoAnswer):
+                chain.failures.append(Failure(attempt.route.name, got.reason, got.detail))
+                return self._unreachable(chain)
+            chain.served = attempt
+            return _streamed(got)
         while attempt is not None:
             chain.attempt, route = attempt, attempt.route
             chain.tried.append(link_name(route))
@@ -202,7 +236,7 @@ class Fallbacks:
                 chain.served = attempt
                 status = got.status_code
                 revoked = any(f.revoked for f in chain.failures)
-                verdict = key_verdict(route, status, _plain(body, got), revoked)
+                verdict = key_verdict(route, status, _decoded(body, got), revoked)
                 probed = ""
                 if verdict is not None and verdict.judgement.blame is Blame.UNKNOWN:
                     verdict, probed = await self._probed(flow, attempt, verdict, revoked)
@@ -452,6 +486,8 @@ class Fallbacks:
             return
         try:
             _back(flow, (chain.served or chain.attempt).request)
+            if _plain(chain) and chain.served is not None:
+                return  # a plain route's answer: read as mitmproxy's own would be
             run = self._flows.run(flow.id)
             if run is not None and flow.response is not None:
                 _deliver(self.report, flow, run, chain.served, tuple(chain.failures))
@@ -479,6 +515,11 @@ class Fallbacks:
 def _relayed(route: Route) -> bool:
     """Whether the route's flows go through the relay: a ``fallback`` chain or a key pool."""
     return bool(route.fallback or route.key_pool)
+
+
+def _plain(chain: Attempts) -> bool:
+    """A plain route's chain of one (``Fallbacks.send``): nothing to fall back to."""
+    return chain.chain == (chain.route,) and not _relayed(chain.route)
 
 
 def _to_relay(flow: http.HTTPFlow, token: str, port: int) -> None:
@@ -517,7 +558,12 @@ def _streamed(got: Opened) -> Relayed:
     length = got.header("content-length")
     if got.framing == "length" and length is not None:
         headers.append((b"content-length", length.encode("latin-1")))
-    passed = got.passed_to if got.framing in ("chunked", "length") else None
+    # A chunked body's data goes as one chunk per upstream read (``Wire.passed_to``).
+    passed = None
+    if got.framing == "chunked":
+        passed = got.rechunked_to
+    elif got.framing == "length":
+        passed = got.passed_to
     return Relayed(got.status_code, got.reason, headers, got.aiter_raw(), got.aclose, passed)
 
 
@@ -538,7 +584,7 @@ async def _read_error(got: Opened, timeout: float) -> tuple[Relayed, bytes]:
     return whole(got.status_code, _headers(got), bytes(body)), bytes(body)
 
 
-def _plain(body: bytes, got: Opened) -> bytes:
+def _decoded(body: bytes, got: Opened) -> bytes:
     """An error body without its ``Content-Encoding`` (as it came when it cannot be undone),
     for the key's verdict."""
     try:

@@ -1,6 +1,7 @@
 """The relay: a loopback HTTP/1.1 server that answers mitmproxy with what a flow's *leg* gives.
 
-A flow on a route with a ``fallback`` chain comes here (127.0.0.1, no key, no body) with a
+A flow on a route with a ``fallback`` chain or a key pool, and every routed flow's stream (one
+upstream path: docs/architecture.md), comes here (127.0.0.1, no key, no body) with a
 single-use token naming its leg (asked of the owner: ``take_leg``); the leg's answer is written
 back as it comes, so mitmproxy reads it as any upstream's stream. Why: mitmproxy has no
 first-byte timeout and cannot take a request back once sent (docs/routes.md)."""

@@ -101,10 +101,10 @@ class RewriteRequest:
             if isinstance(decision, Rewrite):
                 # Everything that could fail is done: the flow is changed only from here on.
                 report = self._rewrite(flow, incoming, decision)
-                if chain is not None and self.fallbacks is not None:
+                if self.fallbacks is not None:  # a chain's attempts, or a stream: the relay
                     # The run's plan: the one with the client key's name on it.
                     named = self.report.flows.plan(flow.id) or decision.plan
-                    self.fallbacks.start(flow, chain, incoming, named)
+                    self.fallbacks.send(flow, chain, route, incoming, named)
                 report.spent_ns += time.perf_counter_ns() - started
                 return
         except Exception as e:

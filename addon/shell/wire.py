@@ -69,6 +69,7 @@ class Chunks:
         """Where in ``data`` the body ended (-1: not yet); the chunks' data appended to ``out``
         when given (the body decoded), else only counted. ValueError: no chunked framing."""
         i, n = 0, len(data)
+        find = data.find
         while i < n:
             if self.need:
                 take = min(self.need, n - i)
@@ -77,22 +78,33 @@ class Chunks:
                 self.need -= take
                 i += take
                 continue
-            j = data.find(b"\n", i)
+            j = find(b"\n", i)
             if j < 0:
                 self.line += data[i:]
                 if len(self.line) > 4096:
                     raise ValueError("chunk line too long")
                 return -1
-            line, self.line, i = self.line + data[i:j], b"", j + 1
+            if self.line:
+                line, self.line = self.line + data[i:j], b""
+            else:
+                line = data[i:j]
+            i = j + 1
             if self.trailer:
                 if not line.rstrip(b"\r"):
                     return i
                 continue
-            size = int(line.split(b";", 1)[0].strip(), 16)
+            try:
+                size = int(line, 16)  # the common line, "1a3\r" (int strips the \r)
+            except ValueError:  # an extension: "1a3;name=value"
+                size = int(line.split(b";", 1)[0].strip(), 16)
             if size < 0:
                 raise ValueError("negative chunk size")
             if size == 0:
                 self.trailer = True
+            elif i + size + 2 <= n:  # the whole chunk in this read (the common case): at once
+                if out is not None:
+                    out.append(data[i : i + size])
+                i += size + 2
             else:
                 self.need = size + 2
         return -1
@@ -279,21 +291,30 @@ class Wire(asyncio.Protocol):
 
     # ------------------------------------------------------------------ the body's readers
 
-    async def passed_to(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def passed_to(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rechunk: bool = False
+    ) -> None:
         """The body's bytes, framing included, written to ``writer`` as they come; mitmproxy
         closing the connection (``reader`` at its end) stops the reading. Raises
-        ``UpstreamClosed`` when the body ends before its end (the relay then cuts it off)."""
+        ``UpstreamClosed`` when the body ends before its end (the relay then cuts it off).
+
+        ``rechunk`` (a chunked body): its data written again as ONE chunk per upstream read,
+        then the last chunk. Why: mitmproxy hands each chunk it parses to the stream callable
+        as one event through its layers (~µs each); an upstream that sends one SSE event per
+        chunk (OpenAI, Anthropic) then costs one pass per event, a read of many events one
+        pass (docs/speed.md, "One upstream path")."""
         assert self.end is not None
         out = writer.transport
+        rechunk = rechunk and self.framing == "chunked"
 
         def sink(piece: bytes) -> None:
-            out.write(piece)
+            out.write(b"%x\r\n%b\r\n" % (len(piece), piece) if rechunk else piece)
             if out.get_write_buffer_size() > HOLD and not self.paused and self.transport:
                 self.paused = True
                 self.transport.pause_reading()
                 self.resuming = asyncio.ensure_future(self._resume(writer))
 
-        self._attach(sink, decode=False)
+        self._attach(sink, decode=rechunk)
         gone = asyncio.ensure_future(reader.read(1))
         try:
             both: set[asyncio.Future[Any]] = {self.end, gone}
@@ -303,6 +324,8 @@ class Wire(asyncio.Protocol):
         if not self.end.done():
             raise ConnectionResetError("mitmproxy closed the relay's connection")
         self.end.result()
+        if rechunk and not out.is_closing():
+            out.write(b"0\r\n\r\n")  # the upstream's trailer, if any, is not passed on
 
     async def _resume(self, writer: asyncio.StreamWriter) -> None:
         try:
@@ -493,6 +516,12 @@ class Opened:
 
     async def passed_to(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await self.wire.passed_to(reader, writer)
+
+    async def rechunked_to(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """``passed_to``, a chunked body's data written as one chunk per upstream read."""
+        await self.wire.passed_to(reader, writer, rechunk=True)
 
     async def aclose(self) -> None:
         self.wire.release()

@@ -288,6 +288,28 @@ def test_baseline_table_divides_the_paired_ratios() -> None:
     assert NONE in missing
 
 
+def test_baseline_table_holds_every_route_against_the_baselines_first_route() -> None:
+    """The bound of issue 41 (every route against today's plain route) reads off one row."""
+    from benchlib.base import X
+    from benchlib.baseline import baseline_table, with_baselines
+    from benchlib.plan import QUICK
+    from benchlib.processes import CONFIGS
+
+    keys = {"bare", "openai", "fallback"}
+    configs = with_baselines([c for c in CONFIGS if c.key in keys], Path("/x"), "r")
+    run = f"unpaced_{QUICK.unpaced_streams[0]}"
+    results = {
+        "openai@base": {run: {"events_per_s_ratio": 0.8, "proxy_cpu_us_per_event_ratio": 1.2}},
+        "fallback": {run: {"events_per_s_ratio": 0.76, "proxy_cpu_us_per_event_ratio": 1.32}},
+        "fallback@base": {run: {"events_per_s_ratio": 0.5, "proxy_cpu_us_per_event_ratio": 2.0}},
+    }
+    table = baseline_table(QUICK, configs, results)
+    assert "tree / base's openai" in table.splitlines()[0]
+    row = next(line for line in table.splitlines() if "fallback" in line and run[8:] in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:] == [f"1.52{X}", f"0.66{X}", f"0.95{X}", f"1.10{X}"]
+
+
 def test_baseline_of_no_commit_is_refused() -> None:
     from benchlib.baseline import BaselineError, checkout
 

@@ -136,6 +136,8 @@ class Bridge:
         self.addons = addons
         self.sent: list[http.Request] = []
         self.script: dict[str, list[Answer]] = {}
+        self.tctx: Any = None
+        """The options' context (``taddons.context``): another routes file."""
 
     async def open(self, flow: http.HTTPFlow, request: http.Request, timeout: float) -> Answer:
         self.sent.append(request)
@@ -173,15 +175,16 @@ def bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bridge]:
     routes.write_text(ROUTES)
     with taddons.context(*addons.all) as tctx:
         tctx.configure(addons.settings, bridge_routes=str(routes))
+        bridge.tctx = tctx
         yield bridge
 
 
 def to_relay(bridge: Bridge, f: http.HTTPFlow) -> str:
     """The request hooks as mitmproxy calls them; the flow leaves for the relay: plain HTTP
     to 127.0.0.1, never through an upstream proxy, no key, no body. Its token."""
-    pending = bridge.addons.fallbacks.request(f)
-    assert pending is not None
-    asyncio.run(pending)  # type: ignore[arg-type]
+    pending = bridge.addons.fallbacks.request(f)  # None: a plain route, no chain to pick
+    if pending is not None:
+        asyncio.run(pending)  # type: ignore[arg-type]
     bridge.addons.request.request(f)
     req = f.request
     assert (req.scheme, req.host, req.port) == ("http", "127.0.0.1", 54321)
@@ -445,3 +448,62 @@ def test_a_fallback_to_another_upstream_gets_none_of_the_first_upstreams_signatu
     assert json.loads(text)["messages"][1]["tool_calls"][0]["id"] == call["id"]
     assert second.response is not None and second.response.status_code == 200
     assert second.metadata[META_KEY]["fallback"]["served_by"] == "c2"
+
+
+# ---------------------------------------------------------------------- one upstream path
+
+PLAIN_ROUTES = """
+[[routes]]
+name = "chat"
+path = "*/v1/messages"
+client = "anthropic"
+upstream = "openai_chat"
+upstream_url = "http://chat.example:8080/v1x"
+api_key_env = "CB_TEST_CHAT_KEY"
+"""
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_plain_routes_stream_goes_through_the_relay_and_a_whole_answer_does_not(
+    bundle: Bridge, tmp_path: Path, stream: bool
+) -> None:
+    """One upstream path (docs/architecture.md): a route without a chain or a key pool has its
+    streamed answers read by the bridge (the relay's leg, one attempt), its whole answers
+    by mitmproxy as before; the flow shows the request its route was sent, the answer is the
+    client's, and nothing falls back or cools down."""
+    routes = tmp_path / "plain.toml"
+    routes.write_text(PLAIN_ROUTES)
+    bundle.tctx.configure(bundle.addons.settings, bridge_routes=str(routes))
+    asyncio.run(bundle.addons.fallbacks.running())  # the relay starts with the proxy
+    f = messages_flow(stream)
+    assert bundle.addons.fallbacks.request(f) is None  # no chain to pick a route of
+    if not stream:
+        bundle.addons.request.request(f)
+        assert f.request.host == "chat.example"  # mitmproxy sends it, as before
+        assert TOKEN_HEADER not in f.request.headers
+        return
+    relayed(bundle, f)
+    assert [r.host for r in bundle.sent] == ["chat.example"]
+    check_chat_request(f.request)
+    assert anthropic_text(f, stream) == "hello from chat"
+    meta = f.metadata[META_KEY]
+    assert "fallback" not in meta and meta["route"] == "chat"
+    assert bundle.addons.fallbacks.local_cooldowns.left("chat") == 0
+
+
+def test_a_plain_routes_unreachable_upstream_is_a_502_in_the_clients_dialect(
+    bundle: Bridge, tmp_path: Path
+) -> None:
+    """No answer on a plain route's stream: the bridge's 502 in the client's dialect (mitmproxy
+    gave its own HTML page), and the route does not cool down (it has nothing to fall back to)."""
+    routes = tmp_path / "plain.toml"
+    routes.write_text(PLAIN_ROUTES)
+    bundle.tctx.configure(bundle.addons.settings, bridge_routes=str(routes))
+    asyncio.run(bundle.addons.fallbacks.running())
+    bundle.script["chat.example"] = [NoAnswer(Reason.UNREACHABLE, "connection refused")]
+    f = messages_flow(stream=True)
+    relayed(bundle, f)
+    assert f.response is not None and f.response.status_code == 502
+    error = json.loads(f.response.content or b"")
+    assert error["type"] == "error" and "connection refused" in error["error"]["message"]
+    assert bundle.addons.fallbacks.local_cooldowns.left("chat") == 0

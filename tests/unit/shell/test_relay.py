@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
 from addon.plan.fallback import NoAnswer, Reason
 from addon.shell.relay import TOKEN_HEADER, Leg, Relay, Relayed, whole
 from addon.shell.retry import Retry
-from addon.shell.wire import Opened
+from addon.shell.wire import Chunks, Opened
 
 TIMEOUT = 10.0
 
@@ -344,6 +347,57 @@ def test_a_chunked_answer_passes_through_as_its_bytes_and_the_connection_is_kept
         run(go)
 
 
+def test_a_chunked_answer_rechunked_reaches_mitmproxy_as_one_chunk_per_upstream_read() -> None:
+    """One upstream path: a chunked body's data goes on as ONE chunk per upstream read, so
+    mitmproxy hands the stream callable one read of many events, not one pass per chunk
+    (docs/speed.md "One upstream path"); the data is the upstream's, byte for byte, and the
+    body ends with the last chunk."""
+    events = [b"data: %d\n\n" % i for i in range(6)]
+    first = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events[:4])
+    second = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events[4:]) + b"0\r\n\r\n"
+    go_on = asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(len(b'{"model": "m"}'))
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + first)
+        await writer.drain()
+        await asyncio.wait_for(go_on.wait(), TIMEOUT)
+        writer.write(second)
+        await writer.drain()
+
+    async def go() -> None:
+        retry = Retry()
+        legs = Legs()
+        relay = Relay(legs.take)
+        port = await relay.start()
+        async with server(answer) as up:
+            got = await retry.open(tflow.tflow(), request_to(f"http://127.0.0.1:{up}/v1"), 5.0)
+            assert isinstance(got, Opened) and got.framing == "chunked"
+
+            async def leg() -> Relayed:
+                return Relayed(200, b"OK", [], got.aiter_raw(), got.aclose, got.rechunked_to)
+
+            token = legs.add(leg)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"GET / HTTP/1.1\r\nhost: x\r\n{TOKEN_HEADER}: {token}\r\n\r\n".encode())
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT)
+            assert b"transfer-encoding: chunked" in head
+            data = b"".join(events[:4])
+            one = await asyncio.wait_for(reader.readexactly(len(data) + 6), TIMEOUT)
+            assert one == b"%x\r\n%s\r\n" % (len(data), data)  # four chunks, one read: one
+            go_on.set()
+            data = b"".join(events[4:])
+            rest = await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), TIMEOUT)
+            assert rest == b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
+            writer.close()
+        await retry.done()
+        await relay.stop()
+
+    with taddons.context():
+        run(go)
+
+
 def test_an_upstream_that_cuts_its_body_cuts_the_relayed_one() -> None:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
@@ -410,3 +464,37 @@ def test_a_client_gone_mid_answer_closes_the_upstreams_connection() -> None:
 
     with taddons.context():
         run(go)
+
+
+# ---------------------------------------------------------------------- the chunk sizes
+
+
+@given(
+    pieces=st.lists(st.binary(min_size=1, max_size=40), max_size=8),
+    ext=st.booleans(),
+    cuts=st.lists(st.integers(min_value=0, max_value=600), max_size=6),
+)
+def test_chunks_find_the_end_and_the_data_however_the_reads_split_the_body(
+    pieces: list[bytes], ext: bool, cuts: list[int]
+) -> None:
+    """``Chunks.feed`` (its whole-chunk shortcut included) gives the body's data and where it
+    ends, whatever bytes each read holds: sizes in any case, extensions, a trailer."""
+    body = (
+        b"".join(
+            b"%x%s\r\n%s\r\n" % (len(p), b";e=1" if ext else b"", p)
+            if i % 2
+            else b"%X\r\n%s\r\n" % (len(p), p)
+            for i, p in enumerate(pieces)
+        )
+        + b"0\r\nx-t: 1\r\n\r\n"
+    )
+    wire = body + b"NEXT"
+    points = sorted({c for c in cuts if c < len(wire)} | {0, len(wire)})
+    chunks, out, end = Chunks(), [], -1
+    for a, b in itertools.pairwise(points):
+        at = chunks.feed(wire[a:b], out)
+        if at >= 0:
+            end = a + at
+            break
+    assert end == len(body)
+    assert b"".join(out) == b"".join(pieces)
