@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from mitmproxy import connection, http
 
 from addon.dialects import DIALECTS
-from addon.outcome import FlowReport
 from addon.plan import AnswerState, FlowPlan, Incoming, Rewrite, decide, route_for
 from addon.plan.caching import secret_of
 from addon.plan.conditions import RequestView
@@ -37,8 +36,6 @@ from addon.plan.fallback import (
 from addon.plan.key_errors import Blame
 from addon.plan.key_pool import (
     KeyAction,
-    KeyVerdict,
-    all_cooling,
     has_pool,
     is_link,
     key_verdict,
@@ -47,26 +44,18 @@ from addon.plan.key_pool import (
     reads_error,
     revoked_mark,
 )
-from addon.plan.key_probe import (
-    PROBED_FOR,
-    RECHECK_HOLD,
-    ProbeResult,
-    probe_for,
-    probe_timeout,
-    probed_mark,
-    probed_verdict,
-)
 from addon.plan.values import tenths
 from addon.routes import MAX_TIMEOUT, Route, fallback_chain
 from addon.shell.flows import Attempt, Attempts, FlowRun
 from addon.shell.host_filter import outside_proxy_hosts
-from addon.shell.key_probe import KeyProbes, Target
+from addon.shell.key_probe import KeyProbes
 from addon.shell.notes import META_KEY, append_comment, log, log_internal_error, set_meta
 from addon.shell.options import environment
+from addon.shell.pool_keys import PoolKeys, kept
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.relay import TOKEN_HEADER, Relay, Relayed, whole
 from addon.shell.report import Report
-from addon.shell.retry import Retry, upstream_proxy
+from addon.shell.retry import Retry
 from addon.shell.settings import BridgeSettings
 from addon.shell.upstream_request import apply_rewrite, origin
 from addon.stream.decompress import make_decompressor
@@ -109,9 +98,8 @@ class Fallbacks:
         self._clock = clock
         self.relay = Relay(self._flows.take_leg)
         """Started with the first chain; a token's leg is its flow record's."""
-        self.probes = KeyProbes(lambda: self.retry, environment)
-        """The keys' probes (``addon.plan.key_probe``): one per key at a time, and the
-        rechecks of the keys this worker revoked."""
+        self.keys = PoolKeys(settings, KeyProbes(lambda: self.retry, environment), self)
+        """A pool's keys refused, probed and rechecked (``addon.shell.pool_keys``)."""
 
     async def running(self) -> None:
         """The relay started with the proxy: the rewrite hook sends streams there (``send``)."""
@@ -161,7 +149,7 @@ class Fallbacks:
             route, skipped = first_route(chain, self.cooldowns)
             failures = [self._skipped(r) for r in skipped]
             if route is None:  # every key of the pool cools down, and nothing else is left
-                self._all_keys_cooling(flow, chain, failures)
+                self.keys.all_cooling(self.report, flow, chain, failures)
                 return
             tried = [link_name(r) for r in skipped]
             attempts = Attempts(route, chain, flow.request.copy(), failures, tried)
@@ -239,13 +227,15 @@ class Fallbacks:
                 verdict = key_verdict(route, status, _decoded(body, got), revoked)
                 probed = ""
                 if verdict is not None and verdict.judgement.blame is Blame.UNKNOWN:
-                    verdict, probed = await self._probed(flow, attempt, verdict, revoked)
+                    verdict, probed = await self.keys.probed(flow, attempt, verdict, revoked)
                 if verdict is not None and verdict.action is not KeyAction.ANSWER:
                     last = error
-                    self._refused(chain, route, status, verdict, self._target(flow, attempt))
+                    self.keys.refused(
+                        chain, route, status, verdict, self.keys.target(flow, attempt)
+                    )
                 elif verdict is not None or not falls_back(status):
                     if verdict is not None:
-                        _kept(route, status, verdict, probed)
+                        kept(route, status, verdict, probed)
                     return error  # the request's own: the client's answer, nothing cools
                 else:
                     last = error
@@ -295,35 +285,6 @@ class Fallbacks:
         status, body = all_failed(client, tuple(chain.failures))
         return whole(status, [(b"content-type", b"application/json")], body)
 
-    def _all_keys_cooling(
-        self, flow: http.HTTPFlow, chain: tuple[Route, ...], failures: list[Failure]
-    ) -> None:
-        """Every key of the pool cools down (or was revoked) and no other route is left: the
-        client's 429 in its dialect, ``Retry-After`` the earliest end of the cooldowns."""
-        route = chain[0]
-        wait = min(self.cooldowns.left(link_name(r)) for r in chain)
-        every_revoked = all(self.cooldowns.cooling(revoked_mark(link_name(r))) for r in chain)
-        status, headers, body = all_cooling(DIALECTS[route.client], wait, every_revoked)
-        flow.response = http.Response.make(
-            status, body, {"content-type": "application/json", **headers}
-        )
-        tried = tried_line(failures)
-        label = f"cursor-bridge [{route.name}]"
-        why = "every key cooling down" if status == 429 else "every key refused"
-        append_comment(flow, f"{label}: answered {status}: {why}; tried: {tried}")
-        set_meta(flow, {"route": route.name, "action": "rejected"})
-        self.report.state.count("rejected")
-        line = FlowReport(
-            route.name,
-            "rejected",
-            client=route.client,
-            upstream=route.upstream,
-            reason=f"answered {status}: {why}"
-            + (f" (Retry-After {headers['retry-after']})" if headers else ""),
-            fields={"tried": tried},
-        )
-        self.report.close(flow, line, line=True)
-
     def _skipped(self, route: Route) -> Failure:
         """A route or key passed over because it cools down (or, a key, was revoked)."""
         name = link_name(route)
@@ -340,124 +301,6 @@ class Fallbacks:
         for other in chain.chain:
             if other.name == route.name and is_link(other):
                 self.cooldowns.cool(link_name(other), seconds)
-
-    # ------------------------------------------------------------------ a key's probe
-
-    def _target(self, flow: http.HTTPFlow, attempt: Attempt) -> Target | None:
-        """Where the probe of ``attempt``'s key goes (the origin its request went to), or
-        None: no probe known for its route, or not a key of a pool."""
-        route, sent = attempt.route, attempt.request
-        probe = probe_for(route, sent.path, sent.host) if is_link(route) else None
-        if probe is None or route.key_env is None:
-            return None
-        via = upstream_proxy(flow)
-        timeout = probe_timeout(route)
-        return Target(probe, sent.scheme, sent.host, sent.port, via, route.key_env, timeout)
-
-    async def _probed(
-        self, flow: http.HTTPFlow, attempt: Attempt, verdict: KeyVerdict, revoked: bool
-    ) -> tuple[KeyVerdict, str]:
-        """A 401 / 403 of a key the table does not name: the key's probe says whether it is
-        the key's (revoked, as for a key's error) or not (answered); and the words the info
-        line gives for what the probe said ("" none sent). A probe that accepted the key or
-        proved nothing is remembered by every worker for ``PROBED_FOR``: not sent again."""
-        target = self._target(flow, attempt)
-        if target is None:
-            return verdict, ""
-        name = link_name(attempt.route)
-        label = target.probe.label
-        if self.cooldowns.cooling(probed_mark(name)):
-            return verdict, f"its probe {label} was asked a moment ago"
-        result = await self.probes.probe(name, target)
-        if result is not ProbeResult.REFUSED:
-            self.cooldowns.cool(probed_mark(name), PROBED_FOR)
-            return verdict, f"its probe {label} {result.value}"
-        return probed_verdict(verdict, target.probe, result, revoked), ""
-
-    def _recheck(self, route: Route, target: Target) -> None:
-        """The revoked key's recheck after ``bridge_key_recheck``: its probe. Accepted: back
-        at once for every worker (no client's request spent on it); refused: revoked again;
-        proved nothing: back, the next request that asks for it is the recheck."""
-        name, recheck = link_name(route), self._settings.settings.key_recheck
-
-        async def check() -> float | None:
-            result = await self.probes.probe(name, target)
-            label = f"cursor-bridge [{route.name}]: key {route.key_env}"
-            if result is ProbeResult.REFUSED:
-                again = self._settings.settings.key_recheck
-                self.cooldowns.cool(name, again + RECHECK_HOLD)
-                self.cooldowns.cool(revoked_mark(name), again + RECHECK_HOLD)
-                log.warning(
-                    "%s still refused by its probe %s: left out for %s s more, then probed "
-                    "again (bridge_key_recheck)",
-                    label,
-                    target.probe.label,
-                    tenths(again),
-                )
-                return again
-            self.cooldowns.clear(name)
-            self.cooldowns.clear(revoked_mark(name))
-            if result is ProbeResult.ACCEPTED:
-                log.info("%s accepted by its probe %s: back in the pool", label, target.probe.label)
-            else:
-                log.info(
-                    "%s: its probe %s proves nothing: back in the pool, the next request that "
-                    "asks for it is its recheck",
-                    label,
-                    target.probe.label,
-                )
-            return None
-
-        self.probes.recheck(name, recheck, check)
-
-    # ------------------------------------------------------------------ a key refused
-
-    def _refused(
-        self,
-        chain: Attempts,
-        route: Route,
-        status: int,
-        verdict: KeyVerdict,
-        target: Target | None,
-    ) -> None:
-        """A key of a pool answered an error that is its own fault: revoked for
-        ``bridge_key_recheck`` (every worker on a Redis store), unless this request revoked
-        one already; the next link is tried either way. With a probe known (``target``) the
-        recheck is the probe, made by this worker; the key stays out until it is done."""
-        recheck = self._settings.settings.key_recheck
-        name = link_name(route)
-        revoke = verdict.action is KeyAction.REVOKE
-        if revoke:
-            hold = recheck + (RECHECK_HOLD if target is not None else 0.0)
-            self.cooldowns.cool(name, hold)
-            self.cooldowns.cool(revoked_mark(name), hold)
-            if target is not None:
-                self._recheck(route, target)
-        detail = verdict.detail(status, recheck)
-        chain.failures.append(Failure(name, Reason.KEY_REFUSED, detail, revoked=revoke))
-        judged = verdict.judgement
-        why = f"HTTP {status} {judged.why}" + (f", {judged.provider}" if judged.provider else "")
-        if not revoke:
-            log.warning(
-                "cursor-bridge [%s]: key %s refused (%s): not left out, this request left out "
-                "a key already; trying the next",
-                route.name,
-                route.key_env,
-                why,
-            )
-            return
-        shared = self.cooldowns is not self.local_cooldowns  # a Redis store's table
-        then = f"probed with {target.probe.label}" if target is not None else "tried again"
-        log.warning(
-            "cursor-bridge [%s]: key %s refused (%s): left out for %s s by %s, then %s "
-            "(bridge_key_recheck)",
-            route.name,
-            route.key_env,
-            why,
-            tenths(recheck),
-            "every worker" if shared else "this process",
-            then,
-        )
 
     def _failed(self, chain: Attempts, route: Route, status: int, header: str | None) -> None:
         wait = retry_after(header, self._clock())
@@ -508,7 +351,7 @@ class Fallbacks:
         return chain if chain is not None and chain.attempt is not None else None
 
     async def done(self) -> None:
-        await self.probes.done()
+        await self.keys.done()
         await self.relay.stop()
 
 
@@ -592,24 +435,6 @@ def _decoded(body: bytes, got: Opened) -> bytes:
         return body if undo is None else undo.feed(body) + undo.finish()
     except ValueError:
         return body
-
-
-def _kept(route: Route, status: int, verdict: KeyVerdict, probed: str) -> None:
-    """A 401 / 403 of a key of a pool that is the request's own (or not known to be the
-    key's): the client gets it, no key is left out; one line says so (``probed``: what the
-    key's probe said, "" none was sent)."""
-    judged = verdict.judgement
-    if judged.why:
-        why = f"the request's own ({judged.why}, {judged.provider})"
-    else:
-        why = "not known to be the key's fault" + (f" ({probed})" if probed else "")
-    log.info(
-        "cursor-bridge [%s]: key %s answered HTTP %d, %s: answered, no key left out",
-        route.name,
-        route.key_env,
-        status,
-        why,
-    )
 
 
 # ---------------------------------------------------------------------- what the flow says
