@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from mitmproxy import connection, http
 
 from addon.dialects import DIALECTS
-from addon.outcome import FlowReport
+from addon.outcome import Action, Count, FlowReport, Outcome
 from addon.plan import AnswerState, FlowPlan, Incoming, Rewrite, decide, route_for
 from addon.plan.caching import secret_of
 from addon.plan.conditions import RequestView
@@ -277,11 +277,11 @@ class Fallbacks:
         label = f"cursor-bridge [{route.name}]"
         why = "every key cooling down" if status == 429 else "every key refused"
         append_comment(flow, f"{label}: answered {status}: {why}; tried: {tried}")
-        set_meta(flow, {"route": route.name, "action": "rejected"})
-        self.report.state.count("rejected")
+        set_meta(flow, {"route": route.name, "action": Action.REJECTED.value})
+        self.report.state.count(Count.REJECTED)
         line = FlowReport(
             route.name,
-            "rejected",
+            Outcome.REJECTED,
             client=route.client,
             upstream=route.upstream,
             reason=f"answered {status}: {why}"
@@ -594,7 +594,7 @@ def _deliver(
         _served(flow, run, by.plan, flow.request, failures)
         if all(f.reason is Reason.SKIPPED for f in failures):
             return  # routes cooling down were passed over: nothing fell back on this flow
-        report.state.count("fallbacks answered")
+        report.state.count(Count.FALLBACKS_ANSWERED)
         log.info(
             "%s: fallback answered HTTP %d; tried: %s",
             by.plan.label,
@@ -660,11 +660,15 @@ def _unreachable(
     last = failures[-1].route if failures else run.report.route
     tried = tried_line(failures)
     append_comment(flow, f"cursor-bridge [{last}]: no upstream reachable; tried: {tried}")
-    _meta(flow, {"route": last, "action": "rejected"}, {"served_by": None, "tried": failures})
+    _meta(
+        flow,
+        {"route": last, "action": Action.REJECTED.value},
+        {"served_by": None, "tried": failures},
+    )
     run.plan = None  # the body is the client's already: passed on as it is
-    report.state.count("rejected")
+    report.state.count(Count.REJECTED)
     r = run.report
-    r.route, r.outcome, r.mode = last, "rejected", ""
+    r.route, r.outcome, r.mode = last, Outcome.REJECTED, ""
     r.reason = f"answered {flow.response.status_code}: no upstream reachable"
     r.fields = {"tried": tried}
 
