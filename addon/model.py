@@ -10,13 +10,40 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Literal
 
 type JSON = dict[str, Any]
 """A decoded JSON object."""
 
 type Notes = Counter[str]
-"""What codecs and transforms changed, counted by description: shown in mitmweb's flow comment."""
+"""What codecs and transforms changed, counted by description: shown in mitmweb's flow comment.
+A note's text is for people only: what a counter counts is a ``TalliedNote``'s ``tally``."""
+
+
+class Tally(Enum):
+    """What a note counts as, beside its text: a call's arguments changed (the flow's
+    ``repairs=``) or reasoning the client dropped put back from the store (``restores=``)."""
+
+    REPAIR = "repair"
+    RESTORE = "restore"
+
+
+class TalliedNote(str):
+    """A note (its text, as any other note) that also counts as ``tally``: ``addon.outcome``
+    counts these by their ``tally``, never by their text. Equal to its text, so a ``Notes``
+    counter, the comment and the metadata see a plain note."""
+
+    tally: Tally
+
+    def __new__(cls, text: str, tally: Tally) -> TalliedNote:
+        note = super().__new__(cls, text)
+        note.tally = tally
+        return note
+
+    def __reduce__(self) -> tuple[type[TalliedNote], tuple[str, Tally]]:
+        return TalliedNote, (str(self), self.tally)
+
 
 type ReasoningStyle = Literal[
     "none", "signed_parts", "signed_blocks", "reasoning_items", "reasoning_fields"

@@ -9,39 +9,78 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-from addon.model import Usage
+from addon.model import TalliedNote, Tally, Usage
 from addon.redact import clean
 
-OUTCOMES = ("rejected", "loop_guard", "not_rewritten", "retried", "repaired", "rewritten")
-"""Every outcome, by precedence. ``not_rewritten``: something of the flow could not be rewritten,
-so it passed through as it came or ended with an error for the client (a request or answer
-the bridge could not read, a cut stream, events skipped, no route of a chain answered)."""
 
-MARKS: Mapping[str, str] = {
-    "rejected": ":no_entry:",
-    "loop_guard": ":stop_sign:",
-    "not_rewritten": ":warning:",
-    "retried": ":repeat:",
-    "repaired": ":wrench:",
-    "rewritten": ":twisted_rightwards_arrows:",
+class Outcome(StrEnum):
+    """How a routed flow ended, as its log line (``outcome=``), its mark and ``bridge.stats``
+    (``flows …``) write it (the value is that text). Declared by precedence, most telling
+    first (``OUTCOMES``). ``NOT_REWRITTEN``: something of the flow could not be rewritten, so it
+    passed through as it came or ended with an error for the client (a request or answer the
+    bridge could not read, a cut stream, events skipped, no route of a chain answered)."""
+
+    REJECTED = "rejected"
+    LOOP_GUARD = "loop_guard"
+    NOT_REWRITTEN = "not_rewritten"
+    RETRIED = "retried"
+    REPAIRED = "repaired"
+    REWRITTEN = "rewritten"
+
+
+OUTCOMES: tuple[Outcome, ...] = tuple(Outcome)
+"""Every outcome, by precedence."""
+
+MARKS: Mapping[Outcome, str] = {
+    Outcome.REJECTED: ":no_entry:",
+    Outcome.LOOP_GUARD: ":stop_sign:",
+    Outcome.NOT_REWRITTEN: ":warning:",
+    Outcome.RETRIED: ":repeat:",
+    Outcome.REPAIRED: ":wrench:",
+    Outcome.REWRITTEN: ":twisted_rightwards_arrows:",
 }
 """``flow.marked`` per outcome (mitmproxy's emoji short codes), each its own."""
 
-REPAIR_NOTES = (
-    "tool call arguments repaired",
-    "argument aliases applied",
-    "argument alias dropped",
-    "todo status normalized",
-    "todo priority set",
-)
-"""Notes of ``addon.transforms.repair`` that changed a call's arguments."""
-RESTORE_NOTES = (
-    "reasoning restored from the store",
-    "thinking signature repaired from the store",
-)
+
+class Action(StrEnum):
+    """What the bridge did with a flow, as ``flow.metadata["cursor-bridge"]["action"]`` says
+    (the value is that text; the content view and the stream's attach read it back)."""
+
+    REWRITTEN = "rewritten"
+    REJECTED = "rejected"
+    PASSTHROUGH = "passthrough"
+
+
+class Count(StrEnum):
+    """Every process-wide counter a hook adds to (``BridgeState.count``), as ``bridge.stats``
+    names it (the value is that text). The flows by outcome and the retries by kind are made by
+    ``FlowReport.counters``; ``REPAIRS``, ``RESTORES`` and ``NOT_REWRITTEN`` have their own
+    place in the line, every other one goes under ``other:`` (docs/observability.md lists them)."""
+
+    REPAIRS = "repairs"
+    RESTORES = "restores"
+    NOT_REWRITTEN = "not rewritten"
+    REQUESTS_REWRITTEN = "requests rewritten"
+    ANSWERS_REWRITTEN = "answers rewritten"
+    STREAMS_REWRITTEN = "streams rewritten"
+    PASSED_THROUGH = "passed through"
+    STREAMS_PASSED_THROUGH = "streams passed through"
+    REJECTED = "rejected"
+    UPSTREAM_ERRORS_RESHAPED = "upstream errors re-shaped"
+    STREAMS_ENDED_WITH_ERROR = "streams ended with an error"
+    STREAM_EVENTS_SKIPPED = "stream events skipped"
+    ANSWERS_NOT_TRANSLATABLE = "answers not translatable"
+    ANSWERS_NOT_REMEMBERED = "answers not remembered"
+    TOOL_CALLS_STILL_INVALID = "tool calls still invalid after repair"
+    LOOP_GUARD_ANSWERS = "loop guard answers"
+    STAGED_RETRIES_ANSWERED = "staged retries answered"
+    FALLBACKS_ANSWERED = "fallbacks answered"
+    TOKEN_COUNTS_ESTIMATED = "token counts estimated"
+
 
 _PLAIN = re.compile(r"[\w.:/@+%-]+")
 
@@ -52,7 +91,7 @@ class FlowReport:
 
     route: str
     """The route that took the flow (a chain's: the one that served it)."""
-    outcome: str = "rewritten"
+    outcome: Outcome = Outcome.REWRITTEN
     """The most telling of ``OUTCOMES`` seen so far (``add_outcome``)."""
     client: str = ""
     """The client's dialect; empty when the request was not rewritten."""
@@ -79,28 +118,28 @@ class FlowReport:
     """The usage the upstream reported for the answer the client got (``AnswerState.usage``):
     its cache reads and writes go on the line (``cache_fields``); None when it reported none."""
 
-    def add_outcome(self, outcome: str) -> None:
+    def add_outcome(self, outcome: Outcome) -> None:
         """Keep the most telling of the outcomes seen so far."""
         if OUTCOMES.index(outcome) < OUTCOMES.index(self.outcome):
             self.outcome = outcome
 
     @property
     def repairs(self) -> int:
-        return _sum_notes(self.notes, REPAIR_NOTES)
+        return tallied(self.notes, Tally.REPAIR)
 
     @property
     def restores(self) -> int:
-        return _sum_notes(self.notes, RESTORE_NOTES)
+        return tallied(self.notes, Tally.RESTORE)
 
     @property
-    def final(self) -> str:
+    def final(self) -> Outcome:
         """The outcome the mark, the log line and the counters show: a rewrite that retried
         or repaired says so."""
         outcome = self.outcome
-        if outcome == "rewritten" and self.retries:
-            return "retried"
-        if outcome == "rewritten" and self.repairs:
-            return "repaired"
+        if outcome is Outcome.REWRITTEN and self.retries:
+            return Outcome.RETRIED
+        if outcome is Outcome.REWRITTEN and self.repairs:
+            return Outcome.REPAIRED
         return outcome
 
     @property
@@ -109,7 +148,7 @@ class FlowReport:
 
     def line(self) -> str:
         """One logfmt line (``key=value``, quoted where needed); nothing secret goes in."""
-        pairs: list[tuple[str, object]] = [("route", self.route), ("outcome", self.final)]
+        pairs: list[tuple[str, object]] = [("route", self.route), ("outcome", self.final.value)]
         if self.client:
             pairs += [("client", self.client), ("upstream", self.upstream)]
         if self.mode:
@@ -132,16 +171,33 @@ class FlowReport:
 
     def counters(self) -> Counter[str]:
         """What this flow adds to the process-wide counters."""
-        out: Counter[str] = Counter({f"flows {self.final}": 1})
+        out: Counter[str] = Counter({flows_counter(self.final): 1})
         if self.repairs:
-            out["repairs"] += self.repairs
+            out[Count.REPAIRS.value] += self.repairs
         if self.restores:
-            out["restores"] += self.restores
+            out[Count.RESTORES.value] += self.restores
         for kind, n in self.retries.items():
-            out[f"retries ({kind})"] += n
-        if self.outcome == "not_rewritten":
-            out["not rewritten"] += 1
+            out[f"{_RETRIES}{kind})"] += n
+        if self.outcome is Outcome.NOT_REWRITTEN:
+            out[Count.NOT_REWRITTEN.value] += 1
         return out
+
+
+def flows_counter(outcome: Outcome) -> str:
+    """The counter of the flows that ended with ``outcome`` (``flows rewritten``)."""
+    return f"{_FLOWS}{outcome.value}"
+
+
+_FLOWS = "flows "
+_RETRIES = "retries ("
+
+
+def tallied(notes: Mapping[str, int], tally: Tally) -> int:
+    """How many of ``notes`` count as ``tally``: read from the typed notes (``TalliedNote``),
+    never from a note's text."""
+    return sum(
+        n for note, n in notes.items() if isinstance(note, TalliedNote) and note.tally is tally
+    )
 
 
 def cache_fields(usage: Usage | None) -> list[tuple[str, str | int]]:
@@ -165,11 +221,6 @@ def cache_fields(usage: Usage | None) -> list[tuple[str, str | int]]:
     return out
 
 
-def _sum_notes(notes: Mapping[str, int], prefixes: Iterable[str]) -> int:
-    starts = tuple(prefixes)
-    return sum(n for note, n in notes.items() if note.startswith(starts))
-
-
 def _value(v: object) -> str:
     if type(v) is int:  # counts, the status: nothing to clean or quote
         return str(v)
@@ -185,23 +236,25 @@ def _text_value(text: str) -> str:
 
 def stats_text(counters: Mapping[str, int], uptime_s: float) -> str:
     """The counters as ``bridge.stats`` and the shutdown line show them (one line)."""
-    flows = [f"{counters[f'flows {o}']} {o}" for o in OUTCOMES if counters.get(f"flows {o}")]
+    flows = [
+        f"{counters[flows_counter(o)]} {o.value}"
+        for o in OUTCOMES
+        if counters.get(flows_counter(o))
+    ]
     kinds = sorted(
-        (k[len("retries (") : -1], n)
-        for k, n in counters.items()
-        if k.startswith("retries (") and n
+        (k[len(_RETRIES) : -1], n) for k, n in counters.items() if k.startswith(_RETRIES) and n
     )
     retries = f"retries: {sum(n for _, n in kinds)}"
     if kinds:  # said once, by kind: "retries: 3 (required tool call: 1, staged retry 1: 2)"
         retries += " (" + ", ".join(f"{kind}: {n}" for kind, n in kinds) + ")"
     parts = [
         "flows: " + (", ".join(flows) if flows else "none"),
-        f"repairs: {counters.get('repairs', 0)}",
-        f"restores: {counters.get('restores', 0)}",
+        f"repairs: {counters.get(Count.REPAIRS, 0)}",
+        f"restores: {counters.get(Count.RESTORES, 0)}",
         retries,
-        f"not rewritten: {counters.get('not rewritten', 0)}",
+        f"not rewritten: {counters.get(Count.NOT_REWRITTEN, 0)}",
     ]
-    grouped = ("flows ", "retries (", "repairs", "restores", "not rewritten")
+    grouped = (_FLOWS, _RETRIES, Count.REPAIRS, Count.RESTORES, Count.NOT_REWRITTEN)
     other = sorted((k, n) for k, n in counters.items() if not k.startswith(grouped))
     if other:
         parts.append("other: " + ", ".join(f"{n} {k}" for k, n in other))

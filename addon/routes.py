@@ -15,15 +15,17 @@ from functools import lru_cache
 from typing import Literal
 from urllib.parse import urlsplit
 
-from addon.dialects import DIALECTS
+from addon.dialects import (
+    ANTHROPIC,
+    DIALECTS,
+    GEMINI,
+    OPENAI_CHAT,
+    OPENAI_RESPONSES,
+    UPSTREAM_ONLY,
+    DialectName,
+)
 from addon.model import CachePolicy, CacheTTL, SchemaProfile, ToolMode
 
-type DialectName = Literal[
-    "openai_chat", "anthropic", "openai_responses", "gemini", "gemini_code_assist", "kiro"
-]
-
-UPSTREAM_ONLY: frozenset[str] = frozenset({"kiro"})
-"""Dialects the bridge speaks to upstreams only (it does not answer their clients)."""
 DIALECT_KEYS: tuple[str, ...] = ("profile_arn", "token_file", "refresh_url", "description_limit")
 """Route keys that only some upstream dialects take (``Dialect.route_keys`` says which)."""
 
@@ -85,8 +87,8 @@ class Route:
     host: str = "*"
     path: str = "*/chat/completions"
     methods: tuple[str, ...] = ("POST",)
-    client: DialectName = "openai_chat"
-    upstream: DialectName = "openai_chat"
+    client: DialectName = OPENAI_CHAT
+    upstream: DialectName = OPENAI_CHAT
     tool_mode: ToolMode | None = None
     schema_profile: SchemaProfile | None = None
     """The ``schema`` key of a routes file."""
@@ -476,11 +478,9 @@ def dialect_keys(route: Route) -> None:
 
 DEFAULT_ROUTES: tuple[Route, ...] = (
     Route(name="default"),
-    Route(name="messages", path="*/v1/messages", client="anthropic", upstream="openai_chat"),
-    Route(name="responses", path="*/responses", client="openai_responses", upstream="openai_chat"),
-    Route(
-        name="gemini", path="*/models/*:*enerateContent", client="gemini", upstream="openai_chat"
-    ),
+    Route(name="messages", path="*/v1/messages", client=ANTHROPIC, upstream=OPENAI_CHAT),
+    Route(name="responses", path="*/responses", client=OPENAI_RESPONSES, upstream=OPENAI_CHAT),
+    Route(name="gemini", path="*/models/*:*enerateContent", client=GEMINI, upstream=OPENAI_CHAT),
 )
 """POST …/chat/completions (OpenAI client), POST …/v1/messages (Anthropic client, e.g.
 Claude Code), POST …/responses (OpenAI Responses client, e.g. Codex CLI) and POST

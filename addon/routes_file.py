@@ -14,8 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from addon import routes
+from addon.dialects import OPENAI_CHAT, DialectName
 from addon.model import CachePolicy, CacheTTL, SchemaProfile, ToolMode
-from addon.routes import DialectName, Route
+from addon.routes import Route
 
 
 class RoutesError(ValueError):
@@ -73,8 +74,8 @@ class RouteFields(BaseModel):
     host: str = "*"
     path: str = "*/chat/completions"
     methods: tuple[str, ...] = ("POST",)
-    client: DialectName = "openai_chat"
-    upstream: DialectName = "openai_chat"
+    client: DialectName = OPENAI_CHAT
+    upstream: DialectName = OPENAI_CHAT
     tool_mode: ToolMode | None = None
     schema_profile: SchemaProfile | None = Field(default=None, alias="schema")
     upstream_path: str | None = None

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from addon.dialects.base import Framing
-from addon.outcome import stats_text
+from addon.outcome import Count, stats_text
 from addon.redact import Secrets
 
 
@@ -26,8 +26,12 @@ class BridgeState:
         self.originals = OriginalStore()
         self.started = time.monotonic()
 
-    def count(self, what: str, n: int = 1) -> None:
-        self.counters[what] += n
+    def count(self, what: Count, n: int = 1) -> None:
+        """Add ``n`` to one of the named counters (``Count``; a free string is refused, so a
+        misspelt name fails where it is written, not in ``bridge.stats``)."""
+        if not isinstance(what, Count):
+            raise TypeError(f"not a counter: {what!r} (addon.outcome.Count names them)")
+        self.counters[what.value] += n
 
     def add(self, counts: Mapping[str, int]) -> None:
         self.counters.update(counts)

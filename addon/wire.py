@@ -3,11 +3,13 @@
 Contract: sans-IO. ``build_wire`` takes the unified request, both dialects, the client's path,
 query and headers as plain values, and returns a ``WireRequest`` the shell applies as it is.
 Keys live only in ``WireRequest.set_headers`` (hidden from ``repr``); notes name where a key
-came from, never its value."""
+came from, never its value. A note is for people: nothing reads one back (where the route's key
+came from is the caller's ``RouteKey``, typed, and its note is written from it)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from addon.dialects import DIALECTS
 from addon.dialects.base import Dialect, Query, Target, WireRequest
@@ -26,6 +28,19 @@ WITHHELD = (
     "(client_key = true or api_key_env sends one)"
 )
 """The note of a flow whose route withholds the client's key (``credentials``)."""
+
+
+ENV_KEY_NOTE = "API key from the route's environment variable"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteKey:
+    """The key a route sends instead of the client's (``credentials``), with the note that says
+    where it came from (a name, never the value): the route's ``api_key_env`` by default, a
+    key pool's variable, a Kiro token file."""
+
+    value: str = field(repr=False)
+    note: str = ENV_KEY_NOTE
 
 
 def read_key(
@@ -57,21 +72,21 @@ def credentials(
     client: Dialect,
     upstream: Dialect,
     headers: Mapping[str, str],
-    env_key: str | None,
+    route_key: RouteKey | None,
     notes: Notes,
     query: Query = (),
     withhold: bool = False,
 ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
     """``(headers to set, headers to drop)`` for the key: the client's API key (header, or
-    Gemini's ``?key=``) moved to the upstream dialect's header, or the route's ``api_key_env``
-    value sent; the credential headers only the client's dialect understands dropped
+    Gemini's ``?key=``) moved to the upstream dialect's header, or the route's own key sent
+    (``route_key``, noted with its note); the credential headers only the client's dialect understands dropped
     (docs/routes.md). Same dialect: a key in a header stays as it is, Gemini's ``?key=``
     moves to ``x-goog-api-key``.
-    ``withhold``: the client's key must not go upstream (another host): without ``env_key``
+    ``withhold``: the client's key must not go upstream (another host): without ``route_key``
     every credential header is dropped and none is set."""
-    if env_key is not None:
-        key = env_key
-        notes["API key from the route's environment variable"] += 1
+    if route_key is not None:
+        key = route_key.value
+        notes[route_key.note] += 1
     elif withhold:
         drop = tuple(sorted(h for h in CREDENTIAL_HEADERS if h in headers))
         notes[WITHHELD] += 1
@@ -93,7 +108,7 @@ def credentials(
         source, key = found
     name, value = auth_value(upstream, key)
     drop = tuple(sorted(h for h in CREDENTIAL_HEADERS if h != name and h in headers))
-    if env_key is None and source != name:
+    if route_key is None and source != name:
         notes[f"API key moved from {source} to {name}"] += 1
     return ((name, value),), drop
 
@@ -108,7 +123,7 @@ def build_wire(
     headers: Mapping[str, str],
     notes: Notes,
     upstream_path: str | None = None,
-    env_key: str | None = None,
+    route_key: RouteKey | None = None,
     body: JSON | None = None,
     project: str | None = None,
     withhold_key: bool = False,
@@ -145,7 +160,9 @@ def build_wire(
         new_query = tuple(kv for kv in new_query if kv not in theirs)
     if not same and query and new_query != query:
         notes[f"query parameters of the {client.name} client dropped"] += 1
-    set_headers, drop = credentials(client, upstream, headers, env_key, notes, query, withhold_key)
+    set_headers, drop = credentials(
+        client, upstream, headers, route_key, notes, query, withhold_key
+    )
     setting = {k for k, _ in set_headers}
     if not same:
         for k, v in upstream.fixed_headers:

@@ -2,6 +2,16 @@
 
 from addon.dialects import anthropic, gemini, kiro, openai_chat, openai_responses
 from addon.dialects.base import Dialect
+from addon.dialects.names import (
+    ANTHROPIC,
+    GEMINI,
+    GEMINI_CODE_ASSIST,
+    KIRO,
+    OPENAI_CHAT,
+    OPENAI_RESPONSES,
+    UPSTREAM_ONLY,
+    DialectName,
+)
 
 DIALECTS: dict[str, Dialect] = {
     d.name: d
@@ -16,4 +26,15 @@ DIALECTS: dict[str, Dialect] = {
 }
 """Every dialect by name, as routes refer to them."""
 
-__all__ = ["DIALECTS", "Dialect"]
+__all__ = [
+    "ANTHROPIC",
+    "DIALECTS",
+    "GEMINI",
+    "GEMINI_CODE_ASSIST",
+    "KIRO",
+    "OPENAI_CHAT",
+    "OPENAI_RESPONSES",
+    "UPSTREAM_ONLY",
+    "Dialect",
+    "DialectName",
+]

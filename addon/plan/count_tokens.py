@@ -20,7 +20,7 @@ from addon.redact import Secrets
 from addon.routes import Route, match
 from addon.transforms.tokens import estimate_input_tokens
 from addon.transforms.tools import leave_out_tools
-from addon.wire import credentials, secret_values
+from addon.wire import RouteKey, credentials, secret_values
 
 SUFFIX = "/count_tokens"
 MISSING_ENDPOINT = frozenset({404, 405, 501})
@@ -128,8 +128,9 @@ def _count_request(
         )
     # The key follows the upstream's dialect here too (a Bearer gateway would say 401).
     env_key = (env.get(route.key_env) or None) if route.key_env else None  # a pool's first
+    route_key = RouteKey(env_key) if env_key is not None else None
     set_headers, drop = credentials(
-        client, upstream, headers, env_key, Counter(), withhold=withhold
+        client, upstream, headers, route_key, Counter(), withhold=withhold
     )
     secrets = secret_values(headers, query, env_key)
     counter = upstream.token_count

@@ -12,6 +12,7 @@ from typing import Any
 from addon.dialects import Dialect
 from addon.dialects.base import Framing
 from addon.model import NO_DEFAULTS, AnswerDefaults, Notes, Request
+from addon.outcome import Action
 from addon.redact import Secrets
 from addon.routes import Route
 from addon.store import ReasoningStore, ScopedStore
@@ -125,7 +126,7 @@ class FlowPlan:
         """Plain data for ``flow.metadata`` (never a header, never a key)."""
         out: dict[str, Any] = {
             "route": self.route.name,
-            "action": "rewritten",
+            "action": Action.REWRITTEN.value,
             "client": self.client.name,
             "upstream": self.upstream.name,
             "stream": self.stream,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from addon.dialects import DIALECTS
+from addon.dialects import ANTHROPIC, DIALECTS, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES
 from addon.plan.key_errors import UNAUTHORIZED, Blame, Judgement
 from addon.plan.key_pool import KeyAction, KeyVerdict
 from addon.routes import Route
@@ -35,9 +35,9 @@ _PROBED = "probed:"
 _KEYED_PATHS = (
     # The upstream dialect, and the end of the path its requests are sent at → the model list
     # beside it (a gateway's prefix kept: ``/api/v1/chat/completions`` → ``/api/v1/models``).
-    ("openai_chat", "/chat/completions"),
-    ("openai_responses", "/responses"),
-    ("anthropic", "/messages"),
+    (OPENAI_CHAT, "/chat/completions"),
+    (OPENAI_RESPONSES, "/responses"),
+    (ANTHROPIC, "/messages"),
 )
 
 
@@ -95,7 +95,7 @@ def probe_for(route: Route, sent_path: str, host: str) -> Probe | None:
     go to (``…/models``); Gemini: ``…/models`` of ``…/models/M:generateContent``."""
     dialect = DIALECTS[route.upstream]
     name, _ = auth_value(dialect, "")
-    fixed = dialect.fixed_headers if route.upstream == "anthropic" else ()
+    fixed = dialect.fixed_headers if route.upstream == ANTHROPIC else ()
     if route.key_probe is not None:
         return Probe(route.key_probe, name, fixed)
     bare = host.lower().rstrip(".")
@@ -105,7 +105,7 @@ def probe_for(route: Route, sent_path: str, host: str) -> Probe | None:
     for upstream, end in _KEYED_PATHS:
         if route.upstream == upstream and path.endswith(end):
             return Probe(path.removesuffix(end) + "/models", name, fixed)
-    if route.upstream == "gemini":
+    if route.upstream == GEMINI:
         prefix, models, _ = path.partition("/models/")
         if models:
             return Probe(prefix + "/models", name, fixed)

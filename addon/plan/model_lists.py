@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from addon.dialects import DIALECTS
+from addon.dialects import ANTHROPIC, DIALECTS, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES
 from addon.dialects.base import Dialect, Query
 from addon.plan.values import load_json
 from addon.routes import Route
@@ -22,10 +22,10 @@ CHAT_PATHS = ("/chat/completions", "/messages", "/responses")
 """``BASE/models`` is answered when a route takes ``POST BASE`` + one of these."""
 
 MODELS_PATH = {
-    "openai_chat": "/v1/models",
-    "openai_responses": "/v1/models",
-    "anthropic": "/v1/models",
-    "gemini": "/v1beta/models",
+    OPENAI_CHAT: "/v1/models",
+    OPENAI_RESPONSES: "/v1/models",
+    ANTHROPIC: "/v1/models",
+    GEMINI: "/v1beta/models",
 }
 """Where each upstream dialect lists its models (Kiro and Code Assist list none)."""
 MAX_NAMES = 2000
@@ -175,14 +175,14 @@ def listed_names(route: Route, body: bytes) -> tuple[str, ...]:
     data = load_json(body)
     items: Any = None
     if isinstance(data, dict):
-        items = data.get("models") if route.upstream == "gemini" else data.get("data")
+        items = data.get("models") if route.upstream == GEMINI else data.get("data")
     if not isinstance(items, list):
         raise ValueError("not a model list")
     names: dict[str, None] = {}
     for item in items[:MAX_NAMES]:
         if not isinstance(item, dict):
             continue
-        name = item.get("name") if route.upstream == "gemini" else item.get("id")
+        name = item.get("name") if route.upstream == GEMINI else item.get("id")
         if isinstance(name, str) and name:
             name = name.removeprefix("models/")
             if route.takes_model(name):

@@ -56,7 +56,7 @@ from addon.transforms.restore import restore_request
 from addon.transforms.text_tools import TextToolSettings, apply_text_tools
 from addon.transforms.thinking import apply_thinking_prompt, resolve_model
 from addon.transforms.tools import check_tools, leave_out_tools, sanitize_tool_schemas
-from addon.wire import KEY_PARAMETERS, build_wire, credentials
+from addon.wire import KEY_PARAMETERS, RouteKey, build_wire, credentials
 
 clock: Callable[[], float] = time.time
 """The time a client's answer says it was made, where the upstream's does not say
@@ -108,15 +108,15 @@ def passed_on(
     client = DIALECTS[route.client]
     withhold = withholds_key(route, incoming.host, incoming.port)
     try:
-        env_key = _route_key(route, env, creds)
+        route_key = _route_key(route, env, creds)
     except ClientError:  # its variable is gone: no key at all rather than the client's
-        env_key, withhold = None, True
+        route_key, withhold = None, True
     notes: Notes = Counter()
     set_headers, drop = credentials(
-        client, client, incoming.headers, env_key, notes, incoming.query, withhold
+        client, client, incoming.headers, route_key, notes, incoming.query, withhold
     )
     query = incoming.query
-    if withhold or env_key is not None:
+    if withhold or route_key is not None:
         query = tuple((k, v) for k, v in query if k.lower() not in KEY_PARAMETERS)
     if target is None:
         return WireRequest({}, incoming.bare_path, query, set_headers, drop)
@@ -161,7 +161,7 @@ def _decide(
     # First, on every route: the comment's first line names both dialects.
     notes[f"request {client.name} → {upstream.name}"] += 1
     try:
-        env_key = _route_key(route, env, creds)
+        route_key = _route_key(route, env, creds)
     except ClientError as e:
         return _reject(plan, e)
     try:
@@ -172,7 +172,7 @@ def _decide(
             history_ids=history_call_ids(decoded.messages),
         )
         unified, plan = transform(decoded, plan, settings, notes)
-        wire_for = _wire_maker(route, client, upstream, incoming, env_key)
+        wire_for = _wire_maker(route, client, upstream, incoming, route_key)
         wire = wire_for(unified, notes)
         invoke = _invoke_maker(decoded, settings, wire_for) if plan.loop_fallback else None
         plan = replace(
@@ -183,10 +183,6 @@ def _decide(
         )
         if plan.same_dialect and decoded.origin == upstream.name:
             _keep_explicit_empties(body, wire.body)
-        if creds is not None and notes.pop("API key from the route's environment variable", 0):
-            notes["Kiro token from the route's token file"] += 1
-        elif route.key_pool and notes.pop("API key from the route's environment variable", 0):
-            notes[f"API key from {route.key_env} (the route's key pool)"] += 1  # a name
         as_sent = (
             plan.same_dialect
             and decoded.origin == upstream.name
@@ -239,7 +235,11 @@ def _invoke_maker(
 
 
 def _wire_maker(
-    route: Route, client: Dialect, upstream: Dialect, incoming: Incoming, env_key: str | None
+    route: Route,
+    client: Dialect,
+    upstream: Dialect,
+    incoming: Incoming,
+    route_key: RouteKey | None,
 ) -> Callable[[Request, Notes], WireRequest]:
     """The upstream request for a unified one (also for a staged retry or the loop guard's
     second request, made later from the same client request)."""
@@ -257,7 +257,7 @@ def _wire_maker(
             headers=incoming.headers,
             notes=notes,
             upstream_path=route.upstream_path,
-            env_key=env_key,
+            route_key=route_key,
             project=route.project,
             withhold_key=withhold,
         )
@@ -272,11 +272,14 @@ def _wire_maker(
     return wire_for
 
 
-def _route_key(route: Route, env: Mapping[str, str], creds: RouteCredentials | None) -> str | None:
-    """The key sent upstream instead of the client's: the token file's, else the one in the
-    route's environment variable. ``ClientError`` (500) when that variable is not set."""
+def _route_key(
+    route: Route, env: Mapping[str, str], creds: RouteCredentials | None
+) -> RouteKey | None:
+    """The key sent upstream instead of the client's, with the note that names where it came
+    from: the token file's, else the one in the route's environment variable (a key pool's:
+    its name). ``ClientError`` (500) when that variable is not set."""
     if creds is not None:
-        return creds.key
+        return RouteKey(creds.key, "Kiro token from the route's token file")
     name = route.key_env  # a key pool's link: its one key
     if name is None:
         return None
@@ -288,7 +291,9 @@ def _route_key(route: Route, env: Mapping[str, str], creds: RouteCredentials | N
             status=500,
             code="bridge_configuration",
         )
-    return key
+    if route.key_pool:
+        return RouteKey(key, f"API key from {name} (the route's key pool)")  # a name
+    return RouteKey(key)
 
 
 def _refused(plan: FlowPlan, e: Exception) -> Pass | Reject:

@@ -8,6 +8,7 @@ from typing import Protocol
 
 from mitmproxy import http
 
+from addon.outcome import Count, Outcome
 from addon.plan import FlowPlan, dump, short
 from addon.redact import clean_data
 from addon.shell.flows import KEEP_STREAM_BYTES, FlowRun
@@ -62,7 +63,7 @@ def note_answer(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPla
         state.capture_error = None
         if state.capture is not None:
             state.capture.error = None
-        report.state.count("answers not remembered")
+        report.state.count(Count.ANSWERS_NOT_REMEMBERED)
         log.warning("%s: the answer's reasoning was not remembered: %s", plan.label, short(failed))
     changes = tuple(f"{n} {what}" for what, n in state.answer_notes(plan).items())
     if changes:
@@ -72,7 +73,7 @@ def note_answer(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPla
         if isinstance(meta, dict):
             meta["answer_changes"] = clean_data(dict(state.answer_notes(plan)))
     for record in state.repair_log:
-        report.state.count("tool calls still invalid after repair")
+        report.state.count(Count.TOOL_CALLS_STILL_INVALID)
         log.info("%s: %s", plan.label, short(dump(record).decode()))
     state.repair_log.clear()
     note_loop(report, flow, run, plan)
@@ -84,8 +85,8 @@ def note_loop(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan)
     state = run.answer
     if plan.loop is None or not (state.loop_replaced or state.loop_asked):
         return
-    report.state.count("loop guard answers")
-    run.report.add_outcome("loop_guard")
+    report.state.count(Count.LOOP_GUARD_ANSWERS)
+    run.report.add_outcome(Outcome.LOOP_GUARD)
     run.report.fields.update(tool=plan.loop.tool, failures=plan.loop.count)
     meta = flow.metadata.get(META_KEY)
     if isinstance(meta, dict):
@@ -132,7 +133,7 @@ def stream_done(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPla
         counts["bytes_out"] = p.bytes_out
     if p.skipped:
         report.not_rewritten(run, f"{p.skipped} unreadable event(s) skipped")
-        report.state.count("stream events skipped", p.skipped)
+        report.state.count(Count.STREAM_EVENTS_SKIPPED, p.skipped)
         why = short(p.skip_reason or "")
         log.warning("%s: %d unreadable upstream event(s) skipped: %s", plan.label, p.skipped, why)
         append_comment(flow, f"{p.skipped} unreadable upstream event(s) skipped: {why}")
@@ -140,21 +141,21 @@ def stream_done(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPla
         log.info("%s: the upstream's 2xx body was not an event stream: read whole", plan.label)
         append_comment(flow, "upstream body was not an event stream: read whole")
     if p.error and p.passthrough:
-        report.state.count("streams passed through")
+        report.state.count(Count.STREAMS_PASSED_THROUGH)
         append_comment(flow, f"stream passed through after: {short(p.error)}")
         report.not_rewritten(run, f"stream passed through after: {short(p.error)}")
     elif p.error:
-        report.state.count("streams ended with an error")
+        report.state.count(Count.STREAMS_ENDED_WITH_ERROR)
         append_comment(flow, f"stream ended with an error for the client: {short(p.error)}")
         report.not_rewritten(run, f"stream ended with an error: {short(p.error)}")
     elif p.ended_with_error:
         # The bridge wrote that error: the upstream's answer could not be read to its end.
-        report.state.count("streams ended with an error")
+        report.state.count(Count.STREAMS_ENDED_WITH_ERROR)
         why = short(p.ended_with_error)
         append_comment(flow, f"stream ended with an error for the client: {why}")
         report.not_rewritten(run, f"stream ended with an error: {why}")
     else:
-        report.state.count("streams rewritten")
+        report.state.count(Count.STREAMS_REWRITTEN)
     store_client_body(flow, run)
 
 

@@ -12,6 +12,7 @@ import time
 from mitmproxy import http
 
 from addon.model import Response, ToolCall, UnsupportedShape
+from addon.outcome import Count
 from addon.plan import CONTENT_TYPES, FlowPlan, UpstreamError, short
 from addon.plan.answer import (
     client_answer,
@@ -128,7 +129,7 @@ class Answers:
                 plan = run.plan or plan  # the second request's, when it was asked
         except UpstreamError as e:
             # An error inside the upstream's answer framing (a Kiro exception frame).
-            self.report.state.count("upstream errors re-shaped")
+            self.report.state.count(Count.UPSTREAM_ERRORS_RESHAPED)
             log.info("%s: upstream answered an error: %s", plan.label, short(e.message))
             append_comment(flow, f"upstream error in its stream → {plan.client.name} shape")
             flow.response = json_response(e.status, upstream_error(plan, e))
@@ -153,7 +154,7 @@ class Answers:
         else:
             resp.headers["content-type"] = "application/json"
         resp.content = body
-        self.report.state.count("answers rewritten")
+        self.report.state.count(Count.ANSWERS_REWRITTEN)
 
     async def _loop_held(
         self, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, resp: http.Response, retry: Retry
@@ -180,7 +181,7 @@ class Answers:
         append_comment(
             flow, "stream read whole before it was sent (loop guard, bridge_loop_fallback on)"
         )
-        self.report.state.count("answers rewritten")
+        self.report.state.count(Count.ANSWERS_REWRITTEN)
 
     async def _ask_again(
         self, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, retry: Retry
@@ -203,6 +204,6 @@ def error_answer(flow: http.HTTPFlow, plan: FlowPlan, raw: bytes, report: Report
     old = flow.response.status_code if flow.response is not None else 200
     flow.response = json_response(status, body)
     append_comment(flow, f"upstream error in a {old} answer → {status}, {plan.client.name} shape")
-    report.state.count("upstream errors re-shaped")
+    report.state.count(Count.UPSTREAM_ERRORS_RESHAPED)
     log.info("%s: upstream answered an error with HTTP %d: %s", plan.label, old, short(message))
     return True

@@ -18,7 +18,7 @@ from mitmproxy import command, ctx, http
 
 from addon.client_keys import ClientKeys, ClientKeysError, load_client_keys
 from addon.config import CLIENT_KEY_OPTIONS
-from addon.outcome import FlowReport
+from addon.outcome import Action, Count, FlowReport, Outcome
 from addon.plan import Reject, RequestView, short
 from addon.plan.client_keys import (
     Admitted,
@@ -173,12 +173,14 @@ class ClientKeysGate(OptionChecks):
             route = found.route
             label = f"cursor-bridge [{route.name}]"
             append_comment(flow, f"{label}: answered {found.status}: {found.message}")
-            set_meta(flow, {"route": route.name, "action": "rejected", "error": found.message})
-            self.report.state.count("rejected")
+            set_meta(
+                flow, {"route": route.name, "action": Action.REJECTED.value, "error": found.message}
+            )
+            self.report.state.count(Count.REJECTED)
             bare = req.path.split("?", 1)[0]  # a query may hold a key
             line = FlowReport(
                 route.name,
-                "rejected",
+                Outcome.REJECTED,
                 client=route.client,
                 upstream=route.upstream,
                 spent_ns=time.perf_counter_ns() - started,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from mitmproxy import contentviews, http
 
 from addon.dialects import DIALECTS
+from addon.outcome import Action
 from addon.redact import clean
 from addon.shell.notes import META_KEY
 from addon.state import AnswerInfo, Original, OriginalStore
@@ -90,12 +91,10 @@ def _why_nothing(flow: http.HTTPFlow, part: str, request: object) -> str:
         return "not a flow the bridge rewrote (no route matched it)"
     action = meta.get("action")
     why = meta.get("reason") or meta.get("error")
-    if action == "passthrough":
+    if action == Action.PASSTHROUGH:
         return f"passed through untouched: {clean(why, 300)}"
-    if action == "rejected":
+    if action == Action.REJECTED:
         return f"the bridge answered itself, the upstream was not asked: {clean(why, 300)}"
-    if action == "loop_guard" and part == "response":
-        return "the loop guard's own answer: the upstream was not asked (see the request)"
     if request is None:
         return "what this flow was before the bridge rewrote it is not kept (the last 200 are)"
     return "no timeline: the upstream's answer was not rewritten as an answer (see the comment)"

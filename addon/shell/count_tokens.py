@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from mitmproxy import http
 
+from addon.outcome import Count
 from addon.plan.count_tokens import (
     CountLocally,
     count_answer,
@@ -62,7 +63,7 @@ class CountTokens:
         if isinstance(decision, CountLocally):
             flow.response = json_response(200, decision.body)
             append_comment(flow, decision.comment)
-            self._state.count("token counts estimated")
+            self._state.count(Count.TOKEN_COUNTS_ESTIMATED)
             return
         if decision.path is not None and decision.body is not None:
             req.path = decision.path
@@ -90,6 +91,6 @@ class CountTokens:
                 flow.response = json_response(answer.status, answer.body)
                 append_comment(flow, answer.comment)
                 if answer.estimated:
-                    self._state.count("token counts estimated")
+                    self._state.count(Count.TOKEN_COUNTS_ESTIMATED)
         except Exception as e:  # the upstream's answer goes on as it is
             log_internal_error("cursor-bridge: count_tokens answer", e)

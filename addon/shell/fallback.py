@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from mitmproxy import connection, http
 
 from addon.dialects import DIALECTS
+from addon.outcome import Action, Count, Outcome
 from addon.plan import AnswerState, FlowPlan, Incoming, Rewrite, decide, route_for
 from addon.plan.caching import secret_of
 from addon.plan.conditions import RequestView
@@ -465,7 +466,7 @@ def _deliver(
         _served(flow, run, by.plan, flow.request, failures)
         if all(f.reason is Reason.SKIPPED for f in failures):
             return  # routes cooling down were passed over: nothing fell back on this flow
-        report.state.count("fallbacks answered")
+        report.state.count(Count.FALLBACKS_ANSWERED)
         log.info(
             "%s: fallback answered HTTP %d; tried: %s",
             by.plan.label,
@@ -531,11 +532,15 @@ def _unreachable(
     last = failures[-1].route if failures else run.report.route
     tried = tried_line(failures)
     append_comment(flow, f"cursor-bridge [{last}]: no upstream reachable; tried: {tried}")
-    _meta(flow, {"route": last, "action": "rejected"}, {"served_by": None, "tried": failures})
+    _meta(
+        flow,
+        {"route": last, "action": Action.REJECTED.value},
+        {"served_by": None, "tried": failures},
+    )
     run.plan = None  # the body is the client's already: passed on as it is
-    report.state.count("rejected")
+    report.state.count(Count.REJECTED)
     r = run.report
-    r.route, r.outcome, r.mode = last, "rejected", ""
+    r.route, r.outcome, r.mode = last, Outcome.REJECTED, ""
     r.reason = f"answered {flow.response.status_code}: no upstream reachable"
     r.fields = {"tried": tried}
 

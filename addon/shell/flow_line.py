@@ -28,12 +28,12 @@ from urllib.parse import unquote_plus
 
 from mitmproxy import http
 
-from addon.dialects import DIALECTS
+from addon.dialects import DIALECTS, GEMINI
 from addon.wire import KEY_PARAMETERS
 
-GEMINI_KEY_QUERY = DIALECTS["gemini"].key_query or "key"
+GEMINI_KEY_QUERY = DIALECTS[GEMINI].key_query or "key"
 """The query parameter a Gemini client may send its key in."""
-GEMINI_KEY_HEADER = DIALECTS["gemini"].auth_header
+GEMINI_KEY_HEADER = DIALECTS[GEMINI].auth_header
 """Where Gemini's API reads the same key from a header (``x-goog-api-key``)."""
 SHOWN = "redacted"
 """What a key-named query parameter's value becomes in the flow once it has been sent."""

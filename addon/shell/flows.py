@@ -16,7 +16,7 @@ from secrets import token_urlsafe
 
 from mitmproxy import http
 
-from addon.outcome import FlowReport
+from addon.outcome import FlowReport, Outcome
 from addon.plan import AnswerState, FlowPlan, Incoming, RouteCredentials
 from addon.plan.count_tokens import CountUpstream
 from addon.plan.fallback import Failure
@@ -179,7 +179,7 @@ class Flows:
         answer = AnswerState.of(plan)
         report = FlowReport(
             plan.route.name,
-            "rewritten",
+            Outcome.REWRITTEN,
             client=plan.client.name,
             upstream=plan.upstream.name,
             mode="stream" if plan.stream else "whole",

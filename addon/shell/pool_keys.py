@@ -10,7 +10,7 @@ from typing import Protocol
 from mitmproxy import http
 
 from addon.dialects import DIALECTS
-from addon.outcome import FlowReport
+from addon.outcome import Action, Count, FlowReport, Outcome
 from addon.plan.fallback import Cooldowns, Failure, MemoryCooldowns, Reason, tried_line
 from addon.plan.key_pool import KeyAction, KeyVerdict, all_cooling, is_link, link_name, revoked_mark
 from addon.plan.key_probe import (
@@ -74,11 +74,11 @@ class PoolKeys:
         label = f"cursor-bridge [{route.name}]"
         why = "every key cooling down" if status == 429 else "every key refused"
         append_comment(flow, f"{label}: answered {status}: {why}; tried: {tried}")
-        set_meta(flow, {"route": route.name, "action": "rejected"})
-        report.state.count("rejected")
+        set_meta(flow, {"route": route.name, "action": Action.REJECTED.value})
+        report.state.count(Count.REJECTED)
         line = FlowReport(
             route.name,
-            "rejected",
+            Outcome.REJECTED,
             client=route.client,
             upstream=route.upstream,
             reason=f"answered {status}: {why}"

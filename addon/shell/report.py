@@ -14,7 +14,7 @@ from typing import Any
 
 from mitmproxy import command, contentviews, ctx, http
 
-from addon.outcome import FlowReport
+from addon.outcome import FlowReport, Outcome
 from addon.plan import FlowPlan, short
 from addon.redact import clean
 from addon.shell.answer_notes import stream_done
@@ -112,7 +112,7 @@ class Report:
     def not_rewritten(self, run: FlowRun | None, why: str) -> None:
         """Something of the flow could not be rewritten (``why``): its outcome says so."""
         if run is not None:
-            run.report.add_outcome("not_rewritten")
+            run.report.add_outcome(Outcome.NOT_REWRITTEN)
             run.report.reason = run.report.reason or clean(why, 300)
 
     def retried(self, run: FlowRun | None, kind: str) -> None:

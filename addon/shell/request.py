@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from mitmproxy import http
 
-from addon.outcome import FlowReport
+from addon.outcome import Action, Count, FlowReport, Outcome
 from addon.plan import (
     Decision,
     Incoming,
@@ -120,11 +120,11 @@ class RewriteRequest:
                     return
                 case Pass():
                     self._passthrough(flow, decision, incoming)
-                    outcome = "not_rewritten"
+                    outcome = Outcome.NOT_REWRITTEN
                     reason = f"passed through: {short(decision.reason or '')}"
                 case Reject():
                     self._reject(flow, decision)
-                    outcome = "rejected"
+                    outcome = Outcome.REJECTED
                     reason = f"answered {decision.status}: {short(decision.message)}"
             # The flow's one line, in the format of every outcome (``FlowReport.line``).
             report = FlowReport(
@@ -159,7 +159,7 @@ class RewriteRequest:
             run.report.fields["client_name"] = plan.client_name  # a name, never a key
         if plan.route.key_pool and plan.route.key_env:
             run.report.fields["key"] = plan.route.key_env  # a key pool's: its name
-        self.report.state.count("requests rewritten")
+        self.report.state.count(Count.REQUESTS_REWRITTEN)
         decisions = decision_lines(plan.request_notes)
         if self.report.keep_originals:
             facts = (
@@ -180,20 +180,25 @@ class RewriteRequest:
     def _reject(self, flow: http.HTTPFlow, d: Reject) -> None:
         """Answer the client ourselves, in its dialect; the upstream is not called."""
         label = f"cursor-bridge [{d.route.name}]"
-        self.report.state.count("rejected")
+        self.report.state.count(Count.REJECTED)
         flow.response = json_response(d.status, d.body)
         append_comment(flow, f"{label}: answered {d.status}: {short(d.message)}")
-        set_meta(flow, {"route": d.route.name, "action": "rejected", "error": short(d.message)})
+        set_meta(
+            flow,
+            {"route": d.route.name, "action": Action.REJECTED.value, "error": short(d.message)},
+        )
 
     def _passthrough(self, flow: http.HTTPFlow, d: Pass, incoming: Incoming | None) -> None:
         assert d.route is not None and d.reason is not None
         if d.wire is not None and incoming is not None:
             place(flow.request, incoming, d.wire)
         label = f"cursor-bridge [{d.route.name}]"
-        self.report.state.count("passed through")
+        self.report.state.count(Count.PASSED_THROUGH)
         reason = short(d.reason)
         append_comment(flow, f"{label}: passed through: {reason}")
-        set_meta(flow, {"route": d.route.name, "action": "passthrough", "reason": reason})
+        set_meta(
+            flow, {"route": d.route.name, "action": Action.PASSTHROUGH.value, "reason": reason}
+        )
 
 
 def _secrets(

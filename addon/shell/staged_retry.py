@@ -8,6 +8,7 @@ from __future__ import annotations
 from mitmproxy import http
 
 from addon.model import UnsupportedShape
+from addon.outcome import Count
 from addon.plan import FlowPlan, short
 from addon.plan.answer import client_answer
 from addon.plan.errors import error_body, unreadable_answer
@@ -82,7 +83,7 @@ class StagedRetry:
             flow, run, plan, answer.content, f"staged retry {stage} answered", stream=streamed
         )
         flow.response = http.Response.make(200, body, {"content-type": content_type})
-        self.report.state.count("staged retries answered")
+        self.report.state.count(Count.STAGED_RETRIES_ANSWERED)
         append_comment(
             flow,
             f"upstream refused the reasoning: staged retry {stage} answered "
@@ -99,7 +100,7 @@ def unreadable(report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan
     resp = flow.response
     assert resp is not None
     status = resp.status_code
-    report.state.count("answers not translatable")
+    report.state.count(Count.ANSWERS_NOT_TRANSLATABLE)
     log.warning("%s: upstream answer (HTTP %d) not translatable: %s", plan.label, status, why)
     report.not_rewritten(run, f"upstream answer not translatable: {why}")
     append_comment(flow, f"upstream answer (HTTP {status}) not translatable: {why} → 502")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from mitmproxy import http
 
 from addon.dialects import kiro
-from addon.outcome import FlowReport
+from addon.outcome import Action, FlowReport
 from addon.plan import CONTENT_TYPES, short
 from addon.plan.answer import stream_processor
 from addon.shell.flows import KEEP_STREAM_BYTES, FlowRun
@@ -78,7 +78,7 @@ class StreamAttach:
             return
         if run is None or plan is None:
             meta = flow.metadata.get(META_KEY)
-            if isinstance(meta, dict) and meta.get("action") == "passthrough":
+            if isinstance(meta, dict) and meta.get("action") == Action.PASSTHROUGH:
                 resp.stream = True  # passed through untouched: it still streams
             return
         if not (200 <= resp.status_code < 300):

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from addon.dialects import ANTHROPIC, OPENAI_RESPONSES
 from addon.dialects.gemini.response import CALL_SIGNATURE, call_signature
 from addon.model import (
     JSON,
@@ -41,9 +42,6 @@ from addon.transforms.reasoning_record import (
 )
 from addon.transforms.restore import MIN_SIGNATURE
 
-ANTHROPIC = "anthropic"
-RESPONSES = "openai_responses"
-"""The keys of those dialects' own fields in an event's ``extra``."""
 _SIGNED: frozenset[ReasoningStyle] = frozenset({"signed_blocks", "signed_parts"})
 """Where thinking hashes and the latest signature are kept: the upstreams whose signatures the
 signature rules repair (``addon.transforms.restore.needs_signed_thinking``)."""
@@ -233,7 +231,9 @@ class TurnRecorder:
                     self._text_block(text, {})
                 return
             extra = {}
-        item = extra.get(RESPONSES, {}).get("id") if self.style == "reasoning_items" else None
+        item = (
+            extra.get(OPENAI_RESPONSES, {}).get("id") if self.style == "reasoning_items" else None
+        )
         if self.open is not None and item and self.open.item and item != self.open.item:
             self.close_block()
         if text:
@@ -379,13 +379,15 @@ def _stream_extra(style: ReasoningStyle, extra: JSON) -> JSON:
             block = own.get("block") if isinstance(own, dict) else None
             return dict(block) if isinstance(block, dict) else {}
         case "reasoning_items":
-            own = extra.get(RESPONSES)
+            own = extra.get(OPENAI_RESPONSES)
             own = own if isinstance(own, dict) else {}
             item = own.get("item")
             if isinstance(item, dict):
-                return {RESPONSES: {k: v for k, v in item.items() if k != "encrypted_content"}}
+                return {
+                    OPENAI_RESPONSES: {k: v for k, v in item.items() if k != "encrypted_content"}
+                }
             item_id = own.get("item_id")
-            return {RESPONSES: {"id": item_id}} if isinstance(item_id, str) else {}
+            return {OPENAI_RESPONSES: {"id": item_id}} if isinstance(item_id, str) else {}
         case "reasoning_fields":
             field_name = extra.get("field")
             return {"field": field_name} if isinstance(field_name, str) else {}

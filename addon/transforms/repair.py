@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # imported when first used: a proxy that repairs nothing neve
     from jsonschema.protocols import Validator
 
 from addon.jsonio import dumps, loads
-from addon.model import JSON, Notes, Request, Response, Tool, ToolCall
+from addon.model import JSON, Notes, Request, Response, TalliedNote, Tally, Tool, ToolCall
 from addon.transforms.arguments import parse_arguments as parse_arguments
 
 EVENT: Final = "tool_repair"
@@ -34,7 +34,7 @@ MAX_KEYS: Final = 50
 MAX_KEY: Final = 100
 """Keys named in one log record, and characters of each (keys are the model's text)."""
 
-NOTE_REPAIRED: Final = "tool call arguments repaired"
+NOTE_REPAIRED: Final = TalliedNote("tool call arguments repaired", Tally.REPAIR)
 
 
 # --------------------------------------------------------------------------- the rules as data
@@ -207,6 +207,11 @@ class RepairResult:
     call changed)."""
 
 
+def _repaired(text: str) -> TalliedNote:
+    """A note of a change to a call's arguments: the flow's ``repairs=`` counts it."""
+    return TalliedNote(text, Tally.REPAIR)
+
+
 def repair_call(
     name: str, arguments: str, schemas: ToolSchemas, notes: Notes, *, cut: bool = False
 ) -> RepairResult:
@@ -248,13 +253,13 @@ def repair_call(
     if repaired:
         notes[NOTE_REPAIRED] += 1
     for alias, canonical in aliases:
-        notes[f"argument aliases applied: {alias} → {canonical}"] += 1
+        notes[_repaired(f"argument aliases applied: {alias} → {canonical}")] += 1
     for alias, kept in collisions:
-        notes[f"argument alias dropped: {alias} ({kept} present)"] += 1
+        notes[_repaired(f"argument alias dropped: {alias} ({kept} present)")] += 1
     for before, after in statuses:
-        notes[f"todo status normalized: {before} → {after}"] += 1
+        notes[_repaired(f"todo status normalized: {before} → {after}")] += 1
     if priorities:
-        notes[f"todo priority set: {TODO_PRIORITY}"] += priorities
+        notes[_repaired(f"todo priority set: {TODO_PRIORITY}")] += priorities
     if valid is False:
         notes[f"tool call arguments still invalid: {name}"] += 1
     record: JSON | None = None

@@ -20,6 +20,8 @@ from addon.model import (
     Part,
     ReasoningStyle,
     Request,
+    TalliedNote,
+    Tally,
     Text,
     Thinking,
     ToolCall,
@@ -114,7 +116,7 @@ class _Safe:
 def _note_counts(counts: Counter[str], notes: Notes, what: str) -> None:
     for kind in (BY_CALL, BY_TEXT, BY_THINKING, BY_LATEST):
         if counts[kind]:
-            notes[f"{what} by {kind}"] += counts[kind]
+            notes[TalliedNote(f"{what} by {kind}", Tally.RESTORE)] += counts[kind]
 
 
 # --------------------------------------------------------------------------- helpers

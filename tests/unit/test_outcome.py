@@ -8,8 +8,9 @@ from collections import Counter
 
 import pytest
 
-from addon.model import Usage
-from addon.outcome import MARKS, OUTCOMES, FlowReport, cache_fields, stats_text
+from addon.model import TalliedNote, Tally, Usage
+from addon.outcome import MARKS, OUTCOMES, FlowReport, Outcome, cache_fields, stats_text
+from addon.transforms.repair import NOTE_REPAIRED
 
 
 def test_every_outcome_has_its_own_mark() -> None:
@@ -30,20 +31,33 @@ def test_every_outcome_has_its_own_mark() -> None:
 def test_the_most_telling_outcome_wins(outcomes: list[str], expected: str) -> None:
     report = FlowReport("r")
     for o in outcomes:
-        report.add_outcome(o)
+        report.add_outcome(Outcome(o))
     assert report.outcome == expected
     assert report.mark == MARKS[expected]
 
 
 def test_retries_and_repairs_show_in_the_mark_of_a_rewritten_flow() -> None:
-    repaired = FlowReport("r", notes=Counter({"tool call arguments repaired": 2}))
-    assert repaired.mark == MARKS["repaired"] and repaired.repairs == 2
-    retried = FlowReport("r", notes=Counter({"tool call arguments repaired": 1}))
+    repaired = FlowReport("r", notes=Counter({NOTE_REPAIRED: 2}))
+    assert repaired.mark == MARKS[Outcome.REPAIRED] and repaired.repairs == 2
+    retried = FlowReport("r", notes=Counter({NOTE_REPAIRED: 1}))
     retried.retries["staged retry 1"] += 1
-    assert retried.mark == MARKS["retried"]  # a retry says more than a repair
-    failed = FlowReport("r", notes=Counter({"tool call arguments repaired": 1}))
-    failed.add_outcome("not_rewritten")
-    assert failed.mark == MARKS["not_rewritten"]
+    assert retried.mark == MARKS[Outcome.RETRIED]  # a retry says more than a repair
+    failed = FlowReport("r", notes=Counter({NOTE_REPAIRED: 1}))
+    failed.add_outcome(Outcome.NOT_REWRITTEN)
+    assert failed.mark == MARKS[Outcome.NOT_REWRITTEN]
+
+
+def test_a_notes_text_counts_nothing_its_tally_does() -> None:
+    """Repairs and restores are counted from the typed notes, never from a note's text: a
+    plain note that reads like a repair is not one, and a renamed repair note still counts."""
+    lookalike = FlowReport("r", notes=Counter({"tool call arguments repaired": 2}))
+    assert (lookalike.repairs, lookalike.final) == (0, Outcome.REWRITTEN)
+    renamed = FlowReport("r", notes=Counter({TalliedNote("arguments mended", Tally.REPAIR): 3}))
+    assert (renamed.repairs, renamed.restores, renamed.final) == (3, 0, Outcome.REPAIRED)
+    restored = TalliedNote("reasoning restored from the store by call id", Tally.RESTORE)
+    assert restored == "reasoning restored from the store by call id"  # the text people read
+    report = FlowReport("r", notes=Counter({restored: 2}))
+    assert (report.repairs, report.restores, report.final) == (0, 2, Outcome.REWRITTEN)
 
 
 def test_the_line_is_logfmt_with_counts_and_time() -> None:
@@ -56,8 +70,8 @@ def test_the_line_is_logfmt_with_counts_and_time() -> None:
         spent_ns=1_234_567,
         notes=Counter(
             {
-                "reasoning restored from the store by call id": 2,
-                "thinking signature repaired from the store by text": 1,
+                TalliedNote("reasoning restored from the store by call id", Tally.RESTORE): 2,
+                TalliedNote("thinking signature repaired from the store by text", Tally.RESTORE): 1,
             }
         ),
         counts={"events_in": 12, "skipped": 0},
@@ -88,11 +102,11 @@ def test_the_line_is_logfmt_with_counts_and_time() -> None:
 
 def test_counters_and_stats_text() -> None:
     total: Counter[str] = Counter()
-    a = FlowReport("r", notes=Counter({"tool call arguments repaired": 1}))
+    a = FlowReport("r", notes=Counter({NOTE_REPAIRED: 1}))
     b = FlowReport("r")
-    b.add_outcome("not_rewritten")
+    b.add_outcome(Outcome.NOT_REWRITTEN)
     b.retries["staged retry 1"] += 2
-    c = FlowReport("r", outcome="rejected")
+    c = FlowReport("r", outcome=Outcome.REJECTED)
     for report in (a, b, c):
         total.update(report.counters())
     total["requests rewritten"] += 2

@@ -10,7 +10,7 @@ import pytest
 from addon.dialects import DIALECTS
 from addon.dialects.base import WireRequest
 from addon.model import Message, Request, Text
-from addon.wire import build_wire, read_key
+from addon.wire import RouteKey, build_wire, read_key
 
 KEY = "sk-ant-SECRET-never-shown"
 REQ = Request("anthropic", "claude-x", (Message("user", (Text("hi"),)),))
@@ -81,7 +81,7 @@ def test_a_route_key_from_the_environment_replaces_the_clients_key() -> None:
         "openai_chat",
         "/v1/chat/completions",
         {"authorization": "Bearer client-key", "x-api-key": "other"},
-        env_key=KEY,
+        route_key=RouteKey(KEY),
         notes=notes,
     )
     assert dict(w.set_headers) == {"authorization": f"Bearer {KEY}"}

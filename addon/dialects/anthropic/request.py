@@ -11,6 +11,7 @@ import dataclasses
 import json
 from typing import Any, Literal
 
+from addon.dialects import names
 from addon.dialects.anthropic.blocks import cache_mark, decode_block, unmodelled
 from addon.dialects.anthropic.ids import from_anthropic
 from addon.model import (
@@ -34,7 +35,7 @@ from addon.model import (
     UnsupportedShape,
 )
 
-NAME = "anthropic"
+NAME = names.ANTHROPIC
 _MODELLED = frozenset(
     {"model", "messages", "system", "tools", "tool_choice", "stream", "max_tokens", "temperature",
      "top_p", "top_k", "stop_sequences", "thinking"}

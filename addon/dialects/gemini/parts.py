@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from addon import jsonio
+from addon.dialects import names
 from addon.model import (
     JSON,
     Image,
@@ -29,7 +30,7 @@ from addon.model import (
     UnsupportedShape,
 )
 
-NAME = "gemini"
+NAME = names.GEMINI
 """Origin of the ``Opaque`` parts and tools of both Gemini dialects (one JSON format)."""
 SIGNATURE = "thoughtSignature"
 SKIP_SIGNATURE = "skip_thought_signature_validator"
@@ -37,7 +38,7 @@ SKIP_SIGNATURE = "skip_thought_signature_validator"
 conversation moved from another model): Gemini 3 then skips the signature check."""
 RAW_ARGUMENTS = "_raw_arguments"
 """The one key of the object sent for arguments that are not a JSON object."""
-CODE_ASSIST = "gemini_code_assist"
+CODE_ASSIST = names.GEMINI_CODE_ASSIST
 """Code Assist / Antigravity: the same JSON, the request in an envelope."""
 OWN = (NAME, CODE_ASSIST)
 """Both Gemini dialects: a request from either is written back to Gemini as it came."""

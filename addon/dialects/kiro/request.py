@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from addon.dialects import names
 from addon.model import (
     JSON,
     Image,
@@ -24,7 +25,7 @@ from addon.model import (
     UnsupportedShape,
 )
 
-NAME = "kiro"
+NAME = names.KIRO
 SIDE = "__kiro__"
 """Key of the private table in ``Request.extra``: what ``prepare`` adds for the route
 (``profile_arn``) and, for a Kiro client, the body's own fields (never sent as such)."""

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from addon.dialects import names
 from addon.dialects.anthropic.blocks import cache_mark, decode_block, unmodelled
 from addon.dialects.openai_responses.request import decode_tools
 from addon.model import (
@@ -36,7 +37,7 @@ from addon.model import (
 
 from .hybrid import decode_chat_hybrid
 
-NAME = "openai_chat"
+NAME = names.OPENAI_CHAT
 
 # Anthropic server tools (web search, code execution, computer use ...) carry a
 # versioned ``type`` and no schema; an OpenAI-compatible upstream cannot run them.

@@ -12,6 +12,7 @@ import hashlib
 import json
 from typing import Any, Literal, cast
 
+from addon.dialects import names
 from addon.model import (
     JSON,
     ClientError,
@@ -35,7 +36,7 @@ from addon.model import (
     UnsupportedShape,
 )
 
-NAME = "openai_responses"
+NAME = names.OPENAI_RESPONSES
 ITEMS = "__openai_responses_items__"
 """Key of the private table in ``Request.extra`` (never written to the wire) of wire details
 only a Responses upstream gets back (item ids and statuses, which system message was

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from addon.dialects import DIALECTS
-from addon.outcome import FlowReport
+from addon.outcome import FlowReport, Outcome
 from addon.shell.stream_attach import stream_callable
 from addon.stream.fastpath import SAMPLE_EVERY, TIMED_READS
 from addon.stream.processor import StreamProcessor
@@ -53,7 +53,7 @@ def processor(way: str) -> StreamProcessor:
 def test_the_time_of_a_stream_is_its_reads_time_within_one_sample(
     reads: int, step: int, way: str
 ) -> None:
-    report = FlowReport("r", "rewritten")
+    report = FlowReport("r", Outcome.REWRITTEN)
     clock = Clock(step)
     stream = stream_callable(processor(way), "test", report, clock=clock)
     for i in range(reads):

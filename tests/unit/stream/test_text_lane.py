@@ -26,7 +26,7 @@ from addon.model import (
     ToolCallEnd,
     ToolCallStart,
 )
-from addon.outcome import FlowReport
+from addon.outcome import FlowReport, Outcome
 from addon.shell.stream_attach import stream_callable
 from addon.stream.capture import CaptureStage
 from addon.stream.custom_tools import CustomToolStage
@@ -463,12 +463,12 @@ def test_a_bug_in_the_common_read_neither_escapes_nor_eats_the_stream(
     line, no traceback."""
     chunks = _stream(["Hi ", "there ", "again "])
     other = _from_openai("anthropic", [_BrokenSink()], coalesce=True)
-    stream = stream_callable(other, "test", FlowReport("r", "rewritten"))
+    stream = stream_callable(other, "test", FlowReport("r", Outcome.REWRITTEN))
     with caplog.at_level(logging.WARNING):
         out = b"".join(b for c in [*chunks, b""] for b in stream(c))
     assert b"event: error" in out and b"again" not in out
     same = _from_openai("openai_chat", raw_ok=True)
-    stream = stream_callable(same, "test", FlowReport("r", "rewritten"))
+    stream = stream_callable(same, "test", FlowReport("r", Outcome.REWRITTEN))
     got = b"".join(b for c in chunks[:2] for b in stream(c))
     same._decoding.decoder.plain_frame = 5  # type: ignore[attr-defined]  # the bug: not a frame
     with caplog.at_level(logging.WARNING):

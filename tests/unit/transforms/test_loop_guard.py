@@ -38,7 +38,7 @@ from addon.model import (
     Usage,
     UsageEvent,
 )
-from addon.outcome import FlowReport
+from addon.outcome import FlowReport, Outcome
 from addon.plan import Incoming, Rewrite, decide, route_for
 from addon.plan.answer import (
     AnswerState,
@@ -808,8 +808,8 @@ def test_fallback_is_only_for_native_routes() -> None:
 
 
 def test_the_flow_line_carries_the_tool_and_the_count() -> None:
-    report = FlowReport("default", "rewritten", client="openai_chat", upstream="openai_chat")
-    report.add_outcome("loop_guard")
+    report = FlowReport("default", Outcome.REWRITTEN, client="openai_chat", upstream="openai_chat")
+    report.add_outcome(Outcome.LOOP_GUARD)
     report.fields.update(tool="edit", failures=3)
     line = report.line()
     assert line.startswith("cursor-bridge flow route=default outcome=loop_guard ")

@@ -47,7 +47,7 @@ from addon.model import (
 )
 from addon.transforms.restore import restore_request
 from addon.transforms.tools import leave_out_tools
-from addon.wire import build_wire
+from addon.wire import RouteKey, build_wire
 from tests.realdata import FIXTURES, read
 
 GEMINI_CLI = (
@@ -1049,11 +1049,13 @@ def test_gemini_to_gemini_moves_the_query_key_to_its_header_unless_the_route_has
     # a key in the client's header goes on as it came, the query's dropped
     w, _ = wire(GEMINI_REQ, "gemini", "gemini", GEMINI_PATH, {"x-goog-api-key": "h"}, query=query)
     assert (w.query, w.set_headers, w.drop_headers) == ((("alt", "sse"),), (), ())
-    w, _ = wire(GEMINI_REQ, "gemini", "gemini", GEMINI_PATH, {}, query=query, env_key="env")
+    w, _ = wire(
+        GEMINI_REQ, "gemini", "gemini", GEMINI_PATH, {}, query=query, route_key=RouteKey("env")
+    )
     assert w.query == (("alt", "sse"),) and dict(w.set_headers) == {"x-goog-api-key": "env"}
     # a key the route's own upstream_path carries is the route's
     w, _ = wire(
-        GEMINI_REQ, "gemini", "gemini", GEMINI_PATH, {}, query=query, env_key="env",
+        GEMINI_REQ, "gemini", "gemini", GEMINI_PATH, {}, query=query, route_key=RouteKey("env"),
         upstream_path="/gw?key=route-key",
     )  # fmt: skip
     assert w.query == (("key", "route-key"), ("alt", "sse"))
