@@ -554,20 +554,20 @@ class Row(NamedTuple):
     """Whether the upstream's stream reached its own end (``upstream_ended``)."""
 
 
-P = StreamProcessor
+_P = StreamProcessor
 # The one table: what each state does with the next bytes (the fast route included), at the
 # body's end, on a cut, on an error event; where each input leads is ``TRANSITIONS``.
 # fmt: off
 ROWS: dict[State, Row] = {
-    #             fast   read          end               cut           error     ended
-    READING:     Row(False, P._read_body, P._end_body,      P._cut_off,   P._noted, P._decoder_ended),
-    BETWEEN:     Row(True,  P._read_body, P._end_body,      P._cut_off,   P._noted, P._decoder_ended),
-    COLLECTING:  Row(False, P._collect,   P._end_collected, P._cut_off,   P._noted, P._not_ended),
-    PASSTHROUGH: Row(False, P._pass,      P._end_passing,   P._cut_off,   P._noted, P._not_ended),
-    SECOND_CALL: Row(False, P._hold,      P._end_body,      P._cut_off,   P._noted, P._not_ended),
-    STOPPED:     Row(False, P._drop,      P._ended,         P._cut_after, P._ours,  P._ended_cleanly),
-    DONE:        Row(False, P._pass,      P._ended,         P._cut_after, P._noted, P._ended_cleanly),
-    PASSED:      Row(False, P._pass,      P._ended,         P._cut_after, P._noted, P._ended_cleanly),
+    #            fast   read           end                cut             error      ended
+    READING:     Row(False, _P._read_body, _P._end_body,      _P._cut_off,   _P._noted, _P._decoder_ended),
+    BETWEEN:     Row(True,  _P._read_body, _P._end_body,      _P._cut_off,   _P._noted, _P._decoder_ended),
+    COLLECTING:  Row(False, _P._collect,   _P._end_collected, _P._cut_off,   _P._noted, _P._not_ended),
+    PASSTHROUGH: Row(False, _P._pass,      _P._end_passing,   _P._cut_off,   _P._noted, _P._not_ended),
+    SECOND_CALL: Row(False, _P._hold,      _P._end_body,      _P._cut_off,   _P._noted, _P._not_ended),
+    STOPPED:     Row(False, _P._drop,      _P._ended,         _P._cut_after, _P._ours,  _P._ended_cleanly),
+    DONE:        Row(False, _P._pass,      _P._ended,         _P._cut_after, _P._noted, _P._ended_cleanly),
+    PASSED:      Row(False, _P._pass,      _P._ended,         _P._cut_after, _P._noted, _P._ended_cleanly),
 }
 # fmt: on
 
