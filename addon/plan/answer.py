@@ -145,13 +145,9 @@ def stream_processor(
         max_event_bytes=plan.max_event_bytes,
         whole=lambda raw: _whole_events(plan, state, raw),
         keep_original=keep_original,
-        raw_ok=not (
-            plan.parse_text
-            or plan.custom_tools
-            or plan.hide_thinking
-            or plan.loop is not None
-            or plan.rename_answer
-        ),
+        # An event nobody reads may pass as the upstream's bytes on a same-dialect route
+        # unless a stage says it changes such events (``Stage.changes_bytes``).
+        raw_ok=True,
         # The text protocol rewrites the text anyway: runs of it read together are parsed
         # and re-encoded as one, on same-dialect routes too.
         coalesce=not plan.same_dialect or plan.parse_text,

@@ -419,6 +419,7 @@ class CaptureStage:
         (``TextLane``): the turn's ``TextKey.plain``."""
         self.text_lane: TextLane | None = self
         """Its own ``take_text`` and ``text_sink``."""
+        self.changes_bytes = False  # records, never changes
 
     def feed(self, event: Event) -> list[Event]:
         self.text_sink = None

@@ -39,6 +39,7 @@ class CustomToolStage:
 
     text_lane: TextLane | None = PASSES_TEXT
     """Only calls are held: a plain text delta passes as it came."""
+    changes_bytes = True  # as the plan had it: raw passing off with it
 
     def __init__(self, names: frozenset[str]) -> None:
         self.names = names

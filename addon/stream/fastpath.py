@@ -1,18 +1,21 @@
 """The fast path: every shortcut a read of an SSE body may take past the general way
 (``addon.stream.processor``), each to the same bytes, counts and records.
 
-Contract: ``reads`` gives the stream's read function (a route object's flat ``read``, or the
-general way); ``Runs.take`` reads the whole events a general read completes. Each route is
+Contract: the read routes are rows of the processor's one table (``processor.ROWS``: what a
+read does in each state); ``route`` gives the stream's (None: none), ``Reader`` is the stream's
+one read function, ``Runs.take`` reads the whole events a general read completes. Each route is
 switched off with ``fast=False`` (``FastPath.of``); why they are built so: docs/speed.md."""
 
 # The routes, in the order a read meets them; a read none takes goes the general way.
+# ``FastPath.of`` says which a stream may take, once, from what its codecs and stages declare
+# (``DecoderFastPath``, ``EncoderFastPath``, each stage's ``text_lane`` and ``changes_bytes``).
 #
 # route       the read it takes             when                      the same output, because
 # ----------  ----------------------------  ------------------------  -----------------------------
 # skip read   whole events, each exactly    BETWEEN events; a client  such an event is skippable:
 # (SkipRead)  the decoder's plain_frame     of the upstream's         the general way passes it as
-#                                           dialect, nothing that     its bytes too
-#                                           changes events (raw_ok),
+#                                           dialect, no stage that    its bytes too
+#                                           changes_bytes (raw_ok),
 #                                           SSE both ways, no
 #                                           decompressor
 #
@@ -37,8 +40,8 @@ switched off with ``fast=False`` (``FastPath.of``); why they are built so: docs/
 # Not a route: a read of whole one-line events (simple_events) is read at once by the general
 # way itself, with the switch off too (with coalesce their texts are joined: that is the rule).
 #
-# Words: a *read route* takes a whole read, its object's ``read`` being the stream's read
-# function (a ``Lane``); a *run* takes the whole events inside a general read; a stage's *text
+# Words: a *read route* takes a whole read (a ``Route``: the table's ``BETWEEN`` row), the
+# general way the rest; a *run* takes the whole events inside a general read; a stage's *text
 # lane* (``stages.TextLane``) is what it offers the text read and the text run.
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from addon.dialects.framed import PLAIN_ASCII, UNQUOTED, framed_texts, unquoted_
 from addon.jsonio import REFUSED, fast_loads
 from addon.stream.output import Output
 from addon.stream.reading import Failure
-from addon.stream.stages import LaneStages, TextLane, lane_stages
+from addon.stream.stages import LaneStages, Stage, TextLane, keeps_bytes, lane_stages
 
 TIMED_READS = 64
 """A stream's first reads, each timed…"""
@@ -59,9 +62,9 @@ SAMPLE_EVERY = 16
 """…then one read in this many (a power of two), counted for all of them."""
 
 type Read = Callable[[bytes], list[bytes]]
-type Lane = SkipRead | TextRead
-"""A route object whose ``read`` is the stream's read function: its counts add to the
-processor's, and the processor opens it (``open``) while it is BETWEEN events."""
+type Route = SkipRead | TextRead
+"""A fast route: its ``read`` is what the processor's table does with a read ``BETWEEN``
+events (its ``general`` on a read it does not take); its counts add to the processor's."""
 type Failed = Callable[[bytes, Exception], list[bytes]]
 """The shell's handler of a bug of ours in a read (the chunk, the exception)."""
 type Settle = Callable[[Failure], list[bytes]]
@@ -96,7 +99,7 @@ class FastPath:
         cls,
         decoder: DecoderFastPath | None,
         encoder: EncoderFastPath | None,
-        stages: Sequence[TextLane | None],
+        stages: Sequence[Stage],
         *,
         fast: bool,
         raw_ok: bool,
@@ -105,9 +108,12 @@ class FastPath:
         sse_out: bool,
         raw_bytes: bool,
     ) -> FastPath:
-        """From what the decoder, the encoder and each stage (its ``text_lane``) offer; with
-        ``fast`` False only what the general way uses (``skippable``). ``raw_ok``: the plan's,
-        on a same-dialect stream; ``raw_bytes``: no decompressor."""
+        """From what the decoder, the encoder and each stage offer (its ``text_lane``) and
+        declare (``changes_bytes``); with ``fast`` False only what the general way uses
+        (``skippable``). ``raw_ok``: the caller lets an event nobody reads pass as the
+        upstream's bytes (a same-dialect stream), which it then does unless a stage
+        ``changes_bytes``; ``raw_bytes``: no decompressor."""
+        raw_ok = raw_ok and keeps_bytes(stages)
         skippable = (
             decoder.skippable if decoder is not None and raw_ok and sse_in and sse_out else None
         )
@@ -126,7 +132,7 @@ class FastPath:
             skip_run,
             text_run,
             decoder if runs else None,
-            lane_stages(stages),
+            lane_stages([stage.text_lane for stage in stages]),
             offer,
             offer.text_sse if offer is not None else None,
             runs and raw_bytes,
@@ -170,64 +176,68 @@ def _json_value(raw: bytes) -> object:
         return None
 
 
-class Reads:
-    """The general way for every read, timed (``read``). Also the base of the read routes: the
-    clock, the count of reads, and ``failed`` for a bug of a route (never a traceback in the
-    proxy; without ``failed`` it is raised)."""
+class Reader:
+    """The stream's one read function (``read``, the processor's ``feed``): each read goes to
+    ``route``, the read the processor's table names for its state (``processor.ROWS``: the
+    stream's fast route ``BETWEEN`` events, else the general way), set by the processor as its
+    state moves. Timed when given ``clock`` and ``spent`` (a stream's first reads each, then one
+    in ``SAMPLE_EVERY``); a bug of ours goes to ``failed`` (never a traceback in the proxy;
+    without ``failed`` it is raised)."""
 
-    def __init__(
+    def __init__(self, route: Read) -> None:
+        self.route = route
+        """What a read does in the stream's state (set by the processor on each move)."""
+        self._timing = False
+        self._now: Callable[[], int] = _no_clock
+        self._add: Callable[[int], None] = _no_time
+        self._failed: Failed | None = None
+        self._reads = 0
+        self._mask = 0
+        """0 while every read is timed, then ``SAMPLE_EVERY - 1``."""
+
+    def configure(
         self,
-        general: Read,
         clock: Callable[[], int] | None,
         spent: Callable[[int], None] | None,
         failed: Failed | None,
     ) -> None:
-        self._general = general
+        """The shell's clock, where the time goes, and its handler of a bug of ours."""
         self._timing = clock is not None and spent is not None
         self._now = clock or _no_clock
         self._add = spent or _no_time
         self._failed = failed
         self._reads = 0
         self._mask = 0
-        """0 while every read is timed, then ``SAMPLE_EVERY - 1``."""
-        self.open = False
-        """The processor is BETWEEN events: a read of whole events may take this route."""
 
     def read(self, chunk: bytes) -> list[bytes]:
-        self._reads += 1
-        if self._reads & self._mask and chunk:
-            return self._general(chunk)
-        started = self._now()
-        out = self._general(chunk)
-        self._took(started, chunk)
-        return out
+        try:
+            if self._timing:
+                self._reads += 1
+                if not self._reads & self._mask or not chunk:
+                    started = self._now()
+                    out = self.route(chunk)
+                    self._add(
+                        (self._now() - started) * (SAMPLE_EVERY if self._mask and chunk else 1)
+                    )
+                    if self._reads >= TIMED_READS:
+                        self._mask = SAMPLE_EVERY - 1
+                    return out
+            return self.route(chunk)
+        except Exception as e:  # a bug of ours: never a traceback in the proxy
+            if self._failed is None:
+                raise
+            return self._failed(chunk, e)
 
-    def _took(self, started: int, chunk: bytes) -> None:
-        self._add((self._now() - started) * (SAMPLE_EVERY if self._mask and chunk else 1))
-        if self._reads >= TIMED_READS:
-            self._mask = SAMPLE_EVERY - 1
 
-    def _bug(self, chunk: bytes, e: Exception) -> list[bytes]:
-        if self._failed is None:
-            raise e
-        return self._failed(chunk, e)
+class SkipRead:
+    """The skip read (a row of the processor's table, ``BETWEEN`` events): whole events each
+    shaped as the decoder's ``plain_frame`` (a plain text chunk nobody reads) pass as their
+    bytes, undecoded; several in one read too (``unquoted_run``). Any other read goes the
+    general way (``general``)."""
 
-
-class SkipRead(Reads):
-    """The skip read: whole events each shaped as the decoder's ``plain_frame`` (a plain text
-    chunk nobody reads) pass as their bytes, undecoded; several in one read too
-    (``unquoted_run``)."""
-
-    def __init__(
-        self,
-        decoder: DecoderFastPath,
-        general: Read,
-        clock: Callable[[], int] | None,
-        spent: Callable[[int], None] | None,
-        failed: Failed | None,
-    ) -> None:
-        super().__init__(general, clock, spent, failed)
+    def __init__(self, decoder: DecoderFastPath, general: Read) -> None:
         self._decoder = decoder
+        self.general = general
         self.events_in = 0
         self.bytes_in = 0
 
@@ -240,67 +250,40 @@ class SkipRead(Reads):
         return self.events_in
 
     def read(self, chunk: bytes) -> list[bytes]:
-        try:
-            started = -1
-            if self._timing:
-                self._reads += 1
-                if not self._reads & self._mask or not chunk:
-                    started = self._now()
-            if self.open and (frame := self._decoder.plain_frame) is not None:
-                head, tail = frame
-                start = len(head)
-                n = len(chunk)
-                end = n - len(tail)
-                if end >= start and chunk.startswith(head) and chunk.endswith(tail):
-                    if UNQUOTED(chunk, start, end) is not None:
-                        k = 1
-                    else:  # several events in one read (a burst, or a busy proxy)
-                        k = unquoted_run(chunk, head, tail)
-                else:
-                    k = 0
+        if (frame := self._decoder.plain_frame) is not None:
+            head, tail = frame
+            start = len(head)
+            n = len(chunk)
+            end = n - len(tail)
+            if end >= start and chunk.startswith(head) and chunk.endswith(tail):
+                if UNQUOTED(chunk, start, end) is not None:
+                    k = 1
+                else:  # several events in one read (a burst, or a busy proxy)
+                    k = unquoted_run(chunk, head, tail)
                 if k:
                     self.events_in += k
                     self.bytes_in += n
-                    if started >= 0:
-                        self._took(started, chunk)
                     return [chunk]
-            out = self._general(chunk)
-            if started >= 0:
-                self._took(started, chunk)
-            return out
-        except Exception as e:  # a bug of ours: never a traceback in the proxy
-            return self._bug(chunk, e)
+        return self.general(chunk)
 
 
-class TextRead(Reads):
-    """The text read: whole events each shaped as the decoder's ``text_frame`` are one text
-    delta. A plain string (printable ASCII, no backslash) is never decoded: where one stage at
-    most must see it (``inline``) it goes to that stage's ``text_sink`` and into the encoder's
-    ``text_frame`` (or ``text_sse``); any other text is read by msgspec, shown to the stages'
-    ``take_text``, then written. A stage or the encoder that fails goes to ``settle``."""
+class TextRead:
+    """The text read (a row of the processor's table, ``BETWEEN`` events): whole events each
+    shaped as the decoder's ``text_frame`` are one text delta. A plain string (printable ASCII,
+    no backslash) is never decoded: where one stage at most must see it (``inline``) it goes to
+    that stage's ``text_sink`` and into the encoder's ``text_frame`` (or ``text_sse``); any
+    other text is read by msgspec and shown to the stages that must see it
+    (``Output.lane_text``: any number of them), then written. A stage or the encoder that fails
+    goes to ``settle``; any other read goes the general way (``general``)."""
 
-    def __init__(
-        self,
-        output: Output,
-        fast: FastPath,
-        settle: Settle,
-        general: Read,
-        clock: Callable[[], int] | None,
-        spent: Callable[[int], None] | None,
-        failed: Failed | None,
-    ) -> None:
-        super().__init__(general, clock, spent, failed)
+    def __init__(self, output: Output, fast: FastPath, settle: Settle, general: Read) -> None:
         assert fast.decoder is not None
         self._framed = fast.decoder
         self._output = output
         self._settle = settle
+        self.general = general
         lane = fast.stages
         alone = lane is not None and len(lane) <= 1  # at most one stage must see a plain text
-        self._take = lane[0][1] if lane and len(lane) <= 2 else None
-        self._then = lane[1][1] if lane and len(lane) == 2 else None
-        """The ``take_text`` of the first two stages that must see a plain text (the reasoning
-        store's capture, a text protocol's parser), when there are no more than two."""
-        self._few = lane is not None and len(lane) <= 2
         self._keeper: TextLane = lane[0][2] if lane and alone else NOBODY
         """The text lane of the one stage that must see a plain text: its ``text_sink``."""
         self._write = fast.text_sse or _no_text
@@ -314,50 +297,37 @@ class TextRead(Reads):
         self.skipped_decoding = 0
 
     def read(self, chunk: bytes) -> list[bytes]:
-        try:
-            started = -1
-            if self._timing:
-                self._reads += 1
-                if not self._reads & self._mask or not chunk:
-                    started = self._now()
-            out: list[bytes] | None = None
-            if self.open and (frame := self._framed.text_frame) is not None:
-                head, tail = frame
-                start = len(head)
-                end = len(chunk) - len(tail)
-                if end >= start and chunk.startswith(head) and chunk.endswith(tail):
-                    count = 1
-                    string: bytes | None = chunk[start - 1 : end + 1]  # the text's JSON string
-                    value: object = None
-                    if PLAIN_ASCII(chunk, start, end) is None:
-                        if (
-                            (q := chunk.find(b'"', start)) != end
-                            and chunk.startswith(tail, q)
-                            and (run := framed_texts(chunk, head, tail))[0]
-                        ):  # several events in one read (a burst, a busy proxy): one delta
-                            count, string, value = run
-                        else:  # one event whose text is not plain
-                            value = _json_value(chunk[start - 1 : end + 1])
-                            string = None  # written anew: as without the route
-                    if string is None:
-                        if type(value) is str:
-                            out = self._text(chunk, count, value, None)
-                    elif (
-                        self._inline
-                        and len(string) > 2
-                        and (sink := self._keeper.text_sink) is not None
-                        and sink(string) is not False
-                    ):
-                        out = self._sunk(chunk, count, string)
-                    else:
-                        out = self._text(chunk, count, string[1:-1].decode("ascii"), string)
-            if out is None:
-                out = self._general(chunk)
-            if started >= 0:
-                self._took(started, chunk)
-            return out
-        except Exception as e:  # a bug of ours: never a traceback in the proxy
-            return self._bug(chunk, e)
+        if (frame := self._framed.text_frame) is not None:
+            head, tail = frame
+            start = len(head)
+            end = len(chunk) - len(tail)
+            if end >= start and chunk.startswith(head) and chunk.endswith(tail):
+                count = 1
+                string: bytes | None = chunk[start - 1 : end + 1]  # the text's JSON string
+                value: object = None
+                if PLAIN_ASCII(chunk, start, end) is None:
+                    if (
+                        (q := chunk.find(b'"', start)) != end
+                        and chunk.startswith(tail, q)
+                        and (run := framed_texts(chunk, head, tail))[0]
+                    ):  # several events in one read (a burst, a busy proxy): one delta
+                        count, string, value = run
+                    else:  # one event whose text is not plain
+                        value = _json_value(chunk[start - 1 : end + 1])
+                        string = None  # written anew: as without the route
+                if string is None:
+                    if type(value) is str:
+                        return self._text(chunk, count, value, None)
+                elif (
+                    self._inline
+                    and len(string) > 2
+                    and (sink := self._keeper.text_sink) is not None
+                    and sink(string) is not False
+                ):
+                    return self._sunk(chunk, count, string)
+                else:
+                    return self._text(chunk, count, string[1:-1].decode("ascii"), string)
+        return self.general(chunk)
 
     def _sunk(self, chunk: bytes, count: int, string: bytes) -> list[bytes]:
         """A plain text the one stage that must see it took as its JSON string: into the
@@ -383,21 +353,8 @@ class TextRead(Reads):
         it, then written."""
         self.events_in += count
         self.bytes_in += len(chunk)
-        output = self._output
         try:
-            if not value:
-                return []
-            take = self._take
-            if not self._few or (take is not None and not take(value)):
-                return output.lane_text(value)
-            then = self._then
-            if then is not None and not then(value):
-                return output.lane_text(value, 1)  # the first stage took it
-            data = self._write(value, quoted)
-            if data is None:
-                return output.written(value)
-            self.bytes_out += len(data)
-            return [data]
+            return self._output.lane_text(value, 0, quoted) if value else []
         except Exception as e:
             return self._settle(Failure(f"{type(e).__name__}: {e}", chunk))
 
@@ -440,23 +397,12 @@ def runs(output: Output, fast: FastPath) -> Runs | None:
     return Runs(output, fast)
 
 
-def reads(
-    output: Output,
-    fast: FastPath,
-    settle: Settle,
-    general: Read,
-    clock: Callable[[], int] | None = None,
-    spent: Callable[[int], None] | None = None,
-    failed: Failed | None = None,
-) -> tuple[Read, Lane | None]:
-    """The stream's read function, and the route object behind it (None: none, ``general``,
-    timed when given ``clock`` and ``spent``)."""
-    timing = clock is not None and spent is not None
-    lane: Lane
+def route(output: Output, fast: FastPath, settle: Settle, general: Read) -> Route | None:
+    """The stream's fast route, the read its table's ``BETWEEN`` row takes (None: none, every
+    read goes the general way): the skip read where nothing is decoded, the text read where
+    plain text is written undecoded."""
     if fast.track and fast.skip_run is not None and fast.decoder is not None:
-        lane = SkipRead(fast.decoder, general, clock, spent, failed)
-    elif fast.track and fast.text_run is not None:
-        lane = TextRead(output, fast, settle, general, clock, spent, failed)
-    else:
-        return (Reads(general, clock, spent, failed).read if timing else general), None
-    return lane.read, lane
+        return SkipRead(fast.decoder, general)
+    if fast.track and fast.text_run is not None:
+        return TextRead(output, fast, settle, general)
+    return None

@@ -55,6 +55,7 @@ class LoopGuardStage:
 
     text_lane: None = None
     """Every event is the guard's to see (``Stage``)."""
+    changes_bytes = True  # it sees every event
 
     def __init__(self, verdict: LoopVerdict, on_replace: Callable[[], None] = _nothing) -> None:
         self.verdict = verdict

@@ -26,6 +26,7 @@ class Output:
         writer: JsonArrayWriter | None,
         text_sse: Callable[[str | None, bytes | None], bytes | None] | None = None,
         lane: LaneStages | None = None,
+        errored: Callable[[StreamError], None] | None = None,
     ) -> None:
         self.stages = tuple(stages)
         self.encoder = encoder
@@ -36,6 +37,8 @@ class Output:
         """The encoder's ``text_sse`` where a fast route may use it (SSE out), else None."""
         self._lane = lane
         """The stages a plain text delta must be shown to (None: every stage is fed it)."""
+        self._errored = errored
+        """Told of each error event the encoder writes (the processor's ``ERROR`` input)."""
         self.bytes_out = 0
         """Bytes written to the client through ``out``, ``written`` and ``lane_text``."""
 
@@ -65,6 +68,8 @@ class Output:
             ):
                 out.append(data)  # a plain text (the text runs of reads that came together)
                 continue
+            if type(event) is StreamError and self._errored is not None:
+                self._errored(event)
             pairs = feed(event)
             if pairs:
                 out.extend(frame(pairs))
@@ -116,10 +121,10 @@ class Output:
             pass
         return out
 
-    def lane_text(self, text: str, taken: int = 0) -> list[bytes]:
-        """A plain text delta (not empty) shown to the stages of the text lane, or fed to the
-        ones that must see it, then written. ``taken``: how many of the lane's stages took it
-        already."""
+    def lane_text(self, text: str, taken: int = 0, quoted: bytes | None = None) -> list[bytes]:
+        """A plain text delta (not empty) shown to the stages of the text lane (any number), or
+        fed to the ones that must see it, then written. ``taken``: how many of the lane's
+        stages took it already; ``quoted``: its JSON string, when the caller has it (plain)."""
         lane = self._lane
         if lane is None:
             return self.out(self.through([TextDelta(text)]))
@@ -131,12 +136,12 @@ class Output:
                 for stage in self.stages[at:]:
                     events = feed_all(stage, events)
                 return self.out(self.encode(events))
-        return self.written(text)
+        return self.written(text, quoted)
 
-    def written(self, text: str) -> list[bytes]:
+    def written(self, text: str, quoted: bytes | None = None) -> list[bytes]:
         """A plain text delta (not empty) the stages passed, through the encoder."""
         sse = self._text_sse
-        if sse is not None and (data := sse(text, None)) is not None:
+        if sse is not None and (data := sse(text, quoted)) is not None:
             self.bytes_out += len(data)
             return [data]
         pairs = self.encoder.feed(TextDelta(text))

@@ -2,19 +2,23 @@
 body (``SSEReader``: lines → events → the decoder → the client's ``Output``).
 
 Contract: ``feed(chunk)`` takes chunks split anywhere and returns ``[]``, never ``b""``, when
-nothing is ready; ``finish()`` is idempotent; ``abort(why)`` is the shell's way out. What a
-read does follows the ``State`` alone, moved only by ``TRANSITIONS``: a failed stream stays so."""
+nothing is ready; ``finish()`` is idempotent; ``upstream_cut(cause)`` ends the client's stream
+with its dialect's error (idempotent, nothing after ``finish``); ``abort(why)`` is the shell's
+way out. What the stream does with the next bytes, at the body's end, when the upstream breaks
+off or sends an error, follows its ``State`` alone, by one table (``ROWS``, at the end of the
+class, and ``TRANSITIONS``): later work adds rows, not places. A failed stream stays so."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from enum import Enum
+from typing import NamedTuple
 
 from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
 from addon.model import Event, StreamError
 from addon.stream import fastpath
 from addon.stream.decompress import Decompressor
-from addon.stream.fastpath import FastPath, Lane, Runs
+from addon.stream.fastpath import FastPath, Reader, Runs
 from addon.stream.framed_readers import (
     NOT_A_STREAM,
     Answer,
@@ -38,19 +42,24 @@ from addon.stream.stages import Stage
 
 
 class State(Enum):
-    """Where one stream is; each says what a read does there (``feed_general``)."""
+    """Where one stream is; its row of ``ROWS`` says what the stream does there."""
 
     READING = "reading"
     """The body is read as a stream (its framing's reader), the bytes so far ending inside an
     event (or no read route to track)."""
     BETWEEN = "between"
-    """The same, the bytes so far ending where an event does: a fast route may take the next
-    read (``addon.stream.fastpath``)."""
+    """The same, the bytes so far ending where an event does: the stream's fast route may take
+    the next read (``addon.stream.fastpath``)."""
     COLLECTING = "collecting"
     """Another dialect's body that is not a stream: a read is kept (bounded) to be read whole
     at the end (``whole``)."""
     PASSTHROUGH = "passthrough"
     """A client of the upstream's dialect after a failure: a read goes out as it came."""
+    SECOND_CALL = "second_call"
+    """A second upstream call inside this answer (a search the bridge runs for the model):
+    the first body's reader holds its tail while the second body is read into the same
+    client stream. A placeholder that issue 44 fills: today a read here is held back (none
+    comes: nothing enters this state but ``second_call``)."""
     STOPPED = "stopped"
     """The client's stream was ended with an error event: a read is dropped."""
     DONE = "done"
@@ -68,30 +77,44 @@ class Input(Enum):
     RAW = "a failure a client of the upstream's dialect gets the rest raw after"
     STOP = "a failure on another dialect or on binary frames: the client's stream ends"
     END = "the body's end (finish)"
+    ERROR = "an error event the client got from the upstream's stream (written by its encoder)"
+    CUT = "the upstream's body broke off: the connection closed mid-body (upstream_cut)"
+    RESET = "the upstream reset the connection or its HTTP/2 stream (upstream_reset)"
+    IDLE = "the upstream sent nothing for the idle timeout (upstream_idle)"
+    CALL = "a second upstream call starts inside this answer (second_call)"
+    CALLED = "that second call's body ended: the first body is read on (second_call_ended)"
 
 
 READING, BETWEEN, COLLECTING = State.READING, State.BETWEEN, State.COLLECTING
-PASSTHROUGH, STOPPED, DONE, PASSED = State.PASSTHROUGH, State.STOPPED, State.DONE, State.PASSED
+PASSTHROUGH, SECOND_CALL = State.PASSTHROUGH, State.SECOND_CALL
+STOPPED, DONE, PASSED = State.STOPPED, State.DONE, State.PASSED
 BOUNDARY, INSIDE, FOREIGN = Input.BOUNDARY, Input.INSIDE, Input.FOREIGN
-RAW, STOP, END = Input.RAW, Input.STOP, Input.END
+RAW, STOP, END, ERROR = Input.RAW, Input.STOP, Input.END, Input.ERROR
+CUT, RESET, IDLE, CALL, CALLED = Input.CUT, Input.RESET, Input.IDLE, Input.CALL, Input.CALLED
 
-# The transitions: the state an input leads to from each state (None: it cannot happen there).
+# The transitions: the state an input leads to from each state (None: refused, it cannot happen
+# there: ``StreamStateError``). The endings (END, ERROR, CUT, RESET, IDLE) are taken in every
+# state: a stream can always end, once.
 # fmt: off
-_INPUTS =         (BOUNDARY, INSIDE,  FOREIGN,    RAW,         STOP,    END)
+_INPUTS =       (BOUNDARY, INSIDE,  FOREIGN,    RAW,         STOP,    END,    ERROR,       CUT,     RESET,   IDLE,    CALL,        CALLED)
 _NEXT = {
-    READING:      (BETWEEN,  READING, COLLECTING, PASSTHROUGH, STOPPED, DONE),
-    BETWEEN:      (BETWEEN,  READING, COLLECTING, PASSTHROUGH, STOPPED, DONE),
-    COLLECTING:   (None,     None,    None,       None,        STOPPED, DONE),
-    PASSTHROUGH:  (None,     None,    None,       PASSTHROUGH, None,    PASSED),
-    STOPPED:      (None,     None,    None,       None,        STOPPED, STOPPED),
-    DONE:         (None,     None,    None,       PASSED,      STOPPED, DONE),
-    PASSED:       (None,     None,    None,       PASSED,      None,    PASSED),
+    READING:     (BETWEEN, READING, COLLECTING, PASSTHROUGH, STOPPED, DONE,   READING,     STOPPED, STOPPED, STOPPED, SECOND_CALL, None),
+    BETWEEN:     (BETWEEN, READING, COLLECTING, PASSTHROUGH, STOPPED, DONE,   BETWEEN,     STOPPED, STOPPED, STOPPED, SECOND_CALL, None),
+    COLLECTING:  (None,    None,    None,       None,        STOPPED, DONE,   COLLECTING,  STOPPED, STOPPED, STOPPED, None,        None),
+    PASSTHROUGH: (None,    None,    None,       PASSTHROUGH, None,    PASSED, PASSTHROUGH, STOPPED, STOPPED, STOPPED, None,        None),
+    SECOND_CALL: (None,    None,    None,       PASSTHROUGH, STOPPED, DONE,   SECOND_CALL, STOPPED, STOPPED, STOPPED, None,        READING),
+    STOPPED:     (None,    None,    None,       None,        STOPPED, STOPPED, STOPPED,    STOPPED, STOPPED, STOPPED, None,        None),
+    DONE:        (None,    None,    None,       PASSED,      STOPPED, DONE,   DONE,        DONE,    DONE,    DONE,    None,        None),
+    PASSED:      (None,    None,    None,       PASSED,      None,    PASSED, PASSED,      PASSED,  PASSED,  PASSED,  None,        None),
 }
 # fmt: on
 TRANSITIONS: dict[State, dict[Input, State]] = {
     state: {i: s for i, s in zip(_INPUTS, row, strict=True) if s is not None}
     for state, row in _NEXT.items()
 }
+
+CUT_CAUSES = {"upstream_cut": CUT, "upstream_reset": RESET, "upstream_idle": IDLE}
+"""The causes the shell names (``upstream_cut``) and the input each is; any other is a cut."""
 
 
 class StreamStateError(RuntimeError):
@@ -106,8 +129,9 @@ _OUT = ("sse", "json_array")
 
 
 class StreamProcessor:
-    """One streamed answer: its ``State``, the body's reader, the client's ``Output``; the
-    failure policy (``_fail``: the rest raw for a client of the upstream's dialect, else an
+    """One streamed answer: its ``State``, the body's reader, the client's ``Output``, and one
+    read function (``feed``, a ``fastpath.Reader``) whose route is the table's for the state;
+    the failure policy (``_fail``: the rest raw for a client of the upstream's dialect, else an
     error event ends the client's stream, as with AWS event-stream frames)."""
 
     def __init__(
@@ -130,6 +154,8 @@ class StreamProcessor:
         redact: Callable[[str], str] | None = None,
         fast: bool = True,
     ) -> None:
+        """``raw_ok``: the caller lets an event nobody reads pass as the upstream's bytes on a
+        same-dialect stream; whether one does is then the stages' word (``changes_bytes``)."""
         if framing_in not in ("sse", "json_array", "aws_eventstream") or framing_out not in _OUT:
             raise ValueError(f"unknown framing {framing_in!r} → {framing_out!r}")
         self._redact = redact  # for the error message of ``_stop`` (it may quote the upstream)
@@ -140,7 +166,7 @@ class StreamProcessor:
         self._fast_path = fp = FastPath.of(
             decoder.fast_path,
             encoder.fast_path,
-            [stage.text_lane for stage in stages],
+            stages,
             fast=fast,
             raw_ok=raw_ok and same_dialect,
             coalesce=coalesce,
@@ -151,13 +177,12 @@ class StreamProcessor:
         self._track = fp.track
         self._binary = framing_in == "aws_eventstream"  # never given to a client raw
         self._decoding = Decoding(decoder, strict=same_dialect and not self._binary)
-        self._lanes: list[Lane] = []  # the read routes of ``reader``: their counts add to ours
         self._max = max_event_bytes
         self._whole = whole
         self._collected: WholeBody | None = None  # COLLECTING: the body so far
         self._keep = keep_original
         self.state = READING
-        """Where the stream is: what a read does (``State``), changed by ``TRANSITIONS``."""
+        """Where the stream is (``State``): changed by ``_to`` alone, along ``TRANSITIONS``."""
         self.original = bytearray()
         """The first ``keep_original`` bytes the upstream sent (decompressed), for the view."""
         self.whole_body = False
@@ -167,20 +192,29 @@ class StreamProcessor:
         self.ended_with_error: str | None = None
         """Why the client's stream ended with an error the bridge wrote (a cut stream, a body
         that is not a stream: the shell's ⚠)."""
+        self.error_event: str | None = None
+        """The message of the first error event the client got from the upstream's stream
+        (``ERROR``): the upstream's own, or its decoder's for a body that ended before the
+        stream's own end."""
         self.last_chunk = b""
         """The last chunk fed, decompressed: what a client of the upstream's dialect gets when
         the processor fails on it."""
         writer = JsonArrayWriter() if framing_out == "json_array" else None
-        self._output = Output(stages, encoder, writer, fp.text_sse, fp.stages)
+        self._output = Output(stages, encoder, writer, fp.text_sse, fp.stages, self._error_event)
         self._runs = fastpath.runs(self._output, fp)
         answer = (status, content_type)  # to say what came when the body is not a stream
         self._body_reader = _reader(
             framing_in, self._decoding, self._output, fp, self._runs, answer, coalesce, self._max
         )
         self._bytes_in = 0
+        self._fast = fastpath.route(self._output, fp, self._fail, self.feed_general)
+        """The stream's fast route (the table's ``BETWEEN`` row; None: none)."""
+        self._routes: dict[State, fastpath.Read] = {}
+        """What a read does in each state: ``ROWS`` with this stream's route and ``general``."""
+        self._reader = Reader(self.feed_general)
         self.feed: Callable[[bytes], list[bytes]] = self.reader()
         """Upstream bytes in (split anywhere), client bytes out: ``[]``, never ``b""``, when
-        nothing is ready."""
+        nothing is ready. The stream's one read function (``reader`` configures it)."""
 
     # ------------------------------------------------------------------ public
 
@@ -188,23 +222,24 @@ class StreamProcessor:
     def events_in(self) -> int:
         runs = self._runs.events_in if self._runs is not None else 0
         whole = self._collected.events_in if self._collected is not None else 0
-        return self._body_reader.events_in + runs + whole + sum(e.events_in for e in self._lanes)
+        fast = self._fast.events_in if self._fast is not None else 0
+        return self._body_reader.events_in + runs + whole + fast
 
     @property
     def bytes_in(self) -> int:
         """Bytes fed (decompressed)."""
-        return self._bytes_in + sum(lane.bytes_in for lane in self._lanes)
+        return self._bytes_in + (self._fast.bytes_in if self._fast is not None else 0)
 
     @property
     def bytes_out(self) -> int:
-        return self._output.bytes_out + sum(lane.bytes_out for lane in self._lanes)
+        return self._output.bytes_out + (self._fast.bytes_out if self._fast is not None else 0)
 
     @property
     def skipped_decoding(self) -> int:
         """Events passed on as the upstream's bytes, undecoded (``raw_ok``)."""
         runs = self._runs.skipped_decoding if self._runs is not None else 0
-        lanes = sum(lane.skipped_decoding for lane in self._lanes)
-        return self._body_reader.skipped_decoding + runs + lanes
+        fast = self._fast.skipped_decoding if self._fast is not None else 0
+        return self._body_reader.skipped_decoding + runs + fast
 
     @property
     def passthrough(self) -> bool:
@@ -222,7 +257,8 @@ class StreamProcessor:
         return self._decoding.skip_reason
 
     def feed_general(self, chunk: bytes) -> list[bytes]:
-        """``feed`` the general way (``reader`` first looks for a fast route)."""
+        """``feed`` the general way: the chunk decompressed and counted, then what the state's
+        row reads with (``ROWS``)."""
         if not chunk:
             return []
         if self._decompressor is not None:
@@ -234,24 +270,7 @@ class StreamProcessor:
         self._bytes_in += len(chunk)
         if self._keep and len(self.original) < self._keep:
             self.original += chunk[: self._keep - len(self.original)]
-        state = self.state
-        if state is READING or state is BETWEEN:
-            found = self._body_reader.feed(chunk)
-            if not isinstance(found, list):
-                return self._settle(found)
-            if self._track:
-                # The view's copy of the start must be whole before a route may skip a read.
-                at = self._body_reader.at_boundary() and len(self.original) >= self._keep
-                if at is not (state is BETWEEN):
-                    self._to(BOUNDARY if at else INSIDE)
-            return found
-        if state is COLLECTING:
-            assert self._collected is not None
-            self._collected.feed(chunk)
-            return []
-        if state is STOPPED:
-            return []
-        return self._output.out([chunk])  # PASSTHROUGH, DONE, PASSED
+        return ROWS[self.state].read(self, chunk)
 
     def reader(
         self,
@@ -260,48 +279,57 @@ class StreamProcessor:
         spent: Callable[[int], None] | None = None,
         failed: Callable[[bytes, Exception], list[bytes]] | None = None,
     ) -> Callable[[bytes], list[bytes]]:
-        """A function for each read of the body (``feed``; the shell's stream callable): a read
-        route's where the stream has one (``fastpath.reads``), else ``general`` (default:
-        ``feed_general``). The time reads take goes to ``spent``, a route's bug to ``failed``."""
+        """The stream's one read function (``feed``; the shell's stream callable), configured:
+        in a state whose row is ``fast`` the stream's fast route takes the read first, any other
+        read goes to ``general`` (default: ``feed_general``). The time reads take goes to
+        ``spent``, a bug of ours to ``failed``. Called again, it configures the same reader
+        (with no fast route, nothing timed and no ``failed``, the reader is ``general``)."""
 
         def bug(chunk: bytes, e: Exception) -> list[bytes]:
             assert failed is not None
             self.last_chunk = chunk
             return failed(chunk, e)
 
-        read, lane = fastpath.reads(
-            self._output,
-            self._fast_path,
-            self._fail,
-            general or self.feed_general,
-            clock,
-            spent,
-            bug if failed is not None else None,
-        )
-        if lane is not None:
-            lane.open = self.state is BETWEEN
-            self._lanes.append(lane)
-        return read
+        general = general or self.feed_general
+        route = general
+        if self._fast is not None:
+            self._fast.general = general
+            route = self._fast.read
+        self._routes = {state: route if row.fast else general for state, row in ROWS.items()}
+        self._reader.configure(clock, spent, bug if failed is not None else None)
+        self._reader.route = self._routes[self.state]
+        if self._fast is None and (clock is None or spent is None) and failed is None:
+            return general  # every row reads the general way, untimed: it is the reader
+        return self._reader.read
 
     def finish(self) -> list[bytes]:
+        """The body's end: what the state's row does there (``ROWS``: ``end``)."""
         state = self.state
         self._to(END)
-        if state is DONE or state is PASSED or state is STOPPED:
-            return []
-        tail = b""
-        if self._decompressor is not None:
-            try:
-                tail = self._decompressor.finish()
-            except Exception as e:
-                self.error = self.error or f"cannot decompress the end of the stream: {e}"
-        if state is PASSTHROUGH:
-            return self._output.out([tail])
-        if state is COLLECTING:
-            return self._end_body(tail)
-        found = self._body_reader.finish(tail)
-        out = found if isinstance(found, list) else self._settle(found)
-        self.ended_with_error = self.ended_with_error or self._decoding.end_error
-        return out
+        return ROWS[state].end(self)
+
+    def upstream_cut(self, cause: str) -> list[bytes]:
+        """The upstream's body broke off (``cause``: ``upstream_cut`` for a connection closed
+        mid-body, ``upstream_reset``, ``upstream_idle`` for silence past the idle timeout …):
+        the client's closing bytes, what the state's row does there (``ROWS``: ``cut``). While
+        the body is read, the client's stream ends with its dialect's error event (a client of
+        the upstream's dialect too: never raw bytes); after the body's end, or a second time,
+        nothing. For the shell (issue 42)."""
+        state = self.state
+        self._to(CUT_CAUSES.get(cause, CUT))
+        return ROWS[state].cut(self, cause)
+
+    def second_call(self) -> list[bytes]:
+        """A second upstream call starts inside this answer (a search the bridge runs for the
+        model): ``SECOND_CALL`` holds the first body's tail. A placeholder row that issue 44
+        fills: today a move and nothing written."""
+        self._to(CALL)
+        return []
+
+    def second_call_ended(self) -> list[bytes]:
+        """That second call's body ended: the first body is read on (``READING``)."""
+        self._to(CALLED)
+        return []
 
     def abort(self, why: str) -> list[bytes]:
         """The shell's way out when the processor itself failed: a same-dialect stream passes
@@ -316,24 +344,122 @@ class StreamProcessor:
 
     def upstream_ended(self) -> bool:
         """Whether the upstream's stream had reached its own end (``[DONE]`` …), for a body
-        that will never be fed again (the client hung up): asks the decoder's ``finish``."""
-        state = self.state
-        if state is DONE or state is PASSED or state is STOPPED:
-            return self.ended_with_error is None
-        if state is not READING and state is not BETWEEN:
-            return False
-        return self._decoding.ended()
+        that will never be fed again (the client hung up): the state's row says (``ended``)."""
+        return ROWS[self.state].ended(self)
 
     # ------------------------------------------------------------------ internals
 
     def _to(self, event: Input) -> None:
-        """Take ``event``: the state ``TRANSITIONS`` names, the read routes opened in BETWEEN."""
+        """Take ``event``: the state ``TRANSITIONS`` names, and the read route its row says."""
         if (state := TRANSITIONS[self.state].get(event)) is None:
             why = f"{event.name} ({event.value})"
             raise StreamStateError(f"a stream in state {self.state.name} cannot take {why}")
         self.state = state
-        for lane in self._lanes:
-            lane.open = state is BETWEEN
+        self._reader.route = self._routes[state]
+
+    # The rows' actions, by column of ``ROWS``.
+
+    def _read_body(self, chunk: bytes) -> list[bytes]:
+        """read (READING, BETWEEN): the body's reader; the move to BETWEEN or READING when
+        a read route is tracked."""
+        state = self.state
+        found = self._body_reader.feed(chunk)
+        if not isinstance(found, list):
+            return self._settle(found)
+        if self._track:
+            # The view's copy of the start must be whole before a route may skip a read.
+            at = self._body_reader.at_boundary() and len(self.original) >= self._keep
+            if at is not (state is BETWEEN):
+                self._to(BOUNDARY if at else INSIDE)
+        return found
+
+    def _collect(self, chunk: bytes) -> list[bytes]:
+        """read (COLLECTING): kept for the whole body's reading at its end."""
+        assert self._collected is not None
+        self._collected.feed(chunk)
+        return []
+
+    def _pass(self, chunk: bytes) -> list[bytes]:
+        """read (PASSTHROUGH, DONE, PASSED): out as it came."""
+        return self._output.out([chunk])
+
+    def _drop(self, chunk: bytes) -> list[bytes]:
+        """read (STOPPED): dropped; the client's stream has ended."""
+        return []
+
+    def _hold(self, chunk: bytes) -> list[bytes]:
+        """read (SECOND_CALL): the first body's bytes held back while the second call's are
+        read (issue 44); today nothing is held: nothing enters the state with a body."""
+        return []
+
+    def _tail(self) -> bytes:
+        """The decompressor's last bytes, at the body's end."""
+        if self._decompressor is None:
+            return b""
+        try:
+            return self._decompressor.finish()
+        except Exception as e:
+            self.error = self.error or f"cannot decompress the end of the stream: {e}"
+            return b""
+
+    def _end_body(self) -> list[bytes]:
+        """end (READING, BETWEEN, SECOND_CALL): the body's reader finishes (the decoder's
+        end, the stages and the encoder closed)."""
+        found = self._body_reader.finish(self._tail())
+        out = found if isinstance(found, list) else self._settle(found)
+        self.ended_with_error = self.ended_with_error or self._decoding.end_error
+        return out
+
+    def _end_collected(self) -> list[bytes]:
+        """end (COLLECTING): the body kept is read whole."""
+        return self._end_whole(self._tail())
+
+    def _end_passing(self) -> list[bytes]:
+        """end (PASSTHROUGH): the last bytes out as they came."""
+        return self._output.out([self._tail()])
+
+    def _ended(self) -> list[bytes]:
+        """end (STOPPED, DONE, PASSED): nothing more (``finish`` is idempotent)."""
+        return []
+
+    def _cut_off(self, cause: str) -> list[bytes]:
+        """cut (READING, BETWEEN, COLLECTING, PASSTHROUGH, SECOND_CALL): what stages hold,
+        then the client's stream ends with its dialect's error naming ``cause``; later bytes
+        are dropped. Issue 42 fills the rest (the calls held, the log line, retryable types)."""
+        message = f"cursor-bridge: the upstream's stream broke off before its end ({cause})"
+        return self._end_client(message, message, cause)
+
+    def _cut_after(self, cause: str) -> list[bytes]:
+        """cut (STOPPED, DONE, PASSED): the client's stream had ended: nothing."""
+        return []
+
+    def _noted(self, error: StreamError) -> None:
+        """error (every state but STOPPED): the first error event of the upstream's stream."""
+        if self.error_event is None:
+            self.error_event = error.message
+
+    def _ours(self, error: StreamError) -> None:
+        """error (STOPPED): the error the bridge wrote itself (``_end_client``)."""
+
+    def _decoder_ended(self) -> bool:
+        """ended (READING, BETWEEN): the decoder's ``finish`` says whether it saw the end."""
+        return self._decoding.ended()
+
+    def _not_ended(self) -> bool:
+        """ended (COLLECTING, PASSTHROUGH, SECOND_CALL): not known to have ended."""
+        return False
+
+    def _ended_cleanly(self) -> bool:
+        """ended (STOPPED, DONE, PASSED): the body ended, and no error the bridge wrote."""
+        return self.ended_with_error is None
+
+    # The inputs that do not come from a read.
+
+    def _error_event(self, error: StreamError) -> None:
+        """The encoder is writing an error event (``Output``): ERROR, and its row's action."""
+        state = self.state
+        self._to(ERROR)
+        ROWS[state].error(self, error)
 
     def _settle(self, found: Failure | Foreign) -> list[bytes]:
         """What a reader found that is not the client's bytes, applied."""
@@ -347,7 +473,7 @@ class StreamProcessor:
         self._body_reader.forget()
         out = self._output.out(found.done)
         if self.state is DONE:  # read at the body's end: it ends here
-            return out + self._end_body()
+            return out + self._end_whole()
         self._to(FOREIGN)
         return out
 
@@ -371,14 +497,22 @@ class StreamProcessor:
         if self.state is STOPPED:  # the client's stream has ended already
             return []
         self._to(STOP)
+        message = f"cursor-bridge could not read the upstream's stream: {why}"
+        return self._end_client(why, message, "bridge_stream_error", done)
+
+    def _end_client(
+        self, why: str, message: str, kind: str, done: Sequence[bytes] = ()
+    ) -> list[bytes]:
+        """The client's stream ends (the state is STOPPED): ``done`` and what stages hold go
+        out, then ``StreamError(message, kind)`` in the client's dialect (its encoder's
+        ``end_with``)."""
         self.error = why
         self.ended_with_error = why
         self._forget()
         out = [*done]
         try:
-            message = f"cursor-bridge could not read the upstream's stream: {why}"
             message = self._redact(message) if self._redact is not None else message
-            out += self._output.end_with(StreamError(message, "bridge_stream_error"))
+            out += self._output.end_with(StreamError(message, kind))
         except Exception:  # already failing: the error event is best effort
             pass
         return self._output.out(out)
@@ -389,7 +523,7 @@ class StreamProcessor:
         if self._collected is not None:
             self._collected.forget()
 
-    def _end_body(self, tail: bytes = b"") -> list[bytes]:
+    def _end_whole(self, tail: bytes = b"") -> list[bytes]:
         """The end of a body that was not an event stream (another dialect): read whole."""
         body = self._collected
         assert body is not None
@@ -400,6 +534,42 @@ class StreamProcessor:
         self.whole_body = True
         self.ended_with_error = self.ended_with_error or self._decoding.end_error
         return found
+
+
+class Row(NamedTuple):
+    """What a stream does in one ``State``: each column one kind of input."""
+
+    fast: bool
+    """A read may take the stream's fast route first (``fastpath.route``: the skip read, the
+    text read), the general way on what it does not take."""
+    read: Callable[[StreamProcessor, bytes], list[bytes]]
+    """The next bytes, the general way (decompressed and counted by ``feed_general``)."""
+    end: Callable[[StreamProcessor], list[bytes]]
+    """The body's end (``finish``: END)."""
+    cut: Callable[[StreamProcessor, str], list[bytes]]
+    """The upstream broke off (``upstream_cut``: CUT, RESET, IDLE), with its cause."""
+    error: Callable[[StreamProcessor, StreamError], None]
+    """An error event of the upstream's stream, written by the client's encoder (ERROR)."""
+    ended: Callable[[StreamProcessor], bool]
+    """Whether the upstream's stream reached its own end (``upstream_ended``)."""
+
+
+_P = StreamProcessor
+# The one table: what each state does with the next bytes (the fast route included), at the
+# body's end, on a cut, on an error event; where each input leads is ``TRANSITIONS``.
+# fmt: off
+ROWS: dict[State, Row] = {
+    #            fast   read           end                cut             error      ended
+    READING:     Row(False, _P._read_body, _P._end_body,      _P._cut_off,   _P._noted, _P._decoder_ended),
+    BETWEEN:     Row(True,  _P._read_body, _P._end_body,      _P._cut_off,   _P._noted, _P._decoder_ended),
+    COLLECTING:  Row(False, _P._collect,   _P._end_collected, _P._cut_off,   _P._noted, _P._not_ended),
+    PASSTHROUGH: Row(False, _P._pass,      _P._end_passing,   _P._cut_off,   _P._noted, _P._not_ended),
+    SECOND_CALL: Row(False, _P._hold,      _P._end_body,      _P._cut_off,   _P._noted, _P._not_ended),
+    STOPPED:     Row(False, _P._drop,      _P._ended,         _P._cut_after, _P._ours,  _P._ended_cleanly),
+    DONE:        Row(False, _P._pass,      _P._ended,         _P._cut_after, _P._noted, _P._ended_cleanly),
+    PASSED:      Row(False, _P._pass,      _P._ended,         _P._cut_after, _P._noted, _P._ended_cleanly),
+}
+# fmt: on
 
 
 class SSEReader:

@@ -64,6 +64,7 @@ class RepairStage:
 
     text_lane: TextLane | None = PASSES_TEXT
     """Text is never held (only calls are): a plain text delta passes as it came."""
+    changes_bytes = False  # only calls (never skippable)
 
     def __init__(
         self,

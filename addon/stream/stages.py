@@ -78,7 +78,17 @@ def lane_stages(offers: Sequence[TextLane | None]) -> LaneStages | None:
 
 
 class Stage(Protocol):
-    """A step between decoder and encoder: unified events in, unified events out."""
+    """A step between decoder and encoder: unified events in, unified events out. It declares
+    what the fast path may skip past it: ``changes_bytes`` and ``text_lane``."""
+
+    @property
+    def changes_bytes(self) -> bool:
+        """True when the stage may change, or must see, an event a same-dialect stream could
+        pass on as the upstream's bytes, undecoded (the decoder's ``skippable``: a plain text
+        chunk nobody reads; the model's name in its envelope): one such stage, and every event
+        is decoded (``keeps_bytes``). False only when such an event would leave it unchanged
+        and unrecorded. A stage that does not say is taken to change them."""
+        ...
 
     @property
     def text_lane(self) -> TextLane | None:
@@ -88,6 +98,12 @@ class Stage(Protocol):
 
     def feed(self, event: Event) -> list[Event]: ...
     def finish(self) -> list[Event]: ...
+
+
+def keeps_bytes(stages: Sequence[Stage]) -> bool:
+    """No stage ``changes_bytes``: an event nobody reads may pass as the upstream's bytes (on a
+    same-dialect stream). The one place this is decided: a new stage says it itself."""
+    return not any(getattr(stage, "changes_bytes", True) for stage in stages)
 
 
 class TextToolStage:
@@ -102,6 +118,8 @@ class TextToolStage:
     the order the calls start, which leaves either kind alone unchanged), so that a client never
     sees two calls under one index.
     """
+
+    changes_bytes = True  # the text becomes text, thinking and calls
 
     def __init__(self, parser: TextProtocolParser) -> None:
         self.parser = parser
@@ -157,6 +175,7 @@ class CallIdStage:
     report: ``AnswerState.saw_usage``), unchanged."""
 
     text_lane: TextLane | None = PASSES_TEXT
+    changes_bytes = False  # only a call's start (never skippable) and the usage it hands on
 
     def __init__(
         self,
@@ -186,6 +205,7 @@ class HideThinkingStage:
     """Drops reasoning (``bridge_thinking_output=hidden``)."""
 
     text_lane: TextLane | None = PASSES_TEXT
+    changes_bytes = True  # as the plan had it: raw passing off with it
 
     def feed(self, event: Event) -> list[Event]:
         return [] if isinstance(event, ThinkingDelta) else [event]
@@ -205,6 +225,7 @@ class AnswerModelStage:
     ``RawEvent.data`` (Responses repeats the response object, model included)."""
 
     text_lane: TextLane | None = PASSES_TEXT
+    changes_bytes = True  # every chunk's envelope names the model
 
     def __init__(self, model: str) -> None:
         self.model = model
@@ -248,6 +269,8 @@ class TrailingSignatureStage:
     unless a call starts right after it (the rule: ``addon.transforms.signatures``). Such a
     delta is held until the next event says which; the capture stage, before this one, has
     it for the store either way. For clients of another dialect than the upstream's."""
+
+    changes_bytes = False  # only signature deltas (never skippable)
 
     def __init__(self) -> None:
         self._seen = False
@@ -301,6 +324,7 @@ class RedactErrorStage:
     an error event the bridge writes. Only that event is touched; text passes as it is."""
 
     text_lane: TextLane | None = PASSES_TEXT
+    changes_bytes = False  # only an error (never skippable)
 
     def __init__(self, secrets: Secrets) -> None:
         self._secrets = secrets
