@@ -1,5 +1,6 @@
-"""One streamed answer, sans-IO (``StreamProcessor``), and the general way of reading an SSE
-body (``SSEReader``: lines → events → the decoder → the client's ``Output``).
+"""One streamed answer, sans-IO (``StreamProcessor``): its state, and what each state does
+with the next bytes (the body's reader, ``addon.stream.readers``; a fast route,
+``addon.stream.fastpath``; the client's side, ``addon.stream.output``).
 
 Contract: ``feed(chunk)`` takes chunks split anywhere and returns ``[]``, never ``b""``, when
 nothing is ready; ``finish()`` is idempotent; ``upstream_cut(cause)`` ends the client's stream
@@ -19,25 +20,10 @@ from addon.model import Event, StreamError
 from addon.stream import fastpath
 from addon.stream.decompress import Decompressor
 from addon.stream.fastpath import FastPath, Reader, Runs
-from addon.stream.framed_readers import (
-    NOT_A_STREAM,
-    Answer,
-    EventStreamReader,
-    JsonArrayReader,
-    WholeBody,
-)
 from addon.stream.framing import JsonArrayWriter
-from addon.stream.output import Output, join_runs
-from addon.stream.reading import Decoding, Failure, Foreign, Found, after
-from addon.stream.sse import (
-    EventDecoder,
-    LineDecoder,
-    SSEComment,
-    SSEEvent,
-    SSEForeign,
-    encode_event,
-    simple_events,
-)
+from addon.stream.output import Output
+from addon.stream.readers import NOT_A_STREAM, BodyReader, WholeBody, reader_for
+from addon.stream.reading import Decoding, Failure, Foreign
 from addon.stream.stages import Stage
 
 
@@ -128,7 +114,78 @@ _OUT = ("sse", "json_array")
 """The client's framings."""
 
 
-class StreamProcessor:
+class StreamFacts:
+    """What one stream has read, written and ended with: what the shell reads of it (counts
+    summed over its readers, why it failed or ended with an error, the view's copy)."""
+
+    _runs: Runs | None
+    _collected: WholeBody | None
+    _fast: fastpath.Route | None
+    _body_reader: BodyReader
+    _bytes_in: int
+    _output: Output
+    _decoding: Decoding
+    state: State
+
+    def __init__(self) -> None:
+        self._bytes_in = 0
+        self.original = bytearray()
+        """The first ``keep_original`` bytes the upstream sent (decompressed), for the view."""
+        self.whole_body = False
+        """The body was not a stream and was read whole (``whole``) for another dialect."""
+        self.error: str | None = None
+        """Why the processor gave up rewriting (the rest passed raw, or the stream stopped)."""
+        self.ended_with_error: str | None = None
+        """Why the client's stream ended with an error the bridge wrote (a cut stream, a body
+        that is not a stream: the shell's ⚠)."""
+        self.error_event: str | None = None
+        """The message of the first error event the client got from the upstream's stream
+        (``ERROR``): the upstream's own, or its decoder's for a body that ended before the
+        stream's own end."""
+        self.last_chunk = b""
+        """The last chunk fed, decompressed: what a client of the upstream's dialect gets when
+        the processor fails on it."""
+
+    @property
+    def events_in(self) -> int:
+        runs = self._runs.events_in if self._runs is not None else 0
+        whole = self._collected.events_in if self._collected is not None else 0
+        fast = self._fast.events_in if self._fast is not None else 0
+        return self._body_reader.events_in + runs + whole + fast
+
+    @property
+    def bytes_in(self) -> int:
+        """Bytes fed (decompressed)."""
+        return self._bytes_in + (self._fast.bytes_in if self._fast is not None else 0)
+
+    @property
+    def bytes_out(self) -> int:
+        return self._output.bytes_out + (self._fast.bytes_out if self._fast is not None else 0)
+
+    @property
+    def skipped_decoding(self) -> int:
+        """Events passed on as the upstream's bytes, undecoded (``raw_ok``)."""
+        runs = self._runs.skipped_decoding if self._runs is not None else 0
+        fast = self._fast.skipped_decoding if self._fast is not None else 0
+        return self._body_reader.skipped_decoding + runs + fast
+
+    @property
+    def passthrough(self) -> bool:
+        """The client got the upstream's bytes from some point on (``error`` says why)."""
+        return self.state is PASSTHROUGH or self.state is PASSED
+
+    @property
+    def skipped(self) -> int:
+        """Events of another dialect the decoder could not read, skipped."""
+        return self._decoding.skipped
+
+    @property
+    def skip_reason(self) -> str | None:
+        """Why the first of them could not be read."""
+        return self._decoding.skip_reason
+
+
+class StreamProcessor(StreamFacts):
     """One streamed answer: its ``State``, the body's reader, the client's ``Output``, and one
     read function (``feed``, a ``fastpath.Reader``) whose route is the table's for the state;
     the failure policy (``_fail``: the rest raw for a client of the upstream's dialect, else an
@@ -181,32 +238,16 @@ class StreamProcessor:
         self._whole = whole
         self._collected: WholeBody | None = None  # COLLECTING: the body so far
         self._keep = keep_original
+        super().__init__()
         self.state = READING
         """Where the stream is (``State``): changed by ``_to`` alone, along ``TRANSITIONS``."""
-        self.original = bytearray()
-        """The first ``keep_original`` bytes the upstream sent (decompressed), for the view."""
-        self.whole_body = False
-        """The body was not a stream and was read whole (``whole``) for another dialect."""
-        self.error: str | None = None
-        """Why the processor gave up rewriting (the rest passed raw, or the stream stopped)."""
-        self.ended_with_error: str | None = None
-        """Why the client's stream ended with an error the bridge wrote (a cut stream, a body
-        that is not a stream: the shell's ⚠)."""
-        self.error_event: str | None = None
-        """The message of the first error event the client got from the upstream's stream
-        (``ERROR``): the upstream's own, or its decoder's for a body that ended before the
-        stream's own end."""
-        self.last_chunk = b""
-        """The last chunk fed, decompressed: what a client of the upstream's dialect gets when
-        the processor fails on it."""
         writer = JsonArrayWriter() if framing_out == "json_array" else None
         self._output = Output(stages, encoder, writer, fp.text_sse, fp.stages, self._error_event)
         self._runs = fastpath.runs(self._output, fp)
         answer = (status, content_type)  # to say what came when the body is not a stream
-        self._body_reader = _reader(
+        self._body_reader: BodyReader = reader_for(
             framing_in, self._decoding, self._output, fp, self._runs, answer, coalesce, self._max
         )
-        self._bytes_in = 0
         self._fast = fastpath.route(self._output, fp, self._fail, self.feed_general)
         """The stream's fast route (the table's ``BETWEEN`` row; None: none)."""
         self._routes: dict[State, fastpath.Read] = {}
@@ -217,44 +258,6 @@ class StreamProcessor:
         nothing is ready. The stream's one read function (``reader`` configures it)."""
 
     # ------------------------------------------------------------------ public
-
-    @property
-    def events_in(self) -> int:
-        runs = self._runs.events_in if self._runs is not None else 0
-        whole = self._collected.events_in if self._collected is not None else 0
-        fast = self._fast.events_in if self._fast is not None else 0
-        return self._body_reader.events_in + runs + whole + fast
-
-    @property
-    def bytes_in(self) -> int:
-        """Bytes fed (decompressed)."""
-        return self._bytes_in + (self._fast.bytes_in if self._fast is not None else 0)
-
-    @property
-    def bytes_out(self) -> int:
-        return self._output.bytes_out + (self._fast.bytes_out if self._fast is not None else 0)
-
-    @property
-    def skipped_decoding(self) -> int:
-        """Events passed on as the upstream's bytes, undecoded (``raw_ok``)."""
-        runs = self._runs.skipped_decoding if self._runs is not None else 0
-        fast = self._fast.skipped_decoding if self._fast is not None else 0
-        return self._body_reader.skipped_decoding + runs + fast
-
-    @property
-    def passthrough(self) -> bool:
-        """The client got the upstream's bytes from some point on (``error`` says why)."""
-        return self.state is PASSTHROUGH or self.state is PASSED
-
-    @property
-    def skipped(self) -> int:
-        """Events of another dialect the decoder could not read, skipped."""
-        return self._decoding.skipped
-
-    @property
-    def skip_reason(self) -> str | None:
-        """Why the first of them could not be read."""
-        return self._decoding.skip_reason
 
     def feed_general(self, chunk: bytes) -> list[bytes]:
         """``feed`` the general way: the chunk decompressed and counted, then what the state's
@@ -373,25 +376,6 @@ class StreamProcessor:
                 self._to(BOUNDARY if at else INSIDE)
         return found
 
-    def _collect(self, chunk: bytes) -> list[bytes]:
-        """read (COLLECTING): kept for the whole body's reading at its end."""
-        assert self._collected is not None
-        self._collected.feed(chunk)
-        return []
-
-    def _pass(self, chunk: bytes) -> list[bytes]:
-        """read (PASSTHROUGH, DONE, PASSED): out as it came."""
-        return self._output.out([chunk])
-
-    def _drop(self, chunk: bytes) -> list[bytes]:
-        """read (STOPPED): dropped; the client's stream has ended."""
-        return []
-
-    def _hold(self, chunk: bytes) -> list[bytes]:
-        """read (SECOND_CALL): the first body's bytes held back while the second call's are
-        read (issue 44); today nothing is held: nothing enters the state with a body."""
-        return []
-
     def _tail(self) -> bytes:
         """The decompressor's last bytes, at the body's end."""
         if self._decompressor is None:
@@ -409,49 +393,6 @@ class StreamProcessor:
         out = found if isinstance(found, list) else self._settle(found)
         self.ended_with_error = self.ended_with_error or self._decoding.end_error
         return out
-
-    def _end_collected(self) -> list[bytes]:
-        """end (COLLECTING): the body kept is read whole."""
-        return self._end_whole(self._tail())
-
-    def _end_passing(self) -> list[bytes]:
-        """end (PASSTHROUGH): the last bytes out as they came."""
-        return self._output.out([self._tail()])
-
-    def _ended(self) -> list[bytes]:
-        """end (STOPPED, DONE, PASSED): nothing more (``finish`` is idempotent)."""
-        return []
-
-    def _cut_off(self, cause: str) -> list[bytes]:
-        """cut (READING, BETWEEN, COLLECTING, PASSTHROUGH, SECOND_CALL): what stages hold,
-        then the client's stream ends with its dialect's error naming ``cause``; later bytes
-        are dropped. Issue 42 fills the rest (the calls held, the log line, retryable types)."""
-        message = f"cursor-bridge: the upstream's stream broke off before its end ({cause})"
-        return self._end_client(message, message, cause)
-
-    def _cut_after(self, cause: str) -> list[bytes]:
-        """cut (STOPPED, DONE, PASSED): the client's stream had ended: nothing."""
-        return []
-
-    def _noted(self, error: StreamError) -> None:
-        """error (every state but STOPPED): the first error event of the upstream's stream."""
-        if self.error_event is None:
-            self.error_event = error.message
-
-    def _ours(self, error: StreamError) -> None:
-        """error (STOPPED): the error the bridge wrote itself (``_end_client``)."""
-
-    def _decoder_ended(self) -> bool:
-        """ended (READING, BETWEEN): the decoder's ``finish`` says whether it saw the end."""
-        return self._decoding.ended()
-
-    def _not_ended(self) -> bool:
-        """ended (COLLECTING, PASSTHROUGH, SECOND_CALL): not known to have ended."""
-        return False
-
-    def _ended_cleanly(self) -> bool:
-        """ended (STOPPED, DONE, PASSED): the body ended, and no error the bridge wrote."""
-        return self.ended_with_error is None
 
     # The inputs that do not come from a read.
 
@@ -536,6 +477,88 @@ class StreamProcessor:
         return found
 
 
+# The rows' actions of one column each, on the stream they are given.
+
+
+def _collect(self: StreamProcessor, chunk: bytes) -> list[bytes]:
+    """read (COLLECTING): kept for the whole body's reading at its end."""
+    assert self._collected is not None
+    self._collected.feed(chunk)
+    return []
+
+
+def _pass(self: StreamProcessor, chunk: bytes) -> list[bytes]:
+    """read (PASSTHROUGH, DONE, PASSED): out as it came."""
+    return self._output.out([chunk])
+
+
+def _end_collected(self: StreamProcessor) -> list[bytes]:
+    """end (COLLECTING): the body kept is read whole."""
+    return self._end_whole(self._tail())
+
+
+def _end_passing(self: StreamProcessor) -> list[bytes]:
+    """end (PASSTHROUGH): the last bytes out as they came."""
+    return self._output.out([self._tail()])
+
+
+def _noted(self: StreamProcessor, error: StreamError) -> None:
+    """error (every state but STOPPED): the first error event of the upstream's stream."""
+    if self.error_event is None:
+        self.error_event = error.message
+
+
+def _decoder_ended(self: StreamProcessor) -> bool:
+    """ended (READING, BETWEEN): the decoder's ``finish`` says whether it saw the end."""
+    return self._decoding.ended()
+
+
+def _ended_cleanly(self: StreamProcessor) -> bool:
+    """ended (STOPPED, DONE, PASSED): the body ended, and no error the bridge wrote."""
+    return self.ended_with_error is None
+
+
+def _cut_off(self: StreamProcessor, cause: str) -> list[bytes]:
+    """cut (READING, BETWEEN, COLLECTING, PASSTHROUGH, SECOND_CALL): what stages hold,
+    then the client's stream ends with its dialect's error naming ``cause``; later bytes
+    are dropped. Issue 42 fills the rest (the calls held, the log line, retryable types)."""
+    message = f"cursor-bridge: the upstream's stream broke off before its end ({cause})"
+    return self._end_client(message, message, cause)
+
+
+# The rows' actions that need nothing of the stream.
+
+
+def _drop(_: StreamProcessor, chunk: bytes) -> list[bytes]:
+    """read (STOPPED): dropped; the client's stream has ended."""
+    return []
+
+
+def _hold(_: StreamProcessor, chunk: bytes) -> list[bytes]:
+    """read (SECOND_CALL): the first body's bytes held back while the second call's are
+    read (issue 44); today nothing is held: nothing enters the state with a body."""
+    return []
+
+
+def _ended(_: StreamProcessor) -> list[bytes]:
+    """end (STOPPED, DONE, PASSED): nothing more (``finish`` is idempotent)."""
+    return []
+
+
+def _cut_after(_: StreamProcessor, cause: str) -> list[bytes]:
+    """cut (STOPPED, DONE, PASSED): the client's stream had ended: nothing."""
+    return []
+
+
+def _ours(_: StreamProcessor, error: StreamError) -> None:
+    """error (STOPPED): the error the bridge wrote itself (``_end_client``)."""
+
+
+def _not_ended(_: StreamProcessor) -> bool:
+    """ended (COLLECTING, PASSTHROUGH, SECOND_CALL): not known to have ended."""
+    return False
+
+
 class Row(NamedTuple):
     """What a stream does in one ``State``: each column one kind of input."""
 
@@ -559,201 +582,14 @@ _P = StreamProcessor
 # body's end, on a cut, on an error event; where each input leads is ``TRANSITIONS``.
 # fmt: off
 ROWS: dict[State, Row] = {
-    #            fast   read           end                cut             error      ended
-    READING:     Row(False, _P._read_body, _P._end_body,      _P._cut_off,   _P._noted, _P._decoder_ended),
-    BETWEEN:     Row(True,  _P._read_body, _P._end_body,      _P._cut_off,   _P._noted, _P._decoder_ended),
-    COLLECTING:  Row(False, _P._collect,   _P._end_collected, _P._cut_off,   _P._noted, _P._not_ended),
-    PASSTHROUGH: Row(False, _P._pass,      _P._end_passing,   _P._cut_off,   _P._noted, _P._not_ended),
-    SECOND_CALL: Row(False, _P._hold,      _P._end_body,      _P._cut_off,   _P._noted, _P._not_ended),
-    STOPPED:     Row(False, _P._drop,      _P._ended,         _P._cut_after, _P._ours,  _P._ended_cleanly),
-    DONE:        Row(False, _P._pass,      _P._ended,         _P._cut_after, _P._noted, _P._ended_cleanly),
-    PASSED:      Row(False, _P._pass,      _P._ended,         _P._cut_after, _P._noted, _P._ended_cleanly),
+    #             fast   read           end              cut         error   ended
+    READING:     Row(False, _P._read_body, _P._end_body,    _cut_off,   _noted, _decoder_ended),
+    BETWEEN:     Row(True,  _P._read_body, _P._end_body,    _cut_off,   _noted, _decoder_ended),
+    COLLECTING:  Row(False, _collect,      _end_collected,  _cut_off,   _noted, _not_ended),
+    PASSTHROUGH: Row(False, _pass,         _end_passing,    _cut_off,   _noted, _not_ended),
+    SECOND_CALL: Row(False, _hold,         _P._end_body,    _cut_off,   _noted, _not_ended),
+    STOPPED:     Row(False, _drop,         _ended,          _cut_after, _ours,  _ended_cleanly),
+    DONE:        Row(False, _pass,         _ended,          _cut_after, _noted, _ended_cleanly),
+    PASSED:      Row(False, _pass,         _ended,          _cut_after, _noted, _ended_cleanly),
 }
 # fmt: on
-
-
-class SSEReader:
-    """An SSE body the general way: lines → events → the decoder → the client's side. The
-    whole events a read completes are read at once: by a fast run (``Runs.take``) or, one-line
-    events, here (with ``coalesce`` their texts joined: text that came together goes out
-    together). ``pending_raw`` keeps the event being assembled, given back on a failure."""
-
-    def __init__(
-        self,
-        decoding: Decoding,
-        output: Output,
-        fast: FastPath,
-        runs: Runs | None,
-        coalesce: bool,
-        max_event_bytes: int,
-    ) -> None:
-        self._decoding = decoding
-        self._output = output
-        self._skippable = fast.skippable  # the general way passes such events as their bytes
-        self._runs = runs
-        self._coalesce = coalesce
-        self._max = max_event_bytes
-        self.lines = LineDecoder()
-        self.events = EventDecoder()
-        self.pending_raw = bytearray()
-        """The raw lines of the SSE event being assembled."""
-        self.events_in = 0
-        self.skipped_decoding = 0
-
-    def feed(self, chunk: bytes) -> Found:
-        if self.events.idle and not self.pending_raw:
-            found = self.read_whole(chunk)
-            if found is not None:
-                return found
-        return self.run(self.lines.feed(chunk), final=False)
-
-    def finish(self, tail: bytes) -> Found:
-        lines = self.lines.feed(tail) if tail else []
-        lines += self.lines.finish()
-        return self.run(lines, final=True)
-
-    def at_boundary(self) -> bool:
-        """The bytes read so far end where an event does (nothing held)."""
-        lines = self.lines
-        return lines.started and not lines.held and self.events.idle and not self.pending_raw
-
-    def forget(self) -> None:
-        """Drop whatever is held for reading (memory returns)."""
-        self.lines.clear()
-        self.events = EventDecoder()
-        self.pending_raw = bytearray()
-
-    def pending(self) -> bytes:
-        """The bytes held but not read as lines."""
-        return self.lines.pending()
-
-    def read_whole(self, chunk: bytes) -> Found | None:
-        """The whole events that end in ``chunk`` (the start of the first held from the chunk
-        before) read at once, then the rest of the chunk as usual; None (nothing taken) where
-        the chunk does not allow it."""
-        cut = chunk.rfind(b"\n\n")
-        if cut == -1:
-            return None
-        lines = self.lines
-        start = b"" if lines.started and not lines.held else lines.take_line_start(chunk)
-        if start is None:
-            return None
-        cut += 2
-        whole = start + chunk[:cut] if start else (chunk if cut == len(chunk) else chunk[:cut])
-        found: list[bytes] | Failure | None
-        if self._runs is not None and (found := self._runs.take(whole)) is not None:
-            self.events.saw_event()
-        elif (simple := simple_events(whole)) is not None:
-            if self._coalesce and len(simple) > 1:
-                found = self._coalesced(simple)
-            else:
-                found = self._simple(simple)
-        else:
-            # Not whole one-line events: the line decoder reads all of it.
-            return self.run(lines.feed(start + chunk), final=False)
-        rest = chunk[cut:]
-        if not rest:
-            return found
-        if isinstance(found, Failure):
-            return found.then(rest)
-        more = self.run(lines.feed(rest), final=False)
-        return found + more if isinstance(more, list) else after(found, more)
-
-    def run(self, lines: list[tuple[str, bytes]], final: bool) -> Found:
-        out: list[bytes] = []
-        for i, (line, raw) in enumerate(lines):
-            self.pending_raw += raw
-            try:
-                item = self.events.feed_line(line)
-                if isinstance(item, SSEComment):
-                    del self.pending_raw[len(self.pending_raw) - len(raw) :]
-                    if self._output.writer is None:
-                        out.append(encode_event(item))
-                elif isinstance(item, SSEForeign):
-                    rest = b"".join(r for _, r in lines[i + 1 :])
-                    return Foreign(bytes(self.pending_raw) + rest, out)
-                elif item is not None:
-                    self._dispatch(item, out)
-            except Exception as e:
-                rest = b"".join(r for _, r in lines[i + 1 :])
-                return Failure(f"{type(e).__name__}: {e}", bytes(self.pending_raw) + rest, out)
-        if self.lines.held > self._max or self.events.size > self._max:
-            return Failure(f"an event longer than {self._max} bytes", bytes(self.pending_raw), out)
-        if final:
-            try:
-                last = self.events.finish()
-                if last is not None:
-                    self._dispatch(last, out)
-                out.extend(self._output.end(self._decoding.end()))
-            except Exception as e:
-                return Failure(f"{type(e).__name__}: {e}", bytes(self.pending_raw), out)
-        return self._output.out(out)
-
-    def _simple(self, events: list[tuple[str, bytes]]) -> list[bytes] | Failure:
-        """Whole one-line events (``simple_events``), dispatched as ``run`` would."""
-        out: list[bytes] = []
-        self.events.saw_event()
-        for i, (data, raw) in enumerate(events):
-            self.pending_raw += raw
-            try:
-                self._dispatch(SSEEvent(data), out)
-            except Exception as e:
-                rest = b"".join(r for _, r in events[i + 1 :])
-                return Failure(f"{type(e).__name__}: {e}", bytes(self.pending_raw) + rest, out)
-        return self._output.out(out)
-
-    def _coalesced(self, events: list[tuple[str, bytes]]) -> list[bytes] | Failure:
-        """Events that arrived together: decoded, their runs of plain text (or thinking)
-        joined (``join_runs``), then through the stages and the encoder in one pass: the same
-        text at the same moment in fewer events. A failure gives back (same dialect) the
-        bytes of all of them: nothing of them was emitted."""
-        self.events.saw_event()
-        decoded: list[Event] = []
-        decode = self._decoding.feed
-        try:
-            for data, raw in events:
-                self.pending_raw += raw
-                if data:
-                    self.events_in += 1
-                    decoded += decode(data, None)
-            out = self._output.through(join_runs(decoded))
-        except Exception as e:
-            return Failure(f"{type(e).__name__}: {e}", bytes(self.pending_raw))
-        self.pending_raw.clear()
-        return self._output.out(out)
-
-    def _dispatch(self, item: SSEEvent, out: list[bytes]) -> None:
-        if not item.data:
-            # A named event without data carries nothing a dialect could decode.
-            self.pending_raw.clear()
-            return
-        self.events_in += 1
-        skippable = self._skippable
-        if skippable is not None and item.event is None and skippable(item.data):
-            out.append(bytes(self.pending_raw))
-            self.pending_raw.clear()
-            self.skipped_decoding += 1
-            return
-        out.extend(self._output.through(self._decoding.feed(item.data, item.event)))
-        self.pending_raw.clear()
-
-
-type _Reader = SSEReader | JsonArrayReader | EventStreamReader
-
-
-def _reader(
-    framing: Framing,
-    decoding: Decoding,
-    output: Output,
-    fast: FastPath,
-    runs: Runs | None,
-    answer: Answer,
-    coalesce: bool,
-    max_event_bytes: int,
-) -> _Reader:
-    """The reader of the upstream's body for its framing."""
-    if framing == "sse":
-        return SSEReader(decoding, output, fast, runs, coalesce, max_event_bytes)
-    if framing == "json_array":
-        return JsonArrayReader(decoding, output, answer, max_event_bytes)
-    return EventStreamReader(decoding, output, answer)

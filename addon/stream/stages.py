@@ -103,7 +103,7 @@ class Stage(Protocol):
 def keeps_bytes(stages: Sequence[Stage]) -> bool:
     """No stage ``changes_bytes``: an event nobody reads may pass as the upstream's bytes (on a
     same-dialect stream). The one place this is decided: a new stage says it itself."""
-    return not any(getattr(stage, "changes_bytes", True) for stage in stages)
+    return not any(stage.changes_bytes for stage in stages)
 
 
 class TextToolStage:
