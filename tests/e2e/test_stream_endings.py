@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import select
 import socket
 import struct
 import threading
@@ -162,8 +163,23 @@ class Cutter:
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             elif ending == "idle":
                 self._until_closed(conn)
+            elif ending == "trickle":
+                self._trickle(conn, events[-1])
             else:
                 conn.shutdown(socket.SHUT_WR)
+
+    def _trickle(self, conn: socket.socket, event: bytes) -> None:
+        """The last event again every 0.05 s until the bridge closes the connection."""
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([conn], [], [], 0.05)
+            try:
+                if ready and conn.recv(1024) == b"":
+                    break
+                conn.sendall(b"%x\r\n%s\r\n" % (len(event), event))
+            except OSError:
+                break
+        self.closed_at = time.monotonic()
 
     def _until_closed(self, conn: socket.socket) -> None:
         deadline = time.monotonic() + 15
@@ -457,3 +473,58 @@ def test_headers_then_nothing_goes_to_the_pools_next_key(bridge: Proxy, cutter: 
     assert chat_text(bridge, "pool") == "Hello"
     used = cutter.keys[before:]
     assert len(used) == 2 and set(used) == set(POOL_KEYS.values()), used
+
+
+# --------------------------------------------------------------------------- the client hangs up
+
+
+@pytest.mark.parametrize("kind", ["cross", "same"])
+def test_a_client_that_hangs_up_closes_the_upstream_within_a_second(
+    bridge: Proxy, cutter: Cutter, kind: str
+) -> None:
+    """An Anthropic client reads the stream's first text, then closes its connection while the
+    upstream streams on: the relay sees mitmproxy's connection close and closes the upstream's
+    within one second (issue 42: 0.05 s measured before the relay); the ledger counts the flow
+    once, with what the upstream reported (its ``message_start``) and nothing more."""
+    db = Path(bridge.options["bridge_store"])
+    ledger = open_ledger(str(db))
+    route = f"anthropic-{kind}"
+    before = next((t for k, t in ledger.rows().items() if k.route == route), None)
+    cutter.ending, cutter.closed_at = "trickle", None
+    body = {
+        "model": kind,
+        "max_tokens": 50,
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    with (
+        httpx.Client(timeout=20) as client,
+        client.stream(
+            "POST", f"{bridge.base_url}/v1/messages", json=body, headers={"x-api-key": "k"}
+        ) as got,
+    ):
+        seen = b""
+        for piece in got.iter_raw():
+            seen += piece
+            if b"lo" in seen and b"text_delta" in seen:
+                break
+    hung_up = time.monotonic()  # the client's connection is closed here
+    deadline = hung_up + 5
+    while cutter.closed_at is None:
+        assert time.monotonic() < deadline, "the upstream connection stayed open"
+        time.sleep(0.01)
+    assert cutter.closed_at - hung_up < 1.0, cutter.closed_at - hung_up
+    deadline = time.monotonic() + 10
+    while True:
+        now = next((t for k, t in ledger.rows().items() if k.route == route), None)
+        if now is not None and now.requests == (before.requests if before else 0) + 1:
+            break
+        assert time.monotonic() < deadline, ledger.rows()
+        time.sleep(0.05)
+    ledger.close()
+    input_, output = (
+        now.input - (before.input if before else 0),
+        now.output - (before.output if before else 0),
+    )
+    # Only the Anthropic upstream reported usage before the hang-up (its message_start).
+    assert (input_, output) == ((10, 5) if kind == "same" else (0, 0)), (input_, output)
