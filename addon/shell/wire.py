@@ -117,7 +117,7 @@ class Wire(asyncio.Protocol):
             self._close()
 
     def eof_received(self) -> bool | None:
-        self._lost(UpstreamClosed("the upstream closed the connection"))
+        self._lost(_eof(self.transport))
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -342,6 +342,16 @@ class Wire(asyncio.Protocol):
             self.pool.keep(self)
             return
         self._close()
+
+
+def _eof(transport: asyncio.Transport | None) -> BaseException:
+    """How the upstream closed: cleanly, or TLS without close_notify (asyncio's TLS layer
+    reports both as an end: only its own flag, the TCP connection's end seen before a
+    close_notify, tells them apart; without the flag, an end)."""
+    tls = getattr(transport, "_ssl_protocol", None)
+    if tls is not None and getattr(tls, "_eof_received", False) is True:
+        return ssl.SSLEOFError("TLS closed without close_notify")
+    return UpstreamClosed("the upstream closed the connection")
 
 
 def _wake(waiter: asyncio.Future[None] | None) -> None:
