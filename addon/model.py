@@ -30,7 +30,7 @@ class Tally(Enum):
 
 
 class TalliedNote(str):
-    """A note (its text, as any other note) that also counts as ``tally``: ``addon.outcome``
+    """A note (its text, as any other note) that also counts as ``tally``: ``addon.report.outcome``
     counts these by their ``tally``, never by their text. Equal to its text, so a ``Notes``
     counter, the comment and the metadata see a plain note."""
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from addon.store import ReasoningStore, Scope
+from addon.stores.reasoning import ReasoningStore, Scope
 
 SCOPE = Scope.of("cursor", "generativelanguage.googleapis.com", "gemini-3-pro-preview")
 RECORD = {

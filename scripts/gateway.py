@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from addon.config import ConfigError, parse_metrics_address, parse_store_url
+from addon.config.options import ConfigError, parse_metrics_address, parse_store_url
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN_SCRIPT = ROOT / "addon" / "main.py"

@@ -21,10 +21,10 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from addon.config import ConfigError, StoreLocation, parse_store_url
-from addon.store import Notice, StoreError
-from addon.usage import DIMENSIONS, Rows, open_ledger
-from addon.usage_table import csv_text, genai_prices, lines, parse_by, table_text
+from addon.config.options import ConfigError, StoreLocation, parse_store_url
+from addon.report.usage_table import csv_text, genai_prices, lines, parse_by, table_text
+from addon.stores.ledger import DIMENSIONS, Rows, open_ledger
+from addon.stores.reasoning import Notice, StoreError
 
 PROG = "scripts/usage"
 DEFAULT_STORE = "redis://127.0.0.1:6379/0"

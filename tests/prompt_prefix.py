@@ -14,7 +14,8 @@ import json
 from collections import Counter
 from typing import Any
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.dialects import DIALECTS
 from addon.model import (
     Message,
@@ -27,8 +28,7 @@ from addon.model import (
     ToolResult,
 )
 from addon.plan import Incoming, Rewrite, decide
-from addon.routes import Route
-from addon.store import ReasoningStore
+from addon.stores.reasoning import ReasoningStore
 
 MODEL = "claude-sonnet-4-6"
 CLIENT_PATHS: dict[str, tuple[str, str]] = {

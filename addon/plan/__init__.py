@@ -8,7 +8,7 @@ side; ``errors``, ``staged``, ``count_tokens``, ``values``: each module says wha
 from addon.plan.answer import AnswerState
 from addon.plan.conditions import RequestView
 from addon.plan.decision import Decision, Pass, Reject, Rewrite
-from addon.plan.flow import FlowPlan
+from addon.plan.flow_plan import FlowPlan
 from addon.plan.request import (
     SAME_MIN_BYTES,
     decide,

@@ -24,7 +24,7 @@ from addon.model import (
     Usage,
 )
 from addon.plan.errors import named_status
-from addon.plan.flow import FlowPlan
+from addon.plan.flow_plan import FlowPlan
 from addon.plan.values import (
     CONTENT_TYPES,
     SHAPE_ERRORS,
@@ -34,13 +34,13 @@ from addon.plan.values import (
     short,
 )
 from addon.stream.capture import CaptureStage, capture_response
-from addon.stream.custom_tools import CustomToolStage
+from addon.stream.custom_calls import CustomToolStage
 from addon.stream.decompress import make_decompressor
 from addon.stream.eventstream import split_all
 from addon.stream.foreign import not_a_stream, quote
-from addon.stream.loop_guard import LoopGuardStage
+from addon.stream.guard_stage import LoopGuardStage
+from addon.stream.hold_calls import RepairStage
 from addon.stream.processor import StreamProcessor
-from addon.stream.repair import RepairStage
 from addon.stream.stages import (
     AnswerModelStage,
     CallIdStage,

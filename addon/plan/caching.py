@@ -8,8 +8,8 @@ import dataclasses
 
 from addon.dialects import Dialect
 from addon.model import CachePolicy, Notes, Request
-from addon.plan.flow import FlowPlan
-from addon.store import ReasoningStore, StoreError
+from addon.plan.flow_plan import FlowPlan
+from addon.stores.reasoning import ReasoningStore, StoreError
 from addon.transforms.conversation import PROCESS_SECRET, derive
 
 

@@ -11,10 +11,10 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
+from addon.config.routes import RequestFacts
 from addon.dialects import DIALECTS
 from addon.model import ClientError, Image, Notes, Request, UnsupportedShape
 from addon.plan.values import SHAPE_ERRORS, load_json
-from addon.routes import RequestFacts
 from addon.transforms.tokens import estimate_input_tokens
 
 BACKGROUND_NAMES = ("haiku",)

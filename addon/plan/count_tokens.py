@@ -11,16 +11,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from addon.config.routes import Route, match
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import Query, Target
 from addon.model import ClientError, UnsupportedShape
 from addon.plan.conditions import RequestView
 from addon.plan.values import dump, load_json
+from addon.plan.wire_request import RouteKey, credentials, secret_values
 from addon.redact import Secrets
-from addon.routes import Route, match
 from addon.transforms.tokens import estimate_input_tokens
 from addon.transforms.tools import leave_out_tools
-from addon.wire import RouteKey, credentials, secret_values
 
 SUFFIX = "/count_tokens"
 MISSING_ENDPOINT = frozenset({404, 405, 501})

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from addon.config.routes import Route
 from addon.dialects.base import WireRequest
-from addon.plan.flow import FlowPlan
-from addon.routes import Route
+from addon.plan.flow_plan import FlowPlan
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from addon.dialects import DIALECTS
 from addon.model import ClientError, UnsupportedShape
-from addon.plan.flow import FlowPlan
+from addon.plan.flow_plan import FlowPlan
 from addon.plan.values import (
     MAX_ERROR_QUOTE,
     SHAPE_ERRORS,

@@ -13,11 +13,11 @@ from email.utils import parsedate_to_datetime
 from enum import Enum
 from typing import Protocol
 
+from addon.config.routes import Route
 from addon.dialects import Dialect
 from addon.model import ClientError
 from addon.plan.key_pool import is_link, link_name
 from addon.plan.values import error_bytes, tenths
-from addon.routes import Route
 
 MAX_RETRY_AFTER = 3600.0
 """A ``Retry-After`` longer than this is taken as this (a route is never skipped for days)."""

@@ -13,11 +13,11 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+from addon.config.routes import Route
 from addon.dialects import Dialect
 from addon.model import ClientError
 from addon.plan.key_errors import KEY_STATUSES, Blame, Judgement, judge
 from addon.plan.values import error_bytes, tenths
-from addon.routes import Route
 from addon.transforms.conversation import derive
 
 PURPOSE = "key pool"

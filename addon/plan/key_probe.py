@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from addon.config.routes import Route
 from addon.dialects import ANTHROPIC, DIALECTS, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES
 from addon.plan.key_errors import UNAUTHORIZED, Blame, Judgement
 from addon.plan.key_pool import KeyAction, KeyVerdict
-from addon.routes import Route
-from addon.wire import auth_value
+from addon.plan.wire_request import auth_value
 
 PROBE_TIMEOUT = 5.0
 """Seconds a probe's answer may take (at most the route's ``timeout``): to its head, then its

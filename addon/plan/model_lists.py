@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from addon.config.routes import Route
 from addon.dialects import ANTHROPIC, DIALECTS, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES
 from addon.dialects.base import Dialect, Query
 from addon.plan.values import load_json
-from addon.routes import Route
-from addon.wire import CREDENTIAL_HEADERS, KEY_PARAMETERS, auth_value, read_key
+from addon.plan.wire_request import CREDENTIAL_HEADERS, KEY_PARAMETERS, auth_value, read_key
 
 MODELS_SUFFIX = "/models"
 CHAT_PATHS = ("/chat/completions", "/messages", "/responses")
@@ -76,7 +76,7 @@ def list_key(
     several, the first of the client dialect of ``checked`` (the route the request's client
     key was checked for, before the key was removed), else the first the request fits best
     (``best_fit``). None: no such route (the request goes as it came, less any client key of
-    the proxy's: ``addon.plan.client_keys``), or its variable is not set."""
+    the proxy's: ``addon.plan.spending``), or its variable is not set."""
     found: list[Route] = []
     for route in routes:
         if route.key_env is None or not lists_models_of(route, host, base):

@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route, match, withholds_key
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import RouteFacts, WireRequest, describe
 from addon.jsonio import same
@@ -32,7 +33,7 @@ from addon.model import (
 from addon.plan.caching import Seeds, cache_policy, secret_of, with_cache_key
 from addon.plan.conditions import Decoded, RequestView
 from addon.plan.decision import Decision, Pass, Reject, Rewrite
-from addon.plan.flow import FlowPlan
+from addon.plan.flow_plan import FlowPlan
 from addon.plan.values import (
     SHAPE_ERRORS,
     Incoming,
@@ -42,9 +43,9 @@ from addon.plan.values import (
     load_json,
     short,
 )
+from addon.plan.wire_request import KEY_PARAMETERS, RouteKey, build_wire, credentials
 from addon.redact import Secrets
-from addon.routes import Route, match, withholds_key
-from addon.store import ReasoningStore, Scope
+from addon.stores.reasoning import ReasoningStore, Scope
 from addon.textproto.invoke import make_trigger
 from addon.transforms.cache import place_breakpoints, strip_cache_control
 from addon.transforms.call_ids import history_call_ids
@@ -56,7 +57,6 @@ from addon.transforms.restore import restore_request
 from addon.transforms.text_tools import TextToolSettings, apply_text_tools
 from addon.transforms.thinking import apply_thinking_prompt, resolve_model
 from addon.transforms.tools import check_tools, leave_out_tools, sanitize_tool_schemas
-from addon.wire import KEY_PARAMETERS, RouteKey, build_wire, credentials
 
 clock: Callable[[], float] = time.time
 """The time a client's answer says it was made, where the upstream's does not say

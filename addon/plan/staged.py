@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from addon.model import UnsupportedShape
 from addon.plan.answer import AnswerState, stage_body
 from addon.plan.errors import error_message
-from addon.plan.flow import FlowPlan
+from addon.plan.flow_plan import FlowPlan
 from addon.plan.values import short
 from addon.transforms.staged_retry import Stage, next_stage
 

@@ -4,25 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from addon.report.counters import BridgeState
 from addon.shell.answer_redact import AnswerRedaction
-from addon.shell.answers import Answers
 from addon.shell.catalogue import ModelCatalogue
-from addon.shell.client_keys import ClientKeysGate
-from addon.shell.count_tokens import CountTokens
+from addon.shell.client_key_gate import ClientKeysGate
 from addon.shell.fallback import Fallbacks
 from addon.shell.flow_line import KeysOutOfFlowLine
 from addon.shell.flows import Flows
 from addon.shell.kiro_auth import KiroAuth
+from addon.shell.ledger_book import UsageCounting
 from addon.shell.memory import MemoryTrim
 from addon.shell.metrics import Metrics
 from addon.shell.reasoning_store import ReasoningStoreLife
-from addon.shell.report import Report
-from addon.shell.request import RewriteRequest
+from addon.shell.reporter import Report
 from addon.shell.retry import Retry
+from addon.shell.rewrite import RewriteRequest
 from addon.shell.settings import BridgeSettings
 from addon.shell.stream_attach import StreamAttach
-from addon.shell.usage import UsageCounting
-from addon.state import BridgeState
+from addon.shell.token_count import CountTokens
+from addon.shell.whole_answers import Answers
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,12 +8,12 @@ from typing import Protocol
 
 from mitmproxy import http
 
-from addon.outcome import Count, Outcome
 from addon.plan import FlowPlan, dump, short
 from addon.redact import clean_data
+from addon.report.counters import BridgeState
+from addon.report.outcome import Count, Outcome
 from addon.shell.flows import KEEP_STREAM_BYTES, FlowRun
 from addon.shell.notes import META_KEY, append_comment, log
-from addon.state import BridgeState
 
 
 class Report(Protocol):

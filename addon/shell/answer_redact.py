@@ -15,15 +15,15 @@ from collections.abc import Callable, Iterable, Sequence
 
 from mitmproxy import http
 
-from addon.client_keys import ClientKeys
-from addon.config import Settings
+from addon.config.client_keys import ClientKeys
+from addon.config.options import Settings
+from addon.plan.wire_request import CREDENTIAL_HEADERS, KEY_PARAMETERS
 from addon.redact import KeyRedactor, StreamRedactor, clean
 from addon.shell.headers import replace_headers
 from addon.shell.notes import append_comment, log, log_internal_error
-from addon.shell.options import environment
+from addon.shell.option_checks import environment
 from addon.shell.settings import BridgeSettings
 from addon.stream.decompress import Decompressor, UnsupportedEncoding, make_decompressor
-from addon.wire import CREDENTIAL_HEADERS, KEY_PARAMETERS
 
 type StreamCallable = Callable[[bytes], Iterable[bytes] | bytes]
 

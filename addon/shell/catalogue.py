@@ -12,7 +12,8 @@ from typing import Any
 
 from mitmproxy import ctx, http
 
-from addon.config import CATALOGUE_OPTIONS, ConfigError, parse_models
+from addon.config.options import CATALOGUE_OPTIONS, ConfigError, parse_models
+from addon.config.routes import listed_models
 from addon.plan import dump, load_json
 from addon.plan.model_lists import (
     CHAT_PATHS,
@@ -22,12 +23,11 @@ from addon.plan.model_lists import (
     list_requests,
     listed_names,
 )
-from addon.routes import listed_models
 from addon.shell.flows import Flows, ModelsAsked
 from addon.shell.headers import header_map, is_json, json_response
 from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.notes import append_comment, log, log_internal_error
-from addon.shell.options import OptionChecks, add_options, environment
+from addon.shell.option_checks import OptionChecks, add_options, environment
 from addon.shell.retry import Retry, RetryAnswer
 from addon.shell.settings import BridgeSettings
 from addon.transforms.thinking import catalogue_models

@@ -1,5 +1,5 @@
 """The "cursor-bridge" content view (mitmweb, mitmproxy's console): what the bridge did to a flow,
-as text from ``addon.view`` — a request's route, dialects, decisions and diff, an answer's upstream
+as text from ``addon.report.view`` — a request's route, dialects, decisions and diff, an answer's upstream
 and client events as one timeline — redacted; one line, never a traceback, on a flow or part the
 bridge did not rewrite. A view because a rewritten flow's bytes alone do not say what changed.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 from mitmproxy import contentviews, http
 
 from addon.dialects import DIALECTS
-from addon.outcome import Action
 from addon.redact import clean
+from addon.report.counters import AnswerInfo, Original, OriginalStore
+from addon.report.outcome import Action
+from addon.report.view import note_view, request_view, response_view
 from addon.shell.notes import META_KEY
-from addon.state import AnswerInfo, Original, OriginalStore
-from addon.view import note_view, request_view, response_view
 
 
 class BridgeContentview(contentviews.Contentview):

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from mitmproxy import connection, http
 
+from addon.config.routes import MAX_TIMEOUT, Route, fallback_chain
 from addon.dialects import DIALECTS
-from addon.outcome import Action, Count, Outcome
 from addon.plan import AnswerState, FlowPlan, Incoming, Rewrite, decide, route_for
 from addon.plan.caching import secret_of
 from addon.plan.conditions import RequestView
@@ -47,16 +47,16 @@ from addon.plan.key_pool import (
     revoked_mark,
 )
 from addon.plan.values import tenths
-from addon.routes import MAX_TIMEOUT, Route, fallback_chain
+from addon.report.outcome import Action, Count, Outcome
 from addon.shell.flows import Attempt, Attempts, FlowRun
 from addon.shell.host_filter import outside_proxy_hosts
-from addon.shell.key_probe import KeyProbes
 from addon.shell.notes import META_KEY, append_comment, log, log_internal_error, set_meta
-from addon.shell.options import environment
+from addon.shell.option_checks import environment
 from addon.shell.pool_keys import PoolKeys, kept
+from addon.shell.probes import KeyProbes
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.relay import TOKEN_HEADER, Relay, Relayed, whole
-from addon.shell.report import Report
+from addon.shell.reporter import Report
 from addon.shell.retry import Retry
 from addon.shell.settings import BridgeSettings
 from addon.shell.upstream_request import apply_rewrite, origin

@@ -11,7 +11,7 @@ script's addons are children of mitmproxy's ``ScriptLoader``, which comes before
   ``x-goog-api-key`` (which Gemini's API reads as it reads ``?key=``) and leaves the URL. A
   request is Gemini's when its host is Google's API (``*.googleapis.com``) or its path is
   Gemini's (``/v1beta/…``, ``/v1alpha/…``, ``…/models/NAME:METHOD``). The route's own key
-  never is in the URL: ``addon.wire`` puts it in the upstream dialect's header.
+  never is in the URL: ``addon.plan.wire_request`` puts it in the upstream dialect's header.
 - ``response`` / ``error``: any key-named query parameter still in the flow (another API's
   ``?api_key=``, a Gemini request that also had another key in its header) is shown as
   ``redacted`` in the flow the Dumper then prints (and mitmweb shows, ``-w`` saves); the
@@ -29,7 +29,7 @@ from urllib.parse import unquote_plus
 from mitmproxy import http
 
 from addon.dialects import DIALECTS, GEMINI
-from addon.wire import KEY_PARAMETERS
+from addon.plan.wire_request import KEY_PARAMETERS
 
 GEMINI_KEY_QUERY = DIALECTS[GEMINI].key_query or "key"
 """The query parameter a Gemini client may send its key in."""

@@ -16,15 +16,15 @@ from secrets import token_urlsafe
 
 from mitmproxy import http
 
-from addon.outcome import FlowReport, Outcome
+from addon.config.routes import Route
 from addon.plan import AnswerState, FlowPlan, Incoming, RouteCredentials
 from addon.plan.count_tokens import CountUpstream
 from addon.plan.fallback import Failure
 from addon.plan.model_lists import ListRequest
 from addon.redact import NO_SECRETS, SecretForms, Secrets
-from addon.routes import Route
+from addon.report.counters import KeptBytes
+from addon.report.outcome import FlowReport, Outcome
 from addon.shell.relay import Leg
-from addon.state import KeptBytes
 
 KEEP_STREAM_BYTES = 1024 * 1024
 """How much of a rewritten stream's bytes (upstream's, client's) is kept for the content view."""

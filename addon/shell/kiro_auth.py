@@ -21,6 +21,7 @@ from mitmproxy import http
 if TYPE_CHECKING:
     import httpx
 
+from addon.config.routes import Route
 from addon.dialects import DIALECTS
 from addon.dialects.kiro.token import (
     KiroToken,
@@ -33,7 +34,6 @@ from addon.dialects.kiro.token import (
 )
 from addon.model import ClientError
 from addon.plan import RouteCredentials, dump, route_for, short
-from addon.routes import Route
 from addon.shell.flows import Flows
 from addon.shell.headers import json_response
 from addon.shell.host_filter import outside_proxy_hosts

@@ -10,7 +10,7 @@ counts are added on the loop (``UsageCounting.count`` → ``flow_over``): each i
 increments under prometheus_client's own lock.
 
 What each metric means, its labels and how to aggregate it: docs/deploy.md#metrics. What
-counts and under which labels is ``addon.metrics_labels`` (plain values)."""
+counts and under which labels is ``addon.report.metrics_labels`` (plain values)."""
 
 from __future__ import annotations
 
@@ -22,24 +22,24 @@ from typing import TYPE_CHECKING, Any
 
 from mitmproxy import ctx, http
 
-from addon.config import METRICS_OPTIONS, ConfigError, MetricsAddress, parse_metrics_address
-from addon.metrics_labels import (
+from addon.config.options import METRICS_OPTIONS, ConfigError, MetricsAddress, parse_metrics_address
+from addon.plan.fallback import Cooldowns
+from addon.plan.key_pool import link_name
+from addon.redact import clean
+from addon.report.counters import BridgeState
+from addon.report.metrics_labels import (
     Booking,
     LabelBounds,
     bridge_counters,
     flow_counts,
     key_pool_states,
 )
-from addon.outcome import FlowReport
-from addon.plan.fallback import Cooldowns
-from addon.plan.key_pool import link_name
-from addon.redact import clean
+from addon.report.outcome import FlowReport
+from addon.report.usage_table import Price, genai_prices
 from addon.shell.flows import FlowRun, Flows
 from addon.shell.notes import log, log_internal_error
-from addon.shell.options import OptionChecks, add_options
+from addon.shell.option_checks import OptionChecks, add_options
 from addon.shell.settings import BridgeSettings
-from addon.state import BridgeState
-from addon.usage_table import Price, genai_prices
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer

@@ -30,7 +30,7 @@ def append_comment(flow: http.HTTPFlow, line: str) -> None:
 
 KEPT_META = ("client_name",)
 """What an addon sets for the whole flow before the others write its metadata (the client
-key's name, ``addon.shell.client_keys``): ``set_meta`` keeps it."""
+key's name, ``addon.shell.client_key_gate``): ``set_meta`` keeps it."""
 
 
 def set_meta(flow: http.HTTPFlow, meta: Mapping[str, Any]) -> None:

@@ -9,8 +9,8 @@ from typing import Protocol
 
 from mitmproxy import http
 
+from addon.config.routes import Route
 from addon.dialects import DIALECTS
-from addon.outcome import Action, Count, FlowReport, Outcome
 from addon.plan.fallback import Cooldowns, Failure, MemoryCooldowns, Reason, tried_line
 from addon.plan.key_pool import KeyAction, KeyVerdict, all_cooling, is_link, link_name, revoked_mark
 from addon.plan.key_probe import (
@@ -23,11 +23,11 @@ from addon.plan.key_probe import (
     probed_verdict,
 )
 from addon.plan.values import tenths
-from addon.routes import Route
+from addon.report.outcome import Action, Count, FlowReport, Outcome
 from addon.shell.flows import Attempt, Attempts
-from addon.shell.key_probe import KeyProbes, Target
 from addon.shell.notes import append_comment, log, set_meta
-from addon.shell.report import Report
+from addon.shell.probes import KeyProbes, Target
+from addon.shell.reporter import Report
 from addon.shell.retry import upstream_proxy
 from addon.shell.settings import BridgeSettings
 

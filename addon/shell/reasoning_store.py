@@ -8,12 +8,12 @@ import logging
 
 from mitmproxy import ctx
 
-from addon.config import ConfigError, StoreSettings, parse_store
+from addon.config.options import ConfigError, StoreSettings, parse_store
 from addon.plan import short
 from addon.redact import clean
 from addon.shell.notes import log
-from addon.shell.options import OptionChecks
-from addon.store import Notice, ReasoningStore, StoreError
+from addon.shell.option_checks import OptionChecks
+from addon.stores.reasoning import Notice, ReasoningStore, StoreError
 
 
 class ReasoningStoreLife(OptionChecks):

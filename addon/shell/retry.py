@@ -21,11 +21,11 @@ from mitmproxy.proxy import mode_specs
 if TYPE_CHECKING:
     import httpx
 
-from addon.config import RETRY_OPTIONS, ConfigError, parse_retry_timeout
+from addon.config.options import RETRY_OPTIONS, ConfigError, parse_retry_timeout
 from addon.plan import short
 from addon.plan.fallback import NoAnswer, Reason
 from addon.shell.notes import append_comment, log
-from addon.shell.options import OptionChecks, add_options
+from addon.shell.option_checks import OptionChecks, add_options
 from addon.shell.wire import Opened, Origin, Pool, ProxyRefused, UpstreamClosed, ask
 
 _HOP_BY_HOP = frozenset(

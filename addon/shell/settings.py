@@ -12,11 +12,11 @@ from typing import Any
 from mitmproxy import ctx
 from mitmproxy.tools.dump import DumpMaster
 
-from addon.config import REWRITE_OPTIONS, ConfigError, Settings, parse_settings
+from addon.config.options import REWRITE_OPTIONS, ConfigError, Settings, parse_settings
 from addon.dialects import DIALECTS
 from addon.redact import clean
 from addon.shell.notes import log, log_internal_error
-from addon.shell.options import OptionChecks, add_options, check_deferred_options, environment
+from addon.shell.option_checks import OptionChecks, add_options, check_deferred_options, environment
 from addon.stream import eventstream
 from addon.transforms import repair
 

@@ -13,14 +13,14 @@ from collections.abc import Callable, Sequence
 from mitmproxy import http
 
 from addon.dialects import kiro
-from addon.outcome import Action, FlowReport
 from addon.plan import CONTENT_TYPES, short
 from addon.plan.answer import stream_processor
+from addon.report.counters import KeptBytes
+from addon.report.outcome import Action, FlowReport
 from addon.shell.flows import KEEP_STREAM_BYTES, FlowRun
 from addon.shell.headers import is_json, replace_headers
 from addon.shell.notes import META_KEY, append_comment, log, log_internal_error
-from addon.shell.report import Report, stores_streamed_bodies
-from addon.state import KeptBytes
+from addon.shell.reporter import Report, stores_streamed_bodies
 from addon.stream.decompress import UnsupportedEncoding
 from addon.stream.processor import StreamProcessor
 

@@ -3,7 +3,7 @@
 Contract: pure functions over ``addon.model`` values, cost linear in the history; nothing is
 kept between requests. ``check_loop`` says when the latest calls are ``max_repeat`` identical
 failures in a row; only an answer that makes that call once more has it replaced by
-``terminal_message`` (``guard_response`` whole, ``addon.stream.loop_guard`` streamed)."""
+``terminal_message`` (``guard_response`` whole, ``addon.stream.guard_stage`` streamed)."""
 
 from __future__ import annotations
 

@@ -443,9 +443,9 @@ def free_port() -> int:
 
 
 def known_bridge_options() -> set[str] | None:
-    """The addon's option names, or None when ``addon.config`` does not import right now."""
+    """The addon's option names, or None when ``addon.config.options`` does not import right now."""
     try:
-        from addon.config import OPTIONS
+        from addon.config.options import OPTIONS
     except Exception:
         return None
     return {spec.name for spec in OPTIONS}

@@ -249,7 +249,7 @@ def test_mitmdump_ignores_unknown_options_but_the_bridge_refuses_its_own(
 def test_bad_addon_option_value_fails_start(
     proxies: Callable[..., Proxy], upstream: ScriptedUpstream
 ) -> None:
-    from addon.config import OPTIONS
+    from addon.config.options import OPTIONS
 
     spec = next((s for s in OPTIONS if s.choices), None)
     if spec is None:

@@ -23,7 +23,7 @@ import httpx
 import openai
 import pytest
 
-from addon.usage_table import genai_prices
+from addon.report.usage_table import genai_prices
 from tests.e2e.harness import JSONReply, Proxy, ScriptedUpstream, SSEReply, free_port
 from tests.e2e.test_shared_store import PASSWORD, store_url
 from tests.e2e.test_usage_ledger import USAGE, chat_answer, chat_stream

@@ -72,11 +72,18 @@ class Web:
         return flows
 
     def flow(self, after: set[str]) -> dict[str, Any]:
-        """The one flow that is not in ``after``, once its answer is complete."""
+        """The one flow that is not in ``after``, once it is over: its answer complete, or
+        (a client that hangs up on an error event before the body's end, which the relay may
+        still be writing) its error."""
         deadline = time.monotonic() + 10
         while True:
             found = [f for f in self.flows() if f["id"] not in after]
-            done = [f for f in found if (f.get("response") or {}).get("timestamp_end")]
+            done = [
+                f
+                for f in found
+                if (f.get("response") or {}).get("timestamp_end")
+                or (f.get("error") and f["comment"])
+            ]
             if len(found) == 1 and done:
                 return done[0]
             assert time.monotonic() < deadline, f"no single new finished flow: {found}"

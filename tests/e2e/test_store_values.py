@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from addon.store import ReasoningStore
+from addon.stores.reasoning import ReasoningStore
 from tests.e2e.harness import REPO, Proxy, ProxyStartError
 from tests.redis_server import HOST, RedisServer, redis_server_or_skip
 

@@ -40,7 +40,7 @@ import httpx
 import openai
 import pytest
 
-from addon.usage import open_ledger
+from addon.stores.ledger import open_ledger
 from tests.e2e.harness import HOST, Proxy
 from tests.real.clients.loop import answer
 

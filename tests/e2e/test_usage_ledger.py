@@ -19,8 +19,8 @@ from typing import Any
 import openai
 import pytest
 
-from addon.usage import Tokens, open_ledger
-from addon.usage_table import genai_prices
+from addon.report.usage_table import genai_prices
+from addon.stores.ledger import Tokens, open_ledger
 from tests.e2e.harness import (
     JSONReply,
     Proxy,

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
 from addon.dialects.anthropic import DIALECT as ANTHROPIC
 from addon.dialects.anthropic.stream import AnthropicStreamDecoder
 from addon.dialects.anthropic.stream_encode import AnthropicStreamEncoder

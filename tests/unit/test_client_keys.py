@@ -1,5 +1,5 @@
-"""The client keys file (``addon.client_keys``) and the check of a request's key against it
-(``addon.plan.client_keys``): plain values, and each dialect's 401 read by its official SDK."""
+"""The client keys file (``addon.config.client_keys``) and the check of a request's key against it
+(``addon.plan.spending``): plain values, and each dialect's 401 read by its official SDK."""
 
 from __future__ import annotations
 
@@ -11,23 +11,23 @@ import httpx
 import openai
 import pytest
 
-from addon.client_keys import (
+from addon.config.client_keys import (
     ClientKeys,
     ClientKeysError,
     digest,
     load_client_keys,
     parse_client_keys,
 )
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.plan import Reject, RequestView
-from addon.plan.client_keys import (
+from addon.plan.spending import (
     Admitted,
     check_client_key,
     client_keys_in,
     guarded_route,
     unguarded_warning,
 )
-from addon.routes import Route
 
 ALICE = "sk-alice-0123456789abcdef"
 BOB = "sk-bob-fedcba9876543210"

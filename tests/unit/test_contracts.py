@@ -13,10 +13,10 @@ import pytest
 from mypy import api as mypy_api
 
 from addon.dialects import DIALECTS, DialectName, names
-from addon.outcome import OUTCOMES, Count, FlowReport, Outcome
-from addon.state import BridgeState
+from addon.plan.wire_request import ENV_KEY_NOTE, RouteKey, credentials
+from addon.report.counters import BridgeState
+from addon.report.outcome import OUTCOMES, Count, FlowReport, Outcome
 from addon.transforms.repair import ToolSchemas, repair_call
-from addon.wire import ENV_KEY_NOTE, RouteKey, credentials
 
 ROOT = Path(__file__).resolve().parents[2]
 ADDON = ROOT / "addon"
@@ -68,8 +68,8 @@ def test_every_count_call_names_a_counter() -> None:
 
 def test_mypy_refuses_a_free_string_for_a_counter_or_an_outcome() -> None:
     code = (
-        "from addon.outcome import Count, FlowReport, Outcome\n"
-        "from addon.state import BridgeState\n"
+        "from addon.report.outcome import Count, FlowReport, Outcome\n"
+        "from addon.report.counters import BridgeState\n"
         "BridgeState().count('requests rewriten')\n"
         "FlowReport('r', 'rewriten')\n"
         "FlowReport('r').add_outcome('rejected')\n"

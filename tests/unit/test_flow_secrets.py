@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.model import StreamError, TextDelta
 from addon.plan import Incoming, Reject, Rewrite, UpstreamError, decide
 from addon.plan.answer import AnswerState, stream_processor
 from addon.plan.errors import error_body, unreadable_answer, upstream_error
+from addon.plan.wire_request import secret_values
 from addon.redact import REDACTED, Secrets, clean
-from addon.routes import Route
 from addon.shell.flows import Flows
 from addon.stream.stages import PASSES_TEXT, RedactErrorStage
-from addon.wire import secret_values
 
 KEY = "SECRETKEY456"
 

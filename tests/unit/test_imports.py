@@ -44,7 +44,7 @@ def test_the_addon_starts_without_the_libraries_only_some_flows_need() -> None:
 def test_below_the_shell_nothing_imports_mitmproxy() -> None:
     """Only ``addon.shell`` talks to mitmproxy: the sans-IO layers run without it."""
     loaded = _loaded(
-        "import addon.plan, addon.stream.processor, addon.view, addon.store, addon.routes"
+        "import addon.plan, addon.stream.processor, addon.report.view, addon.stores.reasoning, addon.config.routes"
     )
     assert "mitmproxy" not in loaded
     assert not [m for m in LATER if m in loaded]
@@ -53,7 +53,7 @@ def test_below_the_shell_nothing_imports_mitmproxy() -> None:
 def test_a_routes_file_brings_pydantic_when_it_is_read() -> None:
     loaded = _loaded(
         "import tempfile, pathlib\n"
-        "from addon.routes_file import load_routes\n"
+        "from addon.config.routes_file import load_routes\n"
         "p = pathlib.Path(tempfile.mkdtemp()) / 'r.toml'\n"
         "p.write_text('[[routes]]\\nname = \"a\"\\n')\n"
         "assert load_routes(p)[0].name == 'a'"

@@ -1,4 +1,4 @@
-"""The metrics' label values are bounded by the configuration (``addon.metrics_labels``): a
+"""The metrics' label values are bounded by the configuration (``addon.report.metrics_labels``): a
 client's 5,000-character model is ``other``, a request without a client key ``anonymous``, a
 route the routes file does not name ``other``; what a flow counts follows the ledger's
 booking; ``bridge_metrics`` is read as HOST:PORT."""
@@ -9,8 +9,11 @@ from decimal import Decimal
 
 import pytest
 
-from addon.config import ConfigError, parse_metrics_address
-from addon.metrics_labels import (
+from addon.config.options import ConfigError, parse_metrics_address
+from addon.config.routes import Route
+from addon.plan.fallback import Failure, Reason
+from addon.plan.key_pool import revoked_mark
+from addon.report.metrics_labels import (
     ANONYMOUS,
     OTHER,
     Booking,
@@ -20,11 +23,8 @@ from addon.metrics_labels import (
     key_pool_states,
     route_models,
 )
-from addon.outcome import FlowReport
-from addon.plan.fallback import Failure, Reason
-from addon.plan.key_pool import revoked_mark
-from addon.routes import Route
-from addon.usage import LedgerKey, Tokens
+from addon.report.outcome import FlowReport
+from addon.stores.ledger import LedgerKey, Tokens
 
 KEYED = Route(name="keyed", model=("gpt-4o", "claude-*"), model_map=(("fast", "gpt-4o-mini"),))
 POOL = Route(name="pool", api_key_env=("KEY_A", "KEY_B", "KEY_C"))

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from addon.model import TalliedNote, Tally, Usage
-from addon.outcome import MARKS, OUTCOMES, FlowReport, Outcome, cache_fields, stats_text
+from addon.report.outcome import MARKS, OUTCOMES, FlowReport, Outcome, cache_fields, stats_text
 from addon.transforms.repair import NOTE_REPAIRED
 
 

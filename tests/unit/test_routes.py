@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from addon.routes import DEFAULT_ROUTES, match
-from addon.routes_file import RoutesError, load_routes
+from addon.config.routes import DEFAULT_ROUTES, match
+from addon.config.routes_file import RoutesError, load_routes
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -113,8 +113,8 @@ def test_the_file_model_mirrors_the_route_field_for_field() -> None:
     must take exactly its fields, with the same defaults."""
     import dataclasses
 
-    from addon.routes import Route
-    from addon.routes_file import RouteFields
+    from addon.config.routes import Route
+    from addon.config.routes_file import RouteFields
 
     fields = {f.name: f.default for f in dataclasses.fields(Route)}
     model = {n: f.default for n, f in RouteFields.model_fields.items()}
@@ -139,14 +139,14 @@ def test_the_file_model_mirrors_the_route_field_for_field() -> None:
 def test_a_route_built_in_code_is_checked_as_a_file_route_is(
     keys: dict[str, object], message: str
 ) -> None:
-    from addon.routes import Route
+    from addon.config.routes import Route
 
     with pytest.raises(ValueError, match=message):
         Route(name="r", **keys)  # type: ignore[arg-type]
 
 
 def test_a_route_from_a_file_is_the_route_built_in_code(tmp_path: Path) -> None:
-    from addon.routes import Route
+    from addon.config.routes import Route
 
     (route,) = load_routes(
         write(

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from addon.store import (
+from addon.stores.reasoning import (
     DEFAULT_MAX_BYTES,
     DEFAULT_SIZE,
     DEFAULT_TTL,

@@ -1,4 +1,4 @@
-"""The reasoning store on a real ``redis-server`` (``addon.store_redis``): the same rules as in
+"""The reasoning store on a real ``redis-server`` (``addon.stores.redis_backend``): the same rules as in
 memory (scope, LRU count, bytes, sliding TTL — Redis's own expiry), one secret and one cooldown
 table for every worker on it, and Redis lost and back: every call answered, one warning, sharing
 resumed by itself. Each test starts its own server on a free loopback port; without
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from addon import store_redis
-from addon.store import Notice, ReasoningStore, Scope, StoreError
+from addon.stores import redis_backend as store_redis
+from addon.stores.reasoning import Notice, ReasoningStore, Scope, StoreError
 from tests.redis_server import HOST, RedisServer, redis_server_or_skip
 
 A = Scope.of("cursor", "generativelanguage.googleapis.com", "gemini-3-pro-preview")

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from addon.config import ConfigError, StoreLocation, parse_store, parse_store_url
-from addon.store import Notice, ReasoningStore, Scope, StoreError
-from addon.usage import LedgerKey, Tokens, open_ledger
+from addon.config.options import ConfigError, StoreLocation, parse_store, parse_store_url
+from addon.stores.ledger import LedgerKey, Tokens, open_ledger
+from addon.stores.reasoning import Notice, ReasoningStore, Scope, StoreError
 from tests.redis_server import HOST, RedisServer, redis_server_or_skip
 
 A = Scope.of("cursor", "generativelanguage.googleapis.com", "gemini-3-pro-preview")

@@ -1,5 +1,5 @@
-"""The usage ledger (``addon.usage``) on each backend — memory, SQLite, a real ``redis-server``
-(skipped, saying why, where it is missing) — and its table (``addon.usage_table``): grouping,
+"""The usage ledger (``addon.stores.ledger``) on each backend — memory, SQLite, a real ``redis-server``
+(skipped, saying why, where it is missing) — and its table (``addon.report.usage_table``): grouping,
 ``--since``, CSV, the cache read share, a known model priced, an unknown one left blank."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from addon import store_redis
 from addon.model import Usage
-from addon.store import ReasoningStore
-from addon.usage import (
+from addon.report.usage_table import csv_text, genai_prices, lines, parse_by, table_text, total
+from addon.stores import redis_backend as store_redis
+from addon.stores.ledger import (
     OTHER,
     LedgerKey,
     MemoryCounters,
@@ -22,7 +22,7 @@ from addon.usage import (
     open_ledger,
     user_label,
 )
-from addon.usage_table import csv_text, genai_prices, lines, parse_by, table_text, total
+from addon.stores.reasoning import ReasoningStore
 from tests.redis_server import RedisServer, redis_server_or_skip
 
 GPT = LedgerKey("2026-01-02", "openai", "gpt-4o", "OPENAI_API_KEY", "alice", "bob")

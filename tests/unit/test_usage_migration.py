@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from addon.model import Usage
-from addon.store import ReasoningStore
-from addon.usage import LedgerKey, Rows, Tokens, open_ledger
+from addon.stores.ledger import LedgerKey, Rows, Tokens, open_ledger
+from addon.stores.reasoning import ReasoningStore
 from tests.redis_server import RedisServer, redis_server_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from addon.usage import LedgerKey, Tokens, open_ledger
+from addon.stores.ledger import LedgerKey, Tokens, open_ledger
 from tests.redis_server import RedisServer, free_port, redis_server_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The content view's text (addon.view): request diffs and answer timelines on real recordings."""
+"""The content view's text (addon.report.view): request diffs and answer timelines on real recordings."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 
 from addon.dialects import DIALECTS
 from addon.model import TextDelta, ToolCallStart
-from addon.stream.processor import StreamProcessor
-from addon.view import (
+from addon.report.view import (
     MAX_DIFF_LINES,
     MAX_ROWS,
     events_of,
@@ -19,6 +18,7 @@ from addon.view import (
     request_view,
     response_view,
 )
+from addon.stream.processor import StreamProcessor
 from tests import eventstream_frames as ef
 from tests.realdata import as_sse, read
 

@@ -10,7 +10,7 @@ import pytest
 from addon.dialects import DIALECTS
 from addon.dialects.base import WireRequest
 from addon.model import Message, Request, Text
-from addon.wire import RouteKey, build_wire, read_key
+from addon.plan.wire_request import RouteKey, build_wire, read_key
 
 KEY = "sk-ant-SECRET-never-shown"
 REQ = Request("anthropic", "claude-x", (Message("user", (Text("hi"),)),))

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from addon.config.routes import Route
 from addon.dialects import DIALECTS
 from addon.model import ClientError, MessageStart, StreamError, TextDelta
 from addon.plan import FlowPlan
 from addon.plan.errors import error_body
-from addon.routes import Route
 from addon.stream.whole import StreamFailed
 
 STATUSES = (400, 401, 402, 403, 404, 413, 429, 500, 502, 503, 504, 529)

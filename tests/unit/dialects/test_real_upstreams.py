@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.dialects import DIALECTS
 from addon.model import Thinking, ThinkingDelta
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, decode_answer, encode_answer, stream_processor
 from addon.plan.errors import error_body, foreign_error
-from addon.routes import Route
 from tests.unit.helpers import (
     accumulate,
     check_sequence,

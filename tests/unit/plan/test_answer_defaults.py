@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.dialects import DIALECTS
 from addon.model import (
     AnswerDefaults,
@@ -26,7 +27,6 @@ from addon.model import (
 )
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
 from addon.plan.answer import encode_answer
-from addon.routes import Route
 from tests.unit.conftest import PINNED
 
 CLIENTS = ["openai_chat", "anthropic", "openai_responses", "gemini", "gemini_code_assist"]

@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.model import Message, Response, Text, ToolCall, ToolResult
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, decode_answer, encode_answer, stream_processor
-from addon.routes import Route
-from addon.store import ReasoningStore
+from addon.stores.reasoning import ReasoningStore
 from addon.transforms.call_ids import (
     RENAMED_NOTE,
     CallIds,

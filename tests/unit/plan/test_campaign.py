@@ -36,13 +36,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.model import UnsupportedShape
 from addon.plan import Decision, Incoming, Pass, Reject, Rewrite, decide, load_json, short
 from addon.plan.answer import AnswerState, decode_answer, encode_answer
 from addon.plan.errors import error_body, unreadable_answer
 from addon.redact import clean_data
-from addon.routes import Route
 from tests.realdata import FIXTURES, cursor_byok_body
 
 CLIENTS = FIXTURES / "clients"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from addon.config.routes import Route
 from addon.plan.count_tokens import (
     CountLocally,
     CountUpstream,
@@ -11,7 +12,6 @@ from addon.plan.count_tokens import (
     count_request,
     count_route,
 )
-from addon.routes import Route
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello there"}]})
 PATH = "/v1/messages/count_tokens"

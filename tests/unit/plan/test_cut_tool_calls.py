@@ -27,10 +27,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, stream_processor
-from addon.routes import Route
 from tests import eventstream_frames as ef
 
 CLIENTS = ["openai_chat", "anthropic", "openai_responses", "gemini"]

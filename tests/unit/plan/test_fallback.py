@@ -14,6 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from addon.config.routes import Route, check_fallbacks, fallback_chain
+from addon.config.routes_file import RoutesError, load_routes
 from addon.dialects import DIALECTS
 from addon.plan.fallback import (
     MAX_RETRY_AFTER,
@@ -29,8 +31,6 @@ from addon.plan.fallback import (
     tried_line,
 )
 from addon.plan.values import tenths
-from addon.routes import Route, check_fallbacks, fallback_chain
-from addon.routes_file import RoutesError, load_routes
 
 NOW = 1_800_000_000.0
 

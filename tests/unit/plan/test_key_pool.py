@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from addon.config.routes import Route, fallback_chain
+from addon.config.routes_file import RoutesError, load_routes
 from addon.dialects import DIALECTS
 from addon.plan.fallback import MemoryCooldowns, first_route, next_route
 from addon.plan.key_pool import (
@@ -24,8 +26,6 @@ from addon.plan.key_pool import (
     reads_error,
     revoked_mark,
 )
-from addon.routes import Route, fallback_chain
-from addon.routes_file import RoutesError, load_routes
 
 SECRET = b"s" * 32
 POOL = Route(name="gpt", api_key_env=("KEY_A", "KEY_B", "KEY_C"), fallback=("backup",))
@@ -188,8 +188,8 @@ def test_a_pool_built_in_code_is_checked_too() -> None:
 
 
 def test_the_ledger_names_the_key_the_attempt_used() -> None:
-    from addon.plan.flow import FlowPlan
-    from addon.shell.usage import ledger_key
+    from addon.plan.flow_plan import FlowPlan
+    from addon.shell.ledger_book import ledger_key
 
     for link in chain_for(ALONE, "opening:ledger"):
         plan = FlowPlan(link, DIALECTS["openai_chat"], DIALECTS["openai_chat"])
@@ -206,7 +206,7 @@ def test_every_key_revoked_is_a_503_without_retry_after() -> None:
 
 @pytest.mark.parametrize("value", [0, -5, True, "60"])
 def test_bridge_key_recheck_takes_whole_seconds_of_at_least_one(value: object) -> None:
-    from addon.config import DEFAULTS, ConfigError, parse_settings
+    from addon.config.options import DEFAULTS, ConfigError, parse_settings
 
     assert DEFAULTS["bridge_key_recheck"] == 3600
     assert (

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from addon.config.routes import Route
+from addon.config.routes_file import RoutesError, load_routes
 from addon.plan.fallback import MemoryCooldowns
 from addon.plan.key_errors import Blame, judge
 from addon.plan.key_pool import KeyAction, key_verdict
@@ -23,8 +25,6 @@ from addon.plan.key_probe import (
     probed_mark,
     probed_verdict,
 )
-from addon.routes import Route
-from addon.routes_file import RoutesError, load_routes
 
 KEYS = ("KEY_A", "KEY_B")
 AMBIGUOUS = b'{"error":"unauthorized"}'

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.model import ToolMode
 from addon.plan import Incoming, Reject, Rewrite, decide
-from addon.routes import Route
 from tests.realdata import FIXTURES, read
 
 CODEX_TURN1 = FIXTURES / "clients" / "codex-0.169.0-responses-gpt-5.5-turn1.request.json"

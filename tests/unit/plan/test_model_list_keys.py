@@ -4,10 +4,10 @@ the route's key, never the client's (issue 40, point 3)."""
 
 from __future__ import annotations
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.plan import Incoming, Pass, decide
 from addon.plan.model_lists import list_key, lists_models_of
-from addon.routes import Route
 
 ENV = {"K": "sk-route-key-0001", "P1": "sk-pool-one-0002", "P2": "sk-pool-two-0003"}
 HERE = ("https", "api.example.com", 443)

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from addon.config.routes import Route, When
 from addon.plan.model_lists import MAX_NAMES, list_requests, listed_names
-from addon.routes import Route, When
 
 CHATS = ("/v1/chat/completions", "/v1/messages", "/v1/responses")
 HOME = ("https", "api.example.com", 443)

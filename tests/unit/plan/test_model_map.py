@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route, When
 from addon.plan import FlowPlan, Incoming, RequestView, Rewrite, decide, route_for
 from addon.plan.answer import AnswerState, decode_answer, encode_answer, stream_processor
-from addon.routes import Route, When
 from tests.e2e.harness import JSONReply, SSEReply
 from tests.real.clients.loop import MODEL, answer
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.model import UnsupportedShape
 from addon.plan import (
     Incoming,
@@ -22,7 +23,6 @@ from addon.plan import (
 )
 from addon.plan.answer import AnswerState, decode_answer
 from addon.plan.errors import error_body, unreadable_answer
-from addon.routes import Route
 
 KEY = "sk-SECRET-route-key"
 ANTHROPIC_BODY: dict[str, Any] = {

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.dialects import DIALECTS
 from addon.model import (
     CacheMark,
@@ -26,8 +27,7 @@ from addon.model import (
     ToolResult,
 )
 from addon.plan import Incoming, Rewrite, decide
-from addon.routes import Route
-from addon.store import ReasoningStore
+from addon.stores.reasoning import ReasoningStore
 from addon.textproto.invoke import make_trigger
 from addon.transforms.cache import MAX_BREAKPOINTS, place_breakpoints, strip_cache_control
 from addon.transforms.conversation import conversation_of, derive

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route, parse_upstream_url, withholds_key
+from addon.config.routes_file import RoutesError, load_routes
 from addon.dialects import DIALECTS
 from addon.plan import Incoming, Rewrite, decide, route_for
-from addon.routes import Route, parse_upstream_url, withholds_key
-from addon.routes_file import RoutesError, load_routes
-from addon.wire import WITHHELD
+from addon.plan.wire_request import WITHHELD
 
 CLIENT_KEY = "sk-client-SECRET"
 ROUTE_KEY = "sk-route-SECRET"

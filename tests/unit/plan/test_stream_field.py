@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.plan import Incoming, Rewrite, decide
-from addon.routes import Route
 
 BODIES: dict[str, tuple[str, dict[str, Any]]] = {
     "openai_chat": ("/v1/chat/completions",

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.plan import Incoming, Rewrite, decide
-from addon.routes import Route
 from tests.realdata import FIXTURES
 from tests.upstream_rules import refusal_for
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, stream_processor
 from addon.plan.errors import named_status, success_error
-from addon.routes import Route
 from tests.unit.helpers import feed_pieces, pairs_of, payloads
 
 CLIENTS = ("openai_chat", "anthropic", "openai_responses", "gemini")

@@ -17,11 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.jsonio import dumpb, loads, same
 from addon.plan import Incoming, Rewrite, decide
 from addon.plan import request as plan_module
-from addon.routes import Route
 from tests.realdata import FIXTURES
 
 CLIENTS = FIXTURES / "clients"

@@ -14,10 +14,10 @@ import pytest
 from mitmproxy import contentviews, http
 from mitmproxy.test import taddons, tutils
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.plan import Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, decode_answer, stream_processor
-from addon.routes import Route
 from addon.shell.addons import make_addons
 from addon.shell.contentview import BridgeContentview
 from tests.unit.shell.test_proxy_hooks import (

@@ -13,7 +13,7 @@ import pytest
 from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
-from addon.routes import Route, listed_models
+from addon.config.routes import Route, listed_models
 from addon.shell.addons import Addons, make_addons
 
 ROUTES = """
@@ -78,7 +78,7 @@ def listed(addons: Addons, upstream: http.Response) -> list[str]:
 def test_the_routes_literal_models_are_listed_without_globs_or_other_hosts() -> None:
     import tomllib
 
-    from addon.routes_file import read_routes
+    from addon.config.routes_file import read_routes
 
     routes = read_routes(tomllib.loads(ROUTES))
     chats = ("/v1/chat/completions", "/v1/messages", "/v1/responses")

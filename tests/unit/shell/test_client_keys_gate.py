@@ -1,4 +1,4 @@
-"""The client keys addon (``addon.shell.client_keys``), hook by hook with mitmproxy's helpers."""
+"""The client keys addon (``addon.shell.client_key_gate``), hook by hook with mitmproxy's helpers."""
 
 from __future__ import annotations
 

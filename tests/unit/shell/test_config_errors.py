@@ -16,12 +16,12 @@ import pytest
 from mitmproxy import exceptions
 from mitmproxy.test import taddons
 
-from addon.config import ConfigError, check_deferred_option, parse_settings
-from addon.routes_file import RoutesError, load_routes
-from addon.shell import options
+from addon.config.options import ConfigError, check_deferred_option, parse_settings
+from addon.config.routes_file import RoutesError, load_routes
+from addon.shell import option_checks as options
 from addon.shell.addons import make_addons
 from addon.shell.host_filter import proxy_excludes
-from addon.shell.options import check_deferred_options
+from addon.shell.option_checks import check_deferred_options
 
 # --------------------------------------------------------------------------- deferred --set
 

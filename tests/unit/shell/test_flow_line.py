@@ -9,9 +9,9 @@ import pytest
 from mitmproxy import http
 from mitmproxy.test import tflow, tutils
 
+from addon.plan.wire_request import KEY_PARAMETERS
 from addon.shell.addons import make_addons
 from addon.shell.flow_line import KeysOutOfFlowLine, is_gemini_request, query_keys
-from addon.wire import KEY_PARAMETERS
 
 KEY = "AIzaUNITflowLINEkey0123456789"
 

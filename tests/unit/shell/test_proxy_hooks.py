@@ -14,10 +14,10 @@ import pytest
 from mitmproxy import exceptions, http
 from mitmproxy.test import taddons, tflow, tutils
 
-from addon.shell import answers
+from addon.shell import whole_answers as answers
 from addon.shell.addons import Addons, make_addons
 from addon.shell.notes import META_KEY
-from addon.store import Scope
+from addon.stores.reasoning import Scope
 from tests.realdata import as_sse
 
 SECRET = "sk-live-SECRET-never-log-me"
@@ -419,7 +419,7 @@ def test_content_view_shows_original_and_rewritten(bridge: tuple[Bridge, taddons
 
 
 def test_original_store_is_bounded() -> None:
-    from addon.state import Original, OriginalStore
+    from addon.report.counters import Original, OriginalStore
 
     store = OriginalStore(max_items=3, max_bytes=100)
     for i in range(5):
@@ -452,7 +452,7 @@ def test_a_bug_in_decide_still_answers_the_client(
     monkeypatch: pytest.MonkeyPatch,
     path: str,
 ) -> None:
-    import addon.shell.request as rewrite
+    import addon.shell.rewrite as rewrite
 
     def broken(*_: object, **__: object) -> object:
         raise KeyError("a bug \ud83d key=s3cr3t")
@@ -773,7 +773,7 @@ def test_a_hang_up_after_the_answers_end_is_reported_once_without_a_reason(
 
 
 def test_kept_bytes_and_retry_bodies_are_bounded() -> None:
-    from addon.state import KeptBytes, Original, OriginalStore
+    from addon.report.counters import KeptBytes, Original, OriginalStore
 
     kept = KeptBytes(10)
     kept.extend([b"12345", b"6789"])
@@ -833,7 +833,7 @@ def test_bridge_fast_path_reaches_the_stream_processor(
 
 
 def test_bridge_fast_path_takes_true_or_false() -> None:
-    from addon.config import ConfigError, parse_settings
+    from addon.config.options import ConfigError, parse_settings
 
     def read(name: str) -> Any:
         if name == "bridge_fast_path":

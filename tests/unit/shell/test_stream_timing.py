@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from addon.dialects import DIALECTS
-from addon.outcome import FlowReport, Outcome
+from addon.report.outcome import FlowReport, Outcome
 from addon.shell.stream_attach import stream_callable
 from addon.stream.fastpath import SAMPLE_EVERY, TIMED_READS
 from addon.stream.processor import StreamProcessor

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from mitmproxy.test import taddons
 
+from addon.shell.ledger_book import UsageCounting
 from addon.shell.reasoning_store import ReasoningStoreLife
-from addon.shell.usage import UsageCounting
-from addon.usage import LedgerKey, Tokens
+from addon.stores.ledger import LedgerKey, Tokens
 
 
 def test_bridge_usage_shows_every_row_with_its_key_name_and_client() -> None:

@@ -34,8 +34,8 @@ from addon.model import (
     Usage,
     UsageEvent,
 )
+from addon.stream.hold_calls import RepairStage
 from addon.stream.processor import StreamProcessor
-from addon.stream.repair import RepairStage
 from addon.transforms.repair import ToolSchemas, repair_call
 from tests.realdata import as_sse, fixture_names
 from tests.unit.helpers import accumulate, payloads, recorded, sdk_message, split

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.dialects import DIALECTS
 from addon.model import Event, TextDelta
 from addon.plan import Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, stream_processor
-from addon.routes import Route
 from addon.stream.fastpath import Reader
 from addon.stream.processor import (
     _INPUTS,

@@ -26,12 +26,12 @@ from addon.model import (
     ToolCallEnd,
     ToolCallStart,
 )
-from addon.outcome import FlowReport, Outcome
+from addon.report.outcome import FlowReport, Outcome
 from addon.shell.stream_attach import stream_callable
 from addon.stream.capture import CaptureStage
-from addon.stream.custom_tools import CustomToolStage
+from addon.stream.custom_calls import CustomToolStage
+from addon.stream.hold_calls import RepairStage
 from addon.stream.processor import State, StreamProcessor
-from addon.stream.repair import RepairStage
 from addon.stream.sse import encode_pairs
 from addon.stream.stages import PASSES_TEXT, HideThinkingStage, TextToolStage
 from addon.textproto.parser import TextProtocolParser

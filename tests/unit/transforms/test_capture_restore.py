@@ -48,7 +48,7 @@ from addon.model import (
     ToolCallStart,
     ToolResult,
 )
-from addon.store import ReasoningStore, Scope, ScopedStore
+from addon.stores.reasoning import ReasoningStore, Scope, ScopedStore
 from addon.stream.capture import CaptureStage, TurnRecorder, capture_response, merge_details
 from addon.stream.output import join_runs
 from addon.stream.processor import StreamProcessor

@@ -35,7 +35,7 @@ from addon.model import (
     Usage,
     UsageEvent,
 )
-from addon.stream.custom_tools import CustomToolStage
+from addon.stream.custom_calls import CustomToolStage
 from addon.stream.processor import StreamProcessor
 from addon.transforms.custom_tools import (
     NOTE,

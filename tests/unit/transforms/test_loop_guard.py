@@ -1,5 +1,5 @@
 """The loop guard (issues 11, 26): the history's verdict (``addon.transforms.loop_guard``), the
-answer judged whole (``guard_response``) and streamed (``addon.stream.loop_guard``), the
+answer judged whole (``guard_response``) and streamed (``addon.stream.guard_stage``), the
 plan's fallback request."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import openai.types.chat
 import openai.types.responses
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
 from addon.dialects import DIALECTS
 from addon.model import (
     Event,
@@ -38,7 +38,6 @@ from addon.model import (
     Usage,
     UsageEvent,
 )
-from addon.outcome import FlowReport, Outcome
 from addon.plan import Incoming, Rewrite, decide, route_for
 from addon.plan.answer import (
     AnswerState,
@@ -48,7 +47,8 @@ from addon.plan.answer import (
     encode_answer,
     loop_ask_again,
 )
-from addon.stream.loop_guard import LoopGuardStage
+from addon.report.outcome import FlowReport, Outcome
+from addon.stream.guard_stage import LoopGuardStage
 from addon.stream.processor import StreamProcessor
 from addon.stream.sse import encode_pairs
 from addon.stream.whole import response_from_events

@@ -295,9 +295,9 @@ def test_stage_1_drops_the_reasoning_switches_a_client_kept_as_extras() -> None:
 
 
 def _plan() -> Any:
-    from addon.config import Settings
+    from addon.config.options import Settings
+    from addon.config.routes import Route
     from addon.plan import Incoming, Rewrite, decide
-    from addon.routes import Route
 
     route = Route(name="r", path="*/v1/messages", client="anthropic", upstream="openai_chat")
     body = {

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.model import (
     Finish,
     Response,
@@ -33,8 +34,7 @@ from addon.model import (
 )
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, decode_answer, encode_answer, stream_processor
-from addon.routes import Route
-from addon.store import ReasoningStore
+from addon.stores.reasoning import ReasoningStore
 from addon.stream.stages import TrailingSignatureStage
 from addon.transforms.signatures import drop_trailing_signatures
 from tests.realdata import FIXTURES, read

@@ -45,9 +45,9 @@ from addon.model import (
     ToolResult,
     UnsupportedShape,
 )
+from addon.plan.wire_request import RouteKey, build_wire
 from addon.transforms.restore import restore_request
 from addon.transforms.tools import leave_out_tools
-from addon.wire import RouteKey, build_wire
 from tests.realdata import FIXTURES, read
 
 GEMINI_CLI = (
@@ -1077,7 +1077,7 @@ def test_gemini_client_to_code_assist_upstream() -> None:
 @pytest.mark.skipif(not GEMINI_CLI, reason=f"recordings not available ({FIXTURES})")
 @pytest.mark.parametrize("in_query", [False, True], ids=["header-key", "query-key"])
 def test_gemini_cli_through_the_default_route(in_query: bool) -> None:
-    from addon.config import Settings
+    from addon.config.options import Settings
     from addon.plan import Incoming, Rewrite, decide, route_for
 
     rec = recorded("gemini-cli-0.61.0-default-turn3.request.json")

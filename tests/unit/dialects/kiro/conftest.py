@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, stream_processor
-from addon.routes import Route
 from tests import eventstream_frames as ef
 from tests.unit.helpers import feed_pieces
 

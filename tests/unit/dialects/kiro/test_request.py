@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
+from addon.config.routes_file import RoutesError, load_routes
 from addon.dialects import DIALECTS
 from addon.dialects.kiro.placement import model_id
 from addon.dialects.kiro.request import decode_request
@@ -30,8 +32,6 @@ from addon.dialects.kiro.request_encode import (
     session_id,
 )
 from addon.plan import Incoming, Reject, Rewrite, RouteCredentials, decide
-from addon.routes import Route
-from addon.routes_file import RoutesError, load_routes
 from tests.kiro_rules import kiro_refusal
 from tests.realdata import FIXTURES, read
 

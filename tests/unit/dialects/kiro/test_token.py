@@ -16,7 +16,8 @@ import pytest
 from mitmproxy import http
 from mitmproxy.test import tflow, tutils
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.dialects.kiro.token import (
     TokenError,
     parse_time,
@@ -25,7 +26,6 @@ from addon.dialects.kiro.token import (
     refresh_url,
     refreshed,
 )
-from addon.routes import Route
 from addon.shell.kiro_auth import KiroAuth
 from addon.shell.settings import BridgeSettings
 from tests.e2e.harness import JSONReply, Recorded, ScriptedUpstream

@@ -21,7 +21,8 @@ from openai.types.chat import ChatCompletion
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from addon.config import Settings
+from addon.config.options import Settings
+from addon.config.routes import Route
 from addon.dialects.openai_responses import NAME
 from addon.dialects.openai_responses.stream import OpenAIResponsesStreamDecoder
 from addon.model import (
@@ -40,7 +41,6 @@ from addon.model import (
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, decode_answer, encode_answer, stream_processor
 from addon.plan.errors import error_body
-from addon.routes import Route
 from tests.unit.helpers import (
     accumulate,
     check_sequence,

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from addon.config import parse_settings
+from addon.config.options import parse_settings
+from addon.config.routes_file import load_routes
 from addon.model import SCHEMA_PROFILES, Notes, Request, Tool
-from addon.routes_file import load_routes
 from addon.transforms.schema import (
     GEMINI_KEYWORDS,
     GEMINI_MAX_DEPTH,

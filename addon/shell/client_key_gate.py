@@ -5,7 +5,7 @@ addon acts on it (no fallback relay, no Kiro token read, no upstream call).
 A client key never goes upstream: once checked (or on a request no route guards), every header
 and query parameter holding a listed client key is removed from the flow's request, before any
 other addon reads it (the route's own key, where it has one, is set by the addon that sends).
-What is checked and how is ``addon.plan.client_keys``; the file is ``addon.client_keys``'s.
+What is checked and how is ``addon.plan.spending``; the file is ``addon.config.client_keys``'s.
 Here: the option, the file read again when it changes, the flow's record and log line."""
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from typing import Any
 
 from mitmproxy import command, ctx, http
 
-from addon.client_keys import ClientKeys, ClientKeysError, load_client_keys
-from addon.config import CLIENT_KEY_OPTIONS
-from addon.outcome import Action, Count, FlowReport, Outcome
+from addon.config.client_keys import ClientKeys, ClientKeysError, load_client_keys
+from addon.config.options import CLIENT_KEY_OPTIONS
 from addon.plan import Reject, RequestView, short
-from addon.plan.client_keys import (
+from addon.plan.spending import (
     Admitted,
     check_client_key,
     client_keys_in,
@@ -28,11 +27,12 @@ from addon.plan.client_keys import (
     unguarded_warning,
 )
 from addon.redact import clean
+from addon.report.outcome import Action, Count, FlowReport, Outcome
 from addon.shell.headers import header_map, json_response
 from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.notes import append_comment, log, log_internal_error, set_meta
-from addon.shell.options import OptionChecks, add_options, environment
-from addon.shell.report import Report
+from addon.shell.option_checks import OptionChecks, add_options, environment
+from addon.shell.reporter import Report
 from addon.shell.settings import BridgeSettings
 
 type Stamp = tuple[int, int, int] | None

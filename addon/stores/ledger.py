@@ -1,7 +1,7 @@
 """The usage ledger: every answered flow's tokens, added to counters by day, route, model, key
 name, client and user, in the store's backend (``bridge_store``: memory, SQLite, Redis).
 
-Contract: plain values, stdlib only (``sqlite3``; ``redis`` through ``addon.store_redis``); no
+Contract: plain values, stdlib only (``sqlite3``; ``redis`` through ``addon.stores.redis_backend``); no
 mitmproxy, no logging (the shell logs what ``StoreError`` says). Nothing secret goes in: a key
 is named by its variable, never its value; a credential-looking ``user`` is hashed."""
 
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote
 
 from addon.model import Usage
-from addon.store import CANNOT_PRIVATE, Notice, StoreError, private_file, store_location
+from addon.stores.reasoning import CANNOT_PRIVATE, Notice, StoreError, private_file, store_location
 
 if TYPE_CHECKING:
-    from addon.store_redis import RedisBackend
+    from addon.stores.redis_backend import RedisBackend
 
 METRICS = ("requests", "input", "cache_read", "cache_write", "output", "reasoning")
 """What each row counts, in this order (the table's columns, the SQLite columns, the Redis
@@ -312,8 +312,8 @@ def open_ledger(
         try:
             import redis
 
-            from addon.store import memory_backend
-            from addon.store_redis import RedisBackend
+            from addon.stores.reasoning import memory_backend
+            from addon.stores.redis_backend import RedisBackend
         except ImportError:
             raise StoreError(
                 "a Redis ledger needs the redis package: pip install 'cursor-bridge[redis]'"
@@ -354,7 +354,7 @@ class RedisCounters:
     ``add`` once it is back (``RedisBackend.call``)."""
 
     def __init__(self, backend: RedisBackend, *, own: bool = False) -> None:
-        from addon.store_redis import PREFIX
+        from addon.stores.redis_backend import PREFIX
 
         self._backend = backend
         self._own = own

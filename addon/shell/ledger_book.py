@@ -11,17 +11,17 @@ from typing import Protocol
 
 from mitmproxy import command, ctx, http
 
-from addon.config import ConfigError, parse_store
-from addon.metrics_labels import Booking
-from addon.outcome import FlowReport
+from addon.config.options import ConfigError, parse_store
 from addon.plan import FlowPlan, short
 from addon.redact import clean
+from addon.report.metrics_labels import Booking
+from addon.report.outcome import FlowReport
+from addon.report.usage_table import genai_prices, lines, table_text
 from addon.shell.flows import FlowRun
 from addon.shell.notes import log
 from addon.shell.reasoning_store import ReasoningStoreLife
-from addon.store import Notice, StoreError
-from addon.usage import DIMENSIONS, LedgerKey, Tokens, UsageLedger, open_ledger, user_label
-from addon.usage_table import genai_prices, lines, table_text
+from addon.stores.ledger import DIMENSIONS, LedgerKey, Tokens, UsageLedger, open_ledger, user_label
+from addon.stores.reasoning import Notice, StoreError
 
 
 class UsageCounting:

@@ -9,13 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from addon.config.routes import Route
 from addon.dialects import Dialect
 from addon.dialects.base import Framing
 from addon.model import NO_DEFAULTS, AnswerDefaults, Notes, Request
-from addon.outcome import Action
 from addon.redact import Secrets
-from addon.routes import Route
-from addon.store import ReasoningStore, ScopedStore
+from addon.report.outcome import Action
+from addon.stores.reasoning import ReasoningStore, ScopedStore
 from addon.stream.processor import MAX_EVENT_BYTES
 from addon.textproto.parser import TextProtocol, TextProtocolParser
 from addon.transforms.loop_guard import LoopVerdict

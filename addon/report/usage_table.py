@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from addon.usage import DIMENSIONS, METRICS, LedgerKey, Rows, Tokens
+from addon.stores.ledger import DIMENSIONS, METRICS, LedgerKey, Rows, Tokens
 
 type Price = Callable[[str, str, Tokens], Decimal | None]
 """The cost in US dollars of ``tokens`` of ``model`` on ``day``; None: the table does not

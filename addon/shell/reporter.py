@@ -1,6 +1,6 @@
 """The report addon: what the bridge says about each routed flow, and the end of its record.
 
-When a flow is over (``response``, ``error``) its ``FlowReport`` (``addon.outcome``) sets its
+When a flow is over (``response``, ``error``) its ``FlowReport`` (``addon.report.outcome``) sets its
 mark, adds to the counters (``bridge.stats``) and is logged as one line, the same format for
 every outcome; then the flow's record ends (``Flows.end``). It also keeps what the content view
 shows. One place, so every flow is said once and freed once."""
@@ -14,17 +14,17 @@ from typing import Any
 
 from mitmproxy import command, contentviews, ctx, http
 
-from addon.outcome import FlowReport, Outcome
 from addon.plan import FlowPlan, short
 from addon.redact import clean
+from addon.report.counters import AnswerInfo, BridgeState, Original
+from addon.report.outcome import FlowReport, Outcome
+from addon.report.view import usage_text
 from addon.shell.answer_notes import stream_done
 from addon.shell.contentview import BridgeContentview
 from addon.shell.flows import FlowRun, Flows
+from addon.shell.ledger_book import UsageCounting
 from addon.shell.notes import append_comment, log, log_internal_error, seal_flow
 from addon.shell.settings import BridgeSettings
-from addon.shell.usage import UsageCounting
-from addon.state import AnswerInfo, BridgeState, Original
-from addon.view import usage_text
 
 
 class Report:

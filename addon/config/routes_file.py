@@ -2,7 +2,7 @@
 
 Contract: ``load_routes`` raises ``RoutesError`` with one line naming the file, the key and
 what it takes. Imported only when a routes file is read, so that the proxy that runs on the
-built-in routes never loads pydantic. This module imports ``addon.routes``, never the
+built-in routes never loads pydantic. This module imports ``addon.config.routes``, never the
 reverse. The file's keys: docs/routes.md."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from addon import routes
+from addon.config import routes
+from addon.config.routes import Route
 from addon.dialects import OPENAI_CHAT, DialectName
 from addon.model import CachePolicy, CacheTTL, SchemaProfile, ToolMode
-from addon.routes import Route
 
 
 class RoutesError(ValueError):
@@ -66,7 +66,7 @@ class WhenFields(BaseModel):
 
 class RouteFields(BaseModel):
     """``Route`` field for field (a test holds them together). The checks beyond types are
-    ``addon.routes``' own, run on the key they are about so that an error names it."""
+    ``addon.config.routes``' own, run on the key they are about so that an error names it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

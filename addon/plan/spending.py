@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from addon.client_keys import ClientKeys
-from addon.config import Settings
+from addon.config.client_keys import ClientKeys
+from addon.config.options import Settings
+from addon.config.routes import Route, fallback_chain, match
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import Query
 from addon.model import ClientError
@@ -20,7 +21,6 @@ from addon.plan.count_tokens import count_route
 from addon.plan.decision import Reject
 from addon.plan.model_lists import MODELS_SUFFIX, best_fit, lists_models_of
 from addon.plan.values import error_bytes
-from addon.routes import Route, fallback_chain, match
 
 
 def sends_proxy_key(route: Route) -> bool:

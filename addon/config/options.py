@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Literal, cast, get_args
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from addon.config.routes import DEFAULT_ROUTES, Route
 from addon.model import SCHEMA_PROFILES, TOOL_MODES, SchemaProfile, ToolMode
-from addon.routes import DEFAULT_ROUTES, Route
-from addon.store_types import display_url
+from addon.stores.base import display_url
 
 type ThinkingOutput = Literal["reasoning", "hidden"]
 
@@ -247,7 +247,7 @@ CLIENT_KEY_OPTIONS: tuple[OptionSpec, ...] = (
         "bridge.reload_client_keys). Empty: no check.",
     ),
 )
-"""Options of the client keys addon (``addon.shell.client_keys``)."""
+"""Options of the client keys addon (``addon.shell.client_key_gate``)."""
 
 METRICS_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
@@ -351,7 +351,7 @@ def parse_models(value: str) -> tuple[str, ...]:
 
 
 def _read_routes(path: str) -> tuple[Route, ...]:
-    from addon.routes_file import RoutesError, load_routes  # pydantic, only to read a file
+    from addon.config.routes_file import RoutesError, load_routes  # pydantic, only to read a file
 
     try:
         return load_routes(path)

@@ -7,7 +7,7 @@ configuration, never by what a client sends: ``route`` a route's name from the r
 route lists literally in ``model`` or in ``model_map`` (either side) or ``bridge_models``
 names, else ``other`` (a client's 5,000-character model is ``other``: it never becomes a
 series). The counts of an answered flow are the usage ledger's for the same flow: both are
-fed from one ``Booking`` (``addon.shell.usage``). Names and meanings: docs/deploy.md#metrics."""
+fed from one ``Booking`` (``addon.shell.ledger_book``). Names and meanings: docs/deploy.md#metrics."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from addon.outcome import FlowReport
+from addon.config.routes import Route
 from addon.plan.fallback import Failure, Reason
 from addon.plan.key_pool import link_name, revoked_mark
-from addon.routes import Route
-from addon.usage import LedgerKey, Tokens
+from addon.report.outcome import FlowReport
+from addon.stores.ledger import LedgerKey, Tokens
 
 ANONYMOUS = "anonymous"
 """The ``client`` of a request that carried no client key (none asked for)."""

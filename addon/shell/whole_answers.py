@@ -12,7 +12,6 @@ import time
 from mitmproxy import http
 
 from addon.model import Response, ToolCall, UnsupportedShape
-from addon.outcome import Count
 from addon.plan import CONTENT_TYPES, FlowPlan, UpstreamError, short
 from addon.plan.answer import (
     client_answer,
@@ -22,14 +21,15 @@ from addon.plan.answer import (
     needs_retry,
 )
 from addon.plan.errors import cut_answer, foreign_error, success_error, upstream_error
+from addon.report.outcome import Count
 from addon.shell.answer_notes import note_text_calls, stream_done
+from addon.shell.ask_again import second_answer
 from addon.shell.flows import FlowRun
 from addon.shell.headers import is_json, json_response, replace_headers
-from addon.shell.loop_guard import second_answer
 from addon.shell.notes import append_comment, log, log_internal_error
-from addon.shell.report import Report
+from addon.shell.reporter import Report
 from addon.shell.retry import Retry
-from addon.shell.staged_retry import StagedRetry, translate_error, unreadable
+from addon.shell.staged_sender import StagedRetry, translate_error, unreadable
 
 
 class Answers:
@@ -194,7 +194,7 @@ class Answers:
     async def _ask_again(
         self, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, retry: Retry
     ) -> tuple[bytes, str, bytes] | None:
-        """The loop guard's second request (``addon.shell.loop_guard``), counted as a retry."""
+        """The loop guard's second request (``addon.shell.ask_again``), counted as a retry."""
         second = await second_answer(retry, flow, run, plan)
         if run.answer.loop_asked:
             self.report.retried(run, "loop guard")

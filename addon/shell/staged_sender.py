@@ -8,16 +8,16 @@ from __future__ import annotations
 from mitmproxy import http
 
 from addon.model import UnsupportedShape
-from addon.outcome import Count
 from addon.plan import FlowPlan, short
 from addon.plan.answer import client_answer
 from addon.plan.errors import error_body, unreadable_answer
 from addon.plan.staged import Stop, staged_step
+from addon.report.outcome import Count
 from addon.shell.answer_notes import note_text_calls
 from addon.shell.flows import FlowRun
 from addon.shell.headers import json_response
 from addon.shell.notes import META_KEY, append_comment, log
-from addon.shell.report import Report
+from addon.shell.reporter import Report
 from addon.shell.retry import Retry, RetryAnswer
 
 

@@ -1,6 +1,6 @@
 """The reasoning store's shared vocabulary: its error, its notices, its bounds and the
-``Backend`` interface that memory, SQLite and Redis implement (``addon.store``,
-``addon.store_redis``). Stdlib only; here so that the backends need not import the store."""
+``Backend`` interface that memory, SQLite and Redis implement (``addon.stores.reasoning``,
+``addon.stores.redis_backend``). Stdlib only; here so that the backends need not import the store."""
 
 from __future__ import annotations
 

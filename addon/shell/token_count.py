@@ -9,21 +9,21 @@ from __future__ import annotations
 
 from mitmproxy import http
 
-from addon.outcome import Count
+from addon.config.routes import withholds_key
 from addon.plan.count_tokens import (
     CountLocally,
     count_answer,
     count_request,
     count_route,
 )
-from addon.routes import withholds_key
+from addon.report.counters import BridgeState
+from addon.report.outcome import Count
 from addon.shell.flows import Flows
 from addon.shell.headers import header_map, json_response
 from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.notes import append_comment, log_internal_error
-from addon.shell.options import environment
+from addon.shell.option_checks import environment
 from addon.shell.settings import BridgeSettings
-from addon.state import BridgeState
 
 
 class CountTokens:

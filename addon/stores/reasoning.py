@@ -1,7 +1,7 @@
 """The reasoning store: what clients drop and upstreams need back, kept process-wide.
 
 Contract: plain values, stdlib only (``sqlite3``, ``threading``; ``redis`` for a Redis store,
-``addon.store_redis``); no mitmproxy, no logging (the shell logs what ``StoreError`` says, and
+``addon.stores.redis_backend``); no mitmproxy, no logging (the shell logs what ``StoreError`` says, and
 the ``Notice`` a shared backend sends when Redis is lost or back). In memory, SQLite (WAL) or
 Redis / Valkey (shared by several workers). In full: docs/reasoning.md#how-the-store-works."""
 
@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from addon.config import StoreLocation
+from addon.config.options import StoreLocation
 from addon.model import JSON
-from addon.store_files import CANNOT_PRIVATE, private_file, store_location
-from addon.store_types import Backend, Bounds, Notice, StoreError
+from addon.stores.base import Backend, Bounds, Notice, StoreError
+from addon.stores.files import CANNOT_PRIVATE, private_file, store_location
 
 __all__ = [
     "CANNOT_PRIVATE",
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from addon.store_redis import RedisBackend, SharedCooldowns
+    from addon.stores.redis_backend import RedisBackend, SharedCooldowns
 
 DEFAULT_SIZE = 20_000
 """``bridge_store_size``: entries kept by default."""
@@ -332,7 +332,7 @@ class ReasoningStore:
         try:
             import redis
 
-            from addon.store_redis import RedisBackend
+            from addon.stores.redis_backend import RedisBackend
         except ImportError:
             raise StoreError(
                 "a Redis store needs the redis package: pip install 'cursor-bridge[redis]'"
@@ -367,7 +367,7 @@ class ReasoningStore:
         if self._redis is None:
             return None
         if self._cooldowns is None:
-            from addon.store_redis import SharedCooldowns
+            from addon.stores.redis_backend import SharedCooldowns
 
             self._cooldowns = SharedCooldowns(self._redis)
         return self._cooldowns

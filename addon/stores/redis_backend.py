@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from addon.store_types import Backend, Bounds, Notice, display_url
+from addon.stores.base import Backend, Bounds, Notice, display_url
 
 PREFIX = "cursor-bridge:"
 """Every key the bridge writes starts with this (one Redis db may hold other things too)."""

@@ -2,15 +2,15 @@
 (``store_location``), and an SQLite store's file kept its owner's only (``private_file``).
 
 Contract: stdlib and the config layer's parser only; shared by the reasoning store
-(``addon.store``) and the usage ledger (``addon.usage``)."""
+(``addon.stores.reasoning``) and the usage ledger (``addon.stores.ledger``)."""
 
 from __future__ import annotations
 
 import os
 import stat
 
-from addon.config import ConfigError, StoreLocation, parse_store_url
-from addon.store_types import StoreError
+from addon.config.options import ConfigError, StoreLocation, parse_store_url
+from addon.stores.base import StoreError
 
 
 def store_location(value: str) -> StoreLocation:

@@ -2,7 +2,7 @@
 
 Contract: sans-IO but for reading the one file it is given (``load_client_keys``): a TOML table
 of client names to keys in, ``ClientKeys`` (SHA-256 digests and names, never a plain key) out.
-What a client's key is matched against (its dialect's headers) is ``addon.plan.client_keys``'s.
+What a client's key is matched against (its dialect's headers) is ``addon.plan.spending``'s.
 Why digests: no error message, repr or log line can quote a key; errors name the client."""
 
 from __future__ import annotations

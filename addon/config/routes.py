@@ -2,7 +2,7 @@
 
 Contract: what a route is and the checks every route passes (``Route``), the built-in default
 routes, and the first route that fits a request's host, path and method (``match``). No
-mitmproxy, no file reading here (``addon.routes_file`` reads files, whose keys docs/routes.md
+mitmproxy, no file reading here (``addon.config.routes_file`` reads files, whose keys docs/routes.md
 lists, and builds routes with these checks); the shell passes plain strings."""
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ MAX_COOLDOWN = 86400.0
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """One route. Built from a routes file (``addon.routes_file``: every key's type checked there,
+    """One route. Built from a routes file (``addon.config.routes_file``: every key's type checked there,
     by pydantic, with messages that name the key) or in code; either way the checks below
     (``__post_init__``) hold. A plain dataclass: pydantic is imported only to read a file."""
 
@@ -247,7 +247,7 @@ class UpstreamURL:
 
 # ----------------------------------------------------------------------------- checks
 # One place for what a route must be: ``Route`` runs them, and so does the routes file's
-# model (``addon.routes_file``), each on its key.
+# model (``addon.config.routes_file``), each on its key.
 
 
 def env_name(v: str | None) -> str | None:

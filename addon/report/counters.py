@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from addon.dialects.base import Framing
-from addon.outcome import Count, stats_text
 from addon.redact import Secrets
+from addon.report.outcome import Count, stats_text
 
 
 class BridgeState:

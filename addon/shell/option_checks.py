@@ -13,7 +13,7 @@ from typing import Any
 
 from mitmproxy import exceptions
 
-from addon.config import ConfigError, OptionSpec, check_deferred_option
+from addon.config.options import ConfigError, OptionSpec, check_deferred_option
 from addon.redact import clean
 from addon.shell.notes import log
 

@@ -28,8 +28,8 @@ from addon.model import (
     Usage,
     UsageEvent,
 )
-from addon.outcome import cache_fields
 from addon.redact import escape, redact
+from addon.report.outcome import cache_fields
 from addon.stream.processor import StreamProcessor
 from addon.stream.whole import response_events
 
