@@ -525,10 +525,15 @@ STREAM_CUT = "the upstream's stream ended before its finish (cut short upstream)
 a stream that never said it was complete."""
 
 
-BRIDGE_ERROR_STATUS = {"bridge_stream_error": 500}
-"""The HTTP status of the bridge's own ``StreamError`` types (a failure of the bridge itself);
-any other error without a status (a cut stream, ``upstream_cut``; a 2xx body that is no stream,
-``upstream_error``; an upstream type nobody knows) stands for 502: the upstream failed."""
+BRIDGE_ERROR_STATUS = {
+    "bridge_stream_error": 500,
+    **dict.fromkeys(("upstream_cut", "upstream_reset", "upstream_idle"), 503),
+}
+"""The HTTP status of the bridge's own ``StreamError`` types: a failure of the bridge itself
+500; a stream the upstream broke off (``upstream_cut`` …) 503, which every client's SDK and
+agent takes for a failure worth trying again (Anthropic ``overloaded_error``, OpenAI
+``server_error``, Gemini ``UNAVAILABLE``); any other error without a status (a 2xx body that is
+no stream, ``upstream_error``; an upstream type nobody knows) stands for 502."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,6 +120,13 @@ REWRITE_OPTIONS: tuple[OptionSpec, ...] = (
         "is sent on as text.",
     ),
     OptionSpec(
+        "bridge_stream_idle_timeout",
+        int,
+        300,
+        "Seconds a streamed answer's upstream may send nothing (an upstream's pings count) "
+        "before the bridge ends the client's stream with its dialect's error (upstream_idle).",
+    ),
+    OptionSpec(
         "bridge_fast_path",
         bool,
         True,
@@ -321,6 +328,7 @@ class Settings:
     loop_max_repeat: int = 3
     loop_fallback: bool = False
     max_event_bytes: int = 16 * 1024 * 1024
+    stream_idle: float = 300.0
     fast_path: bool = True
     thinking_budget: int | None = None
     key_recheck: float = 3600.0
@@ -380,22 +388,11 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
             raise ConfigError(f"{name} must be at least 1, not {value}")
         limits[name] = value
     strict = _flag(get, "bridge_tool_strict")
-    repeat = get("bridge_loop_max_repeat")
-    if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 0:
-        raise ConfigError(f"bridge_loop_max_repeat takes a whole number >= 0, not {repeat!r}")
-    max_event = get("bridge_max_event_bytes")
-    if not isinstance(max_event, int) or isinstance(max_event, bool) or max_event < 1024:
-        raise ConfigError(
-            f"bridge_max_event_bytes takes a whole number of bytes >= 1024, not {max_event!r}"
-        )
-    budget = get("bridge_thinking_budget")
-    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
-        raise ConfigError(f"bridge_thinking_budget takes a whole number >= 0, not {budget!r}")
-    recheck = get("bridge_key_recheck")
-    if not isinstance(recheck, int) or isinstance(recheck, bool) or recheck < 1:
-        raise ConfigError(
-            f"bridge_key_recheck takes a whole number of seconds >= 1, not {recheck!r}"
-        )
+    repeat = _at_least(get, "bridge_loop_max_repeat", 0, "a whole number")
+    max_event = _at_least(get, "bridge_max_event_bytes", 1024, "a whole number of bytes")
+    budget = _at_least(get, "bridge_thinking_budget", 0, "a whole number")
+    recheck = _at_least(get, "bridge_key_recheck", 1, "a whole number of seconds")
+    idle = _at_least(get, "bridge_stream_idle_timeout", 1, "a whole number of seconds")
     fallback, debug = _flag(get, "bridge_loop_fallback"), _flag(get, "bridge_debug")
     fast_path = _flag(get, "bridge_fast_path")
     return Settings(
@@ -416,11 +413,19 @@ def parse_settings(read: Callable[[str], Any], env: Mapping[str, str]) -> Settin
         loop_max_repeat=repeat,
         loop_fallback=fallback,
         max_event_bytes=max_event,
+        stream_idle=float(idle),
         fast_path=fast_path,
         thinking_budget=budget or None,
         key_recheck=float(recheck),
         debug=debug,
     )
+
+
+def _at_least(get: Callable[[str], Any], name: str, least: int, what: str) -> int:
+    value = get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ConfigError(f"{name} takes {what} >= {least}, not {value!r}")
+    return value
 
 
 def _flag(get: Callable[[str], Any], name: str) -> bool:

@@ -131,6 +131,13 @@ def upstream_error(plan: FlowPlan, e: UpstreamError) -> bytes:
     return error_bytes(plan.client, ClientError(message, status=e.status, code=e.code))
 
 
+def cut_answer(plan: FlowPlan, cause: str) -> bytes:
+    """A 502 body in the client's dialect for a whole answer whose body the upstream broke off
+    (``cause``: ``upstream_cut``, ``upstream_reset``, ``upstream_idle``)."""
+    message = f"cursor-bridge: the upstream's answer broke off before its end ({cause})"
+    return error_bytes(plan.client, ClientError(message, status=502, code=cause))
+
+
 def unreadable_answer(plan: FlowPlan, why: str) -> bytes:
     """A 502 body in the client's dialect for an upstream answer the bridge cannot turn
     into the client's dialect (on a same-dialect route the answer is passed on instead)."""

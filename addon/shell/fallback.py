@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -173,13 +174,12 @@ class Fallbacks:
         self, flow: http.HTTPFlow, chain: Attempts | None, r: Route, inc: Incoming, plan: FlowPlan
     ) -> None:
         """The rewritten flow handed to the relay: its chain's attempts (``start``); or, one
-        upstream path (docs/architecture.md), a stream of a route without a chain, as a chain
-        of one attempt that never falls back (``_plain``: no cooldown, no first-byte timeout
-        but the longest a route may set, any status relayed as it came). A whole answer of a
-        route without a chain stays mitmproxy's."""
+        upstream path (docs/architecture.md), a flow of a route without a chain, streamed or
+        whole, as a chain of one attempt that never falls back (``_plain``: no cooldown, no
+        first-byte timeout but the longest a route may set, any status relayed as it came)."""
         if chain is not None:
             self.start(flow, chain, inc, plan)
-        elif plan.stream and self.retry is not None and self.relay.port:
+        elif self.retry is not None and self.relay.port:
             sent = flow.request.copy()  # one copy: a chain of one writes no next request
             one = Attempts(r, (r,), sent, [], [], inc, Attempt(r, plan, sent))
             one.token = self._flows.new_token(flow.id)
@@ -210,14 +210,20 @@ class Fallbacks:
                 chain.failures.append(Failure(attempt.route.name, got.reason, got.detail))
                 return self._unreachable(chain)
             chain.served = attempt
-            return _streamed(got)
+            return self._streamed(flow, got)
         while attempt is not None:
             chain.attempt, route = attempt, attempt.route
             chain.tried.append(link_name(route))
             got = await self.retry.open(flow, attempt.request, route.timeout)
+            answered = not isinstance(got, NoAnswer)
+            if not isinstance(got, NoAnswer) and 200 <= got.status_code < 300:
+                got = await _started(got, route.timeout)
             if isinstance(got, NoAnswer):
                 cool = cooldown_after(route, None, None)
-                self._cool(chain, route, cool or 0)
+                if answered:  # its body broke off: that link cools, a pool's next key answers
+                    self.cooldowns.cool(link_name(route), cool or 0)
+                else:
+                    self._cool(chain, route, cool or 0)
                 chain.failures.append(Failure(link_name(route), got.reason, got.detail, cool))
                 log.info("cursor-bridge [%s]: upstream %s: falling back", route.name, got.detail)
             elif falls_back(got.status_code) or reads_error(route, got.status_code):
@@ -243,9 +249,20 @@ class Fallbacks:
                     self._failed(chain, route, status, got.header("retry-after"))
             else:
                 chain.served = attempt
-                return _streamed(got)
+                return self._streamed(flow, got)
             attempt = self._next(flow, chain)
         return last if last is not None else self._unreachable(chain)
+
+    def _streamed(self, flow: http.HTTPFlow, got: Opened) -> Relayed:
+        """The answer relayed as it comes, its body's data as one chunk per upstream read
+        (``Wire.passed_to``), cut after ``bridge_stream_idle_timeout`` seconds of silence; a
+        body that breaks off is ended cleanly, its cause in the flow's record (``cut``)."""
+        got.watch(self._settings.settings.stream_idle)
+        cut = functools.partial(self._flows.cut, flow.id)
+        passed = got.rechunked_to if got.framing in ("chunked", "length") else None
+        return Relayed(
+            got.status_code, got.reason, _headers(got), got.aiter_raw(), got.aclose, passed, cut
+        )
 
     def _next(self, flow: http.HTTPFlow, chain: Attempts) -> Attempt | None:
         """The next route's attempt: the client's request decided again for it; None when no
@@ -395,22 +412,6 @@ def _headers(got: Opened) -> list[tuple[bytes, bytes]]:
     return [(k, v) for k, v in got.headers if k.lower() not in _HOP_BY_HOP]
 
 
-def _streamed(got: Opened) -> Relayed:
-    """The answer relayed as it comes: its body's bytes passed on as the upstream framed them
-    (chunked, or its length kept); a body that ends with the connection is framed again."""
-    headers = _headers(got)
-    length = got.header("content-length")
-    if got.framing == "length" and length is not None:
-        headers.append((b"content-length", length.encode("latin-1")))
-    # A chunked body's data goes as one chunk per upstream read (``Wire.passed_to``).
-    passed = None
-    if got.framing == "chunked":
-        passed = got.rechunked_to
-    elif got.framing == "length":
-        passed = got.passed_to
-    return Relayed(got.status_code, got.reason, headers, got.aiter_raw(), got.aclose, passed)
-
-
 async def _read_error(got: Opened, timeout: float) -> tuple[Relayed, bytes]:
     """An error answer read whole (to ``MAX_ERROR_BODY``, within the route's ``timeout``), to
     relay if no later route answers; and its body's bytes as they came."""
@@ -426,6 +427,18 @@ async def _read_error(got: Opened, timeout: float) -> tuple[Relayed, bytes]:
     finally:
         await got.aclose()
     return whole(got.status_code, _headers(got), bytes(body)), bytes(body)
+
+
+async def _started(got: Opened, timeout: float) -> Opened | NoAnswer:
+    """A 2xx answer once its body's first bytes came; its body ended (any way) before any,
+    or none came within the route's ``timeout``: nothing reached the client, the attempt
+    failed (the next route or key answers)."""
+    cause = await got.started(timeout)
+    if cause is None:
+        return got
+    await got.aclose()
+    why = f"HTTP {got.status_code}, its body ended before its first byte ({cause})"
+    return NoAnswer(Reason.TIMED_OUT if cause == "upstream_idle" else Reason.UNREACHABLE, why)
 
 
 def _decoded(body: bytes, got: Opened) -> bytes:

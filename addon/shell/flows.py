@@ -116,6 +116,11 @@ class FlowRecord:
     client_name: str | None = None
     """The name of the client whose key the request carried (``bridge_client_keys``): the
     usage ledger's client label. Never the key."""
+    cut: str | None = None
+    """How the upstream's body broke off (the relay's ``BodyCut`` cause: ``upstream_cut``,
+    ``upstream_reset``, ``upstream_idle``), the relay having ended mitmproxy's read of it
+    cleanly: the stream's reader ends the client's stream with it (``upstream_cut``), a whole
+    answer becomes the client's 502."""
     client_route: Route | None = None
     """The route that client's key was checked for: its client dialect is the request's (a
     model list asks its upstream with a key of such a route: ``addon.plan.model_lists``)."""
@@ -209,6 +214,11 @@ class Flows:
             return None
         leg, chain.leg = chain.leg, None
         return leg
+
+    def cut(self, flow_id: str, cause: str) -> None:
+        """The relay saw the flow's upstream body break off (``FlowRecord.cut``)."""
+        if (record := self._records.get(flow_id)) is not None:
+            record.cut = cause
 
     def __contains__(self, flow_id: object) -> bool:
         return flow_id in self._records

@@ -30,6 +30,17 @@ HOLD = 256 * 1024
 """Bytes of an answer held for one write before the relay writes and waits for mitmproxy."""
 
 
+class BodyCut(ConnectionError):
+    """An upstream body ended before its end: ``cause`` says how (``upstream_cut``: the
+    connection closed, or TLS without close_notify; ``upstream_reset``; ``upstream_idle``:
+    nothing came for ``bridge_stream_idle_timeout``), the stream processor's input
+    (``StreamProcessor.upstream_cut``)."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(f"the body ended before its end ({cause})")
+        self.cause = cause
+
+
 @dataclass(slots=True)
 class Relayed:
     """An answer for mitmproxy: the upstream's status line and headers (hop-by-hop ones
@@ -46,6 +57,9 @@ class Relayed:
     passed: Passed | None = None
     """The body's bytes written to mitmproxy as the upstream framed them (the headers say
     how: ``content-length``, else chunked), instead of ``body`` framed again."""
+    cut: Callable[[str], None] | None = None
+    """Told the cause when the body breaks off (``BodyCut``): the relay then ends a chunked
+    body cleanly (its last chunk), the flow's reader writes the client's ending."""
 
 
 type Passed = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -140,6 +154,9 @@ class Relay:
         try:
             await _write(relayed, reader, writer)
             return True
+        except BodyCut as e:  # no way to tell mitmproxy but to cut its connection too
+            log.info("cursor-bridge: relay: answer cut off (%s)", e.cause)
+            return False
         except (ConnectionError, OSError):
             return False
         except Exception as e:  # the upstream's body failed mid-way (its connection): cut it off
@@ -163,10 +180,25 @@ async def _write(
     head += [k + b": " + v + b"\r\n" for k, v in relayed.headers]
     head.append(b"transfer-encoding: chunked\r\n\r\n" if chunked else b"\r\n")
     writer.write(b"".join(head))
+    ended = False
+    try:
+        ended = await _body(relayed, reader, writer, chunked)
+    except BodyCut as e:  # the cause to the flow; a clean end for mitmproxy, if it can
+        if relayed.cut is None or not chunked:
+            raise
+        relayed.cut(e.cause)
+    if chunked and not ended:
+        writer.write(b"0\r\n\r\n")
+    await writer.drain()
+
+
+async def _body(
+    relayed: Relayed, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, chunked: bool
+) -> bool:
+    """The body written; True when ``passed`` wrote it whole, its end included."""
     if relayed.passed is not None:
         await relayed.passed(reader, writer)
-        await writer.drain()
-        return
+        return True
     pending: list[bytes] = []
     held = 0
 
@@ -193,9 +225,7 @@ async def _write(
                 await writer.drain()
     finally:
         flush()  # what came before a failure still goes (the cut follows it)
-    if chunked:
-        writer.write(b"0\r\n\r\n")
-    await writer.drain()
+    return False
 
 
 def _reason(status: int) -> bytes:

@@ -115,7 +115,9 @@ class StreamAttach:
         if plan.client_framing != plan.upstream_framing:
             put.append(("content-type", CONTENT_TYPES[plan.client_framing]))
         replace_headers(resp.headers, drop, put)
-        read = stream_callable(processor, plan.label, run.report)
+        record = self.flows.get(flow.id)
+        cut = (lambda: record.cut) if record is not None else None
+        read = stream_callable(processor, plan.label, run.report, cut=cut)
         if keep and not stores_streamed_bodies():
             # What the client gets, for the content view when mitmproxy keeps no streamed body.
             kept = run.client_bytes = KeptBytes(KEEP_STREAM_BYTES)
@@ -142,15 +144,22 @@ def stream_callable(
     label: str,
     report: FlowReport | None = None,
     clock: Callable[[], int] = time.perf_counter_ns,
+    cut: Callable[[], str | None] | None = None,
 ) -> Callable[[bytes], Sequence[bytes]]:
     """The ``flow.response.stream`` callable: ``b""`` ends the body, anything else is fed.
 
     It is the processor's reader (``StreamProcessor.reader``): the common read in one flat
     function, the others through ``general`` here, which keeps a failure of ours from eating
     the stream and logs why the processor gave up (once, at the first read after it did). The
-    time reads take goes to the flow's report, sampled after a stream's first reads."""
+    time reads take goes to the flow's report, sampled after a stream's first reads. At the
+    body's end, ``cut`` names how the upstream broke it off, if it did (the relay ended the
+    body cleanly): the processor's ``upstream_cut`` writes the client's ending."""
     reported = False
-    feed, finish = processor.feed_general, processor.finish
+    feed = processor.feed_general
+
+    def finish() -> list[bytes]:
+        cause = cut() if cut is not None else None
+        return processor.upstream_cut(cause) if cause else processor.finish()
 
     def general(data: bytes) -> list[bytes]:
         nonlocal reported

@@ -20,7 +20,7 @@ from addon.plan.answer import (
     loop_ask_again,
     needs_retry,
 )
-from addon.plan.errors import foreign_error, success_error, upstream_error
+from addon.plan.errors import cut_answer, foreign_error, success_error, upstream_error
 from addon.report.outcome import Count
 from addon.shell.answer_notes import note_text_calls, stream_done
 from addon.shell.ask_again import second_answer
@@ -92,6 +92,14 @@ class Answers:
         state = run.answer
         if state.processor is not None:
             stream_done(self.report, flow, run, plan)
+            return
+        record = self.report.flows.get(flow.id)
+        if record is not None and record.cut:  # the relay ended a broken body: not an answer
+            self.report.state.count(Count.ANSWERS_NOT_TRANSLATABLE)
+            log.warning("%s: the upstream's answer broke off (%s): 502", plan.label, record.cut)
+            self.report.not_rewritten(run, f"upstream answer cut ({record.cut})")
+            append_comment(flow, f"upstream answer cut ({record.cut}) → 502")
+            flow.response = json_response(502, cut_answer(plan, record.cut))
             return
         if not (200 <= resp.status_code < 300):
             if await self.staged.answer(flow, run, plan, resp):

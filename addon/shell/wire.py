@@ -18,7 +18,8 @@ from urllib.parse import urlsplit
 
 import certifi
 
-from addon.shell.relay import stop_reading
+from addon.shell.chunks import Chunks
+from addon.shell.relay import BodyCut, stop_reading
 
 HOLD = 256 * 1024
 """Bytes the relay's writer may hold before the upstream's reading pauses."""
@@ -32,6 +33,10 @@ MAX_IDLE = 100
 
 class UpstreamClosed(ConnectionError):
     """The upstream closed the connection, or spoke no HTTP/1.1 we read."""
+
+
+def _cause(exc: BaseException | None) -> str:
+    return "upstream_reset" if isinstance(exc, ConnectionResetError) else "upstream_cut"
 
 
 class ProxyRefused(ConnectionError):
@@ -51,63 +56,6 @@ class Origin:
     proxy_auth: str
     """Its ``Proxy-Authorization`` value, or ""."""
     insecure: bool
-
-
-class Chunks:
-    """Where a chunked body ends, its bytes read once: the sizes, not the data."""
-
-    __slots__ = ("line", "need", "trailer")
-
-    def __init__(self) -> None:
-        self.need = 0
-        """Bytes of the current chunk still to come, its CRLF included."""
-        self.line = b""
-        """A size or trailer line not yet whole."""
-        self.trailer = False
-
-    def feed(self, data: bytes, out: list[bytes] | None) -> int:
-        """Where in ``data`` the body ended (-1: not yet); the chunks' data appended to ``out``
-        when given (the body decoded), else only counted. ValueError: no chunked framing."""
-        i, n = 0, len(data)
-        find = data.find
-        while i < n:
-            if self.need:
-                take = min(self.need, n - i)
-                if out is not None and self.need > 2:
-                    out.append(data[i : i + min(take, self.need - 2)])
-                self.need -= take
-                i += take
-                continue
-            j = find(b"\n", i)
-            if j < 0:
-                self.line += data[i:]
-                if len(self.line) > 4096:
-                    raise ValueError("chunk line too long")
-                return -1
-            if self.line:
-                line, self.line = self.line + data[i:j], b""
-            else:
-                line = data[i:j]
-            i = j + 1
-            if self.trailer:
-                if not line.rstrip(b"\r"):
-                    return i
-                continue
-            try:
-                size = int(line, 16)  # the common line, "1a3\r" (int strips the \r)
-            except ValueError:  # an extension: "1a3;name=value"
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            if size < 0:
-                raise ValueError("negative chunk size")
-            if size == 0:
-                self.trailer = True
-            elif i + size + 2 <= n:  # the whole chunk in this read (the common case): at once
-                if out is not None:
-                    out.append(data[i : i + size])
-                i += size + 2
-            else:
-                self.need = size + 2
-        return -1
 
 
 class Wire(asyncio.Protocol):
@@ -143,6 +91,13 @@ class Wire(asyncio.Protocol):
         self.paused = False
         self.resuming: asyncio.Future[None] | None = None
         """Waits for the relay's writer to drain, then reads on."""
+        self.idle = 0.0
+        """Seconds the body may send nothing before it is cut (``upstream_idle``); 0: none."""
+        self.last_read = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+        self.lost_by: BaseException | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        """Woken by the body's first bytes, or its end, before its reader is there."""
 
     # ------------------------------------------------------------------ asyncio's side
 
@@ -152,6 +107,8 @@ class Wire(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.got_bytes = True
+        if self.timer is not None:
+            self.last_read = time.monotonic()
         if self.head is not None and not self.head.done():
             self._head_bytes(data)
         elif self.end is not None and not self.ended:
@@ -160,7 +117,7 @@ class Wire(asyncio.Protocol):
             self._close()
 
     def eof_received(self) -> bool | None:
-        self._lost(UpstreamClosed("the upstream closed the connection"))
+        self._lost(_eof(self.transport))
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -173,14 +130,18 @@ class Wire(asyncio.Protocol):
             self.head.set_exception(exc)
         elif self.end is not None and not self.ended:
             if self.sink is None:
-                self.eof = True
-            elif self.framing == "close":
-                self._ended(b"", keep=False)
+                self.eof, self.lost_by = True, exc
+                _wake(self.waiter)
+            elif self.framing == "close" and (isinstance(exc, UpstreamClosed) or exc is None):
+                self._ended(b"", keep=False)  # a reset, TLS without close_notify: a cut
             else:
-                self.ended = True
-                self.keep = False
-                if not self.end.done():
-                    self.end.set_exception(UpstreamClosed("the body ended before its end"))
+                self._cut(_cause(exc))
+
+    def _cut(self, cause: str) -> None:
+        self.ended = True
+        self.keep = False
+        if self.end is not None and not self.end.done():
+            self.end.set_exception(BodyCut(cause))
 
     # ------------------------------------------------------------------ one request
 
@@ -193,6 +154,7 @@ class Wire(asyncio.Protocol):
         self.head, self.end = loop.create_future(), loop.create_future()
         self.buf.clear()
         self.got_bytes, self.ended, self.sink, self.held, self.eof = False, False, None, [], False
+        self.lost_by = None
         self.chunks, self.decode, self.method = Chunks(), False, method
         self.transport.write(request)
         return self.head
@@ -242,6 +204,7 @@ class Wire(asyncio.Protocol):
     def _body_bytes(self, data: bytes) -> None:
         if self.sink is None:
             self.held.append(data)
+            _wake(self.waiter)
             return
         try:
             if self.framing == "chunked":
@@ -277,7 +240,8 @@ class Wire(asyncio.Protocol):
                 break
             self._body_bytes(data)
         if self.eof and not self.ended:
-            self._lost(UpstreamClosed("the upstream closed the connection"))
+            self._lost(self.lost_by or UpstreamClosed("the upstream closed the connection"))
+        _watch(self)
 
     def _ended(self, _: bytes, keep: bool) -> None:
         self.ended, self.keep = True, keep
@@ -295,17 +259,18 @@ class Wire(asyncio.Protocol):
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rechunk: bool = False
     ) -> None:
         """The body's bytes, framing included, written to ``writer`` as they come; mitmproxy
-        closing the connection (``reader`` at its end) stops the reading. Raises
-        ``UpstreamClosed`` when the body ends before its end (the relay then cuts it off).
+        closing the connection (``reader`` at its end) stops the reading. Raises ``BodyCut``
+        when the body ends before its end (the relay then ends it cleanly, naming the cause).
 
-        ``rechunk`` (a chunked body): its data written again as ONE chunk per upstream read,
-        then the last chunk. Why: mitmproxy hands each chunk it parses to the stream callable
+        ``rechunk``: its data written again as ONE chunk per upstream read (a body of a
+        length, or to the connection's close, too: a cut one can still end cleanly), then the
+        last chunk. Why: mitmproxy hands each chunk it parses to the stream callable
         as one event through its layers (~µs each); an upstream that sends one SSE event per
         chunk (OpenAI, Anthropic) then costs one pass per event, a read of many events one
         pass (docs/speed.md, "One upstream path")."""
         assert self.end is not None
         out = writer.transport
-        rechunk = rechunk and self.framing == "chunked"
+        rechunk = rechunk and self.framing != "none"
 
         def sink(piece: bytes) -> None:
             out.write(b"%x\r\n%b\r\n" % (len(piece), piece) if rechunk else piece)
@@ -365,6 +330,9 @@ class Wire(asyncio.Protocol):
         """The request is done with the connection: back to the pool when its answer ended
         whole and it may be kept alive, else closed."""
         self.sink, self.held = None, []
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         if self.paused:
             self._close()
         t = self.transport
@@ -374,6 +342,43 @@ class Wire(asyncio.Protocol):
             self.pool.keep(self)
             return
         self._close()
+
+
+def _eof(transport: asyncio.Transport | None) -> BaseException:
+    """How the upstream closed: cleanly, or TLS without close_notify (asyncio's TLS layer
+    reports both as an end: only its own flag, the TCP connection's end seen before a
+    close_notify, tells them apart; without the flag, an end)."""
+    tls = getattr(transport, "_ssl_protocol", None)
+    if tls is not None and getattr(tls, "_eof_received", False) is True:
+        return ssl.SSLEOFError("TLS closed without close_notify")
+    return UpstreamClosed("the upstream closed the connection")
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
+def _watch(wire: Wire) -> None:
+    """The idle timeout starts with the body's reading (``idle`` seconds, if any)."""
+    if wire.idle > 0 and wire.timer is None and not wire.ended:
+        wire.last_read = time.monotonic()
+        wire.timer = asyncio.get_running_loop().call_later(wire.idle, _idle_check, wire)
+
+
+def _idle_check(wire: Wire) -> None:
+    """Nothing read for ``idle`` seconds (the relay's writer not holding it back): the body is
+    cut (``upstream_idle``) and the connection closed."""
+    wire.timer = None
+    if wire.ended or wire.end is None:
+        return
+    left = wire.last_read + wire.idle - time.monotonic()
+    if left > 0 or wire.paused:
+        wait = left if left > 0 else wire.idle
+        wire.timer = asyncio.get_running_loop().call_later(wait, _idle_check, wire)
+        return
+    wire._cut("upstream_idle")
+    wire._close()
 
 
 def _parse_head(raw: bytes) -> tuple[int, bytes, list[tuple[bytes, bytes]], bool]:
@@ -513,6 +518,27 @@ class Opened:
 
     def aiter_raw(self) -> AsyncIterator[bytes]:
         return self.wire.pieces()
+
+    async def started(self, timeout: float) -> str | None:
+        """Waits for the body's first bytes (``timeout`` seconds at most): None once they
+        came, or when the answer has no body; else how the body ended before any (the cause,
+        as ``BodyCut`` names it): nothing of it can have reached the client."""
+        wire = self.wire
+        if wire.framing == "none" or wire.held or wire.sink is not None:
+            return None
+        if not wire.eof:
+            wire.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(wire.waiter, timeout)
+            except TimeoutError:
+                return "upstream_idle"
+            finally:
+                wire.waiter = None
+        return None if wire.held else _cause(wire.lost_by)
+
+    def watch(self, idle: float) -> None:
+        """The body is cut after ``idle`` seconds without a byte (``upstream_idle``)."""
+        self.wire.idle = idle
 
     async def passed_to(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await self.wire.passed_to(reader, writer)

@@ -519,10 +519,12 @@ def _ended_cleanly(self: StreamProcessor) -> bool:
 
 
 def _cut_off(self: StreamProcessor, cause: str) -> list[bytes]:
-    """cut (READING, BETWEEN, COLLECTING, PASSTHROUGH, SECOND_CALL): what stages hold,
-    then the client's stream ends with its dialect's error naming ``cause``; later bytes
-    are dropped. Issue 42 fills the rest (the calls held, the log line, retryable types)."""
-    message = f"cursor-bridge: the upstream's stream broke off before its end ({cause})"
+    """cut (READING, BETWEEN, COLLECTING, PASSTHROUGH, SECOND_CALL): what stages hold (a
+    call not ended dropped), then the client's stream ends with its dialect's error naming
+    ``cause``, of the type for 503 (retryable: ``BRIDGE_ERROR_STATUS``); later bytes dropped."""
+    how = {"upstream_reset": "reset the connection", "upstream_idle": "sent nothing for too long"}
+    what = how.get(cause, "closed the connection")
+    message = f"cursor-bridge: the upstream {what} before the stream's end ({cause})"
     return self._end_client(message, message, cause)
 
 

@@ -136,6 +136,9 @@ class SSEReply:
     side than its client, which may hang up first)."""
     cuts: tuple[int, ...] = ()
     """Where the body is cut into pieces (offsets, in order), instead of at random."""
+    abort: bool = False
+    """After the pieces, the connection closed without the last chunk: the body broken off
+    (issue 42), as an upstream restart or a balancer's timeout does."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.chunk_min <= self.chunk_max:
@@ -378,6 +381,11 @@ def _make_handler(upstream: ScriptedUpstream) -> type[BaseHTTPRequestHandler]:
                 self._chunk(piece)
             if compressor is not None:
                 self._chunk(compressor.flush())
+            if reply.abort:
+                self.close_connection = True
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
             if reply.linger:
                 time.sleep(reply.linger)
             self.wfile.write(b"0\r\n\r\n")

@@ -456,6 +456,20 @@ class ToolLoop:
         return [turn.rec for turn in self.turns if turn.kind == kind]
 
 
+class CutOnce(ToolLoop):
+    """The first streamed answer broken off (issue 42): its first half of events, then the
+    connection closed without the last chunk; every other answered as ``ToolLoop`` does. The
+    broken one is recorded as a "broken" turn after its own."""
+
+    def reply(self, stream: bool, text: str | None, calls: Sequence[Call]) -> Reply:
+        got = super().reply(stream, text, calls)
+        if not stream or not isinstance(got, SSEReply) or self.of("broken"):
+            return got
+        self.turns.append(Turn("broken", self.turns[-1].rec, True))
+        events = [e for e in got.body.split(b"\n\n") if e.strip()]
+        return SSEReply(b"\n\n".join(events[: max(1, len(events) // 2)]) + b"\n\n", abort=True)
+
+
 def tool_results(dialect: str, body: Any) -> list[tuple[str, str]]:
     """``(call id or name, result as text)`` for each tool result in a request body."""
     out: list[tuple[str, str]] = []

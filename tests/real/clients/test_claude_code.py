@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import JSONReply, Reply, SSEReply, sse_from_payloads
-from tests.real.clients.loop import UPSTREAMS, Call, ToolLoop, gemini_chunk
+from tests.real.clients.loop import UPSTREAMS, Call, CutOnce, ToolLoop, gemini_chunk
 from tests.real.clients.programs import (
     Agent,
     Bridge,
@@ -47,7 +47,7 @@ def claude(program: Program, bridge: Bridge, project: Path, prompt: str) -> Fini
         "DISABLE_TELEMETRY": "1",
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_ERROR_REPORTING": "1",
-        "CLAUDE_CODE_MAX_RETRIES": "0",
+        "CLAUDE_CODE_MAX_RETRIES": "2",
     }
     argv = [
         str(program.binary),
@@ -154,3 +154,20 @@ def test_claude_code_runs_three_turns_over_a_gemini_server_that_repeats_its_answ
     loop = SameResponseId("gemini", rounds_of(files, read, 2, 1))
     through_bridge(CLAUDE_CODE, loop, [p for p, _ in files])
     assert [t.round for t in loop.turns if t.kind == "call"] == [0, 1]
+
+
+@pytest.mark.parametrize("upstream", ["anthropic", "openai_chat"])
+def test_claude_code_asks_again_when_the_upstream_breaks_its_stream_off(
+    through_bridge: ThroughBridge, project: Path, token: str, upstream: str
+) -> None:
+    """Issue 42: the upstream closes the connection in the middle of the first streamed
+    answer (no last chunk). The bridge ends Claude Code's stream with an ``error`` event of
+    type ``overloaded_error`` (tests/e2e/test_stream_endings.py), and Claude Code asks the
+    same turn again, streamed, even with ``CLAUDE_CODE_MAX_RETRIES=0``: the loop runs to its
+    end (docs/streams.md)."""
+    target = project / "notes.txt"
+    loop = CutOnce(upstream, [[(read(1, target), token)]])
+    through_bridge(CLAUDE_CODE, loop, [target])
+    kinds = [(t.kind, t.stream) for t in loop.turns if t.rec.method == "POST"]
+    at = kinds.index(("broken", True))
+    assert kinds[at - 1 : at + 2] == [("call", True), ("broken", True), ("call", True)], kinds

@@ -14,12 +14,13 @@ parallel calls, one call, the text).
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.real.clients.loop import UPSTREAMS, Call, ToolLoop
+from tests.real.clients.loop import UPSTREAMS, Call, CutOnce, ToolLoop
 from tests.real.clients.programs import (
     Agent,
     Bridge,
@@ -129,3 +130,34 @@ def test_codex_runs_three_turns_through_the_bridge(
 ) -> None:
     loop = WRAPPED[upstream](upstream, rounds_of(notes(project, 3), cat(project), 2, 1))
     through_bridge(CODEX, loop)
+
+
+@pytest.mark.parametrize("upstream", ["openai_responses", "openai_chat"])
+def test_codex_retries_a_stream_the_upstream_broke_off(
+    through_bridge: ThroughBridge,
+    project: Path,
+    token: str,
+    upstream: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 42: the upstream closes the connection in the middle of the first streamed answer
+    (no last chunk). Codex (``stream_max_retries = 2``) gets ``response.failed`` with
+    ``server_error`` and the bridge's message, not a broken connection, says "Reconnecting...
+    1/2" and asks again: the loop runs to its end. With ``stream_max_retries = 0`` (its
+    other tests) it would stop there (docs/streams.md)."""
+    real = run
+
+    def retrying(argv: list[str], cwd: Path, env: dict[str, str]) -> Finished:
+        config = Path(env["CODEX_HOME"]) / "config.toml"
+        text = config.read_text().replace("stream_max_retries = 0", "stream_max_retries = 2")
+        config.write_text(text)
+        return real(argv, cwd=cwd, env=env)
+
+    monkeypatch.setattr(sys.modules[__name__], "run", retrying)
+    loop = CutOnce(upstream, [[(cat(project)(1, project / "notes.txt"), token)]])
+    done = through_bridge(CODEX, loop)
+    kinds = [(t.kind, t.stream) for t in loop.turns if t.rec.method == "POST"]
+    assert kinds[:3] == [("call", True), ("broken", True), ("call", True)], kinds
+    # What it read was the bridge's error (its message), not a broken connection.
+    said = [line for line in done.stdout.splitlines() if '"type":"error"' in line]
+    assert said and "(upstream_cut)" in said[0] and "Reconnecting" in said[0], said

@@ -128,7 +128,10 @@ def test_the_error_that_ends_a_stream_has_the_same_type(
 
 
 def test_the_bridges_own_stream_errors_have_a_status() -> None:
-    assert StreamError("cut", "upstream_cut").http_status == 502
+    # A stream the upstream broke off: 503, retryable by every client (issue 42).
+    for cause in ("upstream_cut", "upstream_reset", "upstream_idle"):
+        assert StreamError("cut", cause).http_status == 503
+    assert stream_error_type("anthropic", 503) == "overloaded_error"
     assert StreamError("not a stream", "upstream_error").http_status == 502
     assert StreamError("ours", "bridge_stream_error").http_status == 500
     assert StreamError("theirs", "BrandNewException", "kiro").http_status == 502

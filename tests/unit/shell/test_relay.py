@@ -22,9 +22,10 @@ from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
 from addon.plan.fallback import NoAnswer, Reason
+from addon.shell.chunks import Chunks
 from addon.shell.relay import TOKEN_HEADER, Leg, Relay, Relayed, whole
 from addon.shell.retry import Retry
-from addon.shell.wire import Chunks, Opened
+from addon.shell.wire import Opened
 
 TIMEOUT = 10.0
 

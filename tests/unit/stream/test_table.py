@@ -249,7 +249,7 @@ def _error_of(client: str, out: bytes) -> str:
     data = json.loads(last.split("data: ", 1)[1])
     if client == "anthropic":
         assert last.startswith("event: error\n")
-        assert data["type"] == "error" and data["error"]["type"] == "api_error"
+        assert data["type"] == "error" and data["error"]["type"] == "overloaded_error"
         return str(data["error"]["message"])
     if client == "openai_responses":
         assert last.startswith("event: response.failed\n")
@@ -262,7 +262,7 @@ def _error_of(client: str, out: bytes) -> str:
         assert "[DONE]" not in text  # an error chunk ends it, as ``end_with`` writes today
         return str(data["error"]["message"])
     assert client == "gemini"
-    assert data["error"]["code"] == 502 and data["error"]["status"] == "UNAVAILABLE"
+    assert data["error"]["code"] == 503 and data["error"]["status"] == "UNAVAILABLE"
     return str(data["error"]["message"])
 
 
