@@ -57,7 +57,7 @@ class ClientKeys:
     def holds(self, value: str) -> bool:
         """Whether ``value`` is one of the keys, whoever's (a set lookup of its digest: the
         time taken depends on the digest, never on how much of a key was right). For finding
-        a client key wherever a request carries it (``addon.plan.client_keys.client_keys_in``)."""
+        a client key wherever a request carries it (``addon.plan.spending.client_keys_in``)."""
         return bool(value) and digest(value) in self._digests
 
 

@@ -51,7 +51,7 @@ def load_routes(path: str | Path) -> tuple[Route, ...]:
 
 
 class WhenFields(BaseModel):
-    """A route's ``when`` table (``addon.routes.When``)."""
+    """A route's ``when`` table (``addon.config.routes.When``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 

@@ -329,7 +329,7 @@ class Dialect:
     """Whether the upstream answers Anthropic's ``count_tokens`` (as itself or translated);
     False (Kiro): the bridge's estimate answers and the upstream is not asked."""
     route_keys: frozenset[str] = frozenset()
-    """The route keys only some upstream dialects take (``addon.routes.DIALECT_KEYS``) that a
+    """The route keys only some upstream dialects take (``addon.config.routes.DIALECT_KEYS``) that a
     route to this one may give (Kiro: ``token_file``, ``profile_arn`` …); the others are
     refused at start."""
     cache_marks: CacheMarks | None = None

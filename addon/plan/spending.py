@@ -26,7 +26,7 @@ from addon.plan.values import error_bytes
 def sends_proxy_key(route: Route) -> bool:
     """Whether the route sends a key of the proxy's upstream (``api_key_env``, Kiro's
     ``token_file``) instead of the client's: what a client key guards. It replaces the client's
-    key upstream (``addon.wire.credentials``), so the client's key never goes there."""
+    key upstream (``addon.plan.wire_request.credentials``), so the client's key never goes there."""
     return route.api_key_env is not None or route.token_file is not None
 
 

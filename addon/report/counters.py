@@ -30,7 +30,7 @@ class BridgeState:
         """Add ``n`` to one of the named counters (``Count``; a free string is refused, so a
         misspelt name fails where it is written, not in ``bridge.stats``)."""
         if not isinstance(what, Count):
-            raise TypeError(f"not a counter: {what!r} (addon.outcome.Count names them)")
+            raise TypeError(f"not a counter: {what!r} (addon.report.outcome.Count names them)")
         self.counters[what.value] += n
 
     def add(self, counts: Mapping[str, int]) -> None:

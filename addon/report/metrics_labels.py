@@ -38,7 +38,7 @@ BRIDGE_COUNTERS = {
     "not_rewritten": "not rewritten",
 }
 """``cursor_bridge_<name>_total`` → the ``bridge.stats`` counter it reads
-(``addon.state.BridgeState.counters``)."""
+(``addon.report.counters.BridgeState.counters``)."""
 _GLOB = re.compile(r"[*?\[]")
 _STATUS = re.compile(r"HTTP (\d{3})\b")
 _NO_STATUS = {Reason.UNREACHABLE: "unreachable", Reason.TIMED_OUT: "timeout"}
@@ -48,7 +48,7 @@ _NO_STATUS = {Reason.UNREACHABLE: "unreachable", Reason.TIMED_OUT: "timeout"}
 @dataclass(frozen=True, slots=True)
 class Booking:
     """One answered flow as the usage ledger counts it: the row's key and the flow's tokens.
-    The metrics count the same value (``addon.shell.usage.UsageCounting.count``)."""
+    The metrics count the same value (``addon.shell.ledger_book.UsageCounting.count``)."""
 
     key: LedgerKey
     tokens: Tokens

@@ -269,7 +269,7 @@ def _rows(events: Sequence[Event]) -> list[_Row]:
 def usage_text(u: Usage) -> str:
     """An answer's usage in one line: ``in`` every prompt token (cached or not), ``out``
     every answer token, then the cache's counts as the flow's log line writes them
-    (``addon.outcome.cache_fields``); each only when the upstream reported it."""
+    (``addon.report.outcome.cache_fields``); each only when the upstream reported it."""
     pairs: list[tuple[str, object]] = [("in", u.prompt_tokens), ("out", u.output_tokens)]
     pairs += cache_fields(u)
     return " ".join(f"{k}={v}" for k, v in pairs if v is not None) or "(no counts)"

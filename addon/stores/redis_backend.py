@@ -1,7 +1,7 @@
 """The reasoning store's shared backend: Redis (or Valkey), for several workers on one store.
 
 Contract: loaded only for a Redis ``bridge_store`` (``redis://``, ``rediss://``, ``valkey://``,
-``unix://``: ``addon.config.parse_store_url``; the ``redis`` package is an optional extra);
+``unix://``: ``addon.config.options.parse_store_url``; the ``redis`` package is an optional extra);
 no mitmproxy, no logging — what the shell must say (Redis lost,
 Redis back) goes to the ``notify`` callback, on the thread of the store call that found it.
 Not for Redis Cluster (the scripts name keys they build). Layout: docs/reasoning.md."""

@@ -192,7 +192,7 @@ def _partial_input(text: str) -> str | None:
 
 def unwrap_custom_calls(resp: Response, names: frozenset[str]) -> Response:
     """A whole answer's calls of wrapped custom tools back as custom calls with their raw input
-    (streamed: ``addon.stream.custom_tools.CustomToolStage``)."""
+    (streamed: ``addon.stream.custom_calls.CustomToolStage``)."""
     if not names or not any(isinstance(p, ToolCall) and p.name in names for p in resp.parts):
         return resp
     parts = tuple(

@@ -1,7 +1,7 @@
 """Tool-call argument repair and normalization against the request's own tool schemas.
 
 Contract: pure functions over ``addon.model`` values, cost linear in the arguments' size; the
-stream stage is ``addon.stream.repair.RepairStage``. Why: arguments that almost fit the tool
+stream stage is ``addon.stream.hold_calls.RepairStage``. Why: arguments that almost fit the tool
 they call (``filePath`` for ``path``, a todo status ``done``, a trailing comma, a cut-off
 object) become what the client's tool accepts, never changing the call's meaning."""
 

@@ -1,4 +1,4 @@
-"""``bridge_store`` read by one parser (``addon.config.parse_store_url``): a path, ``redis://``,
+"""``bridge_store`` read by one parser (``addon.config.options.parse_store_url``): a path, ``redis://``,
 ``rediss://``, ``valkey://`` / ``valkeys://``, ``unix://`` or nothing; anything else refused
 naming the value and what is accepted, the db number checked. Then each form against what it
 names: a real ``redis-server`` for ``valkey://``, ``unix://`` (a socket in a temp dir) and

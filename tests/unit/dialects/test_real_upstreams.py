@@ -302,7 +302,7 @@ def test_a_recorded_error_reaches_every_client_in_its_shape(
     server: str, name: str, client: str
 ) -> None:
     """Whole or asked as a stream (answered as plain JSON with its status, not SSE: the
-    shell buffers it and re-shapes it whole, ``addon.shell.answers.translate_error``). On a
+    shell buffers it and re-shapes it whole, ``addon.shell.whole_answers.translate_error``). On a
     same-dialect route only an error in another dialect's shape is re-shaped (below)."""
     x = INDEX[server][name]
     assert x["status"] == 400

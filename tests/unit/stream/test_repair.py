@@ -1,4 +1,4 @@
-"""The argument-repair stream stage (issue 11): ``addon.stream.repair.RepairStage``.
+"""The argument-repair stream stage (issue 11): ``addon.stream.hold_calls.RepairStage``.
 
 Unit behaviour (holding, ordering, cut calls), the property that any split of a call's
 arguments gives what the whole-answer function gives, and replays of real OpenAI and
