@@ -389,17 +389,28 @@ class KeyRedactor:
     def stream(self) -> StreamRedactor:
         return StreamRedactor(self)
 
-    def _replace(self, buf: bytes) -> tuple[bytes, int, int]:
+    def _replace(self, buf: bytes, *, streamed: bool = False) -> tuple[bytes, int, int]:
         """``buf`` redacted, where the bytes after the last replacement start, and how many
-        replacements."""
+        replacements. ``streamed``: a form found at the end of a read that a longer form may
+        still grow from (a key, then the ``\\`` of its JSON-escaped form in the next read) is
+        left for the next read, as the whole body would have the longer one replaced."""
         parts: list[bytes] = []
-        last = 0
+        last = n = 0
         for m in self._pattern.finditer(buf):
+            if streamed and len(buf) - m.start() < self.longest and self._grows(buf[m.start() :]):
+                parts.append(buf[last : m.start()])
+                last = m.start()
+                break
             parts += (buf[last : m.start()], REDACTED_BYTES)
             last = m.end()
+            n += 1
         parts.append(buf[last:])
         out = b"".join(parts)
-        return out, len(out) - (len(buf) - last), (len(parts) - 1) // 2
+        return out, len(out) - (len(buf) - last), n
+
+    def _grows(self, rest: bytes) -> bool:
+        """Whether ``rest`` is the start of a form longer than itself."""
+        return any(len(f) > len(rest) and f.startswith(rest) for f in self._forms)
 
     def _tail(self, buf: bytes, start: int) -> int:
         """Where the longest end of ``buf`` (from ``start`` on) that is the start of a form
@@ -452,7 +463,7 @@ class StreamRedactor:
                 return buf
             start = 0
         else:
-            buf, start, n = self._keys._replace(buf)
+            buf, start, n = self._keys._replace(buf, streamed=True)
             self.replaced += n
         cut = self._keys._tail(buf, start)
         if cut == len(buf):
@@ -462,6 +473,10 @@ class StreamRedactor:
         return buf[:cut]
 
     def finish(self) -> bytes:
-        """The bytes held back (no key among them: a key would have been replaced)."""
+        """The bytes held back, redacted (a key a longer form could have grown from)."""
         held, self._held = self._held, b""
-        return held
+        if not self._keys.found(held):
+            return held
+        out, _, n = self._keys._replace(held)
+        self.replaced += n
+        return out

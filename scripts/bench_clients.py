@@ -13,7 +13,7 @@ the table gives the median ratio and its spread (min to max) over the rounds.
 
 Candidates (a decoded body is written again as one HTTP chunk per piece the client yields,
 as the relay must):
-- ``wire passed``: ``addon/shell/wire.py`` as the relay uses it today (``passed_to``: the
+- ``wire passed``: ``addon/shell/outbound/http1.py`` as the relay uses it today (``passed_to``: the
   body's bytes, chunk framing included, read only for the chunk sizes);
 - ``wire decoded``: the same client, its chunks decoded in its read callback and written as
   one chunk per read (what an upstream path that coalesces would do);
@@ -44,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
-from addon.shell.wire import Origin, Pool, ask  # noqa: E402
+from addon.shell.outbound.http1 import Origin, Pool, ask  # noqa: E402
 
 HOST = "127.0.0.1"
 BODY = b'{"model":"bench-model","stream":true,"messages":[{"role":"user","content":"hi"}]}'

@@ -231,7 +231,7 @@ RETRY_OPTIONS: tuple[OptionSpec, ...] = (
         "tool call that did not come).",
     ),
 )
-"""Options of the retry addon (``addon.shell.retry``)."""
+"""Options of the retry addon (``addon.shell.outbound.retry``)."""
 
 CLIENT_KEY_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(

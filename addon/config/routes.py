@@ -154,7 +154,7 @@ class Route:
     ``check_fallbacks`` holds the names to routes of the same client dialect, without cycles)."""
     timeout: float = DEFAULT_TIMEOUT
     """Seconds to the connection and to the first byte of the answer, for every attempt of a
-    chain (the relay makes them: ``addon.shell.relay``)."""
+    chain (the relay makes them: ``addon.shell.outbound.relay``)."""
     cooldown: float = DEFAULT_COOLDOWN
     """Seconds this route is skipped after a refused connection, a timeout or a 429 / 5xx
     without ``Retry-After`` (a 429's ``Retry-After`` says how long instead)."""

@@ -1,7 +1,7 @@
 """A route's ``fallback`` chain, decided with plain values: which answers fall back, why a route
 failed (``Reason``), how long it cools down (``Cooldowns``: this process's, or the store's,
 shared by every worker on a Redis store), which route comes next, the line naming what was
-tried. Sans-IO on an injected clock; the shell (``addon.shell.fallback``) sends the attempts.
+tried. Sans-IO on an injected clock; the shell (``addon.shell.outbound.attempts``) sends the attempts.
 Rules and limits: docs/routes.md ("Fallbacks")."""
 
 from __future__ import annotations

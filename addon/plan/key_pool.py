@@ -1,6 +1,6 @@
 """Key pools: a route whose ``api_key_env`` is a list sends one key per attempt, a
 conversation's own key first. Plain values: the chain of links, their names, the order, the
-client's answer when every key cools; the fallback addon (``addon.shell.fallback``) makes the
+client's answer when every key cools; the fallback addon (``addon.shell.outbound.attempts``) makes the
 attempts through its relay, as for a ``fallback`` chain. Why: a conversation stays on one key
 (and its prompt cache) while another key cools. A key is left out only for what the key did
 (``key_verdict`` on ``addon.plan.key_errors``'s table), at most one per client request, for

@@ -2,7 +2,7 @@
 pool, for a 401 / 403 the table of key errors does not name (``addon.plan.key_errors``) and
 for the recheck of a revoked key after ``bridge_key_recheck``. Plain values: which URL (the
 route's ``key_probe``, else one known per upstream), which headers carry the key, what the two
-answers (without the key, then with it) mean; the fallback addon (``addon.shell.fallback``)
+answers (without the key, then with it) mean; the fallback addon (``addon.shell.outbound.attempts``)
 sends it through the relay's client. Why: a probe that needs the key is evidence about the key
 (issue 40); a model list that answers without a key proves nothing. Rules: docs/routes.md
 ("A key's probe")."""

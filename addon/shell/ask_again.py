@@ -14,7 +14,7 @@ from addon.plan import FlowPlan, short
 from addon.plan.answer import ask_again, client_answer
 from addon.shell.flows import FlowRun
 from addon.shell.notes import append_comment, log
-from addon.shell.retry import Retry
+from addon.shell.outbound.retry import Retry
 
 
 async def second_answer(

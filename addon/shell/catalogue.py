@@ -28,7 +28,7 @@ from addon.shell.headers import header_map, is_json, json_response
 from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.notes import append_comment, log, log_internal_error
 from addon.shell.option_checks import OptionChecks, add_options, environment
-from addon.shell.retry import Retry, RetryAnswer
+from addon.shell.outbound.retry import Retry, RetryAnswer
 from addon.shell.settings import BridgeSettings
 from addon.transforms.thinking import catalogue_models
 

@@ -24,7 +24,7 @@ from addon.plan.model_lists import ListRequest
 from addon.redact import NO_SECRETS, SecretForms, Secrets
 from addon.report.counters import KeptBytes
 from addon.report.outcome import FlowReport, Outcome
-from addon.shell.relay import Leg
+from addon.shell.outbound.relay import Leg
 
 KEEP_STREAM_BYTES = 1024 * 1024
 """How much of a rewritten stream's bytes (upstream's, client's) is kept for the content view."""
@@ -62,7 +62,7 @@ class Attempt:
 
 @dataclass(slots=True)
 class Attempts:
-    """A flow on a route with a ``fallback`` chain (``addon.shell.fallback``)."""
+    """A flow on a route with a ``fallback`` chain (``addon.shell.outbound.attempts``)."""
 
     route: Route
     """The route picked first (the first of the chain not cooling down)."""

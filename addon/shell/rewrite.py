@@ -30,16 +30,16 @@ from addon.plan.wire_request import secret_values
 from addon.redact import Secrets, clean
 from addon.report.counters import Original
 from addon.report.outcome import Action, Count, FlowReport, Outcome
-from addon.shell.fallback import Fallbacks
 from addon.shell.headers import header_map, json_response
 from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.kiro_auth import KiroAuth
 from addon.shell.notes import append_comment, log, log_internal_error, set_meta
 from addon.shell.option_checks import environment
+from addon.shell.outbound.attempts import Fallbacks
+from addon.shell.outbound.upstream_request import apply_rewrite, origin, place
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.reporter import Report, comment, decision_lines, plan_facts
 from addon.shell.settings import BridgeSettings
-from addon.shell.upstream_request import apply_rewrite, origin, place
 
 
 class RewriteRequest:

@@ -17,8 +17,8 @@ from addon.shell.answer_notes import note_text_calls
 from addon.shell.flows import FlowRun
 from addon.shell.headers import json_response
 from addon.shell.notes import META_KEY, append_comment, log
+from addon.shell.outbound.retry import Retry, RetryAnswer
 from addon.shell.reporter import Report
-from addon.shell.retry import Retry, RetryAnswer
 
 
 class StagedRetry:

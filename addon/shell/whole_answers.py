@@ -27,8 +27,8 @@ from addon.shell.ask_again import second_answer
 from addon.shell.flows import FlowRun
 from addon.shell.headers import is_json, json_response, replace_headers
 from addon.shell.notes import append_comment, log, log_internal_error
+from addon.shell.outbound.retry import Retry
 from addon.shell.reporter import Report
-from addon.shell.retry import Retry
 from addon.shell.staged_sender import StagedRetry, translate_error, unreadable
 
 

@@ -23,7 +23,7 @@ from addon.plan.fallback import NoAnswer, Reason
 from addon.shell.addons import Addons, make_addons
 from addon.shell.flows import Attempts
 from addon.shell.notes import META_KEY
-from addon.shell.relay import TOKEN_HEADER
+from addon.shell.outbound.relay import TOKEN_HEADER
 from tests.real.clients.loop import GEMINI_SIGNATURE, Call, chat_message, chat_sse, gemini_chunk
 
 CLIENT_KEY = "sk-ant-client-SECRET"
@@ -101,7 +101,7 @@ def client_flow(host: str, path: str, key: tuple[str, str], body: Any) -> http.H
 
 @dataclass
 class Reply:
-    """An upstream's answer as ``Retry.open`` gives it (``addon.shell.wire.Opened``): headers
+    """An upstream's answer as ``Retry.open`` gives it (``addon.shell.outbound.http1.Opened``): headers
     read, the body still to come (here read off whole, as a body that ends with its
     connection)."""
 

@@ -1,4 +1,4 @@
-"""The fallback relay on loopback (``addon.shell.relay``), asked as mitmproxy asks it (HTTP/1.1,
+"""The fallback relay on loopback (``addon.shell.outbound.relay``), asked as mitmproxy asks it (HTTP/1.1,
 one connection kept alive): a leg's body arrives piece by piece as the leg gives it, a token
 serves once, a client that goes away cancels the leg and lets go of its upstream, a body that
 fails mid-way cuts the connection (the client never reads a short answer as a whole one), and
@@ -22,10 +22,10 @@ from mitmproxy import http
 from mitmproxy.test import taddons, tflow, tutils
 
 from addon.plan.fallback import NoAnswer, Reason
-from addon.shell.chunks import Chunks
-from addon.shell.relay import TOKEN_HEADER, Leg, Relay, Relayed, whole
-from addon.shell.retry import Retry
-from addon.shell.wire import Opened
+from addon.shell.outbound.chunks import Chunks
+from addon.shell.outbound.http1 import Opened
+from addon.shell.outbound.relay import TOKEN_HEADER, Leg, Relay, Relayed, whole
+from addon.shell.outbound.retry import Retry
 
 TIMEOUT = 10.0
 

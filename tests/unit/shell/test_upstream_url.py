@@ -15,7 +15,7 @@ from mitmproxy.test import taddons, tflow, tutils
 from addon.plan.wire_request import WITHHELD
 from addon.shell.addons import Addons, make_addons
 from addon.shell.notes import META_KEY
-from addon.shell.retry import RetryAnswer
+from addon.shell.outbound.retry import RetryAnswer
 from tests.e2e.harness import JSONReply, ScriptedUpstream
 
 SECRET = "sk-client-SECRET-never-elsewhere"

@@ -1,4 +1,4 @@
-"""The relay's client (``addon.shell.wire``) names how an upstream's body broke off (issue 42):
+"""The relay's client (``addon.shell.outbound.http1``) names how an upstream's body broke off (issue 42):
 a raw asyncio upstream on 127.0.0.1 writes the head and part of a body, then ends it one way;
 the body's reader raises ``BodyCut`` with the cause, or ends cleanly where the body did.
 
@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from addon.shell.relay import BodyCut
-from addon.shell.wire import Origin, Pool, ask
+from addon.shell.outbound.http1 import Origin, Pool, ask
+from addon.shell.outbound.relay import BodyCut
 
 HEAD_CLOSE = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
 HEAD_CHUNKED = (

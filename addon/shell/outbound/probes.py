@@ -18,7 +18,7 @@ from mitmproxy import http
 from addon.plan.fallback import NoAnswer
 from addon.plan.key_probe import Probe, ProbeResult, needs_key, probe_result
 from addon.shell.notes import log, log_internal_error
-from addon.shell.retry import Retry
+from addon.shell.outbound.retry import Retry
 
 MAX_BODY = 64 * 1024
 """A probe's answer is read to at most this many bytes (and dropped: its status says it)."""

@@ -26,7 +26,7 @@ from addon.plan import short
 from addon.plan.fallback import NoAnswer, Reason
 from addon.shell.notes import append_comment, log
 from addon.shell.option_checks import OptionChecks, add_options
-from addon.shell.wire import Opened, Origin, Pool, ProxyRefused, UpstreamClosed, ask
+from addon.shell.outbound.http1 import Opened, Origin, Pool, ProxyRefused, UpstreamClosed, ask
 
 _HOP_BY_HOP = frozenset(
     {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
@@ -140,7 +140,7 @@ class Retry(OptionChecks):
         """``request`` sent the way mitmproxy sends the flow's, its answer open once its
         headers came (the body still to read), or why none came within ``timeout`` seconds
         (the route's, to the first byte; the connect itself at most 15 s). Only the
-        request's own headers go (``addon.shell.wire``: no client library's defaults)."""
+        request's own headers go (``addon.shell.outbound.http1``: no client library's defaults)."""
         return await self.open_via(upstream_proxy(flow), request, timeout)
 
     async def open_via(

@@ -26,9 +26,9 @@ from addon.plan.values import tenths
 from addon.report.outcome import Action, Count, FlowReport, Outcome
 from addon.shell.flows import Attempt, Attempts
 from addon.shell.notes import append_comment, log, set_meta
-from addon.shell.probes import KeyProbes, Target
+from addon.shell.outbound.probes import KeyProbes, Target
+from addon.shell.outbound.retry import upstream_proxy
 from addon.shell.reporter import Report
-from addon.shell.retry import upstream_proxy
 from addon.shell.settings import BridgeSettings
 
 

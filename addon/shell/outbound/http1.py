@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 
 import certifi
 
-from addon.shell.chunks import Chunks
-from addon.shell.relay import BodyCut, stop_reading
+from addon.shell.outbound.chunks import Chunks
+from addon.shell.outbound.relay import BodyCut, stop_reading
 
 HOLD = 256 * 1024
 """Bytes the relay's writer may hold before the upstream's reading pauses."""

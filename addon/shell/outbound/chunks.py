@@ -1,5 +1,5 @@
 """Where an HTTP/1.1 chunked body ends (``Chunks``): the relay's client reads the chunk sizes of
-an upstream's body, not its data (``addon.shell.wire``)."""
+an upstream's body, not its data (``addon.shell.outbound.http1``)."""
 
 from __future__ import annotations
 

@@ -52,19 +52,19 @@ from addon.shell.flows import Attempt, Attempts, FlowRun
 from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.notes import META_KEY, append_comment, log, log_internal_error, set_meta
 from addon.shell.option_checks import environment
-from addon.shell.pool_keys import PoolKeys, kept
-from addon.shell.probes import KeyProbes
+from addon.shell.outbound.pool_keys import PoolKeys, kept
+from addon.shell.outbound.probes import KeyProbes
+from addon.shell.outbound.relay import TOKEN_HEADER, Relay, Relayed, whole
+from addon.shell.outbound.retry import Retry
+from addon.shell.outbound.upstream_request import apply_rewrite, origin
 from addon.shell.reasoning_store import ReasoningStoreLife
-from addon.shell.relay import TOKEN_HEADER, Relay, Relayed, whole
 from addon.shell.reporter import Report
-from addon.shell.retry import Retry
 from addon.shell.settings import BridgeSettings
-from addon.shell.upstream_request import apply_rewrite, origin
 from addon.stream.decompress import make_decompressor
 from addon.transforms.conversation import conversation_of
 
 if TYPE_CHECKING:
-    from addon.shell.wire import Opened
+    from addon.shell.outbound.http1 import Opened
 
 MAX_ERROR_BODY = 1024 * 1024
 """An upstream error's body is read to at most this many bytes (it is relayed whole)."""
@@ -101,7 +101,7 @@ class Fallbacks:
         self.relay = Relay(self._flows.take_leg)
         """Started with the first chain; a token's leg is its flow record's."""
         self.keys = PoolKeys(settings, KeyProbes(lambda: self.retry, environment), self)
-        """A pool's keys refused, probed and rechecked (``addon.shell.pool_keys``)."""
+        """A pool's keys refused, probed and rechecked (``addon.shell.outbound.pool_keys``)."""
 
     async def running(self) -> None:
         """The relay started with the proxy: the rewrite hook sends streams there (``send``)."""

@@ -1,0 +1,1 @@
+"""The shell's outbound path: what the bridge sends upstream itself and how an answer comes back — a route's fallback chain and key pool applied (``attempts``, ``pool_keys``, ``probes``), requests sent again (``retry``), the loopback relay every routed answer comes through (``relay``) and its HTTP/1.1 client (``http1``, ``chunks``)."""
