@@ -131,11 +131,11 @@ def no_answer(att: Attempted, got: NoAnswer, answered: bool) -> Verdict:
     key); a 2xx whose body ended before its first byte (``answered``) cools that link only
     (the next key may answer). The next link is tried."""
     route = att.route
-    cool = cooldown_after(route, None, None) or 0
-    name = link_name(route)
-    entries = (Cooling(name, cool),) if answered else upstream_cooling(att.chain, route, cool)
+    cool = cooldown_after(route, None, None)
+    name, seconds = link_name(route), cool or 0
+    entries = (Cooling(name, seconds),) if answered else upstream_cooling(att.chain, route, seconds)
     text = f"cursor-bridge [{route.name}]: upstream {got.detail}: falling back"
-    failure = Failure(name, got.reason, got.detail, cool or None)
+    failure = Failure(name, got.reason, got.detail, cool)
     return Verdict(Step.NEXT, entries, failure, line=Line(Level.INFO, text))
 
 
