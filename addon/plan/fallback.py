@@ -21,7 +21,7 @@ from addon.plan.flow_plan import FlowPlan
 from addon.plan.key_pool import is_link, link_name
 from addon.plan.values import error_bytes, tenths
 from addon.redact import clean
-from addon.report.outcome import Action, Count, FlowReport, Outcome
+from addon.report.outcome import Action, FlowReport, Outcome
 
 MAX_RETRY_AFTER = 3600.0
 """A ``Retry-After`` longer than this is taken as this (a route is never skipped for days)."""
@@ -269,14 +269,15 @@ class LineEdit:
 @dataclass(frozen=True, slots=True)
 class Told:
     """What a flow of a chain says once its answer came: a comment line, its metadata (merged
-    into the flow's), its log line's changes, a log line, a counter; ``passed``: the answer
-    is the bridge's own, in the client's dialect already (passed on as it is)."""
+    into the flow's), its log line's changes, a log line; ``fell_back``: a fallback answered
+    (``Count.FALLBACKS_ANSWERED``); ``passed``: the answer is the bridge's own, in the
+    client's dialect already, passed on as it is (``Count.REJECTED``)."""
 
     comment: str
     meta: dict[str, object]
     edit: LineEdit
     line: Line | None = None
-    count: Count | None = None
+    fell_back: bool = False
     passed: bool = False
 
 
@@ -295,7 +296,7 @@ def told(
         reason = f"answered {status}: no upstream reachable"
         edit = LineEdit(name, fields=(("tried", tried),), rejected=reason)
         comment = f"cursor-bridge [{name}]: no upstream reachable; tried: {tried}"
-        return Told(comment, meta, edit, count=Count.REJECTED, passed=True)
+        return Told(comment, meta, edit, passed=True)
     served = link_name(by.route)  # a key of a pool: route#KEYNAME
     if served in {f.route for f in failures if f.reason is not Reason.SKIPPED}:
         said = f"no route answered; tried: {tried}"  # the last error relayed: every route failed
@@ -319,7 +320,7 @@ def told(
     if all(f.reason is Reason.SKIPPED for f in failures):
         return Told(comment, meta, edit)  # routes cooling down passed over: nothing fell back
     line = Line(Level.INFO, f"{by.label}: fallback answered HTTP {status}; tried: {tried}")
-    return Told(comment, meta, edit, line, Count.FALLBACKS_ANSWERED)
+    return Told(comment, meta, edit, line, fell_back=True)
 
 
 def _described(failures: tuple[Failure, ...]) -> list[str]:

@@ -115,11 +115,10 @@ class Fallbacks:
     # ------------------------------------------------------------------ before the rewrite
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
-        """For a flow on a route with a chain, the first route not cooling down picked before
-        the Kiro and rewrite addons (the record's chain); the rewrite addon then writes the
-        flow's request for it and calls ``start``. Every key of a pool cooling down and
-        nothing else left: the client's 429 (503: every key revoked), as ``every_key_out``
-        says. The relay not started (it failed with the proxy): a coroutine that starts it."""
+        """A flow on a route with a chain: the first route not cooling down picked before the
+        Kiro and rewrite addons (the record's chain; the rewrite then calls ``start``), or
+        every key of a pool out: answered as ``every_key_out`` says. The relay not started
+        (it failed with the proxy): a coroutine that starts it first."""
         if flow.response is not None or flow.error is not None or not flow.live:
             return None
         try:
@@ -346,8 +345,9 @@ class Fallbacks:
             said.edit.apply(run.report)
             if said.passed:
                 run.plan = None  # the body is the client's already: passed on as it is
-            if said.count is not None:
-                self.report.state.count(said.count)
+                self.report.state.count(Count.REJECTED)
+            if said.fell_back:
+                self.report.state.count(Count.FALLBACKS_ANSWERED)
             if said.line is not None:
                 log.log(LEVELS[said.line.level], "%s", said.line.text)
         except Exception as e:

@@ -40,7 +40,7 @@ from addon.plan.fallback import (
 from addon.plan.flow_plan import FlowPlan
 from addon.plan.key_pool import links
 from addon.plan.key_probe import PROBED_FOR, RECHECK_HOLD, Probe, ProbeResult
-from addon.report.outcome import Count, FlowReport, Outcome
+from addon.report.outcome import FlowReport, Outcome
 
 NOW = 1_800_000_000.0
 RECHECK = 3600.0
@@ -395,7 +395,7 @@ def test_a_fallback_that_served_names_it_and_what_was_tried() -> None:
         "model": "",
         "tried": ["a (HTTP 503, cooling down 10 s)"],
     }
-    assert said.meta["route"] == "b" and said.count is Count.FALLBACKS_ANSWERED
+    assert said.meta["route"] == "b" and said.fell_back and not said.passed
     assert said.line is not None and said.line.level is Level.INFO
     assert said.line.text == (
         "cursor-bridge [b]: fallback answered HTTP 200; tried: a (HTTP 503, cooling down 10 s)"
@@ -411,7 +411,7 @@ def test_a_fallback_that_served_names_it_and_what_was_tried() -> None:
 
 def test_a_key_of_a_pool_that_served_is_named_by_its_variable() -> None:
     said = told(plan_of(OTHER), 200, "https://p.example", (SKIPPED_A,), "pool")
-    assert said is not None and said.line is None and said.count is None  # only passed over
+    assert said is not None and said.line is None and not said.fell_back  # only passed over
     report = FlowReport("pool")
     said.edit.apply(report)
     assert report.fields["key"] == OTHER.key_env
@@ -421,7 +421,7 @@ def test_a_key_of_a_pool_that_served_is_named_by_its_variable() -> None:
 def test_every_route_failed_the_last_error_is_relayed_and_said() -> None:
     last = Failure("b", Reason.ANSWERED_FAILURE, "HTTP 500")
     said = told(plan_of(B), 500, "https://b.example", (FAILED_A, last), "a")
-    assert said is not None and said.count is None and not said.passed
+    assert said is not None and not said.fell_back and not said.passed
     words = "no route answered; tried: a (HTTP 503, cooling down 10 s), b (HTTP 500)"
     assert said.comment == f"cursor-bridge [b]: {words}"
     assert said.line is not None and said.line.level is Level.WARNING
@@ -436,7 +436,7 @@ def test_every_route_failed_the_last_error_is_relayed_and_said() -> None:
 def test_no_route_reachable_is_a_rejection_passed_on_as_it_is() -> None:
     gone = Failure("b", Reason.TIMED_OUT, "timed out before the first byte")
     said = told(None, 504, "", (FAILED_A, gone), "a")
-    assert said is not None and said.passed and said.count is Count.REJECTED
+    assert said is not None and said.passed and not said.fell_back
     assert said.comment.startswith("cursor-bridge [b]: no upstream reachable; tried: a (")
     assert said.meta["route"] == "b" and said.meta["action"] == "rejected"
     report = FlowReport("a", mode="stream", fields={"model": "x"})
