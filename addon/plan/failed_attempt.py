@@ -139,6 +139,14 @@ def no_answer(att: Attempted, got: NoAnswer, answered: bool) -> Verdict:
     return Verdict(Step.NEXT, entries, failure, line=Line(Level.INFO, text))
 
 
+def empty_body(status: int, cause: str) -> NoAnswer:
+    """A 2xx answer whose body ended (``cause``: the relay's ``BodyCut`` cause) before its
+    first byte, or sent none within the route's ``timeout`` (``upstream_idle``): nothing
+    reached the client, the attempt got no answer (the next route or key answers)."""
+    why = f"HTTP {status}, its body ended before its first byte ({cause})"
+    return NoAnswer(Reason.TIMED_OUT if cause == "upstream_idle" else Reason.UNREACHABLE, why)
+
+
 def is_error(route: Route, status: int) -> bool:
     """Whether an answer of ``route`` is an error to read whole and judge (``answered``): a
     429 or 5xx (``falls_back``), or an error of a key of a pool a key's fault may come with;

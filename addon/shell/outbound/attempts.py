@@ -25,6 +25,7 @@ from addon.plan.failed_attempt import (
     Attempted,
     Step,
     Verdict,
+    empty_body,
     every_key_out,
     is_error,
     no_answer,
@@ -122,12 +123,12 @@ class Fallbacks:
         if flow.response is not None or flow.error is not None or not flow.live:
             return None
         try:
+            if not self.relay.port and self.retry is not None:
+                return self._relay_then(flow)
             req = flow.request
             settings = self._settings.settings
             if self.retry is None or not any(_relayed(r) for r in settings.routes):
                 return None
-            if not self.relay.port:
-                return self._relay_then(flow)
             body = req.get_content(strict=False) or b""
             view = RequestView(body, req.path)
             route = route_for(settings, req.method, req.host, req.path, view)
@@ -142,11 +143,9 @@ class Fallbacks:
             failures = [skipped(r, self.cooldowns) for r in passed]
             if first is not None:
                 tried = [link_name(r) for r in passed]
-                self._flows.open(flow.id).chain = Attempts(
-                    first, chain, req.copy(), failures, tried
-                )
+                attempts = Attempts(first, chain, req.copy(), failures, tried)
+                self._flows.open(flow.id).chain = attempts
                 return None
-            # Every key of the pool cools down (or was revoked), and nothing else is left.
             out = every_key_out(DIALECTS[route.client], chain, self.cooldowns, tuple(failures))
             headers = {"content-type": "application/json", **out.headers}
             flow.response = http.Response.make(out.status, out.body, headers)
@@ -159,6 +158,8 @@ class Fallbacks:
 
     async def _relay_then(self, flow: http.HTTPFlow) -> None:
         """The relay started (it did not start with the proxy), then the flow's chain."""
+        if not any(_relayed(r) for r in self._settings.settings.routes):
+            return  # no chain: a plain route's flow goes by mitmproxy (``send``)
         try:
             await self.relay.start()
         except Exception as e:  # no relay: the flow goes to its matched route, without a chain
@@ -255,8 +256,7 @@ class Fallbacks:
         return last if last is not None else self._unreachable(chain)
 
     def _apply(self, chain: Attempts, verdict: Verdict, target: Target | None = None) -> None:
-        """A failed attempt's verdict applied: the cooldowns table's entries, the key's
-        recheck, the tried line's failure, the log line."""
+        """A failed attempt's verdict applied: cooldowns, the key's recheck, failure, line."""
         for entry in verdict.cool:
             self.cooldowns.cool(entry.name, entry.seconds)
         if verdict.recheck and target is not None and chain.attempt is not None:
@@ -435,8 +435,7 @@ async def _started(got: Opened, timeout: float) -> Opened | NoAnswer:
     if cause is None:
         return got
     await got.aclose()
-    why = f"HTTP {got.status_code}, its body ended before its first byte ({cause})"
-    return NoAnswer(Reason.TIMED_OUT if cause == "upstream_idle" else Reason.UNREACHABLE, why)
+    return empty_body(got.status_code, cause)
 
 
 def _decoded(body: bytes, got: Opened) -> bytes:

@@ -22,6 +22,7 @@ from addon.plan.failed_attempt import (
     Probed,
     Step,
     answered,
+    empty_body,
     every_key_out,
     is_error,
     no_answer,
@@ -284,6 +285,24 @@ def test_no_answer_cools_the_route_or_the_key(
     assert (
         got.line.text == f"cursor-bridge [{route.name}]: upstream connection refused: falling back"
     )
+
+
+@pytest.mark.parametrize(
+    ("cause", "reason"),
+    [
+        ("upstream_idle", Reason.TIMED_OUT),
+        ("upstream_cut", Reason.UNREACHABLE),
+        ("upstream_reset", Reason.UNREACHABLE),
+    ],
+)
+def test_a_2xx_whose_body_ended_before_its_first_byte_is_no_answer(
+    cause: str, reason: Reason
+) -> None:
+    gone = empty_body(200, cause)
+    assert gone == NoAnswer(reason, f"HTTP 200, its body ended before its first byte ({cause})")
+    got = no_answer(Attempted(KEY, LINKS), gone, True)
+    assert got.cool == (Cooling(link(KEY), 30),) and got.failure is not None
+    assert got.failure.reason is reason
 
 
 def test_only_the_keys_of_the_failing_route_cool_together() -> None:
