@@ -108,6 +108,9 @@ class Route:
     prompt_cache_key: bool | None = None
     """Send OpenAI's ``prompt_cache_key`` (the client's, else one derived from its
     conversation) to a chat or Responses upstream; ``None``: on for ``api.openai.com``."""
+    strip_client_noise: bool | None = None
+    """Leave out the lines a client writes for its own vendor (Claude Code's billing line:
+    docs/caching.md#client-noise); ``None``: everywhere but Anthropic's own API."""
     tool_repair: Literal["on", "off"] | None = None
     """Repair and normalize tool-call arguments; default: the ``bridge_tool_repair`` option."""
     project: str | None = None
