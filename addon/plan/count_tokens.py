@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
+from urllib.parse import urlencode
 
 from addon.config.routes import Route, match
 from addon.dialects import DIALECTS, Dialect
@@ -143,12 +144,23 @@ def _count_request(
     try:
         unified = client.decode_request(body, notes)
         unified = leave_out_tools(unified, upstream.runs, f"the {upstream.name} upstream", notes)
+        # The upstream counts for the model it would answer with (the route's model_map).
+        unified = replace(unified, model=route.mapped_model(unified.model) or unified.model)
     except (ClientError, UnsupportedShape, ValueError, TypeError, KeyError):
         # Gemini has no count_tokens path: the estimate answers its 404.
         return CountUpstream(estimate, client, set_headers, drop, secrets)
     chat = path[: -len(SUFFIX)]
-    target = Target(chat, (), client.path, same_dialect=False, project=route.project)
-    new_path, _, new_body = counter.request(unified, target, route.upstream, notes)
+    target = Target(
+        chat,
+        (),
+        client.path,
+        same_dialect=False,
+        upstream_path=route.upstream_path,
+        project=route.project,
+    )
+    new_path, new_query, new_body = counter.request(unified, target, route.upstream, notes)
+    if new_query:
+        new_path = f"{new_path}?{urlencode(new_query)}"
     return CountUpstream(
         estimate, client, set_headers, drop, secrets, new_path, dump(new_body), counter=upstream
     )
@@ -202,13 +214,15 @@ def count_answer(sent: CountUpstream, status: int, raw: bytes) -> CountAnswer | 
         return CountAnswer(
             200,
             dump({"input_tokens": total}),
-            f"cursor-bridge: count_tokens from Gemini's countTokens ({total})",
+            f"cursor-bridge: count_tokens from the {upstream.name} upstream's own counter ({total})",
         )
     message = upstream.error_message(body) or (
-        f"the upstream's countTokens answered HTTP {status} without a count"
+        f"the upstream's token counter answered HTTP {status} without a count"
     )
     status = status if status >= 400 else 502
     error = sent.client.encode_error(ClientError(sent.secrets(message), status=status))
     return CountAnswer(
-        status, dump(error), f"cursor-bridge: count_tokens error from Gemini (HTTP {status})"
+        status,
+        dump(error),
+        f"cursor-bridge: count_tokens error from the {upstream.name} upstream (HTTP {status})",
     )

@@ -167,3 +167,58 @@ def test_claude_codes_request_is_counted_within_5_percent_of_what_the_upstream_g
     sent = count_chat("o200k", json.loads(d.body))
     assert sent is not None
     assert abs(n - sent) <= 0.05 * sent, (n, sent)
+
+
+@pytest.mark.parametrize(
+    ("route", "path"),
+    [
+        (
+            Route(
+                name="r",
+                client="anthropic",
+                upstream="openai_responses",
+                model_map=(("claude-*", "gpt-5"),),
+            ),
+            "/v1/responses/input_tokens",
+        ),
+        (
+            Route(
+                name="r",
+                client="anthropic",
+                upstream="openai_responses",
+                upstream_path="/openai/v1/responses?api-version=preview",
+            ),
+            "/openai/v1/responses/input_tokens?api-version=preview",
+        ),
+        (
+            Route(
+                name="r",
+                client="anthropic",
+                upstream="gemini",
+                model_map=(("claude-*", "gemini-2.5-pro"),),
+            ),
+            "/v1beta/models/gemini-2.5-pro:countTokens",
+        ),
+    ],
+)
+def test_the_upstreams_own_counter_for_the_model_it_would_answer_with(
+    route: Route, path: str
+) -> None:
+    got = _count(route, ANTHROPIC_BODY)
+    assert isinstance(got, CountUpstream)
+    assert got.path == path
+    assert got.body is not None
+    body = json.loads(got.body)
+    if route.upstream == "openai_responses":
+        assert set(body) <= {"model", "input", "instructions", "tools", "reasoning", "text"}
+        assert body["instructions"] == "You are terse."
+    assert got.counter is not None and got.counter.name == route.upstream
+
+
+def test_the_responses_counters_answer() -> None:
+    from addon.dialects.openai_responses.tokens import count_answer
+
+    assert count_answer({"object": "response.input_tokens", "input_tokens": 11}) == 11
+    assert count_answer({"input_tokens": True}) is None
+    assert count_answer({"input_tokens": -1}) is None
+    assert count_answer([]) is None
