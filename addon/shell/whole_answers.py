@@ -51,10 +51,11 @@ class Answers:
         one log line and, for a client of another dialect, a 502 in its dialect."""
         try:
             record = self.report.flows.get(flow.id)
+            streamed = run.answer.processor is not None  # its body is not read again
             first = Seen(
                 resp.status_code,
                 resp.headers.get("content-type"),
-                resp.get_content(strict=False) or b"",
+                b"" if streamed else resp.get_content(strict=False) or b"",
                 record.cut if record is not None else None,
             )
             step = whole_step(run.answer, Answer(plan, first, can_retry=self.retry is not None))
