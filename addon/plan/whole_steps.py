@@ -379,15 +379,10 @@ def _required(state: AnswerState, answer: Answer) -> Step:
             told.retried.append("required tool call")
             again = "got one" if not needs_retry(plan, state, decoded) else "still none"
             told.lines.append(f"no tool call although one was required: retried once → {again}")
-    except UpstreamError as e:
-        return _upstream_error(told, plan, e)
-    except UNREADABLE as e:
-        return _unread(told, answer, raw, e)
-    try:
         return _encoded(state, answer, decoded, raw, told)
     except UpstreamError as e:
         return _upstream_error(told, plan, e)
-    except UNREADABLE as e:
+    except UNREADABLE as e:  # ``raw``: the first answer's, or the retry's once it decoded
         return _unread(told, answer, raw, e)
 
 
