@@ -25,6 +25,7 @@ from addon.redact import NO_SECRETS, SecretForms, Secrets
 from addon.report.counters import KeptBytes
 from addon.report.outcome import FlowReport, Outcome
 from addon.shell.outbound.relay import Leg
+from addon.stores.reasoning import StoreView
 
 KEEP_STREAM_BYTES = 1024 * 1024
 """How much of a rewritten stream's bytes (upstream's, client's) is kept for the content view."""
@@ -124,6 +125,10 @@ class FlowRecord:
     client_route: Route | None = None
     """The route that client's key was checked for: its client dialect is the request's (a
     model list asks its upstream with a key of such a route: ``addon.plan.model_lists``)."""
+    store_view: StoreView | None = None
+    """What the request's prefetch read of a store that does I/O (``addon.shell.store_worker``:
+    reasoning values, the secret), its writes queued: every ``decide`` of the flow reads the
+    store through it (``ReasoningStoreLife.for_flow``), never the store itself."""
 
 
 class Flows:

@@ -94,7 +94,7 @@ class RewriteRequest:
                 incoming,
                 env,
                 creds,
-                store=self._store.store,
+                store=self._store.for_flow(flows.get(flow.id)),
                 secrets=secrets,
                 view=view,
             )

@@ -13,29 +13,37 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import cast
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from addon.stores.base import Backend, Bounds, Notice, display_url
+from addon.stores.base import (
+    CONNECT_TIMEOUT,
+    RETRY_FIRST,
+    Backend,
+    Bounds,
+    Notice,
+    Put,
+    display_url,
+)
 
 PREFIX = "cursor-bridge:"
 """Every key the bridge writes starts with this (one Redis db may hold other things too)."""
 TIMEOUT = 0.25
 """Seconds a command waits for Redis's answer; ``CONNECT_TIMEOUT`` for a connection. A call
 that runs out of either counts as Redis lost (``?socket_timeout=`` / ``?socket_connect_timeout=``
-in the URL override them). Short because the store is called in hooks that hold the event
-loop: a Redis on the same host or LAN answers in well under a millisecond (docs/speed.md)."""
-CONNECT_TIMEOUT = 0.5
-RETRY_FIRST, RETRY_MOST = 1.0, 30.0
-"""Seconds between probes of a lost Redis: the first, doubling up to the most."""
+in the URL override them). Every call runs on the store thread (``addon.shell.store_worker``),
+never on the event loop; short all the same: a request waits for its prefetch, and a Redis on the
+same host or LAN answers in well under a millisecond (docs/speed.md)."""
+RETRY_MOST = 30.0
+"""Seconds between probes of a lost Redis: ``RETRY_FIRST`` first, doubling up to this."""
 SECRET_RECHECK = 10.0
 """Seconds the secret read from Redis is used before it is asserted again (``SET NX`` with
 it, then read): a Redis restarted empty gets back the secret the workers use, not a new one."""
@@ -184,10 +192,10 @@ class TLSConnection(redis.SSLConnection):
 class RedisBackend:
     """A ``Backend`` on Redis, with ``local`` (this process's memory) while Redis is away.
 
-    Calls block (the hooks that use the store are synchronous) but briefly: one round trip
-    each, short timeouts (``TIMEOUT``), and while Redis is away every call goes to ``local``
-    without trying the network; a background thread probes with backoff and sharing resumes at
-    the next call after it answers."""
+    Calls block, on the store thread (``addon.shell.store_worker``; never the event loop): one
+    round trip each, short timeouts (``TIMEOUT``), and while Redis is away every call goes to
+    ``local`` without trying the network (a circuit); a background thread probes with backoff
+    and sharing resumes at the next call after it answers."""
 
     def __init__(
         self,
@@ -289,6 +297,97 @@ class RedisBackend:
                 self._local.delete(key)  # Redis's is the newer one now
 
         self._call(shared, lambda: self._local.put(key, text, size, now, bounds))
+
+    def put_many(self, items: list[Put], now: float, bounds: Bounds) -> None:
+        """Every value (or delete) in one pipeline: one round trip."""
+
+        def shared() -> None:
+            ttl, evict = _ms(bounds.ttl), _evict_args(now, bounds)
+
+            def build(pipe: redis.client.Pipeline) -> None:
+                for item in items:
+                    if item.text is None:
+                        self._eval(pipe, "delete", [_LRU, _SIZES, _BYTES], [item.key])
+                    else:
+                        args = [item.key, item.text, item.size, now, ttl, *evict]
+                        keys = [_LRU, _SIZES, _BYTES, _value(item.key)]
+                        self._eval(pipe, "put", keys, args)
+
+            self._pipelined(build)
+            if self._local.count():
+                for item in items:
+                    self._local.delete(item.key)  # Redis's are the newer ones now
+
+        self._call(shared, lambda: self._local.put_many(items, now, bounds))
+
+    def fetch(
+        self, keys: list[str], now: float, ttl: float, names: list[str]
+    ) -> tuple[list[str | None], list[float | None]]:
+        """A request's prefetch in one pipeline (one round trip): ``get_many`` of ``keys``
+        and the seconds each cooldown of ``names`` has left. While Redis is away: ``local``'s
+        values, and None for every cooldown (this process's table says)."""
+
+        def shared() -> tuple[list[str | None], list[float | None]]:
+            def build(pipe: redis.client.Pipeline) -> None:
+                if keys:
+                    self._eval(pipe, "get_many", [*map(_value, keys), _LRU], [now, _ms(ttl), *keys])
+                for name in names:
+                    pipe.pttl(_cool(name))
+
+            got = self._pipelined(build) if keys or names else []
+            values: list[str | None] = []
+            if keys:
+                kept = self._local.count()
+                values = [
+                    bytes(v).decode("utf-8")
+                    if v is not None
+                    else (self._local.get(k, now, ttl) if kept else None)
+                    for k, v in zip(keys, got[0], strict=True)
+                ]
+            lefts = [max(0, int(ms)) / 1000 for ms in got[1 if keys else 0 :]]
+            return values, list[float | None](lefts)
+
+        def local() -> tuple[list[str | None], list[float | None]]:
+            return self._local.get_many(keys, now, ttl), [None] * len(names)
+
+        return self._call(shared, local)
+
+    def cool_many(self, cools: list[tuple[str, float | None]]) -> None:
+        """Cooldowns shared in one pipeline: ``(name, seconds left)`` cools (a later end
+        already set is kept), ``(name, None)`` clears. Nothing while Redis is away (each
+        worker's own table holds them meanwhile)."""
+
+        def build(pipe: redis.client.Pipeline) -> None:
+            for name, seconds in cools:
+                if seconds is None:
+                    pipe.delete(_cool(name))
+                elif seconds > 0:
+                    self._eval(pipe, "cool", [_cool(name)], [math.ceil(seconds * 1000)])
+
+        if cools:
+            self._call(lambda: self._pipelined(build), lambda: None)
+
+    def _eval(
+        self, pipe: redis.client.Pipeline, name: str, keys: list[str], args: Sequence[object]
+    ) -> None:
+        script = self._scripts[name]
+        pipe.evalsha(script.sha, len(keys), *keys, *args)  # type: ignore[arg-type]
+
+    def _pipelined(self, build: Callable[[redis.client.Pipeline], None]) -> list[Any]:
+        """One pipeline (not a transaction) built by ``build`` and sent: one round trip. A
+        Redis that does not know the scripts yet (first use, a restart) is sent them once
+        (``SCRIPT LOAD``) and the pipeline again."""
+        for attempt in (1, 2):
+            pipe = self._redis.pipeline(transaction=False)
+            build(pipe)
+            try:
+                return list(pipe.execute())
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                for script in self._scripts.values():
+                    self._redis.script_load(script.script)
+        raise AssertionError("unreachable")
 
     def delete(self, key: str) -> None:
         def shared() -> None:

@@ -114,8 +114,7 @@ class Fallbacks:
     @property
     def cooldowns(self) -> Cooldowns:
         """The store's, shared by every worker on it (Redis), else this process's."""
-        store = self._store.store
-        return (store.cooldowns if store is not None else None) or self.local_cooldowns
+        return self._store.cooldowns or self.local_cooldowns
 
     # ------------------------------------------------------------------ before the rewrite
 
@@ -139,7 +138,9 @@ class Fallbacks:
             if has_pool(chain):  # each key a link, the conversation's own first
                 decoded = view.decoded(route.client)
                 conversation = conversation_of(decoded.request) if decoded else ""
-                chain = links(chain, secret_of(self._store.store), conversation)
+                chain = links(
+                    chain, secret_of(self._store.for_flow(self._flows.get(flow.id))), conversation
+                )
         except Exception as e:
             log_internal_error("cursor-bridge: fallback", e)
             return None
@@ -281,7 +282,7 @@ class Fallbacks:
                 route,
                 chain.incoming,
                 env,
-                store=self._store.store,
+                store=self._store.for_flow(self._flows.get(flow.id)),
                 secrets=self._flows.secrets(flow.id),
             )
             if isinstance(decision, Rewrite):
