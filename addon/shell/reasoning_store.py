@@ -59,7 +59,9 @@ class ReasoningStoreLife(OptionChecks):
             if self.cooldowns is not None:
                 self.cooldowns.learn(got.lefts)
         secret = self._secret or PROCESS_SECRET
-        return PrefetchedStore(store, fetched, self.worker.queue, secret, self.worker.wake, error)
+        return PrefetchedStore(
+            store, fetched, self.worker.queue, secret, self.worker.wake_now, error
+        )
 
     def for_flow(self, record: FlowRecord | None) -> StoreView | None:
         """The store as a flow's ``decide`` reads it: its prefetch's view (``Prefetch``), the
@@ -122,7 +124,7 @@ class ReasoningStoreLife(OptionChecks):
         self.store, self._wanted = store, wanted
         self.worker.store = store if store is not None and store.path else None
         if store is not None and store.redis is not None:
-            self.cooldowns = CooldownView(self.worker.queue, self.worker.wake)
+            self.cooldowns = CooldownView(self.worker.queue, self.worker.wake_now)
         if store is not None and wanted.path:  # in memory is the default: nothing to say
             log.info("cursor-bridge: %s", clean(store.describe(), 500))
 

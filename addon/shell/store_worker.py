@@ -55,6 +55,7 @@ DRAIN_WAIT = 10.0
 """Seconds ``close`` (mitmproxy's ``done``) waits for the last write."""
 
 _STOP = object()
+_NOW = object()
 
 
 class _Job:
@@ -98,10 +99,15 @@ class StoreWorker:
 
     # ------------------------------------------------------------------ the loop's side
 
-    def wake(self) -> None:
-        """Something waits to be written: the thread sleeps no longer than ``flush_every``."""
-        self._jobs.put(None)
+    def wake(self, now: bool = False) -> None:
+        """Something waits to be written: the thread sleeps no longer than ``flush_every``;
+        ``now``: it writes as soon as it is free (reasoning values, cooldowns: another worker
+        may need them for the conversation's next turn)."""
+        self._jobs.put(_NOW if now else None)
         self._started()
+
+    def wake_now(self) -> None:
+        self.wake(now=True)
 
     def submit[T](self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
         job = _Job(fn)
@@ -184,7 +190,7 @@ class StoreWorker:
                 return
             if isinstance(item, _Job):
                 item.run()
-            if len(self.queue) and time.monotonic() - last >= self.flush_every:
+            if len(self.queue) and (item is _NOW or time.monotonic() - last >= self.flush_every):
                 self._flush()
                 last = time.monotonic()
 

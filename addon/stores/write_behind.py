@@ -1,7 +1,9 @@
 """What the stream callable and the hooks learn for a store that does I/O (SQLite, Redis), held
 until the store thread writes it (``addon.shell.store_worker``): reasoning values to keep, the
 usage ledger's rows, the fallbacks' cooldowns. The hooks only add here (a lock and a dict);
-the store thread takes it all at once (``take``) at most every second, and at the end.
+the store thread takes it all at once (``take``): as soon as it is free when a reasoning value
+or a cooldown waits (another worker may need it for the conversation's next turn), else at
+most a second after the first row waits, and at the end.
 
 Contract: stdlib and the ledger's value types only; thread-safe (the event loop adds, the store
 thread takes); bounded: ``MAX_PUTS`` values and ``MAX_PUT_BYTES`` bytes (past them the oldest
@@ -53,9 +55,10 @@ class WriteQueue:
 
     def put(self, item: Put) -> bool:
         """Keep ``item`` for the next write (a newer value of a key replaces the older one).
-        Returns whether the queue was empty before (the store thread may be asleep)."""
+        Returns whether no value nor cooldown waited before (the store thread is to be woken
+        to write at once: ``StoreWorker.wake_now``)."""
         with self._lock:
-            was_empty = self._empty()
+            was_empty = not (self._puts or self._cools)
             old = self._puts.pop(item.key, None)
             if old is not None:
                 self._bytes -= old.size
@@ -70,16 +73,18 @@ class WriteQueue:
             return was_empty
 
     def count(self, key: LedgerKey, tokens: Tokens) -> bool:
-        """Add a flow's usage to the rows waiting (added up by row). As ``put`` returns."""
+        """Add a flow's usage to the rows waiting (added up by row). Returns whether nothing
+        waited before (the store thread may sleep: ``StoreWorker.wake``)."""
         with self._lock:
             was_empty = self._empty()
             self._rows.add(key, tokens)
             return was_empty
 
     def cool(self, name: str, until: float | None) -> bool:
-        """A cooldown to share: ending at ``until`` (``time.time``), or cleared (None)."""
+        """A cooldown to share: ending at ``until`` (``time.time``), or cleared (None). As
+        ``put`` returns."""
         with self._lock:
-            was_empty = self._empty()
+            was_empty = not (self._puts or self._cools)
             self._cools[name] = until
             return was_empty
 
