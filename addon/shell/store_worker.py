@@ -22,7 +22,7 @@ import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mitmproxy import http
 
@@ -37,14 +37,13 @@ from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.notes import log, log_internal_error
 from addon.shell.settings import BridgeSettings
 from addon.stores.base import CONNECT_TIMEOUT, RETRY_FIRST, StoreError
-from addon.stores.prefetch import Fetched, restore_keys, scoped_keys
-from addon.stores.reasoning import ReasoningStore, Scope
+from addon.stores.prefetch import CooldownView, Fetched, restore_keys, scoped_keys
+from addon.stores.reasoning import ReasoningStore, Scope, StoreView
 from addon.stores.write_behind import FLUSH_EVERY, Batch, WriteQueue
 from addon.transforms.conversation import PROCESS_SECRET
 from addon.transforms.thinking import resolve_model
 
 if TYPE_CHECKING:
-    from addon.shell.reasoning_store import ReasoningStoreLife
     from addon.stores.ledger import UsageLedger
 
 WAIT_MOST = CONNECT_TIMEOUT
@@ -239,13 +238,25 @@ def _share_cools(store: ReasoningStore, batch: Batch) -> None:
     )
 
 
+class StoreLife(Protocol):
+    """What the prefetch reads of the store's life (``addon.shell.reasoning_store``)."""
+
+    store: ReasoningStore | None
+    worker: StoreWorker
+    cooldowns: CooldownView | None
+
+    @property
+    def does_io(self) -> bool: ...
+    def view(self, got: Fetched | StoreError) -> StoreView | None: ...
+
+
 class Prefetch:
     """The async request hook that fetches what ``decide`` will read (see the module
     docstring); nothing for a store in memory (it is read on the spot, no I/O)."""
 
     name = "cursor_bridge_store_prefetch"
 
-    def __init__(self, settings: BridgeSettings, life: ReasoningStoreLife, flows: Flows) -> None:
+    def __init__(self, settings: BridgeSettings, life: StoreLife, flows: Flows) -> None:
         self._settings = settings
         self._life = life
         self._flows = flows

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from addon.stores.redis_backend import RedisBackend, SharedCooldowns
+    from addon.stores.redis_backend import RedisBackend
 
 DEFAULT_SIZE = 20_000
 """``bridge_store_size``: entries kept by default."""
@@ -207,7 +207,6 @@ class ReasoningStore:
         self._db_errors: tuple[type[Exception], ...] = ()
         """What the backend raises when its database fails (SQLite's, Redis's; none in memory)."""
         self._redis: RedisBackend | None = None
-        self._cooldowns: SharedCooldowns | None = None
         location = store_location(path)
         self.where = f"SQLite file {path}" if path else "memory"
         """Where the values are, for a log line (a Redis URL without its password)."""
@@ -265,18 +264,6 @@ class ReasoningStore:
     def redis(self) -> RedisBackend | None:
         """The Redis backend (the usage ledger shares its connection); None: not Redis."""
         return self._redis
-
-    @property
-    def cooldowns(self) -> SharedCooldowns | None:
-        """The fallbacks' cooldowns shared by every worker on this store (Redis); None: the
-        store is not shared that way (memory, SQLite), each process keeps its own."""
-        if self._redis is None:
-            return None
-        if self._cooldowns is None:
-            from addon.stores.redis_backend import SharedCooldowns
-
-            self._cooldowns = SharedCooldowns(self._redis)
-        return self._cooldowns
 
     @property
     def _bounds(self) -> Bounds:
