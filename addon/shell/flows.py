@@ -11,6 +11,7 @@ import hmac
 import logging
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from secrets import token_urlsafe
 
@@ -135,6 +136,9 @@ class Flows:
     """The records of the flows still running, by flow id (bounded: ``MAX_FLOWS``)."""
 
     def __init__(self, limit: int = MAX_FLOWS) -> None:
+        self.default_store_view: Callable[[], StoreView | None] = lambda: None
+        """The store as a flow no prefetch saw reads it (``ReasoningStoreLife.default_view``:
+        the store itself in memory; for a store that does I/O, nothing read, writes queued)."""
         self._records: OrderedDict[str, FlowRecord] = OrderedDict()
         self._limit = limit
         self._forms = SecretForms()
@@ -149,6 +153,14 @@ class Flows:
             while len(self._records) > self._limit:
                 self.end(next(iter(self._records)))
         return record
+
+    def store_view(self, flow_id: str) -> StoreView | None:
+        """The store as this flow's ``decide`` reads it: what its request's prefetch read
+        (``FlowRecord.store_view``), else ``default_store_view`` — never a store call."""
+        record = self._records.get(flow_id)
+        if record is not None and record.store_view is not None:
+            return record.store_view
+        return self.default_store_view()
 
     def get(self, flow_id: str) -> FlowRecord | None:
         return self._records.get(flow_id)

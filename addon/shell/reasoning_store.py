@@ -12,8 +12,8 @@ from mitmproxy import ctx
 
 from addon.config.options import ConfigError, StoreSettings, parse_store
 from addon.plan import short
+from addon.plan.caching import secret_of
 from addon.redact import clean
-from addon.shell.flows import FlowRecord
 from addon.shell.notes import log
 from addon.shell.option_checks import OptionChecks
 from addon.shell.store_worker import StoreWorker
@@ -63,12 +63,19 @@ class ReasoningStoreLife(OptionChecks):
             store, fetched, self.worker.queue, secret, self.worker.wake_now, error
         )
 
-    def for_flow(self, record: FlowRecord | None) -> StoreView | None:
-        """The store as a flow's ``decide`` reads it: its prefetch's view (``Prefetch``), the
-        store itself in memory; a flow no prefetch saw reads nothing (no store call)."""
-        if record is not None and record.store_view is not None:
-            return record.store_view
+    def default_view(self) -> StoreView | None:
+        """The store as a flow no prefetch saw reads it: the store itself in memory; for one
+        that does I/O nothing read (no store call on the event loop), its writes queued."""
         return self.view(Fetched())
+
+    @property
+    def secret(self) -> bytes:
+        """The store's secret without a store call: in memory the store's; else as the last
+        prefetch read it (the process's until one did)."""
+        store = self.store
+        if store is not None and not self.does_io:
+            return secret_of(store)
+        return self._secret or PROCESS_SECRET
 
     def configure(self, updated: set[str]) -> None:
         if not any(name.startswith("bridge_store") for name in updated):

@@ -94,7 +94,7 @@ class RewriteRequest:
                 incoming,
                 env,
                 creds,
-                store=self._store.for_flow(flows.get(flow.id)),
+                store=flows.store_view(flow.id),
                 secrets=secrets,
                 view=view,
             )

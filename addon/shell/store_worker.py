@@ -248,6 +248,7 @@ class StoreLife(Protocol):
     @property
     def does_io(self) -> bool: ...
     def view(self, got: Fetched | StoreError) -> StoreView | None: ...
+    def default_view(self) -> StoreView | None: ...
 
 
 class Prefetch:
@@ -260,6 +261,7 @@ class Prefetch:
         self._settings = settings
         self._life = life
         self._flows = flows
+        flows.default_store_view = life.default_view
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         life = self._life

@@ -19,7 +19,6 @@ from mitmproxy import connection, http
 from addon.config.routes import MAX_TIMEOUT, Route, fallback_chain
 from addon.dialects import DIALECTS
 from addon.plan import AnswerState, FlowPlan, Incoming, Rewrite, decide, route_for
-from addon.plan.caching import secret_of
 from addon.plan.conditions import RequestView
 from addon.plan.fallback import (
     Cooldowns,
@@ -138,9 +137,7 @@ class Fallbacks:
             if has_pool(chain):  # each key a link, the conversation's own first
                 decoded = view.decoded(route.client)
                 conversation = conversation_of(decoded.request) if decoded else ""
-                chain = links(
-                    chain, secret_of(self._store.for_flow(self._flows.get(flow.id))), conversation
-                )
+                chain = links(chain, self._store.secret, conversation)
         except Exception as e:
             log_internal_error("cursor-bridge: fallback", e)
             return None
@@ -282,7 +279,7 @@ class Fallbacks:
                 route,
                 chain.incoming,
                 env,
-                store=self._store.for_flow(self._flows.get(flow.id)),
+                store=self._flows.store_view(flow.id),
                 secrets=self._flows.secrets(flow.id),
             )
             if isinstance(decision, Rewrite):
