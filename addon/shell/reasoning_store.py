@@ -63,6 +63,12 @@ class ReasoningStoreLife(OptionChecks):
             store, fetched, self.worker.queue, secret, self.worker.wake_now, error
         )
 
+    @property
+    def known_secret(self) -> bool:
+        """Whether a prefetch read the store's secret (a request with nothing else to read
+        then needs no hand-off to the store thread)."""
+        return self._secret is not None
+
     def default_view(self) -> StoreView | None:
         """The store as a flow no prefetch saw reads it: the store itself in memory; for one
         that does I/O nothing read (no store call on the event loop), its writes queued."""

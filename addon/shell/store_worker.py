@@ -247,6 +247,8 @@ class StoreLife(Protocol):
 
     @property
     def does_io(self) -> bool: ...
+    @property
+    def known_secret(self) -> bool: ...
     def view(self, got: Fetched | StoreError) -> StoreView | None: ...
     def default_view(self) -> StoreView | None: ...
 
@@ -282,6 +284,10 @@ class Prefetch:
             names = _cooldown_names(chain) if life.cooldowns is not None else []
         except Exception as e:
             log_internal_error("cursor-bridge: store prefetch", e)
+            return None
+        if not keys and not names and life.known_secret:
+            # Nothing to read (a first turn on a route without cooldowns): no hand-off.
+            self._flows.open(flow.id).store_view = life.view(Fetched())
             return None
         return self._fetch(flow.id, store, keys, names)
 
