@@ -277,8 +277,9 @@ class SqliteCounters:
 class UsageLedger:
     """The ledger: ``count`` a flow, read ``rows``; over one ``Counters`` backend, under a lock
     (SQLite's connection is shared by the hooks' thread and a command's). One ``count`` per
-    flow, one call to the backend (one SQLite upsert, one Redis round trip). Layouts per
-    backend: docs/observability.md#usage-ledger."""
+    flow (in memory), or the rows of up to a second at once from the store thread
+    (``count_many``: one SQLite transaction, one Redis round trip). Layouts per backend:
+    docs/observability.md#usage-ledger."""
 
     def __init__(self, counters: Counters, where: str, errors: tuple[type[Exception], ...]):
         self._counters = counters
