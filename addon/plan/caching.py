@@ -9,7 +9,7 @@ import dataclasses
 from addon.dialects import Dialect
 from addon.model import CachePolicy, Notes, Request
 from addon.plan.flow_plan import FlowPlan
-from addon.stores.reasoning import ReasoningStore, StoreError
+from addon.stores.reasoning import StoreError, StoreView
 from addon.transforms.conversation import PROCESS_SECRET, derive
 
 
@@ -25,7 +25,7 @@ class Seeds:
         return derive(self.secret, self.conversation, purpose)
 
 
-def secret_of(store: ReasoningStore | None) -> bytes:
+def secret_of(store: StoreView | None) -> bytes:
     """The store's secret (shared by the workers on one store), else the process's."""
     if store is None:
         return PROCESS_SECRET

@@ -73,7 +73,7 @@ def cooldown_after(route: Route, status: int | None, wait: float | None) -> floa
 
 class Cooldowns(Protocol):
     """Until when each route is skipped, by route name: ``MemoryCooldowns`` (one process), or
-    ``addon.stores.redis_backend.SharedCooldowns`` (every worker on one Redis store)."""
+    ``addon.stores.prefetch.CooldownView`` (every worker on one Redis store)."""
 
     def cool(self, name: str, seconds: float) -> None:
         """Skip the route for ``seconds`` from now (a later end already set is kept)."""

@@ -15,7 +15,7 @@ from addon.dialects.base import Framing
 from addon.model import NO_DEFAULTS, AnswerDefaults, Notes, Request
 from addon.redact import Secrets
 from addon.report.outcome import Action
-from addon.stores.reasoning import ReasoningStore, ScopedStore
+from addon.stores.reasoning import ScopedView, StoreView
 from addon.stream.processor import MAX_EVENT_BYTES
 from addon.textproto.parser import TextProtocol, TextProtocolParser
 from addon.transforms.loop_guard import LoopVerdict
@@ -64,9 +64,9 @@ class FlowPlan:
     """The stream's fast path (``bridge_fast_path``): off, every event goes the general way."""
     host: str = ""
     """The upstream host (part of the reasoning store's scope)."""
-    store: ReasoningStore | None = None
+    store: StoreView | None = None
     """The process-wide reasoning store (None: off)."""
-    sink: ScopedStore | None = None
+    sink: ScopedView | None = None
     """The store's view for this flow's scope (upstream, model as sent): restore reads it,
     capture writes it."""
     unified: Request | None = None

@@ -45,7 +45,7 @@ from addon.plan.values import (
 )
 from addon.plan.wire_request import KEY_PARAMETERS, RouteKey, build_wire, credentials
 from addon.redact import Secrets
-from addon.stores.reasoning import ReasoningStore, Scope
+from addon.stores.reasoning import Scope, StoreView
 from addon.textproto.invoke import make_trigger
 from addon.transforms.cache import place_breakpoints, strip_cache_control
 from addon.transforms.call_ids import history_call_ids
@@ -81,7 +81,7 @@ def decide(
     incoming: Incoming,
     env: Mapping[str, str],
     creds: RouteCredentials | None = None,
-    store: ReasoningStore | None = None,
+    store: StoreView | None = None,
     secrets: Secrets | None = None,
     view: RequestView | None = None,
 ) -> Decision:
@@ -132,7 +132,7 @@ def _decide(
     incoming: Incoming,
     env: Mapping[str, str],
     creds: RouteCredentials | None = None,
-    store: ReasoningStore | None = None,
+    store: StoreView | None = None,
     secrets: Secrets | None = None,
     view: RequestView | None = None,
 ) -> Decision:

@@ -20,6 +20,7 @@ from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.reporter import Report
 from addon.shell.rewrite import RewriteRequest
 from addon.shell.settings import BridgeSettings
+from addon.shell.store_worker import Prefetch
 from addon.shell.stream_attach import StreamAttach
 from addon.shell.token_count import CountTokens
 from addon.shell.whole_answers import Answers
@@ -45,6 +46,7 @@ class Addons:
     usage: UsageCounting
     flow_line: KeysOutOfFlowLine
     metrics: Metrics
+    prefetch: Prefetch
 
     @property
     def all(self) -> list[object]:
@@ -60,13 +62,16 @@ class Addons:
         over; a key leaves the flow's URL last of all, before mitmdump prints the flow (its
         ``Dumper`` comes after every script's addons). The metrics addon declares
         ``bridge_metrics`` before the settings addon checks the options given early; its
-        first-token clock wraps a stream after the redaction did."""
+        first-token clock wraps a stream after the redaction did. A store that does I/O is
+        read for the request (``prefetch``, async) before the fallbacks pick a route and the
+        request is decided (docs/architecture.md#the-store-thread)."""
         return [
             self.retry,
             self.metrics,
             self.client_keys,
             self.catalogue,
             self.count_tokens,
+            self.prefetch,
             self.fallbacks,
             self.kiro,
             self.settings,
@@ -111,4 +116,5 @@ def make_addons() -> Addons:
         usage,
         KeysOutOfFlowLine(),
         metrics,
+        Prefetch(settings, store, flows),
     )

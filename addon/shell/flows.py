@@ -11,6 +11,7 @@ import hmac
 import logging
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from secrets import token_urlsafe
 
@@ -25,6 +26,7 @@ from addon.redact import NO_SECRETS, SecretForms, Secrets
 from addon.report.counters import KeptBytes
 from addon.report.outcome import FlowReport, Outcome
 from addon.shell.outbound.relay import Leg
+from addon.stores.reasoning import StoreView
 
 KEEP_STREAM_BYTES = 1024 * 1024
 """How much of a rewritten stream's bytes (upstream's, client's) is kept for the content view."""
@@ -124,12 +126,19 @@ class FlowRecord:
     client_route: Route | None = None
     """The route that client's key was checked for: its client dialect is the request's (a
     model list asks its upstream with a key of such a route: ``addon.plan.model_lists``)."""
+    store_view: StoreView | None = None
+    """What the request's prefetch read of a store that does I/O (``addon.shell.store_worker``:
+    reasoning values, the secret), its writes queued: every ``decide`` of the flow reads the
+    store through it (``ReasoningStoreLife.for_flow``), never the store itself."""
 
 
 class Flows:
     """The records of the flows still running, by flow id (bounded: ``MAX_FLOWS``)."""
 
     def __init__(self, limit: int = MAX_FLOWS) -> None:
+        self.default_store_view: Callable[[], StoreView | None] = lambda: None
+        """The store as a flow no prefetch saw reads it (``ReasoningStoreLife.default_view``:
+        the store itself in memory; for a store that does I/O, nothing read, writes queued)."""
         self._records: OrderedDict[str, FlowRecord] = OrderedDict()
         self._limit = limit
         self._forms = SecretForms()
@@ -144,6 +153,14 @@ class Flows:
             while len(self._records) > self._limit:
                 self.end(next(iter(self._records)))
         return record
+
+    def store_view(self, flow_id: str) -> StoreView | None:
+        """The store as this flow's ``decide`` reads it: what its request's prefetch read
+        (``FlowRecord.store_view``), else ``default_store_view`` — never a store call."""
+        record = self._records.get(flow_id)
+        if record is not None and record.store_view is not None:
+            return record.store_view
+        return self.default_store_view()
 
     def get(self, flow_id: str) -> FlowRecord | None:
         return self._records.get(flow_id)

@@ -1,6 +1,7 @@
 """The usage ledger's shell: its life beside the reasoning store (``bridge_store``: memory, an
-SQLite file, Redis), one count per answered flow (``Report.close`` calls ``count``), and the
-``bridge.usage`` command. A store error costs the flow nothing: one warning line (then quiet
+SQLite file, Redis), one count per answered flow (``Report.close`` calls ``count``; a ledger
+in a file or Redis is written by the store thread, ``addon.shell.store_worker``, within a
+second), and the ``bridge.usage`` command. A store error costs the flow nothing: one warning line (then quiet
 until the ledger answers again). What is counted and how: docs/observability.md#usage-ledger."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from addon.report.usage_table import genai_prices, lines, table_text
 from addon.shell.flows import FlowRun
 from addon.shell.notes import log
 from addon.shell.reasoning_store import ReasoningStoreLife
+from addon.shell.store_worker import DRAIN_WAIT
 from addon.stores.ledger import DIMENSIONS, LedgerKey, Tokens, UsageLedger, open_ledger, user_label
 from addon.stores.reasoning import Notice, StoreError
 
@@ -60,8 +62,10 @@ class UsageCounting:
         except StoreError as e:
             log.warning("cursor-bridge: usage ledger: %s", clean(e, 300))
             return
-        self.done()
+        self._store.worker.drain()  # what waits goes to the ledger it was counted for
+        self._close()
         self.ledger, self._path, self._shared = ledger, path, shared
+        self._store.worker.ledger = None if ledger.in_memory else ledger
         if path:
             log.info("cursor-bridge: usage ledger in %s", clean(ledger.where, 300))
 
@@ -76,6 +80,13 @@ class UsageCounting:
         return self.ledger
 
     def done(self) -> None:
+        """The end: the rows waiting are written (the store's ``done`` ran first and wrote
+        them; a ledger without a store's writes them here), then the ledger closed."""
+        self._store.worker.close()
+        self._close()
+
+    def _close(self) -> None:
+        self._store.worker.ledger = None
         try:
             self.ledger.close()
         except StoreError as e:
@@ -91,7 +102,12 @@ class UsageCounting:
         if booked is None:
             return
         try:
-            self._current().count(booked.key, booked.tokens)
+            ledger = self._current()
+            if not ledger.in_memory:  # the store thread writes it, within a second
+                if self._store.worker.queue.count(booked.key, booked.tokens):
+                    self._store.worker.wake()
+                return
+            ledger.count(booked.key, booked.tokens)
         except Exception as e:  # never the flow's failure
             if not self._failing:
                 self._failing = True
@@ -106,7 +122,14 @@ class UsageCounting:
         """Tokens and cost by day, route, model, key name, client and user, from the usage ledger
         (also logged; ``scripts/usage`` says the same and groups as asked)."""
         price = genai_prices()
-        text = table_text(lines(self._current().rows(), DIMENSIONS, price), DIMENSIONS, price)
+        ledger = self._current()
+        if ledger.in_memory:
+            rows = ledger.rows()
+        else:  # on the store thread, after what waits (an operator's command: it may wait)
+            worker = self._store.worker
+            worker.drain()
+            rows = worker.submit(ledger.rows).result(DRAIN_WAIT)
+        text = table_text(lines(rows, DIMENSIONS, price), DIMENSIONS, price)
         log.info("cursor-bridge: usage\n%s", text)
         return text
 

@@ -1,6 +1,8 @@
 """The reasoning store's life: ``bridge_store*`` opens it, new bounds rebound it, the end
-of mitmproxy closes it. Flows read ``ReasoningStoreLife.store`` (None: off). A Redis store's
-notices (Redis lost: one warning; back: one line) are logged here."""
+of mitmproxy writes what waits (the store thread, ``addon.shell.store_worker``) and closes it.
+Flows read the store through ``ReasoningStoreLife.view`` / ``for_flow`` (None: off): the store
+itself in memory, else what their request's prefetch read. A Redis store's notices (Redis lost:
+one warning; back: one line) are logged here."""
 
 from __future__ import annotations
 
@@ -10,10 +12,14 @@ from mitmproxy import ctx
 
 from addon.config.options import ConfigError, StoreSettings, parse_store
 from addon.plan import short
+from addon.plan.caching import secret_of
 from addon.redact import clean
 from addon.shell.notes import log
 from addon.shell.option_checks import OptionChecks
-from addon.stores.reasoning import Notice, ReasoningStore, StoreError
+from addon.shell.store_worker import StoreWorker
+from addon.stores.prefetch import CooldownView, Fetched, PrefetchedStore
+from addon.stores.reasoning import Notice, ReasoningStore, StoreError, StoreView
+from addon.transforms.conversation import PROCESS_SECRET
 
 
 class ReasoningStoreLife(OptionChecks):
@@ -21,8 +27,61 @@ class ReasoningStoreLife(OptionChecks):
 
     def __init__(self) -> None:
         self.store: ReasoningStore | None = None
-        """The reasoning store (``bridge_store*``), shared by every flow; None: off."""
+        """The reasoning store (``bridge_store*``), shared by every flow; None: off. Called
+        only on the store thread (``worker``) unless it is in memory (``does_io`` False)."""
         self._wanted: StoreSettings | None = None
+        self.worker = StoreWorker()
+        """The store thread: every SQLite and Redis call (the usage ledger's too)."""
+        self.cooldowns: CooldownView | None = None
+        """The cooldowns shared by every worker on a Redis store, as this process knows them;
+        None: not Redis (each process keeps its own)."""
+        self._secret: bytes | None = None
+        """The store's secret, as the last prefetch read it."""
+
+    @property
+    def does_io(self) -> bool:
+        """Whether the store is a file or Redis (read on the store thread, after a prefetch)."""
+        return self.store is not None and bool(self.store.path)
+
+    def view(self, got: Fetched | StoreError) -> StoreView | None:
+        """What a flow's plan reads of the store: the store itself in memory; else what the
+        request's prefetch read (``got``; a ``StoreError``: nothing, and every restore notes
+        it), its writes queued for the store thread."""
+        store = self.store
+        if store is None or not self.does_io:
+            return store
+        if isinstance(got, StoreError):
+            fetched, error = Fetched(), str(got)
+        else:
+            fetched, error = got, None
+            if got.secret is not None:
+                self._secret = got.secret
+            if self.cooldowns is not None:
+                self.cooldowns.learn(got.lefts)
+        secret = self._secret or PROCESS_SECRET
+        return PrefetchedStore(
+            store, fetched, self.worker.queue, secret, self.worker.wake_now, error
+        )
+
+    @property
+    def known_secret(self) -> bool:
+        """Whether a prefetch read the store's secret (a request with nothing else to read
+        then needs no hand-off to the store thread)."""
+        return self._secret is not None
+
+    def default_view(self) -> StoreView | None:
+        """The store as a flow no prefetch saw reads it: the store itself in memory; for one
+        that does I/O nothing read (no store call on the event loop), its writes queued."""
+        return self.view(Fetched())
+
+    @property
+    def secret(self) -> bytes:
+        """The store's secret without a store call: in memory the store's; else as the last
+        prefetch read it (the process's until one did)."""
+        store = self.store
+        if store is not None and not self.does_io:
+            return secret_of(store)
+        return self._secret or PROCESS_SECRET
 
     def configure(self, updated: set[str]) -> None:
         if not any(name.startswith("bridge_store") for name in updated):
@@ -33,7 +92,13 @@ class ReasoningStoreLife(OptionChecks):
             self.refuse(str(e))
 
     def done(self) -> None:
+        """The end: what waits is written (``StoreWorker.close``), then the store closed."""
+        self.worker.close()
+        self._close()
+
+    def _close(self) -> None:
         store, self.store = self.store, None
+        self.worker.store, self.cooldowns, self._secret = None, None, None
         if store is not None:
             try:
                 store.close()
@@ -67,8 +132,12 @@ class ReasoningStoreLife(OptionChecks):
                 )
             except (StoreError, ValueError) as e:
                 raise ConfigError(f"bridge_store: {clean(e, 300)}") from None
-        self.done()
+        self.worker.drain()  # what waits goes to the store it was learned for
+        self._close()
         self.store, self._wanted = store, wanted
+        self.worker.store = store if store is not None and store.path else None
+        if store is not None and store.redis is not None:
+            self.cooldowns = CooldownView(self.worker.queue, self.worker.wake_now)
         if store is not None and wanted.path:  # in memory is the default: nothing to say
             log.info("cursor-bridge: %s", clean(store.describe(), 500))
 

@@ -94,7 +94,7 @@ class RewriteRequest:
                 incoming,
                 env,
                 creds,
-                store=self._store.store,
+                store=flows.store_view(flow.id),
                 secrets=secrets,
                 view=view,
             )

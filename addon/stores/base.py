@@ -8,6 +8,15 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
+CONNECT_TIMEOUT = 0.5
+"""Seconds a connection to Redis may take (``addon.stores.redis_backend``); also how long a
+request waits for its prefetch at most (``addon.shell.store_worker``)."""
+RETRY_FIRST = 1.0
+"""Seconds before a lost Redis is probed first (then doubling); also how long no request
+waits for a store that did not answer in time (the store thread's circuit)."""
+SECRET_BYTES = 32
+"""Length of the store's secret (``ReasoningStore.secret``)."""
+
 
 class StoreError(Exception):
     """The store could not be opened, read or written (SQLite, Redis); the message says why."""
@@ -31,14 +40,26 @@ class Bounds:
     """Seconds a value lives without use; 0: no expiry."""
 
 
+@dataclass(frozen=True, slots=True)
+class Put:
+    """A reasoning value to write under its full store key (``ReasoningStore.encode``);
+    ``text`` None: the key's value is deleted (a value past the store's bounds)."""
+
+    key: str
+    text: str | None
+    size: int
+
+
 class Backend(Protocol):
     """Where a ``ReasoningStore`` keeps its values (memory, SQLite, Redis), called under the
     store's lock; ``now`` is the store's clock. ``put`` keeps a value and then enforces the
-    bounds, as ``evict`` does alone."""
+    bounds, as ``evict`` does alone; ``put_many`` many puts (and deletes) at once, in one
+    transaction (SQLite) or one pipeline (Redis), then the bounds."""
 
     def get(self, key: str, now: float, ttl: float) -> str | None: ...
     def get_many(self, keys: list[str], now: float, ttl: float) -> list[str | None]: ...
     def put(self, key: str, text: str, size: int, now: float, bounds: Bounds) -> None: ...
+    def put_many(self, items: list[Put], now: float, bounds: Bounds) -> None: ...
     def delete(self, key: str) -> None: ...
     def evict(self, now: float, bounds: Bounds) -> None: ...
     def count(self) -> int: ...

@@ -127,6 +127,7 @@ class Counters(Protocol):
     both raise the backend's own errors (the ledger wraps them)."""
 
     def add(self, key: LedgerKey, tokens: Tokens) -> None: ...
+    def add_many(self, rows: Rows) -> None: ...
     def rows(self, since: str = "") -> Rows: ...
     def close(self) -> None: ...
 
@@ -144,6 +145,10 @@ class MemoryCounters:
             key = LedgerKey(key.day, key.route, key.model, key.key, key.client, OTHER)
         old = rows.get(key)
         rows[key] = tokens if old is None else old + tokens
+
+    def add_many(self, rows: Rows) -> None:
+        for key, tokens in rows.items():
+            self.add(key, tokens)
 
     def rows(self, since: str = "") -> Rows:
         return {k: t for k, t in self._rows.items() if k.day >= since}
@@ -241,6 +246,16 @@ class SqliteCounters:
     def add(self, key: LedgerKey, tokens: Tokens) -> None:
         self._db.execute(_UPSERT, (*key.labels(), *tokens.values()))
 
+    def add_many(self, rows: Rows) -> None:
+        """Every row's upsert in one transaction (one commit)."""
+        self._db.execute("BEGIN")
+        try:
+            self._db.executemany(_UPSERT, [(*k.labels(), *t.values()) for k, t in rows.items()])
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
     def rows(self, since: str = "") -> Rows:
         if not self._columns:  # a file whose ledger never counted (read only)
             self._columns = self._table_columns()
@@ -262,8 +277,9 @@ class SqliteCounters:
 class UsageLedger:
     """The ledger: ``count`` a flow, read ``rows``; over one ``Counters`` backend, under a lock
     (SQLite's connection is shared by the hooks' thread and a command's). One ``count`` per
-    flow, one call to the backend (one SQLite upsert, one Redis round trip). Layouts per
-    backend: docs/observability.md#usage-ledger."""
+    flow (in memory), or the rows of up to a second at once from the store thread
+    (``count_many``: one SQLite transaction, one Redis round trip). Layouts per backend:
+    docs/observability.md#usage-ledger."""
 
     def __init__(self, counters: Counters, where: str, errors: tuple[type[Exception], ...]):
         self._counters = counters
@@ -276,6 +292,18 @@ class UsageLedger:
         """Add ``tokens`` under ``key``. Raises ``StoreError``."""
         with self._lock:
             self._guard(lambda: self._counters.add(key, tokens))
+
+    def count_many(self, rows: Rows) -> None:
+        """Add every row at once (the store thread's flush: one SQLite transaction, one Redis
+        pipeline). Raises ``StoreError``."""
+        if rows:
+            with self._lock:
+                self._guard(lambda: self._counters.add_many(rows))
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the rows are in this process's memory (no I/O: counted on the spot)."""
+        return isinstance(self._counters, MemoryCounters)
 
     def rows(self, since: str = "") -> Rows:
         """Every row of ``since`` (``YYYY-MM-DD``) and later. Raises ``StoreError``."""
@@ -363,18 +391,22 @@ class RedisCounters:
         self._waiting = MemoryCounters()
 
     def add(self, key: LedgerKey, tokens: Tokens) -> None:
+        self.add_many({key: tokens})
+
+    def add_many(self, rows: Rows) -> None:
+        """Every row (and those waiting since Redis was away) in one pipeline."""
+
         def shared() -> None:
-            rows = self._waiting.take()
-            old = rows.get(key)
-            rows[key] = tokens if old is None else old + tokens
+            before = self._waiting.take()
             try:
-                self._write(rows)
+                self._write(merge([*before.items(), *rows.items()]))
             except Exception:
-                for k, t in rows.items():  # not written: kept for the next try
-                    self._waiting.add(k, t)
+                # Not written: what waited waits again; ``rows`` are the caller's to keep
+                # (Redis lost: ``local`` below waits them; any other error: the ledger raises).
+                self._waiting.add_many(before)
                 raise
 
-        self._backend.call(shared, lambda: self._waiting.add(key, tokens))
+        self._backend.call(shared, lambda: self._waiting.add_many(rows))
 
     def _write(self, rows: Rows) -> None:
         pipe = self._backend.client.pipeline(transaction=False)

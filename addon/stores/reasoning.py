@@ -14,11 +14,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from addon.config.options import StoreLocation
 from addon.model import JSON
-from addon.stores.base import Backend, Bounds, Notice, StoreError
+from addon.stores.base import SECRET_BYTES, Backend, Bounds, Notice, Put, StoreError
 from addon.stores.files import CANNOT_PRIVATE, private_file, store_location
 
 __all__ = [
@@ -29,14 +29,16 @@ __all__ = [
     "ReasoningStore",
     "Scope",
     "ScopedStore",
+    "ScopedView",
     "StoreError",
+    "StoreView",
     "memory_backend",
     "private_file",
     "store_location",
 ]
 
 if TYPE_CHECKING:
-    from addon.stores.redis_backend import RedisBackend, SharedCooldowns
+    from addon.stores.redis_backend import RedisBackend
 
 DEFAULT_SIZE = 20_000
 """``bridge_store_size``: entries kept by default."""
@@ -44,8 +46,6 @@ DEFAULT_TTL = 24 * 3600.0
 """``bridge_store_ttl``: seconds a value lives without use, by default."""
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 """Bytes kept at most by default."""
-SECRET_BYTES = 32
-"""Length of the store's secret (``ReasoningStore.secret``)."""
 ENTRY_OVERHEAD = 64
 """Bytes counted per entry beyond its key and value (bookkeeping), so that many tiny values
 cannot slip under the bytes bound."""
@@ -65,6 +65,26 @@ class Scope:
     def of(cls, route: str, host: str, model: str) -> Scope:
         """The scope of a flow: its route's name, the upstream host (lower-cased) and the model."""
         return cls(f"{route}@{host.lower()}", model)
+
+
+class ScopedView(Protocol):
+    """What restore reads and capture writes for one flow's scope: ``ScopedStore`` (the store
+    itself, in memory) or a prefetched view (``addon.stores.prefetch``: a store that does I/O)."""
+
+    def get(self, kind: str, key: str) -> JSON | None: ...
+    def get_many(self, keys: Sequence[tuple[str, str]]) -> list[JSON | None]: ...
+    def put(self, kind: str, key: str, value: JSON) -> None: ...
+
+
+class StoreView(Protocol):
+    """What a flow's plan holds of the store (``FlowPlan.store``): its secret and its scoped
+    views. ``ReasoningStore`` in memory; for SQLite and Redis a view that reads what the request
+    hook prefetched and queues what it writes, so the plan makes no store call on the event
+    loop (``addon.stores.prefetch``, docs/reasoning.md#the-store-thread)."""
+
+    @property
+    def secret(self) -> bytes: ...
+    def scoped(self, scope: Scope) -> ScopedView: ...
 
 
 @dataclass(slots=True)
@@ -106,6 +126,16 @@ class _Memory:
         self._bytes += size
         self.evict(now, bounds)
 
+    def put_many(self, items: list[Put], now: float, bounds: Bounds) -> None:
+        for item in items:
+            if item.text is None:
+                self._drop(item.key)
+            else:
+                self._drop(item.key)
+                self._items[item.key] = _Entry(item.text, item.size, now)
+                self._bytes += item.size
+        self.evict(now, bounds)
+
     def evict(self, now: float, bounds: Bounds) -> None:
         items, ttl = self._items, bounds.ttl
         while items:
@@ -140,132 +170,6 @@ class _Memory:
 def memory_backend() -> Backend:
     """A backend in this process's memory (what a Redis backend keeps while Redis is away)."""
     return _Memory()
-
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS reasoning (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL,
-    size  INTEGER NOT NULL,
-    used  REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS reasoning_used ON reasoning (used);
-CREATE TABLE IF NOT EXISTS bridge_secret (
-    id    INTEGER PRIMARY KEY CHECK (id = 1),
-    value BLOB NOT NULL
-);
-"""
-
-
-class _Sqlite:
-    """One table, ``used`` indexed for eviction in LRU order. Autocommit: each statement is
-    its own transaction (``put`` = one upsert, ``get`` = one read and one touch)."""
-
-    def __init__(self, path: str) -> None:
-        import sqlite3  # a file store only: the memory store never loads it
-
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            count, size = self._db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM reasoning"
-            ).fetchone()
-        except sqlite3.Error:
-            self._db.close()
-            raise
-        self._count: int = count
-        self._bytes: int = size
-        self._secret: bytes | None = None
-
-    def secret(self) -> bytes:
-        """Made once per file (the first process to ask writes it; the others read it)."""
-        if self._secret is None:
-            self._db.execute(
-                "INSERT OR IGNORE INTO bridge_secret (id, value) VALUES (1, ?)",
-                (secrets.token_bytes(SECRET_BYTES),),
-            )
-            row = self._db.execute("SELECT value FROM bridge_secret WHERE id = 1").fetchone()
-            self._secret = bytes(row[0])
-        return self._secret
-
-    def get(self, key: str, now: float, ttl: float) -> str | None:
-        row = self._db.execute("SELECT value, used FROM reasoning WHERE key = ?", (key,)).fetchone()
-        if row is None:
-            return None
-        text, used = row
-        if ttl > 0 and now - used >= ttl:
-            self._delete(key)
-            return None
-        self._db.execute("UPDATE reasoning SET used = ? WHERE key = ?", (now, key))
-        return str(text)
-
-    def get_many(self, keys: list[str], now: float, ttl: float) -> list[str | None]:
-        return [self.get(k, now, ttl) for k in keys]
-
-    def put(self, key: str, text: str, size: int, now: float, bounds: Bounds) -> None:
-        old = self._db.execute("SELECT size FROM reasoning WHERE key = ?", (key,)).fetchone()
-        self._db.execute(
-            "INSERT OR REPLACE INTO reasoning (key, value, size, used) VALUES (?, ?, ?, ?)",
-            (key, text, size, now),
-        )
-        if old is None:
-            self._count += 1
-        else:
-            self._bytes -= old[0]
-        self._bytes += size
-        self.evict(now, bounds)
-
-    def evict(self, now: float, bounds: Bounds) -> None:
-        ttl, max_entries, max_bytes = bounds.ttl, bounds.max_entries, bounds.max_bytes
-        if ttl > 0:
-            row = self._db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM reasoning WHERE used <= ?",
-                (now - ttl,),
-            ).fetchone()
-            if row[0]:
-                self._db.execute("DELETE FROM reasoning WHERE used <= ?", (now - ttl,))
-                self._count -= row[0]
-                self._bytes -= row[1]
-        while self._count > max_entries or self._bytes > max_bytes:
-            # The oldest uses first, in batches: a few statements even for a big shrink.
-            batch = max(1, min(self._count - max_entries, 512))
-            rows = self._db.execute(
-                "SELECT key, size FROM reasoning ORDER BY used LIMIT ?", (batch,)
-            ).fetchall()
-            if not rows:
-                self._count, self._bytes = 0, 0
-                return
-            for key, size in rows:
-                if self._count <= max_entries and self._bytes <= max_bytes:
-                    return
-                self._db.execute("DELETE FROM reasoning WHERE key = ?", (key,))
-                self._count -= 1
-                self._bytes -= size
-
-    def delete(self, key: str) -> None:
-        self._delete(key)
-
-    def _delete(self, key: str) -> None:
-        row = self._db.execute("SELECT size FROM reasoning WHERE key = ?", (key,)).fetchone()
-        if row is not None:
-            self._db.execute("DELETE FROM reasoning WHERE key = ?", (key,))
-            self._count -= 1
-            self._bytes -= row[0]
-
-    def count(self) -> int:
-        return self._count
-
-    def size(self) -> int:
-        return self._bytes
-
-    def clear(self) -> None:
-        self._db.execute("DELETE FROM reasoning")
-        self._count, self._bytes = 0, 0
-
-    def close(self) -> None:
-        self._db.close()
 
 
 class ReasoningStore:
@@ -303,7 +207,6 @@ class ReasoningStore:
         self._db_errors: tuple[type[Exception], ...] = ()
         """What the backend raises when its database fails (SQLite's, Redis's; none in memory)."""
         self._redis: RedisBackend | None = None
-        self._cooldowns: SharedCooldowns | None = None
         location = store_location(path)
         self.where = f"SQLite file {path}" if path else "memory"
         """Where the values are, for a log line (a Redis URL without its password)."""
@@ -318,8 +221,10 @@ class ReasoningStore:
             self._db_errors = (sqlite3.Error,)
             if changed := private_file(location.target):
                 tell(Notice(f"reasoning store: {changed}", changed.endswith(CANNOT_PRIVATE)))
+            from addon.stores.sqlite_backend import SqliteBackend
+
             try:
-                backend = _Sqlite(location.target)
+                backend = SqliteBackend(location.target)
             except sqlite3.Error as e:
                 raise StoreError(f"cannot open the reasoning store {path!r}: {e}") from e
         else:
@@ -359,18 +264,6 @@ class ReasoningStore:
     def redis(self) -> RedisBackend | None:
         """The Redis backend (the usage ledger shares its connection); None: not Redis."""
         return self._redis
-
-    @property
-    def cooldowns(self) -> SharedCooldowns | None:
-        """The fallbacks' cooldowns shared by every worker on this store (Redis); None: the
-        store is not shared that way (memory, SQLite), each process keeps its own."""
-        if self._redis is None:
-            return None
-        if self._cooldowns is None:
-            from addon.stores.redis_backend import SharedCooldowns
-
-            self._cooldowns = SharedCooldowns(self._redis)
-        return self._cooldowns
 
     @property
     def _bounds(self) -> Bounds:
@@ -437,6 +330,45 @@ class ReasoningStore:
 
             bounds = self._bounds
             self._guard(lambda: backend.put(k, text, size, now, bounds))
+
+    # ------------------------------------------------------------------ the store thread's
+
+    def encode(self, scope: Scope, kind: str, key: str, value: JSON) -> Put:
+        """What ``put`` would write, as a value for ``put_many`` (a ``Put`` whose ``text`` is
+        None: the key's value is deleted, as ``put`` does for a value past the bounds). Plain
+        values, no backend call: a hook may make it. Raises as ``put`` does for bad JSON."""
+        k = _key(scope, kind, key)
+        text, size = _dump(value)
+        size += len(k) + ENTRY_OVERHEAD
+        if self.max_entries == 0 or size > self.max_bytes:
+            return Put(k, None, size)
+        return Put(k, text, size)
+
+    def put_many(self, items: list[Put]) -> None:
+        """Every ``encode``d value in one call to the backend (one SQLite transaction, one
+        Redis pipeline), then the bounds. Raises ``StoreError``."""
+        if not items:
+            return
+        with self._lock:
+            self._check_open()
+            now, bounds, backend = self._now(), self._bounds, self._backend
+            self._guard(lambda: backend.put_many(items, now, bounds))
+
+    def fetch(
+        self, keys: list[str], names: list[str]
+    ) -> tuple[list[str | None], list[float | None]]:
+        """A request's prefetch (``addon.shell.store_worker``): the values under full store
+        keys (``encode``'s) as stored text, and the seconds each cooldown ``names`` has left —
+        Redis: in one pipelined round trip; None for a cooldown this store does not keep (not
+        Redis, or Redis away: this process's table says). Raises ``StoreError``."""
+        with self._lock:
+            self._check_open()
+            now = self._now()
+            redis_backend = self._redis
+            if redis_backend is not None:
+                return self._guard(lambda: redis_backend.fetch(keys, now, self.ttl, names))
+            values = self._guard(lambda: self._backend.get_many(keys, now, self.ttl))
+        return values, [None] * len(names)
 
     def scoped(self, scope: Scope) -> ScopedStore:
         """A view bound to ``scope``: what capture writes to and restore reads from."""
@@ -535,6 +467,16 @@ class ScopedStore:
 
     def put(self, kind: str, key: str, value: JSON) -> None:
         self.store.put(self.scope, kind, key, value)
+
+
+def full_key(scope: Scope, kind: str, key: str) -> str:
+    """The one string a value is stored under (``_key``), for a prefetch's keys."""
+    return _key(scope, kind, key)
+
+
+def load_value(text: str | None) -> JSON | None:
+    """A stored value read back (``_load``): a JSON object, else nothing."""
+    return _load(text)
 
 
 def _key(scope: Scope, kind: str, key: str) -> str:

@@ -13,29 +13,38 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import cast
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
+from redis.commands.core import Script
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from addon.stores.base import Backend, Bounds, Notice, display_url
+from addon.stores.base import (
+    CONNECT_TIMEOUT,
+    RETRY_FIRST,
+    Backend,
+    Bounds,
+    Notice,
+    Put,
+    display_url,
+)
 
 PREFIX = "cursor-bridge:"
 """Every key the bridge writes starts with this (one Redis db may hold other things too)."""
 TIMEOUT = 0.25
 """Seconds a command waits for Redis's answer; ``CONNECT_TIMEOUT`` for a connection. A call
 that runs out of either counts as Redis lost (``?socket_timeout=`` / ``?socket_connect_timeout=``
-in the URL override them). Short because the store is called in hooks that hold the event
-loop: a Redis on the same host or LAN answers in well under a millisecond (docs/speed.md)."""
-CONNECT_TIMEOUT = 0.5
-RETRY_FIRST, RETRY_MOST = 1.0, 30.0
-"""Seconds between probes of a lost Redis: the first, doubling up to the most."""
+in the URL override them). Every call runs on the store thread (``addon.shell.store_worker``),
+never on the event loop; short all the same: a request waits for its prefetch, and a Redis on the
+same host or LAN answers in well under a millisecond (docs/speed.md)."""
+RETRY_MOST = 30.0
+"""Seconds between probes of a lost Redis: ``RETRY_FIRST`` first, doubling up to this."""
 SECRET_RECHECK = 10.0
 """Seconds the secret read from Redis is used before it is asserted again (``SET NX`` with
 it, then read): a Redis restarted empty gets back the secret the workers use, not a new one."""
@@ -184,10 +193,10 @@ class TLSConnection(redis.SSLConnection):
 class RedisBackend:
     """A ``Backend`` on Redis, with ``local`` (this process's memory) while Redis is away.
 
-    Calls block (the hooks that use the store are synchronous) but briefly: one round trip
-    each, short timeouts (``TIMEOUT``), and while Redis is away every call goes to ``local``
-    without trying the network; a background thread probes with backoff and sharing resumes at
-    the next call after it answers."""
+    Calls block, on the store thread (``addon.shell.store_worker``; never the event loop): one
+    round trip each, short timeouts (``TIMEOUT``), and while Redis is away every call goes to
+    ``local`` without trying the network (a circuit); a background thread probes with backoff
+    and sharing resumes at the next call after it answers."""
 
     def __init__(
         self,
@@ -232,6 +241,7 @@ class RedisBackend:
                 ("cool", _COOL),
             )
         }
+        self._pipes = _Pipelines(self._redis, self._scripts)
         self._state = threading.Lock()
         self._up = True
         self._back = threading.Event()
@@ -289,6 +299,45 @@ class RedisBackend:
                 self._local.delete(key)  # Redis's is the newer one now
 
         self._call(shared, lambda: self._local.put(key, text, size, now, bounds))
+
+    def put_many(self, items: list[Put], now: float, bounds: Bounds) -> None:
+        """Every value (or delete) in one pipeline: one round trip."""
+
+        def shared() -> None:
+            self._pipes.put_many(items, now, bounds)
+            if self._local.count():
+                for item in items:
+                    self._local.delete(item.key)  # Redis's are the newer ones now
+
+        self._call(shared, lambda: self._local.put_many(items, now, bounds))
+
+    def fetch(
+        self, keys: list[str], now: float, ttl: float, names: list[str]
+    ) -> tuple[list[str | None], list[float | None]]:
+        """A request's prefetch in one pipeline (one round trip): ``get_many`` of ``keys``
+        and the seconds each cooldown of ``names`` has left. While Redis is away: ``local``'s
+        values, and None for every cooldown (this process's table says)."""
+
+        def shared() -> tuple[list[str | None], list[float | None]]:
+            got, lefts = self._pipes.fetch(keys, now, ttl, names)
+            kept = self._local.count()
+            values = [
+                v if v is not None else (self._local.get(k, now, ttl) if kept else None)
+                for k, v in zip(keys, got, strict=True)
+            ]
+            return values, list[float | None](lefts)
+
+        def local() -> tuple[list[str | None], list[float | None]]:
+            return self._local.get_many(keys, now, ttl), [None] * len(names)
+
+        return self._call(shared, local)
+
+    def cool_many(self, cools: list[tuple[str, float | None]]) -> None:
+        """Cooldowns shared in one pipeline: ``(name, seconds left)`` cools (a later end
+        already set is kept), ``(name, None)`` clears. Nothing while Redis is away (each
+        worker's own table holds them meanwhile)."""
+        if cools:
+            self._call(lambda: self._pipes.cool_many(cools), lambda: None)
 
     def delete(self, key: str) -> None:
         def shared() -> None:
@@ -357,27 +406,6 @@ class RedisBackend:
         notices as the store's own calls)."""
         return self._call(shared, local)
 
-    # ------------------------------------------------------------------ cooldowns
-
-    def cool(self, name: str, seconds: float, local: Callable[[], None]) -> None:
-        self._call(
-            lambda: self._scripts["cool"](keys=[_cool(name)], args=[math.ceil(seconds * 1000)]),
-            local,
-        )
-
-    def uncool(self, name: str, local: Callable[[], None]) -> None:
-        def shared() -> None:
-            self._redis.delete(_cool(name))
-
-        self._call(shared, local)
-
-    def cool_left(self, name: str, local: Callable[[], float]) -> float:
-        def shared() -> float:
-            ms = int(self._redis.pttl(_cool(name)))
-            return ms / 1000 if ms > 0 else 0.0
-
-        return self._call(shared, local)
-
     # ------------------------------------------------------------------ Redis lost and back
 
     def _call[T](self, shared: Callable[[], T], local: Callable[[], T]) -> T:
@@ -444,44 +472,73 @@ class RedisBackend:
         return text
 
 
-class SharedCooldowns:
-    """The fallbacks' cooldowns in Redis, so that every worker skips a route one of them saw
-    fail; this process's table while Redis is away. Satisfies ``addon.plan.fallback.Cooldowns``.
-    The time left is Redis's (``PTTL``): the workers' clocks need not agree."""
+class _Pipelines:
+    """The backend's pipelined commands: one pipeline (not a transaction) each, one round
+    trip; the Lua scripts sent by ``EVALSHA``, and once (``SCRIPT LOAD``) to a Redis that does
+    not know them yet (first use, a restart), the pipeline then sent again."""
 
-    def __init__(self, backend: RedisBackend) -> None:
-        self._backend = backend
-        self._local: dict[str, float] = {}
-        """Route name → until (``time.monotonic``), while Redis is away."""
+    def __init__(self, client: redis.Redis, scripts: dict[str, Script]) -> None:
+        self._client = client
+        self._scripts = scripts
 
-    def cool(self, name: str, seconds: float) -> None:
-        """Skip the route for ``seconds`` from now (a later end already set is kept)."""
-        if seconds <= 0:
-            return
+    def put_many(self, items: list[Put], now: float, bounds: Bounds) -> None:
+        ttl, evict = _ms(bounds.ttl), _evict_args(now, bounds)
 
-        def local() -> None:
-            until = time.monotonic() + seconds
-            self._local[name] = max(until, self._local.get(name, until))
+        def build(pipe: redis.client.Pipeline) -> None:
+            for item in items:
+                if item.text is None:
+                    self._eval(pipe, "delete", [_LRU, _SIZES, _BYTES], [item.key])
+                else:
+                    args = [item.key, item.text, item.size, now, ttl, *evict]
+                    self._eval(pipe, "put", [_LRU, _SIZES, _BYTES, _value(item.key)], args)
 
-        self._backend.cool(name, seconds, local)
+        self._run(build)
 
-    def left(self, name: str) -> float:
-        def local() -> float:
-            left = self._local.get(name, 0.0) - time.monotonic()
-            if left <= 0:
-                self._local.pop(name, None)
-                return 0.0
-            return left
+    def fetch(
+        self, keys: list[str], now: float, ttl: float, names: list[str]
+    ) -> tuple[list[str | None], list[float]]:
+        """The values under ``keys`` (as ``_GET_MANY``) and each cooldown's seconds left."""
 
-        return self._backend.cool_left(name, local)
+        def build(pipe: redis.client.Pipeline) -> None:
+            if keys:
+                self._eval(pipe, "get_many", [*map(_value, keys), _LRU], [now, _ms(ttl), *keys])
+            for name in names:
+                pipe.pttl(_cool(name))
 
-    def cooling(self, name: str) -> bool:
-        return self.left(name) > 0
+        got = self._run(build) if keys or names else []
+        values = (
+            [bytes(v).decode("utf-8") if v is not None else None for v in got[0]] if keys else []
+        )
+        lefts = [max(0, int(ms)) / 1000 for ms in got[1 if keys else 0 :]]
+        return values, lefts
 
-    def clear(self, name: str) -> None:
-        """The route is no longer skipped, by any worker."""
-        self._local.pop(name, None)
-        self._backend.uncool(name, lambda: None)
+    def cool_many(self, cools: list[tuple[str, float | None]]) -> None:
+        def build(pipe: redis.client.Pipeline) -> None:
+            for name, seconds in cools:
+                if seconds is None:
+                    pipe.delete(_cool(name))
+                elif seconds > 0:
+                    self._eval(pipe, "cool", [_cool(name)], [math.ceil(seconds * 1000)])
+
+        self._run(build)
+
+    def _eval(
+        self, pipe: redis.client.Pipeline, name: str, keys: list[str], args: Sequence[object]
+    ) -> None:
+        pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)  # type: ignore[arg-type]
+
+    def _run(self, build: Callable[[redis.client.Pipeline], None]) -> list[Any]:
+        for attempt in (1, 2):
+            pipe = self._client.pipeline(transaction=False)
+            build(pipe)
+            try:
+                return list(pipe.execute())
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                for script in self._scripts.values():
+                    self._client.script_load(script.script)
+        raise AssertionError("unreachable")
 
 
 def _value(key: str) -> str:

@@ -9,7 +9,12 @@ section 2 (OpenAI→OpenAI, Cursor's route):
   health check): what HAProxy alone costs;
 - the bridge, one worker, no HAProxy (section 2's OpenAI→OpenAI column);
 - HAProxy in front of one bridge worker;
-- HAProxy in front of two bridge workers.
+- HAProxy in front of two bridge workers;
+- the bridge, one worker, its store (reasoning, usage ledger, cooldowns) on a Redis of the
+  run's own (issue 43: against the in-memory column, events/s and CPU per event);
+- the same with that Redis slowed by 5 ms per answer (a delaying TCP forwarder,
+  ``tests/delay_forwarder.py``): the paced runs' p99 added delay against the full-speed one's
+  (``store_summary``).
 
 HAProxy's configuration is ``scripts/gateway.py``'s (``haproxy_config``: leastconn, the health
 check every second, ``http-no-delay``). A column's CPU and memory are those of all its
@@ -24,6 +29,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -33,7 +39,7 @@ from typing import Any
 
 from gateway import HEALTH_SCRIPT, haproxy_config
 
-from benchlib.base import HOST, START_TIMEOUT, X, free_port
+from benchlib.base import HOST, REPO, START_TIMEOUT, X, free_port
 from benchlib.measuring import paced, unpaced_paired, warm_up
 from benchlib.plan import Plan, Progress
 from benchlib.processes import Config, Proc, Proxy, can_connect, start_proxies, start_upstream
@@ -47,6 +53,8 @@ class Column:
     bridge: bool
     workers: int
     haproxy: bool
+    store: str = ""
+    """``redis``: ``bridge_store`` on the run's Redis; ``slow``: through the 5 ms forwarder."""
 
 
 COLUMNS: tuple[Column, ...] = (
@@ -55,7 +63,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("bridge", "bridge, 1 worker, no HAProxy", bridge=True, workers=1, haproxy=False),
     Column("haproxy_1", "HAProxy → 1 bridge worker", bridge=True, workers=1, haproxy=True),
     Column("haproxy_2", "HAProxy → 2 bridge workers", bridge=True, workers=2, haproxy=True),
+    Column("redis", "bridge, 1 worker, Redis store", True, 1, False, store="redis"),
+    Column("redis_slow", "bridge, 1 worker, Redis 5 ms late", True, 1, False, store="slow"),
 )
+SLOW_REDIS = 0.005
+"""Seconds the forwarder holds each of Redis's answers in the ``slow`` column."""
 
 GATEWAY_FULL = Plan(
     requests=0,
@@ -140,17 +152,22 @@ def running_columns(
 ) -> Iterator[tuple[Proc, list[Proxy], list[Group]]]:
     """The upstream, every column's workers and HAProxy; all stopped on the way out."""
     procs: list[Proc] = []
-    with tempfile.TemporaryDirectory(prefix="cursor-bridge-bench-gateway-") as name:
+    with (
+        tempfile.TemporaryDirectory(prefix="cursor-bridge-bench-gateway-") as name,
+        contextlib.ExitStack() as stack,
+    ):
         tmp = Path(name)
         try:
             upstream, upstream_port = start_upstream(tmp)
             procs.append(upstream)
+            stores = stack.enter_context(redis_stores(columns))
             configs = [
                 Config(
                     f"{c.key}.w{i}",
                     f"{c.title}, worker {i}",
                     "openai",
                     bridge=c.bridge,
+                    options=(("bridge_store", stores[c.store]),) if c.store else (),
                     scripts=(HEALTH_SCRIPT,) if c.haproxy else (),
                 )
                 for c in columns
@@ -179,6 +196,60 @@ def running_columns(
             for child in _children():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(child, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def redis_stores(columns: Sequence[Column]) -> Iterator[dict[str, str]]:
+    """A ``redis-server`` of the run's own and the 5 ms forwarder before it, when a column
+    asks: ``bridge_store`` URL by column ``store``."""
+    if not any(c.store for c in columns):
+        yield {}
+        return
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from tests.delay_forwarder import DelayForwarder
+    from tests.redis_server import RedisServer, redis_server_program
+
+    program = redis_server_program()
+    if program is None:
+        raise RuntimeError("redis-server is not installed: scripts/services.py installs it")
+    with (
+        RedisServer(program) as server,
+        DelayForwarder(server.port, SLOW_REDIS) as slow,
+    ):
+        yield {"redis": server.url, "slow": f"redis://{HOST}:{slow.port}/1"}
+
+
+def store_summary(results: dict[str, Any]) -> str:
+    """Issue 43's figures: the Redis column against the in-memory one (events/s, CPU per
+    event, unpaced), and the slowed Redis's paced p99 added delay against full speed's."""
+    lines = []
+    mem, red, slow = (results.get(k, {}) for k in ("bridge", "redis", "redis_slow"))
+    for key, m in mem.items():
+        r = red.get(key)
+        if not (key.startswith("unpaced_") and isinstance(m, dict) and isinstance(r, dict)):
+            continue
+        try:
+            eps = r["events_per_s"] / m["events_per_s"]
+            cpu = r["proxy_cpu_us_per_event"] / m["proxy_cpu_us_per_event"]
+        except (KeyError, TypeError, ZeroDivisionError):
+            continue
+        lines.append(
+            f"- {key}: Redis store / in memory: {eps:.2f}{X} events/s, {cpu:.2f}{X} CPU per event"
+        )
+    for key, r in red.items():
+        s = slow.get(key)
+        if not (key.startswith("paced_") and isinstance(r, dict) and isinstance(s, dict)):
+            continue
+        try:
+            added = s["delay_p99_ms"] - r["delay_p99_ms"]
+        except (KeyError, TypeError):
+            continue
+        lines.append(
+            f"- {key}: p99 delay {r['delay_p99_ms']:.2f} ms with Redis at full speed, "
+            f"{s['delay_p99_ms']:.2f} ms with it 5 ms late ({added:+.2f} ms)"
+        )
+    return "\n".join(lines)
 
 
 def _children() -> list[int]:

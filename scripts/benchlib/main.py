@@ -21,6 +21,7 @@ from benchlib.gateway_section import (
     GATEWAY_QUICK,
     cpu_split,
     run_gateway,
+    store_summary,
 )
 from benchlib.inprocess import bench_request, bench_stream, host
 from benchlib.plan import FULL, QUICK, Progress
@@ -220,6 +221,10 @@ def main_gateway(quick: bool, json_path: Path | None) -> int:
     if split:
         print("\nCPU of the unpaced windows, by process:\n")
         print(split)
+    store = store_summary(results)
+    if store:
+        print("\nThe store on Redis (issue 43):\n")
+        print(store)
     if json_path:
         report = {"quick": quick, "machine": machine, "plan": plan.__dict__, "gateway": results}
         json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")

@@ -189,20 +189,51 @@ def test_rebound_drops_what_the_new_bounds_do_not_keep(
 def test_a_cooldown_one_worker_sets_is_seen_by_another(
     server: RedisServer, open_store: Open
 ) -> None:
-    a, b = open_store(server.url).cooldowns, open_store(server.url).cooldowns
-    assert a is not None and b is not None
-    a.cool("primary", 30)
-    assert 29 < b.left("primary") <= 30 and b.cooling("primary")
-    b.cool("primary", 5)  # a later end already set is kept
-    assert a.left("primary") > 29
-    assert not a.cooling("second") and a.left("second") == 0
-    a.cool("second", 0)
-    assert not b.cooling("second")
+    a, b = open_store(server.url), open_store(server.url)
+    assert a.redis is not None and b.redis is not None
+    a.redis.cool_many([("primary", 30)])  # what the store thread shares, in one pipeline
+    _, (left,) = b.fetch([], ["primary"])  # what another worker's prefetch reads
+    assert left is not None and 29 < left <= 30
+    b.redis.cool_many([("primary", 5)])  # a later end already set is kept
+    _, (left,) = a.fetch([], ["primary"])
+    assert left is not None and left > 29
+    _, (none,) = a.fetch([], ["second"])
+    assert none == 0
+    a.redis.cool_many([("primary", None)])  # cleared, for every worker
+    assert b.fetch([], ["primary"])[1] == [0]
+
+
+def test_a_prefetch_reads_values_and_cooldowns_in_one_round_trip(
+    server: RedisServer, open_store: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = open_store(server.url)
+    a.put(A, "call", "c1", {"n": 1})
+    assert a.redis is not None
+    a.redis.cool_many([("r", 10)])
+    keys = [a.encode(A, "call", k, {}).key for k in ("c1", "c2")]
+    a.fetch(keys, ["r"])  # the first sends Redis the scripts it does not know yet
+    raw = redis.Redis.from_url(server.url)
+    raw.config_resetstat()
+    sent: list[int] = []
+    execute = redis.client.Pipeline.execute
+
+    def counted(pipe: redis.client.Pipeline, raise_on_error: bool = True) -> list[object]:
+        sent.append(len(pipe.command_stack))
+        return execute(pipe, raise_on_error)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    values, lefts = a.fetch(keys, ["r", "s"])
+    assert values[0] is not None and '"n":1' in values[0] and values[1] is None
+    assert lefts[0] is not None and lefts[0] > 9 and lefts[1] == 0
+    assert sent == [3]  # one pipeline: the values' script and two PTTL
+    stats = raw.info("commandstats")
+    assert stats["cmdstat_evalsha"]["calls"] == 1 and stats["cmdstat_pttl"]["calls"] == 2
 
 
 def test_memory_and_sqlite_stores_share_no_cooldowns(tmp_path: Path) -> None:
-    assert ReasoningStore().cooldowns is None
-    assert ReasoningStore(str(tmp_path / "store.sqlite")).cooldowns is None
+    assert ReasoningStore().redis is None
+    sqlite = ReasoningStore(str(tmp_path / "store.sqlite"))
+    assert sqlite.redis is None and sqlite.fetch([], ["r"]) == ([], [None])
 
 
 # --------------------------------------------------------------------------- Redis away
@@ -220,9 +251,9 @@ def test_redis_lost_and_back_every_call_answered_one_warning_sharing_resumed(
     a.put(A, "call", "during", {"n": 1})
     assert a.get(A, "call", "during") == {"n": 1}
     secret_while_away = a.secret
-    assert a.cooldowns is not None
-    a.cooldowns.cool("primary", 30)
-    assert a.cooldowns.cooling("primary")
+    assert a.redis is not None
+    a.redis.cool_many([("primary", 30)])  # no error: each worker's own table holds it
+    assert a.fetch([], ["primary"]) == ([], [None])  # unknown here: the worker's table says
     for n in range(20):
         a.put(A, "call", f"more{n}", {"n": n})
         a.get(A, "call", f"more{n}")

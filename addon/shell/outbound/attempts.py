@@ -19,7 +19,6 @@ from mitmproxy import connection, http
 from addon.config.routes import MAX_TIMEOUT, Route, fallback_chain
 from addon.dialects import DIALECTS
 from addon.plan import AnswerState, FlowPlan, Incoming, Rewrite, decide, route_for
-from addon.plan.caching import secret_of
 from addon.plan.conditions import RequestView
 from addon.plan.failed_attempt import (
     Attempted,
@@ -110,8 +109,7 @@ class Fallbacks:
     @property
     def cooldowns(self) -> Cooldowns:
         """The store's, shared by every worker on it (Redis), else this process's."""
-        store = self._store.store
-        return (store.cooldowns if store is not None else None) or self.local_cooldowns
+        return self._store.cooldowns or self.local_cooldowns
 
     # ------------------------------------------------------------------ before the rewrite
 
@@ -138,7 +136,7 @@ class Fallbacks:
             if has_pool(chain):  # each key a link, the conversation's own first
                 decoded = view.decoded(route.client)
                 conversation = conversation_of(decoded.request) if decoded else ""
-                chain = links(chain, secret_of(self._store.store), conversation)
+                chain = links(chain, self._store.secret, conversation)
             first, passed = first_route(chain, self.cooldowns)
             failures = [skipped(r, self.cooldowns) for r in passed]
             if first is not None:
@@ -294,7 +292,7 @@ class Fallbacks:
                 route,
                 chain.incoming,
                 env,
-                store=self._store.store,
+                store=self._flows.store_view(flow.id),
                 secrets=self._flows.secrets(flow.id),
             )
             if isinstance(decision, Rewrite):
