@@ -96,7 +96,9 @@ def make_addons() -> Addons:
     report = Report(state, flows, settings, usage)
     fallbacks = Fallbacks(settings, report, retry, store)
     client_keys = ClientKeysGate(settings, report)
-    metrics = usage.metrics = Metrics(state, settings, flows, lambda: fallbacks.cooldowns)
+    metrics = usage.metrics = Metrics(
+        state, settings, flows, lambda: store.shared_cooling(fallbacks.cooldowns)
+    )
     return Addons(
         state,
         settings,

@@ -3,8 +3,8 @@
 
 Why a thread: ``prometheus_client.start_http_server`` serves from a daemon thread of its own
 (a small WSGI server), so a scrape never runs on mitmproxy's event loop, and what is read at
-scrape time — the key pools' states from the cooldowns store (a Redis round trip on a shared
-store), the bridge's own counters — costs the proxy's flows nothing. An ASGI app on the event
+scrape time — the key pools' states from the cooldowns store (on a shared store a Redis round
+trip per key, made by the store thread while the scrape waits), the bridge's own counters — costs the proxy's flows nothing. An ASGI app on the event
 loop would need an ASGI server besides, and would put those reads on the loop. The flows'
 counts are added on the loop (``UsageCounting.count`` → ``flow_over``): each is a few
 increments under prometheus_client's own lock.
@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from mitmproxy import ctx, http
 
 from addon.config.options import METRICS_OPTIONS, ConfigError, MetricsAddress, parse_metrics_address
-from addon.plan.fallback import Cooldowns
 from addon.plan.key_pool import link_name
 from addon.redact import clean
 from addon.report.counters import BridgeState
@@ -132,7 +131,10 @@ class ScrapeTime:
     from the cooldowns store and the bridge's own counters (``bridge.stats``)."""
 
     def __init__(
-        self, state: BridgeState, settings: BridgeSettings, cooldowns: Callable[[], Cooldowns]
+        self,
+        state: BridgeState,
+        settings: BridgeSettings,
+        cooldowns: Callable[[], Callable[[str], bool]],
     ) -> None:
         self._state = state
         self._settings = settings
@@ -157,10 +159,8 @@ class ScrapeTime:
             labels=("route", "state"),
         )
         try:
-            cooldowns = self._cooldowns()
-            for route, state, n in key_pool_states(
-                self._settings.settings.routes, cooldowns.cooling
-            ):
+            cooling = self._cooldowns()
+            for route, state, n in key_pool_states(self._settings.settings.routes, cooling):
                 pool.add_metric((route, state), n)
         except Exception as e:  # a scrape says what it can
             log.warning("cursor-bridge: metrics: key pools not read: %s", clean(e, 300))
@@ -187,7 +187,7 @@ class Metrics(OptionChecks):
         state: BridgeState,
         settings: BridgeSettings,
         flows: Flows,
-        cooldowns: Callable[[], Cooldowns],
+        cooldowns: Callable[[], Callable[[str], bool]],
         price: Callable[[], Price | None] = genai_prices,
     ) -> None:
         self._settings = settings

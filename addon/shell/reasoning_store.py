@@ -7,12 +7,15 @@ one warning; back: one line) are logged here."""
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 from mitmproxy import ctx
 
 from addon.config.options import ConfigError, StoreSettings, parse_store
 from addon.plan import short
 from addon.plan.caching import secret_of
+from addon.plan.fallback import Cooldowns
 from addon.redact import clean
 from addon.shell.notes import log
 from addon.shell.option_checks import OptionChecks
@@ -20,6 +23,9 @@ from addon.shell.store_worker import StoreWorker
 from addon.stores.prefetch import CooldownView, Fetched, PrefetchedStore
 from addon.stores.reasoning import Notice, ReasoningStore, StoreError, StoreView
 from addon.transforms.conversation import PROCESS_SECRET
+
+SCRAPE_WAIT = 2.0
+"""How long a scrape waits for the store thread's read of a cooldown (else this process's)."""
 
 
 class ReasoningStoreLife(OptionChecks):
@@ -37,6 +43,26 @@ class ReasoningStoreLife(OptionChecks):
         None: not Redis (each process keeps its own)."""
         self._secret: bytes | None = None
         """The store's secret, as the last prefetch read it."""
+
+    def shared_cooling(self, local: Cooldowns) -> Callable[[str], bool]:
+        """Whether a cooldown is set, for a scrape (the metrics server's thread, never the
+        event loop): on a Redis store as Redis holds it now, every worker's alike (read on the
+        store thread, waited for at most ``SCRAPE_WAIT``); else, or Redis away, ``local``."""
+        store = self.store
+        backend = store.redis if store is not None else None
+        if backend is None:
+            return local.cooling
+        worker = self.worker
+
+        def cooling(name: str) -> bool:
+            try:
+                read = worker.submit(lambda: backend.fetch([], time.time(), 0.0, [name]))
+                left: float | None = read.result(SCRAPE_WAIT)[1][0]
+            except Exception:
+                left = None
+            return local.cooling(name) if left is None else left > 0
+
+        return cooling
 
     @property
     def does_io(self) -> bool:
