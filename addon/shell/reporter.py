@@ -168,6 +168,11 @@ class Report:
         bridge held for it is let go (``Flows.end``)."""
         if flow.response is not None:
             report.status = flow.response.status_code
+        record = self.flows.get(flow.id)
+        if record is not None and record.cut:  # the upstream broke the body off: its line says
+            report.cut = record.cut
+            report.add_outcome(Outcome.NOT_REWRITTEN)
+            report.reason = report.reason or f"upstream answer cut ({record.cut})"
         if run is not None:
             report.usage = run.answer.usage  # the answer the client got (its cache fields)
             if self._usage is not None:

@@ -15,6 +15,7 @@ from mitmproxy import http
 from addon.dialects import kiro
 from addon.plan import CONTENT_TYPES, short
 from addon.plan.answer import stream_processor
+from addon.plan.errors import cut_event
 from addon.report.counters import KeptBytes
 from addon.report.outcome import Action, FlowReport
 from addon.shell.flows import KEEP_STREAM_BYTES, FlowRun
@@ -81,9 +82,11 @@ class StreamAttach:
             if isinstance(meta, dict) and meta.get("action") == Action.PASSTHROUGH:
                 resp.stream = True  # passed through untouched: it still streams
             return
+        record = self.flows.get(flow.id)
+        cut = (lambda: record.cut) if record is not None else None
         if not (200 <= resp.status_code < 300):
-            if plan.same_dialect:
-                resp.stream = True  # the client reads this error itself: never buffered
+            if plan.same_dialect:  # the client reads this error itself: never buffered
+                resp.stream = passing(cut, lambda cause: cut_event(plan, cause)) if sse else True
             return  # another dialect: buffered, re-shaped in ``response``
         if plan.loop_held and self._loop_retry:
             return  # read whole: the loop guard may ask again (``Answers.loop_held``)
@@ -115,14 +118,34 @@ class StreamAttach:
         if plan.client_framing != plan.upstream_framing:
             put.append(("content-type", CONTENT_TYPES[plan.client_framing]))
         replace_headers(resp.headers, drop, put)
-        record = self.flows.get(flow.id)
-        cut = (lambda: record.cut) if record is not None else None
         read = stream_callable(processor, plan.label, run.report, cut=cut)
         if keep and not stores_streamed_bodies():
             # What the client gets, for the content view when mitmproxy keeps no streamed body.
             kept = run.client_bytes = KeptBytes(KEEP_STREAM_BYTES)
             read = keeping(read, kept)
         resp.stream = read
+
+
+def passing(
+    cut: Callable[[], str | None] | None, ending: Callable[[str], bytes]
+) -> Callable[[bytes], Sequence[bytes]]:
+    """The callable of an error stream passed on as it came (a non-2xx ``text/event-stream``
+    on a same-dialect route): at the body's end, when the upstream broke it off (``cut``
+    names the cause), ``ending(cause)`` ends it well-formed — the client's dialect error
+    event, on lines of its own after a half-written event."""
+    tail = b"\n\n"
+
+    def read(data: bytes) -> Sequence[bytes]:
+        nonlocal tail
+        if data:
+            tail = (tail + data)[-2:]
+            return [data]
+        cause = cut() if cut is not None else None
+        if not cause:
+            return []
+        return [(b"" if tail == b"\n\n" else b"\n\n") + ending(cause)]
+
+    return read
 
 
 def keeping(
@@ -170,6 +193,8 @@ def stream_callable(
             out = failed(data, e)
         if processor.error and not reported:
             reported = True
+            if processor.cut:  # the flow's line names the cut (``Report.close``)
+                return out
             how = (
                 "stream passed through from here on"
                 if processor.passthrough

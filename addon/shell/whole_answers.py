@@ -94,9 +94,7 @@ class Answers:
             stream_done(self.report, flow, run, plan)
             return
         record = self.report.flows.get(flow.id)
-        if record is not None and record.cut:  # the relay ended a broken body: not an answer
-            self.report.state.count(Count.ANSWERS_NOT_TRANSLATABLE)
-            log.warning("%s: the upstream's answer broke off (%s): 502", plan.label, record.cut)
+        if record is not None and record.cut and not resp.stream:  # not an answer: 502
             self.report.not_rewritten(run, f"upstream answer cut ({record.cut})")
             append_comment(flow, f"upstream answer cut ({record.cut}) → 502")
             flow.response = json_response(502, cut_answer(plan, record.cut))

@@ -138,6 +138,10 @@ class StreamFacts:
         self.ended_with_error: str | None = None
         """Why the client's stream ended with an error the bridge wrote (a cut stream, a body
         that is not a stream: the shell's ⚠)."""
+        self.cut: str | None = None
+        """The cause the upstream broke the body off with (``upstream_cut`` …), once the
+        client's stream ended with its error for it (``upstream_cut``): the flow's line says
+        it, so the stream's reader logs nothing more."""
         self.error_event: str | None = None
         """The message of the first error event the client got from the upstream's stream
         (``ERROR``): the upstream's own, or its decoder's for a body that ended before the
@@ -522,10 +526,16 @@ def _cut_off(self: StreamProcessor, cause: str) -> list[bytes]:
     """cut (READING, BETWEEN, COLLECTING, PASSTHROUGH, SECOND_CALL): what stages hold (a
     call not ended dropped), then the client's stream ends with its dialect's error naming
     ``cause``, of the type for 503 (retryable: ``BRIDGE_ERROR_STATUS``); later bytes dropped."""
+    message = cut_message(cause)
+    self.cut = cause
+    return self._end_client(message, message, cause)
+
+
+def cut_message(cause: str) -> str:
+    """What the client's error says of a body the upstream broke off with ``cause``."""
     how = {"upstream_reset": "reset the connection", "upstream_idle": "sent nothing for too long"}
     what = how.get(cause, "closed the connection")
-    message = f"cursor-bridge: the upstream {what} before the stream's end ({cause})"
-    return self._end_client(message, message, cause)
+    return f"cursor-bridge: the upstream {what} before the stream's end ({cause})"
 
 
 # The rows' actions that need nothing of the stream.
