@@ -472,6 +472,10 @@ def test_a_whole_answer_cut_in_its_body_is_the_clients_502(
     assert isinstance(body, dict), body  # JSON in the client's dialect, not an HTML page
     error = body.get("error", body)
     assert CAUSE[ending] in json.dumps(error), body
+    if client == "anthropic":
+        assert error["type"] == "api_error", body
+    elif client == "openai_chat":
+        assert (error["type"], error["code"]) == ("server_error", CAUSE[ending]), body
     line = flow_line(bridge, since, f"{client}-{kind}")
     assert "outcome=not_rewritten" in line and "status=502" in line, line
     assert f"cut={CAUSE[ending]}" in line, line
@@ -506,7 +510,7 @@ def test_a_cut_is_counted_as_a_cut_not_as_an_untranslatable_answer(
 # --------------------------------------------------------------------------- an error stream cut
 
 
-def error_body(proxy: Proxy, client: str) -> tuple[int, str]:
+def error_body(proxy: Proxy, client: str, model: str = "same") -> tuple[int, str]:
     """A streamed request on the same-dialect route with the official SDK, which raises its
     status error (never a connection error): the status and the body it read."""
     if client == "anthropic":
@@ -514,7 +518,7 @@ def error_body(proxy: Proxy, client: str) -> tuple[int, str]:
         with (
             pytest.raises(anthropic.APIStatusError) as a_raised,
             ant.messages.stream(
-                model="same", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
+                model=model, max_tokens=50, messages=[{"role": "user", "content": "hi"}]
             ) as stream,
         ):
             list(stream)
@@ -523,10 +527,44 @@ def error_body(proxy: Proxy, client: str) -> tuple[int, str]:
     with pytest.raises(openai.APIStatusError) as raised:
         list(
             oai.chat.completions.create(
-                model="same", messages=[{"role": "user", "content": "hi"}], stream=True
+                model=model, messages=[{"role": "user", "content": "hi"}], stream=True
             )
         )
     return raised.value.status_code, str(raised.value.body)
+
+
+def test_a_whole_answer_without_framing_cut_short(bridge: Proxy, cutter: Cutter) -> None:
+    """A whole answer without framing whose connection closes halfway: for HTTP its body
+    ended there. Same dialect: passed on as it came (status 200, half a JSON body; the line
+    says it was not rewritten); another dialect: a 502 in the client's dialect."""
+    cutter.ending = "close_delimited"
+    url = f"{bridge.base_url}/v1/messages"
+    ask = {"max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}
+    since = len(bridge.log_text())
+    same = httpx.post(url, json={**ask, "model": "same"}, headers={"x-api-key": "k"}, timeout=20)
+    assert same.status_code == 200 and same.text.startswith('{"id": "msg_'), same.text
+    with pytest.raises(ValueError):
+        same.json()
+    assert "outcome=not_rewritten" in flow_line(bridge, since, "anthropic-same")
+    cross = httpx.post(url, json={**ask, "model": "cross"}, headers={"x-api-key": "k"}, timeout=20)
+    assert cross.status_code == 502, cross.text
+    assert cross.json()["error"]["type"] == "api_error", cross.text
+
+
+def test_an_error_stream_cut_on_another_dialect_is_the_clients_502(
+    bridge: Proxy, cutter: Cutter
+) -> None:
+    """The same error stream (streamed request) on a translated route is read whole and
+    re-shaped: the Anthropic client gets the 502 naming the cause (the whole answers' row)."""
+    cutter.ending, cutter.status = "chunked_reset", 503
+    since = len(bridge.log_text())
+    try:
+        status, body = error_body(bridge, "anthropic", "cross")
+    finally:
+        cutter.status = 200
+    assert status == 502 and "upstream_reset" in body and "api_error" in body, body
+    line = flow_line(bridge, since, "anthropic-cross")
+    assert "status=502 cut=upstream_reset" in line, line
 
 
 @pytest.mark.parametrize("ending", ["chunked_close", "chunked_reset", "short_length", "idle"])
@@ -593,6 +631,9 @@ def test_headers_then_nothing_goes_to_the_pools_next_key(bridge: Proxy, cutter: 
     assert chat_text(bridge, "pool") == "Hello"
     used = cutter.keys[before:]
     assert len(used) == 2 and set(used) == set(POOL_KEYS.values()), used
+    cutter.queue.append("complete")
+    assert chat_text(bridge, "pool") == "Hello"
+    assert cutter.keys[-1] == used[1], cutter.keys  # the key that failed cools down
 
 
 # --------------------------------------------------------------------------- the client hangs up
