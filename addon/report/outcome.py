@@ -116,6 +116,9 @@ class FlowReport:
     """Why the flow was not rewritten, was rejected or ended with an error (one line)."""
     fields: dict[str, str | int] = field(default_factory=dict)
     """Fields an outcome adds to the line (the loop guard's ``tool`` and ``failures``)."""
+    comments: list[str] = field(default_factory=list)
+    """Lines for the flow's comment said while it ran, written at its end (``Report.close``,
+    redacted with the flow's secrets)."""
     cut: str | None = None
     """How the upstream broke the answer's body off (``upstream_cut``, ``upstream_reset``,
     ``upstream_idle``), None when it did not: the line's ``cut=``, ``answers cut``."""

@@ -162,6 +162,8 @@ def stream_notes(report: Report, notes: FlowNotes, run: FlowRun, plan: FlowPlan)
     )
     if parser is not None:
         notes.meta["text_tool_calls"] = parser.calls
+    if p.decompressed:
+        notes.comments.append("stream decompressed")
     text_call_notes(report, notes, run, plan)
     if p.original:
         notes.original = bytes(p.original), p.bytes_in > len(p.original)

@@ -186,7 +186,7 @@ class Report:
     ) -> None:
         """The flow is over: ``notes`` written on it, its mark, its counters, its log line (and
         details); then what the bridge held for it is let go (``Flows.end``)."""
-        comments: list[str] = []
+        comments = report.comments
         secrets = self.flows.secrets(flow.id)
         if notes is not None and run is not None and run.plan is not None:
             meta = flow.metadata.get(META_KEY)
@@ -197,7 +197,7 @@ class Report:
                 seen = self.original(run, run.plan, raw, "streamed answer", True, cut)
                 self.state.originals.put(flow.id, "response", replace(seen, secrets=secrets))
         if notes is not None:
-            comments = notes.comments
+            comments = [*comments, *notes.comments]
             resp = flow.response
             if resp is not None and resp.raw_content is None:
                 body, more = client_body(notes.client_body)

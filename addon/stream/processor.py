@@ -247,13 +247,13 @@ class StreamProcessor(StreamFacts):
         """Where the stream is (``State``): changed by ``_to`` alone, along ``TRANSITIONS``."""
         writer = JsonArrayWriter() if framing_out == "json_array" else None
         self._output = Output(stages, encoder, writer, fp.text_sse, fp.stages, self._error_event)
+        self._fast = fastpath.route(self._output, fp, self._fail, self.feed_general)
+        """The stream's fast route (the table's ``BETWEEN`` row; None: none)."""
         self._runs = fastpath.runs(self._output, fp)
         answer = (status, content_type)  # to say what came when the body is not a stream
         self._body_reader: BodyReader = reader_for(
             framing_in, self._decoding, self._output, fp, self._runs, answer, coalesce, self._max
         )
-        self._fast = fastpath.route(self._output, fp, self._fail, self.feed_general)
-        """The stream's fast route (the table's ``BETWEEN`` row; None: none)."""
         self._routes: dict[State, fastpath.Read] = {}
         """What a read does in each state: ``ROWS`` with this stream's route and ``general``."""
         self._reader = Reader(self.feed_general)
@@ -262,6 +262,11 @@ class StreamProcessor(StreamFacts):
         nothing is ready. The stream's one read function (``reader`` configures it)."""
 
     # ------------------------------------------------------------------ public
+
+    @property
+    def decompressed(self) -> bool:
+        """The upstream's body was content-encoded: it is undone as it comes."""
+        return self._decompressor is not None
 
     def feed_general(self, chunk: bytes) -> list[bytes]:
         """``feed`` the general way: the chunk decompressed and counted, then what the state's

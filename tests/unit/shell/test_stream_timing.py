@@ -66,21 +66,3 @@ def test_the_time_of_a_stream_is_its_reads_time_within_one_sample(
     # The clock was looked at twice per timed read only.
     timed = min(reads, TIMED_READS) + max(0, reads // SAMPLE_EVERY - TIMED_READS // SAMPLE_EVERY)
     assert clock.looks == 2 * (timed + 1)
-
-
-def test_an_error_stream_passed_as_it_came_ends_with_the_clients_event_when_cut() -> None:
-    """``passing`` (a same-dialect non-2xx stream): the bytes as they come; at the end, when
-    the upstream broke the body off, the client's error event on lines of its own (a blank
-    line first after a half-written event), nothing when it ended whole."""
-    from addon.shell.stream_attach import passing
-
-    cause: list[str | None] = [None]
-    ending = lambda why: b"event: error\ndata: " + why.encode() + b"\n\n"  # noqa: E731
-    read = passing(lambda: cause[0], ending)
-    assert read(b'data: {"error": {"mess') == [b'data: {"error": {"mess']
-    cause[0] = "upstream_reset"
-    assert read(b"") == [b"\n\nevent: error\ndata: upstream_reset\n\n"]
-    whole = passing(lambda: "upstream_cut", ending)
-    assert whole(b"data: {}\n") == [b"data: {}\n"] and whole(b"\n") == [b"\n"]
-    assert whole(b"") == [b"event: error\ndata: upstream_cut\n\n"]  # after a whole event
-    assert passing(lambda: None, ending)(b"") == []  # the body ended whole
