@@ -19,7 +19,7 @@ from addon.plan.values import (
     error_bytes,
     load_json,
 )
-from addon.stream.processor import cut_message
+from addon.stream.output import cut_message
 from addon.stream.sse import encode_pairs
 
 

@@ -21,7 +21,7 @@ from addon.stream import fastpath
 from addon.stream.decompress import Decompressor
 from addon.stream.fastpath import FastPath, Reader, Runs
 from addon.stream.framing import JsonArrayWriter
-from addon.stream.output import Output
+from addon.stream.output import Output, cut_message
 from addon.stream.readers import NOT_A_STREAM, BodyReader, WholeBody, reader_for
 from addon.stream.reading import Decoding, Failure, Foreign
 from addon.stream.stages import Stage
@@ -139,9 +139,7 @@ class StreamFacts:
         """Why the client's stream ended with an error the bridge wrote (a cut stream, a body
         that is not a stream: the shell's ⚠)."""
         self.cut: str | None = None
-        """The cause the upstream broke the body off with (``upstream_cut`` …), once the
-        client's stream ended with its error for it (``upstream_cut``): the flow's line says
-        it, so the stream's reader logs nothing more."""
+        """How the upstream broke the body off, once the client's stream ended for it."""
         self.error_event: str | None = None
         """The message of the first error event the client got from the upstream's stream
         (``ERROR``): the upstream's own, or its decoder's for a body that ended before the
@@ -221,6 +219,7 @@ class StreamProcessor(StreamFacts):
             raise ValueError(f"unknown framing {framing_in!r} → {framing_out!r}")
         self._redact = redact  # for the error message of ``_stop`` (it may quote the upstream)
         self._decompressor = decompressor
+        self.decompressed = decompressor is not None  # content-encoded: undone as it comes
         self.same_dialect = same_dialect
         self.fast = fast
         coalesce = (not same_dialect) if coalesce is None else coalesce
@@ -262,11 +261,6 @@ class StreamProcessor(StreamFacts):
         nothing is ready. The stream's one read function (``reader`` configures it)."""
 
     # ------------------------------------------------------------------ public
-
-    @property
-    def decompressed(self) -> bool:
-        """The upstream's body was content-encoded: it is undone as it comes."""
-        return self._decompressor is not None
 
     def feed_general(self, chunk: bytes) -> list[bytes]:
         """``feed`` the general way: the chunk decompressed and counted, then what the state's
@@ -534,13 +528,6 @@ def _cut_off(self: StreamProcessor, cause: str) -> list[bytes]:
     message = cut_message(cause)
     self.cut = cause
     return self._end_client(message, message, cause)
-
-
-def cut_message(cause: str) -> str:
-    """What the client's error says of a body the upstream broke off with ``cause``."""
-    how = {"upstream_reset": "reset the connection", "upstream_idle": "sent nothing for too long"}
-    what = how.get(cause, "closed the connection")
-    return f"cursor-bridge: the upstream {what} before the stream's end ({cause})"
 
 
 # The rows' actions that need nothing of the stream.
