@@ -71,6 +71,8 @@ from pathlib import Path
 from types import FrameType
 
 from addon.config.options import ConfigError, parse_metrics_address, parse_store_url
+from addon.redact import redact
+from addon.stores.base import display_url
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN_SCRIPT = ROOT / "addon" / "main.py"
@@ -320,6 +322,24 @@ def worker_argv(opts: Options, port: int, metrics: str = "") -> list[str]:
             f"bridge_metrics={metrics}",
         ]
     )
+
+
+SECRET_OPTIONS = ("upstream_auth", "proxyauth")
+"""mitmproxy options whose values are credentials (``user:password``)."""
+URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]+")
+
+
+def shown_command(args: Sequence[str]) -> str:
+    """The workers' mitmdump arguments fit for a line: a URL's password and query left out
+    (``bridge_store=redis://:PASSWORD@…``), a credential option's value and key-shaped
+    strings replaced."""
+    shown = []
+    for arg in args:
+        name, eq, _ = arg.partition("=")
+        if eq and name in SECRET_OPTIONS:
+            arg = f"{name}=***"
+        shown.append(URL.sub(lambda m: display_url(m[0]), arg))
+    return redact(shlex.join(shown), tokens=False)
 
 
 def worker_metrics(opts: Options, index: int) -> str:
@@ -694,7 +714,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         say(
             "gateway",
-            f"starting {opts.workers} worker(s): mitmdump {shlex.join(opts.mitmdump)}",
+            f"starting {opts.workers} worker(s): mitmdump {shown_command(opts.mitmdump)}",
         )
         if gw.start():
             assert gw.haproxy is not None

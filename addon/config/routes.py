@@ -29,6 +29,9 @@ from addon.model import CachePolicy, CacheTTL, SchemaProfile, ToolMode
 DIALECT_KEYS: tuple[str, ...] = ("profile_arn", "token_file", "refresh_url", "description_limit")
 """Route keys that only some upstream dialects take (``Dialect.route_keys`` says which)."""
 
+type TokenCounting = Literal["upstream", "o200k", "cl100k", "estimate"]
+"""A route's ``count_tokens``: how its input tokens are counted."""
+
 
 @dataclass(frozen=True, slots=True)
 class When:
@@ -108,6 +111,15 @@ class Route:
     prompt_cache_key: bool | None = None
     """Send OpenAI's ``prompt_cache_key`` (the client's, else one derived from its
     conversation) to a chat or Responses upstream; ``None``: on for ``api.openai.com``."""
+    strip_client_noise: bool | None = None
+    """Leave out the lines a client writes for its own vendor (Claude Code's billing line:
+    docs/caching.md#client-noise); ``None``: everywhere but Anthropic's own API."""
+    count_tokens: TokenCounting | None = None
+    """How input tokens are counted for ``count_tokens`` and ``when.min_input_tokens``
+    (docs/dialects/anthropic.md#count_tokens): the upstream's own counter (``upstream``), a
+    tokenizer's tables (``o200k``, ``cl100k``), or the estimate; ``None``: the upstream's
+    counter where its dialect has one, else the tables of the model's family where known, else
+    the estimate."""
     tool_repair: Literal["on", "off"] | None = None
     """Repair and normalize tool-call arguments; default: the ``bridge_tool_repair`` option."""
     project: str | None = None

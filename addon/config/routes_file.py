@@ -83,6 +83,8 @@ class RouteFields(BaseModel):
     cache_control: CachePolicy | None = None
     cache_ttl: CacheTTL = "5m"
     prompt_cache_key: bool | None = Field(default=None, strict=True)
+    strip_client_noise: bool | None = Field(default=None, strict=True)
+    count_tokens: routes.TokenCounting | None = None
     tool_repair: Literal["on", "off"] | None = None
     project: str | None = None
     reasoning: Literal["auto", "on", "off"] = "auto"

@@ -14,8 +14,8 @@ from typing import Any
 from addon.config.routes import RequestFacts
 from addon.dialects import DIALECTS
 from addon.model import ClientError, Image, Notes, Request, UnsupportedShape
+from addon.plan.token_counter import count_input
 from addon.plan.values import SHAPE_ERRORS, load_json
-from addon.transforms.tokens import estimate_input_tokens
 
 BACKGROUND_NAMES = ("haiku",)
 """Model names (lower case) of clients' small fast models: Claude Code sends its background
@@ -122,6 +122,6 @@ def facts_of(req: Request, view: RequestView) -> RequestFacts:
     return RequestFacts(
         thinking=thinking,
         images=any(isinstance(p, Image) for m in req.messages for p in m.parts),
-        input_tokens=estimate_input_tokens(view.json()),
+        input_tokens=count_input(None, req, view.json()).tokens,
         background=any(n in model for n in BACKGROUND_NAMES) or (not req.tools and not thinking),
     )

@@ -10,16 +10,17 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
+from urllib.parse import urlencode
 
 from addon.config.routes import Route, match
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import Query, Target
-from addon.model import ClientError, UnsupportedShape
+from addon.model import ClientError, Request, UnsupportedShape
 from addon.plan.conditions import RequestView
+from addon.plan.token_counter import Counted, count_input
 from addon.plan.values import dump, load_json
 from addon.plan.wire_request import RouteKey, credentials, secret_values
 from addon.redact import Secrets
-from addon.transforms.tokens import estimate_input_tokens
 from addon.transforms.tools import leave_out_tools
 
 SUFFIX = "/count_tokens"
@@ -118,14 +119,17 @@ def _count_request(
             return None
         # Not the bridge's to judge, but it goes where the route says, key rules and all.
         body = None
-    estimate = estimate_input_tokens(body)
     client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
+    counted = count_input(route, _decoded(client, body), body)
+    estimate = counted.tokens
     if not upstream.counts_tokens:
         # Kiro has no token-count endpoint: the estimate answers, the upstream is not asked.
         return CountLocally(
             dump({"input_tokens": estimate}),
             f"cursor-bridge: count_tokens estimated ({estimate}; Kiro has no such endpoint)",
         )
+    if _counts_here(route, upstream, counted):
+        return CountLocally(dump({"input_tokens": estimate}), _local_comment(counted))
     # The key follows the upstream's dialect here too (a Bearer gateway would say 401).
     env_key = (env.get(route.key_env) or None) if route.key_env else None  # a pool's first
     route_key = RouteKey(env_key) if env_key is not None else None
@@ -140,15 +144,50 @@ def _count_request(
     try:
         unified = client.decode_request(body, notes)
         unified = leave_out_tools(unified, upstream.runs, f"the {upstream.name} upstream", notes)
+        # The upstream counts for the model it would answer with (the route's model_map).
+        unified = replace(unified, model=route.mapped_model(unified.model) or unified.model)
     except (ClientError, UnsupportedShape, ValueError, TypeError, KeyError):
         # Gemini has no count_tokens path: the estimate answers its 404.
         return CountUpstream(estimate, client, set_headers, drop, secrets)
     chat = path[: -len(SUFFIX)]
-    target = Target(chat, (), client.path, same_dialect=False, project=route.project)
-    new_path, _, new_body = counter.request(unified, target, route.upstream, notes)
+    target = Target(
+        chat,
+        (),
+        client.path,
+        same_dialect=False,
+        upstream_path=route.upstream_path,
+        project=route.project,
+    )
+    new_path, new_query, new_body = counter.request(unified, target, route.upstream, notes)
+    if new_query:
+        new_path = f"{new_path}?{urlencode(new_query)}"
     return CountUpstream(
         estimate, client, set_headers, drop, secrets, new_path, dump(new_body), counter=upstream
     )
+
+
+def _decoded(client: Dialect, body: object) -> Request | None:
+    if not isinstance(body, dict):
+        return None
+    try:
+        return client.decode_request(body, Counter())
+    except (ClientError, UnsupportedShape, ValueError, TypeError, KeyError):
+        return None
+
+
+def _counts_here(route: Route, upstream: Dialect, counted: Counted) -> bool:
+    """Whether the bridge answers the count itself: the route says how (tables, or the
+    estimate), or the upstream has no counter of its own and the model's tables counted."""
+    if route.count_tokens is not None:
+        return route.count_tokens != "upstream"
+    own = upstream.token_count_endpoint or upstream.token_count is not None
+    return not own and not counted.estimated
+
+
+def _local_comment(counted: Counted) -> str:
+    if counted.estimated:
+        return f"cursor-bridge: count_tokens estimated ({counted.tokens}; the route says estimate)"
+    return f"cursor-bridge: count_tokens from the {counted.how} tables ({counted.tokens})"
 
 
 def count_answer(sent: CountUpstream, status: int, raw: bytes) -> CountAnswer | None:
@@ -175,13 +214,15 @@ def count_answer(sent: CountUpstream, status: int, raw: bytes) -> CountAnswer | 
         return CountAnswer(
             200,
             dump({"input_tokens": total}),
-            f"cursor-bridge: count_tokens from Gemini's countTokens ({total})",
+            f"cursor-bridge: count_tokens from the {upstream.name} upstream's own counter ({total})",
         )
     message = upstream.error_message(body) or (
-        f"the upstream's countTokens answered HTTP {status} without a count"
+        f"the upstream's token counter answered HTTP {status} without a count"
     )
     status = status if status >= 400 else 502
     error = sent.client.encode_error(ClientError(sent.secrets(message), status=status))
     return CountAnswer(
-        status, dump(error), f"cursor-bridge: count_tokens error from Gemini (HTTP {status})"
+        status,
+        dump(error),
+        f"cursor-bridge: count_tokens error from the {upstream.name} upstream (HTTP {status})",
     )

@@ -49,6 +49,7 @@ from addon.stores.reasoning import ReasoningStore, Scope
 from addon.textproto.invoke import make_trigger
 from addon.transforms.cache import place_breakpoints, strip_cache_control
 from addon.transforms.call_ids import history_call_ids
+from addon.transforms.client_noise import noise_for, strip_client_noise
 from addon.transforms.conversation import conversation_of
 from addon.transforms.custom_tools import wrap_custom_tools
 from addon.transforms.loop_guard import check_loop
@@ -387,8 +388,7 @@ def transform(
         req = leave_out_tools(req, upstream.runs, f"the {upstream.name} upstream", notes)
     else:
         req = leave_out_tools(req, _runs_nothing, f"the {mode} text protocol", notes)
-    if req.origin != upstream.name:
-        req = _foreign_extras(req, upstream, notes)
+    req = _client_only(req, plan, notes)
     cache = cache_policy(route.cache_control, req.origin, upstream)
     if cache == "drop":
         req = strip_cache_control(req, notes)
@@ -494,6 +494,17 @@ def _tool_protocol(
 def _runs_nothing(tool: OpaqueTool) -> bool:
     """A text protocol carries function tools only."""
     return False
+
+
+def _client_only(req: Request, plan: FlowPlan, notes: Notes) -> Request:
+    """What only the client's own vendor reads, left out for another: its dialect's extra
+    fields, its billing lines (``client_noise``)."""
+    upstream = plan.upstream
+    if req.origin != upstream.name:
+        req = _foreign_extras(req, upstream, notes)
+    if noise_for(upstream.name, plan.host, plan.route.strip_client_noise):
+        req = strip_client_noise(req, notes)
+    return req
 
 
 def _foreign_extras(req: Request, upstream: Dialect, notes: Notes) -> Request:

@@ -469,6 +469,7 @@ name = "messages"
 path = "*/v1/messages"
 client = "anthropic"
 upstream = "anthropic"
+strip_client_noise = false  # the scripted upstream stands for Anthropic's own API
 
 [[routes]]
 name = "responses"

@@ -174,3 +174,31 @@ def test_each_worker_gets_its_own_metrics_port() -> None:
     none = gateway.parse_args([*REVERSE, "--workers", "2"])
     assert gateway.worker_metrics(none, 1) == ""
     assert not [a for a in gateway.worker_argv(none, 8001) if "bridge_metrics" in a]
+
+
+@pytest.mark.parametrize(
+    ("arg", "secret"),
+    [
+        ("bridge_store=redis://:hunter2-redis-pw@127.0.0.1:6379/0", "hunter2-redis-pw"),
+        ("bridge_store=rediss://alice:hunter2-redis-pw@redis.example:6380/1", "hunter2-redis-pw"),
+        ("bridge_store=redis://127.0.0.1/0?password=hunter2-redis-pw", "hunter2-redis-pw"),
+        ("upstream_auth=me:hunter2-proxy-pw", "hunter2-proxy-pw"),
+        ("proxyauth=me:hunter2-proxy-pw", "hunter2-proxy-pw"),
+        (
+            "bridge_x=sk-proj-abcdefghijklmnopqrstuvwxyz012345",
+            "sk-proj-abcdefghijklmnopqrstuvwxyz012345",
+        ),
+    ],
+)
+def test_the_start_line_shows_no_secret(arg: str, secret: str) -> None:
+    shown = gateway.shown_command(["--mode", "reverse:https://api.openai.com", "--set", arg])
+    assert secret not in shown
+    assert shown.startswith("--mode reverse:https://api.openai.com --set ")
+    assert arg.partition("=")[0] in shown
+
+
+def test_the_start_line_keeps_what_holds_no_secret() -> None:
+    args = ["--set", "bridge_store=redis://127.0.0.1:6379/0", "--set", "confdir=/tmp/a b"]
+    assert gateway.shown_command(args) == (
+        "--set bridge_store=redis://127.0.0.1:6379/0 --set 'confdir=/tmp/a b'"
+    )

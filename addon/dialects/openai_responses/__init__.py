@@ -1,7 +1,7 @@
 """The OpenAI Responses dialect (``/v1/responses``): Codex CLI and the openai SDK's
 ``responses`` API, as a client and as an upstream (see ``request``, ``response``, ``stream``)."""
 
-from addon.dialects.base import Dialect
+from addon.dialects.base import Dialect, TokenCount
 
 from .errors import body_status, error_type
 from .request import NAME, decode_request
@@ -9,6 +9,7 @@ from .request_encode import encode_request, runs_tool
 from .response import decode_response, encode_error, encode_response, error_message
 from .stream import OpenAIResponsesStreamDecoder
 from .stream_encode import OpenAIResponsesStreamEncoder
+from .tokens import count_answer, count_request
 
 DIALECT = Dialect(
     name=NAME,
@@ -32,6 +33,8 @@ DIALECT = Dialect(
     late_signatures=True,
     native_custom_tools=True,
     cache_key=True,
+    # POST /v1/responses/input_tokens: Claude Code's count_tokens, counted by the upstream.
+    token_count=TokenCount(count_request, count_answer),
 )
 
 __all__ = ["DIALECT", "NAME"]

@@ -14,7 +14,7 @@ import pytest
 from mitmproxy import exceptions, http
 from mitmproxy.test import taddons, tflow, tutils
 
-from addon.shell import whole_answers as answers
+from addon.plan import whole_steps
 from addon.shell.addons import Addons, make_addons
 from addon.shell.notes import META_KEY
 from addon.stores.reasoning import Scope
@@ -487,7 +487,7 @@ def test_a_bug_in_the_answer_path_gives_a_502_in_the_clients_dialect(
     flow = chat_flow(ANTHROPIC_BODY, path="/v1/messages")
     addon.request(flow)
     assert addon.flows.plan(flow.id) is not None
-    monkeypatch.setattr(answers, "decode_answer", lambda *_, **__: 1 / 0)
+    monkeypatch.setattr(whole_steps, "decode_answer", lambda *_, **__: 1 / 0)
     flow.response = tutils.tresp(
         headers=http.Headers(((b"content-type", b"application/json"),)), content=b"{}"
     )
