@@ -1,7 +1,8 @@
 """A route's ``fallback`` chain, decided with plain values: which answers fall back, why a route
 failed (``Reason``), how long it cools down (``Cooldowns``: this process's, or the store's,
 shared by every worker on a Redis store), which route comes next, the line naming what was
-tried. Sans-IO on an injected clock; the shell (``addon.shell.outbound.attempts``) sends the attempts.
+tried, what the flow says once its answer came (``told``). What a failed attempt does is
+``addon.plan.failed_attempt``'s. Sans-IO on an injected clock; the shell (``addon.shell.outbound.attempts``) sends the attempts.
 Rules and limits: docs/routes.md ("Fallbacks")."""
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from typing import Protocol
 from addon.config.routes import Route
 from addon.dialects import Dialect
 from addon.model import ClientError
+from addon.plan.flow_plan import FlowPlan
 from addon.plan.key_pool import is_link, link_name
 from addon.plan.values import error_bytes, tenths
+from addon.redact import clean
+from addon.report.outcome import Action, FlowReport, Outcome
 
 MAX_RETRY_AFTER = 3600.0
 """A ``Retry-After`` longer than this is taken as this (a route is never skipped for days)."""
@@ -214,3 +218,110 @@ def all_failed(client: Dialect, failures: tuple[Failure, ...]) -> tuple[int, byt
     message = f"cursor-bridge: no upstream answered; tried: {tried_line(failures)}"
     code = "upstream_timeout" if status == 504 else "upstream_unreachable"
     return status, error_bytes(client, ClientError(message, status=status, code=code))
+
+
+class Level(Enum):
+    """How loud a log line is (the shell's logger levels)."""
+
+    INFO = "info"
+    WARNING = "warning"
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One log line: its level and its text (names of routes and of key variables, statuses,
+    durations, addresses: never a key)."""
+
+    level: Level
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class LineEdit:
+    """What a chain's answer changes in the flow's log line (``FlowReport``)."""
+
+    route: str
+    upstream: str | None = None
+    """None: left as it is."""
+    fields: tuple[tuple[str, str], ...] = ()
+    drop: tuple[str, ...] = ()
+    """Fields taken off the line."""
+    rejected: str = ""
+    """Not empty: the flow is rejected, for this reason (its fields only ``fields``)."""
+    not_rewritten: str = ""
+    """Not empty: the flow's answer was not rewritten, for this reason (if none was given)."""
+
+    def apply(self, report: FlowReport) -> None:
+        report.route = self.route
+        if self.upstream is not None:
+            report.upstream = self.upstream
+        if self.rejected:
+            report.outcome, report.mode, report.reason = Outcome.REJECTED, "", self.rejected
+            report.fields = {}
+        report.fields.update(self.fields)
+        for name in self.drop:
+            report.fields.pop(name, None)
+        if self.not_rewritten:
+            report.add_outcome(Outcome.NOT_REWRITTEN)
+            report.reason = report.reason or clean(self.not_rewritten, 300)
+
+
+@dataclass(frozen=True, slots=True)
+class Told:
+    """What a flow of a chain says once its answer came: a comment line, its metadata (merged
+    into the flow's), its log line's changes, a log line; ``fell_back``: a fallback answered
+    (``Count.FALLBACKS_ANSWERED``); ``passed``: the answer is the bridge's own, in the
+    client's dialect already, passed on as it is (``Count.REJECTED``)."""
+
+    comment: str
+    meta: dict[str, object]
+    edit: LineEdit
+    line: Line | None = None
+    fell_back: bool = False
+    passed: bool = False
+
+
+def told(
+    by: FlowPlan | None, status: int, url: str, failures: tuple[Failure, ...], last: str
+) -> Told | None:
+    """What the flow says of its answer: ``by`` the plan of the route that served it (its
+    request went to ``url``), or, when every route failed, of the route whose error is
+    relayed; None: no route could be reached (the bridge's 502 / 504; ``last``: the flow's
+    route when nothing was tried). None returned: nothing fell back, nothing to say."""
+    tried = tried_line(failures)
+    if by is None:
+        name = failures[-1].route if failures else last
+        meta: dict[str, object] = {"route": name, "action": Action.REJECTED.value}
+        meta["fallback"] = {"served_by": None, "tried": _described(failures)}
+        reason = f"answered {status}: no upstream reachable"
+        edit = LineEdit(name, fields=(("tried", tried),), rejected=reason)
+        comment = f"cursor-bridge [{name}]: no upstream reachable; tried: {tried}"
+        return Told(comment, meta, edit, passed=True)
+    served = link_name(by.route)  # a key of a pool: route#KEYNAME
+    if served in {f.route for f in failures if f.reason is not Reason.SKIPPED}:
+        said = f"no route answered; tried: {tried}"  # the last error relayed: every route failed
+        edit = LineEdit(by.route.name, by.upstream.name, (("tried", tried),), not_rewritten=said)
+        meta = {"fallback": {"served_by": None, "tried": _described(failures)}}
+        line = Line(Level.WARNING, f"{by.label}: {said}")
+        return Told(f"{by.label}: {said}", meta, edit, line)
+    if not failures:
+        return None
+    # Served: the route that served the flow and every route tried before it, with why
+    # (names, address, model, statuses: no secret).
+    model = by.unified.model if by.unified is not None else ""
+    comment = f"{by.label}: served by {served} ({url}, model {model or '?'}); tried: {tried}"
+    fallback = {"served_by": served, "upstream_url": url, "model": model}
+    meta = {**by.meta(), "fallback": {**fallback, "tried": _described(failures)}}
+    fields = [("upstream_url", url), *([("model", model)] if model else []), ("tried", tried)]
+    pool_key = by.route.key_env if by.route.key_pool else None
+    if pool_key:
+        fields.append(("key", pool_key))  # the key that served it: its name
+    edit = LineEdit(by.route.name, by.upstream.name, tuple(fields), () if pool_key else ("key",))
+    if all(f.reason is Reason.SKIPPED for f in failures):
+        return Told(comment, meta, edit)  # routes cooling down passed over: nothing fell back
+    line = Line(Level.INFO, f"{by.label}: fallback answered HTTP {status}; tried: {tried}")
+    return Told(comment, meta, edit, line, fell_back=True)
+
+
+def _described(failures: tuple[Failure, ...]) -> list[str]:
+    return [f.describe() for f in failures]

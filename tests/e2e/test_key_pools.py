@@ -13,17 +13,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
 import pytest
 
 from tests.e2e.harness import JSONReply, Proxy, Recorded, Reply, ScriptedUpstream, free_port
-from tests.e2e.keyed import routed
+from tests.e2e.keyed import chat, routed, two_workers
 from tests.e2e.test_fallback import error_reply
 from tests.real.clients.loop import answer, check_request
-from tests.redis_server import RedisServer, redis_server_or_skip
 
 CLIENT_KEY = "sk-client-SECRET-pool"
 KEYS = {"CB_E2E_POOL_A": "sk-pool-a-SECRET", "CB_E2E_POOL_B": "sk-pool-b-SECRET"}
@@ -120,15 +118,7 @@ def pool(
 
 
 def ask(proxy: Proxy, opening: str, stream: bool = False, model: str = "gpt-5") -> str:
-    client = openai.OpenAI(
-        base_url=f"{proxy.base_url}/v1", api_key=CLIENT_KEY, max_retries=0, timeout=30
-    )
-    messages: Any = [{"role": "user", "content": opening}]
-    if not stream:
-        done = client.chat.completions.create(model=model, messages=messages)
-        return done.choices[0].message.content or ""
-    chunks = client.chat.completions.create(model=model, messages=messages, stream=True)
-    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    return chat(proxy, CLIENT_KEY, opening, model, stream)
 
 
 def lines(proxy: Proxy, pattern: str, n: int, timeout: float = 10.0) -> list[str]:
@@ -230,14 +220,9 @@ def test_two_workers_on_one_redis_store_share_the_keys_and_their_cooldowns(
 ) -> None:
     """Every worker on one store picks a conversation's key alike (the store's secret), and a
     key one worker saw at 429 is skipped by the other."""
-    with RedisServer(redis_server_or_skip()) as redis:
-        for name, value in KEYS.items():
-            monkeypatch.setenv(name, value)
-        routes = tmp_path / "routes.toml"
-        routes.write_text(routes_text(pooled))
-        one = start_proxy(bridge_routes=str(routes), bridge_store=redis.url)
-        two = start_proxy(bridge_routes=str(routes), bridge_store=redis.url)
-        server = pooled.server
+    routes, text = tmp_path / "routes.toml", routes_text(pooled)
+    with two_workers(start_proxy, routes, text, KEYS, monkeypatch, pooled, ALL_KEYS) as w:
+        one, two, server = w.one, w.two, pooled.server
         for n in range(6):
             ask(one, f"shared {n}")
             ask(two, f"shared {n}")
@@ -252,9 +237,7 @@ def test_two_workers_on_one_redis_store_share_the_keys_and_their_cooldowns(
         for opening in ["cooled on one", "p", "q", "r", "s", "t"]:
             assert ask(two, opening) == f"hello with {other}"
         assert [key_of(r) for r in server.requests[2:]] == [other] * 6
-        for proxy in (one, two):
-            log = proxy.log_text()
-            assert "Traceback" not in log and not [k for k in ALL_KEYS if k in log]
+        w.clean()
     assert not upstream.requests
 
 
@@ -314,14 +297,9 @@ def test_a_key_revoked_on_one_worker_is_skipped_by_the_other_on_one_redis_store(
     """A conversation's sticky key answers 401 on worker A: A answers with the other key, and
     worker B, on the same Redis store, never sends that conversation (or any other) to the
     revoked key; one line, on A, names the key's variable, never its value."""
-    with RedisServer(redis_server_or_skip()) as redis:
-        for name, value in KEYS.items():
-            monkeypatch.setenv(name, value)
-        routes = tmp_path / "routes.toml"
-        routes.write_text(routes_text(pooled))
-        one = start_proxy(bridge_routes=str(routes), bridge_store=redis.url)
-        two = start_proxy(bridge_routes=str(routes), bridge_store=redis.url)
-        server = pooled.server
+    routes, text = tmp_path / "routes.toml", routes_text(pooled)
+    with two_workers(start_proxy, routes, text, KEYS, monkeypatch, pooled, ALL_KEYS) as w:
+        one, two, server = w.one, w.two, pooled.server
         server.enqueue(invalid_key())
         text = ask(one, "revoked on one")
         first, second = server.requests
@@ -334,7 +312,5 @@ def test_a_key_revoked_on_one_worker_is_skipped_by_the_other_on_one_redis_store(
         (line,) = lines(one, r".*key \w+ refused \(HTTP 401 invalid_api_key, OpenAI\).*", 1)
         assert f"key {revoked} refused" in line and "left out for 3600 s by every worker" in line
         assert not re.findall(r"refused \(HTTP 401", two.log_text())
-        for proxy in (one, two):
-            log = proxy.log_text()
-            assert "Traceback" not in log and not [k for k in ALL_KEYS if k in log]
+        w.clean()
     assert not upstream.requests

@@ -16,25 +16,27 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import openai
 import pytest
 
+from tests.e2e import test_key_revocation
 from tests.e2e.harness import JSONReply, Proxy, Recorded, Reply, ScriptedUpstream
+from tests.e2e.keyed import WorkerPairs, Workers, wait_for
 from tests.e2e.test_key_revocation import (
-    ALL_KEYS,
     KEYS,
     ask,
     key_of,
     left_out_lines,
+    routes_text,
 )
 from tests.real.clients.loop import answer, check_request
-from tests.redis_server import RedisServer, redis_server_or_skip
 
 A, B = KEYS
+pairs = test_key_revocation.pairs
+"""The fixture: workers on one redis-server with the pool's keys, before one upstream."""
 PROBE = "/api/v1/key"
 RECHECK = 3
 """``bridge_key_recheck`` of the recheck test: the test waits for the probe, never a time."""
@@ -89,65 +91,15 @@ class Upstream:
             return [k for k, _ in self.probes]
 
 
-@dataclass
-class Workers:
-    one: Proxy
-    two: Proxy
-    up: Upstream
-    redis_url: str
-
-    def cooldown_entries(self) -> list[str]:
-        import redis
-
-        client = redis.Redis.from_url(self.redis_url)
-        try:
-            return sorted(k.decode() for k in client.keys("cursor-bridge:cool:*"))
-        finally:
-            client.close()
-
-    def log(self) -> str:
-        return self.one.log_text() + self.two.log_text()
-
-
 @pytest.fixture
-def workers(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Callable[..., Workers]]:
+def workers(pairs: WorkerPairs) -> Callable[..., Workers[Upstream]]:
     """``make(**options)``: two workers on one redis-server before an ``Upstream``."""
-    server = ScriptedUpstream().start()
-    stack: list[RedisServer] = []
 
-    def make(**options: object) -> Workers:
-        redis = RedisServer(redis_server_or_skip()).start()
-        stack.append(redis)
-        for name, value in KEYS.items():
-            monkeypatch.setenv(name, value)
-        up = Upstream(server)
-        server.script = up
-        routes = tmp_path / "routes.toml"
-        names = ", ".join(f'"{n}"' for n in KEYS)
-        routes.write_text(
-            f'[[routes]]\nname = "pool"\npath = "*/chat/completions"\n'
-            f'upstream_url = "{server.base_url}"\napi_key_env = [{names}]\n'
-            f'key_probe = "{PROBE}"\n'
-        )
-        started = [
-            start_proxy(bridge_routes=str(routes), bridge_store=redis.url, **options)
-            for _ in range(2)
-        ]
-        return Workers(started[0], started[1], up, redis.url)
+    def make(**options: object) -> Workers[Upstream]:
+        text = routes_text(pairs.server) + f'key_probe = "{PROBE}"\n'
+        return pairs.start(Upstream(pairs.server), text, **options)
 
-    try:
-        yield make
-        assert not server.errors, server.errors
-        assert not upstream.requests
-    finally:
-        server.stop()
-        for redis in stack:
-            redis.stop()
+    return make
 
 
 def first_to_b(proxy: Proxy, up: Upstream, prefix: str, tries: int = 40) -> tuple[str, object]:
@@ -165,22 +117,8 @@ def first_to_b(proxy: Proxy, up: Upstream, prefix: str, tries: int = 40) -> tupl
     raise AssertionError(f"no conversation of {tries} asked key B first")
 
 
-def clean(w: Workers) -> None:
-    for proxy in (w.one, w.two):
-        log = proxy.log_text()
-        assert "Traceback" not in log and not [k for k in ALL_KEYS if k in log]
-
-
-def wait_for(what: Callable[[], bool], seconds: float = 90.0) -> None:
-    """Until ``what`` holds (bounded: a wait, never a time the test asserts)."""
-    deadline = time.monotonic() + seconds
-    while not what():
-        assert time.monotonic() < deadline, "waited too long"
-        time.sleep(0.1)
-
-
 def test_an_ambiguous_401_whose_probe_refuses_the_key_revokes_it_and_the_next_key_answers(
-    workers: Callable[..., Workers],
+    workers: Callable[..., Workers[Upstream]],
 ) -> None:
     w = workers()
     w.up.chat_refuses.add(B)
@@ -205,11 +143,11 @@ def test_an_ambiguous_401_whose_probe_refuses_the_key_revokes_it_and_the_next_ke
     assert any(
         f"pool#{B} (HTTP 401 and its probe GET {PROBE} refused the key, revoked" in f for f in flow
     )
-    clean(w)
+    w.clean()
 
 
 def test_an_ambiguous_401_whose_probe_accepts_the_key_is_answered_and_nothing_is_revoked(
-    workers: Callable[..., Workers],
+    workers: Callable[..., Workers[Upstream]],
 ) -> None:
     w = workers()
     w.up.chat_refuses.add(B)  # the key is fine: the probe takes it
@@ -227,11 +165,11 @@ def test_an_ambiguous_401_whose_probe_accepts_the_key_is_answered_and_nothing_is
     said = f"(its probe GET {PROBE} accepted the key): answered, no key left out"
     assert f"key {B} answered HTTP 401, not known to be the key's fault {said}" in log
     assert f"(its probe GET {PROBE} was asked a moment ago): answered" in w.two.log_text()
-    clean(w)
+    w.clean()
 
 
 def test_a_probe_url_that_needs_no_key_proves_nothing_and_revokes_nothing(
-    workers: Callable[..., Workers],
+    workers: Callable[..., Workers[Upstream]],
 ) -> None:
     w = workers()
     w.up.open_probe = True  # a model list served without a key
@@ -243,11 +181,11 @@ def test_a_probe_url_that_needs_no_key_proves_nothing_and_revokes_nothing(
     assert w.cooldown_entries() == [f"cursor-bridge:cool:probed:pool#{B}"]
     assert not left_out_lines(w.log())
     assert f"(its probe GET {PROBE} proves nothing): answered, no key left out" in w.log()
-    clean(w)
+    w.clean()
 
 
 def test_the_recheck_is_the_probe_a_key_comes_back_without_a_clients_request_spent(
-    workers: Callable[..., Workers],
+    workers: Callable[..., Workers[Upstream]],
 ) -> None:
     w = workers(bridge_key_recheck=RECHECK)
     w.up.chat_refuses.add(B)
@@ -278,4 +216,4 @@ def test_the_recheck_is_the_probe_a_key_comes_back_without_a_clients_request_spe
     _, got = first_to_b(w.two, w.up, "back")
     assert got == f"hello with {B}"
     assert len(left_out_lines(w.log())) == 1
-    clean(w)
+    w.clean()

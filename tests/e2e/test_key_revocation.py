@@ -30,8 +30,8 @@ import openai
 import pytest
 
 from tests.e2e.harness import JSONReply, Proxy, Recorded, Reply, ScriptedUpstream
+from tests.e2e.keyed import WorkerPairs, Workers, chat, wait_for, worker_pairs
 from tests.real.clients.loop import answer, check_request
-from tests.redis_server import RedisServer, redis_server_or_skip
 
 CLIENT_KEY = "sk-client-SECRET-revocation"
 KEYS = {"CB_E2E_REV_A": "sk-rev-a-SECRET-0001", "CB_E2E_REV_B": "sk-rev-b-SECRET-0002"}
@@ -129,26 +129,6 @@ def key_of(rec: Recorded) -> str | None:
     return BY_VALUE.get(rec.headers.get("authorization", "").removeprefix("Bearer "))
 
 
-@dataclass
-class Workers:
-    one: Proxy
-    two: Proxy
-    gate: Gate
-    redis_url: str
-
-    def cooldown_entries(self) -> list[str]:
-        import redis
-
-        client = redis.Redis.from_url(self.redis_url)
-        try:
-            return sorted(k.decode() for k in client.keys("cursor-bridge:cool:*"))
-        finally:
-            client.close()
-
-    def log(self) -> str:
-        return self.one.log_text() + self.two.log_text()
-
-
 def routes_text(server: ScriptedUpstream) -> str:
     names = ", ".join(f'"{n}"' for n in KEYS)
     return f"""
@@ -161,52 +141,30 @@ api_key_env = [{names}]
 
 
 @pytest.fixture
-def workers(
-    request: pytest.FixtureRequest,
+def pairs(
     start_proxy: Callable[..., Proxy],
     upstream: ScriptedUpstream,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Callable[..., Workers]]:
+) -> Iterator[WorkerPairs]:
+    """Workers on one redis-server with the pool's keys (``KEYS``), before one upstream."""
+    routes = tmp_path / "routes.toml"
+    with worker_pairs(start_proxy, upstream, routes, KEYS, monkeypatch, ALL_KEYS) as found:
+        yield found
+
+
+@pytest.fixture
+def workers(pairs: WorkerPairs) -> Callable[..., Workers[Gate]]:
     """``make(provider, **options)``: two workers on one redis-server before a ``Gate``."""
-    server = ScriptedUpstream().start()
-    stack: list[RedisServer] = []
 
-    def make(provider: str, **options: object) -> Workers:
-        redis = RedisServer(redis_server_or_skip()).start()
-        stack.append(redis)
-        for name, value in KEYS.items():
-            monkeypatch.setenv(name, value)
-        gate = Gate(server, provider)
-        server.script = gate
-        routes = tmp_path / "routes.toml"
-        routes.write_text(routes_text(server))
-        started = [
-            start_proxy(bridge_routes=str(routes), bridge_store=redis.url, **options)
-            for _ in range(2)
-        ]
-        return Workers(started[0], started[1], gate, redis.url)
+    def make(provider: str, **options: object) -> Workers[Gate]:
+        return pairs.start(Gate(pairs.server, provider), routes_text(pairs.server), **options)
 
-    try:
-        yield make
-        assert not server.errors, server.errors
-        assert not upstream.requests
-    finally:
-        server.stop()
-        for redis in stack:
-            redis.stop()
+    return make
 
 
 def ask(proxy: Proxy, opening: str, model: str = "gpt-5", stream: bool = False) -> str:
-    client = openai.OpenAI(
-        base_url=f"{proxy.base_url}/v1", api_key=CLIENT_KEY, max_retries=0, timeout=30
-    )
-    messages: Any = [{"role": "user", "content": opening}]
-    if not stream:
-        done = client.chat.completions.create(model=model, messages=messages)
-        return done.choices[0].message.content or ""
-    chunks = client.chat.completions.create(model=model, messages=messages, stream=True)
-    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    return chat(proxy, CLIENT_KEY, opening, model, stream)
 
 
 def refused(proxy: Proxy, opening: str, model: str = "gpt-5") -> openai.APIStatusError:
@@ -219,32 +177,26 @@ def left_out_lines(text: str) -> list[str]:
     return re.findall(r"key \w+ refused \([^)]*\): left out for .*", text)
 
 
-def clean(w: Workers) -> None:
-    for proxy in (w.one, w.two):
-        log = proxy.log_text()
-        assert "Traceback" not in log and not [k for k in ALL_KEYS if k in log]
-
-
 @pytest.mark.parametrize("provider", sorted(FORBIDDEN))
 def test_a_model_refused_per_request_leaves_every_key_to_the_other_clients(
-    workers: Callable[..., Workers], provider: str
+    workers: Callable[..., Workers[Gate]], provider: str
 ) -> None:
     w = workers(provider)
     status = FORBIDDEN[provider][0]
     for n in range(4):  # one client asks again and again, on both workers
         error = refused(w.one if n % 2 else w.two, f"forbidden {n}", FORBIDDEN_MODEL)
         assert error.status_code == status
-        assert len(w.gate.used) == n + 1  # answered with the first key's refusal, no other
+        assert len(w.up.used) == n + 1  # answered with the first key's refusal, no other
     # Every other client is served on both workers, by both keys as their conversations ask.
     for n in range(8):
         text = ask(w.two if n % 2 else w.one, f"other client {n}", stream=n % 3 == 0)
         assert text.startswith("hello with CB_E2E_REV_")
-    assert len(w.gate.used) == 12
+    assert len(w.up.used) == 12
     assert w.cooldown_entries() == []  # nothing left out, nothing cooling, on the store
     log = w.log()
     assert not left_out_lines(log) and "refused (" not in log
     assert len(re.findall(r"answered HTTP \d+, the request's own \(.*\): answered, no key", log))
-    clean(w)
+    w.clean()
 
 
 def first_key_a(proxy: Proxy, gate: Gate, prefix: str, tries: int = 40) -> str:
@@ -259,11 +211,11 @@ def first_key_a(proxy: Proxy, gate: Gate, prefix: str, tries: int = 40) -> str:
 
 @pytest.mark.parametrize("provider", sorted(INVALID))
 def test_an_invalid_key_alone_is_left_out_by_both_workers_then_rechecked(
-    workers: Callable[..., Workers], provider: str
+    workers: Callable[..., Workers[Gate]], provider: str
 ) -> None:
     w = workers(provider, bridge_key_recheck=RECHECK)
-    w.gate.invalid.add("CB_E2E_REV_A")
-    assert first_key_a(w.one, w.gate, "invalid") == "hello with CB_E2E_REV_B"
+    w.up.invalid.add("CB_E2E_REV_A")
+    assert first_key_a(w.one, w.up, "invalid") == "hello with CB_E2E_REV_B"
     (line,) = left_out_lines(w.one.log_text())
     assert line.startswith("key CB_E2E_REV_A refused (HTTP 401 ")
     assert f"left out for {RECHECK} s by every worker" in line
@@ -273,38 +225,30 @@ def test_an_invalid_key_alone_is_left_out_by_both_workers_then_rechecked(
     # The recheck is the key's probe (the model list, which refuses a request without a
     # key): refused again, the key stays out, and no client's request is spent on it.
     wait_for(lambda: "key CB_E2E_REV_A still refused by its probe GET /v1/models" in w.log())
-    (a_use,) = [t for k, t in w.gate.used if k == "CB_E2E_REV_A"]
+    (a_use,) = [t for k, t in w.up.used if k == "CB_E2E_REV_A"]
     # The key is renewed upstream: the next recheck probe takes it, and it is back by itself.
-    w.gate.invalid.clear()
+    w.up.invalid.clear()
     wait_for(lambda: "key CB_E2E_REV_A accepted by its probe GET /v1/models" in w.log())
-    a_probes = [t for k, t in w.gate.probed if k == "CB_E2E_REV_A"]
+    a_probes = [t for k, t in w.up.probed if k == "CB_E2E_REV_A"]
     # However slow the machine: key A was probed only once its recheck was due.
     assert len(a_probes) >= 2 and all(
         b - a >= RECHECK - 0.2 for a, b in itertools.pairwise(a_probes)
     )
     assert a_probes[0] - a_use >= RECHECK - 0.2
-    assert [k for k, _ in w.gate.used].count("CB_E2E_REV_A") == 1  # no client's request
+    assert [k for k, _ in w.up.used].count("CB_E2E_REV_A") == 1  # no client's request
     assert w.cooldown_entries() == []
-    assert first_key_a(w.two, w.gate, "back") == "hello with CB_E2E_REV_A"
+    assert first_key_a(w.two, w.up, "back") == "hello with CB_E2E_REV_A"
     assert len(left_out_lines(w.log())) == 1
-    clean(w)
-
-
-def wait_for(what: Callable[[], bool], seconds: float = 90.0) -> None:
-    """Until ``what`` holds (bounded: a wait, never a time the test asserts)."""
-    deadline = time.monotonic() + seconds
-    while not what():
-        assert time.monotonic() < deadline, "waited too long"
-        time.sleep(0.1)
+    w.clean()
 
 
 def test_never_more_than_one_key_is_revoked_for_one_client_request(
-    workers: Callable[..., Workers],
+    workers: Callable[..., Workers[Gate]],
 ) -> None:
     w = workers("openai")
-    w.gate.invalid.update(KEYS)
+    w.up.invalid.update(KEYS)
     error = refused(w.one, "both invalid")
-    assert error.status_code == 401 and sorted(w.gate.keys()) == sorted(KEYS)
+    assert error.status_code == 401 and sorted(w.up.keys()) == sorted(KEYS)
     first = w.one.log_text()
     (revoked,) = re.findall(r"key (\w+) refused \(HTTP 401 invalid_api_key, OpenAI\): left", first)
     (kept,) = re.findall(r"key (\w+) refused \(HTTP 401 invalid_api_key, OpenAI\): not left", first)
@@ -315,13 +259,13 @@ def test_never_more_than_one_key_is_revoked_for_one_client_request(
     # The next request, on the other worker: the key left untouched is tried (and is the one
     # left out now); the revoked one is skipped.
     error = refused(w.two, "both invalid, again")
-    assert error.status_code == 401 and w.gate.keys()[2:] == [kept]
+    assert error.status_code == 401 and w.up.keys()[2:] == [kept]
     (line,) = left_out_lines(w.two.log_text())
     assert line.startswith(f"key {kept} refused")
     flow = re.findall(r"cursor-bridge flow route=pool .*", w.two.log_text())
     assert f"pool#{revoked} (revoked, tried again in " in flow[-1]
     # Both left out: the bridge answers 503 itself, the upstream is not asked.
     error = refused(w.one, "both invalid, third")
-    assert error.status_code == 503 and len(w.gate.used) == 3
+    assert error.status_code == 503 and len(w.up.used) == 3
     assert "every key of the route was refused" in str(error.body)
-    clean(w)
+    w.clean()

@@ -21,6 +21,16 @@ from addon.dialects import DIALECTS
 from addon.plan import AnswerState, FlowPlan, Incoming, Rewrite, decide, route_for
 from addon.plan.caching import secret_of
 from addon.plan.conditions import RequestView
+from addon.plan.failed_attempt import (
+    Attempted,
+    Step,
+    Verdict,
+    empty_body,
+    every_key_out,
+    is_error,
+    no_answer,
+    skipped,
+)
 from addon.plan.fallback import (
     Cooldowns,
     Failure,
@@ -28,32 +38,18 @@ from addon.plan.fallback import (
     NoAnswer,
     Reason,
     all_failed,
-    cooldown_after,
-    falls_back,
     first_route,
     next_route,
-    retry_after,
-    tried_line,
+    told,
 )
-from addon.plan.key_errors import Blame
-from addon.plan.key_pool import (
-    KeyAction,
-    has_pool,
-    is_link,
-    key_verdict,
-    link_name,
-    links,
-    reads_error,
-    revoked_mark,
-)
-from addon.plan.values import tenths
-from addon.report.outcome import Action, Count, Outcome
-from addon.shell.flows import Attempt, Attempts, FlowRun
+from addon.plan.key_pool import has_pool, link_name, links
+from addon.report.outcome import Count
+from addon.shell.flows import Attempt, Attempts
 from addon.shell.host_filter import outside_proxy_hosts
-from addon.shell.notes import META_KEY, append_comment, log, log_internal_error, set_meta
+from addon.shell.notes import add_notes, log, log_internal_error
 from addon.shell.option_checks import environment
-from addon.shell.outbound.pool_keys import PoolKeys, kept
-from addon.shell.outbound.probes import KeyProbes
+from addon.shell.outbound.pool_keys import LEVELS, PoolKeys
+from addon.shell.outbound.probes import KeyProbes, Target
 from addon.shell.outbound.relay import TOKEN_HEADER, Relay, Relayed, whole
 from addon.shell.outbound.retry import Retry
 from addon.shell.outbound.upstream_request import apply_rewrite, origin
@@ -120,12 +116,15 @@ class Fallbacks:
     # ------------------------------------------------------------------ before the rewrite
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
-        """For a flow on a route with a chain, a coroutine mitmproxy awaits before the Kiro
-        and rewrite addons: the relay started, the first route picked (the record's chain).
-        The rewrite addon then writes the flow's request for it and calls ``start``."""
+        """A flow on a route with a chain: the first route not cooling down picked before the
+        Kiro and rewrite addons (the record's chain; the rewrite then calls ``start``), or
+        every key of a pool out: answered as ``every_key_out`` says. The relay not started
+        (it failed with the proxy): a coroutine that starts it first."""
         if flow.response is not None or flow.error is not None or not flow.live:
             return None
         try:
+            if not self.relay.port and self.retry is not None:
+                return self._relay_then(flow)
             req = flow.request
             settings = self._settings.settings
             if self.retry is None or not any(_relayed(r) for r in settings.routes):
@@ -140,24 +139,34 @@ class Fallbacks:
                 decoded = view.decoded(route.client)
                 conversation = conversation_of(decoded.request) if decoded else ""
                 chain = links(chain, secret_of(self._store.store), conversation)
-        except Exception as e:
+            first, passed = first_route(chain, self.cooldowns)
+            failures = [skipped(r, self.cooldowns) for r in passed]
+            if first is not None:
+                tried = [link_name(r) for r in passed]
+                attempts = Attempts(first, chain, req.copy(), failures, tried)
+                self._flows.open(flow.id).chain = attempts
+                return None
+            out = every_key_out(DIALECTS[route.client], chain, self.cooldowns, tuple(failures))
+            headers = {"content-type": "application/json", **out.headers}
+            flow.response = http.Response.make(out.status, out.body, headers)
+            add_notes(flow, out.comment, out.meta, merge=False)
+            self.report.state.count(Count.REJECTED)
+            self.report.close(flow, out.report, line=True)
+        except Exception as e:  # the flow goes to its matched route, without a chain
             log_internal_error("cursor-bridge: fallback", e)
-            return None
-        return self._choose(flow, chain)
+        return None
 
-    async def _choose(self, flow: http.HTTPFlow, chain: tuple[Route, ...]) -> None:
+    async def _relay_then(self, flow: http.HTTPFlow) -> None:
+        """The relay started (it did not start with the proxy), then the flow's chain."""
+        if not any(_relayed(r) for r in self._settings.settings.routes):
+            return  # no chain: a plain route's flow goes by mitmproxy (``send``)
         try:
             await self.relay.start()
-            route, skipped = first_route(chain, self.cooldowns)
-            failures = [self._skipped(r) for r in skipped]
-            if route is None:  # every key of the pool cools down, and nothing else is left
-                self.keys.all_cooling(self.report, flow, chain, failures)
-                return
-            tried = [link_name(r) for r in skipped]
-            attempts = Attempts(route, chain, flow.request.copy(), failures, tried)
-            self._flows.open(flow.id).chain = attempts
         except Exception as e:  # no relay: the flow goes to its matched route, without a chain
             log_internal_error("cursor-bridge: fallback", e)
+            return
+        if self.relay.port:
+            self.request(flow)
 
     def start(
         self, flow: http.HTTPFlow, chain: Attempts, incoming: Incoming, plan: FlowPlan
@@ -215,43 +224,47 @@ class Fallbacks:
             chain.attempt, route = attempt, attempt.route
             chain.tried.append(link_name(route))
             got = await self.retry.open(flow, attempt.request, route.timeout)
-            answered = not isinstance(got, NoAnswer)
+            opened = not isinstance(got, NoAnswer)
             if not isinstance(got, NoAnswer) and 200 <= got.status_code < 300:
                 got = await _started(got, route.timeout)
-            if isinstance(got, NoAnswer):
-                cool = cooldown_after(route, None, None)
-                if answered:  # its body broke off: that link cools, a pool's next key answers
-                    self.cooldowns.cool(link_name(route), cool or 0)
-                else:
-                    self._cool(chain, route, cool or 0)
-                chain.failures.append(Failure(link_name(route), got.reason, got.detail, cool))
-                log.info("cursor-bridge [%s]: upstream %s: falling back", route.name, got.detail)
-            elif falls_back(got.status_code) or reads_error(route, got.status_code):
+            if isinstance(got, NoAnswer):  # a body that broke off (opened): that link cools
+                self._apply(chain, no_answer(Attempted(route, chain.chain), got, opened))
+            elif is_error(route, got.status_code):
                 error, body = await _read_error(got, route.timeout)
                 chain.served = attempt
-                status = got.status_code
-                revoked = any(f.revoked for f in chain.failures)
-                verdict = key_verdict(route, status, _decoded(body, got), revoked)
-                probed = ""
-                if verdict is not None and verdict.judgement.blame is Blame.UNKNOWN:
-                    verdict, probed = await self.keys.probed(flow, attempt, verdict, revoked)
-                if verdict is not None and verdict.action is not KeyAction.ANSWER:
-                    last = error
-                    self.keys.refused(
-                        chain, route, status, verdict, self.keys.target(flow, attempt)
-                    )
-                elif verdict is not None or not falls_back(status):
-                    if verdict is not None:
-                        kept(route, status, verdict, probed)
+                target = self.keys.target(flow, attempt)
+                facts = Attempted(
+                    route,
+                    chain.chain,
+                    revoked_already=any(f.revoked for f in chain.failures),
+                    probe=target.probe if target is not None else None,
+                    recheck=self._settings.settings.key_recheck,
+                    shared=self.cooldowns is not self.local_cooldowns,  # a Redis store's table
+                )
+                now, headers = self._clock(), _header_map(got)
+                verdict = await self.keys.judged(
+                    facts, got.status_code, headers, _decoded(body, got), now, target
+                )
+                self._apply(chain, verdict, target)
+                if verdict.step is Step.ANSWER:
                     return error  # the request's own: the client's answer, nothing cools
-                else:
-                    last = error
-                    self._failed(chain, route, status, got.header("retry-after"))
+                last = error
             else:
                 chain.served = attempt
                 return self._streamed(flow, got)
             attempt = self._next(flow, chain)
         return last if last is not None else self._unreachable(chain)
+
+    def _apply(self, chain: Attempts, verdict: Verdict, target: Target | None = None) -> None:
+        """A failed attempt's verdict applied: cooldowns, the key's recheck, failure, line."""
+        for entry in verdict.cool:
+            self.cooldowns.cool(entry.name, entry.seconds)
+        if verdict.recheck and target is not None and chain.attempt is not None:
+            self.keys.recheck(chain.attempt.route, target)
+        if verdict.failure is not None:
+            chain.failures.append(verdict.failure)
+        if verdict.line is not None:
+            log.log(LEVELS[verdict.line.level], "%s", verdict.line.text)
 
     def _streamed(self, flow: http.HTTPFlow, got: Opened) -> Relayed:
         """The answer relayed as it comes, its body's data as one chunk per upstream read
@@ -271,9 +284,9 @@ class Fallbacks:
         assert chain.incoming is not None
         while True:
             route, passed = next_route(chain.chain, chain.tried, self.cooldowns)
-            for skipped in passed:  # cooling down (or revoked): named in the tried line
-                chain.tried.append(link_name(skipped))
-                chain.failures.append(self._skipped(skipped))
+            for passed_over in passed:  # cooling down (or revoked): named in the tried line
+                chain.tried.append(link_name(passed_over))
+                chain.failures.append(skipped(passed_over, self.cooldowns))
             if route is None:
                 return None
             decision = decide(
@@ -303,39 +316,6 @@ class Fallbacks:
         status, body = all_failed(client, tuple(chain.failures))
         return whole(status, [(b"content-type", b"application/json")], body)
 
-    def _skipped(self, route: Route) -> Failure:
-        """A route or key passed over because it cools down (or, a key, was revoked)."""
-        name = link_name(route)
-        if is_link(route) and (left := self.cooldowns.left(revoked_mark(name))) > 0:
-            return Failure(name, Reason.SKIPPED, f"revoked, tried again in {tenths(left)} s")
-        return Failure(name, Reason.SKIPPED, cooling=self.cooldowns.left(name))
-
-    def _cool(self, chain: Attempts, route: Route, seconds: float) -> None:
-        """The route cools down; a key of a pool failing for its upstream's sake (no answer,
-        a 5xx): every key of that route, which all reach the same upstream."""
-        if not is_link(route):
-            self.cooldowns.cool(route.name, seconds)
-            return
-        for other in chain.chain:
-            if other.name == route.name and is_link(other):
-                self.cooldowns.cool(link_name(other), seconds)
-
-    def _failed(self, chain: Attempts, route: Route, status: int, header: str | None) -> None:
-        wait = retry_after(header, self._clock())
-        cool = cooldown_after(route, status, wait)
-        if cool and status == 429:
-            self.cooldowns.cool(link_name(route), cool)  # a key's own limit: that key only
-        elif cool:
-            self._cool(chain, route, cool)
-        failure = Failure(link_name(route), Reason.ANSWERED_FAILURE, f"HTTP {status}", cool)
-        chain.failures.append(failure)
-        log.info(
-            "cursor-bridge [%s]: upstream answered HTTP %d: falling back%s",
-            route.name,
-            status,
-            f" (cooling down {tenths(cool)} s)" if cool else "",
-        )
-
     # ------------------------------------------------------------------ the answer
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
@@ -350,8 +330,26 @@ class Fallbacks:
             if _plain(chain) and chain.served is not None:
                 return  # a plain route's answer: read as mitmproxy's own would be
             run = self._flows.run(flow.id)
-            if run is not None and flow.response is not None:
-                _deliver(self.report, flow, run, chain.served, tuple(chain.failures))
+            if run is None or flow.response is None:
+                return
+            by = chain.served  # None: no route answered, the answer is the bridge's 502 / 504
+            if by is not None and run.plan is not by.plan:  # read with the serving route's plan
+                run.plan, run.answer = by.plan, AnswerState.of(by.plan)
+                run.report.notes = run.answer.notes
+            url = origin(by.request) if by is not None else ""
+            status, failures = flow.response.status_code, tuple(chain.failures)
+            said = told(by.plan if by else None, status, url, failures, run.report.route)
+            if said is None:
+                return
+            add_notes(flow, said.comment, said.meta, merge=True)
+            said.edit.apply(run.report)
+            if said.passed:
+                run.plan = None  # the body is the client's already: passed on as it is
+                self.report.state.count(Count.REJECTED)
+            if said.fell_back:
+                self.report.state.count(Count.FALLBACKS_ANSWERED)
+            if said.line is not None:
+                log.log(LEVELS[said.line.level], "%s", said.line.text)
         except Exception as e:
             log_internal_error("cursor-bridge: fallback", e)
 
@@ -437,8 +435,7 @@ async def _started(got: Opened, timeout: float) -> Opened | NoAnswer:
     if cause is None:
         return got
     await got.aclose()
-    why = f"HTTP {got.status_code}, its body ended before its first byte ({cause})"
-    return NoAnswer(Reason.TIMED_OUT if cause == "upstream_idle" else Reason.UNREACHABLE, why)
+    return empty_body(got.status_code, cause)
 
 
 def _decoded(body: bytes, got: Opened) -> bytes:
@@ -451,118 +448,9 @@ def _decoded(body: bytes, got: Opened) -> bytes:
         return body
 
 
-# ---------------------------------------------------------------------- what the flow says
-
-
-def _deliver(
-    report: Report,
-    flow: http.HTTPFlow,
-    run: FlowRun,
-    by: Attempt | None,
-    failures: tuple[Failure, ...],
-) -> None:
-    """The flow's run and notes for the relayed answer: ``by`` served it — read with its plan
-    — or, when every route failed, its answer is the last upstream error; None: no route
-    answered, the answer is the bridge's own error in the client's dialect."""
-    assert flow.response is not None
-    if by is None:
-        _unreachable(report, flow, run, failures)
-        return
-    if run.plan is not by.plan:
-        run.plan, run.answer = by.plan, AnswerState.of(by.plan)
-        run.report.notes = run.answer.notes
-    status = flow.response.status_code
-    failed = {f.route for f in failures if f.reason is not Reason.SKIPPED}
-    if link_name(by.route) in failed:  # the last error relayed: every route failed
-        _all_failed(report, flow, run, by.plan, failures)
-    elif failures:
-        _served(flow, run, by.plan, flow.request, failures)
-        if all(f.reason is Reason.SKIPPED for f in failures):
-            return  # routes cooling down were passed over: nothing fell back on this flow
-        report.state.count(Count.FALLBACKS_ANSWERED)
-        log.info(
-            "%s: fallback answered HTTP %d; tried: %s",
-            by.plan.label,
-            status,
-            tried_line(failures),
-        )
-
-
-def _served(
-    flow: http.HTTPFlow,
-    run: FlowRun,
-    plan: FlowPlan,
-    request: http.Request,
-    failures: tuple[Failure, ...],
-) -> None:
-    """The route that served the flow and every route tried before it, with why: the flow's
-    comment, ``flow.metadata`` and log line (names, address, model, statuses: no secret)."""
-    url = origin(request)
-    model = plan.unified.model if plan.unified is not None else ""
-    tried = tried_line(failures)
-    append_comment(
-        flow,
-        f"{plan.label}: served by {link_name(plan.route)} ({url}, model {model or '?'}); "
-        f"tried: {tried}",
-    )
-    served = link_name(plan.route)  # a key of a pool: route#KEYNAME
-    _meta(
-        flow,
-        plan.meta(),
-        {"served_by": served, "upstream_url": url, "model": model, "tried": failures},
-    )
-    line = run.report
-    line.route, line.upstream = plan.route.name, plan.upstream.name
-    line.fields["upstream_url"] = url
-    if model:
-        line.fields["model"] = model
-    line.fields["tried"] = tried
-    if plan.route.key_pool and plan.route.key_env:
-        line.fields["key"] = plan.route.key_env  # the key that served it: its name
-    else:
-        line.fields.pop("key", None)
-
-
-def _all_failed(
-    report: Report, flow: http.HTTPFlow, run: FlowRun, plan: FlowPlan, failures: tuple[Failure, ...]
-) -> None:
-    """Every route of the chain failed: the client gets the last upstream error the relay got
-    (re-shaped for its dialect by the answers addon, as any upstream error)."""
-    line = f"no route answered; tried: {tried_line(failures)}"
-    append_comment(flow, f"{plan.label}: {line}")
-    log.warning("%s: %s", plan.label, line)
-    _meta(flow, {}, {"served_by": None, "tried": failures})
-    run.report.route, run.report.upstream = plan.route.name, plan.upstream.name
-    run.report.fields["tried"] = tried_line(failures)
-    report.not_rewritten(run, line)
-
-
-def _unreachable(
-    report: Report, flow: http.HTTPFlow, run: FlowRun, failures: tuple[Failure, ...]
-) -> None:
-    """No route of the chain could be reached: the relay answered the client's 502 / 504."""
-    assert flow.response is not None
-    last = failures[-1].route if failures else run.report.route
-    tried = tried_line(failures)
-    append_comment(flow, f"cursor-bridge [{last}]: no upstream reachable; tried: {tried}")
-    _meta(
-        flow,
-        {"route": last, "action": Action.REJECTED.value},
-        {"served_by": None, "tried": failures},
-    )
-    run.plan = None  # the body is the client's already: passed on as it is
-    report.state.count(Count.REJECTED)
-    r = run.report
-    r.route, r.outcome, r.mode = last, Outcome.REJECTED, ""
-    r.reason = f"answered {flow.response.status_code}: no upstream reachable"
-    r.fields = {"tried": tried}
-
-
-def _meta(flow: http.HTTPFlow, base: dict[str, object], fallback: dict[str, object]) -> None:
-    meta = flow.metadata.get(META_KEY)
-    out = dict(meta) if isinstance(meta, dict) else {}
-    out.update(base)
-    tried = fallback.get("tried", ())
-    assert isinstance(tried, tuple)
-    out["fallback"] = {**fallback, "tried": [f.describe() for f in tried]}
-    set_meta(flow, out)
+def _header_map(got: Opened) -> dict[str, str]:
+    """An answer's headers as a plain map: names lower-cased, the first of a repeated name."""
+    out: dict[str, str] = {}
+    for key, value in got.headers:
+        out.setdefault(key.decode("latin-1").lower(), value.decode("latin-1"))
+    return out
