@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
+from addon.dialects import kiro
 from addon.model import (
     JSON,
     ClientError,
@@ -23,7 +26,7 @@ from addon.model import (
     UnsupportedShape,
     Usage,
 )
-from addon.plan.errors import named_status
+from addon.plan.errors import cut_event, named_status
 from addon.plan.flow_plan import FlowPlan
 from addon.plan.values import (
     CONTENT_TYPES,
@@ -118,6 +121,83 @@ class AnswerState:
 
 
 # ---------------------------------------------------------------------- streams
+
+
+class Attach(Enum):
+    """What the shell does with an answer's body once its head came (``attach_kind``)."""
+
+    LEAVE = "left to mitmproxy: read whole (another dialect's error, a held loop), or no stream"
+    RAW = "streamed as it comes: a flow the bridge does not rewrite"
+    ERROR_STREAM = "a same-dialect error stream, as it comes (``error_stream``)"
+    REWRITE = "the plan's stream processor (``stream_processor``)"
+
+
+def attach_kind(
+    plan: FlowPlan | None, status: int, content_type: str, *, passed: bool, loop_retry: bool
+) -> Attach:
+    """How an answer whose head says ``status`` and ``content_type`` is read (the rules:
+    docs/streams.md, "Stream rules"): a stream (SSE; for a streaming client, a Gemini JSON
+    array or Kiro's AWS event-stream) is rewritten when 2xx; a same-dialect error stream is
+    passed on as it comes (never buffered), another dialect's buffered to be re-shaped; a
+    loop the guard may ask again (``loop_retry``) is read whole. ``plan`` None: the flow is
+    not rewritten; ``passed``: it was passed through untouched, and still streams."""
+    ctype = content_type.lower()
+    sse = ctype.startswith("text/event-stream")
+    json = ctype.startswith("application/json") or "+json" in ctype
+    stream = plan is not None and plan.stream
+    array = stream and plan is not None and plan.upstream_framing == "json_array" and json
+    binary = (
+        stream
+        and plan is not None
+        and plan.upstream_framing == "aws_eventstream"
+        and ctype.startswith(kiro.CONTENT_TYPE)
+    )
+    if not (sse or array or binary):
+        return Attach.LEAVE
+    if plan is None:
+        return Attach.RAW if passed else Attach.LEAVE
+    if not (200 <= status < 300):
+        if not plan.same_dialect:
+            return Attach.LEAVE  # buffered: re-shaped for the client when it is whole
+        return Attach.ERROR_STREAM if sse else Attach.RAW
+    if plan.loop_held and loop_retry:
+        return Attach.LEAVE
+    return Attach.REWRITE
+
+
+def stream_headers(
+    plan: FlowPlan, content_encoding: str | None, http1: bool
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """The headers a rewritten stream's answer drops and puts: its length (and its encoding,
+    undone as it comes) go, an HTTP/1 client gets it chunked, another framing says its type."""
+    drop = ["content-length", "content-encoding"] if content_encoding else ["content-length"]
+    put = [("transfer-encoding", "chunked")] if http1 else []
+    if plan.client_framing != plan.upstream_framing:
+        put.append(("content-type", CONTENT_TYPES[plan.client_framing]))
+    return drop, put
+
+
+def error_stream(
+    plan: FlowPlan, cut: Callable[[], str | None] | None
+) -> Callable[[bytes], Sequence[bytes]]:
+    """The reader of an error stream passed on as it came (a non-2xx ``text/event-stream`` on
+    a same-dialect route; its status said error, the SDK reads the body whole): at the body's
+    end, when the upstream broke it off (``cut`` names the cause), the client's dialect error
+    event (``cut_event``) ends it well-formed, on lines of its own after a half-written
+    event."""
+    tail = b"\n\n"
+
+    def read(data: bytes) -> Sequence[bytes]:
+        nonlocal tail
+        if data:
+            tail = (tail + data)[-2:]
+            return [data]
+        cause = cut() if cut is not None else None
+        if not cause:
+            return []
+        return [(b"" if tail == b"\n\n" else b"\n\n") + cut_event(plan, cause)]
+
+    return read
 
 
 def stream_processor(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from addon.dialects import DIALECTS
-from addon.model import ClientError, UnsupportedShape
+from addon.model import ClientError, StreamError, UnsupportedShape
 from addon.plan.flow_plan import FlowPlan
 from addon.plan.values import (
     MAX_ERROR_QUOTE,
@@ -19,6 +19,8 @@ from addon.plan.values import (
     error_bytes,
     load_json,
 )
+from addon.stream.output import cut_message
+from addon.stream.sse import encode_pairs
 
 
 def error_message(plan: FlowPlan, raw: bytes) -> str:
@@ -136,6 +138,16 @@ def cut_answer(plan: FlowPlan, cause: str) -> bytes:
     (``cause``: ``upstream_cut``, ``upstream_reset``, ``upstream_idle``)."""
     message = f"cursor-bridge: the upstream's answer broke off before its end ({cause})"
     return error_bytes(plan.client, ClientError(message, status=502, code=cause))
+
+
+def cut_event(plan: FlowPlan, cause: str) -> bytes:
+    """The client's dialect error event (SSE) naming ``cause`` that ends an error stream the
+    upstream broke off (a non-2xx ``text/event-stream`` passed on as it came: its status said
+    error already, the SDK reads the body whole); the event a cut 2xx stream ends with, the
+    type for 503."""
+    encoder = plan.client.stream_encoder(plan.defaults)
+    pairs = encoder.feed(StreamError(plan.secrets(cut_message(cause)), cause))
+    return b"".join(encode_pairs(pairs) + encode_pairs(encoder.finish()))
 
 
 def unreadable_answer(plan: FlowPlan, why: str) -> bytes:

@@ -241,8 +241,7 @@ def _opaque(state: AnswerState, answer: Answer) -> Step:
 
 def _cut(state: AnswerState, answer: Answer) -> Step:
     plan, cut = answer.plan, answer.first.cut or ""
-    told = Told(plan, counts=[Count.ANSWERS_NOT_TRANSLATABLE])
-    told.log(logging.WARNING, "%s: the upstream's answer broke off (%s): 502", plan.label, cut)
+    told = Told(plan)  # counted, and said once, by the flow's line (``Report.close``: cut=)
     told.not_rewritten.append(f"upstream answer cut ({cut})")
     told.lines.append(f"upstream answer cut ({cut}) → 502")
     told.reply = Reply(502, cut_answer(plan, cut))

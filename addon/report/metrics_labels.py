@@ -36,6 +36,7 @@ BRIDGE_COUNTERS = {
     "restores": "restores",
     "loop_guard_stops": "loop guard answers",
     "not_rewritten": "not rewritten",
+    "answers_cut": "answers cut by the upstream",
 }
 """``cursor_bridge_<name>_total`` → the ``bridge.stats`` counter it reads
 (``addon.report.counters.BridgeState.counters``)."""

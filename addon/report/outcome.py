@@ -74,6 +74,8 @@ class Count(StrEnum):
     STREAMS_ENDED_WITH_ERROR = "streams ended with an error"
     STREAM_EVENTS_SKIPPED = "stream events skipped"
     ANSWERS_NOT_TRANSLATABLE = "answers not translatable"
+    ANSWERS_CUT = "answers cut by the upstream"
+    """Answers (whole or streamed) whose body the upstream broke off (``FlowReport.cut``)."""
     ANSWERS_NOT_REMEMBERED = "answers not remembered"
     TOOL_CALLS_STILL_INVALID = "tool calls still invalid after repair"
     LOOP_GUARD_ANSWERS = "loop guard answers"
@@ -114,6 +116,12 @@ class FlowReport:
     """Why the flow was not rewritten, was rejected or ended with an error (one line)."""
     fields: dict[str, str | int] = field(default_factory=dict)
     """Fields an outcome adds to the line (the loop guard's ``tool`` and ``failures``)."""
+    comments: list[str] = field(default_factory=list)
+    """Lines for the flow's comment said while it ran, written at its end (``Report.close``,
+    redacted with the flow's secrets)."""
+    cut: str | None = None
+    """How the upstream broke the answer's body off (``upstream_cut``, ``upstream_reset``,
+    ``upstream_idle``), None when it did not: the line's ``cut=``, ``answers cut``."""
     usage: Usage | None = None
     """The usage the upstream reported for the answer the client got (``AnswerState.usage``):
     its cache reads and writes go on the line (``cache_fields``); None when it reported none."""
@@ -155,6 +163,8 @@ class FlowReport:
             pairs.append(("mode", self.mode))
         if self.status is not None:
             pairs.append(("status", self.status))
+        if self.cut:
+            pairs.append(("cut", self.cut))
         pairs += list(self.fields.items())
         pairs += [(k, v) for k, v in self.counts.items() if v]
         pairs += cache_fields(self.usage)
@@ -180,6 +190,8 @@ class FlowReport:
             out[f"{_RETRIES}{kind})"] += n
         if self.outcome is Outcome.NOT_REWRITTEN:
             out[Count.NOT_REWRITTEN.value] += 1
+        if self.cut:
+            out[Count.ANSWERS_CUT.value] += 1
         return out
 
 

@@ -8,12 +8,12 @@ every running flow's), so writing it never raises and never shows a key an upstr
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mitmproxy import http
 
-from addon.redact import clean, clean_data
+from addon.redact import Secrets, clean, clean_data
 from addon.shell.flows import secrets_of
 
 log = logging.getLogger("cursor_bridge")
@@ -53,10 +53,13 @@ def add_notes(flow: http.HTTPFlow, line: str, meta: Mapping[str, Any], *, merge:
     flow.metadata[META_KEY] = secrets.data(clean_data({**kept, **meta}))
 
 
-def seal_flow(flow: http.HTTPFlow) -> None:
-    """The flow is over: its comment and metadata redacted once more with its secrets (for
-    what was written into the metadata directly)."""
-    secrets = secrets_of(flow.id)
+def seal_flow(flow: http.HTTPFlow, secrets: Secrets, comments: Sequence[str] = ()) -> None:
+    """The flow is over: its last ``comments`` appended, then its comment and metadata
+    redacted once more with its ``secrets`` (the flow table's: for what was written into the
+    metadata directly)."""
+    lines = [secrets(clean(line, MAX_COMMENT_LINE)) for line in comments]
+    if lines:
+        flow.comment = "\n".join([flow.comment, *lines] if flow.comment else lines)
     if secrets:
         flow.comment = secrets(flow.comment)
         meta = flow.metadata.get(META_KEY)

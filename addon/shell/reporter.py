@@ -7,9 +7,9 @@ shows. One place, so every flow is said once and freed once."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from mitmproxy import command, contentviews, ctx, http
@@ -19,11 +19,11 @@ from addon.redact import clean
 from addon.report.counters import AnswerInfo, BridgeState, Original
 from addon.report.outcome import FlowReport, Outcome
 from addon.report.view import usage_text
-from addon.shell.answer_notes import stream_done
+from addon.shell.answer_notes import FlowNotes, client_body, stream_notes
 from addon.shell.contentview import BridgeContentview
 from addon.shell.flows import FlowRun, Flows
 from addon.shell.ledger_book import UsageCounting
-from addon.shell.notes import append_comment, log, log_internal_error, seal_flow
+from addon.shell.notes import META_KEY, append_comment, log, log_internal_error, seal_flow
 from addon.shell.settings import BridgeSettings
 
 
@@ -71,27 +71,36 @@ class Report:
         if run is None:
             self.flows.end(flow.id)
             return
-        plan, report = run.plan, run.report
+        report = run.report
         started = time.perf_counter_ns()
         try:
-            p = run.answer.processor if plan is not None else None
-            ended = p is not None and p.upstream_ended()
-            if not ended:  # the client got part of an answer: no body to show as its own
-                run.client_bytes = None
-                report.reason = report.reason or clean(flow.error.msg if flow.error else "", 300)
-            if plan is not None and p is not None and (ended or p.events_in):
-                stream_done(self, flow, run, plan)
-            if ended:
-                append_comment(flow, "the client hung up after the answer's end")
+            notes = self.disconnected(run, flow.error.msg if flow.error else "")
         except Exception as e:
             log_internal_error(f"cursor-bridge [{report.route}]: error", e)
+            notes = FlowNotes()
         try:
             report.spent_ns += time.perf_counter_ns() - started
-            self.close(flow, report, line=True, run=run)
+            self.close(flow, report, line=True, run=run, notes=notes)
         except Exception as e:
             log_internal_error(f"cursor-bridge [{report.route}]: error", e)
         finally:
             self.flows.end(flow.id)
+
+    def disconnected(self, run: FlowRun, why: str) -> FlowNotes:
+        """What the flow's end says of a disconnect (``why``: mitmproxy's reason): the
+        stream's notes when it carried events or had reached its end; the disconnect as the
+        flow's reason unless it had."""
+        plan, notes = run.plan, FlowNotes()
+        p = run.answer.processor if plan is not None else None
+        ended = p is not None and p.upstream_ended()
+        if not ended:  # the client got part of an answer: no body to show as its own
+            run.client_bytes = None
+            run.report.reason = run.report.reason or why[:300]  # the line cleans it
+        if plan is not None and p is not None and (ended or p.events_in):
+            stream_notes(self, notes, run, plan)
+        if ended:
+            notes.comments.append("the client hung up after the answer's end")
+        return notes
 
     def done(self) -> None:
         try:
@@ -132,8 +141,13 @@ class Report:
         cut: bool = False,
     ) -> None:
         """The upstream's answer as it came, for the content view's timeline."""
-        if not self.keep_originals:
-            return
+        if self.keep_originals:
+            self.keep(flow.id, "response", self.original(run, plan, raw, summary, stream, cut))
+
+    def original(
+        self, run: FlowRun, plan: FlowPlan, raw: bytes, summary: str, stream: bool, cut: bool
+    ) -> Original:
+        """The upstream's answer as the content view shows it (``keep_answer``)."""
         info = AnswerInfo(
             plan.upstream.name,
             plan.upstream_framing,
@@ -148,7 +162,7 @@ class Report:
         usage = run.answer.usage
         if usage is not None:  # the answer's tokens and the cache's part, as the log line says
             facts += (("usage", clean(usage_text(usage), 300)),)
-        self.keep(flow.id, "response", Original(raw, summary, facts, decisions, info))
+        return Original(raw, summary, facts, decisions, info)
 
     def attempt(self, flow: http.HTTPFlow, what: str, body: bytes | None) -> None:
         """A later attempt's body, for the request's content view (as it is sent)."""
@@ -158,16 +172,45 @@ class Report:
     def keep(self, flow_id: str, part: str, original: Original) -> None:
         if self.keep_originals:
             # The view redacts with them when it renders (the flow's own bodies too).
-            original = dataclasses.replace(original, secrets=self.flows.secrets(flow_id))
+            original = replace(original, secrets=self.flows.secrets(flow_id))
             self.state.originals.put(flow_id, part, original)
 
     def close(
-        self, flow: http.HTTPFlow, report: FlowReport, *, line: bool, run: FlowRun | None = None
+        self,
+        flow: http.HTTPFlow,
+        report: FlowReport,
+        *,
+        line: bool,
+        run: FlowRun | None = None,
+        notes: FlowNotes | None = None,
     ) -> None:
-        """The flow is over: its mark, its counters, its log line (and details); then what the
-        bridge held for it is let go (``Flows.end``)."""
+        """The flow is over: ``notes`` written on it, its mark, its counters, its log line (and
+        details); then what the bridge held for it is let go (``Flows.end``)."""
+        comments = report.comments
+        secrets = self.flows.secrets(flow.id)
+        if notes is not None and run is not None and run.plan is not None:
+            meta = flow.metadata.get(META_KEY)
+            if isinstance(meta, dict):
+                meta.update(notes.meta)
+            if notes.original is not None and self.keep_originals:
+                raw, cut = notes.original
+                seen = self.original(run, run.plan, raw, "streamed answer", True, cut)
+                self.state.originals.put(flow.id, "response", replace(seen, secrets=secrets))
+        if notes is not None:
+            comments = [*comments, *notes.comments]
+            resp = flow.response
+            if resp is not None and resp.raw_content is None:
+                body, more = client_body(notes.client_body)
+                if body is not None:
+                    resp.raw_content = body
+                comments = [*comments, *more]
         if flow.response is not None:
             report.status = flow.response.status_code
+        record = self.flows.get(flow.id)
+        if record is not None and record.cut:  # the upstream broke the body off: its line says
+            report.cut = record.cut
+            report.add_outcome(Outcome.NOT_REWRITTEN)
+            report.reason = report.reason or f"upstream answer cut ({record.cut})"
         if run is not None:
             report.usage = run.answer.usage  # the answer the client got (its cache fields)
             if self._usage is not None:
@@ -191,7 +234,7 @@ class Report:
                     p.skipped,
                     f", error: {short(p.error)}" if p.error else "",
                 )
-        seal_flow(flow)  # the flow is over: nothing more is written about it
+        seal_flow(flow, secrets, comments)  # the flow is over: nothing more is written of it
         self.flows.end(flow.id)
 
 

@@ -12,14 +12,13 @@ from collections.abc import Callable, Sequence
 
 from mitmproxy import http
 
-from addon.dialects import kiro
-from addon.plan import CONTENT_TYPES, short
-from addon.plan.answer import stream_processor
+from addon.plan import short
+from addon.plan.answer import Attach, attach_kind, error_stream, stream_headers, stream_processor
 from addon.report.counters import KeptBytes
 from addon.report.outcome import Action, FlowReport
 from addon.shell.flows import KEEP_STREAM_BYTES, FlowRun
-from addon.shell.headers import is_json, replace_headers
-from addon.shell.notes import META_KEY, append_comment, log, log_internal_error
+from addon.shell.headers import replace_headers
+from addon.shell.notes import META_KEY, log, log_internal_error
 from addon.shell.reporter import Report, stores_streamed_bodies
 from addon.stream.decompress import UnsupportedEncoding
 from addon.stream.processor import StreamProcessor
@@ -59,64 +58,48 @@ class StreamAttach:
             run.report.spent_ns += time.perf_counter_ns() - started
 
     def _attach(self, flow: http.HTTPFlow, run: FlowRun | None) -> None:
+        """What the plan says of the answer's head (``attach_kind``), applied: the flow's
+        plain values read once and handed on (the flow itself goes nowhere), in one pass:
+        the plan's decisions, then the headers, then the stream's reader."""
         plan = run.plan if run is not None else None
         resp = flow.response
         if resp is None:
             return
-        ctype = resp.headers.get("content-type", "").lower()
-        sse = ctype.startswith("text/event-stream")
-        # Gemini without ``alt=sse`` streams one JSON array as ``application/json``.
-        array = plan is not None and plan.stream and plan.upstream_framing == "json_array"
-        # Kiro streams AWS event-stream frames (``application/vnd.amazon.eventstream``).
-        binary = (
-            plan is not None
-            and plan.stream
-            and plan.upstream_framing == "aws_eventstream"
-            and ctype.startswith(kiro.CONTENT_TYPE)
-        )
-        if not (sse or (array and is_json(resp)) or binary):
-            return
-        if run is None or plan is None:
-            meta = flow.metadata.get(META_KEY)
-            if isinstance(meta, dict) and meta.get("action") == Action.PASSTHROUGH:
-                resp.stream = True  # passed through untouched: it still streams
-            return
-        if not (200 <= resp.status_code < 300):
-            if plan.same_dialect:
-                resp.stream = True  # the client reads this error itself: never buffered
-            return  # another dialect: buffered, re-shaped in ``response``
-        if plan.loop_held and self._loop_retry:
-            return  # read whole: the loop guard may ask again (``Answers.loop_held``)
-        keep = self.report.keep_originals
+        meta = flow.metadata.get(META_KEY)
+        passed = isinstance(meta, dict) and meta.get("action") == Action.PASSTHROUGH
+        status, ctype = resp.status_code, resp.headers.get("content-type", "")
         encoding = resp.headers.get("content-encoding")
+        http1 = flow.request.http_version.startswith("HTTP/1")
+        record = self.flows.get(flow.id)
+        cut = (lambda: record.cut) if record is not None else None
+        kind = attach_kind(plan, status, ctype, passed=passed, loop_retry=self._loop_retry)
+        if kind is Attach.RAW:
+            resp.stream = True  # passed on untouched: it still streams, never buffered
+            return
+        if kind is Attach.ERROR_STREAM and plan is not None:
+            resp.stream = error_stream(plan, cut)  # the client reads this error itself
+            return
+        if kind is not Attach.REWRITE or run is None or plan is None:
+            return
+        drop, put = stream_headers(plan, encoding, http1)
+        keep = self.report.keep_originals
         try:
             processor = stream_processor(
                 plan,
                 run.answer,
                 encoding,
                 keep_original=KEEP_STREAM_BYTES if keep else 0,
-                status=resp.status_code,
-                content_type=resp.headers.get("content-type"),
+                status=status,
+                content_type=ctype or None,
             )
         except UnsupportedEncoding as e:
             log.warning("%s: stream passed through unchanged: %s", plan.label, short(e))
-            append_comment(flow, f"{plan.label}: stream not rewritten ({short(e)})")
+            run.report.comments.append(f"{plan.label}: stream not rewritten ({short(e)})")
             self.report.not_rewritten(run, f"stream not rewritten ({short(e)})")
             resp.stream = True  # still stream it: SSE must never be buffered
             run.plan = None
             return
-        drop = ["content-length"]
-        put = []
-        if encoding:
-            drop.append("content-encoding")
-            append_comment(flow, "stream decompressed")
-        if flow.request.http_version.startswith("HTTP/1"):
-            put.append(("transfer-encoding", "chunked"))
-        if plan.client_framing != plan.upstream_framing:
-            put.append(("content-type", CONTENT_TYPES[plan.client_framing]))
         replace_headers(resp.headers, drop, put)
-        record = self.flows.get(flow.id)
-        cut = (lambda: record.cut) if record is not None else None
         read = stream_callable(processor, plan.label, run.report, cut=cut)
         if keep and not stores_streamed_bodies():
             # What the client gets, for the content view when mitmproxy keeps no streamed body.
@@ -170,6 +153,8 @@ def stream_callable(
             out = failed(data, e)
         if processor.error and not reported:
             reported = True
+            if processor.cut:  # the flow's line names the cut (``Report.close``)
+                return out
             how = (
                 "stream passed through from here on"
                 if processor.passthrough

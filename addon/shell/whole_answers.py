@@ -56,7 +56,7 @@ class Answers:
                 resp.status_code,
                 resp.headers.get("content-type"),
                 b"" if streamed else resp.get_content(strict=False) or b"",
-                record.cut if record is not None else None,
+                record.cut if record is not None and not resp.stream else None,
             )
             step = whole_step(run.answer, Answer(plan, first, can_retry=self.retry is not None))
             while isinstance(step, Send):

@@ -183,3 +183,10 @@ def feed_all(stage: Stage, events: list[Event]) -> list[Event]:
     for event in events:
         out.extend(stage.feed(event))
     return out
+
+
+def cut_message(cause: str) -> str:
+    """What the client's error says of a body the upstream broke off with ``cause``."""
+    how = {"upstream_reset": "reset the connection", "upstream_idle": "sent nothing for too long"}
+    what = how.get(cause, "closed the connection")
+    return f"cursor-bridge: the upstream {what} before the stream's end ({cause})"

@@ -21,7 +21,7 @@ from addon.stream import fastpath
 from addon.stream.decompress import Decompressor
 from addon.stream.fastpath import FastPath, Reader, Runs
 from addon.stream.framing import JsonArrayWriter
-from addon.stream.output import Output
+from addon.stream.output import Output, cut_message
 from addon.stream.readers import NOT_A_STREAM, BodyReader, WholeBody, reader_for
 from addon.stream.reading import Decoding, Failure, Foreign
 from addon.stream.stages import Stage
@@ -138,6 +138,8 @@ class StreamFacts:
         self.ended_with_error: str | None = None
         """Why the client's stream ended with an error the bridge wrote (a cut stream, a body
         that is not a stream: the shell's ⚠)."""
+        self.cut: str | None = None
+        """How the upstream broke the body off, once the client's stream ended for it."""
         self.error_event: str | None = None
         """The message of the first error event the client got from the upstream's stream
         (``ERROR``): the upstream's own, or its decoder's for a body that ended before the
@@ -217,6 +219,7 @@ class StreamProcessor(StreamFacts):
             raise ValueError(f"unknown framing {framing_in!r} → {framing_out!r}")
         self._redact = redact  # for the error message of ``_stop`` (it may quote the upstream)
         self._decompressor = decompressor
+        self.decompressed = decompressor is not None  # content-encoded: undone as it comes
         self.same_dialect = same_dialect
         self.fast = fast
         coalesce = (not same_dialect) if coalesce is None else coalesce
@@ -243,13 +246,13 @@ class StreamProcessor(StreamFacts):
         """Where the stream is (``State``): changed by ``_to`` alone, along ``TRANSITIONS``."""
         writer = JsonArrayWriter() if framing_out == "json_array" else None
         self._output = Output(stages, encoder, writer, fp.text_sse, fp.stages, self._error_event)
+        self._fast = fastpath.route(self._output, fp, self._fail, self.feed_general)
+        """The stream's fast route (the table's ``BETWEEN`` row; None: none)."""
         self._runs = fastpath.runs(self._output, fp)
         answer = (status, content_type)  # to say what came when the body is not a stream
         self._body_reader: BodyReader = reader_for(
             framing_in, self._decoding, self._output, fp, self._runs, answer, coalesce, self._max
         )
-        self._fast = fastpath.route(self._output, fp, self._fail, self.feed_general)
-        """The stream's fast route (the table's ``BETWEEN`` row; None: none)."""
         self._routes: dict[State, fastpath.Read] = {}
         """What a read does in each state: ``ROWS`` with this stream's route and ``general``."""
         self._reader = Reader(self.feed_general)
@@ -522,9 +525,8 @@ def _cut_off(self: StreamProcessor, cause: str) -> list[bytes]:
     """cut (READING, BETWEEN, COLLECTING, PASSTHROUGH, SECOND_CALL): what stages hold (a
     call not ended dropped), then the client's stream ends with its dialect's error naming
     ``cause``, of the type for 503 (retryable: ``BRIDGE_ERROR_STATUS``); later bytes dropped."""
-    how = {"upstream_reset": "reset the connection", "upstream_idle": "sent nothing for too long"}
-    what = how.get(cause, "closed the connection")
-    message = f"cursor-bridge: the upstream {what} before the stream's end ({cause})"
+    message = cut_message(cause)
+    self.cut = cause
     return self._end_client(message, message, cause)
 
 

@@ -41,7 +41,7 @@ import openai
 import pytest
 
 from addon.stores.ledger import open_ledger
-from tests.e2e.harness import HOST, Proxy
+from tests.e2e.harness import HOST, Proxy, free_port
 from tests.real.clients.loop import answer
 
 CLIENTS = ("openai_chat", "anthropic", "openai_responses", "gemini")
@@ -63,6 +63,13 @@ NOTHING = ("nothing_close", "nothing_reset")
 """Endings after the head alone: nothing of the body delivered."""
 POOL_KEYS = {"CB_E2E_END_KEY_A": "sk-end-A-SECRET", "CB_E2E_END_KEY_B": "sk-end-B-SECRET"}
 BAD_LOG = ("Traceback", "Logging error", "internal error", "Addon error")
+ERROR_EVENTS = {
+    "openai_chat": b'data: {"error": {"message": "The server is overloaded.", "type": '
+    b'"server_error", "param": null, "code": null}}\n\n',
+    "anthropic": b'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error", '
+    b'"message": "Overloaded"}}\n\n',
+}
+"""The error event an OpenAI or Anthropic service streams (its SSE error shape)."""
 
 
 def started(dialect: str) -> list[bytes]:
@@ -92,6 +99,10 @@ class Cutter:
 
     def __init__(self) -> None:
         self.ending = "chunked_close"
+        self.status = 200
+        """The status line's; another than 200: the body is the start of the dialect's error
+        event (a gateway that answers a streamed request with an error stream), then the
+        ending."""
         self.queue: deque[str] = deque()
         """Endings for the next requests, in order, before ``ending``."""
         self.paths: deque[str] = deque()
@@ -133,6 +144,10 @@ class Cutter:
             dialect = upstream_dialect(path)
             ending = self.queue.popleft() if self.queue else self.ending
             head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            if self.status != 200:
+                head = b"HTTP/1.1 %d Unavailable\r\ncontent-type: text/event-stream\r\n" % (
+                    self.status
+                )
             if dialect == "gemini":
                 stream = ":streamGenerateContent" in path
             else:
@@ -144,6 +159,8 @@ class Cutter:
                 head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
             elif ending == "complete":
                 events = [answer(dialect, True, "Hello").body]  # type: ignore[list-item]
+            elif self.status != 200:
+                events = [ERROR_EVENTS[dialect][:40]]  # the error event, broken off inside
             else:
                 events = started(dialect) if ending not in NOTHING else []
             if ending == "close_delimited":
@@ -249,6 +266,7 @@ def bridge(cutter: Cutter, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     tmp = tmp_path_factory.mktemp("endings")
     (tmp / "routes.toml").write_text(routes_text(cutter.port))
     options = {
+        "bridge_metrics": f"{HOST}:{free_port()}",
         "bridge_routes": str(tmp / "routes.toml"),
         "bridge_stream_idle_timeout": 1,
         "bridge_store": str(tmp / "store.db"),
@@ -289,7 +307,7 @@ def read_anthropic(proxy: Proxy, model: str) -> tuple[str, str]:
             if event.type == "content_block_delta" and event.delta.type == "text_delta":
                 seen.append(event.delta.text)
     body = raised.value.body
-    assert isinstance(body, dict) and body["error"]["type"] in ("overloaded_error", "api_error")
+    assert isinstance(body, dict) and body["error"]["type"] == "overloaded_error", body
     return "".join(seen), str(raised.value)
 
 
@@ -323,7 +341,7 @@ def read_gemini(proxy: Proxy, model: str) -> tuple[str, str]:
             assert not cand.get("finishReason"), c
             seen += [p.get("text", "") for p in cand.get("content", {}).get("parts", [])]
     error = chunks[-1]["error"]
-    assert (error["code"], error["status"]) in ((503, "UNAVAILABLE"), (500, "INTERNAL")), error
+    assert (error["code"], error["status"]) == (503, "UNAVAILABLE"), error
     return "".join(seen), str(error["message"])
 
 
@@ -344,6 +362,18 @@ def flow_line(proxy: Proxy, since: int, route: str) -> str:
     return m.group(0)
 
 
+def bridge_lines(proxy: Proxy, since: int) -> list[str]:
+    """The bridge's own log lines since ``since`` (mitmproxy's connection lines left out)."""
+    return [x for x in proxy.log_text()[since:].splitlines() if "cursor-bridge" in x]
+
+
+def metric(proxy: Proxy, name: str) -> float:
+    """A counter's value on the bridge's ``/metrics`` (0 when it is not there)."""
+    got = httpx.get(f"http://{proxy.options['bridge_metrics']}/metrics", timeout=10).text
+    m = re.search(rf"(?m)^{re.escape(name)} (\S+)$", got)
+    return float(m.group(1)) if m else 0.0
+
+
 # --------------------------------------------------------------------------- the matrix
 
 
@@ -353,19 +383,26 @@ def flow_line(proxy: Proxy, since: int, route: str) -> str:
 def test_an_early_end_is_the_clients_api_error(
     bridge: Proxy, cutter: Cutter, client: str, kind: str, ending: str
 ) -> None:
-    cutter.ending = ending
+    cutter.ending, cutter.closed_at = ending, None
     since = len(bridge.log_text())
     text, message = READERS[client](bridge, kind)
     assert text == "Hello"
+    if ending == "idle":  # the bridge closed the silent upstream's connection (it waits 15 s)
+        deadline = time.monotonic() + 10
+        while cutter.closed_at is None:
+            assert time.monotonic() < deadline, "the idle upstream's connection stayed open"
+            time.sleep(0.05)
     cause = CAUSE[ending]
     if ending == "close_delimited":  # no framing: the decoder sees the stream's end missing
         assert "cut" in message or "ended before" in message, message
     else:
         assert cause in message, message
     line = flow_line(bridge, since, f"{client}-{kind}")
-    assert "outcome=not_rewritten" in line, line
+    assert "outcome=not_rewritten" in line and "status=200" in line, line
     if ending != "close_delimited":
-        assert cause in line, line
+        assert f"cut={cause}" in line, line
+    lines = bridge_lines(bridge, since)  # one line says it all: the flow's
+    assert len(lines) == 1 and line in lines[0], lines
     text_log = bridge.log_text()
     for bad in BAD_LOG:
         assert bad not in text_log[since:], text_log[since:]
@@ -420,7 +457,7 @@ def ask_whole(proxy: Proxy, client: str, model: str) -> tuple[int, Any]:
     return raised.value.status_code, raised.value.body
 
 
-@pytest.mark.parametrize("ending", ["chunked_close", "chunked_reset", "short_length"])
+@pytest.mark.parametrize("ending", ["chunked_close", "chunked_reset", "short_length", "idle"])
 @pytest.mark.parametrize("kind", ["cross", "same"])
 @pytest.mark.parametrize("client", CLIENTS)
 def test_a_whole_answer_cut_in_its_body_is_the_clients_502(
@@ -435,9 +472,129 @@ def test_a_whole_answer_cut_in_its_body_is_the_clients_502(
     assert isinstance(body, dict), body  # JSON in the client's dialect, not an HTML page
     error = body.get("error", body)
     assert CAUSE[ending] in json.dumps(error), body
+    if client == "anthropic":
+        assert error["type"] == "api_error", body
+    elif client == "openai_chat":
+        assert (error["type"], error["code"]) == ("server_error", CAUSE[ending]), body
     line = flow_line(bridge, since, f"{client}-{kind}")
     assert "outcome=not_rewritten" in line and "status=502" in line, line
-    assert CAUSE[ending] in line, line
+    assert f"cut={CAUSE[ending]}" in line, line
+    lines = bridge_lines(bridge, since)
+    assert len(lines) == 1 and line in lines[0], lines
+
+
+def test_a_cut_is_counted_as_a_cut_not_as_an_untranslatable_answer(
+    bridge: Proxy, cutter: Cutter
+) -> None:
+    """A whole answer and a stream broken off each add one to ``answers cut by the upstream``
+    (``cursor_bridge_answers_cut_total``), none to ``answers not translatable``; the whole
+    one books nothing in the ledger (the client got a 502, nothing of the answer)."""
+    cut = "cursor_bridge_answers_cut_total"
+    before = metric(bridge, cut)
+    db = Path(bridge.options["bridge_store"])
+    ledger = open_ledger(str(db))
+    booked = {k.route: t.requests for k, t in ledger.rows().items()}
+    cutter.ending = "chunked_reset"
+    assert ask_whole(bridge, "openai_chat", "cross")[0] == 502
+    read_chat(bridge, "same")
+    deadline = time.monotonic() + 10
+    while metric(bridge, cut) < before + 2:
+        assert time.monotonic() < deadline, metric(bridge, cut)
+        time.sleep(0.05)
+    assert metric(bridge, cut) == before + 2
+    rows = {k.route: t.requests for k, t in ledger.rows().items()}
+    ledger.close()
+    assert rows.get("openai_chat-cross") == booked.get("openai_chat-cross"), rows
+
+
+# --------------------------------------------------------------------------- an error stream cut
+
+
+def error_body(proxy: Proxy, client: str, model: str = "same") -> tuple[int, str]:
+    """A streamed request on the same-dialect route with the official SDK, which raises its
+    status error (never a connection error): the status and the body it read."""
+    if client == "anthropic":
+        ant = anthropic.Anthropic(base_url=proxy.base_url, api_key="k", max_retries=0, timeout=20)
+        with (
+            pytest.raises(anthropic.APIStatusError) as a_raised,
+            ant.messages.stream(
+                model=model, max_tokens=50, messages=[{"role": "user", "content": "hi"}]
+            ) as stream,
+        ):
+            list(stream)
+        return a_raised.value.status_code, str(a_raised.value.body)
+    oai = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key="k", max_retries=0, timeout=20)
+    with pytest.raises(openai.APIStatusError) as raised:
+        list(
+            oai.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+        )
+    return raised.value.status_code, str(raised.value.body)
+
+
+def test_a_whole_answer_without_framing_cut_short(bridge: Proxy, cutter: Cutter) -> None:
+    """A whole answer without framing whose connection closes halfway: for HTTP its body
+    ended there. Same dialect: passed on as it came (status 200, half a JSON body; the line
+    says it was not rewritten); another dialect: a 502 in the client's dialect."""
+    cutter.ending = "close_delimited"
+    url = f"{bridge.base_url}/v1/messages"
+    ask = {"max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}
+    since = len(bridge.log_text())
+    same = httpx.post(url, json={**ask, "model": "same"}, headers={"x-api-key": "k"}, timeout=20)
+    assert same.status_code == 200 and same.text.startswith('{"id": "msg_'), same.text
+    with pytest.raises(ValueError):
+        same.json()
+    assert "outcome=not_rewritten" in flow_line(bridge, since, "anthropic-same")
+    cross = httpx.post(url, json={**ask, "model": "cross"}, headers={"x-api-key": "k"}, timeout=20)
+    assert cross.status_code == 502, cross.text
+    assert cross.json()["error"]["type"] == "api_error", cross.text
+
+
+def test_an_error_stream_cut_on_another_dialect_is_the_clients_502(
+    bridge: Proxy, cutter: Cutter
+) -> None:
+    """The same error stream (streamed request) on a translated route is read whole and
+    re-shaped: the Anthropic client gets the 502 naming the cause (the whole answers' row)."""
+    cutter.ending, cutter.status = "chunked_reset", 503
+    since = len(bridge.log_text())
+    try:
+        status, body = error_body(bridge, "anthropic", "cross")
+    finally:
+        cutter.status = 200
+    assert status == 502 and "upstream_reset" in body and "api_error" in body, body
+    line = flow_line(bridge, since, "anthropic-cross")
+    assert "status=502 cut=upstream_reset" in line, line
+
+
+@pytest.mark.parametrize("ending", ["chunked_close", "chunked_reset", "short_length", "idle"])
+@pytest.mark.parametrize("client", ["openai_chat", "anthropic"])
+def test_an_error_stream_cut_ends_with_the_clients_error_event(
+    bridge: Proxy, cutter: Cutter, client: str, ending: str
+) -> None:
+    """A 503 ``text/event-stream`` answer (a gateway's error stream) broken off inside its
+    error event, on a same-dialect route: the status line said error, so the SDK reads the
+    body whole and raises its status error for 503; the body ends well-formed, with the
+    client's dialect error event naming the cause on its own lines after what came. The line
+    says the status the client got (503, not a 502 it never saw), once."""
+    cutter.ending, cutter.status = ending, 503
+    since = len(bridge.log_text())
+    try:
+        status, body = error_body(bridge, client)
+    finally:
+        cutter.status = 200
+    assert status == 503, body
+    assert body.startswith(ERROR_EVENTS[client][:40].decode()), body
+    last = [e for e in body.split("\n\n") if e.strip()][-1]
+    data = json.loads(last.split("data: ", 1)[1])
+    error = data["error"]
+    assert CAUSE[ending] in error["message"], body
+    assert error["type"] == ("overloaded_error" if client == "anthropic" else "server_error")
+    line = flow_line(bridge, since, f"{client}-same")
+    assert "status=503" in line and "outcome=not_rewritten" in line, line
+    assert f"cut={CAUSE[ending]}" in line, line
+    lines = bridge_lines(bridge, since)
+    assert len(lines) == 1 and line in lines[0], lines
 
 
 # --------------------------------------------------------------------------- nothing delivered
@@ -462,7 +619,8 @@ def test_headers_then_nothing_falls_back_to_the_next_route(
     assert chat_text(bridge, "chain") == "Hello"
     line = flow_line(bridge, since, "chain-b")
     assert "outcome=retried" in line and "chain-a" in line, line
-    assert "its body ended before its first byte" in line, line
+    cause = "upstream_reset" if ending == "nothing_reset" else "upstream_cut"
+    assert f"its body ended before its first byte ({cause})" in line, line
 
 
 def test_headers_then_nothing_goes_to_the_pools_next_key(bridge: Proxy, cutter: Cutter) -> None:
@@ -473,6 +631,9 @@ def test_headers_then_nothing_goes_to_the_pools_next_key(bridge: Proxy, cutter: 
     assert chat_text(bridge, "pool") == "Hello"
     used = cutter.keys[before:]
     assert len(used) == 2 and set(used) == set(POOL_KEYS.values()), used
+    cutter.queue.append("complete")
+    assert chat_text(bridge, "pool") == "Hello"
+    assert cutter.keys[-1] == used[1], cutter.keys  # the key that failed cools down
 
 
 # --------------------------------------------------------------------------- the client hangs up

@@ -144,8 +144,15 @@ def test_key_pool_states_from_the_cooldowns() -> None:
 
 
 def test_bridge_counters_read_bridge_stats() -> None:
-    got = dict(bridge_counters({"repairs": 3, "loop guard answers": 2, "not rewritten": 1}))
-    assert got == {"repairs": 3, "restores": 0, "loop_guard_stops": 2, "not_rewritten": 1}
+    counters = {"repairs": 3, "loop guard answers": 2, "not rewritten": 1}
+    got = dict(bridge_counters({**counters, "answers cut by the upstream": 4}))
+    assert got == {
+        "repairs": 3,
+        "restores": 0,
+        "loop_guard_stops": 2,
+        "not_rewritten": 1,
+        "answers_cut": 4,
+    }
 
 
 @pytest.mark.parametrize(

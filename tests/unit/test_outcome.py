@@ -211,3 +211,16 @@ def test_the_line_has_the_cache_fields_of_the_answers_usage() -> None:
 def test_the_line_has_no_cache_fields_the_upstream_did_not_report(usage: Usage | None) -> None:
     line = FlowReport("r", client="openai_chat", upstream="openai_chat", usage=usage).line()
     assert "cache_" not in line
+
+
+def test_a_cut_answer_says_its_cause_and_counts_as_cut() -> None:
+    """A flow whose body the upstream broke off: ``cut=`` on its one line, after its status,
+    and one ``answers cut by the upstream``, never ``answers not translatable``."""
+    report = FlowReport("r", status=502, cut="upstream_reset")
+    report.add_outcome(Outcome.NOT_REWRITTEN)
+    assert "status=502 cut=upstream_reset " in report.line()
+    counters = report.counters()
+    assert counters["answers cut by the upstream"] == 1
+    assert "answers not translatable" not in counters
+    assert "cut=" not in FlowReport("r", status=200).line()
+    assert "answers cut by the upstream" not in FlowReport("r").counters()

@@ -155,7 +155,7 @@ class Relay:
             await _write(relayed, reader, writer)
             return True
         except BodyCut as e:  # no way to tell mitmproxy but to cut its connection too
-            log.info("cursor-bridge: relay: answer cut off (%s)", e.cause)
+            log.debug("cursor-bridge: relay: answer cut off (%s)", e.cause)  # the flow's line
             return False
         except (ConnectionError, OSError):
             return False
@@ -183,10 +183,11 @@ async def _write(
     ended = False
     try:
         ended = await _body(relayed, reader, writer, chunked)
-    except BodyCut as e:  # the cause to the flow; a clean end for mitmproxy, if it can
+    except BodyCut as e:  # the cause to the flow (its line); a clean end for mitmproxy, if it can
+        if relayed.cut is not None:
+            relayed.cut(e.cause)
         if relayed.cut is None or not chunked:
             raise
-        relayed.cut(e.cause)
     if chunked and not ended:
         writer.write(b"0\r\n\r\n")
     await writer.drain()

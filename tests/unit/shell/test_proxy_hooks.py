@@ -356,7 +356,9 @@ def test_error_answers_stream_untouched_on_the_same_dialect_and_buffer_for_anoth
         status_code=429, headers=http.Headers(((b"content-type", b"text/event-stream"),))
     )
     addon.responseheaders(flow)
-    assert flow.response.stream is True  # the client reads its own dialect's error
+    read = flow.response.stream  # the client reads its own dialect's error, as it comes
+    assert callable(read)
+    assert read(b'data: {"error"') == [b'data: {"error"'] and read(b"") == []  # not cut
     other = chat_flow(
         {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
         path="/v1/messages",

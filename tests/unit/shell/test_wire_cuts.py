@@ -133,3 +133,42 @@ def test_a_chunked_body_broken_off_names_its_cause(ending: Ending, cause: str) -
     with pytest.raises(BodyCut) as cut:
         asyncio.run(read_body(HEAD_CHUNKED, ending, None, 0.5))
     assert cut.value.cause == cause
+
+
+def test_an_http2_upstream_is_spoken_to_over_http_1_1(tmp_path: Path) -> None:
+    """The relay's client offers only ``http/1.1`` (ALPN): an upstream that would speak HTTP/2
+    (it offers ``h2`` first) answers over HTTP/1.1, so its stream reset is a connection reset
+    (docs/streams.md, the HTTP/2 row)."""
+    tls = server_context(tmp_path)
+    tls.set_alpn_protocols(["h2", "http/1.1"])
+    chosen: list[str | None] = []
+
+    async def run() -> bytes:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            chosen.append(writer.get_extra_info("ssl_object").selected_alpn_protocol())
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(HEAD_CLOSE + EVENT)
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=tls)
+        port = server.sockets[0].getsockname()[1]
+        pool = Pool()
+        origin = Origin("https", "127.0.0.1", port, None, "", True)
+        request = b"POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-length: 0\r\n\r\n"
+        try:
+            async with asyncio.timeout(10):
+                got = await ask(pool, origin, request, "POST", 5.0, [False])
+                body = b""
+                try:
+                    async for piece in got.aiter_raw():
+                        body += piece
+                finally:
+                    await got.aclose()
+                return body
+        finally:
+            pool.close()
+            server.close()
+
+    assert asyncio.run(run()) == EVENT
+    assert chosen == ["http/1.1"]
