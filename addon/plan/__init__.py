@@ -17,6 +17,7 @@ from addon.plan.request import (
     transform,
     unchanged,
 )
+from addon.plan.routing import RouteMatch, flow_secrets, match_request
 from addon.plan.values import (
     CONTENT_TYPES,
     MAX_REASON,
@@ -43,11 +44,14 @@ __all__ = [
     "RequestView",
     "Rewrite",
     "RouteCredentials",
+    "RouteMatch",
     "UpstreamError",
     "decide",
     "dump",
+    "flow_secrets",
     "internal_error",
     "load_json",
+    "match_request",
     "route_for",
     "short",
     "transform",

@@ -8,26 +8,21 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
 
 from mitmproxy import http
 
-from addon.config.routes import Route
 from addon.plan import (
     Decision,
     Incoming,
     Pass,
     Reject,
-    RequestView,
     Rewrite,
-    RouteCredentials,
     decide,
+    flow_secrets,
     internal_error,
-    route_for,
     short,
 )
-from addon.plan.wire_request import secret_values
-from addon.redact import Secrets, clean
+from addon.redact import clean
 from addon.report.counters import Original
 from addon.report.outcome import Action, Count, FlowReport, Outcome
 from addon.shell.headers import header_map, json_response
@@ -70,23 +65,22 @@ class RewriteRequest:
         settings = self._settings.settings
         try:
             req = flow.request
-            body = req.get_content(strict=False) or b""
-            view = RequestView(body, req.path)
-            route = route_for(settings, req.method, req.host, req.path, view)
+            flows = self.report.flows
+            matched = flows.route_match(flow, settings)
+            flows.open(flow.id).match = None  # its last reader: the body's decode let go
+            route, view = matched.route, matched.view
             if route is None or outside_proxy_hosts(flow):
                 return
-            flows = self.report.flows
             chain = flows.open(flow.id).chain  # the fallback addon's pick, if any
             if chain is not None:
                 route = chain.route
             incoming = Incoming(
-                req.method, req.host, req.path, header_map(req.headers), body, req.port
+                req.method, req.host, req.path, header_map(req.headers), view.body, req.port
             )
-            creds = self.kiro.take(flow.id) if self.kiro is not None else None
-            if route.token_file is None:
-                creds = None  # read for the matched route, and this flow goes elsewhere
+            creds = self.kiro.take(flow.id, route) if self.kiro is not None else None
             env = environment()
-            secrets = _secrets(incoming, env, creds, route, chain.chain if chain else (route,))
+            routes = chain.chain if chain else (route,)
+            secrets = flow_secrets(incoming, env, creds, route, routes)
             flows.add_secrets(flow.id, secrets)  # before any line about this flow is written
             decision: Decision = decide(
                 settings,
@@ -199,17 +193,3 @@ class RewriteRequest:
         set_meta(
             flow, {"route": d.route.name, "action": Action.PASSTHROUGH.value, "reason": reason}
         )
-
-
-def _secrets(
-    incoming: Incoming,
-    env: Mapping[str, str],
-    creds: RouteCredentials | None,
-    route: Route,
-    routes: Sequence[Route],
-) -> Secrets:
-    """What this flow's lines are redacted with: the client's credentials, the route's key (a
-    Kiro token's where it has one), and a fallback's or a pool's every key, wherever echoed."""
-    route_key = creds.key if creds else env.get(route.key_env or "")
-    others = [env.get(n) for r in routes for n in r.key_names]
-    return secret_values(incoming.headers, incoming.query, route_key, *others)

@@ -14,7 +14,6 @@ from addon.plan.count_tokens import (
     CountLocally,
     count_answer,
     count_request,
-    count_route,
 )
 from addon.report.counters import BridgeState
 from addon.report.outcome import Count
@@ -50,7 +49,7 @@ class CountTokens:
         req = flow.request
         path = req.path.split("?", 1)[0]
         raw = req.get_content(strict=False) or b""
-        route = count_route(self._settings.settings.routes, req.method, req.host, path, raw)
+        route = self._flows.route_match(flow, self._settings.settings).counted
         if route is None or outside_proxy_hosts(flow):
             return
         query = tuple(req.query.items(multi=True))
