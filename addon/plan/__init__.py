@@ -7,6 +7,7 @@ side; ``errors``, ``staged``, ``count_tokens``, ``values``: each module says wha
 
 from addon.plan.answer import AnswerState
 from addon.plan.conditions import RequestView
+from addon.plan.count_tokens import CountLocally, count_answer, count_request
 from addon.plan.decision import Decision, Pass, Reject, Rewrite
 from addon.plan.flow_plan import FlowPlan
 from addon.plan.request import (
@@ -36,6 +37,7 @@ __all__ = [
     "SAME_MIN_BYTES",
     "SHAPE_ERRORS",
     "AnswerState",
+    "CountLocally",
     "Decision",
     "FlowPlan",
     "Incoming",
@@ -46,6 +48,8 @@ __all__ = [
     "RouteCredentials",
     "RouteMatch",
     "UpstreamError",
+    "count_answer",
+    "count_request",
     "decide",
     "dump",
     "flow_secrets",
