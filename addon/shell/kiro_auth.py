@@ -84,14 +84,16 @@ class KiroAuth:
         return self._request(flow, route)
 
     async def _request(self, flow: http.HTTPFlow, route: Route) -> None:
+        why: str | None = None
         try:
             token = await self.token(route)
         except TokenError as e:
-            self._refuse(flow, route, str(e))
-            return
+            why = str(e)
         except Exception as e:
             log_internal_error(f"cursor-bridge [{route.name}]: kiro credentials", e)
-            self._refuse(flow, route, f"internal error ({type(e).__name__})")
+            why = f"internal error ({type(e).__name__})"
+        if why is not None:
+            self._refuse(flow, route, why)
             return
         creds = RouteCredentials(token.access_token, token.profile_arn)
         self._flows.open(flow.id).credentials[route.name] = creds
