@@ -18,6 +18,7 @@ from addon.plan.request import (
     transform,
     unchanged,
 )
+from addon.plan.request_writes import Writes, writes_for
 from addon.plan.routing import RouteMatch, flow_secrets, match_request
 from addon.plan.values import (
     CONTENT_TYPES,
@@ -48,6 +49,7 @@ __all__ = [
     "RouteCredentials",
     "RouteMatch",
     "UpstreamError",
+    "Writes",
     "count_answer",
     "count_request",
     "decide",
@@ -60,4 +62,5 @@ __all__ = [
     "short",
     "transform",
     "unchanged",
+    "writes_for",
 ]

@@ -8,12 +8,12 @@ every running flow's), so writing it never raises and never shows a key an upstr
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mitmproxy import http
 
-from addon.redact import clean, clean_data
+from addon.redact import Secrets, clean, clean_data
 from addon.shell.flows import secrets_of
 
 log = logging.getLogger("cursor_bridge")
@@ -39,6 +39,19 @@ def set_meta(flow: http.HTTPFlow, meta: Mapping[str, Any]) -> None:
     prior = flow.metadata.get(META_KEY)
     kept = {k: prior[k] for k in KEPT_META if isinstance(prior, dict) and k in prior}
     flow.metadata[META_KEY] = secrets_of(flow.id).data(clean_data({**kept, **meta}))
+
+
+def write_notes(
+    flow: http.HTTPFlow, secrets: Secrets, lines: Sequence[str], meta: Mapping[str, Any]
+) -> None:
+    """``append_comment`` for each of ``lines``, then ``set_meta``, with the flow's
+    ``secrets`` as its record holds them (``FlowRecord.secrets``)."""
+    for line in lines:
+        line = secrets(clean(line, MAX_COMMENT_LINE))
+        flow.comment = f"{flow.comment}\n{line}" if flow.comment else line
+    prior = flow.metadata.get(META_KEY)
+    kept = {k: prior[k] for k in KEPT_META if isinstance(prior, dict) and k in prior}
+    flow.metadata[META_KEY] = secrets.data(clean_data({**kept, **meta}))
 
 
 def seal_flow(flow: http.HTTPFlow) -> None:
