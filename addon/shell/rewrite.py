@@ -58,27 +58,93 @@ class RewriteRequest:
         """Reads the Kiro token file of a route (its ``request`` hook runs before ours)."""
 
     def request(self, flow: http.HTTPFlow) -> None:
+        """The decision (``_decided``), applied: the request, or the bridge's answer; the
+        comment and the metadata; a rewrite's run (and its relay), else the flow's line."""
         if flow.response is not None or flow.error is not None or not flow.live:
             return
         started = time.perf_counter_ns()
-        route, incoming, chain = None, None, None
+        decided = self._decided(flow)
+        if decided is None:
+            return
+        record, w, incoming, route = decided
+        try:
+            # Everything that could fail is done: the flow is changed only from here on.
+            if w is None:
+                self.report.flows.end(flow.id)  # not this bridge's flow after all
+                return
+            req = flow.request
+            if w.body is not None:
+                req.content = w.body
+            if w.wire is not None and incoming is not None:
+                place(req, incoming, w.wire, *w.extra)
+            if w.answer is not None:
+                status, body = w.answer
+                flow.response = http.Response.make(
+                    status, body, {"content-type": "application/json"}
+                )
+            self.report.state.count(w.count)
+            ran = None
+            if w.plan is not None:  # a rewrite's run starts: what its line and the view say
+                plan = w.plan
+                run = self.report.flows.start_run(flow.id, plan)
+                ran = run.report
+                # Where the answer comes from, in the log line, the metadata and the view: the
+                # upstream's address (never its path: a path may carry a key) and the model sent.
+                run.report.fields.update(w.fields)
+                if self.report.keep_originals:
+                    facts = (*plan_facts(plan), *w.facts)
+                    original = Original(w.original, "request", facts, w.decisions)
+                    self.report.keep(flow.id, "request", original)
+                if self._settings.settings.debug:
+                    log.debug("%s: upstream path %s", plan.label, clean(w.wire_path, 300))
+                    for line in w.decisions:
+                        log.debug("%s: request: %s", plan.label, clean(line, 500))
+            write_notes(flow, record.secrets, w.lines, w.meta)
+            if ran is not None and w.plan is not None and incoming is not None:
+                if self.fallbacks is not None:  # a chain's attempts, or a stream: the relay
+                    self.fallbacks.send(flow, record.chain, route, incoming, w.plan)
+                ran.spent_ns += time.perf_counter_ns() - started
+                return
+            assert w.outcome is not None
+            # The flow's one line, in the format of every outcome (``FlowReport.line``).
+            report = FlowReport(
+                route.name,
+                w.outcome,
+                client=route.client,
+                upstream=route.upstream,
+                spent_ns=time.perf_counter_ns() - started,
+                reason=w.reason,
+                fields={"request": f"{short(req.method)} {short(req.path)}"},
+            )
+            self.report.close(flow, report, line=True)
+        except Exception as e:
+            log_internal_error(f"cursor-bridge [{route.name}]: request", e)
+
+    def _decided(
+        self, flow: http.HTTPFlow
+    ) -> tuple[FlowRecord, Writes | None, Incoming | None, Route] | None:
+        """The flow's decision, and what to write for it (``writes_for``); None: not a flow of
+        a route (or the bridge failed before it knew one). Nothing is written on the flow."""
+        route, incoming = None, None
         settings = self._settings.settings
         flows = self.report.flows
         req = flow.request
         record = flows.open(flow.id)
         address = (req.scheme, req.host, req.port)
         try:
+            if outside_proxy_hosts(flow):
+                record.match = None  # not the bridge's: what an addon before matched let go
+                return None
+            headers = header_map(req.headers)
             matched = flows.route_match(flow, settings)
             record.match = None  # its last reader: the body's decode let go
             route, view = matched.route, matched.view
-            if route is None or outside_proxy_hosts(flow):
-                return
+            if route is None:
+                return None
             chain = record.chain  # the fallback addon's pick, if any
             if chain is not None:
                 route = chain.route
-            incoming = Incoming(
-                req.method, req.host, req.path, header_map(req.headers), view.body, req.port
-            )
+            incoming = Incoming(req.method, req.host, req.path, headers, view.body, req.port)
             creds = self.kiro.take(flow.id, route) if self.kiro is not None else None
             env = environment()
             routes = chain.chain if chain else (route,)
@@ -94,73 +160,21 @@ class RewriteRequest:
                 secrets=secrets,
                 view=view,
             )
-            writes = writes_for(decision, incoming, address, record.client_name)
+            return (
+                record,
+                writes_for(decision, incoming, address, record.client_name),
+                incoming,
+                route,
+            )
         except Exception as e:
             if route is None:
                 log_internal_error("cursor-bridge: request", e)
-                return
+                return None
             log_internal_error(f"cursor-bridge [{route.name}]: request", e)
-            writes = writes_for(internal_error(route, e), incoming, address, record.client_name)
-        try:
-            # Everything that could fail is done: the flow is changed only from here on.
-            if writes is None:
-                flows.end(flow.id)  # not this bridge's flow after all
-                return
-            self._apply(flow, record, writes, incoming, route, started)
-        except Exception as e:
-            log_internal_error(f"cursor-bridge [{route.name}]: request", e)
-
-    def _apply(
-        self,
-        flow: http.HTTPFlow,
-        record: FlowRecord,
-        w: Writes,
-        incoming: Incoming | None,
-        route: Route,
-        started: int,
-    ) -> None:
-        """The decision's writes applied: the request, or the bridge's answer; the comment and
-        the metadata; a rewrite's run (and its relay), else the flow's line."""
-        req = flow.request
-        if w.body is not None:
-            req.content = w.body
-        if w.wire is not None and incoming is not None:
-            place(req, incoming, w.wire, *w.extra)
-        if w.answer is not None:
-            status, body = w.answer
-            flow.response = http.Response.make(status, body, {"content-type": "application/json"})
-        self.report.state.count(w.count)
-        ran = None
-        if w.plan is not None:  # a rewrite's run starts: what its line and the view say
-            plan = w.plan
-            run = self.report.flows.start_run(flow.id, plan)
-            ran = run.report
-            # Where the answer comes from, in the log line, the metadata and the view: the
-            # upstream's address (never its path: a path may carry a key) and the model sent.
-            run.report.fields.update(w.fields)
-            if self.report.keep_originals:
-                facts = (*plan_facts(plan), *w.facts)
-                original = Original(w.original, "request", facts, w.decisions)
-                self.report.keep(flow.id, "request", original)
-            if self._settings.settings.debug:
-                log.debug("%s: upstream path %s", plan.label, clean(w.wire_path, 300))
-                for line in w.decisions:
-                    log.debug("%s: request: %s", plan.label, clean(line, 500))
-        write_notes(flow, record.secrets, w.lines, w.meta)
-        if ran is not None and w.plan is not None and incoming is not None:
-            if self.fallbacks is not None:  # a chain's attempts, or a stream: the relay
-                self.fallbacks.send(flow, record.chain, route, incoming, w.plan)
-            ran.spent_ns += time.perf_counter_ns() - started
-            return
-        assert w.outcome is not None
-        # The flow's one line, in the format of every outcome (``FlowReport.line``).
-        report = FlowReport(
-            route.name,
-            w.outcome,
-            client=route.client,
-            upstream=route.upstream,
-            spent_ns=time.perf_counter_ns() - started,
-            reason=w.reason,
-            fields={"request": f"{short(req.method)} {short(req.path)}"},
-        )
-        self.report.close(flow, report, line=True)
+            failed = internal_error(route, e)
+            return (
+                record,
+                writes_for(failed, incoming, address, record.client_name),
+                incoming,
+                route,
+            )
