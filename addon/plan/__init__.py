@@ -7,6 +7,7 @@ side; ``errors``, ``staged``, ``count_tokens``, ``values``: each module says wha
 
 from addon.plan.answer import AnswerState
 from addon.plan.conditions import RequestView
+from addon.plan.count_tokens import CountLocally, count_answer, count_request
 from addon.plan.decision import Decision, Pass, Reject, Rewrite
 from addon.plan.flow_plan import FlowPlan
 from addon.plan.request import (
@@ -17,6 +18,8 @@ from addon.plan.request import (
     transform,
     unchanged,
 )
+from addon.plan.request_writes import Writes, writes_for
+from addon.plan.routing import RouteMatch, flow_secrets, match_request
 from addon.plan.values import (
     CONTENT_TYPES,
     MAX_REASON,
@@ -35,6 +38,7 @@ __all__ = [
     "SAME_MIN_BYTES",
     "SHAPE_ERRORS",
     "AnswerState",
+    "CountLocally",
     "Decision",
     "FlowPlan",
     "Incoming",
@@ -43,13 +47,20 @@ __all__ = [
     "RequestView",
     "Rewrite",
     "RouteCredentials",
+    "RouteMatch",
     "UpstreamError",
+    "Writes",
+    "count_answer",
+    "count_request",
     "decide",
     "dump",
+    "flow_secrets",
     "internal_error",
     "load_json",
+    "match_request",
     "route_for",
     "short",
     "transform",
     "unchanged",
+    "writes_for",
 ]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 from urllib.parse import urlencode
 
-from addon.config.routes import Route, match
+from addon.config.routes import Route, match, withholds_key
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import Query, Target
 from addon.model import ClientError, Request, UnsupportedShape
@@ -91,11 +91,13 @@ def count_request(
     headers: Mapping[str, str],
     query: Query,
     env: Mapping[str, str],
-    withhold: bool = False,
+    addressed: tuple[str, int | None] | None = None,
 ) -> CountLocally | CountUpstream | None:
     """What to do with a token-count request on ``route`` (``count_route``); None: send it
     upstream as it came (a body that is not strict JSON is not the bridge's to judge). A
-    route's ``upstream_url``: it goes there (``withhold``: without the client's key)."""
+    route's ``upstream_url``: it goes there, without the client's key where it is another
+    place than the host and port the client ``addressed`` (``withholds_key``)."""
+    withhold = addressed is not None and withholds_key(route, *addressed)
     sent = _count_request(route, path, raw, headers, query, env, withhold)
     target = route.target
     if target is None or not isinstance(sent, CountUpstream):

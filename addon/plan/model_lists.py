@@ -11,11 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from addon.config.routes import Route
+from addon.config.routes import Route, listed_models
 from addon.dialects import ANTHROPIC, DIALECTS, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES
 from addon.dialects.base import Dialect, Query
 from addon.plan.values import load_json
 from addon.plan.wire_request import CREDENTIAL_HEADERS, KEY_PARAMETERS, auth_value, read_key
+from addon.transforms.thinking import catalogue_models
 
 MODELS_SUFFIX = "/models"
 CHAT_PATHS = ("/chat/completions", "/messages", "/responses")
@@ -188,3 +189,51 @@ def listed_names(route: Route, body: bytes) -> tuple[str, ...]:
             if route.takes_model(name):
                 names[name] = None
     return tuple(names)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelsPlan:
+    """What the catalogue does with a ``GET …/models`` (``models_plan``)."""
+
+    key: ListKey | None
+    """The route's key the request goes upstream with (``list_key``); None: as it came."""
+    models: tuple[str, ...]
+    """The models added to the upstream's list: the configured ones and the routes'."""
+    others: tuple[ListRequest, ...]
+    """The other upstreams' lists to ask for (``list_requests``)."""
+
+
+def models_plan(
+    routes: tuple[Route, ...],
+    configured: tuple[str, ...],
+    request: tuple[str, str, str, str, int],
+    headers: Mapping[str, str],
+    query: Query,
+    env: Mapping[str, str],
+    checked: Route | None,
+    inside: bool,
+) -> ModelsPlan | None:
+    """A ``GET base/models`` (``request``: method, path, scheme, host, port): None when it
+    is not one, or no route takes a chat path of ``base`` on that host; else the key it goes
+    with (only ``inside`` the proxy's hosts), the models the catalogue adds and the other
+    lists to ask for, with the headers as the key leaves them (``configured``: the
+    ``bridge_models``; ``checked``: the route the client's key was checked for)."""
+    method, path, scheme, host, port = request
+    bare = path.split("?", 1)[0]
+    if method != "GET" or not bare.endswith(MODELS_SUFFIX):
+        return None
+    base, addressed = bare[: -len(MODELS_SUFFIX)], (scheme, host.lower(), port)
+    key = list_key(routes, host, base, addressed, headers, query, env, checked) if inside else None
+    chats = tuple(base + chat for chat in CHAT_PATHS)
+    # Any route of a chat path on this host, whatever models it takes.
+    if not any(r.matches(host, chat, "POST") for r in routes for chat in chats):
+        return ModelsPlan(key, (), ())
+    if key is not None:  # the others are asked with the headers the key left
+        gone = {h.lower() for h in key.drop_headers} | {h.lower() for h, _ in key.set_headers}
+        headers = {
+            **{h: v for h, v in headers.items() if h not in gone},
+            **{h.lower(): v for h, v in key.set_headers},
+        }
+    listed = (*catalogue_models(configured), *listed_models(routes, host, chats))
+    models = tuple(dict.fromkeys(listed))
+    return ModelsPlan(key, models, list_requests(routes, host, chats, addressed, headers, env))

@@ -12,14 +12,13 @@ from dataclasses import dataclass
 
 from addon.config.client_keys import ClientKeys
 from addon.config.options import Settings
-from addon.config.routes import Route, fallback_chain, match
+from addon.config.routes import Route, fallback_chain
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import Query
 from addon.model import ClientError
-from addon.plan.conditions import RequestView
-from addon.plan.count_tokens import count_route
 from addon.plan.decision import Reject
 from addon.plan.model_lists import MODELS_SUFFIX, best_fit, lists_models_of
+from addon.plan.routing import RouteMatch
 from addon.plan.values import error_bytes
 
 
@@ -32,10 +31,7 @@ def sends_proxy_key(route: Route) -> bool:
 
 def guarded_route(
     settings: Settings,
-    method: str,
-    host: str,
-    path: str,
-    view: RequestView,
+    matched: RouteMatch,
     headers: Mapping[str, str] | None = None,
     query: Query = (),
 ) -> Route | None:
@@ -44,18 +40,18 @@ def guarded_route(
     route, or, for ``GET …/models``, a route whose models that list holds
     (``lists_models_of``: a chat route of that base path, Gemini's ``…/models/{model}:…``),
     the one the request's ``headers`` and ``query`` fit best (``best_fit``). None: the request sends no
-    key of the proxy's and is not checked. ``view`` reads ``path``'s body."""
-    routes = settings.routes
-    bare = path.split("?", 1)[0]
+    key of the proxy's and is not checked. ``matched``: the request's routes, matched once
+    (``addon.plan.routing``)."""
+    routes, method, host, bare = settings.routes, matched.method, matched.host, matched.path
     if method.upper() == "GET" and bare.endswith(MODELS_SUFFIX):
         base = bare[: -len(MODELS_SUFFIX)]
         found = [r for r in routes if sends_proxy_key(r) and lists_models_of(r, host, base)]
         if found:
             return best_fit(found, headers or {}, query)
-    counted = count_route(routes, method, host, bare, view.body)
+    counted = matched.counted
     if counted is not None:
         return counted if sends_proxy_key(counted) else None
-    chat = match(routes, host, path, method, view.model, view.facts)
+    chat = matched.route
     if chat is None:
         return None
     return chat if any(sends_proxy_key(r) for r in fallback_chain(chat, routes)) else None

@@ -13,24 +13,20 @@ from typing import Any
 from mitmproxy import ctx, http
 
 from addon.config.options import CATALOGUE_OPTIONS, ConfigError, parse_models
-from addon.config.routes import listed_models
 from addon.plan import dump, load_json
 from addon.plan.model_lists import (
-    CHAT_PATHS,
     MODELS_SUFFIX,
     ListRequest,
-    list_key,
-    list_requests,
     listed_names,
+    models_plan,
 )
 from addon.shell.flows import Flows, ModelsAsked
-from addon.shell.headers import header_map, is_json, json_response
+from addon.shell.headers import header_map, is_json, json_response, replace_headers
 from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.notes import append_comment, log, log_internal_error
 from addon.shell.option_checks import OptionChecks, add_options, environment
 from addon.shell.outbound.retry import Retry, RetryAnswer
 from addon.shell.settings import BridgeSettings
-from addon.transforms.thinking import catalogue_models
 
 SUFFIX = MODELS_SUFFIX
 LIST_TIMEOUT = 5.0
@@ -62,50 +58,39 @@ class ModelCatalogue(OptionChecks):
             return
         try:
             req = flow.request
-            path = req.path.split("?", 1)[0]
-            if req.method != "GET" or not path.endswith(SUFFIX):
+            if req.method != "GET":
                 return
-            base, routes = path[: -len(SUFFIX)], self._settings.settings.routes
-            addressed = (req.scheme, req.host.lower(), req.port)
-            if not outside_proxy_hosts(flow):
-                self._route_key(flow, base, addressed)
-            chats = tuple(base + chat for chat in CHAT_PATHS)
-            # Any route of a chat path on this host, whatever models it takes.
-            if not any(r.matches(req.host, chat, "POST") for r in routes for chat in chats):
+            record = self._flows.get(flow.id)
+            checked = record.client_route if record is not None else None
+            inside = not outside_proxy_hosts(flow)
+            query = tuple(req.query.items(multi=True))
+            request = (req.method, req.path, req.scheme, req.host, req.port)
+            found = models_plan(
+                self._settings.settings.routes,
+                self.models,
+                request,
+                header_map(req.headers),
+                query,
+                environment(),
+                checked,
+                inside,
+            )
+            if found is None:
                 return
-            models = tuple(
-                dict.fromkeys(
-                    (*catalogue_models(self.models), *listed_models(routes, req.host, chats))
-                )
-            )
-            others = list_requests(
-                routes, req.host, chats, addressed, header_map(req.headers), environment()
-            )
-            if (models or others) and not outside_proxy_hosts(flow):
-                asked = ModelsAsked(models, others if self._retry is not None else ())
-                self._flows.open(flow.id).models = asked
+            if found.key is not None:
+                # The list goes to the upstream it addresses with the key of a route of that
+                # upstream whose models it lists (a pool's first key), never the client's.
+                key = found.key
+                replace_headers(req.headers, key.drop_headers, key.set_headers)
+                if key.drop_query:
+                    req.query = [(k, v) for k, v in query if k not in key.drop_query]
+                note = f"cursor-bridge [{key.route.name}]: model list asked with its key"
+                append_comment(flow, note)
+            if (found.models or found.others) and inside:
+                others = found.others if self._retry is not None else ()
+                self._flows.open(flow.id).models = ModelsAsked(found.models, others)
         except Exception as e:
             log_internal_error("cursor-bridge: models request", e)
-
-    def _route_key(self, flow: http.HTTPFlow, base: str, addressed: tuple[str, str, int]) -> None:
-        """The list goes to the upstream it addresses with the key of a route of that upstream
-        whose models it lists (``list_key``: a pool's first key), never the client's."""
-        req = flow.request
-        query = tuple(req.query.items(multi=True))
-        routes = self._settings.settings.routes
-        record = self._flows.get(flow.id)
-        checked = record.client_route if record is not None else None
-        headers = header_map(req.headers)
-        key = list_key(routes, req.host, base, addressed, headers, query, environment(), checked)
-        if key is None:
-            return
-        for name in key.drop_headers:
-            req.headers.pop(name, None)
-        if key.drop_query:
-            req.query = [(k, v) for k, v in query if k not in key.drop_query]
-        for name, value in key.set_headers:
-            req.headers[name] = value
-        append_comment(flow, f"cursor-bridge [{key.route.name}]: model list asked with its key")
 
     async def response(self, flow: http.HTTPFlow) -> None:
         record = self._flows.get(flow.id)

@@ -18,7 +18,7 @@ from mitmproxy import command, ctx, http
 
 from addon.config.client_keys import ClientKeys, ClientKeysError, load_client_keys
 from addon.config.options import CLIENT_KEY_OPTIONS
-from addon.plan import Reject, RequestView, short
+from addon.plan import Reject, short
 from addon.plan.spending import (
     Admitted,
     check_client_key,
@@ -144,10 +144,10 @@ class ClientKeysGate(OptionChecks):
         found: Admitted | Reject | None = None
         try:
             req = flow.request
-            view = RequestView(req.get_content(strict=False) or b"", req.path)
             headers, query = header_map(req.headers), tuple(req.query.items(multi=True))
             settings = self._settings.settings
-            route = guarded_route(settings, req.method, req.host, req.path, view, headers, query)
+            matched = self.report.flows.route_match(flow, settings)  # the record's, for all
+            route = guarded_route(settings, matched, headers, query)
             if route is not None and not outside_proxy_hosts(flow):
                 stamp = stamp_of(self._path)
                 if stamp != self._stamp:

@@ -17,8 +17,16 @@ from secrets import token_urlsafe
 
 from mitmproxy import http
 
+from addon.config.options import Settings
 from addon.config.routes import Route
-from addon.plan import AnswerState, FlowPlan, Incoming, RouteCredentials
+from addon.plan import (
+    AnswerState,
+    FlowPlan,
+    Incoming,
+    RouteCredentials,
+    RouteMatch,
+    match_request,
+)
 from addon.plan.count_tokens import CountUpstream
 from addon.plan.fallback import Failure
 from addon.plan.model_lists import ListRequest
@@ -105,8 +113,13 @@ class FlowRecord:
 
     secrets: Secrets = NO_SECRETS
     """Its credentials: its comment, its metadata and every line logged are redacted with them."""
-    kiro: RouteCredentials | None = None
-    """A Kiro route's token, read before the rewrite, until the rewrite takes it."""
+    match: RouteMatch | None = None
+    """Which route takes the request, matched once by the first request hook that asks
+    (``Flows.route_match``); every later one reads it here. The rewrite, its last reader,
+    lets it go."""
+    credentials: dict[str, RouteCredentials] = field(default_factory=dict)
+    """What was read for the route the flow is sent to, by route name: a Kiro route's token
+    (``addon.shell.kiro_auth``), read before the rewrite, until the rewrite takes it."""
     chain: Attempts | None = None
     """Its route's ``fallback`` chain: the route picked, the attempts, the relay's leg."""
     run: FlowRun | None = None
@@ -164,6 +177,18 @@ class Flows:
 
     def get(self, flow_id: str) -> FlowRecord | None:
         return self._records.get(flow_id)
+
+    def route_match(self, flow: http.HTTPFlow, settings: Settings) -> RouteMatch:
+        """The flow's routes, matched once (``match_request``) and kept on its record; matched
+        again only where an addon before sent the request elsewhere (``RouteMatch.fits``: a
+        token count sent as the upstream's own counting call)."""
+        req = flow.request
+        record = self.open(flow.id)
+        found = record.match
+        if found is None or not found.fits(req.method, req.host, req.path):
+            body = req.get_content(strict=False) or b""
+            found = record.match = match_request(settings, req.method, req.host, req.path, body)
+        return found
 
     def end(self, flow_id: str) -> None:
         """The flow is over for the bridge: everything its record held is let go."""

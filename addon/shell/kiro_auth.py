@@ -1,6 +1,7 @@
 """The Kiro credentials addon: a route's ``token_file`` read, refreshed at its ``refresh_url`` when
 it expired (one refresh per file at a time, written back atomically), for the rewrite of each
-request (``take``). An unreadable file answers a 500 in the client's dialect; a failed refresh
+request (``take``): the token of the route the flow goes to (the fallback's pick, where it has
+one), kept by route on the flow's record. An unreadable file answers a 500 in the client's dialect; a failed refresh
 tries the old token; tokens are never logged or written. Async, before the rewrite, because a
 refresh is a request of its own. docs/dialects/kiro.md.
 """
@@ -33,7 +34,7 @@ from addon.dialects.kiro.token import (
     refreshed,
 )
 from addon.model import ClientError
-from addon.plan import RouteCredentials, dump, route_for, short
+from addon.plan import RouteCredentials, dump, short
 from addon.shell.flows import Flows
 from addon.shell.headers import json_response
 from addon.shell.host_filter import outside_proxy_hosts
@@ -64,14 +65,15 @@ class KiroAuth:
     # ------------------------------------------------------------------ hooks
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
-        """Nothing for flows that are not on a token-file route; for those, a coroutine that
-        mitmproxy awaits before the rewrite addon's ``request`` runs."""
+        """Nothing for flows that do not go to a token-file route; for those, a coroutine that
+        mitmproxy awaits before the rewrite addon's ``request`` runs. The route is the one the
+        fallback addon picked (the record's ``chain``), else the one matched (its ``match``)."""
         if flow.response is not None or flow.error is not None or not flow.live:
             return None
-        req = flow.request
         try:
-            body = req.get_content(strict=False) or b""
-            route = route_for(self._settings.settings, req.method, req.host, req.path, body)
+            found = self._flows.route_match(flow, self._settings.settings)
+            chain = self._flows.open(flow.id).chain
+            route = chain.route if chain is not None else found.route
             if route is None or route.token_file is None:  # only a kiro route has one (Route)
                 return None
             if outside_proxy_hosts(flow):
@@ -82,30 +84,29 @@ class KiroAuth:
         return self._request(flow, route)
 
     async def _request(self, flow: http.HTTPFlow, route: Route) -> None:
+        why: str | None = None
         try:
             token = await self.token(route)
         except TokenError as e:
-            self._refuse(flow, route, str(e))
-            return
+            why = str(e)
         except Exception as e:
             log_internal_error(f"cursor-bridge [{route.name}]: kiro credentials", e)
-            self._refuse(flow, route, f"internal error ({type(e).__name__})")
+            why = f"internal error ({type(e).__name__})"
+        if why is not None:
+            self._refuse(flow, route, why)
             return
         creds = RouteCredentials(token.access_token, token.profile_arn)
-        self._flows.open(flow.id).kiro = creds
+        self._flows.open(flow.id).credentials[route.name] = creds
 
     async def done(self) -> None:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
 
-    def take(self, flow_id: str) -> RouteCredentials | None:
-        """The credentials read for this flow (once)."""
+    def take(self, flow_id: str, route: Route) -> RouteCredentials | None:
+        """The credentials read for this flow's ``route`` (once)."""
         record = self._flows.get(flow_id)
-        if record is None:
-            return None
-        creds, record.kiro = record.kiro, None
-        return creds
+        return record.credentials.pop(route.name, None) if record is not None else None
 
     # ------------------------------------------------------------------ tokens
 

@@ -53,6 +53,19 @@ def add_notes(flow: http.HTTPFlow, line: str, meta: Mapping[str, Any], *, merge:
     flow.metadata[META_KEY] = secrets.data(clean_data({**kept, **meta}))
 
 
+def write_notes(
+    flow: http.HTTPFlow, secrets: Secrets, lines: Sequence[str], meta: Mapping[str, Any]
+) -> None:
+    """``append_comment`` for each of ``lines``, then ``set_meta``, with the flow's
+    ``secrets`` as its record holds them (``FlowRecord.secrets``)."""
+    for line in lines:
+        line = secrets(clean(line, MAX_COMMENT_LINE))
+        flow.comment = f"{flow.comment}\n{line}" if flow.comment else line
+    prior = flow.metadata.get(META_KEY)
+    kept = {k: prior[k] for k in KEPT_META if isinstance(prior, dict) and k in prior}
+    flow.metadata[META_KEY] = secrets.data(clean_data({**kept, **meta}))
+
+
 def seal_flow(flow: http.HTTPFlow, secrets: Secrets, comments: Sequence[str] = ()) -> None:
     """The flow is over: its last ``comments`` appended, then its comment and metadata
     redacted once more with its ``secrets`` (the flow table's: for what was written into the

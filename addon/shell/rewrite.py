@@ -6,9 +6,7 @@ the upstream — body, path, query, headers (``Rewrite``). A bug of ours still a
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Mapping, Sequence
 
 from mitmproxy import http
 
@@ -16,29 +14,26 @@ from addon.config.routes import Route
 from addon.plan import (
     Decision,
     Incoming,
-    Pass,
-    Reject,
-    RequestView,
-    Rewrite,
-    RouteCredentials,
+    Writes,
     decide,
+    flow_secrets,
     internal_error,
-    route_for,
     short,
+    writes_for,
 )
-from addon.plan.wire_request import secret_values
-from addon.redact import Secrets, clean
+from addon.redact import clean
 from addon.report.counters import Original
-from addon.report.outcome import Action, Count, FlowReport, Outcome
-from addon.shell.headers import header_map, json_response
+from addon.report.outcome import FlowReport
+from addon.shell.flows import FlowRecord
+from addon.shell.headers import header_map
 from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.kiro_auth import KiroAuth
-from addon.shell.notes import append_comment, log, log_internal_error, set_meta
+from addon.shell.notes import log, log_internal_error, write_notes
 from addon.shell.option_checks import environment
 from addon.shell.outbound.attempts import Fallbacks
-from addon.shell.outbound.upstream_request import apply_rewrite, origin, place
+from addon.shell.outbound.upstream_request import place
 from addon.shell.reasoning_store import ReasoningStoreLife
-from addon.shell.reporter import Report, comment, decision_lines, plan_facts
+from addon.shell.reporter import Report, plan_facts
 from addon.shell.settings import BridgeSettings
 
 
@@ -63,30 +58,97 @@ class RewriteRequest:
         """Reads the Kiro token file of a route (its ``request`` hook runs before ours)."""
 
     def request(self, flow: http.HTTPFlow) -> None:
+        """The decision (``_decided``), applied: the request, or the bridge's answer; the
+        comment and the metadata; a rewrite's run (and its relay), else the flow's line."""
         if flow.response is not None or flow.error is not None or not flow.live:
             return
         started = time.perf_counter_ns()
+        decided = self._decided(flow)
+        if decided is None:
+            return
+        record, w, incoming, route = decided
+        try:
+            # Everything that could fail is done: the flow is changed only from here on.
+            if w is None:
+                self.report.flows.end(flow.id)  # not this bridge's flow after all
+                return
+            req = flow.request
+            if w.body is not None:
+                req.content = w.body
+            if w.wire is not None and incoming is not None:
+                place(req, incoming, w.wire, *w.extra)
+            if w.answer is not None:
+                status, body = w.answer
+                flow.response = http.Response.make(
+                    status, body, {"content-type": "application/json"}
+                )
+            self.report.state.count(w.count)
+            ran = None
+            if w.plan is not None:  # a rewrite's run starts: what its line and the view say
+                plan = w.plan
+                run = self.report.flows.start_run(flow.id, plan)
+                ran = run.report
+                # Where the answer comes from, in the log line, the metadata and the view: the
+                # upstream's address (never its path: a path may carry a key) and the model sent.
+                run.report.fields.update(w.fields)
+                if self.report.keep_originals:
+                    facts = (*plan_facts(plan), *w.facts)
+                    original = Original(w.original, "request", facts, w.decisions)
+                    self.report.keep(flow.id, "request", original)
+                if self._settings.settings.debug:
+                    log.debug("%s: upstream path %s", plan.label, clean(w.wire_path, 300))
+                    for line in w.decisions:
+                        log.debug("%s: request: %s", plan.label, clean(line, 500))
+            write_notes(flow, record.secrets, w.lines, w.meta)
+            if ran is not None and w.plan is not None and incoming is not None:
+                if self.fallbacks is not None:  # a chain's attempts, or a stream: the relay
+                    self.fallbacks.send(flow, record.chain, route, incoming, w.plan)
+                ran.spent_ns += time.perf_counter_ns() - started
+                return
+            assert w.outcome is not None
+            # The flow's one line, in the format of every outcome (``FlowReport.line``).
+            report = FlowReport(
+                route.name,
+                w.outcome,
+                client=route.client,
+                upstream=route.upstream,
+                spent_ns=time.perf_counter_ns() - started,
+                reason=w.reason,
+                fields={"request": f"{short(req.method)} {short(req.path)}"},
+            )
+            self.report.close(flow, report, line=True)
+        except Exception as e:
+            log_internal_error(f"cursor-bridge [{route.name}]: request", e)
+
+    def _decided(
+        self, flow: http.HTTPFlow
+    ) -> tuple[FlowRecord, Writes | None, Incoming | None, Route] | None:
+        """The flow's decision, and what to write for it (``writes_for``); None: not a flow of
+        a route (or the bridge failed before it knew one). Nothing is written on the flow."""
         route, incoming = None, None
         settings = self._settings.settings
+        flows = self.report.flows
+        req = flow.request
+        record = flows.open(flow.id)
+        address = (req.scheme, req.host, req.port)
         try:
-            req = flow.request
-            body = req.get_content(strict=False) or b""
-            view = RequestView(body, req.path)
-            route = route_for(settings, req.method, req.host, req.path, view)
-            if route is None or outside_proxy_hosts(flow):
-                return
-            flows = self.report.flows
-            chain = flows.open(flow.id).chain  # the fallback addon's pick, if any
+            if outside_proxy_hosts(flow):
+                record.match = None  # not the bridge's: what an addon before matched let go
+                return None
+            headers = header_map(req.headers)
+            matched = flows.route_match(flow, settings)
+            record.match = None  # its last reader: the body's decode let go
+            route, view = matched.route, matched.view
+            if route is None:
+                return None
+            chain = record.chain  # the fallback addon's pick, if any
             if chain is not None:
                 route = chain.route
-            incoming = Incoming(
-                req.method, req.host, req.path, header_map(req.headers), body, req.port
-            )
-            creds = self.kiro.take(flow.id) if self.kiro is not None else None
-            if route.token_file is None:
-                creds = None  # read for the matched route, and this flow goes elsewhere
+            incoming = Incoming(req.method, req.host, req.path, headers, view.body, req.port)
+            creds = self.kiro.take(flow.id, route) if self.kiro is not None else None
             env = environment()
-            secrets = _secrets(incoming, env, creds, route, chain.chain if chain else (route,))
+            routes = chain.chain if chain else (route,)
+            secrets = flow_secrets(incoming, env, creds, route, routes)
             flows.add_secrets(flow.id, secrets)  # before any line about this flow is written
             decision: Decision = decide(
                 settings,
@@ -98,118 +160,21 @@ class RewriteRequest:
                 secrets=secrets,
                 view=view,
             )
-            if isinstance(decision, Rewrite):
-                # Everything that could fail is done: the flow is changed only from here on.
-                report = self._rewrite(flow, incoming, decision)
-                if self.fallbacks is not None:  # a chain's attempts, or a stream: the relay
-                    # The run's plan: the one with the client key's name on it.
-                    named = self.report.flows.plan(flow.id) or decision.plan
-                    self.fallbacks.send(flow, chain, route, incoming, named)
-                report.spent_ns += time.perf_counter_ns() - started
-                return
+            return (
+                record,
+                writes_for(decision, incoming, address, record.client_name),
+                incoming,
+                route,
+            )
         except Exception as e:
             if route is None:
                 log_internal_error("cursor-bridge: request", e)
-                return
+                return None
             log_internal_error(f"cursor-bridge [{route.name}]: request", e)
-            decision = internal_error(route, e)
-        try:
-            match decision:
-                case Pass(reason=None):
-                    self.report.flows.end(flow.id)  # not this bridge's flow after all
-                    return
-                case Pass():
-                    self._passthrough(flow, decision, incoming)
-                    outcome = Outcome.NOT_REWRITTEN
-                    reason = f"passed through: {short(decision.reason or '')}"
-                case Reject():
-                    self._reject(flow, decision)
-                    outcome = Outcome.REJECTED
-                    reason = f"answered {decision.status}: {short(decision.message)}"
-            # The flow's one line, in the format of every outcome (``FlowReport.line``).
-            report = FlowReport(
-                route.name,
-                outcome,
-                client=route.client,
-                upstream=route.upstream,
-                spent_ns=time.perf_counter_ns() - started,
-                reason=reason,
-                fields={"request": f"{short(flow.request.method)} {short(flow.request.path)}"},
+            failed = internal_error(route, e)
+            return (
+                record,
+                writes_for(failed, incoming, address, record.client_name),
+                incoming,
+                route,
             )
-            self.report.close(flow, report, line=True)
-        except Exception as e:
-            log_internal_error(f"cursor-bridge [{route.name}]: request", e)
-
-    def _rewrite(self, flow: http.HTTPFlow, incoming: Incoming, d: Rewrite) -> FlowReport:
-        wire, plan = d.wire, d.plan
-        record = self.report.flows.get(flow.id)
-        if record is not None and record.client_name is not None:
-            # The client key's name labels the flow's usage (the ledger reads the plan).
-            plan = dataclasses.replace(plan, client_name=record.client_name)
-        apply_rewrite(flow.request, incoming, d)
-        run = self.report.flows.start_run(flow.id, plan)
-        # Where the answer comes from, in the log line, the metadata and the view: the
-        # upstream's address (never its path: a path may carry a key) and the model sent.
-        url = origin(flow.request)
-        model = plan.unified.model if plan.unified is not None else ""
-        run.report.fields["upstream_url"] = url
-        if model:
-            run.report.fields["model"] = model
-        if plan.client_name:
-            run.report.fields["client_name"] = plan.client_name  # a name, never a key
-        if plan.route.key_pool and plan.route.key_env:
-            run.report.fields["key"] = plan.route.key_env  # a key pool's: its name
-        self.report.state.count(Count.REQUESTS_REWRITTEN)
-        decisions = decision_lines(plan.request_notes)
-        if self.report.keep_originals:
-            facts = (
-                *plan_facts(plan),
-                ("upstream URL", clean(url, 300)),
-                ("upstream path", clean(wire.path, 300)),
-                *((("model", clean(model, 300)),) if model else ()),
-            )
-            self.report.keep(flow.id, "request", Original(d.original, "request", facts, decisions))
-        comment(flow, plan.label, decisions or ("no changes needed",))
-        set_meta(flow, {"upstream_url": url, **plan.meta(), **({"model": model} if model else {})})
-        if self._settings.settings.debug:
-            log.debug("%s: upstream path %s", plan.label, clean(wire.path, 300))
-            for line in decisions:
-                log.debug("%s: request: %s", plan.label, clean(line, 500))
-        return run.report
-
-    def _reject(self, flow: http.HTTPFlow, d: Reject) -> None:
-        """Answer the client ourselves, in its dialect; the upstream is not called."""
-        label = f"cursor-bridge [{d.route.name}]"
-        self.report.state.count(Count.REJECTED)
-        flow.response = json_response(d.status, d.body)
-        append_comment(flow, f"{label}: answered {d.status}: {short(d.message)}")
-        set_meta(
-            flow,
-            {"route": d.route.name, "action": Action.REJECTED.value, "error": short(d.message)},
-        )
-
-    def _passthrough(self, flow: http.HTTPFlow, d: Pass, incoming: Incoming | None) -> None:
-        assert d.route is not None and d.reason is not None
-        if d.wire is not None and incoming is not None:
-            place(flow.request, incoming, d.wire)
-        label = f"cursor-bridge [{d.route.name}]"
-        self.report.state.count(Count.PASSED_THROUGH)
-        reason = short(d.reason)
-        append_comment(flow, f"{label}: passed through: {reason}")
-        set_meta(
-            flow, {"route": d.route.name, "action": Action.PASSTHROUGH.value, "reason": reason}
-        )
-
-
-def _secrets(
-    incoming: Incoming,
-    env: Mapping[str, str],
-    creds: RouteCredentials | None,
-    route: Route,
-    routes: Sequence[Route],
-) -> Secrets:
-    """What this flow's lines are redacted with: the client's credentials, the route's key (a
-    Kiro token's where it has one), and a fallback's or a pool's every key, wherever echoed."""
-    route_key = creds.key if creds else env.get(route.key_env or "")
-    others = [env.get(n) for r in routes for n in r.key_names]
-    return secret_values(incoming.headers, incoming.query, route_key, *others)

@@ -9,13 +9,7 @@ from __future__ import annotations
 
 from mitmproxy import http
 
-from addon.config.routes import withholds_key
-from addon.plan.count_tokens import (
-    CountLocally,
-    count_answer,
-    count_request,
-    count_route,
-)
+from addon.plan import CountLocally, count_answer, count_request
 from addon.report.counters import BridgeState
 from addon.report.outcome import Count
 from addon.shell.flows import Flows
@@ -50,13 +44,13 @@ class CountTokens:
         req = flow.request
         path = req.path.split("?", 1)[0]
         raw = req.get_content(strict=False) or b""
-        route = count_route(self._settings.settings.routes, req.method, req.host, path, raw)
+        route = self._flows.route_match(flow, self._settings.settings).counted
         if route is None or outside_proxy_hosts(flow):
             return
         query = tuple(req.query.items(multi=True))
-        withhold = withholds_key(route, req.host, req.port)
+        addressed = (req.host, req.port)
         decision = count_request(
-            route, path, raw, header_map(req.headers), query, environment(), withhold
+            route, path, raw, header_map(req.headers), query, environment(), addressed
         )
         if decision is None:
             return

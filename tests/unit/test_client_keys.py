@@ -20,7 +20,7 @@ from addon.config.client_keys import (
 )
 from addon.config.options import Settings
 from addon.config.routes import Route
-from addon.plan import Reject, RequestView
+from addon.plan import Reject, match_request
 from addon.plan.spending import (
     Admitted,
     check_client_key,
@@ -213,7 +213,7 @@ def settings(*routes: Route) -> Settings:
 
 
 def guarded(s: Settings, method: str, path: str, body: bytes = b"{}") -> str | None:
-    r = guarded_route(s, method, "api.example.com", path, RequestView(body, path))
+    r = guarded_route(s, match_request(s, method, "api.example.com", path, body))
     return r.name if r is not None else None
 
 
@@ -278,7 +278,7 @@ def test_gemini_model_lists_are_guarded_by_the_route_the_request_fits() -> None:
     s = settings(chat, claude, gemini)
 
     def listed(path: str, headers: dict[str, str], query: tuple[tuple[str, str], ...] = ()) -> str:
-        r = guarded_route(s, "GET", "h", path, RequestView(b"", path), headers, query)
+        r = guarded_route(s, match_request(s, "GET", "h", path, b""), headers, query)
         assert r is not None
         return r.name
 

@@ -61,7 +61,9 @@ def test_every_count_call_names_a_counter() -> None:
                 and "state" in ast.unparse(node.func.value)
             ):
                 arg = node.args[0] if node.args else None
-                if not (isinstance(arg, ast.Attribute) and ast.unparse(arg).startswith("Count.")):
+                # A ``Count`` named, or a value typed ``Count`` (mypy refuses a string there:
+                # the test below); never text written at the call.
+                if arg is None or isinstance(arg, ast.Constant | ast.JoinedStr | ast.BinOp):
                     free.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert free == []
 

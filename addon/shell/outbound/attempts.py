@@ -18,8 +18,7 @@ from mitmproxy import connection, http
 
 from addon.config.routes import MAX_TIMEOUT, Route, fallback_chain
 from addon.dialects import DIALECTS
-from addon.plan import AnswerState, FlowPlan, Incoming, Rewrite, decide, route_for
-from addon.plan.conditions import RequestView
+from addon.plan import AnswerState, FlowPlan, Incoming, Rewrite, decide
 from addon.plan.failed_attempt import (
     Attempted,
     Step,
@@ -127,9 +126,8 @@ class Fallbacks:
             settings = self._settings.settings
             if self.retry is None or not any(_relayed(r) for r in settings.routes):
                 return None
-            body = req.get_content(strict=False) or b""
-            view = RequestView(body, req.path)
-            route = route_for(settings, req.method, req.host, req.path, view)
+            found = self._flows.route_match(flow, settings)
+            view, route = found.view, found.route
             if route is None or not _relayed(route) or outside_proxy_hosts(flow):
                 return None
             chain = fallback_chain(route, settings.routes)

@@ -119,15 +119,16 @@ def test_refresh_urls_and_bodies() -> None:
 
 def test_a_fresh_token_is_read_for_the_flow(tmp_path: Path) -> None:
     path = token_file(tmp_path, NOW + 3600)
-    auth = auth_for(Route(name="k", upstream="kiro", token_file=str(path)))
+    route = Route(name="k", upstream="kiro", token_file=str(path))
+    auth = auth_for(route)
     f = flow()
     pending = auth.request(f)
     assert pending is not None
     asyncio.run(pending)  # type: ignore[arg-type]
-    creds = auth.take(f.id)
+    creds = auth.take(f.id, route)
     assert creds is not None and creds.key == ACCESS
     assert creds.profile_arn == "arn:aws:codewhisperer:us-east-1:1:profile/FILE"
-    assert auth.take(f.id) is None
+    assert auth.take(f.id, route) is None
     # other routes and paths are not this addon's
     assert auth_for(Route(name="o")).request(flow()) is None
     assert auth.request(flow("/v1/embeddings")) is None
@@ -157,7 +158,7 @@ def test_an_expired_token_is_refreshed_and_written_back(
     async def two_at_once() -> None:
         f1, f2 = flow(), flow()
         await asyncio.gather(auth.request(f1), auth.request(f2))  # type: ignore[arg-type]
-        assert auth.take(f1.id).key == auth.take(f2.id).key == "aoa-NEW"  # type: ignore[union-attr]
+        assert auth.take(f1.id, route).key == auth.take(f2.id, route).key == "aoa-NEW"  # type: ignore[union-attr]
         await auth.done()
 
     asyncio.run(two_at_once())
@@ -183,7 +184,7 @@ def test_a_failed_refresh_keeps_the_token_and_says_so(
     auth = auth_for(route)
     f = flow()
     asyncio.run(auth.request(f))  # type: ignore[arg-type]
-    assert auth.take(f.id).key == ACCESS  # type: ignore[union-attr]
+    assert auth.take(f.id, route).key == ACCESS  # type: ignore[union-attr]
     assert "refresh answered HTTP 401" in caplog.text
     assert REFRESH not in caplog.text and ACCESS not in caplog.text
     assert json.loads(path.read_text())["accessToken"] == ACCESS
@@ -205,7 +206,7 @@ def test_an_unreadable_token_file_is_answered_in_the_clients_dialect(
     assert f.response is not None and f.response.status_code == 500
     body = json.loads(f.response.content or b"")
     assert body["type"] == "error" and "missing.json" in body["error"]["message"]
-    assert auth.take(f.id) is None
+    assert auth.take(f.id, route) is None
     (tmp_path / "bad.json").write_text(json.dumps({"refreshToken": REFRESH}))
     auth = auth_for(dataclasses.replace(route, token_file=str(tmp_path / "bad.json")))
     f = flow("/v1/messages")
