@@ -71,6 +71,34 @@ class RequestFacts:
     background: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class TokenPrice:
+    """A route's ``price``: US dollars per million tokens, for a model the price table
+    (genai-prices) does not know, where a client key's budget must price it
+    (docs/deploy.md#limits-per-client-key). A cache price not given is the input's."""
+
+    input: float
+    output: float
+    cache_read: float | None = None
+    cache_write: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("input", "output", "cache_read", "cache_write"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not 0 <= v < 1e6 or v != v):
+                raise ValueError(f"price.{name}: US dollars per million tokens, at least 0")
+
+    def usd(self, prompt: int, cache_read: int, cache_write: int, output: int) -> float:
+        """The cost of these tokens (``prompt``: uncached input only)."""
+        read = self.input if self.cache_read is None else self.cache_read
+        write = self.input if self.cache_write is None else self.cache_write
+        total = prompt * self.input + cache_read * read + cache_write * write
+        return (total + output * self.output) / 1e6
+
+
+DEFAULT_RESERVE_MAX_OUTPUT = 4096
+"""Output tokens a client key's reservation counts at most for one request."""
+MAX_RESERVE_OUTPUT = 10_000_000
 DEFAULT_TIMEOUT = 60.0
 MAX_TIMEOUT = 3600.0
 DEFAULT_COOLDOWN = 30.0
@@ -158,6 +186,13 @@ class Route:
     cooldown: float = DEFAULT_COOLDOWN
     """Seconds this route is skipped after a refused connection, a timeout or a 429 / 5xx
     without ``Retry-After`` (a 429's ``Retry-After`` says how long instead)."""
+    price: TokenPrice | None = None
+    """US dollars per million tokens for a model the price table does not know (a client
+    key's budget prices its requests with it; none: such a request is refused)."""
+    reserve_max_output: int = DEFAULT_RESERVE_MAX_OUTPUT
+    """Output tokens a client key's reservation counts at most (the request's own cap when
+    lower): a 64k ``max_tokens`` does not refuse an agent at $0 spent. An answer longer than
+    this is settled in full."""
     key_probe: str | None = None
     """A key pool's probe (``addon.plan.key_probe``): the path, on the upstream's origin, of a
     GET that refuses a request without a key and answers a good key (OpenRouter's
@@ -182,6 +217,7 @@ class Route:
         seconds(self.timeout, "timeout", MAX_TIMEOUT, zero=False)
         seconds(self.cooldown, "cooldown", MAX_COOLDOWN, zero=True)
         probe_path(self.key_probe)
+        reserve_output(self.reserve_max_output)
 
     @property
     def key_env(self) -> str | None:
@@ -414,6 +450,12 @@ def seconds(v: float, key: str, most: float, *, zero: bool) -> float:
         low = "0" if zero else "more than 0"
         raise ValueError(f"{key}: must be {low} and at most {most:g} seconds (got {v!r})")
     return float(v)
+
+
+def reserve_output(v: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_RESERVE_OUTPUT:
+        raise ValueError(f"reserve_max_output: a whole number from 1 to {MAX_RESERVE_OUTPUT}")
+    return v
 
 
 def check_fallbacks(routes: tuple[Route, ...]) -> None:

@@ -64,6 +64,20 @@ class WhenFields(BaseModel):
         return routes.When(**{name: getattr(self, name) for name in type(self).model_fields})
 
 
+class PriceFields(BaseModel):
+    """A route's ``price`` table (``addon.config.routes.TokenPrice``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: float = Field(ge=0, allow_inf_nan=False)
+    output: float = Field(ge=0, allow_inf_nan=False)
+    cache_read: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    cache_write: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+    def price(self) -> routes.TokenPrice:
+        return routes.TokenPrice(self.input, self.output, self.cache_read, self.cache_write)
+
+
 class RouteFields(BaseModel):
     """``Route`` field for field (a test holds them together). The checks beyond types are
     ``addon.config.routes``' own, run on the key they are about so that an error names it."""
@@ -101,6 +115,10 @@ class RouteFields(BaseModel):
     cooldown: float = Field(
         default=routes.DEFAULT_COOLDOWN, ge=0, le=routes.MAX_COOLDOWN, strict=True
     )
+    price: PriceFields | None = None
+    reserve_max_output: int = Field(
+        default=routes.DEFAULT_RESERVE_MAX_OUTPUT, ge=1, le=routes.MAX_RESERVE_OUTPUT, strict=True
+    )
     key_probe: str | None = None
 
     _env = field_validator("api_key_env", mode="before")(routes.env_names)
@@ -124,6 +142,7 @@ class RouteFields(BaseModel):
     def route(self) -> Route:
         fields = {name: getattr(self, name) for name in type(self).model_fields}
         fields["when"] = self.when.when() if self.when is not None else None
+        fields["price"] = self.price.price() if self.price is not None else None
         return Route(**fields)
 
 
@@ -159,6 +178,8 @@ def _describe(e: ValidationError, data: dict[str, Any]) -> str:
             allowed = (
                 tuple(WhenFields.model_fields)
                 if len(loc) > 3 and loc[2] == "when"
+                else tuple(PriceFields.model_fields)
+                if len(loc) > 3 and loc[2] == "price"
                 else ROUTE_KEYS
                 if len(loc) > 1
                 else ("routes",)
@@ -167,6 +188,7 @@ def _describe(e: ValidationError, data: dict[str, Any]) -> str:
         else:
             msg = err["msg"].removeprefix("Value error, ").replace("a valid tuple", "a list")
             msg = msg.replace(" or instance of WhenFields", " (e.g. {thinking = true})")
+            msg = msg.replace(" or instance of PriceFields", " (e.g. {input = 0.5, output = 2})")
         problems.append(f"{where or 'top level'}: {msg}{got}{_route_name(data, err['loc'])}")
     return "; ".join(problems)
 
