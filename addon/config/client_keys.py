@@ -18,6 +18,12 @@ from typing import Any, Literal
 
 type Period = Literal["day", "week", "month", "total"]
 
+LIMITS_TTL = 90
+LIMITS_TTL_HELP = (
+    "Seconds a client key's reservation lives unless its worker renews it (every third of "
+    "this): a dead worker's reservations free after this long. From 3 to 3600."
+)
+"""``bridge_client_limits_ttl`` (``addon.shell.client_limits``)."""
 MIN_KEY_CHARS = 16
 """The shortest client key accepted: a short key is a guessable one on a public listener."""
 

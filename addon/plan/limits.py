@@ -22,6 +22,7 @@ from addon.config.client_keys import Limits, Period
 from addon.config.routes import Route
 from addon.dialects import DIALECTS
 from addon.model import ClientError
+from addon.plan.conditions import RequestView
 from addon.plan.values import error_bytes
 
 NANO = 1_000_000_000
@@ -32,7 +33,8 @@ RESERVATION_TTL = 90.0
 """Seconds a reservation holds its parallel slot and its cost without being renewed: a
 worker renews its own every ``RENEW_EVERY`` seconds while their flows last; one that died
 renews nothing, and its reservations expire by themselves."""
-RENEW_EVERY = 20.0
+RENEW_EVERY = 1 / 3
+"""Of the TTL: how often a live worker renews its reservations."""
 PARALLEL_RETRY_AFTER = 1
 """The ``Retry-After`` of a refusal for ``max_parallel`` (seconds): a slot frees when any of
 the client's requests ends, which no clock says."""
@@ -45,11 +47,14 @@ class Limit(StrEnum):
     TPM = "tpm"
     MAX_PARALLEL = "max_parallel"
     BUDGET = "budget"
+    BUDGET_HELD = "budget_held"
+    """What is settled is under the budget, but with the reservations of requests under way
+    it is not: a 429, since those may settle for less."""
     UNPRICED = "unpriced"
     """A model no price table and no route ``price`` prices, on a key with a budget."""
 
 
-RATES = frozenset({Limit.RPM, Limit.TPM, Limit.MAX_PARALLEL})
+RATES = frozenset({Limit.RPM, Limit.TPM, Limit.MAX_PARALLEL, Limit.BUDGET_HELD})
 """Refused with 429 and ``Retry-After``: the client may try again later."""
 
 type Pricer = Callable[[str, int, int, int, int], float | None]
@@ -157,7 +162,13 @@ class Ask:
     ttl: float = RESERVATION_TTL
 
 
-def ask_for(client: str, rid: str, limits: Limits, est: Estimate, now: float) -> Ask:
+MIN_TTL, MAX_TTL = 3.0, 3600.0
+"""The range of ``bridge_client_limits_ttl``."""
+
+
+def ask_for(
+    client: str, rid: str, limits: Limits, est: Estimate, now: float, ttl: float = RESERVATION_TTL
+) -> Ask:
     budget = None if limits.budget_usd is None else nano(limits.budget_usd)
     period, end = ("", None)
     if budget is not None and limits.budget_period is not None:
@@ -174,7 +185,54 @@ def ask_for(client: str, rid: str, limits: Limits, est: Estimate, now: float) ->
         end,
         est.tokens,
         est.cost_nano if budget is not None else 0,
+        ttl,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """An admitted client's request, as the limits see it: the model priced (as sent
+    upstream), what it reserves, and the store's ``Ask``."""
+
+    model: str
+    estimate: Estimate
+    ask: Ask
+
+
+def plan_request(
+    client: str,
+    limits: Limits,
+    route: Route,
+    rid: str,
+    request: tuple[str, str, str, bytes],
+    price: Pricer | None,
+    now: float,
+    ttl: float = RESERVATION_TTL,
+) -> Planned | Refusal | None:
+    """What a request of ``client`` on ``route`` reserves (``request``: method, host, path
+    and body as sent); a ``Refusal`` for a model nothing prices on a key with a budget; None
+    when the limits do not count it: not the route's chat request (a token count, a model
+    list), or a body that is not one."""
+    method, host, path, body = request
+    if not route.matches(host, path.split("?", 1)[0], method):
+        return None
+    view = RequestView(body, path)
+    decoded, facts = view.decoded(route.client), view.facts(route.client)
+    if decoded is None or facts is None:
+        return None
+    asked = view.model(route.client) or decoded.request.model
+    model = route.mapped_model(asked) or asked
+    est = estimate(
+        limits,
+        route,
+        model,
+        facts.input_tokens,
+        decoded.request.params.max_tokens,
+        price if limits.budget_usd is not None else None,
+    )
+    if est is None:
+        return refusal(route, client, limits, Verdict(Limit.UNPRICED), model)
+    return Planned(model, est, ask_for(client, rid, limits, est, now, ttl))
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,13 +306,10 @@ def refusal(route: Route, client: str, limits: Limits, verdict: Verdict, model: 
     dialect = DIALECTS[route.client]
     if limit in RATES:
         wait = max(1, math.ceil(verdict.retry_after))
-        what = {
-            Limit.RPM: f"{limits.rpm} requests per minute",
-            Limit.TPM: f"{limits.tpm} tokens per minute",
-            Limit.MAX_PARALLEL: f"{limits.max_parallel} requests at once",
-        }[limit]
+        what = _what(limit, limits)
+        name = "budget" if limit is Limit.BUDGET_HELD else limit.value
         message = (
-            f"cursor-bridge: client key {client!r} is over its {limit.value} limit ({what}); "
+            f"cursor-bridge: client key {client!r} is over its {name} limit ({what}); "
             f"try again in {wait} s"
         )
         e = ClientError(message, status=429, code="rate_limit_exceeded")
@@ -274,3 +329,14 @@ def refusal(route: Route, client: str, limits: Limits, verdict: Verdict, model: 
         )
     e = ClientError(message, status=402, code="insufficient_quota")
     return Refusal(402, (("x-should-retry", "false"),), error_bytes(dialect, e), message, limit)
+
+
+def _what(limit: Limit, limits: Limits) -> str:
+    """A rate limit in words, for a refusal's message."""
+    if limit is Limit.RPM:
+        return f"{limits.rpm} requests per minute"
+    if limit is Limit.TPM:
+        return f"{limits.tpm} tokens per minute"
+    if limit is Limit.MAX_PARALLEL:
+        return f"{limits.max_parallel} requests at once"
+    return f"${limits.budget_usd:g}, with its requests under way"

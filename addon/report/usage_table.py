@@ -59,6 +59,26 @@ def genai_prices() -> Price | None:
     return price
 
 
+def limits_pricer() -> Callable[[str, int, int, int, int], float | None] | None:
+    """The client keys' budgets' price table (``addon.plan.limits.Pricer``): genai-prices
+    at today's prices, in US dollars; None when it is not installed (then only a route's
+    ``price`` prices a model)."""
+    price = genai_prices()
+    if price is None:
+        return None
+    table = price
+
+    def usd(
+        model: str, prompt: int, cache_read: int, cache_write: int, output: int
+    ) -> float | None:
+        tokens = Tokens(1, prompt, cache_read, cache_write, output)
+        day = datetime.now(UTC).strftime("%Y-%m-%d")
+        found = table(model, day, tokens)
+        return None if found is None else float(found)
+
+    return usd
+
+
 @dataclass(slots=True)
 class Line:
     """One line of the table: the labels it is grouped by, its counts, its cost."""

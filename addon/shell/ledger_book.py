@@ -38,6 +38,9 @@ class UsageCounting:
         """A warning was said and the ledger has not answered since."""
         self.metrics: FlowObserver | None = None
         """The metrics addon (``addon.shell.metrics``): told of every routed flow's end."""
+        self.limits: LimitsObserver | None = None
+        """The client keys' limits (``addon.shell.client_limits``): a reservation settled
+        with the same usage."""
 
     def configure(self, updated: set[str]) -> None:
         """After the store's own ``configure`` (the addons' order): the ledger goes where
@@ -88,6 +91,8 @@ class UsageCounting:
         booked = booking(run, report, time.time())
         if self.metrics is not None:
             self.metrics.flow_over(flow, run, report, booked)
+        if self.limits is not None and flow is not None:
+            self.limits.flow_over(flow.id, run, booked)
         if booked is None:
             return
         try:
@@ -115,6 +120,10 @@ class FlowObserver(Protocol):
     def flow_over(
         self, flow: http.HTTPFlow | None, run: FlowRun, report: FlowReport, booking: Booking | None
     ) -> None: ...
+
+
+class LimitsObserver(Protocol):
+    def flow_over(self, flow_id: str, run: FlowRun, booking: Booking | None) -> None: ...
 
 
 def booking(run: FlowRun, report: FlowReport, now: float) -> Booking | None:

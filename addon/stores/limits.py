@@ -79,11 +79,13 @@ class MemoryLimits:
                 del parallel[rid]
             key = (client, ask.period)
             spent: int | None = None
+            settled = 0
             if ask.budget_nano is not None:
                 held = self._held[key]
                 for rid in [r for r, (_, until) in held.items() if until <= now]:
                     del held[rid]
-                spent = self._spent.get(key, 0) + sum(c for c, _ in held.values())
+                settled = self._spent.get(key, 0)
+                spent = settled + sum(c for c, _ in held.values())
             if ask.rpm is not None and len(window) >= ask.rpm:
                 first = next(iter(window.values()))[0]
                 return Verdict(Limit.RPM, first + WINDOW - now, spent)
@@ -100,7 +102,9 @@ class MemoryLimits:
             if ask.max_parallel is not None and len(parallel) >= ask.max_parallel:
                 return Verdict(Limit.MAX_PARALLEL, 1.0, spent)
             if ask.budget_nano is not None and spent is not None and spent >= ask.budget_nano:
-                return Verdict(Limit.BUDGET, 0.0, spent)
+                if settled >= ask.budget_nano:
+                    return Verdict(Limit.BUDGET, 0.0, spent)
+                return Verdict(Limit.BUDGET_HELD, 1.0, spent)
             window[ask.rid] = (now, ask.tokens)
             parallel[ask.rid] = now + ask.ttl
             if spent is not None:
@@ -178,10 +182,11 @@ local rid, rpm, tpm, most = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonum
 local budget, tokens, cost, ttl = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 drop(KEYS[1], KEYS[2], now - 60000)
 drop(KEYS[3], false, now)
-local spent = -1
+local spent, settled = -1, 0
 if budget >= 0 then
   drop(KEYS[5], KEYS[6], now)
-  spent = tonumber(redis.call('GET', KEYS[4]) or '0') + sum(KEYS[6])
+  settled = tonumber(redis.call('GET', KEYS[4]) or '0')
+  spent = settled + sum(KEYS[6])
 end
 if rpm > 0 and redis.call('ZCARD', KEYS[1]) >= rpm then
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -206,7 +211,8 @@ if most > 0 and redis.call('ZCARD', KEYS[3]) >= most then
   return {'max_parallel', 1000, spent}
 end
 if budget >= 0 and spent >= budget then
-  return {'budget', 0, spent}
+  if settled >= budget then return {'budget', 0, spent} end
+  return {'budget_held', 1000, spent}
 end
 redis.call('ZADD', KEYS[1], now, rid)
 redis.call('HSET', KEYS[2], rid, tokens)
@@ -308,6 +314,10 @@ class RedisLimits:
         self._owed: dict[tuple[str, str], int] = {}
         """Cost this worker settled while Redis was lost, per period: not in Redis yet."""
         self._seeded = False
+
+    @property
+    def backend(self) -> RedisBackend:
+        return self._backend
 
     def _local(self) -> MemoryLimits:
         with self._lock:

@@ -146,6 +146,13 @@ def test_a_budget_refusal_is_a_402_the_sdks_do_not_retry() -> None:
     assert "($1 in total)" in total.message
 
 
+def test_a_budget_held_by_requests_under_way_is_a_429_to_wait_on() -> None:
+    limits = Limits(budget_usd=5.0, budget_period="day")
+    r = refusal(ROUTE, "bob", limits, Verdict(Limit.BUDGET_HELD, 1.0), "m")
+    assert r.status == 429 and ("retry-after", "1") in r.headers
+    assert "over its budget limit ($5, with its requests under way)" in r.message
+
+
 def test_an_unpriced_model_is_refused_saying_so() -> None:
     limits = Limits(budget_usd=5.0, budget_period="day")
     r = refusal(ROUTE, "bob", limits, Verdict(Limit.UNPRICED), "my-model")
@@ -234,7 +241,8 @@ def test_a_budget_admits_while_some_is_left_and_counts_each_settle_once(
     assert first.admitted and first.spent_nano == 400
     assert store.reserve(ask("b", 1.0, **b)).spent_nano == 800
     assert store.reserve(ask("c", 1.0, **b)).spent_nano == 1200  # 800 < 1000: admitted
-    assert store.reserve(ask("d", 1.0, **b)).limit is Limit.BUDGET
+    held = store.reserve(ask("d", 1.0, **b))  # nothing settled yet: wait, it may be cheaper
+    assert held.limit is Limit.BUDGET_HELD and held.retry_after == 1.0
     for rid in "abc":
         store.settle(Settle("alice", rid, 2.0, "day:x", None, 10, 300))
     assert store.usage("alice", "day:x", 2.0).spent_nano == 900
@@ -324,6 +332,7 @@ def test_redis_lost_budgets_count_on_locally_and_are_added_when_back(
             assert store.reserve(ask("c", 0.0, **b)).spent_nano == 1200  # 900 < 1000
             store.settle(Settle("alice", "c", 0.0, "total", None, 10, 300))
             assert store.reserve(ask("x", 0.0, **b)).limit is Limit.BUDGET
+            assert backend.shared is False  # counted locally, from what Redis said last
             assert store.usage("alice", "total", 0.0).spent_nano == 1200
             assert backend.shared is False and any(n.warning for n in notices)
             server.start()
