@@ -41,10 +41,10 @@ from addon.plan.limits import (
 )
 from addon.redact import clean
 from addon.report.outcome import Action, Count, FlowReport, Outcome
-from addon.report.usage_table import limits_pricer
+from addon.report.usage_table import limits_pricer, limits_text
 from addon.shell.notes import log, log_internal_error, set_meta
 from addon.shell.option_checks import OptionChecks
-from addon.stores.limits import Held, LimitsStore, MemoryLimits, RedisLimits, Used
+from addon.stores.limits import Held, LimitsStore, MemoryLimits, RedisLimits, usage_of
 
 if TYPE_CHECKING:
     from addon.report.metrics_labels import Booking
@@ -279,13 +279,13 @@ class ClientLimits(OptionChecks):
 
     # ------------------------------------------------------------------ for bridge.usage
 
-    def usage_now(self) -> list[tuple[str, Limits, str, Used]]:
-        """Each client key with limits: its limits, its budget period and what it used now
-        (a store read: called off the event loop, or from a command)."""
+    def limits_text(self) -> str:
+        """Each client key's limits, use and what remains (``bridge.usage``: a command, one
+        store read per key)."""
         keys = self._keys()
         if keys is None:
-            return []
-        return client_usage(self.store, keys.limits, time.time())
+            return "(no bridge_client_keys)"
+        return limits_text(usage_of(self.store, keys.limits, time.time()))
 
 
 class Settling:
@@ -302,17 +302,3 @@ class Settling:
 
     async def error(self, flow: http.HTTPFlow) -> None:
         await self._limits.settle(flow.id)
-
-
-def client_usage(
-    store: LimitsStore, limits: tuple[tuple[str, Limits], ...], now: float
-) -> list[tuple[str, Limits, str, Used]]:
-    from addon.plan.limits import period_of
-
-    out = []
-    for name, lim in limits:
-        period = ""
-        if lim.budget_usd is not None and lim.budget_period is not None:
-            period = period_of(lim.budget_period, now)[0]
-        out.append((name, lim, period, store.usage(name, period, now)))
-    return out

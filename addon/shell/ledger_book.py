@@ -112,6 +112,8 @@ class UsageCounting:
         (also logged; ``scripts/usage`` says the same and groups as asked)."""
         price = genai_prices()
         text = table_text(lines(self._current().rows(), DIMENSIONS, price), DIMENSIONS, price)
+        if self.limits is not None:
+            text += "\n\nclient keys' limits\n" + self.limits.limits_text()
         log.info("cursor-bridge: usage\n%s", text)
         return text
 
@@ -124,6 +126,7 @@ class FlowObserver(Protocol):
 
 class LimitsObserver(Protocol):
     def flow_over(self, flow_id: str, run: FlowRun, booking: Booking | None) -> None: ...
+    def limits_text(self) -> str: ...
 
 
 def booking(run: FlowRun, report: FlowReport, now: float) -> Booking | None:

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote
 
-from addon.plan.limits import WINDOW, Ask, Limit, Settle, Verdict
+from addon.config.client_keys import Limits
+from addon.plan.limits import WINDOW, Ask, Limit, Settle, Verdict, period_of
 
 if TYPE_CHECKING:
     from addon.stores.redis_backend import RedisBackend
@@ -419,3 +420,16 @@ class RedisLimits:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def usage_of(
+    store: LimitsStore, limits: tuple[tuple[str, Limits], ...], now: float
+) -> list[tuple[str, Limits, str, Used]]:
+    """Each client key with limits: its limits, its budget period's name and its use now."""
+    out = []
+    for name, lim in limits:
+        period = ""
+        if lim.budget_usd is not None and lim.budget_period is not None:
+            period = period_of(lim.budget_period, now)[0]
+        out.append((name, lim, period, store.usage(name, period, now)))
+    return out

@@ -254,3 +254,35 @@ def test_a_worker_killed_holding_reservations_frees_them_by_its_ttl(
         raw = redis_py.Redis.from_url(server.url)
         assert int(raw.get(period[0]) or 0) == round(REAL_COST * NANO)
         no_secret(other)
+
+
+def test_the_metrics_count_refusals_and_the_budget_left(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    files: Callable[[str], tuple[Path, Path]],
+) -> None:
+    import httpx
+
+    from tests.e2e.harness import free_port
+
+    routes, keys = files('rpm = 1, budget_usd = 1.0, budget_period = "total"')
+    upstream.script = Upstream()
+    port = free_port()
+    proxy = start_proxy(
+        bridge_routes=str(routes), bridge_client_keys=str(keys), bridge_metrics=f"127.0.0.1:{port}"
+    )
+    proxy.wait_for_log(f"metrics at http://127.0.0.1:{port}/metrics")
+    assert chat(proxy, stream=True) == "hello"
+    with pytest.raises(openai.RateLimitError):
+        chat(proxy, stream=False)
+    deadline = time.monotonic() + 10
+    while True:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        left = [x for x in text.splitlines() if x.startswith("cursor_bridge_budget_remaining_usd{")]
+        if left and left[0].endswith(f" {1.0 - REAL_COST}"):
+            break
+        assert time.monotonic() < deadline, left
+        time.sleep(0.1)
+    assert 'cursor_bridge_limited_total{client="alice",limit="rpm"} 1.0' in text
+    assert left == [f'cursor_bridge_budget_remaining_usd{{client="alice"}} {1.0 - REAL_COST}']
+    no_secret(proxy)

@@ -370,3 +370,76 @@ def test_ask_for_puts_the_budget_in_its_period() -> None:
     )
     plain = ask_for("alice", "f1", Limits(rpm=5), Estimate(10, 20, 99), sunday)
     assert plain.budget_nano is None and plain.period == "" and plain.cost_nano == 0
+
+
+# --------------------------------------------------------------------------- what is shown
+
+
+def test_the_limits_table_shows_use_limits_and_what_remains() -> None:
+    from addon.report.usage_table import limits_text
+    from addon.stores.limits import Used
+
+    rows = [
+        ("alice", Limits(60, 1000, 4, 20.0, "month"), "month:2026-12", Used(3, 250, 1, 5 * NANO)),
+        ("bob", Limits(rpm=5), "", Used(1, 10, 0, 0)),
+    ]
+    text = limits_text(rows)
+    head, _, alice, bob, _ = text.splitlines()
+    assert head.split() == [
+        "client",
+        "rpm",
+        "tpm",
+        "parallel",
+        "budget_period",
+        "spent_usd",
+        "budget_usd",
+        "remaining_usd",
+    ]
+    assert alice.split() == [
+        "alice",
+        "3/60",
+        "250/1000",
+        "1/4",
+        "month:2026-12",
+        "5.0000",
+        "20",
+        "15.0000",
+    ]
+    assert bob.split() == ["bob", "1/5", "10/-", "0/-", "-"]
+    assert limits_text([]) == "(no client key has a limit)"
+
+
+def test_scripts_usage_shows_each_keys_limits_from_redis(tmp_path: object) -> None:
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from addon.plan.limits import period_of
+
+    folder = Path(str(tmp_path))
+    keys = folder / "keys.toml"
+    keys.write_text(
+        'alice = { env = "NOT_SET_ANYWHERE", rpm = 10, budget_usd = 2.0, budget_period = "day" }\n'
+    )
+    with RedisServer(redis_server_or_skip()) as server:
+        backend = redis_backend.RedisBackend(server.url, memory_backend(), lambda _: None)
+        try:
+            store = RedisLimits(backend)
+            period, end = period_of("day", time.time())
+            one = ask(
+                "a", time.time(), rpm=10, budget_nano=2 * NANO, period=period, cost_nano=NANO // 2
+            )
+            assert store.reserve(one).admitted
+            store.settle(Settle("alice", "a", time.time(), period, end, 10, NANO // 4))
+        finally:
+            backend.close()
+        done = subprocess.run(
+            [sys.executable, "scripts/usage.py", "--store", server.url, "--client-keys", str(keys)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr
+    row = next(x for x in done.stdout.splitlines() if x.startswith("alice"))
+    assert row.split() == ["alice", "1/10", "10/-", "0/-", period, "0.2500", "2", "1.7500"]
