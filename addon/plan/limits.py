@@ -108,20 +108,24 @@ def nano(usd: float) -> int:
 def estimate(
     limits: Limits,
     route: Route,
-    model: str | None,
+    asked: str,
     input_tokens: int,
     requested_output: int | None,
     price: Pricer | None,
-) -> Estimate | None:
-    """What the request reserves (``output_cap``; its cost only when the key has a budget);
-    None: the key has a budget and nothing prices ``model`` (``Limit.UNPRICED``)."""
+) -> tuple[Estimate | None, str]:
+    """What the request reserves (``output_cap``; its cost only when the key has a budget)
+    and the model priced: the one the client ``asked`` for as sent upstream (``model_map``).
+    None: the key has a budget and nothing prices the model (``Limit.UNPRICED``)."""
     out = output_cap(requested_output, route)
+    model = route.mapped_model(asked) or asked
     if limits.budget_usd is None:
-        return Estimate(input_tokens, out)
-    usd = usd_of(price, route, model or "", input_tokens, 0, 0, out)
+        return Estimate(input_tokens, out), model
+    usd = price(model, input_tokens, 0, 0, out) if price is not None and model else None
+    if usd is None and route.price is not None:
+        usd = route.price.usd(input_tokens, 0, 0, out)
     if usd is None:
-        return None
-    return Estimate(input_tokens, out, nano(usd))
+        return None, model
+    return Estimate(input_tokens, out, nano(usd)), model
 
 
 def period_of(period: Period, now: float) -> tuple[str, float | None]:
@@ -221,18 +225,13 @@ def plan_request(
     if decoded is None or facts is None:
         return None
     asked = view.model(route.client) or decoded.request.model
-    model = route.mapped_model(asked) or asked
-    est = estimate(
-        limits,
-        route,
-        model,
-        facts.input_tokens,
-        decoded.request.params.max_tokens,
-        price if limits.budget_usd is not None else None,
-    )
-    if est is None:
+    cap = decoded.request.params.max_tokens
+    priced = price if limits.budget_usd is not None else None
+    est, model = estimate(limits, route, asked, facts.input_tokens, cap, priced)
+    ask = ask_for(client, rid, limits, est, now, ttl) if est is not None else None
+    if est is None or ask is None:
         return refusal(route, client, limits, Verdict(Limit.UNPRICED), model)
-    return Planned(model, est, ask_for(client, rid, limits, est, now, ttl))
+    return Planned(model, est, ask)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,6 @@ from addon.plan.limits import (
     RESERVATION_TTL,
     Planned,
     Pricer,
-    Refusal,
     Settle,
     Verdict,
     plan_request,
@@ -185,47 +184,30 @@ class ClientLimits(OptionChecks):
         except Exception as e:  # the store failed: the request goes on, unlimited, said once
             log_internal_error(f"cursor-bridge [{route.name}]: client limits", e)
             return
-        if planned is not None:
-            spent_ns = time.perf_counter_ns() - started
-            self._refuse(flow, route.name, route.client, route.upstream, client, planned, spent_ns)
-
-    def _refuse(
-        self,
-        flow: http.HTTPFlow,
-        route: str,
-        dialect: str,
-        upstream: str,
-        client: str,
-        r: Refusal,
-        spent_ns: int,
-    ) -> None:
-        """The refusal, its metadata, counters and one log line (its message is the
-        answer's, the metadata's ``error`` and the line's reason)."""
-        try:
-            headers = {"content-type": "application/json", **dict(r.headers)}
-            flow.response = http.Response.make(r.status, r.body, headers)
-            meta = {"route": route, "action": Action.REJECTED.value, "error": r.message}
-            set_meta(flow, {**meta, "limit": r.limit.value})
+        if planned is None:
+            return
+        try:  # the refusal, its metadata, counters and one log line (never the key)
+            headers = {"content-type": "application/json", **dict(planned.headers)}
+            flow.response = http.Response.make(planned.status, planned.body, headers)
+            limit = planned.limit.value
+            meta = {"route": route.name, "action": Action.REJECTED.value, "limit": limit}
+            set_meta(flow, {**meta, "error": planned.message})
             if self._metrics is not None:
-                self._metrics.limited(client, r.limit.value)
+                self._metrics.limited(client, limit)
             self._report.state.count(Count.REJECTED)
-            bare = flow.request.path.split("?", 1)[0]
             line = FlowReport(
-                route,
+                route.name,
                 Outcome.REJECTED,
-                client=dialect,
-                upstream=upstream,
-                spent_ns=spent_ns,
-                reason=f"answered {r.status}: {short(r.message)}",
-                fields={
-                    "request": f"{short(flow.request.method)} {short(bare)}",
-                    "client_name": client,
-                    "limit": r.limit.value,
-                },
+                client=route.client,
+                upstream=route.upstream,
+                spent_ns=time.perf_counter_ns() - started,
+                reason=f"answered {planned.status}: {short(planned.message)}",
+                fields={"request": f"{short(sent[0])} {short(sent[2].split('?', 1)[0])}"},
             )
+            line.fields.update(client_name=client, limit=limit)
             self._report.close(flow, line, line=True)
         except Exception as e:
-            log_internal_error(f"cursor-bridge [{route}]: client limits", e)
+            log_internal_error(f"cursor-bridge [{route.name}]: client limits", e)
 
     def flow_over(self, flow_id: str, run: FlowRun, booking: Booking | None) -> None:
         """The report counted a flow's usage (``UsageCounting.count``): what to settle with.

@@ -60,13 +60,19 @@ def test_the_output_cap_is_clamped_to_reserve_max_output() -> None:
 def test_the_estimate_prices_by_the_table_then_the_routes_price_and_never_free() -> None:
     budget = Limits(budget_usd=1.0, budget_period="day")
     known = estimate(budget, ROUTE, "known", 1000, 64000, table)
-    assert known == Estimate(1000, 1000, (2 * 1000 + 20 * 1000) * NANO // 10**6)
+    assert known == (Estimate(1000, 1000, (2 * 1000 + 20 * 1000) * NANO // 10**6), "known")
     by_route = estimate(budget, PRICED, "mine", 1000, 500, table)
-    assert by_route == Estimate(1000, 500, (1000 + 10 * 500) * NANO // 10**6)
-    assert estimate(budget, ROUTE, "mine", 1000, 500, table) is None  # refused: no price
-    assert estimate(budget, ROUTE, "mine", 1000, 500, None) is None
+    assert by_route == (Estimate(1000, 500, (1000 + 10 * 500) * NANO // 10**6), "mine")
+    assert estimate(budget, ROUTE, "mine", 1000, 500, table) == (None, "mine")  # no price
+    assert estimate(budget, ROUTE, "mine", 1000, 500, None) == (None, "mine")
+    # the model priced is the one sent upstream
+    mapped = Route("m", model_map=(("claude-*", "known"),), reserve_max_output=1000)
+    assert estimate(budget, mapped, "claude-x", 10, 10, table)[1] == "known"
     # without a budget nothing is priced, and nothing is refused for it
-    assert estimate(Limits(rpm=5), ROUTE, "mine", 1000, 500, None) == Estimate(1000, 500, 0)
+    assert estimate(Limits(rpm=5), ROUTE, "mine", 1000, 500, None) == (
+        Estimate(1000, 500, 0),
+        "mine",
+    )
 
 
 def test_periods_are_utc_days_weeks_from_monday_calendar_months_and_total() -> None:
