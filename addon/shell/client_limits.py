@@ -52,8 +52,6 @@ if TYPE_CHECKING:
     from addon.shell.reasoning_store import ReasoningStoreLife
     from addon.shell.reporter import Report
 
-CHARS_PER_TOKEN = 4
-"""A stream cut before its usage came: its output counted as the bytes delivered / this."""
 
 
 @dataclass(slots=True)
@@ -212,7 +210,7 @@ class ClientLimits(OptionChecks):
     def flow_over(self, flow_id: str, run: FlowRun, booking: Booking | None) -> None:
         """The report counted a flow's usage (``UsageCounting.count``): what to settle with.
         No usage reported on a 2xx answer (a cut stream): the input as reserved and the
-        output as the bytes delivered."""
+        output as the events delivered (upstreams stream about a token per event)."""
         held = self._held.get(flow_id)
         if held is None:
             return
@@ -222,7 +220,7 @@ class ClientLimits(OptionChecks):
             held.model_used = booking.key.model
         elif booking is not None:
             p = run.answer.processor
-            out = (p.bytes_out if p is not None else 0) // CHARS_PER_TOKEN
+            out = p.events_in if p is not None else 0
             held.used = (held.planned.estimate.input_tokens, 0, 0, out)
             held.model_used = booking.key.model
 

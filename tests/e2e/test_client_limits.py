@@ -286,3 +286,59 @@ def test_the_metrics_count_refusals_and_the_budget_left(
     assert 'cursor_bridge_limited_total{client="alice",limit="rpm"} 1.0' in text
     assert left == [f'cursor_bridge_budget_remaining_usd{{client="alice"}} {1.0 - REAL_COST}']
     no_secret(proxy)
+
+
+def test_a_cut_stream_settles_what_was_delivered(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    files: Callable[[str], tuple[Path, Path]],
+) -> None:
+    """The upstream breaks its stream off before its usage (issue 42): the reservation is
+    settled with the input as reserved and the output delivered, not left to expire."""
+    from tests.e2e.harness import SSEReply
+    from tests.real.clients.loop import chat_sse
+
+    routes, keys = files('max_parallel = 1, budget_usd = 100.0, budget_period = "total"')
+    body = chat_sse("word " * 200)
+    events = [e for e in body.split(b"\n\n") if e.strip()]
+    upstream.script = lambda rec: SSEReply(b"\n\n".join(events[:-5]) + b"\n\n", abort=True)
+    with RedisServer(redis_server_or_skip()) as server:
+        proxy = start_proxy(
+            bridge_routes=str(routes), bridge_client_keys=str(keys), bridge_store=server.url
+        )
+        with pytest.raises(openai.APIError):
+            chat(proxy, stream=True)
+        raw = redis_py.Redis.from_url(server.url)
+        k = keys_of(PREFIX, "alice", "total")
+        deadline = time.monotonic() + 10
+        while not raw.get(k[3]):
+            assert time.monotonic() < deadline, "the cut stream was never settled"
+            time.sleep(0.05)
+        cost = int(raw.get(k[3]) or 0)
+        delivered_most = round((20 + len(events)) * PRICE / 1e6 * NANO)  # "hi" + an event each
+        assert 0 < cost <= delivered_most
+        assert raw.zcard(k[2]) == 0 and raw.zcard(k[4]) == 0  # slot and reservation let go
+        upstream.script = Upstream()
+        assert chat(proxy, stream=False) == "hello"  # max_parallel = 1: the slot is free
+        no_secret(proxy)
+
+
+def test_limits_are_read_again_when_the_keys_file_changes(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    files: Callable[[str], tuple[Path, Path]],
+) -> None:
+    routes, keys = files("max_parallel = 5")
+    upstream.script = Upstream()
+    proxy = start_proxy(bridge_routes=str(routes), bridge_client_keys=str(keys))
+    for _ in range(3):
+        assert chat(proxy, stream=False) == "hello"
+    keys.write_text(f'alice = "{ALICE}"\n[defaults]\nrpm = 4\n')  # now 4 a minute, all told
+    assert chat(proxy, stream=False) == "hello"  # 4 in the window: the 3 before count
+    with pytest.raises(openai.RateLimitError):
+        chat(proxy, stream=False)
+    keys.write_text(f'alice = "{ALICE}"\n[defaults]\nalice2 = "x"\n')  # a bad file: kept
+    with pytest.raises(openai.RateLimitError):
+        chat(proxy, stream=False)
+    log = no_secret(proxy)
+    assert "line 3: [defaults] holds only limits" in log
