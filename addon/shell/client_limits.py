@@ -53,7 +53,6 @@ if TYPE_CHECKING:
     from addon.shell.reporter import Report
 
 
-
 @dataclass(slots=True)
 class Reservation:
     """What one admitted flow holds until it ends."""
