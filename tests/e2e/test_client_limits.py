@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 import signal
 import threading
 import time
@@ -342,3 +344,51 @@ def test_limits_are_read_again_when_the_keys_file_changes(
         chat(proxy, stream=False)
     log = no_secret(proxy)
     assert "line 3: [defaults] holds only limits" in log
+
+
+def test_redis_lost_limits_hold_per_worker_and_are_shared_again_when_back(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    files: Callable[[str], tuple[Path, Path]],
+) -> None:
+    routes, keys = files('rpm = 2, budget_usd = 100.0, budget_period = "day"')
+    upstream.script = Upstream()
+    with RedisServer(redis_server_or_skip()) as server:
+        options = dict(
+            bridge_routes=str(routes), bridge_client_keys=str(keys), bridge_store=server.url
+        )
+        one, two = start_proxy(**options), start_proxy(**options)
+        assert chat(one, stream=False) == "hello"
+        assert chat(two, stream=False) == "hello"
+        with pytest.raises(openai.RateLimitError):
+            chat(one, stream=False)  # shared: 2 a minute across both workers
+        server.stop()
+        # lost: each worker counts on its own (its own window starts empty)
+        assert chat(one, stream=False) == "hello"
+        assert chat(one, stream=False) == "hello"
+        with pytest.raises(openai.RateLimitError):
+            chat(one, stream=False)
+        assert len(re.findall(r"Redis at \S+ lost", one.log_text())) == 1  # one warning
+        server.start()
+        # back: one's local window is full for a minute, so its first request admitted is
+        # one its store's probe found Redis for: it lands in the restarted (empty) Redis
+        deadline = time.monotonic() + 40
+        while True:
+            try:
+                assert chat(one, stream=False) == "hello"
+                break
+            except openai.RateLimitError:
+                assert time.monotonic() < deadline, "Redis never came back"
+                time.sleep(0.5)
+        assert "is back" in one.log_text()
+        # shared again: two, which never lost Redis, admits one more of the 2
+        window = keys_of(PREFIX, "alice", "")[0]
+        assert redis_py.Redis.from_url(server.url).zcard(window) == 1
+        served = 0
+        for _ in range(3):
+            with contextlib.suppress(openai.RateLimitError):
+                chat(two, stream=False)
+                served += 1
+        assert served == 1
+        for w in (one, two):
+            no_secret(w)
