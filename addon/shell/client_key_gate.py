@@ -21,7 +21,6 @@ from addon.config.options import CLIENT_KEY_OPTIONS
 from addon.plan import Reject, RequestView, short
 from addon.plan.spending import (
     Admitted,
-    ClientKeysFound,
     gate,
     guarded_route,
     unguarded_warning,
@@ -153,7 +152,10 @@ class ClientKeysGate(OptionChecks):
             keys = self._current(route is not None)
             fields = [(k, v) for k in req.headers for v in req.headers.get_all(k)]
             outcome = gate(keys, route, headers, fields, query)
-            remove(req, outcome.strip)
+            for name in outcome.strip.headers:
+                req.headers.pop(name, None)
+            if outcome.strip.query:
+                req.query = [(k, v) for k, v in query if k not in outcome.strip.query]
         except Exception as e:
             log_internal_error("cursor-bridge: client keys", e)
             flow.response = json_response(500, FAILED_CLOSED)
@@ -214,14 +216,9 @@ class ClientKeysGate(OptionChecks):
         query = tuple(req.query.items(multi=True))
         fields = [(name, value) for name in req.headers for value in req.headers.get_all(name)]
         outcome = gate(keys, None, {}, fields, query)
-        remove(req, outcome.strip)
+        for name in outcome.strip.headers:
+            req.headers.pop(name, None)
+        if outcome.strip.query:
+            req.query = [(k, v) for k, v in query if k not in outcome.strip.query]
         if outcome.comment is not None:
             append_comment(flow, outcome.comment)
-
-
-def remove(req: http.Request, found: ClientKeysFound) -> None:
-    """The headers and query parameters ``found`` names removed from ``req``."""
-    for name in found.headers:
-        req.headers.pop(name, None)
-    if found.query:
-        req.query = [(k, v) for k, v in req.query.items(multi=True) if k not in found.query]
