@@ -53,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"what to group by, comma-separated (default: {','.join(DIMENSIONS)})",
     )
     parser.add_argument("--csv", action="store_true", help="CSV with a header row")
+    parser.add_argument(
+        "--client-keys",
+        metavar="FILE",
+        help="the proxy's bridge_client_keys file: also show each client key's limits, what "
+        "it used in the last 60 s and in its budget period, and what remains (a Redis store)",
+    )
     args = parser.parse_args(argv)
     try:
         by = parse_by(args.by)
@@ -80,7 +86,53 @@ def main(argv: list[str] | None = None) -> int:
     # A name the terminal's encoding cannot write is escaped, never a traceback.
     sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     sys.stdout.write(csv_text(found, by) if args.csv else table_text(found, by, price) + "\n")
+    if args.client_keys:
+        try:
+            text = limits_of(args.client_keys, store, location)
+        except Unreadable as e:
+            say(str(e))
+            return 1
+        sys.stdout.write("\nclient keys' limits\n" + text + "\n")
     return 0
+
+
+class _AnyVariable(dict[str, str]):
+    """The environment as the limits table reads a keys file: a client's key is not needed,
+    so a variable it names need not be set (each stands for a distinct key)."""
+
+    def get(self, key: str, default: object = None) -> str:  # type: ignore[override]
+        return f"(not read: {key}) " + "0" * 16
+
+
+def limits_of(path: str, store: str, location: StoreLocation) -> str:
+    """The limits table of the keys file at ``path`` over the store's counts. Raises
+    ``Unreadable``: a bad file, or a store that holds no shared limits."""
+    import time
+
+    from addon.config.client_keys import ClientKeysError, load_client_keys
+    from addon.report.usage_table import limits_text
+    from addon.stores.limits import RedisLimits, usage_of
+    from addon.stores.reasoning import memory_backend
+    from addon.stores.redis_backend import RedisBackend
+
+    try:
+        keys = load_client_keys(path, _AnyVariable())
+    except ClientKeysError as e:
+        raise Unreadable(str(e)) from None
+    if location.kind != "redis":
+        raise Unreadable(
+            "a client key's limits are counted in each proxy's memory unless bridge_store is "
+            "a Redis URL: ask the proxy with the bridge.usage command"
+        )
+    lost: list[str] = []
+    backend = RedisBackend(location.target, memory_backend(), lambda n: lost.append(n.text))
+    try:
+        rows = usage_of(RedisLimits(backend), keys.limits, time.time())
+    finally:
+        backend.close()
+    if lost:
+        raise Unreadable(f"Redis at {location.shown} stopped answering; try again")
+    return limits_text(rows)
 
 
 def say(text: str) -> None:

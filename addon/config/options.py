@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, cast, get_args
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from addon.config.client_keys import LIMITS_TTL, LIMITS_TTL_HELP
 from addon.config.routes import DEFAULT_ROUTES, Route
 from addon.model import SCHEMA_PROFILES, TOOL_MODES, SchemaProfile, ToolMode
 from addon.stores.base import display_url
@@ -246,6 +247,7 @@ CLIENT_KEY_OPTIONS: tuple[OptionSpec, ...] = (
         "kept as SHA-256 digests; the file is read again when it changes (or on the command "
         "bridge.reload_client_keys). Empty: no check.",
     ),
+    OptionSpec("bridge_client_limits_ttl", int, LIMITS_TTL, LIMITS_TTL_HELP),
 )
 """Options of the client keys addon (``addon.shell.client_key_gate``)."""
 

@@ -11,10 +11,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from functools import lru_cache
 from typing import Literal
-from urllib.parse import urlsplit
 
+from addon.config.upstream_url import UpstreamURL, http_url, parse_upstream_url, upstream_url
 from addon.dialects import (
     ANTHROPIC,
     DIALECTS,
@@ -74,6 +73,34 @@ class RequestFacts:
     background: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class TokenPrice:
+    """A route's ``price``: US dollars per million tokens, for a model the price table
+    (genai-prices) does not know, where a client key's budget must price it
+    (docs/deploy.md#limits-per-client-key). A cache price not given is the input's."""
+
+    input: float
+    output: float
+    cache_read: float | None = None
+    cache_write: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("input", "output", "cache_read", "cache_write"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not 0 <= v < 1e6 or v != v):
+                raise ValueError(f"price.{name}: US dollars per million tokens, at least 0")
+
+    def usd(self, prompt: int, cache_read: int, cache_write: int, output: int) -> float:
+        """The cost of these tokens (``prompt``: uncached input only)."""
+        read = self.input if self.cache_read is None else self.cache_read
+        write = self.input if self.cache_write is None else self.cache_write
+        total = prompt * self.input + cache_read * read + cache_write * write
+        return (total + output * self.output) / 1e6
+
+
+DEFAULT_RESERVE_MAX_OUTPUT = 4096
+"""Output tokens a client key's reservation counts at most for one request."""
+MAX_RESERVE_OUTPUT = 10_000_000
 DEFAULT_TIMEOUT = 60.0
 MAX_TIMEOUT = 3600.0
 DEFAULT_COOLDOWN = 30.0
@@ -170,6 +197,13 @@ class Route:
     cooldown: float = DEFAULT_COOLDOWN
     """Seconds this route is skipped after a refused connection, a timeout or a 429 / 5xx
     without ``Retry-After`` (a 429's ``Retry-After`` says how long instead)."""
+    price: TokenPrice | None = None
+    """US dollars per million tokens for a model the price table does not know (a client
+    key's budget prices its requests with it; none: such a request is refused)."""
+    reserve_max_output: int = DEFAULT_RESERVE_MAX_OUTPUT
+    """Output tokens a client key's reservation counts at most (the request's own cap when
+    lower): a 64k ``max_tokens`` does not refuse an agent at $0 spent. An answer longer than
+    this is settled in full."""
     key_probe: str | None = None
     """A key pool's probe (``addon.plan.key_probe``): the path, on the upstream's origin, of a
     GET that refuses a request without a key and answers a good key (OpenRouter's
@@ -194,6 +228,7 @@ class Route:
         seconds(self.timeout, "timeout", MAX_TIMEOUT, zero=False)
         seconds(self.cooldown, "cooldown", MAX_COOLDOWN, zero=True)
         probe_path(self.key_probe)
+        reserve_output(self.reserve_max_output)
 
     @property
     def key_env(self) -> str | None:
@@ -238,23 +273,6 @@ class Route:
     def target(self) -> UpstreamURL | None:
         """The parsed ``upstream_url``."""
         return None if self.upstream_url is None else parse_upstream_url(self.upstream_url)
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamURL:
-    """A route's ``upstream_url``, parsed: where the shell sends the request, and the prefix
-    joined before the path the upstream dialect places the request at."""
-
-    scheme: Literal["http", "https"]
-    host: str
-    """Lower case, IPv6 without brackets."""
-    port: int
-    """The scheme's default (443, 80) when the URL names none."""
-    prefix: str = ""
-    """``/api`` of ``https://openrouter.ai/api`` (no trailing slash); ``""``: none."""
-
-    def join(self, path: str) -> str:
-        return self.prefix + path if self.prefix else path
 
 
 # ----------------------------------------------------------------------------- checks
@@ -353,12 +371,6 @@ def model_map_pairs(v: object) -> tuple[tuple[str, str], ...] | None:
     return v
 
 
-def http_url(v: str | None) -> str | None:
-    if v is not None and not re.match(r"https?://[^/\s]+", v):
-        raise ValueError("must be an http:// or https:// URL")
-    return v
-
-
 def model_globs(v: object) -> tuple[str, ...] | None:
     """A glob or a list of globs over model names, as a tuple."""
     if v is None:
@@ -370,39 +382,6 @@ def model_globs(v: object) -> tuple[str, ...] | None:
         if not isinstance(glob, str) or not glob.strip():
             raise ValueError("model globs must be non-empty strings")
     return tuple(globs)
-
-
-@lru_cache(maxsize=256)
-def parse_upstream_url(v: str) -> UpstreamURL:
-    """``http(s)://host[:port][/prefix]`` → ``UpstreamURL``; ``ValueError`` saying what is
-    wrong (not http/https, no host, a query or fragment, a bad port, credentials)."""
-    try:
-        parts = urlsplit(v.strip())
-        port = parts.port
-    except ValueError as e:
-        raise ValueError(f"not a URL with a valid port ({e})") from None
-    if parts.scheme not in ("http", "https"):
-        raise ValueError("must be an http:// or https:// URL (https://host[:port][/prefix])")
-    host = parts.hostname
-    if not host:
-        raise ValueError("names no host (https://host[:port][/prefix])")
-    if parts.query or parts.fragment or "?" in v or "#" in v:
-        raise ValueError("must not have a query or fragment (https://host[:port][/prefix])")
-    if parts.username is not None or parts.password is not None:
-        raise ValueError("must not hold credentials (use api_key_env)")
-    if port == 0:
-        raise ValueError("port 0 is not a port")
-    if any(c.isspace() for c in v.strip()) or re.search(r"[^A-Za-z0-9.\-:_]", host):
-        raise ValueError(f"host {host!r} is not a host name or address")
-    scheme: Literal["http", "https"] = "https" if parts.scheme == "https" else "http"
-    default = 443 if scheme == "https" else 80
-    return UpstreamURL(scheme, host.lower(), port or default, parts.path.rstrip("/"))
-
-
-def upstream_url(v: str | None) -> str | None:
-    if v is not None:
-        parse_upstream_url(v)
-    return v
 
 
 def fallback_names(v: object) -> tuple[str, ...]:
@@ -426,6 +405,12 @@ def seconds(v: float, key: str, most: float, *, zero: bool) -> float:
         low = "0" if zero else "more than 0"
         raise ValueError(f"{key}: must be {low} and at most {most:g} seconds (got {v!r})")
     return float(v)
+
+
+def reserve_output(v: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_RESERVE_OUTPUT:
+        raise ValueError(f"reserve_max_output: a whole number from 1 to {MAX_RESERVE_OUTPUT}")
+    return v
 
 
 def check_fallbacks(routes: tuple[Route, ...]) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from addon.config import routes
+from addon.config import upstream_url as upstream_urls
 from addon.config.routes import Route
 from addon.dialects import OPENAI_CHAT, DialectName
 from addon.model import CachePolicy, CacheTTL, SchemaProfile, ToolMode
@@ -64,6 +65,20 @@ class WhenFields(BaseModel):
         return routes.When(**{name: getattr(self, name) for name in type(self).model_fields})
 
 
+class PriceFields(BaseModel):
+    """A route's ``price`` table (``addon.config.routes.TokenPrice``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: float = Field(ge=0, allow_inf_nan=False)
+    output: float = Field(ge=0, allow_inf_nan=False)
+    cache_read: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    cache_write: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+    def price(self) -> routes.TokenPrice:
+        return routes.TokenPrice(self.input, self.output, self.cache_read, self.cache_write)
+
+
 class RouteFields(BaseModel):
     """``Route`` field for field (a test holds them together). The checks beyond types are
     ``addon.config.routes``' own, run on the key they are about so that an error names it."""
@@ -103,6 +118,10 @@ class RouteFields(BaseModel):
     cooldown: float = Field(
         default=routes.DEFAULT_COOLDOWN, ge=0, le=routes.MAX_COOLDOWN, strict=True
     )
+    price: PriceFields | None = None
+    reserve_max_output: int = Field(
+        default=routes.DEFAULT_RESERVE_MAX_OUTPUT, ge=1, le=routes.MAX_RESERVE_OUTPUT, strict=True
+    )
     key_probe: str | None = None
 
     _env = field_validator("api_key_env", mode="before")(routes.env_names)
@@ -112,9 +131,9 @@ class RouteFields(BaseModel):
     _absolute = field_validator("upstream_path")(routes.absolute_path)
     _client = field_validator("client")(routes.client_side)
     _pairs = field_validator("model_map", mode="before")(routes.model_map_pairs)
-    _url = field_validator("refresh_url")(routes.http_url)
+    _url = field_validator("refresh_url")(upstream_urls.http_url)
     _model = field_validator("model", mode="before")(routes.model_globs)
-    _upstream_url = field_validator("upstream_url")(routes.upstream_url)
+    _upstream_url = field_validator("upstream_url")(upstream_urls.upstream_url)
     _fallback = field_validator("fallback", mode="before")(routes.fallback_names)
     _probe = field_validator("key_probe")(routes.probe_path)
 
@@ -126,6 +145,7 @@ class RouteFields(BaseModel):
     def route(self) -> Route:
         fields = {name: getattr(self, name) for name in type(self).model_fields}
         fields["when"] = self.when.when() if self.when is not None else None
+        fields["price"] = self.price.price() if self.price is not None else None
         return Route(**fields)
 
 
@@ -161,6 +181,8 @@ def _describe(e: ValidationError, data: dict[str, Any]) -> str:
             allowed = (
                 tuple(WhenFields.model_fields)
                 if len(loc) > 3 and loc[2] == "when"
+                else tuple(PriceFields.model_fields)
+                if len(loc) > 3 and loc[2] == "price"
                 else ROUTE_KEYS
                 if len(loc) > 1
                 else ("routes",)
@@ -169,6 +191,7 @@ def _describe(e: ValidationError, data: dict[str, Any]) -> str:
         else:
             msg = err["msg"].removeprefix("Value error, ").replace("a valid tuple", "a list")
             msg = msg.replace(" or instance of WhenFields", " (e.g. {thinking = true})")
+            msg = msg.replace(" or instance of PriceFields", " (e.g. {input = 0.5, output = 2})")
         problems.append(f"{where or 'top level'}: {msg}{got}{_route_name(data, err['loc'])}")
     return "; ".join(problems)
 

@@ -163,3 +163,35 @@ def unguarded_warning(routes: Iterable[Route]) -> str | None:
         "token_file): no request is checked for a client key, every request is served "
         "(client keys are still removed from what goes upstream)"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """What the client keys addon does with a request: the check's answer (``None``: the
+    request is not checked), the places holding a client key to remove (not on a refused
+    request: it goes nowhere), and the comment saying so."""
+
+    found: Admitted | Reject | None
+    strip: ClientKeysFound
+    comment: str | None
+
+
+def gate(
+    keys: ClientKeys,
+    route: Route | None,
+    headers: Mapping[str, str],
+    fields: Iterable[tuple[str, str]],
+    query: Query,
+) -> Gate:
+    """A request checked for ``route`` (None: not guarded, only its client keys removed):
+    ``check_client_key``, then ``client_keys_in`` over every header field (``fields``, as
+    sent: a repeated header once per value) and query parameter."""
+    found = check_client_key(keys, route, headers, query) if route is not None else None
+    if isinstance(found, Reject):
+        return Gate(found, ClientKeysFound(), None)
+    strip = client_keys_in(keys, fields, query)
+    places = [*strip.headers, *(f"query parameter '{q}'" for q in strip.query)]
+    comment = (
+        f"cursor-bridge: client key not sent upstream ({', '.join(places)})" if strip else None
+    )
+    return Gate(found, strip, comment)

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
+from addon.config.client_keys import Limits
 from addon.stores.ledger import DIMENSIONS, METRICS, LedgerKey, Rows, Tokens
+from addon.stores.limits import Used
 
 type Price = Callable[[str, str, Tokens], Decimal | None]
 """The cost in US dollars of ``tokens`` of ``model`` on ``day``; None: the table does not
@@ -57,6 +59,26 @@ def genai_prices() -> Price | None:
             return None
 
     return price
+
+
+def limits_pricer() -> Callable[[str, int, int, int, int], float | None] | None:
+    """The client keys' budgets' price table (``addon.plan.limits.Pricer``): genai-prices
+    at today's prices, in US dollars; None when it is not installed (then only a route's
+    ``price`` prices a model)."""
+    price = genai_prices()
+    if price is None:
+        return None
+    table = price
+
+    def usd(
+        model: str, prompt: int, cache_read: int, cache_write: int, output: int
+    ) -> float | None:
+        tokens = Tokens(1, prompt, cache_read, cache_write, output)
+        day = datetime.now(UTC).strftime("%Y-%m-%d")
+        found = table(model, day, tokens)
+        return None if found is None else float(found)
+
+    return usd
 
 
 @dataclass(slots=True)
@@ -247,3 +269,61 @@ def _cost(price: Price | None, key: LedgerKey, tokens: Tokens) -> Decimal | None
     if price is None:
         return None
     return price(key.model, key.day, tokens)
+
+
+LIMITS_HEADER = (
+    "client",
+    "rpm",
+    "tpm",
+    "parallel",
+    "budget_period",
+    "spent_usd",
+    "budget_usd",
+    "remaining_usd",
+)
+
+
+def limits_cells(name: str, limits: Limits, period: str, used: Used) -> list[str]:
+    """One client key's row: each limit as ``used/limit`` (``used/-`` without one), the
+    period's spend (settled, and the estimates of requests under way), its budget and what
+    remains."""
+
+    def of(n: int, most: int | None) -> str:
+        return f"{n}/{most if most is not None else '-'}"
+
+    budget = limits.budget_usd
+    spent = used.spent_nano / 1e9
+    return [
+        name,
+        of(used.requests, limits.rpm),
+        of(used.tokens, limits.tpm),
+        of(used.parallel, limits.max_parallel),
+        period or "-",
+        f"{spent:.4f}" if budget is not None else "",
+        f"{budget:g}" if budget is not None else "",
+        f"{max(0.0, budget - spent):.4f}" if budget is not None else "",
+    ]
+
+
+def limits_text(rows: Sequence[tuple[str, Limits, str, Used]]) -> str:
+    """Each client key's limits, what it used in the last 60 s and in its budget period, and
+    what remains, as an aligned table (``scripts/usage --client-keys``, ``bridge.usage``)."""
+    if not rows:
+        return "(no client key has a limit)"
+    body = [[table_cell(c) if i == 0 else c for i, c in enumerate(limits_cells(*r))] for r in rows]
+    table = [list(LIMITS_HEADER), *body]
+    widths = [max(_width(row[i]) for row in table) for i in range(len(LIMITS_HEADER))]
+
+    def row(cells: Sequence[str]) -> str:
+        out = []
+        for i, (c, w) in enumerate(zip(cells, widths, strict=True)):
+            pad = " " * (w - _width(c))
+            out.append(c + pad if i in (0, 4) else pad + c)
+        return "  ".join(out).rstrip()
+
+    lines = [row(table[0]), row(["-" * w for w in widths]), *(row(r) for r in body)]
+    lines.append(
+        "rpm, tpm, parallel: used in the last 60 s (now) / the limit; spent: settled in the "
+        "period plus the estimates of requests under way"
+    )
+    return "\n".join(lines)

@@ -8,6 +8,7 @@ from addon.report.counters import BridgeState
 from addon.shell.answer_redact import AnswerRedaction
 from addon.shell.catalogue import ModelCatalogue
 from addon.shell.client_key_gate import ClientKeysGate
+from addon.shell.client_limits import ClientLimits
 from addon.shell.flow_line import KeysOutOfFlowLine
 from addon.shell.flows import Flows
 from addon.shell.kiro_auth import KiroAuth
@@ -32,6 +33,7 @@ class Addons:
     settings: BridgeSettings
     retry: Retry
     client_keys: ClientKeysGate
+    limits: ClientLimits
     catalogue: ModelCatalogue
     count_tokens: CountTokens
     kiro: KiroAuth
@@ -69,6 +71,7 @@ class Addons:
             self.retry,
             self.metrics,
             self.client_keys,
+            self.limits,
             self.catalogue,
             self.count_tokens,
             self.prefetch,
@@ -83,6 +86,7 @@ class Addons:
             self.report,
             self.store,
             self.usage,
+            self.limits.settling,
             self.memory,
             self.flow_line,
         ]
@@ -99,11 +103,13 @@ def make_addons() -> Addons:
     metrics = usage.metrics = Metrics(
         state, settings, flows, lambda: store.shared_cooling(fallbacks.cooldowns)
     )
+    limits = usage.limits = ClientLimits(lambda: client_keys.keys, report, store, metrics)
     return Addons(
         state,
         settings,
         retry,
         client_keys,
+        limits,
         ModelCatalogue(settings, flows, retry),
         CountTokens(settings, state, flows),
         kiro,

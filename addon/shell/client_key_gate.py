@@ -21,8 +21,7 @@ from addon.config.options import CLIENT_KEY_OPTIONS
 from addon.plan import Reject, short
 from addon.plan.spending import (
     Admitted,
-    check_client_key,
-    client_keys_in,
+    gate,
     guarded_route,
     unguarded_warning,
 )
@@ -135,39 +134,55 @@ class ClientKeysGate(OptionChecks):
         goes on the flow's record (``FlowRecord.client_name``) and in its metadata
         (``client_name``); a refused request gets one log line, naming the route and where a
         key was looked for, never a key. Then, checked or not guarded, the request loses every
-        client key it carries (``_strip``)."""
+        client key it carries. What to do is ``addon.plan.spending.gate``'s; here it is
+        applied."""
         if self.keys is None or flow.response is not None or flow.error is not None:
             return
         if not flow.live or flow.request.stream:
             return  # a streamed request went upstream already (``requestheaders``)
         started = time.perf_counter_ns()
-        found: Admitted | Reject | None = None
+        req = flow.request
         try:
-            req = flow.request
             headers, query = header_map(req.headers), tuple(req.query.items(multi=True))
             settings = self._settings.settings
             matched = self.report.flows.route_match(flow, settings)  # the record's, for all
             route = guarded_route(settings, matched, headers, query)
-            if route is not None and not outside_proxy_hosts(flow):
-                stamp = stamp_of(self._path)
-                if stamp != self._stamp:
-                    self._reload(stamp)
-                keys = self.keys
-                assert keys is not None
-                found = check_client_key(keys, route, headers, query)
-            if not isinstance(found, Reject):
-                self._strip(flow)
+            if route is not None and outside_proxy_hosts(flow):
+                route = None
+            keys = self._current(route is not None)
+            fields = [(k, v) for k in req.headers for v in req.headers.get_all(k)]
+            outcome = gate(keys, route, headers, fields, query)
+            for name in outcome.strip.headers:
+                req.headers.pop(name, None)
+            if outcome.strip.query:
+                req.query = [(k, v) for k, v in query if k not in outcome.strip.query]
         except Exception as e:
             log_internal_error("cursor-bridge: client keys", e)
             flow.response = json_response(500, FAILED_CLOSED)
             return
-        if found is None:
+        found = outcome.found
+        if isinstance(found, Reject):
+            self._refuse(flow, found, time.perf_counter_ns() - started)
             return
+        if outcome.comment is not None:
+            append_comment(flow, outcome.comment)
         if isinstance(found, Admitted):
             record = self.report.flows.open(flow.id)
             record.client_name, record.client_route = found.name, found.route
             set_meta(flow, {"client_name": found.name})
-            return
+
+    def _current(self, guarded: bool) -> ClientKeys:
+        """The keys in use; a guarded request reads the file again first when it changed."""
+        if guarded:
+            stamp = stamp_of(self._path)
+            if stamp != self._stamp:
+                self._reload(stamp)
+        keys = self.keys
+        assert keys is not None
+        return keys
+
+    def _refuse(self, flow: http.HTTPFlow, found: Reject, spent_ns: int) -> None:
+        """The 401 in the client's dialect, its comment, metadata and one line."""
         try:
             flow.response = json_response(found.status, found.body)
             route = found.route
@@ -177,13 +192,14 @@ class ClientKeysGate(OptionChecks):
                 flow, {"route": route.name, "action": Action.REJECTED.value, "error": found.message}
             )
             self.report.state.count(Count.REJECTED)
+            req = flow.request
             bare = req.path.split("?", 1)[0]  # a query may hold a key
             line = FlowReport(
                 route.name,
                 Outcome.REJECTED,
                 client=route.client,
                 upstream=route.upstream,
-                spent_ns=time.perf_counter_ns() - started,
+                spent_ns=spent_ns,
                 reason=f"answered {found.status}: {short(found.message)}",
                 fields={"request": f"{short(req.method)} {short(bare)}"},
             )
@@ -198,13 +214,11 @@ class ClientKeysGate(OptionChecks):
         if keys is None:
             return
         query = tuple(req.query.items(multi=True))
-        headers = [(name, value) for name in req.headers for value in req.headers.get_all(name)]
-        found = client_keys_in(keys, headers, query)
-        if not found:
-            return
-        for name in found.headers:
+        fields = [(name, value) for name in req.headers for value in req.headers.get_all(name)]
+        outcome = gate(keys, None, {}, fields, query)
+        for name in outcome.strip.headers:
             req.headers.pop(name, None)
-        if found.query:
-            req.query = [(k, v) for k, v in query if k not in found.query]
-        places = [*found.headers, *(f"query parameter '{q}'" for q in found.query)]
-        append_comment(flow, f"cursor-bridge: client key not sent upstream ({', '.join(places)})")
+        if outcome.strip.query:
+            req.query = [(k, v) for k, v in query if k not in outcome.strip.query]
+        if outcome.comment is not None:
+            append_comment(flow, outcome.comment)

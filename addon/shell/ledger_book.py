@@ -40,6 +40,9 @@ class UsageCounting:
         """A warning was said and the ledger has not answered since."""
         self.metrics: FlowObserver | None = None
         """The metrics addon (``addon.shell.metrics``): told of every routed flow's end."""
+        self.limits: LimitsObserver | None = None
+        """The client keys' limits (``addon.shell.client_limits``): a reservation settled
+        with the same usage."""
 
     def configure(self, updated: set[str]) -> None:
         """After the store's own ``configure`` (the addons' order): the ledger goes where
@@ -99,6 +102,8 @@ class UsageCounting:
         booked = booking(run, report, time.time())
         if self.metrics is not None:
             self.metrics.flow_over(flow, run, report, booked)
+        if self.limits is not None and flow is not None:
+            self.limits.flow_over(flow.id, run, booked)
         if booked is None:
             return
         try:
@@ -130,6 +135,8 @@ class UsageCounting:
             worker.drain()
             rows = worker.submit(ledger.rows).result(DRAIN_WAIT)
         text = table_text(lines(rows, DIMENSIONS, price), DIMENSIONS, price)
+        if self.limits is not None:
+            text += "\n\nclient keys' limits\n" + self.limits.limits_text()
         log.info("cursor-bridge: usage\n%s", text)
         return text
 
@@ -138,6 +145,11 @@ class FlowObserver(Protocol):
     def flow_over(
         self, flow: http.HTTPFlow | None, run: FlowRun, report: FlowReport, booking: Booking | None
     ) -> None: ...
+
+
+class LimitsObserver(Protocol):
+    def flow_over(self, flow_id: str, run: FlowRun, booking: Booking | None) -> None: ...
+    def limits_text(self) -> str: ...
 
 
 def booking(run: FlowRun, report: FlowReport, now: float) -> Booking | None:

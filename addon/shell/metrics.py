@@ -260,6 +260,18 @@ class Metrics(OptionChecks):
             server.shutdown()
             server.server_close()
 
+    # ------------------------------------------------------------------ a client key's limits
+
+    def limited(self, client: str, limit: str) -> None:
+        """A request refused by a client key's limit (``addon.shell.client_limits``)."""
+        if self.on and self.metrics is not None:
+            self.metrics.limited.labels(client, limit).inc()
+
+    def budget_left(self, client: str, usd: float) -> None:
+        """What a client key may still spend in its period, as the store said last."""
+        if self.on and self.metrics is not None:
+            self.metrics.budget_remaining.labels(client).set(usd)
+
     # ------------------------------------------------------------------ a flow's counts
 
     def first_bytes(self, flow_id: str) -> None:

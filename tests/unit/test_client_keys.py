@@ -73,7 +73,7 @@ def test_only_digests_are_kept_and_nothing_shows_a_key() -> None:
         pytest.param('a = "short"', {}, "shorter than 16", id="short"),
         pytest.param('a = ""', {}, "the key is empty", id="empty"),
         pytest.param("a = 3", {}, "not int", id="number"),
-        pytest.param('a = { env = "E", x = 1 }', {"E": BOB}, "nothing else", id="table"),
+        pytest.param('a = { env = "E", x = 1 }', {"E": BOB}, "unknown key 'x'", id="table"),
         pytest.param("", {}, "no client keys", id="no-clients"),
     ],
 )

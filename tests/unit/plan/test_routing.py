@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from addon.config.options import Settings
-from addon.config.routes import Route, parse_upstream_url, withholds_key
+from addon.config.routes import Route, withholds_key
 from addon.config.routes_file import RoutesError, load_routes
+from addon.config.upstream_url import parse_upstream_url
 from addon.dialects import DIALECTS
 from addon.plan import Incoming, Rewrite, decide, route_for
 from addon.plan.wire_request import WITHHELD

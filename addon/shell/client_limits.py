@@ -1,0 +1,283 @@
+"""The client keys' limits (``rpm``, ``tpm``, ``max_parallel``, ``budget_usd`` in the client keys
+file): right after the client keys addon admitted a request, one store step reserves it
+(``request``) or the client gets a 429 / 402 in its dialect with one log line naming the
+client key's name and the limit, never the key; when the flow is over (``response``,
+``error``, after the report counted its usage) one step settles it with what the upstream
+reported. A live worker renews its reservations; a dead one's expire by themselves.
+
+What is reserved and refused is ``addon.plan.limits``'; the counts are the store's
+(``addon.stores.limits``: memory, or Redis shared by every worker when ``bridge_store`` is a
+Redis URL). The store steps run on a thread (``asyncio.to_thread``): never on the event loop.
+docs/deploy.md#limits-per-client-key."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from mitmproxy import ctx, http
+
+from addon.config.client_keys import ClientKeys, Limits
+from addon.config.routes import Route
+from addon.plan import short
+from addon.plan.limits import (
+    MAX_TTL,
+    MIN_TTL,
+    NANO,
+    RENEW_EVERY,
+    RESERVATION_TTL,
+    Planned,
+    Pricer,
+    Settle,
+    Verdict,
+    plan_request,
+    refusal,
+    used_cost,
+)
+from addon.redact import clean
+from addon.report.outcome import Action, Count, FlowReport, Outcome
+from addon.report.usage_table import limits_pricer, limits_text
+from addon.shell.notes import log, log_internal_error, set_meta
+from addon.shell.option_checks import OptionChecks
+from addon.stores.limits import Held, LimitsStore, MemoryLimits, RedisLimits, usage_of
+
+if TYPE_CHECKING:
+    from addon.report.metrics_labels import Booking
+    from addon.shell.flows import FlowRun
+    from addon.shell.metrics import Metrics
+    from addon.shell.reasoning_store import ReasoningStoreLife
+    from addon.shell.reporter import Report
+
+
+@dataclass(slots=True)
+class Reservation:
+    """What one admitted flow holds until it ends."""
+
+    client: str
+    limits: Limits
+    route: Route
+    planned: Planned
+    used: tuple[int, int, int, int] | None = None
+    """Uncached input, cache read, cache write, output, as the upstream reported (or what
+    was delivered); None: nothing yet."""
+    model_used: str | None = None
+
+
+class ClientLimits(OptionChecks):
+    name = "cursor_bridge_client_limits"
+
+    def __init__(
+        self,
+        keys: Callable[[], ClientKeys | None],
+        report: Report,
+        store: ReasoningStoreLife,
+        metrics: Metrics | None = None,
+        price: Pricer | None = None,
+    ) -> None:
+        self._keys = keys
+        """The client keys in use (the client keys addon's)."""
+        self._report = report
+        self._store_life = store
+        self._metrics = metrics
+        self._price = price
+        self._priced = price is not None
+        self._memory = MemoryLimits()
+        self._redis: RedisLimits | None = None
+        self._held: dict[str, Reservation] = {}
+        """Flow id → its reservation, until the flow is over."""
+        self._renewing: asyncio.Task[None] | None = None
+        self._ttl = RESERVATION_TTL
+        """``bridge_client_limits_ttl`` (declared by the client keys addon)."""
+        self.settling = Settling(self)
+        """Its ``response`` / ``error`` hooks, placed after the report's."""
+
+    # ------------------------------------------------------------------ the store
+
+    @property
+    def store(self) -> LimitsStore:
+        """Redis's (the reasoning store's connection) when ``bridge_store`` is a Redis URL,
+        else this worker's memory."""
+        store = self._store_life.store
+        backend = store.redis if store is not None else None
+        if backend is None:
+            return self._memory
+        if self._redis is None or self._redis.backend is not backend:
+            self._redis = RedisLimits(backend)
+        return self._redis
+
+    def pricer(self) -> Pricer | None:
+        if not self._priced:
+            self._price, self._priced = limits_pricer(), True
+        return self._price
+
+    def configure(self, updated: set[str]) -> None:
+        if "bridge_client_limits_ttl" not in updated:
+            return
+        ttl = float(ctx.options.bridge_client_limits_ttl)
+        if not MIN_TTL <= ttl <= MAX_TTL:
+            self.refuse(
+                f"bridge_client_limits_ttl: seconds from {MIN_TTL:g} to {MAX_TTL:g} (got {ttl:g})"
+            )
+            return
+        self._ttl = ttl
+
+    def running(self) -> None:
+        super().running()
+        with contextlib.suppress(RuntimeError):  # no loop: a test's addon
+            self._renewing = asyncio.get_running_loop().create_task(self._renew())
+
+    def done(self) -> None:
+        if self._renewing is not None:
+            self._renewing.cancel()
+            self._renewing = None
+
+    async def _renew(self) -> None:
+        """Every third of the TTL: the reservations of this worker's live flows renewed."""
+        while True:
+            await asyncio.sleep(self._ttl * RENEW_EVERY)
+            held: list[Held] = [
+                (r.client, r.planned.ask.period, r.planned.ask.rid) for r in self._held.values()
+            ]
+            if held:
+                try:
+                    await asyncio.to_thread(self.store.renew, held, time.time(), self._ttl)
+                except Exception as e:
+                    log.warning("cursor-bridge: client limits not renewed: %s", clean(e, 300))
+
+    # ------------------------------------------------------------------ hooks
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        """An admitted request of a client key with limits: reserved, or refused
+        (``addon.plan.limits.plan_request`` decides what it reserves; the store, whether)."""
+        if flow.response is not None or flow.error is not None or not flow.live:
+            return
+        keys = self._keys()
+        record = self._report.flows.get(flow.id)
+        if keys is None or record is None or record.client_name is None:
+            return
+        route, client = record.client_route, record.client_name
+        limits = keys.limits_of(client)
+        if route is None or not limits:
+            return
+        req = flow.request
+        started = time.perf_counter_ns()
+        sent = (req.method, req.host, req.path, req.get_content(strict=False) or b"")
+        try:
+            price = self.pricer() if limits.budget_usd is not None else None
+            planned = plan_request(
+                client, limits, route, flow.id, sent, price, time.time(), self._ttl
+            )
+            if isinstance(planned, Planned):
+                verdict = await asyncio.to_thread(self.store.reserve, planned.ask)
+                self._budget_left(client, limits, verdict)
+                if verdict.admitted:
+                    self._held[flow.id] = Reservation(client, limits, route, planned)
+                    return
+                planned = refusal(route, client, limits, verdict, planned.model)
+        except Exception as e:  # the store failed: the request goes on, unlimited, said once
+            log_internal_error(f"cursor-bridge [{route.name}]: client limits", e)
+            return
+        if planned is None:
+            return
+        try:  # the refusal, its metadata, counters and one log line (never the key)
+            headers = {"content-type": "application/json", **dict(planned.headers)}
+            flow.response = http.Response.make(planned.status, planned.body, headers)
+            limit = planned.limit.value
+            meta = {"route": route.name, "action": Action.REJECTED.value, "limit": limit}
+            set_meta(flow, {**meta, "error": planned.message})
+            if self._metrics is not None:
+                self._metrics.limited(client, limit)
+            self._report.state.count(Count.REJECTED)
+            line = FlowReport(
+                route.name,
+                Outcome.REJECTED,
+                client=route.client,
+                upstream=route.upstream,
+                spent_ns=time.perf_counter_ns() - started,
+                reason=f"answered {planned.status}: {short(planned.message)}",
+                fields={"request": f"{short(sent[0])} {short(sent[2].split('?', 1)[0])}"},
+            )
+            line.fields.update(client_name=client, limit=limit)
+            self._report.close(flow, line, line=True)
+        except Exception as e:
+            log_internal_error(f"cursor-bridge [{route.name}]: client limits", e)
+
+    def flow_over(self, flow_id: str, run: FlowRun, booking: Booking | None) -> None:
+        """The report counted a flow's usage (``UsageCounting.count``): what to settle with.
+        No usage reported on a 2xx answer (a cut stream): the input as reserved and the
+        output as the events delivered (upstreams stream about a token per event)."""
+        held = self._held.get(flow_id)
+        if held is None:
+            return
+        if booking is not None and run.answer.usage is not None:
+            t = booking.tokens
+            held.used = (t.input, t.cache_read, t.cache_write, t.output)
+            held.model_used = booking.key.model
+        elif booking is not None:
+            p = run.answer.processor
+            out = p.events_in if p is not None else 0
+            held.used = (held.planned.estimate.input_tokens, 0, 0, out)
+            held.model_used = booking.key.model
+
+    async def settle(self, flow_id: str) -> None:
+        """The flow's reservation settled (``Settling``: after the report counted it)."""
+        held = self._held.pop(flow_id, None)
+        if held is None:
+            return
+        used = held.used or (0, 0, 0, 0)
+        model = held.model_used or held.planned.model
+        cost = (
+            used_cost(held.limits, held.route, model, self.pricer(), used, held.planned.estimate)
+            if held.used is not None
+            else 0
+        )
+        a = held.planned.ask
+        done = Settle(held.client, a.rid, time.time(), a.period, a.period_end, sum(used), cost)
+        try:
+            await asyncio.to_thread(self.store.settle, done)
+            if a.budget_nano is not None and self._metrics is not None:
+                used_now = await asyncio.to_thread(
+                    self.store.usage, held.client, a.period, done.now
+                )
+                self._budget_left(held.client, held.limits, Verdict(spent_nano=used_now.spent_nano))
+        except Exception as e:
+            log.warning(
+                "cursor-bridge: client limits: %s not settled: %s",
+                clean(held.client, 100),
+                clean(e, 300),
+            )
+
+    def _budget_left(self, client: str, limits: Limits, verdict: Verdict) -> None:
+        if self._metrics is None or limits.budget_usd is None or verdict.spent_nano is None:
+            return
+        self._metrics.budget_left(client, limits.budget_usd - verdict.spent_nano / NANO)
+
+    # ------------------------------------------------------------------ for bridge.usage
+
+    def limits_text(self) -> str:
+        """Each client key's limits, use and what remains (``bridge.usage``: a command, one
+        store read per key)."""
+        keys = self._keys()
+        if keys is None:
+            return "(no bridge_client_keys)"
+        return limits_text(usage_of(self.store, keys.limits, time.time()))
+
+
+class Settling:
+    """After the report and the usage ledger (``response``, ``error``): the flow's
+    reservation settled with what the ledger counted."""
+
+    name = "cursor_bridge_client_limits_settle"
+
+    def __init__(self, limits: ClientLimits) -> None:
+        self._limits = limits
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        await self._limits.settle(flow.id)
+
+    async def error(self, flow: http.HTTPFlow) -> None:
+        await self._limits.settle(flow.id)

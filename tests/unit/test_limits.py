@@ -1,0 +1,451 @@
+"""Limits per client key: the plan (``addon.plan.limits``: estimate, periods, refusals read by
+the official SDKs) and the stores (``addon.stores.limits``: the memory backend, and the Redis
+scripts on a real ``redis-server``, held to the same rules)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from addon.config.client_keys import Limits
+from addon.config.routes import Route, TokenPrice
+from addon.dialects import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES
+from addon.plan.limits import (
+    NANO,
+    Ask,
+    Estimate,
+    Limit,
+    Settle,
+    Verdict,
+    ask_for,
+    estimate,
+    output_cap,
+    period_of,
+    refusal,
+    used_cost,
+)
+from addon.stores import redis_backend
+from addon.stores.base import Notice
+from addon.stores.limits import LimitsStore, MemoryLimits, RedisLimits, keys_of
+from addon.stores.reasoning import memory_backend
+from tests.redis_server import RedisServer, redis_server_or_skip
+
+ROUTE = Route("r", reserve_max_output=1000)
+PRICED = Route("p", price=TokenPrice(input=1.0, output=10.0), reserve_max_output=1000)
+
+
+def table(model: str, prompt: int, read: int, write: int, out: int) -> float | None:
+    """A price table that knows one model: $2 / $20 per million."""
+    if model != "known":
+        return None
+    return (2 * (prompt + read + write) + 20 * out) / 1e6
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def test_the_output_cap_is_clamped_to_reserve_max_output() -> None:
+    assert output_cap(64000, ROUTE) == 1000
+    assert output_cap(200, ROUTE) == 200
+    assert output_cap(None, ROUTE) == 1000 and output_cap(0, ROUTE) == 1000
+
+
+def test_the_estimate_prices_by_the_table_then_the_routes_price_and_never_free() -> None:
+    budget = Limits(budget_usd=1.0, budget_period="day")
+    known = estimate(budget, ROUTE, "known", 1000, 64000, table)
+    assert known == (Estimate(1000, 1000, (2 * 1000 + 20 * 1000) * NANO // 10**6), "known")
+    by_route = estimate(budget, PRICED, "mine", 1000, 500, table)
+    assert by_route == (Estimate(1000, 500, (1000 + 10 * 500) * NANO // 10**6), "mine")
+    assert estimate(budget, ROUTE, "mine", 1000, 500, table) == (None, "mine")  # no price
+    assert estimate(budget, ROUTE, "mine", 1000, 500, None) == (None, "mine")
+    # the model priced is the one sent upstream
+    mapped = Route("m", model_map=(("claude-*", "known"),), reserve_max_output=1000)
+    assert estimate(budget, mapped, "claude-x", 10, 10, table)[1] == "known"
+    # without a budget nothing is priced, and nothing is refused for it
+    assert estimate(Limits(rpm=5), ROUTE, "mine", 1000, 500, None) == (
+        Estimate(1000, 500, 0),
+        "mine",
+    )
+
+
+def test_periods_are_utc_days_weeks_from_monday_calendar_months_and_total() -> None:
+    sunday = datetime(2026, 12, 6, 23, 59, tzinfo=UTC).timestamp()
+    assert period_of("day", sunday) == (
+        "day:2026-12-06",
+        datetime(2026, 12, 7, tzinfo=UTC).timestamp(),
+    )
+    assert period_of("week", sunday) == (
+        "week:2026-11-30",
+        datetime(2026, 12, 7, tzinfo=UTC).timestamp(),
+    )
+    monday = datetime(2026, 12, 7, 0, 0, 1, tzinfo=UTC).timestamp()
+    assert period_of("week", monday)[0] == "week:2026-12-07"
+    assert period_of("month", sunday) == (
+        "month:2026-12",
+        datetime(2027, 1, 1, tzinfo=UTC).timestamp(),
+    )
+    assert period_of("total", sunday) == ("total", None)
+
+
+def test_the_settled_cost_is_what_was_used_or_the_reservation_never_nothing() -> None:
+    budget = Limits(budget_usd=1.0, budget_period="total")
+    reserved = Estimate(10, 10, 777)
+    assert used_cost(budget, ROUTE, "known", table, (100, 0, 0, 10), reserved) == 400 * 1000
+    assert used_cost(budget, ROUTE, "gone", table, (100, 0, 0, 10), reserved) == 777
+    assert used_cost(Limits(rpm=1), ROUTE, "known", table, (100, 0, 0, 10), reserved) == 0
+
+
+def _status_error(status: int, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    request = httpx.Request("POST", "http://127.0.0.1/v1/x")
+    return httpx.Response(status, content=body, headers=headers, request=request)
+
+
+def test_a_rate_refusal_is_a_429_with_retry_after_in_each_dialect() -> None:
+    limits = Limits(rpm=60)
+    for client in (OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC, GEMINI):
+        route = Route("r", client=client, path="*", upstream=client)
+        r = refusal(route, "alice", limits, Verdict(Limit.RPM, 12.2), "m")
+        assert r.status == 429 and ("retry-after", "13") in r.headers
+        assert "client key 'alice' is over its rpm limit (60 requests per minute)" in r.message
+        assert "alice" in r.body.decode() and r.limit is Limit.RPM
+    r = refusal(ROUTE, "a", Limits(max_parallel=2), Verdict(Limit.MAX_PARALLEL, 0.0), "m")
+    assert ("retry-after", "1") in r.headers  # at least one second
+
+
+def test_the_sdks_read_a_rate_refusal_as_their_rate_limit_error() -> None:
+    anth = Route("a", client=ANTHROPIC, upstream=ANTHROPIC, path="*/v1/messages")
+    r = refusal(anth, "alice", Limits(tpm=10), Verdict(Limit.TPM, 3.0), "m")
+    err = anthropic.Anthropic(api_key="x")._make_status_error(
+        "x", body=json.loads(r.body), response=_status_error(r.status, r.body, dict(r.headers))
+    )
+    assert isinstance(err, anthropic.RateLimitError)
+    assert err.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    r = refusal(ROUTE, "alice", Limits(rpm=1), Verdict(Limit.RPM, 3.0), "m")
+    err2 = openai.OpenAI(api_key="x")._make_status_error(
+        "x", body=json.loads(r.body)["error"], response=_status_error(429, r.body, {})
+    )
+    assert isinstance(err2, openai.RateLimitError) and err2.code == "rate_limit_exceeded"
+
+
+def test_a_budget_refusal_is_a_402_the_sdks_do_not_retry() -> None:
+    limits = Limits(budget_usd=5.0, budget_period="day")
+    anth = Route("a", client=ANTHROPIC, upstream=ANTHROPIC, path="*/v1/messages")
+    r = refusal(anth, "bob", limits, Verdict(Limit.BUDGET), "m")
+    assert r.status == 402 and ("x-should-retry", "false") in r.headers
+    assert "client key 'bob' has spent its budget ($5 per day, UTC)" in r.message
+    assert json.loads(r.body)["error"]["type"] == "billing_error"
+    response = _status_error(402, r.body, dict(r.headers))
+    assert not anthropic.Anthropic(api_key="x")._should_retry(response)
+    assert not openai.OpenAI(api_key="x")._should_retry(response)
+    body = json.loads(refusal(ROUTE, "bob", limits, Verdict(Limit.BUDGET), "m").body)
+    assert body["error"]["code"] == "insufficient_quota"
+    total = refusal(
+        ROUTE, "bob", Limits(budget_usd=1, budget_period="total"), Verdict(Limit.BUDGET), "m"
+    )
+    assert "($1 in total)" in total.message
+
+
+def test_a_budget_held_by_requests_under_way_is_a_429_to_wait_on() -> None:
+    limits = Limits(budget_usd=5.0, budget_period="day")
+    r = refusal(ROUTE, "bob", limits, Verdict(Limit.BUDGET_HELD, 1.0), "m")
+    assert r.status == 429 and ("retry-after", "1") in r.headers
+    assert "over its budget limit ($5, with its requests under way)" in r.message
+
+
+def test_an_unpriced_model_is_refused_saying_so() -> None:
+    limits = Limits(budget_usd=5.0, budget_period="day")
+    r = refusal(ROUTE, "bob", limits, Verdict(Limit.UNPRICED), "my-model")
+    assert r.status == 402 and r.limit is Limit.UNPRICED
+    assert "the model 'my-model' has no price" in r.message
+    assert "route 'r' sets no price" in r.message and "never counted as free" in r.message
+
+
+# --------------------------------------------------------------------------- the stores
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    with RedisServer(redis_server_or_skip()) as s:
+        yield s
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request: pytest.FixtureRequest) -> Iterator[LimitsStore]:
+    if request.param == "memory":
+        yield MemoryLimits()
+        return
+    server: RedisServer = request.getfixturevalue("server")
+    import redis
+
+    redis.Redis.from_url(server.url).flushdb()
+    backend = redis_backend.RedisBackend(server.url, memory_backend(), lambda _: None)
+    yield RedisLimits(backend)
+    backend.close()
+
+
+def ask(rid: str, now: float, **kw: object) -> Ask:
+    base = dict(
+        client="alice",
+        rid=rid,
+        now=now,
+        rpm=None,
+        tpm=None,
+        max_parallel=None,
+        budget_nano=None,
+        period="",
+        period_end=None,
+        tokens=10,
+        cost_nano=0,
+    )
+    base.update(kw)
+    return Ask(**base)  # type: ignore[arg-type]
+
+
+def test_rpm_refuses_the_request_past_the_limit_and_says_when_to_come_back(
+    store: LimitsStore,
+) -> None:
+    for i in range(3):
+        assert store.reserve(ask(f"r{i}", 1000.0, rpm=3)).admitted
+    refused = store.reserve(ask("r3", 1000.0, rpm=3))
+    assert refused.limit is Limit.RPM and 0 < refused.retry_after <= 60
+    assert store.usage("alice", "", 1000.0).requests == 3
+    other = store.reserve(ask("b0", 1000.0, rpm=3, client="bob"))
+    assert other.admitted  # another client's window is its own
+
+
+def test_tpm_counts_the_reserved_tokens_then_what_was_used(store: LimitsStore) -> None:
+    assert store.reserve(ask("a", 1.0, tpm=100, tokens=90)).admitted
+    assert store.reserve(ask("b", 1.0, tpm=100, tokens=90)).admitted  # under 100 when asked
+    assert store.reserve(ask("c", 1.0, tpm=100, tokens=1)).limit is Limit.TPM
+    store.settle(Settle("alice", "a", 2.0, "", None, tokens=5, cost_nano=0))
+    store.settle(Settle("alice", "b", 2.0, "", None, tokens=5, cost_nano=0))
+    assert store.usage("alice", "", 2.0).tokens == 10
+    assert store.reserve(ask("d", 2.0, tpm=100, tokens=1)).admitted
+
+
+def test_max_parallel_holds_and_a_settle_frees_the_slot(store: LimitsStore) -> None:
+    assert store.reserve(ask("a", 1.0, max_parallel=2)).admitted
+    assert store.reserve(ask("b", 1.0, max_parallel=2)).admitted
+    assert store.reserve(ask("c", 1.0, max_parallel=2)).limit is Limit.MAX_PARALLEL
+    assert store.usage("alice", "", 1.0).parallel == 2
+    store.settle(Settle("alice", "a", 1.5, "", None, 10, 0))
+    assert store.reserve(ask("c", 1.5, max_parallel=2)).admitted
+
+
+def test_a_budget_admits_while_some_is_left_and_counts_each_settle_once(
+    store: LimitsStore,
+) -> None:
+    b = dict(budget_nano=1000, period="day:x", cost_nano=400)
+    first = store.reserve(ask("a", 1.0, **b))
+    assert first.admitted and first.spent_nano == 400
+    assert store.reserve(ask("b", 1.0, **b)).spent_nano == 800
+    assert store.reserve(ask("c", 1.0, **b)).spent_nano == 1200  # 800 < 1000: admitted
+    held = store.reserve(ask("d", 1.0, **b))  # nothing settled yet: wait, it may be cheaper
+    assert held.limit is Limit.BUDGET_HELD and held.retry_after == 1.0
+    for rid in "abc":
+        store.settle(Settle("alice", rid, 2.0, "day:x", None, 10, 300))
+    assert store.usage("alice", "day:x", 2.0).spent_nano == 900
+    assert store.reserve(ask("e", 2.0, **b)).admitted  # 900 < 1000
+    store.settle(Settle("alice", "e", 2.0, "day:x", None, 10, 300))
+    assert store.reserve(ask("f", 2.0, **b)).limit is Limit.BUDGET
+    assert store.usage("alice", "day:x", 2.0).spent_nano == 1200
+    assert store.reserve(ask("g", 2.0, **{**b, "period": "day:y"})).admitted  # a new period
+
+
+def test_a_budget_of_zero_admits_nothing(store: LimitsStore) -> None:
+    assert store.reserve(ask("a", 1.0, budget_nano=0, period="total")).limit is Limit.BUDGET
+
+
+def test_memory_reservations_expire_by_themselves_and_renew_while_held() -> None:
+    store = MemoryLimits()
+    b = dict(budget_nano=1000, period="total", cost_nano=1000, max_parallel=1, ttl=10.0)
+    assert store.reserve(ask("a", 0.0, **b)).admitted
+    assert store.reserve(ask("b", 5.0, **b)).limit is Limit.MAX_PARALLEL
+    store.renew([("alice", "total", "a")], 8.0, 10.0)  # held until 18
+    assert store.reserve(ask("b", 15.0, **b)).limit is Limit.MAX_PARALLEL
+    verdict = store.reserve(ask("b", 18.5, **b))  # a died: its slot and its cost are gone
+    assert verdict.admitted and verdict.spent_nano == 1000
+    store.settle(Settle("alice", "a", 19.0, "total", None, 10, 0))  # late, counted once: 0
+    assert store.usage("alice", "total", 19.0).spent_nano == 1000
+
+
+def test_the_memory_store_holds_max_parallel_under_threads() -> None:
+    store = MemoryLimits()
+    admitted: list[str] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        if store.reserve(ask(f"r{i}", 1.0, max_parallel=3)).admitted:
+            with lock:
+                admitted.append(f"r{i}")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(admitted) == 3
+
+
+def test_redis_reservations_expire_on_redis_clock(server: RedisServer) -> None:
+    import time
+
+    import redis
+
+    raw = redis.Redis.from_url(server.url)
+    raw.flushdb()
+    backend = redis_backend.RedisBackend(server.url, memory_backend(), lambda _: None)
+    try:
+        store = RedisLimits(backend)
+        b = dict(budget_nano=1000, period="total", cost_nano=1000, max_parallel=1, ttl=0.3)
+        assert store.reserve(ask("a", 0.0, **b)).admitted
+        assert store.reserve(ask("b", 0.0, **b)).limit is Limit.MAX_PARALLEL
+        keys = keys_of(redis_backend.PREFIX, "alice", "total")
+        assert raw.zcard(keys[2]) == 1 and raw.hget(keys[5], "a") == b"1000"
+        deadline = time.monotonic() + 5
+        while not store.reserve(ask("b", 0.0, **b)).admitted:
+            assert time.monotonic() < deadline, "the dead reservation never expired"
+            time.sleep(0.05)
+        assert store.usage("alice", "total", 0.0).spent_nano == 1000  # b's estimate only
+    finally:
+        backend.close()
+
+
+def test_redis_lost_budgets_count_on_locally_and_are_added_when_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(redis_backend, "RETRY_FIRST", 0.05)
+    monkeypatch.setattr(redis_backend, "RETRY_MOST", 0.2)
+    notices: list[Notice] = []
+    with RedisServer(redis_server_or_skip()) as server:
+        backend = redis_backend.RedisBackend(server.url, memory_backend(), notices.append)
+        try:
+            store = RedisLimits(backend)
+            b = dict(budget_nano=1000, period="total", cost_nano=300)
+            assert store.reserve(ask("a", 0.0, **b)).admitted
+            store.settle(Settle("alice", "a", 0.0, "total", None, 10, 600))
+            server.stop()
+            # Redis lost: this worker counts on from the 600 Redis last said
+            assert store.reserve(ask("b", 0.0, **b)).admitted
+            store.settle(Settle("alice", "b", 0.0, "total", None, 10, 300))
+            assert store.reserve(ask("c", 0.0, **b)).spent_nano == 1200  # 900 < 1000
+            store.settle(Settle("alice", "c", 0.0, "total", None, 10, 300))
+            assert store.reserve(ask("x", 0.0, **b)).limit is Limit.BUDGET
+            assert backend.shared is False  # counted locally, from what Redis said last
+            assert store.usage("alice", "total", 0.0).spent_nano == 1200
+            assert backend.shared is False and any(n.warning for n in notices)
+            server.start()
+            _wait(lambda: backend._back.is_set())
+            # back (restarted empty): b's and c's 600 settled meanwhile go to Redis with the
+            # next settle, once
+            assert store.reserve(ask("d", 0.0, **{**b, "budget_nano": 10_000})).admitted
+            store.settle(Settle("alice", "d", 0.0, "total", None, 10, 100))
+            assert store.usage("alice", "total", 0.0).spent_nano == 700
+            store.settle(Settle("alice", "e", 0.0, "total", None, 10, 0))
+            assert store.usage("alice", "total", 0.0).spent_nano == 700
+        finally:
+            backend.close()
+
+
+def _wait(cond: Callable[[], bool]) -> None:
+    import time
+
+    deadline = time.monotonic() + 10
+    while not cond():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_ask_for_puts_the_budget_in_its_period() -> None:
+    limits = Limits(rpm=5, budget_usd=0.5, budget_period="day")
+    sunday = datetime(2026, 12, 6, 12, tzinfo=UTC).timestamp()
+    a = ask_for("alice", "f1", limits, Estimate(10, 20, 99), sunday)
+    assert (a.rpm, a.budget_nano, a.period, a.tokens, a.cost_nano) == (
+        5,
+        NANO // 2,
+        "day:2026-12-06",
+        30,
+        99,
+    )
+    plain = ask_for("alice", "f1", Limits(rpm=5), Estimate(10, 20, 99), sunday)
+    assert plain.budget_nano is None and plain.period == "" and plain.cost_nano == 0
+
+
+# --------------------------------------------------------------------------- what is shown
+
+
+def test_the_limits_table_shows_use_limits_and_what_remains() -> None:
+    from addon.report.usage_table import limits_text
+    from addon.stores.limits import Used
+
+    rows = [
+        ("alice", Limits(60, 1000, 4, 20.0, "month"), "month:2026-12", Used(3, 250, 1, 5 * NANO)),
+        ("bob", Limits(rpm=5), "", Used(1, 10, 0, 0)),
+    ]
+    text = limits_text(rows)
+    head, _, alice, bob, _ = text.splitlines()
+    assert head.split() == [
+        "client",
+        "rpm",
+        "tpm",
+        "parallel",
+        "budget_period",
+        "spent_usd",
+        "budget_usd",
+        "remaining_usd",
+    ]
+    assert alice.split() == [
+        "alice",
+        "3/60",
+        "250/1000",
+        "1/4",
+        "month:2026-12",
+        "5.0000",
+        "20",
+        "15.0000",
+    ]
+    assert bob.split() == ["bob", "1/5", "10/-", "0/-", "-"]
+    assert limits_text([]) == "(no client key has a limit)"
+
+
+def test_scripts_usage_shows_each_keys_limits_from_redis(tmp_path: object) -> None:
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from addon.plan.limits import period_of
+
+    folder = Path(str(tmp_path))
+    keys = folder / "keys.toml"
+    keys.write_text(
+        'alice = { env = "NOT_SET_ANYWHERE", rpm = 10, budget_usd = 2.0, budget_period = "day" }\n'
+    )
+    with RedisServer(redis_server_or_skip()) as server:
+        backend = redis_backend.RedisBackend(server.url, memory_backend(), lambda _: None)
+        try:
+            store = RedisLimits(backend)
+            period, end = period_of("day", time.time())
+            one = ask(
+                "a", time.time(), rpm=10, budget_nano=2 * NANO, period=period, cost_nano=NANO // 2
+            )
+            assert store.reserve(one).admitted
+            store.settle(Settle("alice", "a", time.time(), period, end, 10, NANO // 4))
+        finally:
+            backend.close()
+        done = subprocess.run(
+            [sys.executable, "scripts/usage.py", "--store", server.url, "--client-keys", str(keys)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr
+    row = next(x for x in done.stdout.splitlines() if x.startswith("alice"))
+    assert row.split() == ["alice", "1/10", "10/-", "0/-", period, "0.2500", "2", "1.7500"]
