@@ -38,19 +38,23 @@ class RouteMatch:
     """The chat route (``route_for``); None: no route takes the request."""
     counted: Route | None = None
     """The token-count route of an Anthropic ``…/count_tokens`` (``count_route``)."""
+    outside: bool = False
+    """mitmproxy's ``allow_hosts`` / ``ignore_hosts`` leave the request alone: no route's."""
 
     def fits(self, method: str, host: str, path: str) -> bool:
         """Whether this match is the request's still (``path``: with or without its query)."""
         return (method, host, path.split("?", 1)[0]) == (self.method, self.host, self.path)
 
 
-def match_request(settings: Settings, method: str, host: str, path: str, body: bytes) -> RouteMatch:
-    """The request's routes, matched once."""
+def match_request(
+    settings: Settings, method: str, host: str, path: str, body: bytes, outside: bool = False
+) -> RouteMatch:
+    """The request's routes, matched once (``outside``: the proxy's hosts leave it alone)."""
     bare = path.split("?", 1)[0]
     view = RequestView(body, path)
     route = route_for(settings, method, host, path, view)
     counted = count_route(settings.routes, method, host, bare, body)  # None: no count path
-    return RouteMatch(method, host, bare, view, route, counted)
+    return RouteMatch(method, host, bare, view, route, counted, outside)
 
 
 def flow_secrets(

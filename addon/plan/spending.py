@@ -7,8 +7,9 @@ where one was looked for. Why: a key of the proxy's is spent only for a client t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 from addon.config.client_keys import ClientKeys
 from addon.config.options import Settings
@@ -19,7 +20,8 @@ from addon.model import ClientError
 from addon.plan.decision import Reject
 from addon.plan.model_lists import MODELS_SUFFIX, best_fit, lists_models_of
 from addon.plan.routing import RouteMatch
-from addon.plan.values import error_bytes
+from addon.plan.values import error_bytes, short
+from addon.report.outcome import Action, FlowReport, Outcome
 
 
 def sends_proxy_key(route: Route) -> bool:
@@ -174,6 +176,47 @@ class Gate:
     found: Admitted | Reject | None
     strip: ClientKeysFound
     comment: str | None
+    report: FlowReport | None = None
+    """A refused request's line (its ``spent_ns`` the hook's to set)."""
+    meta: Mapping[str, Any] | None = None
+    """What the flow's metadata gets: the refusal's, or the admitted client's name."""
+
+
+def admit(
+    settings: Settings,
+    matched: RouteMatch,
+    headers: Mapping[str, str],
+    fields: Iterable[tuple[str, str]],
+    query: Query,
+    keys_for: Callable[[bool], ClientKeys],
+) -> Gate:
+    """The client keys addon's whole decision for one request: the route whose key it would
+    spend (``guarded_route``; none outside the proxy's hosts, ``RouteMatch.outside``), the keys as they are now
+    (``keys_for(guarded)``: the file read again when it changed), the check and the keys to
+    remove (``gate``), and what the flow says (a refusal's line and metadata, or the admitted
+    client's name)."""
+    route = guarded_route(settings, matched, headers, query)
+    if route is not None and matched.outside:
+        route = None
+    g = gate(keys_for(route is not None), route, headers, fields, query)
+    found = g.found
+    if isinstance(found, Reject):
+        r = found.route
+        why = f"answered {found.status}: {found.message}"
+        report = FlowReport(
+            r.name,
+            Outcome.REJECTED,
+            client=r.client,
+            upstream=r.upstream,
+            reason=f"answered {found.status}: {short(found.message)}",
+            # a query may hold a key: the path alone
+            fields={"request": f"{short(matched.method)} {short(matched.path)}"},
+        )
+        meta = {"route": r.name, "action": Action.REJECTED.value, "error": found.message}
+        return replace(g, comment=f"cursor-bridge [{r.name}]: {why}", report=report, meta=meta)
+    if isinstance(found, Admitted):
+        return replace(g, meta={"client_name": found.name})
+    return g
 
 
 def gate(

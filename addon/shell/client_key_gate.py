@@ -18,18 +18,17 @@ from mitmproxy import command, ctx, http
 
 from addon.config.client_keys import ClientKeys, ClientKeysError, load_client_keys
 from addon.config.options import CLIENT_KEY_OPTIONS
-from addon.plan import Reject, short
+from addon.plan import Reject
 from addon.plan.spending import (
     Admitted,
+    admit,
     gate,
-    guarded_route,
     unguarded_warning,
 )
 from addon.redact import clean
-from addon.report.outcome import Action, Count, FlowReport, Outcome
+from addon.report.outcome import Count
 from addon.shell.headers import header_map, json_response
-from addon.shell.host_filter import outside_proxy_hosts
-from addon.shell.notes import append_comment, log, log_internal_error, set_meta
+from addon.shell.notes import add_notes, append_comment, log, log_internal_error
 from addon.shell.option_checks import OptionChecks, add_options, environment
 from addon.shell.reporter import Report
 from addon.shell.settings import BridgeSettings
@@ -146,30 +145,34 @@ class ClientKeysGate(OptionChecks):
             headers, query = header_map(req.headers), tuple(req.query.items(multi=True))
             settings = self._settings.settings
             matched = self.report.flows.route_match(flow, settings)  # the record's, for all
-            route = guarded_route(settings, matched, headers, query)
-            if route is not None and outside_proxy_hosts(flow):
-                route = None
-            keys = self._current(route is not None)
             fields = [(k, v) for k in req.headers for v in req.headers.get_all(k)]
-            outcome = gate(keys, route, headers, fields, query)
-            for name in outcome.strip.headers:
-                req.headers.pop(name, None)
-            if outcome.strip.query:
-                req.query = [(k, v) for k, v in query if k not in outcome.strip.query]
+            outcome = admit(settings, matched, headers, fields, query, self._current)
+            found = outcome.found
+            if isinstance(found, Reject):
+                flow.response = http.Response.make(
+                    found.status, found.body, {"content-type": "application/json"}
+                )
+            else:
+                for name in outcome.strip.headers:
+                    req.headers.pop(name, None)
+                if outcome.strip.query:
+                    req.query = [(k, v) for k, v in query if k not in outcome.strip.query]
+            if isinstance(found, Admitted):
+                record = self.report.flows.open(flow.id)
+                record.client_name, record.client_route = found.name, found.route
         except Exception as e:
             log_internal_error("cursor-bridge: client keys", e)
             flow.response = json_response(500, FAILED_CLOSED)
             return
-        found = outcome.found
-        if isinstance(found, Reject):
-            self._refuse(flow, found, time.perf_counter_ns() - started)
-            return
-        if outcome.comment is not None:
-            append_comment(flow, outcome.comment)
-        if isinstance(found, Admitted):
-            record = self.report.flows.open(flow.id)
-            record.client_name, record.client_route = found.name, found.route
-            set_meta(flow, {"client_name": found.name})
+        try:
+            if outcome.comment is not None or outcome.meta is not None:
+                add_notes(flow, outcome.comment, outcome.meta or {}, merge=True)
+            if outcome.report is not None:
+                self.report.state.count(Count.REJECTED)
+                outcome.report.spent_ns = time.perf_counter_ns() - started
+                self.report.close(flow, outcome.report, line=True)
+        except Exception as e:
+            log_internal_error("cursor-bridge: client keys", e)
 
     def _current(self, guarded: bool) -> ClientKeys:
         """The keys in use; a guarded request reads the file again first when it changed."""
@@ -180,32 +183,6 @@ class ClientKeysGate(OptionChecks):
         keys = self.keys
         assert keys is not None
         return keys
-
-    def _refuse(self, flow: http.HTTPFlow, found: Reject, spent_ns: int) -> None:
-        """The 401 in the client's dialect, its comment, metadata and one line."""
-        try:
-            flow.response = json_response(found.status, found.body)
-            route = found.route
-            label = f"cursor-bridge [{route.name}]"
-            append_comment(flow, f"{label}: answered {found.status}: {found.message}")
-            set_meta(
-                flow, {"route": route.name, "action": Action.REJECTED.value, "error": found.message}
-            )
-            self.report.state.count(Count.REJECTED)
-            req = flow.request
-            bare = req.path.split("?", 1)[0]  # a query may hold a key
-            line = FlowReport(
-                route.name,
-                Outcome.REJECTED,
-                client=route.client,
-                upstream=route.upstream,
-                spent_ns=spent_ns,
-                reason=f"answered {found.status}: {short(found.message)}",
-                fields={"request": f"{short(req.method)} {short(bare)}"},
-            )
-            self.report.close(flow, line, line=True)
-        except Exception as e:
-            log_internal_error(f"cursor-bridge [{found.route.name}]: client keys", e)
 
     def _strip(self, flow: http.HTTPFlow) -> None:
         """Every header and query parameter holding a client key removed from the request

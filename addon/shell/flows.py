@@ -33,6 +33,7 @@ from addon.plan.model_lists import ListRequest
 from addon.redact import NO_SECRETS, SecretForms, Secrets
 from addon.report.counters import KeptBytes
 from addon.report.outcome import FlowReport, Outcome
+from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.outbound.relay import Leg
 from addon.stores.reasoning import StoreView
 
@@ -187,7 +188,10 @@ class Flows:
         found = record.match
         if found is None or not found.fits(req.method, req.host, req.path):
             body = req.get_content(strict=False) or b""
-            found = record.match = match_request(settings, req.method, req.host, req.path, body)
+            outside = outside_proxy_hosts(flow)
+            found = record.match = match_request(
+                settings, req.method, req.host, req.path, body, outside
+            )
         return found
 
     def end(self, flow_id: str) -> None:
@@ -220,20 +224,6 @@ class Flows:
         return bool(self._forms)
 
     # ------------------------------------------------------------------ the run
-
-    def start_run(self, flow_id: str, plan: FlowPlan) -> FlowRun:
-        """The flow is rewritten for ``plan``: its run starts."""
-        answer = AnswerState.of(plan)
-        report = FlowReport(
-            plan.route.name,
-            Outcome.REWRITTEN,
-            client=plan.client.name,
-            upstream=plan.upstream.name,
-            mode="stream" if plan.stream else "whole",
-            notes=answer.notes,
-        )
-        run = self.open(flow_id).run = FlowRun(report, plan, answer)
-        return run
 
     def run(self, flow_id: str) -> FlowRun | None:
         record = self._records.get(flow_id)
@@ -303,3 +293,18 @@ class _SecretFilter(logging.Filter):
 
 
 logging.getLogger("cursor_bridge").addFilter(_SecretFilter())
+
+
+def new_run(plan: FlowPlan) -> FlowRun:
+    """The run of a flow rewritten for ``plan``: its report (rewritten, until the answer says
+    otherwise) and its answer's state."""
+    answer = AnswerState.of(plan)
+    report = FlowReport(
+        plan.route.name,
+        Outcome.REWRITTEN,
+        client=plan.client.name,
+        upstream=plan.upstream.name,
+        mode="stream" if plan.stream else "whole",
+        notes=answer.notes,
+    )
+    return FlowRun(report, plan, answer)

@@ -41,12 +41,16 @@ def set_meta(flow: http.HTTPFlow, meta: Mapping[str, Any]) -> None:
     flow.metadata[META_KEY] = secrets_of(flow.id).data(clean_data({**kept, **meta}))
 
 
-def add_notes(flow: http.HTTPFlow, line: str, meta: Mapping[str, Any], *, merge: bool) -> None:
-    """``append_comment`` and ``set_meta`` in one step (the flow's secrets read once): ``meta``
-    merged into the flow's metadata (``merge``), or replacing it but for ``KEPT_META``."""
+def add_notes(
+    flow: http.HTTPFlow, line: str | None, meta: Mapping[str, Any], *, merge: bool
+) -> None:
+    """``append_comment`` (``line``, if any) and ``set_meta`` in one step (the flow's secrets
+    read once): ``meta`` merged into the flow's metadata (``merge``), or replacing it but for
+    ``KEPT_META``."""
     secrets = secrets_of(flow.id)
-    line = secrets(clean(line, MAX_COMMENT_LINE))
-    flow.comment = f"{flow.comment}\n{line}" if flow.comment else line
+    if line is not None:
+        line = secrets(clean(line, MAX_COMMENT_LINE))
+        flow.comment = f"{flow.comment}\n{line}" if flow.comment else line
     prior = flow.metadata.get(META_KEY)
     keep = KEPT_META if not merge else tuple(prior) if isinstance(prior, dict) else ()
     kept = {k: prior[k] for k in keep if isinstance(prior, dict) and k in prior}

@@ -24,7 +24,7 @@ from addon.plan import (
 from addon.redact import clean
 from addon.report.counters import Original
 from addon.report.outcome import FlowReport
-from addon.shell.flows import FlowRecord
+from addon.shell.flows import FlowRecord, new_run
 from addon.shell.headers import header_map
 from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.kiro_auth import KiroAuth
@@ -86,7 +86,7 @@ class RewriteRequest:
             ran = None
             if w.plan is not None:  # a rewrite's run starts: what its line and the view say
                 plan = w.plan
-                run = self.report.flows.start_run(flow.id, plan)
+                run = record.run = new_run(plan)
                 ran = run.report
                 # Where the answer comes from, in the log line, the metadata and the view: the
                 # upstream's address (never its path: a path may carry a key) and the model sent.
@@ -156,7 +156,9 @@ class RewriteRequest:
                 incoming,
                 env,
                 creds,
-                store=flows.store_view(flow.id),
+                store=flows.default_store_view()
+                if record.store_view is None
+                else record.store_view,
                 secrets=secrets,
                 view=view,
             )
