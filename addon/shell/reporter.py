@@ -93,13 +93,19 @@ class Report:
         plan, notes = run.plan, FlowNotes()
         p = run.answer.processor if plan is not None else None
         ended = p is not None and p.upstream_ended()
+        # The stream had already told the client it failed (its dialect's error): that is
+        # the flow's outcome and reason, whatever the client did next.
+        failed = p is not None and p.error is not None
         if not ended:  # the client got part of an answer: no body to show as its own
             run.client_bytes = None
-            run.report.reason = run.report.reason or why[:300]  # the line cleans it
-        if plan is not None and p is not None and (ended or p.events_in):
+            if not failed:
+                run.report.reason = run.report.reason or why[:300]  # the line cleans it
+        if plan is not None and p is not None and (ended or failed or p.events_in):
             stream_notes(self, notes, run, plan)
         if ended:
             notes.comments.append("the client hung up after the answer's end")
+        elif failed:
+            notes.comments.append("the client hung up after the stream's error")
         return notes
 
     def done(self) -> None:

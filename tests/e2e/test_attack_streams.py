@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -180,6 +181,34 @@ def test_a_200_event_stream_that_is_not_one_is_never_eaten(
         assert said in failure(client, got)
     # Passed through, or ended with an error the bridge wrote: ⚠ either way.
     assert outcome_of_next_flow(proxy, since) == "not_rewritten"
+    clean_log(proxy)
+
+
+def test_a_client_that_hangs_up_after_the_streams_error_leaves_it_an_error(
+    proxy: Proxy, upstream: ScriptedUpstream
+) -> None:
+    """The upstream's 200 is not an event stream and it keeps its connection open; the client
+    reads the error event the bridge wrote and hangs up. The flow is still ⚠ not_rewritten
+    with that error as its reason (not ``rewritten`` with "Client disconnected")."""
+    body, said = NOT_STREAMS["html page"]
+    upstream.enqueue(SSEReply(body, chunk_min=5, chunk_max=40, linger=3.0))
+    since = len(proxy.log_text())
+    path, request = CLIENTS["anthropic"]
+    with (
+        httpx.Client(timeout=10) as http_client,
+        http_client.stream(
+            "POST", f"{proxy.base_url}{path}", json=request, headers={"x-api-key": "k"}
+        ) as resp,
+    ):
+        seen = b""
+        for part in resp.iter_bytes():
+            seen += part
+            if b"event: error" in seen and seen.endswith(b"\n\n"):
+                break  # hang up at once, the upstream still open
+    assert said.encode() in seen
+    assert outcome_of_next_flow(proxy, since) == "not_rewritten"
+    line = re.search(r"cursor-bridge flow .*", proxy.log_text()[since:])
+    assert line is not None and "Client disconnected" not in line.group(0), line
     clean_log(proxy)
 
 
