@@ -26,7 +26,6 @@ from addon.report.counters import Original
 from addon.report.outcome import FlowReport
 from addon.shell.flows import FlowRecord, new_run
 from addon.shell.headers import header_map
-from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.kiro_auth import KiroAuth
 from addon.shell.notes import log, log_internal_error, write_notes
 from addon.shell.option_checks import environment
@@ -132,11 +131,11 @@ class RewriteRequest:
         record = flows.open(flow.id)
         address = (req.scheme, req.host, req.port)
         try:
-            if outside_proxy_hosts(flow):
-                record.match = None  # not the bridge's: what an addon before matched let go
-                return None
             headers = header_map(req.headers)
             matched = flows.route_match(flow, settings)
+            if matched.outside:
+                record.match = None  # not the bridge's: what an addon before matched let go
+                return None
             record.match = None  # its last reader: the body's decode let go
             route, view = matched.route, matched.view
             if route is None:
