@@ -14,6 +14,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from openai.types.responses.input_token_count_params import InputTokenCountParams
 
 from addon.transforms.tokenizers import count_chat
 from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream
@@ -94,20 +95,7 @@ client = "anthropic"
 upstream = "openai_responses"
 model_map = { "claude-*" = "gpt-5" }
 """
-INPUT_TOKENS_FIELDS = {
-    "model",
-    "input",
-    "instructions",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "reasoning",
-    "text",
-    "truncation",
-    "conversation",
-    "previous_response_id",
-    "personality",
-}
+INPUT_TOKENS_FIELDS = frozenset(InputTokenCountParams.__annotations__)
 """What OpenAI's ``POST /v1/responses/input_tokens`` takes (the openai SDK's
 ``responses.input_tokens.count``); another field is refused, as OpenAI refuses it."""
 
