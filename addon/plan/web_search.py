@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from addon.config.search_backend import SearchBackend
 from addon.dialects import Dialect
-from addon.dialects.searches import SEARCH_TOOL, Found, SearchAsk, Searched
+from addon.dialects.searches import SEARCH_TOOL, Found, SearchAsk, Searched, SearchShape
 from addon.model import (
     JSON,
     Message,
@@ -206,7 +206,35 @@ class Round:
     """One upstream answer that called the search tool, and what its searches gave."""
 
     answer: Response
-    searched: tuple[Searched, ...]
+    searched: Sequence[Searched]
+
+
+def searches_run(rounds: Sequence[Round]) -> int:
+    """The searches the backend was asked (not those the model was told it may not make)."""
+    return sum(1 for r in rounds for s in r.searched if s.error is None)
+
+
+@dataclass(frozen=True, slots=True)
+class Search[T, A]:
+    """A whole answer's step (``addon.plan.whole_steps``): run the model's web searches —
+    apply ``told``, run each of ``runs`` that is a query (a ``Searched`` is settled already:
+    past ``max_uses``, no query) — then read ``then`` with what they found."""
+
+    told: T
+    answer: Response
+    """The answer that called the search tool."""
+    calls: tuple[ToolCall, ...]
+    runs: tuple[Searched | str, ...]
+    then: A
+
+    @classmethod
+    def of(
+        cls, search: WebSearch | None, answer: Response, rounds: Sequence[Round], told: T, then: A
+    ) -> Search[T, A]:
+        assert search is not None  # a plan that searches
+        calls = search_calls(search, answer)
+        runs = to_run(search, calls, searches_run(rounds))
+        return cls(told, answer, calls, tuple(runs), then)
 
 
 def fed_back(unified: Request, rounds: Sequence[Round]) -> Request:
@@ -240,15 +268,35 @@ def _result_text(s: Searched) -> str:
     return json.dumps(rows, ensure_ascii=False)
 
 
-def shown(client: Dialect, last: Response, rounds: Sequence[Round]) -> Response:
-    """The client's answer: the searches in its dialect's shape, then the last answer; the
-    usage of every upstream call added up."""
-    assert client.web_search is not None
+def after(
+    shape: SearchShape | None, search: WebSearch | None, answer: Response, rounds: Sequence[Round]
+) -> Response | None:
+    """None: the answer searches again (fewer than ``MAX_ROUNDS`` upstream calls so far); else
+    the client's answer (``shown``)."""
+    assert shape is not None and search is not None  # a plan that searches
+    if search_calls(search, answer) and len(rounds) + 1 < MAX_ROUNDS:
+        return None
+    return shown(shape, search, answer, rounds)
+
+
+def shown(
+    shape: SearchShape, search: WebSearch, last: Response, rounds: Sequence[Round]
+) -> Response:
+    """The client's answer: the searches in its dialect's shape, then what the model said
+    before them and its last answer (without any search it still asked for: the rounds ran
+    out); the usage of every upstream call added up."""
     searched = [s for r in rounds for s in r.searched]
     before = [p for r in rounds for p in r.answer.parts if isinstance(p, Text) and p.text]
+    left = search_calls(search, last)
+    parts = tuple(p for p in last.parts if p not in left)
+    finish = last.finish
+    if left and not any(isinstance(p, ToolCall) for p in parts):
+        finish = "stop"
     usage = _summed([r.answer.usage for r in rounds] + [last.usage])
-    answer = dataclasses.replace(last, parts=(*before, *last.parts), usage=usage)
-    return client.web_search.answer(answer, searched)
+    answer = dataclasses.replace(
+        last, parts=(*before, *parts), usage=usage, finish=finish, finish_raw=None
+    )
+    return shape.answer(answer, searched)
 
 
 def _summed(usages: Sequence[Usage | None]) -> Usage | None:
