@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Literal
 
+from addon.config.search_backend import SearchBackend
 from addon.config.upstream_url import UpstreamURL, http_url, parse_upstream_url, upstream_url
 from addon.dialects import (
     ANTHROPIC,
@@ -208,6 +209,10 @@ class Route:
     """A key pool's probe (``addon.plan.key_probe``): the path, on the upstream's origin, of a
     GET that refuses a request without a key and answers a good key (OpenRouter's
     ``/api/v1/key``); None: the one known for the upstream."""
+    # Issue 44 point 1 (web search): the backend the bridge runs a client's search tool on.
+    search: SearchBackend | None = None
+    """Where the bridge runs a client's web search tool when the upstream cannot
+    (``addon.config.search_backend``, docs/tools.md#web-search); None: such tools are left out."""
 
     def __post_init__(self) -> None:
         for name in ("name", "host", "path"):

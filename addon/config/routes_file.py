@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from addon.config import routes
 from addon.config import upstream_url as upstream_urls
 from addon.config.routes import Route
+from addon.config.search_backend import MAX_RESULTS, MAX_SEARCH_TIMEOUT, SearchBackend, search_url
 from addon.dialects import OPENAI_CHAT, DialectName
 from addon.model import CachePolicy, CacheTTL, SchemaProfile, ToolMode
 
@@ -79,6 +80,23 @@ class PriceFields(BaseModel):
         return routes.TokenPrice(self.input, self.output, self.cache_read, self.cache_write)
 
 
+class SearchFields(BaseModel):
+    """A route's ``search`` table (``addon.config.search_backend.SearchBackend``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    url: str
+    kind: Literal["searxng"] = "searxng"
+    max_results: int = Field(default=5, ge=1, le=MAX_RESULTS)
+    timeout: float = Field(default=10.0, gt=0, le=MAX_SEARCH_TIMEOUT)
+    key_env: str | None = None
+
+    _url = field_validator("url")(search_url)
+
+    def backend(self) -> SearchBackend:
+        return SearchBackend(**{name: getattr(self, name) for name in type(self).model_fields})
+
+
 class RouteFields(BaseModel):
     """``Route`` field for field (a test holds them together). The checks beyond types are
     ``addon.config.routes``' own, run on the key they are about so that an error names it."""
@@ -123,6 +141,7 @@ class RouteFields(BaseModel):
         default=routes.DEFAULT_RESERVE_MAX_OUTPUT, ge=1, le=routes.MAX_RESERVE_OUTPUT, strict=True
     )
     key_probe: str | None = None
+    search: SearchFields | None = None
 
     _env = field_validator("api_key_env", mode="before")(routes.env_names)
     _methods = field_validator("methods")(routes.http_methods)
@@ -146,6 +165,7 @@ class RouteFields(BaseModel):
         fields = {name: getattr(self, name) for name in type(self).model_fields}
         fields["when"] = self.when.when() if self.when is not None else None
         fields["price"] = self.price.price() if self.price is not None else None
+        fields["search"] = self.search.backend() if self.search is not None else None
         return Route(**fields)
 
 
@@ -183,6 +203,8 @@ def _describe(e: ValidationError, data: dict[str, Any]) -> str:
                 if len(loc) > 3 and loc[2] == "when"
                 else tuple(PriceFields.model_fields)
                 if len(loc) > 3 and loc[2] == "price"
+                else tuple(SearchFields.model_fields)
+                if len(loc) > 3 and loc[2] == "search"
                 else ROUTE_KEYS
                 if len(loc) > 1
                 else ("routes",)
@@ -192,6 +214,7 @@ def _describe(e: ValidationError, data: dict[str, Any]) -> str:
             msg = err["msg"].removeprefix("Value error, ").replace("a valid tuple", "a list")
             msg = msg.replace(" or instance of WhenFields", " (e.g. {thinking = true})")
             msg = msg.replace(" or instance of PriceFields", " (e.g. {input = 0.5, output = 2})")
+            msg = msg.replace(" or instance of SearchFields", ' (e.g. {url = "http://…"})')
         problems.append(f"{where or 'top level'}: {msg}{got}{_route_name(data, err['loc'])}")
     return "; ".join(problems)
 

@@ -43,6 +43,7 @@ from addon.plan.values import (
     load_json,
     short,
 )
+from addon.plan.web_search import offer_search
 from addon.plan.wire_request import KEY_PARAMETERS, RouteKey, build_wire, credentials
 from addon.redact import Secrets
 from addon.stores.reasoning import Scope, StoreView
@@ -195,7 +196,8 @@ def _decide(
     summary = describe(notes) or "no changes needed"
     plan = replace(
         plan,
-        stream=unified.stream,
+        # A search asks the upstream for whole answers; the client gets the stream it asked.
+        stream=decoded.stream if plan.search is not None else unified.stream,
         upstream_framing=upstream.framing_for(wire.query),
         client_framing=client.framing_for(incoming.query),
         request_notes=Counter(notes),
@@ -384,6 +386,7 @@ def transform(
         loop=verdict,
         loop_fallback=verdict is not None and s.loop_fallback and mode == "native",
     )
+    req, plan = _web_search(req, plan, notes)
     if mode == "native":
         req = leave_out_tools(req, upstream.runs, f"the {upstream.name} upstream", notes)
     else:
@@ -438,6 +441,13 @@ def transform(
     if cache == "auto" and upstream.cache_marks is not None:
         req = place_breakpoints(req, upstream.cache_marks, route.cache_ttl, notes)
     return req, replace(plan, hide_thinking=s.thinking_output == "hidden")
+
+
+def _web_search(req: Request, plan: FlowPlan, notes: Notes) -> tuple[Request, FlowPlan]:
+    """A client's search tool the upstream cannot run, run by the bridge where the route names
+    a backend (``search``): the model gets a ``web_search`` function tool in its place."""
+    req, search = offer_search(req, plan.client, plan.upstream, plan.route.search, notes)
+    return req, replace(plan, search=search)
 
 
 def _model_names(
