@@ -240,7 +240,7 @@ def models_plan(
     chats = tuple(base + chat for chat in CHAT_PATHS)
     # Any route of a chat path on this host, whatever models it takes.
     listing = [r for r in routes if lists_models_of(r, host, base)]
-    shape = SHAPES[list_client(listing, headers, query)]
+    shape = SHAPES[list_client(listing, headers, query, checked)]
     if not listing or any(k in shape.later_page for k, _ in query):
         return ModelsPlan(key, (), (), shape)  # a later page: as the upstream answers it
     if key is not None:  # the others are asked with the headers the key left
@@ -261,13 +261,18 @@ def models_plan(
     return ModelsPlan(key, models, others, shape, exposed)
 
 
-def list_client(routes: list[Route], headers: Mapping[str, str], query: Query) -> DialectName:
+def list_client(
+    routes: list[Route], headers: Mapping[str, str], query: Query, checked: Route | None = None
+) -> DialectName:
     """Whose list a ``GET …/models`` asks for, of the client dialects of the ``routes`` that
-    list there (``SHAPES``): the one whose own headers the request carries
+    list there (``SHAPES``): that of ``checked`` (the route the client's key was checked for,
+    before the key was removed), else the one whose own headers the request carries
     (``anthropic-version``: Anthropic's SDK and Claude Code), else the one whose own key
     header or query parameter holds a key (``x-api-key``, ``x-goog-api-key``, ``?key=``),
     else OpenAI's."""
     clients = [c for c in dict.fromkeys(r.client for r in routes) if c in SHAPES]
+    if checked is not None and checked.client in clients:
+        return checked.client
     for client in clients:
         if any(h.startswith(p) for h in headers for p in DIALECTS[client].own_headers):
             return client

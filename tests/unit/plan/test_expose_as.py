@@ -242,3 +242,14 @@ def test_another_apis_list_is_written_again_in_the_clients_shape() -> None:
         {"name": "models/g", "displayName": "g", "supportedGenerationMethods": [
             "generateContent", "streamGenerateContent", "countTokens"]},
     ]  # fmt: skip
+
+
+def test_a_list_whose_client_key_was_removed_is_in_the_checked_routes_shape() -> None:
+    """The client-key gate removes the client's key before the catalogue reads the request:
+    the route the key was checked for says whose list it is (a Gemini one, here)."""
+    gemini = routes()[2]
+    found = models_plan(
+        routes(), (), ("GET", "/v1beta/models", "https", "h", 443), {}, (), {}, gemini, True
+    )
+    assert found is not None and found.shape is SHAPES["gemini"]
+    assert "gemini-glm" in found.models
