@@ -11,10 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from functools import lru_cache
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from addon.config.routes import When
+from typing import Protocol
 
 SLOT = "{model}"
 """Where a rule puts the name of the model the route serves."""
@@ -143,7 +140,7 @@ class Exposing(Protocol):
     @property
     def model(self) -> tuple[str, ...] | None: ...
     @property
-    def when(self) -> When | object | None: ...
+    def when(self) -> object: ...
 
 
 def check_route(route: Exposing) -> None:

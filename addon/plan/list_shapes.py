@@ -18,7 +18,9 @@ from typing import Any, Literal
 from addon.dialects import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES, DialectName
 from addon.plan.values import dump, load_json
 
-type Family = Literal["openai", "anthropic", "gemini"]
+type Family = Literal["object_list", "paged", "named"]
+"""How a list is laid out: ``{"object": "list", "data"}`` (OpenAI), ``data`` with paging
+(Anthropic), ``models`` named ``models/…`` (Gemini)."""
 EPOCH = "1970-01-01T00:00:00Z"
 """Anthropic's ``created_at`` for a model whose release date is not known (what its API
 documents for that case)."""
@@ -61,10 +63,10 @@ class Shape:
 
 
 SHAPES: dict[DialectName, Shape] = {
-    OPENAI_CHAT: Shape("openai", _openai_item, ()),
-    OPENAI_RESPONSES: Shape("openai", _openai_item, ()),
-    ANTHROPIC: Shape("anthropic", _anthropic_item, ("after_id", "before_id")),
-    GEMINI: Shape("gemini", _gemini_item, ("pageToken",)),
+    OPENAI_CHAT: Shape("object_list", _openai_item, ()),
+    OPENAI_RESPONSES: Shape("object_list", _openai_item, ()),
+    ANTHROPIC: Shape("paged", _anthropic_item, ("after_id", "before_id")),
+    GEMINI: Shape("named", _gemini_item, ("pageToken",)),
 }
 """The client dialects that list models, and how (Code Assist lists none)."""
 
@@ -72,12 +74,12 @@ SHAPES: dict[DialectName, Shape] = {
 def _family_of(body: dict[str, Any]) -> Family | None:
     """The shape an upstream answered in, or None: no model list."""
     if isinstance(body.get("models"), list):
-        return "gemini"
+        return "named"
     data = body.get("data")
     if not isinstance(data, list):
         return None
     typed = any(isinstance(m, dict) and m.get("type") == "model" for m in data)
-    return "anthropic" if typed or "has_more" in body else "openai"
+    return "paged" if typed or "has_more" in body else "object_list"
 
 
 def _item_name(item: object) -> str | None:
@@ -124,9 +126,9 @@ def merged_list(
     family = _family_of(body) if body else None
     items: list[Any] = []
     if family == shape.family:
-        items = list(body["models" if family == "gemini" else "data"])
+        items = list(body["models" if family == "named" else "data"])
     elif family is not None:  # another API's list: each of its models in the client's shape
-        for item in body["models" if family == "gemini" else "data"]:
+        for item in body["models" if family == "named" else "data"]:
             name = _item_name(item)
             if name is not None:
                 items.append(shape.item(name, _item_display(item, name)))
@@ -143,9 +145,9 @@ def _envelope(
     client's shape. Anthropic's ``last_id`` stays the upstream's while it has more pages, so
     that the next page starts after its last model."""
     data = [*items, *added]
-    if family == "openai":
+    if family == "object_list":
         return {"object": "list", "data": data}
-    if family == "gemini":
+    if family == "named":
         return {**own, "models": data}
     ids = [m.get("id") for m in data if isinstance(m, dict)]
     more = own.get("has_more") is True

@@ -1,7 +1,8 @@
 """The model catalogue addon: ``GET …/models`` answered with the configured models (``bridge_models``
-and their ``-thinking`` variants) and the routes' models, merged with the upstream's own list and
-the lists of the routes' other upstreams (``addon.plan.model_lists``, asked through ``Retry`` with
-each route's key, a few seconds at most). Only a path whose chat sibling a route takes, inside
+and their ``-thinking`` variants), the routes' models and the names routes of the client's dialect
+expose (``expose_as``), in that dialect's list shape (``addon.plan.list_shapes``), merged with the
+upstream's own list and the lists of the routes' other upstreams (``addon.plan.model_lists``,
+asked through ``Retry`` with each route's key, a few seconds at most). Only a path whose chat sibling a route takes, inside
 ``allow_hosts`` / ``ignore_hosts``: a client picks its model from this list, so it must name the
 bridge's routes."""
 
