@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from addon.config import routes
+from addon.config import expose, routes
 from addon.config import upstream_url as upstream_urls
 from addon.config.routes import Route
 from addon.config.search_backend import MAX_RESULTS, MAX_SEARCH_TIMEOUT, SearchBackend, search_url
@@ -47,6 +47,7 @@ def load_routes(path: str | Path) -> tuple[Route, ...]:
         raise RoutesError(f"routes file '{p}': route names must be unique: {', '.join(dupes)}")
     try:
         routes.check_fallbacks(found)
+        expose.check_unique(found)
     except ValueError as e:
         raise RoutesError(f"routes file '{p}': {e}") from None
     return found
@@ -140,6 +141,7 @@ class RouteFields(BaseModel):
     reserve_max_output: int = Field(
         default=routes.DEFAULT_RESERVE_MAX_OUTPUT, ge=1, le=routes.MAX_RESERVE_OUTPUT, strict=True
     )
+    expose_as: str | tuple[str, ...] | None = None
     key_probe: str | None = None
     search: SearchFields | None = None
 
@@ -155,10 +157,12 @@ class RouteFields(BaseModel):
     _upstream_url = field_validator("upstream_url")(upstream_urls.upstream_url)
     _fallback = field_validator("fallback", mode="before")(routes.fallback_names)
     _probe = field_validator("key_probe")(routes.probe_path)
+    _expose = field_validator("expose_as", mode="before")(expose.expose_value)
 
     @model_validator(mode="after")
     def _dialect_keys(self) -> RouteFields:
         routes.dialect_keys(self)  # type: ignore[arg-type]  # same attributes as a Route
+        expose.check_route(self)
         return self
 
     def route(self) -> Route:

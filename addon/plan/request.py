@@ -463,7 +463,8 @@ def _model_names(
         req = dataclasses.replace(req, model=model)
     mapped = plan.route.mapped_model(req.model)
     if mapped is not None and mapped != req.model:
-        notes[f"model {req.model} → {mapped} (the route's model_map)"] += 1
+        why = "expose_as" if plan.route.exposes(req.model) else "model_map"
+        notes[f"model {req.model} → {mapped} (the route's {why})"] += 1
         req = dataclasses.replace(req, model=mapped)
         plan = replace(plan, rename_answer=True)
     return req, plan, thinking, mapped is not None

@@ -29,6 +29,7 @@ from addon.plan import (
 )
 from addon.plan.count_tokens import CountUpstream
 from addon.plan.fallback import Failure
+from addon.plan.list_shapes import Shape
 from addon.plan.model_lists import ListRequest
 from addon.redact import NO_SECRETS, SecretForms, Secrets
 from addon.report.counters import KeptBytes
@@ -106,6 +107,10 @@ class ModelsAsked:
     """The models added to the upstream's list."""
     others: tuple[ListRequest, ...]
     """The other upstreams' lists to ask for (each with its route's key)."""
+    shape: Shape
+    """The shape of the client's list (its dialect's)."""
+    display: tuple[tuple[str, str], ...]
+    """Display names of exposed names (``expose_as``)."""
 
 
 @dataclass(slots=True)
