@@ -208,6 +208,12 @@ class Route:
     """A key pool's probe (``addon.plan.key_probe``): the path, on the upstream's origin, of a
     GET that refuses a request without a key and answers a good key (OpenRouter's
     ``/api/v1/key``); None: the one known for the upstream."""
+    images: bool | Literal["drop"] | None = None
+    """A request's images on this route (docs/routes.md#images): sent (``None``, true); none
+    (false): each replaced by the ``vision`` route's caption, or without one the request
+    refused (400); ``"drop"``: left out, the flow's comment says how many."""
+    vision: str | None = None
+    """With ``images = false``: the route that captions each image (``check_vision``)."""
 
     def __post_init__(self) -> None:
         for name in ("name", "host", "path"):
@@ -229,6 +235,7 @@ class Route:
         seconds(self.cooldown, "cooldown", MAX_COOLDOWN, zero=True)
         probe_path(self.key_probe)
         reserve_output(self.reserve_max_output)
+        image_keys(self.images, self.vision)
 
     @property
     def key_env(self) -> str | None:
@@ -411,6 +418,31 @@ def reserve_output(v: int) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_RESERVE_OUTPUT:
         raise ValueError(f"reserve_max_output: a whole number from 1 to {MAX_RESERVE_OUTPUT}")
     return v
+
+
+def image_keys(images: object, vision: object) -> None:
+    if images is not None and not isinstance(images, bool) and images != "drop":
+        raise ValueError('images: true, false or "drop"')
+    if vision is not None and (not isinstance(vision, str) or not vision.strip()):
+        raise ValueError("vision: must be a route's name")
+    if vision is not None and images is not False:
+        raise ValueError("vision: only with images = false (a route that sends no images)")
+
+
+def check_vision(routes: tuple[Route, ...]) -> None:
+    """Every ``vision`` names another route that sees images (its ``images`` unset or true)
+    and reads no Kiro token file. ``ValueError`` naming the route and the key."""
+    by_name = {r.name: r for r in routes}
+    for route in routes:
+        other = by_name.get(route.vision or "")
+        where = f"route {route.name!r}: vision"
+        if route.vision is not None and (other is None or other is route):
+            raise ValueError(f"{where}: no other route is named {route.vision!r}")
+        if other is not None and (other.images not in (None, True) or other.token_file):
+            raise ValueError(
+                f"{where}: route {other.name!r} must see images (no images = "
+                "false or drop) and use api_key_env, not a token_file"
+            )
 
 
 def check_fallbacks(routes: tuple[Route, ...]) -> None:

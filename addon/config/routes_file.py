@@ -11,7 +11,15 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from addon.config import routes
 from addon.config import upstream_url as upstream_urls
@@ -46,6 +54,7 @@ def load_routes(path: str | Path) -> tuple[Route, ...]:
         raise RoutesError(f"routes file '{p}': route names must be unique: {', '.join(dupes)}")
     try:
         routes.check_fallbacks(found)
+        routes.check_vision(found)
     except ValueError as e:
         raise RoutesError(f"routes file '{p}': {e}") from None
     return found
@@ -123,6 +132,8 @@ class RouteFields(BaseModel):
         default=routes.DEFAULT_RESERVE_MAX_OUTPUT, ge=1, le=routes.MAX_RESERVE_OUTPUT, strict=True
     )
     key_probe: str | None = None
+    images: StrictBool | Literal["drop"] | None = None
+    vision: str | None = None
 
     _env = field_validator("api_key_env", mode="before")(routes.env_names)
     _methods = field_validator("methods")(routes.http_methods)
@@ -140,6 +151,7 @@ class RouteFields(BaseModel):
     @model_validator(mode="after")
     def _dialect_keys(self) -> RouteFields:
         routes.dialect_keys(self)  # type: ignore[arg-type]  # same attributes as a Route
+        routes.image_keys(self.images, self.vision)
         return self
 
     def route(self) -> Route:

@@ -13,7 +13,8 @@ from typing import Any
 
 from addon.config.routes import RequestFacts
 from addon.dialects import DIALECTS
-from addon.model import ClientError, Image, Notes, Request, UnsupportedShape
+from addon.model import ClientError, Notes, Request, UnsupportedShape
+from addon.plan.images import has_images
 from addon.plan.token_counter import count_input
 from addon.plan.values import SHAPE_ERRORS, load_json
 
@@ -121,7 +122,7 @@ def facts_of(req: Request, view: RequestView) -> RequestFacts:
     model = req.model.lower()
     return RequestFacts(
         thinking=thinking,
-        images=any(isinstance(p, Image) for m in req.messages for p in m.parts),
+        images=has_images(req),  # in a tool's result too (an image a tool read)
         input_tokens=count_input(None, req, view.json()).tokens,
         background=any(n in model for n in BACKGROUND_NAMES) or (not req.tools and not thinking),
     )
