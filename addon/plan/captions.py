@@ -20,6 +20,7 @@ from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import Target, WireRequest
 from addon.model import ClientError, Image, Message, Params, Request, Text, Usage
 from addon.plan.images import image_key, images_of
+from addon.plan.routing import RouteMatch
 from addon.plan.values import Incoming, dump, error_bytes, load_json, short
 from addon.plan.wire_request import auth_value, read_key
 from addon.stores.reasoning import Scope
@@ -73,6 +74,59 @@ def wanted(chain: tuple[Route, ...], routes: tuple[Route, ...], req: Request) ->
             w = Wanted(vision, image, image_key(image))
             out.setdefault(w.name, w)
     return tuple(out.values())
+
+
+@dataclass(frozen=True, slots=True)
+class CaptionJob:
+    """What one request's captions need, as plain values (``caption_job``)."""
+
+    client: str
+    """The client's dialect (its 502's shape, where its key is read)."""
+    wants: tuple[Wanted, ...]
+    incoming: Incoming = field(repr=False)
+    """The client's request (path, headers: its key may go to the vision route)."""
+    origin: tuple[str, str, int]
+    """Where the client sent its request: a vision route without ``upstream_url`` is asked there."""
+    asked: str
+    """The model the client asked for."""
+    via: tuple[str, str] | None
+    """The upstream proxy the flow came through: the calls go that way."""
+    client_name: str
+    """The client key's name (the ledger's column); empty: none."""
+
+
+def caption_job(
+    found: RouteMatch,
+    chain: tuple[Route, ...] | None,
+    routes: tuple[Route, ...],
+    headers: Mapping[str, str],
+    origin: tuple[str, str, int],
+    via: tuple[str, str] | None = None,
+    client_name: str = "",
+) -> CaptionJob | None:
+    """The captions a matched request needs on the route its flow goes to and the rest of its
+    chain (``chain``: the fallbacks' pick, else the matched route alone); None: none."""
+    route = found.route
+    if route is None or found.outside:
+        return None
+    decoded = found.view.decoded(route.client)
+    if decoded is None:
+        return None
+    wants = wanted(chain or (route,), routes, decoded.request)
+    if not wants:
+        return None
+    incoming = Incoming("POST", found.host, found.view.path, headers, b"", origin[2])
+    asked = found.view.model(route.client) or decoded.request.model
+    return CaptionJob(route.client, wants, incoming, origin, asked, via, client_name)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The client's answer when a caption could not be had, and the flow's comment."""
+
+    status: int
+    body: bytes = field(repr=False)
+    comment: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,8 +248,9 @@ def read_caption(vision: Route, status: int, content: bytes) -> Caption | str:
     return Caption(text, answer.usage)
 
 
-def vision_failed(client: Dialect, vision: str, why: str) -> tuple[int, bytes, str]:
-    """The client's 502 in its dialect, naming the vision route and why; and the message."""
+def vision_failed(client: Dialect, vision: str, why: str) -> tuple[Refusal, str]:
+    """The client's 502 in its dialect naming the vision route and why, and the log line."""
     message = f"the bridge's vision route '{vision}' could not caption an image: {why}"
     error = ClientError(message, status=502, code="vision_failed")
-    return 502, error_bytes(client, error), message
+    comment = f"cursor-bridge [{vision}]: answered 502: no caption ({short(why)})"
+    return Refusal(502, error_bytes(client, error), comment), message

@@ -17,6 +17,7 @@ from addon.shell.ledger_book import UsageCounting
 from addon.shell.memory import MemoryTrim
 from addon.shell.metrics import Metrics
 from addon.shell.outbound.attempts import Fallbacks
+from addon.shell.outbound.captioner import Captioner
 from addon.shell.outbound.retry import Retry
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.reporter import Report
@@ -129,5 +130,5 @@ def make_addons() -> Addons:
         KeysOutOfFlowLine(),
         metrics,
         Prefetch(settings, store, flows),
-        Captions(settings, flows, retry, store, usage),
+        Captions(settings, flows, Captioner(retry, store, usage)),
     )
