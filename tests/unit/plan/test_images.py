@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from addon.config.options import Settings
-from addon.config.routes import Route, check_vision
+from addon.config.routes import Route, When, check_vision
 from addon.config.routes_file import read_routes
 from addon.dialects import DIALECTS
 from addon.model import ClientError, Image, ToolResult
-from addon.plan import Incoming, Reject, Rewrite, decide
+from addon.plan import Incoming, Reject, Rewrite, decide, route_for
 from addon.plan.captions import CAPTION_PROMPT, Caption, caption_calls, read_caption, wanted
 from addon.plan.images import image_key, images_of
 from tests.realdata import read
@@ -333,3 +333,19 @@ def test_the_routes_file_checks_images_and_vision() -> None:
     )
     with pytest.raises(ValueError, match="must see images"):
         check_vision(blind)
+
+
+def test_when_images_sees_an_image_a_tool_read() -> None:
+    """Claude Code's ``Read`` of a PNG sends the image inside a ``tool_result``: a route with
+    ``when = {images = true}`` takes that turn (it did not before: only a message's own parts
+    were looked at)."""
+    recorded = json.loads(read("clients/claude-code-2.1.197-image-read-turn2.request.json"))
+    seeing = Route(name="seeing", path="*/v1/messages", client="anthropic", when=When(images=True))
+    rest = Route(name="rest", path="*/v1/messages", client="anthropic")
+    settings = Settings(routes=(seeing, rest))
+    body = json.dumps(recorded["body"]).encode()
+    assert route_for(settings, "POST", "h", recorded["path"], body) is seeing
+    first = json.loads(read("clients/claude-code-2.1.197-image-read-turn1.request.json"))
+    assert (
+        route_for(settings, "POST", "h", first["path"], json.dumps(first["body"]).encode()) is rest
+    )
