@@ -13,8 +13,7 @@ from typing import Any
 
 from addon.config.routes import RequestFacts
 from addon.dialects import DIALECTS
-from addon.model import ClientError, Notes, Request, UnsupportedShape
-from addon.plan.images import has_images
+from addon.model import ClientError, Image, Notes, Request, ToolResult, UnsupportedShape
 from addon.plan.token_counter import count_input
 from addon.plan.values import SHAPE_ERRORS, load_json
 
@@ -114,6 +113,21 @@ def asks_reasoning(req: Request) -> bool:
     if isinstance(reasoning, dict):
         return reasoning.get("enabled") is not False and reasoning.get("effort") != "none"
     return False
+
+
+def has_images(req: Request) -> bool:
+    """Whether the request holds an image: a message's own, or in a tool's result (an image a
+    tool read); ``addon.plan.images`` finds the same ones."""
+    return any(
+        isinstance(p, Image)
+        or (
+            isinstance(p, ToolResult)
+            and not isinstance(p.content, str)
+            and any(isinstance(q, Image) for q in p.content)
+        )
+        for m in req.messages
+        for p in m.parts
+    )
 
 
 def facts_of(req: Request, view: RequestView) -> RequestFacts:

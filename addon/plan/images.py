@@ -57,19 +57,6 @@ def images_of(req: Request) -> tuple[Image, ...]:
     return tuple(out)
 
 
-def has_images(req: Request) -> bool:
-    return any(
-        isinstance(p, Image)
-        or (
-            isinstance(p, ToolResult)
-            and not isinstance(p.content, str)
-            and any(isinstance(q, Image) for q in p.content)
-        )
-        for m in req.messages
-        for p in m.parts
-    )
-
-
 def caption_text(caption: str) -> str:
     return CAPTION_FORM.format(caption=caption)
 
