@@ -14,6 +14,7 @@ from fnmatch import fnmatchcase
 from typing import Literal
 
 from addon.config.expose import Exposure, check_route, expose_value, exposed_pairs
+from addon.config.images import image_keys
 from addon.config.search_backend import SearchBackend
 from addon.config.upstream_url import UpstreamURL, http_url, parse_upstream_url, upstream_url
 from addon.dialects import (
@@ -219,6 +220,12 @@ class Route:
     search: SearchBackend | None = None
     """Where the bridge runs a client's web search tool when the upstream cannot
     (``addon.config.search_backend``, docs/tools.md#web-search); None: such tools are left out."""
+    images: bool | Literal["drop"] | None = None
+    """A request's images on this route (docs/routes.md#images): sent (``None``, true); none
+    (false): each replaced by the ``vision`` route's caption, or without one the request
+    refused (400); ``"drop"``: left out, the flow's comment says how many."""
+    vision: str | None = None
+    """With ``images = false``: the route that captions each image (``check_vision``)."""
 
     def __post_init__(self) -> None:
         for name in ("name", "host", "path"):
@@ -242,6 +249,7 @@ class Route:
         reserve_output(self.reserve_max_output)
         object.__setattr__(self, "expose_as", expose_value(self.expose_as))
         check_route(self)
+        image_keys(self.images, self.vision)
 
     @property
     def key_env(self) -> str | None:

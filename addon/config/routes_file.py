@@ -11,10 +11,19 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from addon.config import expose, routes
 from addon.config import upstream_url as upstream_urls
+from addon.config.images import check_vision, image_keys
 from addon.config.routes import Route
 from addon.config.search_backend import MAX_RESULTS, MAX_SEARCH_TIMEOUT, SearchBackend, search_url
 from addon.dialects import OPENAI_CHAT, DialectName
@@ -48,6 +57,7 @@ def load_routes(path: str | Path) -> tuple[Route, ...]:
     try:
         routes.check_fallbacks(found)
         expose.check_unique(found)
+        check_vision(found)
     except ValueError as e:
         raise RoutesError(f"routes file '{p}': {e}") from None
     return found
@@ -144,6 +154,8 @@ class RouteFields(BaseModel):
     expose_as: str | tuple[str, ...] | None = None
     key_probe: str | None = None
     search: SearchFields | None = None
+    images: StrictBool | Literal["drop"] | None = None
+    vision: str | None = None
 
     _env = field_validator("api_key_env", mode="before")(routes.env_names)
     _methods = field_validator("methods")(routes.http_methods)
@@ -163,6 +175,7 @@ class RouteFields(BaseModel):
     def _dialect_keys(self) -> RouteFields:
         routes.dialect_keys(self)  # type: ignore[arg-type]  # same attributes as a Route
         expose.check_route(self)
+        image_keys(self.images, self.vision)
         return self
 
     def route(self) -> Route:

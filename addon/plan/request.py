@@ -34,6 +34,7 @@ from addon.plan.caching import Seeds, cache_policy, secret_of, with_cache_key
 from addon.plan.conditions import Decoded, RequestView
 from addon.plan.decision import Decision, Pass, Reject, Rewrite
 from addon.plan.flow_plan import FlowPlan
+from addon.plan.images import Captions, see_images
 from addon.plan.values import (
     SHAPE_ERRORS,
     Incoming,
@@ -85,14 +86,16 @@ def decide(
     store: StoreView | None = None,
     secrets: Secrets | None = None,
     view: RequestView | None = None,
+    captions: Captions | None = None,
 ) -> Decision:
     """Decode, transform and encode one routed request (see the module docstring). ``creds``:
     what the shell read for the route (a Kiro token file), sent instead of any other key;
     ``store``: the reasoning store (restores what the client dropped; captures the answer);
     ``view``: the one ``route_for`` read (its body is ``incoming.body``): a decode it made
-    for the route's ``when`` is not made again. A request passed on untouched still goes to
+    for the route's ``when`` is not made again; ``captions``: what the request hook got for
+    its images (``addon.plan.images``). A request passed on untouched still goes to
     the route's ``upstream_url`` (``Pass.wire``)."""
-    d = _decide(settings, route, incoming, env, creds, store, secrets, view)
+    d = _decide(settings, route, incoming, env, creds, store, secrets, view, captions)
     keyed = route.target is not None or route.api_key_env or creds is not None
     if isinstance(d, Pass) and d.reason is not None and keyed:
         return replace(d, wire=passed_on(route, incoming, env, creds))
@@ -136,6 +139,7 @@ def _decide(
     store: StoreView | None = None,
     secrets: Secrets | None = None,
     view: RequestView | None = None,
+    captions: Captions | None = None,
 ) -> Decision:
     client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
     target = route.target
@@ -168,6 +172,7 @@ def _decide(
         return _reject(plan, e)
     try:
         decoded = _decode(client, body, made, incoming, notes)
+        decoded = see_images(route, decoded, captions or {}, notes)
         plan = replace(
             plan,
             defaults=AnswerDefaults(decoded.model, int(clock()), new_nonce()),

@@ -145,6 +145,9 @@ class FlowRecord:
     client_route: Route | None = None
     """The route that client's key was checked for: its client dialect is the request's (a
     model list asks its upstream with a key of such a route: ``addon.plan.model_lists``)."""
+    captions: dict[tuple[str, str], str] | None = None
+    """The captions of the request's images (``addon.shell.captions``, before the rewrite):
+    (vision route's name, image key) → caption; every ``decide`` of the flow reads them."""
     store_view: StoreView | None = None
     """What the request's prefetch read of a store that does I/O (``addon.shell.store_worker``:
     reasoning values, the secret), its writes queued: every ``decide`` of the flow reads the
@@ -180,6 +183,10 @@ class Flows:
         if record is not None and record.store_view is not None:
             return record.store_view
         return self.default_store_view()
+
+    def captions(self, flow_id: str) -> dict[tuple[str, str], str] | None:
+        record = self._records.get(flow_id)
+        return record.captions if record is not None else None
 
     def get(self, flow_id: str) -> FlowRecord | None:
         return self._records.get(flow_id)
