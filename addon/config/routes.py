@@ -28,7 +28,7 @@ from addon.model import CachePolicy, CacheTTL, SchemaProfile, ToolMode
 DIALECT_KEYS: tuple[str, ...] = ("profile_arn", "token_file", "refresh_url", "description_limit")
 """Route keys that only some upstream dialects take (``Dialect.route_keys`` says which)."""
 
-type TokenCounting = Literal["upstream", "o200k", "cl100k", "estimate"]
+type TokenCounting = Literal["upstream", "llama", "o200k", "cl100k", "estimate"]
 """A route's ``count_tokens``: how its input tokens are counted."""
 
 

@@ -1,46 +1,70 @@
 """The count_tokens addon: Anthropic's ``POST …/messages/count_tokens`` when the upstream
 has no such endpoint. ``addon.plan.count_tokens`` decides (send it upstream as it is or as
-the upstream's own counting call, or answer with an estimate at once); this applies the
-decision in ``request`` and the answer it gives for the upstream's in ``response``. Never a
-host outside mitmproxy's ``allow_hosts`` / ``ignore_hosts``. How it answers:
-docs/dialects/anthropic.md."""
+the upstream's own counting call, ask a llama.cpp server, or answer with an estimate at once);
+this applies the decision in ``request`` (a llama.cpp server asked through ``Retry``, on the
+bridge's upstream path) and the answer it gives for the upstream's in ``response``. Estimates
+are calibrated by the answers the usage ledger books (``Calibration``, shared with
+``addon.shell.ledger_book``). Never a host outside mitmproxy's ``allow_hosts`` /
+``ignore_hosts``. How it answers: docs/dialects/anthropic.md."""
 
 from __future__ import annotations
 
 from mitmproxy import http
 
 from addon.plan import CountLocally, count_answer, count_request
+from addon.plan.calibration import Calibration
+from addon.plan.llama_count import (
+    TEMPLATE,
+    TOKENIZE,
+    CountLlama,
+    llama_counted,
+    read_count,
+    read_prompt,
+    tokenize_body,
+    why_not,
+)
 from addon.report.counters import BridgeState
 from addon.report.outcome import Count
 from addon.shell.flows import Flows
 from addon.shell.headers import header_map, json_response
 from addon.shell.host_filter import outside_proxy_hosts
-from addon.shell.notes import append_comment, log_internal_error
+from addon.shell.notes import append_comment, log, log_internal_error
 from addon.shell.option_checks import environment
+from addon.shell.outbound.retry import Retry, RetryAnswer, upstream_proxy
 from addon.shell.settings import BridgeSettings
 
 
 class CountTokens:
     name = "cursor_bridge_count_tokens"
 
-    def __init__(self, settings: BridgeSettings, state: BridgeState, flows: Flows) -> None:
+    def __init__(
+        self,
+        settings: BridgeSettings,
+        state: BridgeState,
+        flows: Flows,
+        retry: Retry | None = None,
+        calibration: Calibration | None = None,
+    ) -> None:
         self._settings = settings
         self._state = state
         self._flows = flows
         """A count sent upstream is its flow's record's ``count``, its key its ``secrets``."""
+        self._retry = retry
+        """How a llama.cpp server is asked (None: the estimate answers)."""
+        self.calibration = calibration or Calibration()
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    async def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None or not flow.live:
             return
         try:
-            self._request(flow)
+            await self._request(flow)
         except Exception as e:  # the request goes upstream as the client sent it
             record = self._flows.get(flow.id)
             if record is not None:
                 record.count = None
             log_internal_error("cursor-bridge: count_tokens request", e)
 
-    def _request(self, flow: http.HTTPFlow) -> None:
+    async def _request(self, flow: http.HTTPFlow) -> None:
         req = flow.request
         path = req.path.split("?", 1)[0]
         raw = req.get_content(strict=False) or b""
@@ -50,14 +74,25 @@ class CountTokens:
         query = tuple(req.query.items(multi=True))
         addressed = (req.host, req.port)
         decision = count_request(
-            route, path, raw, header_map(req.headers), query, environment(), addressed
+            route,
+            path,
+            raw,
+            header_map(req.headers),
+            query,
+            environment(),
+            addressed,
+            self.calibration,
         )
         if decision is None:
             return
+        if isinstance(decision, CountLlama):
+            origin = (req.scheme, req.host, req.port)
+            decision = await self._llama(decision, upstream_proxy(flow), origin)
         if isinstance(decision, CountLocally):
             flow.response = json_response(200, decision.body)
             append_comment(flow, decision.comment)
-            self._state.count(Count.TOKEN_COUNTS_ESTIMATED)
+            if decision.estimated:
+                self._state.count(Count.TOKEN_COUNTS_ESTIMATED)
             return
         if decision.path is not None and decision.body is not None:
             req.path = decision.path
@@ -72,6 +107,41 @@ class CountTokens:
         for name, value in decision.set_headers:
             req.headers[name] = value
         self._flows.open(flow.id).count = decision
+
+    async def _llama(
+        self, sent: CountLlama, via: tuple[str, str] | None, origin: tuple[str, str, int]
+    ) -> CountLocally:
+        """The llama.cpp server's count of ``sent``: its ``/apply-template``, then
+        ``/tokenize`` of that prompt; else the estimate, said in one log line."""
+        count: int | str = "the bridge cannot send requests"
+        if self._retry is not None:
+            count = await self._llama_count(self._retry, sent, via, origin)
+        told = llama_counted(sent, count)
+        if told.log is not None:
+            log.warning("%s", told.log)
+        return CountLocally(told.body, told.comment, told.estimated)
+
+    @staticmethod
+    async def _llama_count(
+        retry: Retry, sent: CountLlama, via: tuple[str, str] | None, origin: tuple[str, str, int]
+    ) -> int | str:
+        async def post(endpoint: str, body: bytes) -> tuple[int | None, bytes, str]:
+            url = sent.url(*origin, endpoint)
+            fields = [(k.encode(), v.encode()) for k, v in sent.headers]
+            got = await retry.attempt_via(
+                via, http.Request.make("POST", url, body, fields), sent.timeout
+            )
+            if isinstance(got, RetryAnswer):
+                return got.status, got.content, ""
+            return None, b"", got
+
+        status, content, why = await post(TEMPLATE, sent.template)
+        prompt = read_prompt(status, content)
+        if prompt is None:
+            return why_not(TEMPLATE, status, why)
+        status, content, why = await post(TOKENIZE, tokenize_body(prompt))
+        tokens = read_count(status, content)
+        return tokens if tokens is not None else why_not(TOKENIZE, status, why)
 
     def response(self, flow: http.HTTPFlow) -> None:
         record = self._flows.get(flow.id)

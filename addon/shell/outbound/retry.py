@@ -1,7 +1,7 @@
 """The retry addon: the requests the bridge sends itself, the way mitmproxy sends a flow's.
 
 ``resend`` / ``send`` (the request again, or with another body), ``attempt`` (another route's,
-read whole), ``open`` (a chain's attempt for the relay, left open once its headers came); one
+read whole; ``attempt_via`` one of the bridge's own), ``open`` (a chain's attempt for the relay, left open once its headers came); one
 httpx client per way out, through ``--mode upstream:…`` when the flow came that way, never the
 environment's proxies, so a retry and its key go only where the request went."""
 
@@ -111,12 +111,19 @@ class Retry(OptionChecks):
         rewrite set them) sent the way mitmproxy sends the flow's: the answer read whole, or
         why none came (``connection refused``, ``timed out before the first byte`` …).
         ``timeout``: the route's, to the first byte (and between reads)."""
+        return await self.attempt_via(upstream_proxy(flow), request, timeout)
+
+    async def attempt_via(
+        self, via: tuple[str, str] | None, request: http.Request, timeout: float
+    ) -> RetryAnswer | str:
+        """``attempt`` for a request the bridge makes of its own (a llama.cpp server's token
+        count): ``via`` the upstream proxy its flow came through (``upstream_proxy``), or None."""
         import httpx
 
         headers = _sendable(request.headers)
         limit = httpx.Timeout(timeout, connect=min(timeout, 15.0))
         try:
-            answer = await self._client(flow).request(
+            answer = await self._client_via(via).request(
                 request.method,
                 request.url,
                 headers=headers,
@@ -174,9 +181,11 @@ class Retry(OptionChecks):
             return NoAnswer(Reason.UNREACHABLE, f"request failed ({type(e).__name__})")
 
     def _client(self, flow: http.HTTPFlow) -> httpx.AsyncClient:
+        return self._client_via(upstream_proxy(flow))
+
+    def _client_via(self, via: tuple[str, str] | None) -> httpx.AsyncClient:
         import httpx
 
-        via = upstream_proxy(flow)
         client = self._clients.get(via)
         if client is None:
             # httpx logs each request's URL at info level: a query may hold a key (?key=).
