@@ -20,7 +20,7 @@ from addon.model import ClientError, Request, UnsupportedShape
 from addon.plan.calibration import Calibration
 from addon.plan.conditions import RequestView
 from addon.plan.llama_count import CountLlama, llama_request
-from addon.plan.token_counter import Counted, count_input
+from addon.plan.token_counter import Counted, count_calibrated
 from addon.plan.values import dump, load_json
 from addon.plan.wire_request import RouteKey, credentials, secret_values
 from addon.redact import Secrets
@@ -133,7 +133,7 @@ def _count_request(
     client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
     # The conversation as the upstream would get it: the tools it cannot run left out.
     req = _decoded(client, upstream, body)
-    counted = count_input(route, req, body, calibration)
+    counted = count_calibrated(route, req, body, calibration)
     estimate = counted.tokens
     chat = path[: -len(SUFFIX)]
     if not upstream.counts_tokens:

@@ -6,15 +6,17 @@ with its special tokens (what the server counts when it answers the chat request
 is the number of tokens. Any failure: the estimate answers, said in the flow comment and in
 one log line.
 
-Contract: plain values. ``llama_request`` decides the calls (``CountLlama``), the shell sends
-them (``addon.shell.token_count``), ``read_prompt`` / ``read_count`` read the answers and
-``llama_counted`` says what the client gets."""
+Contract: plain values, no I/O. ``llama_request`` decides the calls (``CountLlama``);
+``llama_count`` makes them, one after the other, through the ``Send`` the shell hands it
+(``addon.shell.token_count``: ``Retry.attempt_via``) and says what the client gets
+(``LlamaCounted``)."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -53,13 +55,28 @@ class CountLlama:
     timeout: float
     secrets: Secrets
 
-    def url(self, scheme: str, host: str, port: int, endpoint: str) -> str:
-        """Where ``endpoint`` goes: the route's ``upstream_url`` origin, else ``scheme``,
-        ``host`` and ``port`` (the client's request's)."""
-        if self.origin is not None:
-            scheme, host, port = self.origin
+    def call(self, addressed: tuple[str, str, int], endpoint: str, body: bytes) -> LlamaCall:
+        """``endpoint``'s call: to the route's ``upstream_url`` origin, else to the scheme,
+        host and port the client ``addressed``."""
+        scheme, host, port = self.origin if self.origin is not None else addressed
         host = f"[{host}]" if ":" in host else host
-        return f"{scheme}://{host}:{port}{self.root}{endpoint}"
+        url = f"{scheme}://{host}:{port}{self.root}{endpoint}"
+        return LlamaCall(url, self.headers, body, self.timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaCall:
+    """One ``POST`` to the server, for the shell to send."""
+
+    url: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    timeout: float
+
+
+type Reply = tuple[int | None, bytes, str]
+"""A call's answer: its status and body, or None, no body and why none came."""
+type Send = Callable[[LlamaCall], Awaitable[Reply]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +142,26 @@ def _root(route: Route, client: Dialect, chat_path: str) -> str:
     return (prefix + base).rstrip("/")
 
 
+async def llama_count(
+    sent: CountLlama, send: Send, addressed: tuple[str, str, int]
+) -> LlamaCounted:
+    """The server's count (``/apply-template``, then ``/tokenize`` of its prompt), asked with
+    ``send``; else the estimate and why."""
+    status, content, why = await send(sent.call(addressed, TEMPLATE, sent.template))
+    prompt = read_prompt(status, content)
+    if prompt is None:
+        return llama_counted(sent, why_not(TEMPLATE, status, why))
+    status, content, why = await send(sent.call(addressed, TOKENIZE, tokenize_body(prompt)))
+    tokens = read_count(status, content)
+    return llama_counted(sent, tokens if tokens is not None else why_not(TOKENIZE, status, why))
+
+
 def tokenize_body(prompt: str) -> bytes:
     """The ``/tokenize`` call for a templated prompt: its special tokens parsed as such and the
     ones the server adds (BOS) added, as the server tokenizes a chat request's prompt."""
-    return dump({"content": prompt, "add_special": True, "parse_special": True})
+    # ASCII JSON of one string: the standard library's is strict here.
+    text = json.dumps({"content": prompt, "add_special": True, "parse_special": True})
+    return text.encode("ascii")
 
 
 def read_prompt(status: int | None, content: bytes) -> str | None:
@@ -169,17 +202,22 @@ def llama_counted(sent: CountLlama, count: int | str) -> LlamaCounted:
     """The server's ``count``, else (why it gave none) the estimate."""
     if isinstance(count, int):
         return LlamaCounted(
-            dump({"input_tokens": count}),
+            _input_tokens(count),
             f"cursor-bridge: count_tokens from the llama.cpp server's /tokenize ({count})",
             estimated=False,
         )
     est = sent.fallback
     why = sent.secrets(count)
     return LlamaCounted(
-        dump({"input_tokens": est.tokens}),
+        _input_tokens(est.tokens),
         f"cursor-bridge: count_tokens estimated ({est.said}; the llama.cpp server did not "
         f"count: {why})",
         estimated=True,
         log=f"cursor-bridge [{sent.route}]: count_tokens estimated, the llama.cpp server did "
         f"not count: {why}",
     )
+
+
+def _input_tokens(count: int) -> bytes:
+    """The client's answer: Anthropic's ``{"input_tokens": N}``."""
+    return b'{"input_tokens":%d}' % count

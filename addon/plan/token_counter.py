@@ -55,11 +55,8 @@ def tables_for(route: Route | None, model: str | None) -> TokenizerName | None:
     return tokenizer_for(mapped or model)
 
 
-def count_input(
-    route: Route | None, req: Request | None, body: Any, calibration: Calibration | None = None
-) -> Counted:
-    """``req``'s input tokens (``body``: its JSON as the client sent it, for the estimate);
-    the estimate calibrated where ``calibration`` has answers of ``route`` and the model."""
+def count_input(route: Route | None, req: Request | None, body: Any) -> Counted:
+    """``req``'s input tokens (``body``: its JSON as the client sent it, for the estimate)."""
     name = tables_for(route, req.model if req is not None else None)
     if name is not None and req is not None:
         try:
@@ -69,12 +66,20 @@ def count_input(
         n = count_chat(name, chat)
         if n is not None:
             return Counted(n, name)
-    if calibration is not None and route is not None and req is not None:
-        model = route.mapped_model(req.model) or req.model
-        scaled = calibration.scale(route.name, model, estimate_request(req))
-        if scaled is not None:
-            return Counted(scaled.tokens, "estimate", scaled.answers)
     return Counted(estimate_input_tokens(body), "estimate")
+
+
+def count_calibrated(
+    route: Route, req: Request | None, body: Any, calibration: Calibration | None
+) -> Counted:
+    """``count_input``, its estimate calibrated where ``calibration`` has answers of
+    ``route`` and the model it sends upstream (``addon.plan.calibration``)."""
+    counted = count_input(route, req, body)
+    if not counted.estimated or calibration is None or req is None:
+        return counted
+    model = route.mapped_model(req.model) or req.model
+    scaled = calibration.scale(route.name, model, estimate_request(req))
+    return counted if scaled is None else Counted(scaled.tokens, "estimate", scaled.answers)
 
 
 def calibrates(route: Route, model: str) -> bool:

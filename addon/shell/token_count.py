@@ -9,20 +9,20 @@ are calibrated by the answers the usage ledger books (``Calibration``, shared wi
 
 from __future__ import annotations
 
+from functools import partial
+
 from mitmproxy import http
 
-from addon.plan import CountLocally, count_answer, count_request
-from addon.plan.calibration import Calibration
-from addon.plan.llama_count import (
-    TEMPLATE,
-    TOKENIZE,
+from addon.plan import (
     CountLlama,
-    llama_counted,
-    read_count,
-    read_prompt,
-    tokenize_body,
-    why_not,
+    CountLocally,
+    LlamaCall,
+    Reply,
+    count_answer,
+    count_request,
+    llama_count,
 )
+from addon.plan.calibration import Calibration
 from addon.report.counters import BridgeState
 from addon.report.outcome import Count
 from addon.shell.flows import Flows
@@ -86,8 +86,11 @@ class CountTokens:
         if decision is None:
             return
         if isinstance(decision, CountLlama):
-            origin = (req.scheme, req.host, req.port)
-            decision = await self._llama(decision, upstream_proxy(flow), origin)
+            send = partial(self._send, upstream_proxy(flow))
+            told = await llama_count(decision, send, (req.scheme, req.host, req.port))
+            if told.log is not None:
+                log.warning("%s", told.log)
+            decision = CountLocally(told.body, told.comment, told.estimated)
         if isinstance(decision, CountLocally):
             flow.response = json_response(200, decision.body)
             append_comment(flow, decision.comment)
@@ -108,40 +111,16 @@ class CountTokens:
             req.headers[name] = value
         self._flows.open(flow.id).count = decision
 
-    async def _llama(
-        self, sent: CountLlama, via: tuple[str, str] | None, origin: tuple[str, str, int]
-    ) -> CountLocally:
-        """The llama.cpp server's count of ``sent``: its ``/apply-template``, then
-        ``/tokenize`` of that prompt; else the estimate, said in one log line."""
-        count: int | str = "the bridge cannot send requests"
-        if self._retry is not None:
-            count = await self._llama_count(self._retry, sent, via, origin)
-        told = llama_counted(sent, count)
-        if told.log is not None:
-            log.warning("%s", told.log)
-        return CountLocally(told.body, told.comment, told.estimated)
-
-    @staticmethod
-    async def _llama_count(
-        retry: Retry, sent: CountLlama, via: tuple[str, str] | None, origin: tuple[str, str, int]
-    ) -> int | str:
-        async def post(endpoint: str, body: bytes) -> tuple[int | None, bytes, str]:
-            url = sent.url(*origin, endpoint)
-            fields = [(k.encode(), v.encode()) for k, v in sent.headers]
-            got = await retry.attempt_via(
-                via, http.Request.make("POST", url, body, fields), sent.timeout
-            )
-            if isinstance(got, RetryAnswer):
-                return got.status, got.content, ""
-            return None, b"", got
-
-        status, content, why = await post(TEMPLATE, sent.template)
-        prompt = read_prompt(status, content)
-        if prompt is None:
-            return why_not(TEMPLATE, status, why)
-        status, content, why = await post(TOKENIZE, tokenize_body(prompt))
-        tokens = read_count(status, content)
-        return tokens if tokens is not None else why_not(TOKENIZE, status, why)
+    async def _send(self, via: tuple[str, str] | None, call: LlamaCall) -> Reply:
+        """One call to a llama.cpp server, the way mitmproxy sends the flow's request."""
+        if self._retry is None:
+            return None, b"", "the bridge sends no requests of its own here"
+        fields = [(k.encode(), v.encode()) for k, v in call.headers]
+        request = http.Request.make("POST", call.url, call.body, fields)
+        got = await self._retry.attempt_via(via, request, call.timeout)
+        if isinstance(got, RetryAnswer):
+            return got.status, got.content, ""
+        return None, b"", got
 
     def response(self, flow: http.HTTPFlow) -> None:
         record = self._flows.get(flow.id)
