@@ -28,6 +28,7 @@ from addon.plan.token_counter import Counted
 from addon.plan.values import dump, load_json
 from addon.plan.wire_request import RouteKey, credentials, secret_values
 from addon.redact import Secrets
+from addon.transforms.client_noise import noise_for, strip_client_noise
 
 TIMEOUT: Final = 15.0
 """Seconds each of the two calls may take at most (the route's ``timeout`` when shorter)."""
@@ -104,6 +105,11 @@ def llama_request(
     no conversation to template (the estimate answers at once)."""
     if req is None:
         return None
+    target = route.target
+    if noise_for(
+        route.upstream, target.host if target is not None else "", route.strip_client_noise
+    ):
+        req = strip_client_noise(req, Counter())  # as the chat request leaves it out
     chat = DIALECTS[OPENAI_CHAT]
     try:
         body = chat.encode_request(req, Counter())
@@ -115,7 +121,6 @@ def llama_request(
     env_key = (env.get(route.key_env) or None) if route.key_env else None  # a pool's first
     route_key = RouteKey(env_key) if env_key is not None else None
     set_headers, _ = credentials(client, chat, headers, route_key, Counter(), withhold=withhold)
-    target = route.target
     return CountLlama(
         fallback,
         route.name,
