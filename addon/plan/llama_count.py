@@ -139,12 +139,11 @@ def _root(route: Route, client: Dialect, chat_path: str) -> str:
     the ``upstream_url``'s prefix."""
     if route.upstream_path is not None:
         path = route.upstream_path.partition("?")[0].rstrip("/")
-        path = path.removesuffix(_CHAT)
-        base = _VERSION.sub("", path)
+        base = path.removesuffix(_CHAT)
     else:
         base = endpoint_base(Target(chat_path, (), client.path, same_dialect=False))
     prefix = route.target.prefix if route.target is not None else ""
-    return (prefix + base).rstrip("/")
+    return _VERSION.sub("", (prefix + base).rstrip("/"))
 
 
 async def llama_count(
