@@ -144,7 +144,7 @@ class Route:
     count_tokens: TokenCounting | None = None
     """How input tokens are counted for ``count_tokens`` and ``when.min_input_tokens``
     (docs/dialects/anthropic.md#count_tokens): the upstream's own counter (``upstream``), a
-    tokenizer's tables (``o200k``, ``cl100k``), or the estimate; ``None``: the upstream's
+    llama.cpp server's ``/apply-template`` + ``/tokenize`` (``llama``), a tokenizer's tables (``o200k``, ``cl100k``), or the estimate; ``None``: the upstream's
     counter where its dialect has one, else the tables of the model's family where known, else
     the estimate."""
     tool_repair: Literal["on", "off"] | None = None
