@@ -31,7 +31,7 @@ from addon.model import CachePolicy, CacheTTL, SchemaProfile, ToolMode
 DIALECT_KEYS: tuple[str, ...] = ("profile_arn", "token_file", "refresh_url", "description_limit")
 """Route keys that only some upstream dialects take (``Dialect.route_keys`` says which)."""
 
-type TokenCounting = Literal["upstream", "o200k", "cl100k", "estimate"]
+type TokenCounting = Literal["upstream", "llama", "o200k", "cl100k", "estimate"]
 """A route's ``count_tokens``: how its input tokens are counted."""
 
 
@@ -147,7 +147,7 @@ class Route:
     count_tokens: TokenCounting | None = None
     """How input tokens are counted for ``count_tokens`` and ``when.min_input_tokens``
     (docs/dialects/anthropic.md#count_tokens): the upstream's own counter (``upstream``), a
-    tokenizer's tables (``o200k``, ``cl100k``), or the estimate; ``None``: the upstream's
+    llama.cpp server's ``/apply-template`` + ``/tokenize`` (``llama``), a tokenizer's tables (``o200k``, ``cl100k``), or the estimate; ``None``: the upstream's
     counter where its dialect has one, else the tables of the model's family where known, else
     the estimate."""
     tool_repair: Literal["on", "off"] | None = None

@@ -10,6 +10,7 @@ from addon.plan.conditions import RequestView
 from addon.plan.count_tokens import CountLocally, count_answer, count_request
 from addon.plan.decision import Decision, Pass, Reject, Rewrite
 from addon.plan.flow_plan import FlowPlan
+from addon.plan.llama_count import CountLlama, LlamaCall, Reply, llama_count
 from addon.plan.request import (
     SAME_MIN_BYTES,
     decide,
@@ -38,12 +39,15 @@ __all__ = [
     "SAME_MIN_BYTES",
     "SHAPE_ERRORS",
     "AnswerState",
+    "CountLlama",
     "CountLocally",
     "Decision",
     "FlowPlan",
     "Incoming",
+    "LlamaCall",
     "Pass",
     "Reject",
+    "Reply",
     "RequestView",
     "Rewrite",
     "RouteCredentials",
@@ -56,6 +60,7 @@ __all__ = [
     "dump",
     "flow_secrets",
     "internal_error",
+    "llama_count",
     "load_json",
     "match_request",
     "route_for",

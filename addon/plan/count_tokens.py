@@ -1,6 +1,7 @@
 """Anthropic's ``POST …/messages/count_tokens``, decided with plain values (the shell's
 ``count_tokens`` addon only applies it). ``count_request``: not the bridge's (None), answer at
-once with an estimate (``CountLocally``), or send it upstream (``CountUpstream``);
+once with an estimate (``CountLocally``), ask a llama.cpp server (``CountLlama``:
+``addon.plan.llama_count``), or send it upstream (``CountUpstream``);
 ``count_answer``: what the client gets instead of the upstream's answer, if anything. How and
 why: docs/dialects/anthropic.md."""
 
@@ -16,8 +17,10 @@ from addon.config.routes import Route, match, withholds_key
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import Query, Target
 from addon.model import ClientError, Request, UnsupportedShape
+from addon.plan.calibration import Calibration
 from addon.plan.conditions import RequestView
-from addon.plan.token_counter import Counted, count_input
+from addon.plan.llama_count import CountLlama, llama_request
+from addon.plan.token_counter import Counted, count_calibrated
 from addon.plan.values import dump, load_json
 from addon.plan.wire_request import RouteKey, credentials, secret_values
 from addon.redact import Secrets
@@ -35,6 +38,8 @@ class CountLocally:
 
     body: bytes
     comment: str
+    estimated: bool = True
+    """The estimate answers (not a tokenizer's tables)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +47,8 @@ class CountUpstream:
     """Send the request upstream with these headers (and, when set, this path and body): as it
     came, or as the upstream's own counting call."""
 
-    estimate: int
+    estimate: Counted
+    """What answers a missing endpoint."""
     client: Dialect
     set_headers: tuple[tuple[str, str], ...]
     drop_headers: tuple[str, ...]
@@ -92,13 +98,15 @@ def count_request(
     query: Query,
     env: Mapping[str, str],
     addressed: tuple[str, int | None] | None = None,
-) -> CountLocally | CountUpstream | None:
+    calibration: Calibration | None = None,
+) -> CountLocally | CountUpstream | CountLlama | None:
     """What to do with a token-count request on ``route`` (``count_route``); None: send it
     upstream as it came (a body that is not strict JSON is not the bridge's to judge). A
     route's ``upstream_url``: it goes there, without the client's key where it is another
-    place than the host and port the client ``addressed`` (``withholds_key``)."""
+    place than the host and port the client ``addressed`` (``withholds_key``). An estimate is
+    calibrated where ``calibration`` has answers of the route and model."""
     withhold = addressed is not None and withholds_key(route, *addressed)
-    sent = _count_request(route, path, raw, headers, query, env, withhold)
+    sent = _count_request(route, path, raw, headers, query, env, withhold, calibration)
     target = route.target
     if target is None or not isinstance(sent, CountUpstream):
         return sent
@@ -113,7 +121,8 @@ def _count_request(
     query: Query,
     env: Mapping[str, str],
     withhold: bool,
-) -> CountLocally | CountUpstream | None:
+    calibration: Calibration | None,
+) -> CountLocally | CountUpstream | CountLlama | None:
     try:
         body = load_json(raw)
     except (ValueError, RecursionError):
@@ -122,16 +131,25 @@ def _count_request(
         # Not the bridge's to judge, but it goes where the route says, key rules and all.
         body = None
     client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
-    counted = count_input(route, _decoded(client, body), body)
+    # The conversation as the upstream would get it: the tools it cannot run left out.
+    req = _decoded(client, upstream, body)
+    counted = count_calibrated(route, req, body, calibration)
     estimate = counted.tokens
+    chat = path[: -len(SUFFIX)]
     if not upstream.counts_tokens:
         # Kiro has no token-count endpoint: the estimate answers, the upstream is not asked.
         return CountLocally(
             dump({"input_tokens": estimate}),
-            f"cursor-bridge: count_tokens estimated ({estimate}; Kiro has no such endpoint)",
+            f"cursor-bridge: count_tokens estimated ({counted.said}; Kiro has no such endpoint)",
         )
+    if route.count_tokens == "llama":
+        asked = llama_request(route, client, chat, req, headers, env, withhold, counted)
+        if asked is not None:
+            return asked
     if _counts_here(route, upstream, counted):
-        return CountLocally(dump({"input_tokens": estimate}), _local_comment(counted))
+        return CountLocally(
+            dump({"input_tokens": estimate}), _local_comment(counted), counted.estimated
+        )
     # The key follows the upstream's dialect here too (a Bearer gateway would say 401).
     env_key = (env.get(route.key_env) or None) if route.key_env else None  # a pool's first
     route_key = RouteKey(env_key) if env_key is not None else None
@@ -140,18 +158,11 @@ def _count_request(
     )
     secrets = secret_values(headers, query, env_key)
     counter = upstream.token_count
-    if counter is None or not isinstance(body, dict):
-        return CountUpstream(estimate, client, set_headers, drop, secrets)
+    if counter is None or req is None:
+        return CountUpstream(counted, client, set_headers, drop, secrets)
     notes: Counter[str] = Counter()
-    try:
-        unified = client.decode_request(body, notes)
-        unified = leave_out_tools(unified, upstream.runs, f"the {upstream.name} upstream", notes)
-        # The upstream counts for the model it would answer with (the route's model_map).
-        unified = replace(unified, model=route.mapped_model(unified.model) or unified.model)
-    except (ClientError, UnsupportedShape, ValueError, TypeError, KeyError):
-        # Gemini has no count_tokens path: the estimate answers its 404.
-        return CountUpstream(estimate, client, set_headers, drop, secrets)
-    chat = path[: -len(SUFFIX)]
+    # The upstream counts for the model it would answer with (the route's model_map).
+    unified = replace(req, model=route.mapped_model(req.model) or req.model)
     target = Target(
         chat,
         (),
@@ -160,19 +171,24 @@ def _count_request(
         upstream_path=route.upstream_path,
         project=route.project,
     )
-    new_path, new_query, new_body = counter.request(unified, target, route.upstream, notes)
+    try:
+        new_path, new_query, new_body = counter.request(unified, target, route.upstream, notes)
+    except (ClientError, UnsupportedShape, ValueError, TypeError, KeyError):
+        return CountUpstream(counted, client, set_headers, drop, secrets)
     if new_query:
         new_path = f"{new_path}?{urlencode(new_query)}"
     return CountUpstream(
-        estimate, client, set_headers, drop, secrets, new_path, dump(new_body), counter=upstream
+        counted, client, set_headers, drop, secrets, new_path, dump(new_body), counter=upstream
     )
 
 
-def _decoded(client: Dialect, body: object) -> Request | None:
+def _decoded(client: Dialect, upstream: Dialect, body: object) -> Request | None:
     if not isinstance(body, dict):
         return None
+    notes: Counter[str] = Counter()
     try:
-        return client.decode_request(body, Counter())
+        req = client.decode_request(body, notes)
+        return leave_out_tools(req, upstream.runs, f"the {upstream.name} upstream", notes)
     except (ClientError, UnsupportedShape, ValueError, TypeError, KeyError):
         return None
 
@@ -188,7 +204,7 @@ def _counts_here(route: Route, upstream: Dialect, counted: Counted) -> bool:
 
 def _local_comment(counted: Counted) -> str:
     if counted.estimated:
-        return f"cursor-bridge: count_tokens estimated ({counted.tokens}; the route says estimate)"
+        return f"cursor-bridge: count_tokens estimated ({counted.said}; the route says estimate)"
     return f"cursor-bridge: count_tokens from the {counted.how} tables ({counted.tokens})"
 
 
@@ -199,9 +215,9 @@ def count_answer(sent: CountUpstream, status: int, raw: bytes) -> CountAnswer | 
     if status in MISSING_ENDPOINT:
         return CountAnswer(
             200,
-            dump({"input_tokens": sent.estimate}),
-            f"cursor-bridge: count_tokens estimated ({sent.estimate}; the upstream has no such "
-            f"endpoint: HTTP {status})",
+            dump({"input_tokens": sent.estimate.tokens}),
+            f"cursor-bridge: count_tokens estimated ({sent.estimate.said}; the upstream has no "
+            f"such endpoint: HTTP {status})",
             estimated=True,
         )
     upstream = sent.counter

@@ -116,7 +116,7 @@ def make_addons() -> Addons:
         client_keys,
         limits,
         ModelCatalogue(settings, flows, retry),
-        CountTokens(settings, state, flows),
+        CountTokens(settings, state, flows, retry, usage.calibration),
         kiro,
         fallbacks,
         report,

@@ -1,7 +1,8 @@
 """The usage ledger's shell: its life beside the reasoning store (``bridge_store``: memory, an
 SQLite file, Redis), one count per answered flow (``Report.close`` calls ``count``; a ledger
 in a file or Redis is written by the store thread, ``addon.shell.store_worker``, within a
-second), and the ``bridge.usage`` command. A store error costs the flow nothing: one warning line (then quiet
+second), the calibrated estimate's lesson of each booked answer
+(``addon.plan.calibration``), and the ``bridge.usage`` command. A store error costs the flow nothing: one warning line (then quiet
 until the ledger answers again). What is counted and how: docs/observability.md#usage-ledger."""
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from mitmproxy import command, ctx, http
 
 from addon.config.options import ConfigError, parse_store
 from addon.plan import FlowPlan, short
+from addon.plan.calibration import Calibration
+from addon.plan.token_counter import learn_answer
 from addon.redact import clean
 from addon.report.metrics_labels import Booking
 from addon.report.outcome import FlowReport
@@ -43,6 +46,9 @@ class UsageCounting:
         self.limits: LimitsObserver | None = None
         """The client keys' limits (``addon.shell.client_limits``): a reservation settled
         with the same usage."""
+        self.calibration = Calibration()
+        """What the estimate learns from each booked answer (``addon.plan.calibration``):
+        the count_tokens addon scales its estimates by it."""
 
     def configure(self, updated: set[str]) -> None:
         """After the store's own ``configure`` (the addons' order): the ledger goes where
@@ -104,8 +110,12 @@ class UsageCounting:
             self.metrics.flow_over(flow, run, report, booked)
         if self.limits is not None and flow is not None:
             self.limits.flow_over(flow.id, run, booked)
-        if booked is not None:
-            self.book(booked)
+        if booked is None:
+            return
+        plan = run.plan
+        if plan is not None and plan.unified is not None and report.usage is not None:
+            learn_answer(self.calibration, plan.route, plan.unified, report.usage.prompt_tokens)
+        self.book(booked)
 
     def book(self, booked: Booking) -> None:
         """One row's count added to the ledger (a flow's, or a caption call's: the vision

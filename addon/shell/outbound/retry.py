@@ -1,7 +1,7 @@
 """The retry addon: the requests the bridge sends itself, the way mitmproxy sends a flow's.
 
 ``resend`` / ``send`` (the request again, or with another body), ``attempt`` (another route's,
-read whole), ``open`` (a chain's attempt for the relay, left open once its headers came); one
+read whole; ``attempt_via`` one of the bridge's own), ``open`` (a chain's attempt for the relay, left open once its headers came); one
 httpx client per way out, through ``--mode upstream:…`` when the flow came that way, never the
 environment's proxies, so a retry and its key go only where the request went."""
 
@@ -116,8 +116,9 @@ class Retry(OptionChecks):
     async def attempt_via(
         self, via: tuple[str, str] | None, request: http.Request, timeout: float
     ) -> RetryAnswer | str:
-        """``attempt`` for a request of no flow (a vision route's caption call): ``via`` the
-        upstream proxy the flow came through (``upstream_proxy``), or None."""
+        """``attempt`` for a request the bridge makes of its own, of no flow (a vision route's
+        caption call, a llama.cpp server's token count): ``via`` the upstream proxy the flow
+        came through (``upstream_proxy``), or None."""
         import httpx
 
         headers = _sendable(request.headers)

@@ -44,7 +44,7 @@ def test_a_missing_endpoint_is_answered_with_the_estimate_other_errors_go_on() -
     assert isinstance(sent, CountUpstream) and sent.path is None and sent.counter is None
     answer = count_answer(sent, 404, b"")
     assert answer is not None and answer.estimated and answer.status == 200
-    assert json.loads(answer.body) == {"input_tokens": sent.estimate}
+    assert json.loads(answer.body) == {"input_tokens": sent.estimate.tokens}
     assert count_answer(sent, 401, b'{"error": "no"}') is None
     assert count_answer(sent, 200, b'{"input_tokens": 3}') is None
 
