@@ -79,8 +79,7 @@ RAW, STOP, END, ERROR = Input.RAW, Input.STOP, Input.END, Input.ERROR
 CUT, RESET, IDLE, CALL, CALLED = Input.CUT, Input.RESET, Input.IDLE, Input.CALL, Input.CALLED
 
 # The transitions: the state an input leads to from each state (None: refused, it cannot happen
-# there: ``StreamStateError``). The endings (END, ERROR, CUT, RESET, IDLE) are taken in every
-# state: a stream can always end, once.
+# there: ``StreamStateError``). The endings (END, ERROR, CUT, RESET, IDLE): from any state, once.
 # fmt: off
 _INPUTS =       (BOUNDARY, INSIDE,  FOREIGN,    RAW,         STOP,    END,    ERROR,       CUT,     RESET,   IDLE,    CALL,        CALLED)
 _NEXT = {
@@ -154,7 +153,7 @@ class StreamFacts:
         return self._body_reader.events_in + whole + self.fast_events
 
     @property
-    def fast_events(self) -> int:
+    def fast_events(self) -> int:  # of events_in, those a fast route or run took
         return sum(r.events_in for r in (self._runs, self._fast) if r is not None)
 
     @property
