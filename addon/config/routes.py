@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Literal
 
+from addon.config.expose import Exposure, check_route, expose_value, exposed_pairs
+from addon.config.images import image_keys
+from addon.config.search_backend import SearchBackend
 from addon.config.upstream_url import UpstreamURL, http_url, parse_upstream_url, upstream_url
 from addon.dialects import (
     ANTHROPIC,
@@ -204,10 +207,25 @@ class Route:
     """Output tokens a client key's reservation counts at most (the request's own cap when
     lower): a 64k ``max_tokens`` does not refuse an agent at $0 spent. An answer longer than
     this is settled in full."""
+    expose_as: Exposure | None = None
+    """Names the models this route serves (``model_map``'s upstream names, literal ``model``
+    names) appear under in a client's model list, a rule (``"claude-{model}"``) or a list; a
+    request naming one takes this route and goes upstream as the model it stands for
+    (``addon.config.expose``)."""
     key_probe: str | None = None
     """A key pool's probe (``addon.plan.key_probe``): the path, on the upstream's origin, of a
     GET that refuses a request without a key and answers a good key (OpenRouter's
     ``/api/v1/key``); None: the one known for the upstream."""
+    # Issue 44 point 1 (web search): the backend the bridge runs a client's search tool on.
+    search: SearchBackend | None = None
+    """Where the bridge runs a client's web search tool when the upstream cannot
+    (``addon.config.search_backend``, docs/tools.md#web-search); None: such tools are left out."""
+    images: bool | Literal["drop"] | None = None
+    """A request's images on this route (docs/routes.md#images): sent (``None``, true); none
+    (false): each replaced by the ``vision`` route's caption, or without one the request
+    refused (400); ``"drop"``: left out, the flow's comment says how many."""
+    vision: str | None = None
+    """With ``images = false``: the route that captions each image (``check_vision``)."""
 
     def __post_init__(self) -> None:
         for name in ("name", "host", "path"):
@@ -229,6 +247,9 @@ class Route:
         seconds(self.cooldown, "cooldown", MAX_COOLDOWN, zero=True)
         probe_path(self.key_probe)
         reserve_output(self.reserve_max_output)
+        object.__setattr__(self, "expose_as", expose_value(self.expose_as))
+        check_route(self)
+        image_keys(self.images, self.vision)
 
     @property
     def key_env(self) -> str | None:
@@ -257,11 +278,20 @@ class Route:
         )
 
     def mapped_model(self, model: str) -> str | None:
-        """The model ``model_map`` sends upstream for the client's ``model``, or None."""
+        """The model sent upstream for the client's ``model``: the one an ``expose_as`` name
+        stands for, else ``model_map``'s, else None."""
+        for name, served in exposed_pairs(self.expose_as, self.model_map, self.model):
+            if name == model:
+                return served
         for glob, target in self.model_map or ():
             if fnmatchcase(model, glob):
                 return target
         return None
+
+    def exposes(self, model: str | None) -> bool:
+        """Whether ``model`` is one of the names ``expose_as`` gives."""
+        pairs = exposed_pairs(self.expose_as, self.model_map, self.model)
+        return any(name == model for name, _ in pairs)
 
     def takes_model(self, model: str | None) -> bool:
         """Whether the route's ``model`` globs take this model (None: it could not be read)."""
@@ -517,7 +547,13 @@ def match(
 ) -> Route | None:
     """The first route whose host, path and method fit, then its ``model`` globs, then its
     ``when`` (asked of ``model_of`` / ``facts_of`` only for a route that has them; without
-    them such a route never fits: the caller knows nothing of the body)."""
+    them such a route never fits: the caller knows nothing of the body). A model one route
+    exposes (``expose_as``) takes that route first, where its host, path and method fit."""
+    for route in routes:
+        if route.expose_as is None or model_of is None or not route.matches(host, path, method):
+            continue
+        if route.exposes(model_of(route.client)):
+            return route
     for route in routes:
         if not route.matches(host, path, method):
             continue

@@ -11,11 +11,21 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from addon.config import routes
+from addon.config import expose, routes
 from addon.config import upstream_url as upstream_urls
+from addon.config.images import check_vision, image_keys
 from addon.config.routes import Route
+from addon.config.search_backend import MAX_RESULTS, MAX_SEARCH_TIMEOUT, SearchBackend, search_url
 from addon.dialects import OPENAI_CHAT, DialectName
 from addon.model import CachePolicy, CacheTTL, SchemaProfile, ToolMode
 
@@ -46,6 +56,8 @@ def load_routes(path: str | Path) -> tuple[Route, ...]:
         raise RoutesError(f"routes file '{p}': route names must be unique: {', '.join(dupes)}")
     try:
         routes.check_fallbacks(found)
+        expose.check_unique(found)
+        check_vision(found)
     except ValueError as e:
         raise RoutesError(f"routes file '{p}': {e}") from None
     return found
@@ -77,6 +89,23 @@ class PriceFields(BaseModel):
 
     def price(self) -> routes.TokenPrice:
         return routes.TokenPrice(self.input, self.output, self.cache_read, self.cache_write)
+
+
+class SearchFields(BaseModel):
+    """A route's ``search`` table (``addon.config.search_backend.SearchBackend``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    url: str
+    kind: Literal["searxng"] = "searxng"
+    max_results: int = Field(default=5, ge=1, le=MAX_RESULTS)
+    timeout: float = Field(default=10.0, gt=0, le=MAX_SEARCH_TIMEOUT)
+    key_env: str | None = None
+
+    _url = field_validator("url")(search_url)
+
+    def backend(self) -> SearchBackend:
+        return SearchBackend(**{name: getattr(self, name) for name in type(self).model_fields})
 
 
 class RouteFields(BaseModel):
@@ -122,7 +151,11 @@ class RouteFields(BaseModel):
     reserve_max_output: int = Field(
         default=routes.DEFAULT_RESERVE_MAX_OUTPUT, ge=1, le=routes.MAX_RESERVE_OUTPUT, strict=True
     )
+    expose_as: str | tuple[str, ...] | None = None
     key_probe: str | None = None
+    search: SearchFields | None = None
+    images: StrictBool | Literal["drop"] | None = None
+    vision: str | None = None
 
     _env = field_validator("api_key_env", mode="before")(routes.env_names)
     _methods = field_validator("methods")(routes.http_methods)
@@ -136,16 +169,20 @@ class RouteFields(BaseModel):
     _upstream_url = field_validator("upstream_url")(upstream_urls.upstream_url)
     _fallback = field_validator("fallback", mode="before")(routes.fallback_names)
     _probe = field_validator("key_probe")(routes.probe_path)
+    _expose = field_validator("expose_as", mode="before")(expose.expose_value)
 
     @model_validator(mode="after")
     def _dialect_keys(self) -> RouteFields:
         routes.dialect_keys(self)  # type: ignore[arg-type]  # same attributes as a Route
+        expose.check_route(self)
+        image_keys(self.images, self.vision)
         return self
 
     def route(self) -> Route:
         fields = {name: getattr(self, name) for name in type(self).model_fields}
         fields["when"] = self.when.when() if self.when is not None else None
         fields["price"] = self.price.price() if self.price is not None else None
+        fields["search"] = self.search.backend() if self.search is not None else None
         return Route(**fields)
 
 
@@ -183,6 +220,8 @@ def _describe(e: ValidationError, data: dict[str, Any]) -> str:
                 if len(loc) > 3 and loc[2] == "when"
                 else tuple(PriceFields.model_fields)
                 if len(loc) > 3 and loc[2] == "price"
+                else tuple(SearchFields.model_fields)
+                if len(loc) > 3 and loc[2] == "search"
                 else ROUTE_KEYS
                 if len(loc) > 1
                 else ("routes",)
@@ -192,6 +231,7 @@ def _describe(e: ValidationError, data: dict[str, Any]) -> str:
             msg = err["msg"].removeprefix("Value error, ").replace("a valid tuple", "a list")
             msg = msg.replace(" or instance of WhenFields", " (e.g. {thinking = true})")
             msg = msg.replace(" or instance of PriceFields", " (e.g. {input = 0.5, output = 2})")
+            msg = msg.replace(" or instance of SearchFields", ' (e.g. {url = "http://…"})')
         problems.append(f"{where or 'top level'}: {msg}{got}{_route_name(data, err['loc'])}")
     return "; ".join(problems)
 

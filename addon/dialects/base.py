@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, TypedDict
 
 import msgspec
 
+from addon.dialects.searches import SearchShape
 from addon.model import (
     JSON,
     AnswerDefaults,
@@ -337,6 +338,10 @@ class Dialect:
     (``addon.transforms.cache``); ``None``: they carry none (the upstream caches by itself)."""
     cache_key: bool = False
     """Whether this dialect's requests carry OpenAI's ``prompt_cache_key``."""
+    web_search: SearchShape | None = None
+    """How a client of this dialect asks for web search with a tool of its own kinds, and how
+    the searches the bridge ran for the model show in its answer (``addon.dialects.searches``);
+    None: the bridge runs no search for it (docs/tools.md#web-search)."""
     path_base: Callable[[str], str | None] | None = None
     """Where this dialect's endpoint starts in a client's path: the part before it and its API
     version (Gemini: ``/proxy`` of ``/proxy/v1beta/models/m:generateContent``), or None when

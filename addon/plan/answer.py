@@ -411,7 +411,9 @@ def encode_answer(plan: FlowPlan, answer: Response) -> bytes:
             )
         if plan.stream:
             encoder = plan.client.stream_encoder(plan.defaults)
-            return sse_from_response(answer, encoder, plan.client_framing)
+            search = plan.client.web_search  # the blocks of the bridge's searches
+            opaque = search.events if search is not None else None
+            return sse_from_response(answer, encoder, plan.client_framing, opaque)
         return dump(plan.client.encode_response(answer))
     except SHAPE_ERRORS as e:
         raise UnsupportedShape(

@@ -13,7 +13,7 @@ from typing import Any
 
 from addon.config.routes import RequestFacts
 from addon.dialects import DIALECTS
-from addon.model import ClientError, Image, Notes, Request, UnsupportedShape
+from addon.model import ClientError, Image, Notes, Request, ToolResult, UnsupportedShape
 from addon.plan.token_counter import count_input
 from addon.plan.values import SHAPE_ERRORS, load_json
 
@@ -115,13 +115,28 @@ def asks_reasoning(req: Request) -> bool:
     return False
 
 
+def has_images(req: Request) -> bool:
+    """Whether the request holds an image: a message's own, or in a tool's result (an image a
+    tool read); ``addon.plan.images`` finds the same ones."""
+    return any(
+        isinstance(p, Image)
+        or (
+            isinstance(p, ToolResult)
+            and not isinstance(p.content, str)
+            and any(isinstance(q, Image) for q in p.content)
+        )
+        for m in req.messages
+        for p in m.parts
+    )
+
+
 def facts_of(req: Request, view: RequestView) -> RequestFacts:
     """``RequestFacts`` of a decoded request (its JSON body for the token estimate)."""
     thinking = asks_reasoning(req)
     model = req.model.lower()
     return RequestFacts(
         thinking=thinking,
-        images=any(isinstance(p, Image) for m in req.messages for p in m.parts),
+        images=has_images(req),  # in a tool's result too (an image a tool read)
         input_tokens=count_input(None, req, view.json()).tokens,
         background=any(n in model for n in BACKGROUND_NAMES) or (not req.tools and not thinking),
     )

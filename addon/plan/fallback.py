@@ -96,10 +96,23 @@ class MemoryCooldowns:
 
     def cool(self, name: str, seconds: float) -> None:
         """Skip the route for ``seconds`` from now (a later end already set is kept)."""
+        self._cool_until(name, seconds)
+
+    def _cool_until(self, name: str, seconds: float) -> float | None:
+        """``cool``'s table step: the end now kept for ``name`` (None: nothing changed)."""
         if seconds <= 0:
-            return
+            return None
         until = self.clock() + seconds
-        self._until[name] = max(until, self._until.get(name, until))
+        until = max(until, self._until.get(name, until))
+        self._until[name] = until
+        return until
+
+    def _learn_left(self, name: str, left: float) -> None:
+        """Set what another worker knows: ``left`` seconds from now (0: not cooling)."""
+        if left > 0:
+            self._until[name] = self.clock() + left
+        else:
+            self._until.pop(name, None)
 
     def left(self, name: str) -> float:
         """Seconds the route is still skipped (0: not cooling)."""

@@ -13,6 +13,7 @@ from addon.config.routes import Route
 from addon.dialects import Dialect
 from addon.dialects.base import Framing
 from addon.model import NO_DEFAULTS, AnswerDefaults, Notes, Request
+from addon.plan.web_search import WebSearch
 from addon.redact import Secrets
 from addon.report.outcome import Action
 from addon.stores.reasoning import ScopedView, StoreView
@@ -88,6 +89,9 @@ class FlowPlan:
     client_name: str = ""
     """The name of the client key (``bridge_client_keys``) the request carried; empty when
     none is asked for or none matched: the usage ledger's client label."""
+    search: WebSearch | None = None
+    """The client's web search tool runs on the bridge (``addon.plan.web_search``): the model
+    got a ``web_search`` function tool instead, and its whole answers are read for calls of it."""
     secrets: Secrets = field(default_factory=Secrets, repr=False)
     """The flow's exact credential values: redacted from the error bodies the bridge writes
     (never in ``meta``)."""

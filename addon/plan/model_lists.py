@@ -11,9 +11,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from addon.config.expose import exposed_pairs
 from addon.config.routes import Route, listed_models
-from addon.dialects import ANTHROPIC, DIALECTS, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES
+from addon.dialects import (
+    ANTHROPIC,
+    DIALECTS,
+    GEMINI,
+    OPENAI_CHAT,
+    OPENAI_RESPONSES,
+    DialectName,
+)
 from addon.dialects.base import Dialect, Query
+from addon.plan.list_shapes import SHAPES, Shape
 from addon.plan.values import load_json
 from addon.plan.wire_request import CREDENTIAL_HEADERS, KEY_PARAMETERS, auth_value, read_key
 from addon.transforms.thinking import catalogue_models
@@ -201,6 +210,10 @@ class ModelsPlan:
     """The models added to the upstream's list: the configured ones and the routes'."""
     others: tuple[ListRequest, ...]
     """The other upstreams' lists to ask for (``list_requests``)."""
+    shape: Shape = SHAPES[OPENAI_CHAT]
+    """The list's shape: the client's dialect's (``list_client``)."""
+    display: tuple[tuple[str, str], ...] = ()
+    """An exposed name's display name: the model it stands for (``expose_as``)."""
 
 
 def models_plan(
@@ -226,14 +239,47 @@ def models_plan(
     key = list_key(routes, host, base, addressed, headers, query, env, checked) if inside else None
     chats = tuple(base + chat for chat in CHAT_PATHS)
     # Any route of a chat path on this host, whatever models it takes.
-    if not any(r.matches(host, chat, "POST") for r in routes for chat in chats):
-        return ModelsPlan(key, (), ())
+    listing = [r for r in routes if lists_models_of(r, host, base)]
+    shape = SHAPES[list_client(listing, headers, query, checked)]
+    if not listing or any(k in shape.later_page for k, _ in query):
+        return ModelsPlan(key, (), (), shape)  # a later page: as the upstream answers it
     if key is not None:  # the others are asked with the headers the key left
         gone = {h.lower() for h in key.drop_headers} | {h.lower() for h, _ in key.set_headers}
         headers = {
             **{h: v for h, v in headers.items() if h not in gone},
             **{h.lower(): v for h, v in key.set_headers},
         }
+    exposed = tuple(
+        pair
+        for r in listing
+        if SHAPES.get(r.client) == shape
+        for pair in exposed_pairs(r.expose_as, r.model_map, r.model)
+    )
     listed = (*catalogue_models(configured), *listed_models(routes, host, chats))
-    models = tuple(dict.fromkeys(listed))
-    return ModelsPlan(key, models, list_requests(routes, host, chats, addressed, headers, env))
+    models = tuple(dict.fromkeys((*listed, *(name for name, _ in exposed))))
+    others = list_requests(routes, host, chats, addressed, headers, env)
+    return ModelsPlan(key, models, others, shape, exposed)
+
+
+def list_client(
+    routes: list[Route], headers: Mapping[str, str], query: Query, checked: Route | None = None
+) -> DialectName:
+    """Whose list a ``GET …/models`` asks for, of the client dialects of the ``routes`` that
+    list there (``SHAPES``): that of ``checked`` (the route the client's key was checked for,
+    before the key was removed), else the one whose own headers the request carries
+    (``anthropic-version``: Anthropic's SDK and Claude Code), else the one whose own key
+    header or query parameter holds a key (``x-api-key``, ``x-goog-api-key``, ``?key=``),
+    else OpenAI's."""
+    clients = [c for c in dict.fromkeys(r.client for r in routes) if c in SHAPES]
+    if checked is not None and checked.client in clients:
+        return checked.client
+    for client in clients:
+        if any(h.startswith(p) for h in headers for p in DIALECTS[client].own_headers):
+            return client
+    for client in clients:
+        d = DIALECTS[client]
+        if d.auth_header != "authorization" and headers.get(d.auth_header, "").strip():
+            return client
+        if d.key_query is not None and any(k == d.key_query for k, _ in query):
+            return client
+    return OPENAI_CHAT

@@ -34,6 +34,7 @@ from addon.plan.caching import Seeds, cache_policy, secret_of, with_cache_key
 from addon.plan.conditions import Decoded, RequestView
 from addon.plan.decision import Decision, Pass, Reject, Rewrite
 from addon.plan.flow_plan import FlowPlan
+from addon.plan.images import Captions, see_images
 from addon.plan.values import (
     SHAPE_ERRORS,
     Incoming,
@@ -43,6 +44,7 @@ from addon.plan.values import (
     load_json,
     short,
 )
+from addon.plan.web_search import offer_search
 from addon.plan.wire_request import KEY_PARAMETERS, RouteKey, build_wire, credentials
 from addon.redact import Secrets
 from addon.stores.reasoning import Scope, StoreView
@@ -84,14 +86,16 @@ def decide(
     store: StoreView | None = None,
     secrets: Secrets | None = None,
     view: RequestView | None = None,
+    captions: Captions | None = None,
 ) -> Decision:
     """Decode, transform and encode one routed request (see the module docstring). ``creds``:
     what the shell read for the route (a Kiro token file), sent instead of any other key;
     ``store``: the reasoning store (restores what the client dropped; captures the answer);
     ``view``: the one ``route_for`` read (its body is ``incoming.body``): a decode it made
-    for the route's ``when`` is not made again. A request passed on untouched still goes to
+    for the route's ``when`` is not made again; ``captions``: what the request hook got for
+    its images (``addon.plan.images``). A request passed on untouched still goes to
     the route's ``upstream_url`` (``Pass.wire``)."""
-    d = _decide(settings, route, incoming, env, creds, store, secrets, view)
+    d = _decide(settings, route, incoming, env, creds, store, secrets, view, captions)
     keyed = route.target is not None or route.api_key_env or creds is not None
     if isinstance(d, Pass) and d.reason is not None and keyed:
         return replace(d, wire=passed_on(route, incoming, env, creds))
@@ -135,6 +139,7 @@ def _decide(
     store: StoreView | None = None,
     secrets: Secrets | None = None,
     view: RequestView | None = None,
+    captions: Captions | None = None,
 ) -> Decision:
     client, upstream = DIALECTS[route.client], DIALECTS[route.upstream]
     target = route.target
@@ -167,6 +172,7 @@ def _decide(
         return _reject(plan, e)
     try:
         decoded = _decode(client, body, made, incoming, notes)
+        decoded = see_images(route, decoded, captions or {}, notes)
         plan = replace(
             plan,
             defaults=AnswerDefaults(decoded.model, int(clock()), new_nonce()),
@@ -195,7 +201,8 @@ def _decide(
     summary = describe(notes) or "no changes needed"
     plan = replace(
         plan,
-        stream=unified.stream,
+        # A search asks the upstream for whole answers; the client gets the stream it asked.
+        stream=decoded.stream if plan.search is not None else unified.stream,
         upstream_framing=upstream.framing_for(wire.query),
         client_framing=client.framing_for(incoming.query),
         request_notes=Counter(notes),
@@ -384,6 +391,7 @@ def transform(
         loop=verdict,
         loop_fallback=verdict is not None and s.loop_fallback and mode == "native",
     )
+    req, plan = _web_search(req, plan, notes)
     if mode == "native":
         req = leave_out_tools(req, upstream.runs, f"the {upstream.name} upstream", notes)
     else:
@@ -440,6 +448,13 @@ def transform(
     return req, replace(plan, hide_thinking=s.thinking_output == "hidden")
 
 
+def _web_search(req: Request, plan: FlowPlan, notes: Notes) -> tuple[Request, FlowPlan]:
+    """A client's search tool the upstream cannot run, run by the bridge where the route names
+    a backend (``search``): the model gets a ``web_search`` function tool in its place."""
+    req, search = offer_search(req, plan.client, plan.upstream, plan.route.search, notes)
+    return req, replace(plan, search=search)
+
+
 def _model_names(
     req: Request, plan: FlowPlan, s: Settings, notes: Notes
 ) -> tuple[Request, FlowPlan, bool, bool]:
@@ -453,7 +468,8 @@ def _model_names(
         req = dataclasses.replace(req, model=model)
     mapped = plan.route.mapped_model(req.model)
     if mapped is not None and mapped != req.model:
-        notes[f"model {req.model} → {mapped} (the route's model_map)"] += 1
+        why = "expose_as" if plan.route.exposes(req.model) else "model_map"
+        notes[f"model {req.model} → {mapped} (the route's {why})"] += 1
         req = dataclasses.replace(req, model=mapped)
         plan = replace(plan, rename_answer=True)
     return req, plan, thinking, mapped is not None

@@ -17,6 +17,8 @@ OPAQUE     not JSON on the same dialect: the client reads it itself
 WHOLE      a 2xx whole answer: decoded, encoded; asked again for a missing required call
 REQUIRED   the retry for a required tool call answered
 ASKED      the loop guard's second request (the invoke text protocol) answered
+SEARCHED   the bridge ran the model's web searches: their results fed back (a second call)
+FED        the answer to the results: the client's, the searches shown in its dialect's shape
 =========  ===================================================================================
 
 Every step that reads an answer may end in asking again with the loop guard
@@ -26,11 +28,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from addon.dialects.searches import Searched
 from addon.model import Response, ToolCall, UnsupportedShape
+from addon.plan import web_search as ws
 from addon.plan.answer import (
     AnswerState,
     ask_again,
@@ -69,6 +73,8 @@ class At(Enum):
     WHOLE = "whole"
     REQUIRED = "required"
     ASKED = "asked"
+    SEARCHED = "searched"
+    FED = "fed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +130,8 @@ class Answer:
     stands: Stands | None = None
     stage: int = 0
     """The staged retry's stage ``seen`` answers (0: the first request)."""
+    rounds: tuple[ws.Round, ...] = ()
+    """The answers that called the web search tool, and what their searches found."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +202,12 @@ class Send:
     then: Answer
 
 
-Step = Send | Told
+Step = Send | ws.Search["Told", "Answer"] | Told
+
+
+def searched(step: ws.Search[Told, Answer], found: Sequence[Searched]) -> Answer:
+    """The answer to read once a ``Search`` step's searches ran (``found``: one per call)."""
+    return dataclasses.replace(step.then, rounds=(*step.then.rounds, ws.Round(step.answer, found)))
 
 
 def whole_step(state: AnswerState, answer: Answer) -> Step:
@@ -351,6 +364,8 @@ def _whole(state: AnswerState, answer: Answer) -> Step:
         decoded = decode_answer(
             plan, state, first.body, status=first.status, content_type=first.content_type
         )
+        if plan.search is not None and answer.can_retry and ws.search_calls(plan.search, decoded):
+            return _search(answer, decoded, told)
         if needs_retry(plan, state, decoded) and answer.can_retry:
             stands = Stands(first.body, answer=decoded)
             then = dataclasses.replace(answer, at=At.REQUIRED, seen=None, stands=stands)
@@ -424,6 +439,39 @@ def _asked(state: AnswerState, answer: Answer) -> Step:
     return _done(state, plan, second, told)
 
 
+def _search(answer: Answer, decoded: Response, told: Told) -> ws.Search[Told, Answer]:
+    """The answer called the web search tool: its searches run, then ``SEARCHED``."""
+    then = dataclasses.replace(answer, at=At.SEARCHED, seen=None)
+    return ws.Search.of(answer.plan.search, decoded, answer.rounds, told, then)
+
+
+def _searched(state: AnswerState, answer: Answer) -> Step:
+    """The searches ran: the conversation with their results, sent to the upstream."""
+    plan = answer.plan
+    assert plan.unified is not None and plan.encode_stage is not None
+    body = plan.encode_stage(ws.fed_back(plan.unified, answer.rounds))
+    then = dataclasses.replace(answer, at=At.FED, seen=None)
+    return Send(Told(plan), body, "web search: results fed back", then)
+
+
+def _fed(state: AnswerState, answer: Answer) -> Step:
+    """The answer to the searches' results: searches again (``MAX_ROUNDS``), else the client's."""
+    plan, got, told = answer.plan, answer.seen, Told(answer.plan)
+    if got is None or not got.ok:  # the first answer is no answer: the bridge's 502
+        return _unreadable(told, got.status if got else 502, "web search: results refused")
+    try:
+        decoded = decode_answer(plan, state, got.body)
+        final = ws.after(plan.client.web_search, plan.search, decoded, answer.rounds)
+        if final is None:
+            return _search(answer, decoded, told)
+        told.lines.append(f"web search: {ws.searches_run(answer.rounds)} run by the bridge")
+        return _encoded(state, answer, final, got.body, told)
+    except UpstreamError as e:
+        return _upstream_error(told, plan, e)
+    except UNREADABLE as e:
+        return _unread(told, answer, got.body, e)
+
+
 STEPS: dict[At, Callable[[AnswerState, Answer], Step]] = {
     At.STREAMED: _streamed,
     At.CUT: _cut,
@@ -434,6 +482,8 @@ STEPS: dict[At, Callable[[AnswerState, Answer], Step]] = {
     At.WHOLE: _whole,
     At.REQUIRED: _required,
     At.ASKED: _asked,
+    At.SEARCHED: _searched,
+    At.FED: _fed,
 }
 """The state of a whole answer → the step that reads it."""
 

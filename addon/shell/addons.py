@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from addon.report.counters import BridgeState
 from addon.shell.answer_redact import AnswerRedaction
+from addon.shell.captions import Captions
 from addon.shell.catalogue import ModelCatalogue
 from addon.shell.client_key_gate import ClientKeysGate
 from addon.shell.client_limits import ClientLimits
@@ -16,6 +17,7 @@ from addon.shell.ledger_book import UsageCounting
 from addon.shell.memory import MemoryTrim
 from addon.shell.metrics import Metrics
 from addon.shell.outbound.attempts import Fallbacks
+from addon.shell.outbound.captioner import Captioner
 from addon.shell.outbound.retry import Retry
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.reporter import Report
@@ -49,6 +51,7 @@ class Addons:
     flow_line: KeysOutOfFlowLine
     metrics: Metrics
     prefetch: Prefetch
+    captions: Captions
 
     @property
     def all(self) -> list[object]:
@@ -66,7 +69,8 @@ class Addons:
         ``bridge_metrics`` before the settings addon checks the options given early; its
         first-token clock wraps a stream after the redaction did. A store that does I/O is
         read for the request (``prefetch``, async) before the fallbacks pick a route and the
-        request is decided (docs/architecture.md#the-store-thread)."""
+        request is decided (docs/architecture.md#the-store-thread). A text-only route's images
+        are captioned (``captions``, async) once the route is picked, before the rewrite."""
         return [
             self.retry,
             self.metrics,
@@ -77,6 +81,7 @@ class Addons:
             self.prefetch,
             self.fallbacks,
             self.kiro,
+            self.captions,
             self.settings,
             self.request,
             self.stream,
@@ -125,4 +130,5 @@ def make_addons() -> Addons:
         KeysOutOfFlowLine(),
         metrics,
         Prefetch(settings, store, flows),
+        Captions(settings, flows, Captioner(retry, store, usage)),
     )

@@ -1,7 +1,8 @@
 """The model catalogue addon: ``GET …/models`` answered with the configured models (``bridge_models``
-and their ``-thinking`` variants) and the routes' models, merged with the upstream's own list and
-the lists of the routes' other upstreams (``addon.plan.model_lists``, asked through ``Retry`` with
-each route's key, a few seconds at most). Only a path whose chat sibling a route takes, inside
+and their ``-thinking`` variants), the routes' models and the names routes of the client's dialect
+expose (``expose_as``), in that dialect's list shape (``addon.plan.list_shapes``), merged with the
+upstream's own list and the lists of the routes' other upstreams (``addon.plan.model_lists``,
+asked through ``Retry`` with each route's key, a few seconds at most). Only a path whose chat sibling a route takes, inside
 ``allow_hosts`` / ``ignore_hosts``: a client picks its model from this list, so it must name the
 bridge's routes."""
 
@@ -13,7 +14,7 @@ from typing import Any
 from mitmproxy import ctx, http
 
 from addon.config.options import CATALOGUE_OPTIONS, ConfigError, parse_models
-from addon.plan import dump, load_json
+from addon.plan.list_shapes import merged_list
 from addon.plan.model_lists import (
     MODELS_SUFFIX,
     ListRequest,
@@ -88,7 +89,8 @@ class ModelCatalogue(OptionChecks):
                 append_comment(flow, note)
             if (found.models or found.others) and inside:
                 others = found.others if self._retry is not None else ()
-                self._flows.open(flow.id).models = ModelsAsked(found.models, others)
+                asked = ModelsAsked(found.models, others, found.shape, found.display)
+                self._flows.open(flow.id).models = asked
         except Exception as e:
             log_internal_error("cursor-bridge: models request", e)
 
@@ -101,7 +103,7 @@ class ModelCatalogue(OptionChecks):
         try:
             if others:
                 models = (*models, *await self._other_lists(flow, others))
-            self._answer(flow, tuple(dict.fromkeys(models)))
+            self._answer(flow, tuple(dict.fromkeys(models)), asked)
         except Exception as e:  # the upstream's answer goes on as it is
             log_internal_error("cursor-bridge: models answer", e)
 
@@ -139,29 +141,15 @@ class ModelCatalogue(OptionChecks):
             )
         return tuple(names)
 
-    def _answer(self, flow: http.HTTPFlow, models: tuple[str, ...]) -> None:
+    def _answer(self, flow: http.HTTPFlow, models: tuple[str, ...], asked: ModelsAsked) -> None:
+        """The list in the client's dialect's shape (``merged_list``), the upstream's merged."""
         resp = flow.response
         if resp is None:
             return
-        listed: list[Any] = []
-        if 200 <= resp.status_code < 300 and is_json(resp):
-            try:
-                body = load_json(resp.get_content(strict=False) or b"")
-                if isinstance(body, dict) and isinstance(body.get("data"), list):
-                    listed = body["data"]
-                elif isinstance(body, dict) and isinstance(body.get("models"), list):
-                    return  # Gemini's list (``models``): not in the shape this one writes
-                dump(listed)  # what cannot be written back strictly is not kept
-            except (ValueError, RecursionError):
-                listed = []
-        known = {m.get("id") for m in listed if isinstance(m, dict)}
-        added = [
-            {"id": m, "object": "model", "created": 0, "owned_by": "cursor-bridge"}
-            for m in models
-            if m not in known
-        ]
-        how = "merged with the upstream's" if listed else "answered by cursor-bridge"
-        if not listed and resp.status_code >= 300:
+        upstream = (resp.status_code, is_json(resp), resp.get_content(strict=False) or b"")
+        got = merged_list(asked.shape, upstream, models, dict(asked.display))
+        how = "merged with the upstream's" if got.merged else "answered by cursor-bridge"
+        if not got.merged and resp.status_code >= 300:
             how += f" (upstream said HTTP {resp.status_code})"
-        flow.response = json_response(200, dump({"object": "list", "data": [*listed, *added]}))
-        append_comment(flow, f"cursor-bridge: {len(added)} models {how}")
+        flow.response = json_response(200, got.body)
+        append_comment(flow, f"cursor-bridge: {got.added} models {how}")

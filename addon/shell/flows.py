@@ -29,6 +29,7 @@ from addon.plan import (
 )
 from addon.plan.count_tokens import CountUpstream
 from addon.plan.fallback import Failure
+from addon.plan.list_shapes import Shape
 from addon.plan.model_lists import ListRequest
 from addon.redact import NO_SECRETS, SecretForms, Secrets
 from addon.report.counters import KeptBytes
@@ -106,6 +107,10 @@ class ModelsAsked:
     """The models added to the upstream's list."""
     others: tuple[ListRequest, ...]
     """The other upstreams' lists to ask for (each with its route's key)."""
+    shape: Shape
+    """The shape of the client's list (its dialect's)."""
+    display: tuple[tuple[str, str], ...]
+    """Display names of exposed names (``expose_as``)."""
 
 
 @dataclass(slots=True)
@@ -140,6 +145,9 @@ class FlowRecord:
     client_route: Route | None = None
     """The route that client's key was checked for: its client dialect is the request's (a
     model list asks its upstream with a key of such a route: ``addon.plan.model_lists``)."""
+    captions: dict[tuple[str, str], str] | None = None
+    """The captions of the request's images (``addon.shell.captions``, before the rewrite):
+    (vision route's name, image key) → caption; every ``decide`` of the flow reads them."""
     store_view: StoreView | None = None
     """What the request's prefetch read of a store that does I/O (``addon.shell.store_worker``:
     reasoning values, the secret), its writes queued: every ``decide`` of the flow reads the
@@ -175,6 +183,10 @@ class Flows:
         if record is not None and record.store_view is not None:
             return record.store_view
         return self.default_store_view()
+
+    def captions(self, flow_id: str) -> dict[tuple[str, str], str] | None:
+        record = self._records.get(flow_id)
+        return record.captions if record is not None else None
 
     def get(self, flow_id: str) -> FlowRecord | None:
         return self._records.get(flow_id)

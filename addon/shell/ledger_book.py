@@ -104,8 +104,12 @@ class UsageCounting:
             self.metrics.flow_over(flow, run, report, booked)
         if self.limits is not None and flow is not None:
             self.limits.flow_over(flow.id, run, booked)
-        if booked is None:
-            return
+        if booked is not None:
+            self.book(booked)
+
+    def book(self, booked: Booking) -> None:
+        """One row's count added to the ledger (a flow's, or a caption call's: the vision
+        route's, ``addon.shell.captions``); never the caller's failure."""
         try:
             ledger = self._current()
             if not ledger.in_memory:  # the store thread writes it, within a second

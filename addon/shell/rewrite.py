@@ -160,6 +160,7 @@ class RewriteRequest:
                 else record.store_view,
                 secrets=secrets,
                 view=view,
+                captions=record.captions,
             )
             return (
                 record,

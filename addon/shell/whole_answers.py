@@ -16,21 +16,29 @@ from collections import Counter
 from mitmproxy import http
 
 from addon.plan import FlowPlan
-from addon.plan.whole_steps import Answer, Reply, Seen, Send, Told, broken, whole_step
+from addon.plan.web_search import Search
+from addon.plan.whole_steps import Answer, Reply, Seen, Send, Told, broken, searched, whole_step
 from addon.shell.answer_notes import note_text_calls, stream_done
 from addon.shell.flows import FlowRun
 from addon.shell.headers import replace_headers
 from addon.shell.notes import META_KEY, append_comment, log, log_internal_error
 from addon.shell.outbound.retry import Retry
+from addon.shell.outbound.searxng import Searches
 from addon.shell.reporter import Report
 
 
 class Answers:
     name = "cursor_bridge_answers"
 
-    def __init__(self, report: Report, retry: Retry | None) -> None:
+    def __init__(
+        self, report: Report, retry: Retry | None, searches: Searches | None = None
+    ) -> None:
         self.report = report
         self.retry = retry
+        self.searches = searches or Searches()
+
+    async def done(self) -> None:
+        await self.searches.done()
 
     async def response(self, flow: http.HTTPFlow) -> None:
         started = time.perf_counter_ns()
@@ -59,9 +67,12 @@ class Answers:
                 record.cut if record is not None and not resp.stream else None,
             )
             step = whole_step(run.answer, Answer(plan, first, can_retry=self.retry is not None))
-            while isinstance(step, Send):
+            while isinstance(step, Send | Search):
                 self._apply(flow, run, step.told)
-                step = whole_step(run.answer, await self._send(flow, run, step))
+                if isinstance(step, Search):
+                    step = whole_step(run.answer, await self._search(plan, step))
+                else:
+                    step = whole_step(run.answer, await self._send(flow, run, step))
             self._apply(flow, run, step)
         except Exception as e:
             log_internal_error(f"{plan.label}: answer", e)
@@ -81,6 +92,17 @@ class Answers:
         if got is None:
             return then
         return dataclasses.replace(then, seen=Seen(got.status, got.content_type, got.content))
+
+    async def _search(self, plan: FlowPlan, step: Search[Told, Answer]) -> Answer:
+        """The model's web searches run, one after another (``addon.plan.web_search``)."""
+        assert plan.search is not None
+        found = []
+        for call, run in zip(step.calls, step.runs, strict=True):
+            if isinstance(run, str):
+                found.append(await self.searches.run(plan.label, plan.search, call.id, run))
+            else:
+                found.append(run)
+        return searched(step, found)
 
     def _apply(self, flow: http.HTTPFlow, run: FlowRun, told: Told) -> None:
         """What a step said, applied to the flow in ``Told``'s order."""

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from addon.model import JSON, Message, Request, Text, Thinking, ToolCall
+from addon.plan.fallback import MemoryCooldowns
 from addon.stores.base import StoreError
 from addon.stores.reasoning import ReasoningStore, Scope, full_key, load_value
 from addon.stores.write_behind import WriteQueue
@@ -142,7 +143,7 @@ class PrefetchedScope:
         self._of.write(self.scope, kind, key, value)
 
 
-class CooldownView:
+class CooldownView(MemoryCooldowns):
     """The cooldowns every worker on one Redis shares, as this process knows them: what its
     requests' prefetches read (``learn``), and its own (``cool``, ``clear``) queued for the
     store thread to share. Satisfies ``addon.plan.fallback.Cooldowns``; no call reaches Redis.
@@ -154,49 +155,26 @@ class CooldownView:
         wake: Callable[[], None],
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(clock)
         self._queue = queue
         self._wake = wake
-        self._clock = clock
-        self._until: dict[str, float] = {}
-        """Name → when it ends (``clock``)."""
 
     def cool(self, name: str, seconds: float) -> None:
         """Skip ``name`` for ``seconds`` from now (a later end already known is kept)."""
-        if seconds <= 0:
-            return
-        until = self._clock() + seconds
-        until = max(until, self._until.get(name, until))
-        self._until[name] = until
-        if self._queue.cool(name, until):
+        until = self._cool_until(name, seconds)
+        if until is not None and self._queue.cool(name, until):
             self._wake()
-
-    def left(self, name: str) -> float:
-        until = self._until.get(name)
-        if until is None:
-            return 0.0
-        left = until - self._clock()
-        if left <= 0:
-            self._until.pop(name, None)
-            return 0.0
-        return left
-
-    def cooling(self, name: str) -> bool:
-        return self.left(name) > 0
 
     def clear(self, name: str) -> None:
         """``name`` is no longer skipped, by any worker (once the store thread shares it)."""
-        self._until.pop(name, None)
+        super().clear(name)
         if self._queue.cool(name, None):
             self._wake()
 
     def learn(self, lefts: dict[str, float | None]) -> None:
         """What a prefetch read from Redis: seconds left per name (0: none). A name this
         process changed since, not yet written, keeps this process's; None: unknown."""
-        now = self._clock()
         for name, left in lefts.items():
             if left is None or self._queue.cooling_pending(name):
                 continue
-            if left > 0:
-                self._until[name] = now + left
-            else:
-                self._until.pop(name, None)
+            self._learn_left(name, left)

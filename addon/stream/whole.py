@@ -7,13 +7,14 @@ streams even when the client asked for a whole answer: each side gets the shape 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from addon.dialects.base import Framing, StreamEncoder
 from addon.model import (
     Event,
     Finish,
     MessageStart,
+    Opaque,
     Part,
     RawEvent,
     Response,
@@ -33,15 +34,22 @@ from addon.model import (
 from addon.stream.framing import JsonArrayWriter
 from addon.stream.sse import encode_pairs
 
+type OpaqueEvents = Callable[[Opaque, int], list[Event]]
+"""A part of the client's dialect the bridge wrote (its web searches' blocks) as the raw
+events that carry it (``SearchShape.events``), given its place in the answer."""
 
-def response_events(resp: Response) -> list[Event]:
-    """The unified events a stream of this answer would have carried."""
+
+def response_events(resp: Response, opaque: OpaqueEvents | None = None) -> list[Event]:
+    """The unified events a stream of this answer would have carried (``opaque``: how its
+    opaque parts are carried; None: they are not)."""
     events: list[Event] = [
         MessageStart(resp.origin, id=resp.id, model=resp.model, created=resp.created)
     ]
     calls = 0
-    for part in resp.parts:
-        if isinstance(part, Thinking) and not part.redacted:
+    for i, part in enumerate(resp.parts):
+        if isinstance(part, Opaque) and opaque is not None:
+            events += opaque(part, i)
+        elif isinstance(part, Thinking) and not part.redacted:
             events.append(ThinkingDelta(part.text, signature=part.signature))
         elif isinstance(part, Text) and part.text:
             events.append(TextDelta(part.text))
@@ -56,10 +64,15 @@ def response_events(resp: Response) -> list[Event]:
     return events
 
 
-def sse_from_response(resp: Response, encoder: StreamEncoder, framing: Framing = "sse") -> bytes:
+def sse_from_response(
+    resp: Response,
+    encoder: StreamEncoder,
+    framing: Framing = "sse",
+    opaque: OpaqueEvents | None = None,
+) -> bytes:
     """The answer as the client's stream: SSE, or one JSON array (Gemini without ``alt=sse``)."""
     pairs: list[tuple[str | None, str]] = []
-    for event in response_events(resp):
+    for event in response_events(resp, opaque):
         pairs += encoder.feed(event)
     pairs += encoder.finish()
     if framing == "json_array":

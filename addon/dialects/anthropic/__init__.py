@@ -7,6 +7,7 @@ from .errors import body_status, error_type
 from .request import NAME, decode_request
 from .request_encode import encode_request
 from .response import decode_response, encode_error, encode_response, error_message
+from .server_search import SEARCH
 from .stream import AnthropicStreamDecoder
 from .stream_encode import AnthropicStreamEncoder
 
@@ -35,6 +36,7 @@ DIALECT = Dialect(
     cache_marks=CacheMarks(
         frozenset({"text", "image", "tool_call", "tool_result"}), tools=True, default="auto"
     ),
+    web_search=SEARCH,
 )
 
 __all__ = ["DIALECT", "NAME"]

@@ -182,7 +182,9 @@ def encode_response(r: Response) -> JSON:
     if same:
         content = [b for p in r.parts if (b := _encode_block(p, same))]
     else:
-        order = {"thinking": 0, "text": 1, "tool_call": 2}
+        # Anthropic's own blocks the bridge wrote (its web searches, ``server_search``) keep
+        # their place before the text; another dialect's opaque parts write nothing.
+        order = {"thinking": 0, "opaque": 1, "text": 1, "tool_call": 2}
         ordered = sorted(
             (p for p in r.parts if p.kind in order), key=lambda p: order.get(p.kind, 3)
         )

@@ -292,6 +292,7 @@ class Fallbacks:
                 env,
                 store=self._flows.store_view(flow.id),
                 secrets=self._flows.secrets(flow.id),
+                captions=self._flows.captions(flow.id),
             )
             if isinstance(decision, Rewrite):
                 request = chain.original.copy()

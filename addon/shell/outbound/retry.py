@@ -111,12 +111,19 @@ class Retry(OptionChecks):
         rewrite set them) sent the way mitmproxy sends the flow's: the answer read whole, or
         why none came (``connection refused``, ``timed out before the first byte`` …).
         ``timeout``: the route's, to the first byte (and between reads)."""
+        return await self.attempt_via(upstream_proxy(flow), request, timeout)
+
+    async def attempt_via(
+        self, via: tuple[str, str] | None, request: http.Request, timeout: float
+    ) -> RetryAnswer | str:
+        """``attempt`` for a request of no flow (a vision route's caption call): ``via`` the
+        upstream proxy the flow came through (``upstream_proxy``), or None."""
         import httpx
 
         headers = _sendable(request.headers)
         limit = httpx.Timeout(timeout, connect=min(timeout, 15.0))
         try:
-            answer = await self._client(flow).request(
+            answer = await self._client_via(via).request(
                 request.method,
                 request.url,
                 headers=headers,
@@ -174,9 +181,11 @@ class Retry(OptionChecks):
             return NoAnswer(Reason.UNREACHABLE, f"request failed ({type(e).__name__})")
 
     def _client(self, flow: http.HTTPFlow) -> httpx.AsyncClient:
+        return self._client_via(upstream_proxy(flow))
+
+    def _client_via(self, via: tuple[str, str] | None) -> httpx.AsyncClient:
         import httpx
 
-        via = upstream_proxy(flow)
         client = self._clients.get(via)
         if client is None:
             # httpx logs each request's URL at info level: a query may hold a key (?key=).

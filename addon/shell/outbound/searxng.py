@@ -1,0 +1,89 @@
+"""The bridge's web searches (docs/tools.md#web-search): one GET per search to the route's
+backend (``addon.config.search_backend``; SearXNG's ``/search?q=…&format=json``), with the
+backend's timeout, read by ``addon.plan.web_search.read_searxng``. One log line per search
+naming the route, the backend's URL and the query; the backend's key (``key_env``) is sent
+as ``Authorization: Bearer`` and never written anywhere. A search that fails tells the model
+``unavailable``; it never fails the client's answer."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from addon.config.search_backend import SearchBackend
+from addon.dialects.searches import Searched
+from addon.plan import short
+from addon.plan.web_search import WebSearch, read_searxng, searxng_request
+from addon.redact import redact, redact_exact
+from addon.shell.notes import log
+
+if TYPE_CHECKING:
+    import httpx
+
+
+class Searches:
+    """Runs searches on a route's backend; one httpx client (no environment proxy)."""
+
+    name = "cursor_bridge_searches"
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self._env = env if env is not None else os.environ
+        self._client: httpx.AsyncClient | None = None
+
+    async def run(self, label: str, search: WebSearch, call_id: str, query: str) -> Searched:
+        """One search for the model's call ``call_id``: its results, else ``unavailable``."""
+        import httpx
+
+        backend = search.backend
+        url, params = searxng_request(backend, query)
+        log.info("%s: web search on %s: %s", label, redact(backend.url), redact(short(query)))
+        headers = self._headers(label, backend)
+        if headers is None:
+            return Searched(call_id, query, error="unavailable")
+        key = headers.get("authorization", "").removeprefix("Bearer ")
+
+        def clean(text: str) -> str:
+            return redact(redact_exact(text, [key]) if key else text)
+
+        try:
+            got = await self._http().get(
+                url, params=params, headers=headers, timeout=backend.timeout
+            )
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as e:
+            log.warning("%s: web search failed: %s", label, clean(short(e) or type(e).__name__))
+            return Searched(call_id, query, error="unavailable")
+        found = read_searxng(got.status_code, got.content, search.ask, backend.max_results)
+        if isinstance(found, str):
+            log.warning("%s: web search backend refused: %s", label, clean(found))
+            return Searched(call_id, query, error="unavailable")
+        return Searched(call_id, query, found)
+
+    def _headers(self, label: str, backend: SearchBackend) -> dict[str, str] | None:
+        headers = {"accept": "application/json"}
+        if backend.key_env is None:
+            return headers
+        key = self._env.get(backend.key_env)
+        if not key:
+            log.warning(
+                "%s: web search: the environment variable %s (search.key_env) is not set",
+                label,
+                backend.key_env,
+            )
+            return None
+        headers["authorization"] = f"Bearer {key}"
+        return headers
+
+    def _http(self) -> httpx.AsyncClient:
+        import httpx
+
+        if self._client is None:
+            logging.getLogger("httpx").setLevel(logging.WARNING)
+            self._client = httpx.AsyncClient(trust_env=False, follow_redirects=False)
+        return self._client
+
+    async def done(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()

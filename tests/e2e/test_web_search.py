@@ -1,0 +1,194 @@
+"""End to end: Claude Code's web search (Anthropic's ``web_search_20250305`` server tool) on an
+OpenAI chat upstream that cannot run it, the route naming a SearXNG backend (issue 44 point 1;
+docs/tools.md#web-search). A real mitmdump before a scripted OpenAI chat upstream (its model
+calls the ``web_search`` function tool, then answers from the results) and the scripted SearXNG
+Search API; the anthropic SDK reads the answer's ``server_tool_use`` and
+``web_search_tool_result`` blocks, whole and streamed. The request's shape is the anthropic
+SDK's ``WebSearchTool20250305Param`` (no recording of the real Claude Code's yet)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream
+from tests.e2e.test_text_tools import openai_json
+from tests.searxng_server import ScriptedSearxng
+
+QUERY = "mitmproxy addon hooks"
+RESULTS = {
+    QUERY: [
+        {"url": "https://docs.mitmproxy.org/stable/api/events.html", "title": "Event Hooks",
+         "content": "Addons hook into events such as request and response."},
+        {"url": "https://blocked.example/x", "title": "Blocked", "content": "never shown"},
+        {"url": "https://github.com/mitmproxy/mitmproxy", "title": "mitmproxy on GitHub",
+         "content": "An interactive TLS-capable intercepting proxy."},
+    ]
+}  # fmt: skip
+# Claude Code's WebSearch tool: its own request, carrying only the server tool.
+TOOL = {
+    "type": "web_search_20250305",
+    "name": "web_search",
+    "max_uses": 8,
+    "blocked_domains": ["blocked.example"],
+}
+
+
+@pytest.fixture
+def searxng() -> Iterator[ScriptedSearxng]:
+    with ScriptedSearxng(RESULTS) as server:
+        yield server
+
+
+def _proxy(start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedSearxng) -> Proxy:
+    routes = tmp_path / "routes.toml"
+    routes.write_text(
+        '[[routes]]\nname = "claude-search"\npath = "*/v1/messages"\nclient = "anthropic"\n'
+        f'upstream = "openai_chat"\nsearch = {{url = "{searxng.base_url}", max_results = 5}}\n'
+    )
+    return start_proxy(bridge_routes=str(routes))
+
+
+def model(rec: Recorded) -> JSONReply:
+    """The upstream's model: searches first, then answers from the tool result it was given."""
+    body = rec.json()
+    last = body["messages"][-1]
+    if last["role"] != "tool":
+        call = {"id": "call_s1", "type": "function",
+                "function": {"name": "web_search", "arguments": json.dumps({"query": QUERY})}}  # fmt: skip
+        reply = openai_json("")
+        reply["choices"][0]["message"] = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [call],
+        }
+        reply["choices"][0]["finish_reason"] = "tool_calls"
+        return JSONReply(reply)
+    found = json.loads(last["content"])
+    return JSONReply(openai_json(f"Per {found[0]['url']}: hooks are events."))
+
+
+def _ask(p: Proxy, stream: bool) -> anthropic.types.Message:
+    c = anthropic.Anthropic(base_url=p.base_url, api_key="sk-ant-e2e", max_retries=0, timeout=20)
+    params: dict[str, Any] = {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 1024,
+        "messages": [{"role": "user", "content": f"Perform a web search for the query: {QUERY}"}],
+        "tools": [TOOL],
+    }
+    if stream:
+        with c.messages.stream(**params) as s:
+            return s.get_final_message()
+    return c.messages.create(**params)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_claude_codes_web_search_runs_on_the_bridge(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    searxng: ScriptedSearxng,
+    tmp_path: Path,
+    stream: bool,
+) -> None:
+    p = _proxy(start_proxy, tmp_path, searxng)
+    upstream.script = model
+    got = _ask(p, stream)
+
+    use, result, text = got.content
+    assert use.type == "server_tool_use" and use.name == "web_search"
+    assert use.input == {"query": QUERY} and use.id.startswith("srvtoolu_")
+    assert result.type == "web_search_tool_result" and result.tool_use_id == use.id
+    assert isinstance(result.content, list)
+    assert [(r.type, r.url, r.title) for r in result.content] == [
+        ("web_search_result", "https://docs.mitmproxy.org/stable/api/events.html", "Event Hooks"),
+        ("web_search_result", "https://github.com/mitmproxy/mitmproxy", "mitmproxy on GitHub"),
+    ]  # the blocked domain left out
+    assert all(r.encrypted_content for r in result.content)
+    assert text.type == "text"
+    assert text.text == "Per https://docs.mitmproxy.org/stable/api/events.html: hooks are events."
+    assert got.stop_reason == "end_turn"
+    assert got.usage.server_tool_use is not None
+    assert got.usage.server_tool_use.web_search_requests == 1
+    assert (got.usage.input_tokens, got.usage.output_tokens) == (100, 40)  # both calls
+
+    (searched,) = searxng.requests
+    assert searched.params == {"q": QUERY, "format": "json"}
+    first, second = upstream.requests
+    sent = first.json()
+    assert sent["stream"] is False  # searched between calls: whole answers upstream
+    assert [t["function"]["name"] for t in sent["tools"]] == ["web_search"]
+    fed = second.json()["messages"]
+    assert fed[-2]["tool_calls"][0]["function"]["name"] == "web_search"
+    assert fed[-1]["role"] == "tool" and fed[-1]["tool_call_id"] == "call_s1"
+    assert [r["url"] for r in json.loads(fed[-1]["content"])] == [
+        "https://docs.mitmproxy.org/stable/api/events.html",
+        "https://github.com/mitmproxy/mitmproxy",
+    ]
+    assert "sk-ant-e2e" not in p.log_text()
+    p.wait_for_log(rf"web search on {searxng.base_url}: {QUERY}")
+
+
+def test_max_uses_is_honoured(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    searxng: ScriptedSearxng,
+    tmp_path: Path,
+) -> None:
+    """A model that searches past ``max_uses`` is told ``max_uses_exceeded``; the client sees it
+    as Anthropic's error block, and the backend is asked only ``max_uses`` times."""
+    p = _proxy(start_proxy, tmp_path, searxng)
+    calls = 0
+
+    def greedy(rec: Recorded) -> JSONReply:
+        nonlocal calls
+        calls += 1
+        if calls <= 2:
+            call = {"id": f"call_{calls}", "type": "function",
+                    "function": {"name": "web_search", "arguments": json.dumps({"query": QUERY})}}  # fmt: skip
+            reply = openai_json("")
+            reply["choices"][0]["message"] = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [call],
+            }
+            reply["choices"][0]["finish_reason"] = "tool_calls"
+            return JSONReply(reply)
+        return JSONReply(openai_json("done"))
+
+    upstream.script = greedy
+    c = anthropic.Anthropic(base_url=p.base_url, api_key="sk-ant-e2e", max_retries=0, timeout=20)
+    got = c.messages.create(
+        model="claude-sonnet-4-6",
+        max_tokens=100,
+        messages=[{"role": "user", "content": "search twice"}],
+        tools=[{**TOOL, "max_uses": 1}],  # type: ignore[list-item]
+    )
+    kinds = [b.type for b in got.content]
+    assert kinds == ["server_tool_use", "web_search_tool_result"] * 2 + ["text"]
+    second = got.content[3]
+    assert second.type == "web_search_tool_result"
+    assert not isinstance(second.content, list)
+    assert second.content.error_code == "max_uses_exceeded"
+    assert got.usage.server_tool_use is not None
+    assert got.usage.server_tool_use.web_search_requests == 1
+    assert len(searxng.requests) == 1 and len(upstream.requests) == 3
+
+
+def test_no_backend_is_todays_400_said_in_the_comment(
+    proxy: Proxy, upstream: ScriptedUpstream
+) -> None:
+    c = anthropic.Anthropic(base_url=proxy.base_url, api_key="k", max_retries=0, timeout=15)
+    with pytest.raises(anthropic.BadRequestError) as info:
+        c.messages.create(
+            model="claude-sonnet-4-6",
+            max_tokens=100,
+            messages=[{"role": "user", "content": "search the web"}],
+            tools=[TOOL],  # type: ignore[list-item]
+        )
+    assert "web_search" in str(info.value)
+    assert upstream.requests == []

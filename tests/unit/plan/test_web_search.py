@@ -1,0 +1,86 @@
+"""The bridge's web search decided with plain values (``addon.plan.web_search``) and shown in
+Anthropic's shape (``addon.dialects.anthropic.server_search``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from addon.config.search_backend import SearchBackend
+from addon.dialects import DIALECTS
+from addon.dialects.anthropic.server_search import SEARCH, server_tool_id
+from addon.dialects.searches import Found, Searched
+from addon.model import Message, Notes, OpaqueTool, Request, Response, Text, Tool, ToolCall, Usage
+from addon.plan.web_search import Round, WebSearch, after, fed_back, offer_search, to_run
+
+BACKEND = SearchBackend("http://127.0.0.1:8888")
+READ = Tool("Read", "Read a file", {"type": "object", "properties": {}})
+SERVER = {"type": "web_search_20250305", "name": "web_search", "max_uses": 2,
+          "allowed_domains": ["docs.python.org"]}  # fmt: skip
+
+
+def _request() -> Request:
+    tools = (READ, OpaqueTool("anthropic", "web_search", "web_search_20250305", SERVER))
+    return Request("anthropic", "m", (Message("user", (Text("q"),)),), tools, stream=True)
+
+
+def test_the_server_tool_becomes_a_function_tool_in_its_place() -> None:
+    notes: Notes = Counter()
+    req, search = offer_search(
+        _request(), DIALECTS["anthropic"], DIALECTS["openai_chat"], BACKEND, notes
+    )
+    assert search is not None and search.max_uses == 2
+    assert search.ask.allowed_domains == ("docs.python.org",)
+    assert req.tools is not None and [t.name for t in req.tools] == ["Read", "web_search"]
+    assert isinstance(req.tools[1], Tool) and req.tools[1].parameters["required"] == ["query"]
+    assert req.stream is False and req.stream_explicit
+    assert list(notes) == [
+        "web search: web_search (web_search_20250305) run by the bridge (searxng)"
+    ]
+
+
+def test_an_anthropic_upstream_runs_it_itself_and_no_backend_is_said() -> None:
+    notes: Notes = Counter()
+    req = _request()
+    same = offer_search(req, DIALECTS["anthropic"], DIALECTS["anthropic"], BACKEND, notes)
+    assert same == (req, None) and not notes
+    none = offer_search(req, DIALECTS["anthropic"], DIALECTS["openai_chat"], None, notes)
+    assert none == (req, None)
+    assert list(notes) == ["web search: no search backend on this route (search = {url = …})"]
+
+
+def test_max_uses_and_bad_input_are_told_to_the_model() -> None:
+    search = WebSearch(SEARCH.ask(OpaqueTool("anthropic", "web_search", "web_search_20250305", SERVER)) or SEARCH.ask(OpaqueTool("anthropic", "web_search", "web_search_x", {})), BACKEND)  # type: ignore[arg-type]  # fmt: skip
+    calls = [ToolCall("a", "web_search", '{"query": "x"}'), ToolCall("b", "web_search", "{}"),
+             ToolCall("c", "web_search", '{"query": "y"}')]  # fmt: skip
+    assert to_run(search, calls, 1) == [
+        "x",
+        Searched("b", "", error="invalid_tool_input"),
+        Searched("c", "y", error="max_uses_exceeded"),
+    ]
+
+
+def test_results_go_back_as_tool_results_and_the_client_sees_anthropics_blocks() -> None:
+    search = WebSearch(SEARCH.ask(OpaqueTool("anthropic", "web_search", "web_search_20250305", {})), BACKEND)  # type: ignore[arg-type]  # fmt: skip
+    call = ToolCall("call_1", "web_search", '{"query": "py"}')
+    first = Response("openai_chat", "x", "m", (Text("Let me look."), call), "tool_calls",
+                     usage=Usage(10, 2, origin="openai_chat"))  # fmt: skip
+    found = Searched("call_1", "py", (Found("https://docs.python.org/", "Python", "docs"),))
+    rounds = [Round(first, (found,))]
+    fed = fed_back(_request(), rounds)
+    assert [m.role for m in fed.messages] == ["user", "assistant", "tool"]
+    assert fed.messages[1].parts == (Text("Let me look."), call)
+    # The last answer still asks to search when the rounds ran out: that call is left out.
+    last = Response("openai_chat", "y", "m", (Text("Python."), ToolCall("z", "web_search", "{}")),
+                    "tool_calls", usage=Usage(20, 3, origin="openai_chat"))  # fmt: skip
+    rounds_out = rounds * 5
+    answer = after(SEARCH, search, last, rounds_out)
+    assert answer is not None and answer.finish == "stop"
+    body = DIALECTS["anthropic"].encode_response(answer)
+    kinds = [b["type"] for b in body["content"]]
+    assert kinds == ["server_tool_use", "web_search_tool_result"] * 5 + ["text"]
+    assert body["content"][0]["id"] == server_tool_id("call_1")
+    assert body["content"][1]["content"][0]["url"] == "https://docs.python.org/"
+    assert body["content"][-1]["text"] == "Let me look." * 5 + "Python."
+    assert body["usage"]["server_tool_use"] == {"web_search_requests": 5, "web_fetch_requests": 0}
+    assert (body["usage"]["input_tokens"], body["usage"]["output_tokens"]) == (70, 13)
+    assert after(SEARCH, search, last, rounds) is None  # searches again

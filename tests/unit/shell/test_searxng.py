@@ -1,0 +1,149 @@
+"""The bridge's SearXNG client (``addon.shell.outbound.searxng``) against the scripted SearXNG
+Search API (``tests.searxng_server``: it refuses what SearXNG refuses), and the route key."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from addon.config.routes_file import read_routes
+from addon.config.search_backend import SearchBackend
+from addon.dialects.searches import Found, SearchAsk
+from addon.plan.web_search import WebSearch, allowed, read_searxng
+from addon.shell.outbound.searxng import Searches
+from tests.searxng_server import ScriptedSearxng
+
+RESULTS = {
+    "mitmproxy addons": [
+        {"url": "https://docs.mitmproxy.org/stable/addons/overview/", "title": "Addons",
+         "content": "Addons are scripts.", "publishedDate": "2026-01-02T00:00:00"},
+        {"url": "https://www.example.com/a", "title": "Example", "content": "x"},
+        {"url": "https://blog.example.com/b", "title": "Blog", "content": "y"},
+        {"url": "https://other.org/c", "title": "Other", "content": "z"},
+        {"url": "javascript:alert(1)", "title": "bad", "content": ""},
+    ]
+}  # fmt: skip
+
+
+def _search(server: ScriptedSearxng, **kw: object) -> WebSearch:
+    ask = SearchAsk(
+        "web_search",
+        "web_search_20250305",
+        **{k: v for k, v in kw.items() if k != "max_results"},  # type: ignore[arg-type]
+    )
+    backend = SearchBackend(server.base_url, max_results=int(kw.get("max_results", 5)))  # type: ignore[call-overload]
+    return WebSearch(ask, backend)
+
+
+def _run(searches: Searches, search: WebSearch, query: str):  # type: ignore[no-untyped-def]
+    async def go():  # type: ignore[no-untyped-def]
+        try:
+            return await searches.run("cursor-bridge [r]", search, "call_1", query)
+        finally:
+            await searches.done()
+
+    return asyncio.run(go())
+
+
+def test_a_search_gets_searxngs_results_capped_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with ScriptedSearxng(RESULTS) as server, caplog.at_level(logging.INFO, "cursor_bridge"):
+        got = _run(Searches({}), _search(server, max_results=2), "mitmproxy addons")
+        base = server.base_url
+    assert got.error is None and got.call_id == "call_1"
+    assert got.results == (
+        Found("https://docs.mitmproxy.org/stable/addons/overview/", "Addons",
+              "Addons are scripts.", "2026-01-02T00:00:00"),
+        Found("https://www.example.com/a", "Example", "x"),
+    )  # fmt: skip
+    (sent,) = server.requests
+    assert (sent.method, sent.path) == ("GET", "/search")
+    assert sent.params == {"q": "mitmproxy addons", "format": "json"}
+    lines = [r.getMessage() for r in caplog.records if "web search" in r.getMessage()]
+    assert lines == [f"cursor-bridge [r]: web search on {base}: mitmproxy addons"]
+
+
+def test_domain_rules_keep_and_drop_subdomains() -> None:
+    with ScriptedSearxng(RESULTS) as server:
+        kept = _run(
+            Searches({}), _search(server, allowed_domains=("example.com",)), "mitmproxy addons"
+        )
+        dropped = _run(
+            Searches({}),
+            _search(server, blocked_domains=("https://www.example.com/", "mitmproxy.org")),
+            "mitmproxy addons",
+        )
+    assert [f.url for f in kept.results] == [
+        "https://www.example.com/a",
+        "https://blog.example.com/b",
+    ]
+    assert [f.url for f in dropped.results] == ["https://other.org/c"]
+    ask = SearchAsk("web_search", "t", allowed_domains=("example.com",))
+    assert not allowed("https://notexample.com/", ask)
+
+
+def test_an_instance_without_json_is_unavailable_to_the_model(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with ScriptedSearxng(RESULTS, formats=("html",)) as server, caplog.at_level(logging.INFO):
+        got = _run(Searches({}), _search(server), "mitmproxy addons")
+    assert got.error == "unavailable" and got.results == ()
+    assert server.requests[0].params["format"] == "json"
+    assert "HTTP 403" in caplog.text and "format=json" in caplog.text
+
+
+def test_the_scripted_server_refuses_what_searxng_refuses() -> None:
+    with ScriptedSearxng(RESULTS) as server:
+        assert server.answer({"format": "json"})[0] == 400
+        assert server.answer({"q": "x", "format": "csv"})[0] == 403
+        assert server.answer({"q": "x"})[0] == 200  # html
+    ask = SearchAsk("web_search", "t")
+    assert read_searxng(400, b'{"error": "No query"}', ask, 5) == 'HTTP 400: {"error": "No query"}'
+    assert read_searxng(200, b"<html>", ask, 5) != ()
+    assert read_searxng(200, b'{"results": "no"}', ask, 5) == "no results list in the answer"
+
+
+def test_the_backends_key_is_sent_and_never_logged(caplog: pytest.LogCaptureFixture) -> None:
+    key = "sk-searx-0123456789abcdef0123456789"
+    with ScriptedSearxng(RESULTS, formats=("html",)) as server, caplog.at_level(logging.INFO):
+        search = WebSearch(
+            SearchAsk("web_search", "t"), SearchBackend(server.base_url, key_env="SEARX_KEY")
+        )
+        _run(Searches({"SEARX_KEY": key}), search, "mitmproxy addons")
+        missing = _run(Searches({}), search, "mitmproxy addons")
+    assert server.requests[0].headers["authorization"] == f"Bearer {key}"
+    assert missing.error == "unavailable" and len(server.requests) == 1
+    assert key not in caplog.text and "SEARX_KEY" in caplog.text
+
+
+def test_an_unreachable_backend_is_unavailable() -> None:
+    search = WebSearch(SearchAsk("web_search", "t"), SearchBackend("http://127.0.0.1:9", timeout=2))
+    assert _run(Searches({}), search, "q").error == "unavailable"
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"url": "ftp://x"}, "routes[0].search.url: must be an http:// or https:// base URL"),
+        ({"url": "http://x", "kind": "bing"}, "routes[0].search.kind: Input should be 'searxng'"),
+        ({"url": "http://x", "max_results": 0}, "routes[0].search.max_results"),
+        ({"url": "http://x", "colour": 1}, "unknown key (allowed: url, kind, max_results, timeout, key_env)"),
+        ({"url": "http://x", "key_env": "1BAD"}, "search.key_env: the name of an environment variable"),
+        ("http://x", 'routes[0].search: Input should be a valid dictionary (e.g. {url = "http://…"})'),
+    ],
+)  # fmt: skip
+def test_the_search_key_is_checked_at_start(table: object, message: str) -> None:
+    with pytest.raises(ValueError, match=None) as info:
+        read_routes({"routes": [{"name": "r", "search": table}]})
+    assert message in str(info.value)
+
+
+def test_a_search_table_reads_into_the_route() -> None:
+    (route,) = read_routes(
+        {"routes": [{"name": "r", "search": {"url": "http://127.0.0.1:8888/", "max_results": 3}}]}
+    )
+    assert route.search == SearchBackend("http://127.0.0.1:8888", max_results=3)
+    assert route.search.endpoint == "http://127.0.0.1:8888/search"
