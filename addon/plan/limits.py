@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
@@ -22,8 +22,9 @@ from addon.config.client_keys import Limits, Period
 from addon.config.routes import Route
 from addon.dialects import DIALECTS
 from addon.model import ClientError
-from addon.plan.conditions import RequestView
-from addon.plan.values import error_bytes
+from addon.plan.routing import RouteMatch
+from addon.plan.values import error_bytes, short
+from addon.report.outcome import Action, FlowReport, Outcome
 
 NANO = 1_000_000_000
 """Nano-dollars per US dollar: what the stores count money in."""
@@ -203,35 +204,51 @@ class Planned:
     ask: Ask
 
 
-def plan_request(
-    client: str,
-    limits: Limits,
-    route: Route,
-    rid: str,
-    request: tuple[str, str, str, bytes],
-    price: Pricer | None,
-    now: float,
-    ttl: float = RESERVATION_TTL,
-) -> Planned | Refusal | None:
-    """What a request of ``client`` on ``route`` reserves (``request``: method, host, path
-    and body as sent); a ``Refusal`` for a model nothing prices on a key with a budget; None
-    when the limits do not count it: not the route's chat request (a token count, a model
-    list), or a body that is not one."""
-    method, host, path, body = request
-    if not route.matches(host, path.split("?", 1)[0], method):
+@dataclass(frozen=True, slots=True)
+class Given:
+    """An admitted client's request as the limits read it: plain values of the flow's record
+    (``FlowRecord.client_name``, ``client_route``) and of the keys file."""
+
+    client: str
+    limits: Limits
+    route: Route
+    """The route the client's key was checked for (``FlowRecord.client_route``)."""
+    rid: str
+    """The reservation's id: the flow's."""
+    now: float
+    ttl: float = RESERVATION_TTL
+    price: Pricer | None = None
+    """The price table (read only for a key with a budget)."""
+
+
+def plan_request(given: Given, matched: RouteMatch) -> Planned | Refusal | None:
+    """What a request reserves (``matched``: the request's routes and its body's view, matched
+    once by the client keys addon: ``FlowRecord.match``); a ``Refusal`` for a model nothing
+    prices on a key with a budget; None when the limits do not count it: not the route's chat
+    request (a token count, a model list), or a body that is not one."""
+    route, limits = given.route, given.limits
+    if matched.route is not route or matched.counted is not None:
         return None
-    view = RequestView(body, path)
+    view = matched.view
     decoded, facts = view.decoded(route.client), view.facts(route.client)
     if decoded is None or facts is None:
         return None
     asked = view.model(route.client) or decoded.request.model
     cap = decoded.request.params.max_tokens
-    priced = price if limits.budget_usd is not None else None
+    priced = given.price if limits.budget_usd is not None else None
     est, model = estimate(limits, route, asked, facts.input_tokens, cap, priced)
-    ask = ask_for(client, rid, limits, est, now, ttl) if est is not None else None
-    if est is None or ask is None:
-        return refusal(route, client, limits, Verdict(Limit.UNPRICED), model)
-    return Planned(model, est, ask)
+    if est is None:
+        return refused(given, matched, Verdict(Limit.UNPRICED), model)
+    return Planned(model, est, ask_for(given.client, given.rid, limits, est, given.now, given.ttl))
+
+
+def reserved(
+    given: Given, matched: RouteMatch, planned: Planned, verdict: Verdict
+) -> Refusal | None:
+    """The store's verdict on ``planned``: None, admitted; else the client's refusal."""
+    if verdict.admitted:
+        return None
+    return refused(given, matched, verdict, planned.model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +308,10 @@ class Refusal:
     body: bytes
     message: str
     limit: Limit = field(default=Limit.RPM)
+    meta: dict[str, str] = field(default_factory=dict)
+    """The flow's metadata (``refused``): the route, the action, the limit, the message."""
+    line: FlowReport | None = None
+    """The flow's log line (``refused``): names the client key's name and the limit."""
 
 
 def refusal(route: Route, client: str, limits: Limits, verdict: Verdict, model: str) -> Refusal:
@@ -328,6 +349,25 @@ def refusal(route: Route, client: str, limits: Limits, verdict: Verdict, model: 
         )
     e = ClientError(message, status=402, code="insufficient_quota")
     return Refusal(402, (("x-should-retry", "false"),), error_bytes(dialect, e), message, limit)
+
+
+def refused(given: Given, matched: RouteMatch, verdict: Verdict, model: str) -> Refusal:
+    """``refusal``, with what the flow says of it: its metadata and its one log line (the
+    client key's name and the limit, never the key; a path without its query)."""
+    route = given.route
+    r = refusal(route, given.client, given.limits, verdict, model)
+    limit = r.limit.value
+    meta = {"route": route.name, "action": Action.REJECTED.value, "limit": limit}
+    line = FlowReport(
+        route.name,
+        Outcome.REJECTED,
+        client=route.client,
+        upstream=route.upstream,
+        reason=f"answered {r.status}: {short(r.message)}",
+        fields={"request": f"{short(matched.method)} {short(matched.path)}"},
+    )
+    line.fields.update(client_name=given.client, limit=limit)
+    return replace(r, meta={**meta, "error": r.message}, line=line)
 
 
 def _what(limit: Limit, limits: Limits) -> str:

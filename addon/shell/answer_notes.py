@@ -168,7 +168,8 @@ def stream_notes(report: Report, notes: FlowNotes, run: FlowRun, plan: FlowPlan)
     if p.original:
         notes.original = bytes(p.original), p.bytes_in > len(p.original)
     counts = run.report.counts
-    counts.update(events_in=p.events_in, skipped=p.skipped)
+    # fast_events: of events_in, those a fast route or run took (0: bridge_fast_path off)
+    counts.update(events_in=p.events_in, fast_events=p.fast_events, skipped=p.skipped)
     if parser is not None:
         counts["text_tool_calls"] = parser.calls
     if plan.client.name != plan.upstream.name or not p.passthrough:

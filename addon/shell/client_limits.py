@@ -7,7 +7,8 @@ reported. A live worker renews its reservations; a dead one's expire by themselv
 
 What is reserved and refused is ``addon.plan.limits``'; the counts are the store's
 (``addon.stores.limits``: memory, or Redis shared by every worker when ``bridge_store`` is a
-Redis URL). The store steps run on a thread (``asyncio.to_thread``): never on the event loop.
+Redis URL). The store steps run on the store thread (``StoreWorker.call``,
+``addon.shell.store_worker``), as every other store call: never on the event loop.
 docs/deploy.md#limits-per-client-key."""
 
 from __future__ import annotations
@@ -23,23 +24,24 @@ from mitmproxy import ctx, http
 
 from addon.config.client_keys import ClientKeys, Limits
 from addon.config.routes import Route
-from addon.plan import short
 from addon.plan.limits import (
     MAX_TTL,
     MIN_TTL,
     NANO,
     RENEW_EVERY,
     RESERVATION_TTL,
+    Given,
     Planned,
     Pricer,
+    Refusal,
     Settle,
     Verdict,
     plan_request,
-    refusal,
+    reserved,
     used_cost,
 )
 from addon.redact import clean
-from addon.report.outcome import Action, Count, FlowReport, Outcome
+from addon.report.outcome import Count
 from addon.report.usage_table import limits_pricer, limits_text
 from addon.shell.notes import log, log_internal_error, set_meta
 from addon.shell.option_checks import OptionChecks
@@ -144,67 +146,63 @@ class ClientLimits(OptionChecks):
             ]
             if held:
                 try:
-                    await asyncio.to_thread(self.store.renew, held, time.time(), self._ttl)
+                    await self._store_life.worker.call(
+                        self.store.renew, held, time.time(), self._ttl
+                    )
                 except Exception as e:
                     log.warning("cursor-bridge: client limits not renewed: %s", clean(e, 300))
 
     # ------------------------------------------------------------------ hooks
 
     async def request(self, flow: http.HTTPFlow) -> None:
-        """An admitted request of a client key with limits: reserved, or refused
-        (``addon.plan.limits.plan_request`` decides what it reserves; the store, whether)."""
+        """An admitted request of a client key with limits: reserved, or refused. What it
+        reserves and what a refusal says are ``addon.plan.limits``' (``plan_request``,
+        ``reserved``), from plain values: the flow's record (the client, its route, the
+        request's ``RouteMatch``); whether, the store's (one step on the store thread). Here
+        it is applied: the reservation held, or the refusal answered, noted and counted."""
         if flow.response is not None or flow.error is not None or not flow.live:
             return
         keys = self._keys()
         record = self._report.flows.get(flow.id)
         if keys is None or record is None or record.client_name is None:
             return
-        route, client = record.client_route, record.client_name
-        limits = keys.limits_of(client)
-        if route is None or not limits:
+        route, matched = record.client_route, record.match
+        limits = keys.limits_of(record.client_name)
+        if route is None or matched is None or not limits:
             return
-        req = flow.request
         started = time.perf_counter_ns()
-        sent = (req.method, req.host, req.path, req.get_content(strict=False) or b"")
+        price = self.pricer() if limits.budget_usd is not None else None
+        given = Given(record.client_name, limits, route, flow.id, time.time(), self._ttl, price)
         try:
-            price = self.pricer() if limits.budget_usd is not None else None
-            planned = plan_request(
-                client, limits, route, flow.id, sent, price, time.time(), self._ttl
-            )
+            planned = plan_request(given, matched)
             if isinstance(planned, Planned):
-                verdict = await asyncio.to_thread(self.store.reserve, planned.ask)
-                self._budget_left(client, limits, verdict)
-                if verdict.admitted:
-                    self._held[flow.id] = Reservation(client, limits, route, planned)
+                verdict = await self._store_life.worker.call(self.store.reserve, planned.ask)
+                self._budget_left(given.client, limits, verdict)
+                refused = reserved(given, matched, planned, verdict)
+                if refused is None:
+                    self._held[flow.id] = Reservation(given.client, limits, route, planned)
                     return
-                planned = refusal(route, client, limits, verdict, planned.model)
+                planned = refused
         except Exception as e:  # the store failed: the request goes on, unlimited, said once
             log_internal_error(f"cursor-bridge [{route.name}]: client limits", e)
             return
-        if planned is None:
-            return
-        try:  # the refusal, its metadata, counters and one log line (never the key)
-            headers = {"content-type": "application/json", **dict(planned.headers)}
-            flow.response = http.Response.make(planned.status, planned.body, headers)
-            limit = planned.limit.value
-            meta = {"route": route.name, "action": Action.REJECTED.value, "limit": limit}
-            set_meta(flow, {**meta, "error": planned.message})
+        if planned is not None:
+            self._refuse(flow, planned, given.client, started)
+
+    def _refuse(self, flow: http.HTTPFlow, refused: Refusal, client: str, started: int) -> None:
+        """The refusal answered, its metadata, counters and one log line (never the key)."""
+        try:
+            headers = {"content-type": "application/json", **dict(refused.headers)}
+            flow.response = http.Response.make(refused.status, refused.body, headers)
+            set_meta(flow, refused.meta)
             if self._metrics is not None:
-                self._metrics.limited(client, limit)
+                self._metrics.limited(client, refused.limit.value)
             self._report.state.count(Count.REJECTED)
-            line = FlowReport(
-                route.name,
-                Outcome.REJECTED,
-                client=route.client,
-                upstream=route.upstream,
-                spent_ns=time.perf_counter_ns() - started,
-                reason=f"answered {planned.status}: {short(planned.message)}",
-                fields={"request": f"{short(sent[0])} {short(sent[2].split('?', 1)[0])}"},
-            )
-            line.fields.update(client_name=client, limit=limit)
-            self._report.close(flow, line, line=True)
+            if refused.line is not None:
+                refused.line.spent_ns = time.perf_counter_ns() - started
+                self._report.close(flow, refused.line, line=True)
         except Exception as e:
-            log_internal_error(f"cursor-bridge [{route.name}]: client limits", e)
+            log_internal_error("cursor-bridge: client limits", e)
 
     def flow_over(self, flow_id: str, run: FlowRun, booking: Booking | None) -> None:
         """The report counted a flow's usage (``UsageCounting.count``): what to settle with.
@@ -238,9 +236,9 @@ class ClientLimits(OptionChecks):
         a = held.planned.ask
         done = Settle(held.client, a.rid, time.time(), a.period, a.period_end, sum(used), cost)
         try:
-            await asyncio.to_thread(self.store.settle, done)
+            await self._store_life.worker.call(self.store.settle, done)
             if a.budget_nano is not None and self._metrics is not None:
-                used_now = await asyncio.to_thread(
+                used_now = await self._store_life.worker.call(
                     self.store.usage, held.client, a.period, done.now
                 )
                 self._budget_left(held.client, held.limits, Verdict(spent_nano=used_now.spent_nano))

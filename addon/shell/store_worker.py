@@ -109,7 +109,12 @@ class StoreWorker:
         self.wake(now=True)
 
     def submit[T](self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """``fn`` queued for the thread; once the thread is closed (``close``: mitmproxy's
+        ``done``), run at once where it is handed, so that no caller waits for it forever."""
         job = _Job(fn)
+        if self._closed:
+            job.run()
+            return job.future
         self._jobs.put(job)
         self._started()
         return job.future

@@ -79,8 +79,7 @@ RAW, STOP, END, ERROR = Input.RAW, Input.STOP, Input.END, Input.ERROR
 CUT, RESET, IDLE, CALL, CALLED = Input.CUT, Input.RESET, Input.IDLE, Input.CALL, Input.CALLED
 
 # The transitions: the state an input leads to from each state (None: refused, it cannot happen
-# there: ``StreamStateError``). The endings (END, ERROR, CUT, RESET, IDLE) are taken in every
-# state: a stream can always end, once.
+# there: ``StreamStateError``). The endings (END, ERROR, CUT, RESET, IDLE): from any state, once.
 # fmt: off
 _INPUTS =       (BOUNDARY, INSIDE,  FOREIGN,    RAW,         STOP,    END,    ERROR,       CUT,     RESET,   IDLE,    CALL,        CALLED)
 _NEXT = {
@@ -150,10 +149,12 @@ class StreamFacts:
 
     @property
     def events_in(self) -> int:
-        runs = self._runs.events_in if self._runs is not None else 0
         whole = self._collected.events_in if self._collected is not None else 0
-        fast = self._fast.events_in if self._fast is not None else 0
-        return self._body_reader.events_in + runs + whole + fast
+        return self._body_reader.events_in + whole + self.fast_events
+
+    @property
+    def fast_events(self) -> int:  # of events_in, those a fast route or run took
+        return sum(r.events_in for r in (self._runs, self._fast) if r is not None)
 
     @property
     def bytes_in(self) -> int:
@@ -167,9 +168,8 @@ class StreamFacts:
     @property
     def skipped_decoding(self) -> int:
         """Events passed on as the upstream's bytes, undecoded (``raw_ok``)."""
-        runs = self._runs.skipped_decoding if self._runs is not None else 0
-        fast = self._fast.skipped_decoding if self._fast is not None else 0
-        return self._body_reader.skipped_decoding + runs + fast
+        fast = sum(r.skipped_decoding for r in (self._runs, self._fast) if r is not None)
+        return self._body_reader.skipped_decoding + fast
 
     @property
     def passthrough(self) -> bool:

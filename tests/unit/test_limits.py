@@ -15,22 +15,29 @@ import openai
 import pytest
 
 from addon.config.client_keys import Limits
+from addon.config.options import Settings
 from addon.config.routes import Route, TokenPrice
 from addon.dialects import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES
 from addon.plan.limits import (
     NANO,
     Ask,
     Estimate,
+    Given,
     Limit,
+    Planned,
+    Refusal,
     Settle,
     Verdict,
     ask_for,
     estimate,
     output_cap,
     period_of,
+    plan_request,
     refusal,
+    reserved,
     used_cost,
 )
+from addon.plan.routing import match_request
 from addon.stores import redis_backend
 from addon.stores.base import Notice
 from addon.stores.limits import LimitsStore, MemoryLimits, RedisLimits, keys_of
@@ -165,6 +172,56 @@ def test_an_unpriced_model_is_refused_saying_so() -> None:
     assert r.status == 402 and r.limit is Limit.UNPRICED
     assert "the model 'my-model' has no price" in r.message
     assert "route 'r' sets no price" in r.message and "never counted as free" in r.message
+
+
+def test_plan_request_reads_the_flows_route_match_and_counts_only_its_chat_request() -> None:
+    """``plan_request`` takes plain values — the flow record's client, route and limits
+    (``Given``) and the request's ``RouteMatch`` — and decides: the route's chat request is
+    reserved (input as counted, output capped), a token count or a model list is not
+    counted, a model nothing prices on a key with a budget is refused with the flow's
+    metadata and line; ``reserved`` turns the store's verdict into the refusal."""
+    chat = Route(
+        "msgs",
+        client=ANTHROPIC,
+        upstream=ANTHROPIC,
+        path="*/v1/messages*",
+        api_key_env="K",
+        price=TokenPrice(input=1.0, output=10.0),
+        reserve_max_output=100,
+    )
+    s = Settings(routes=(chat,))
+    body = json.dumps(
+        {"model": "m", "max_tokens": 5000, "messages": [{"role": "user", "content": "hi"}]}
+    ).encode()
+    limits = Limits(rpm=5, budget_usd=1.0, budget_period="total")
+    given = Given("alice", limits, chat, "flow-1", 1_000.0)
+    matched = match_request(s, "POST", "h", "/v1/messages?beta=true", body)
+    assert matched.route is chat
+    planned = plan_request(given, matched)
+    assert isinstance(planned, Planned)
+    assert planned.estimate.output_tokens == 100 and planned.estimate.input_tokens > 0
+    assert planned.ask.rid == "flow-1" and planned.ask.rpm == 5 and planned.ask.period == "total"
+    assert planned.ask.cost_nano == round((planned.estimate.input_tokens + 1000) * 1000)
+    counted = match_request(s, "POST", "h", "/v1/messages/count_tokens", body)
+    assert counted.counted is not None and plan_request(given, counted) is None
+    other = Route("other", client=ANTHROPIC, path="*/v1/messages*")
+    assert plan_request(Given("alice", limits, other, "f", 1.0), matched) is None
+    assert reserved(given, matched, planned, Verdict(spent_nano=0)) is None
+    refused = reserved(given, matched, planned, Verdict(Limit.RPM, 30.0))
+    assert isinstance(refused, Refusal) and refused.status == 429
+    assert refused.meta["limit"] == "rpm" and refused.meta["action"] == "rejected"
+    assert refused.line is not None
+    line = refused.line.line()
+    assert "client_name=alice" in line and "limit=rpm" in line
+    assert 'request="POST /v1/messages"' in line  # the path without its query
+    unpriced = Route("u", client=ANTHROPIC, upstream=ANTHROPIC, path="*/v1/messages*")
+    s2 = Settings(routes=(unpriced,))
+    got = plan_request(
+        Given("bob", limits, unpriced, "f2", 1.0),
+        match_request(s2, "POST", "h", "/v1/messages", body),
+    )
+    assert isinstance(got, Refusal) and got.status == 402 and got.limit is Limit.UNPRICED
+    assert got.meta["limit"] == "unpriced" and "never counted as free" in got.meta["error"]
 
 
 # --------------------------------------------------------------------------- the stores

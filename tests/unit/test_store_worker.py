@@ -164,6 +164,21 @@ def test_call_runs_a_step_on_the_store_thread() -> None:
     worker.close()
 
 
+def test_a_step_handed_after_the_end_runs_and_is_not_left_waiting() -> None:
+    """A flow's last step (a limits settle) may come after mitmproxy's ``done`` closed the
+    thread: it runs where it is handed, it never waits forever."""
+    for started in (False, True):
+        worker = StoreWorker()
+        if started:
+            assert worker.submit(lambda: 1).result(5) == 1
+        worker.close()
+
+        async def late(w: StoreWorker) -> int:
+            return await asyncio.wait_for(w.call(lambda x: x + 1, 41), 5)
+
+        assert asyncio.run(late(worker)) == 42
+
+
 def test_the_prefetched_view_reads_no_store_and_queues_its_writes(tmp_path: Path) -> None:
     store = ReasoningStore(str(tmp_path / "s.db"))
     store.put(SCOPE, "call", "c1", {"signature": "stored"})
