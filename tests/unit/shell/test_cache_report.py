@@ -20,6 +20,7 @@ from addon.plan import Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, decode_answer, stream_processor
 from addon.shell.addons import make_addons
 from addon.shell.contentview import BridgeContentview
+from tests.unit.shell.started import started
 from tests.unit.shell.test_proxy_hooks import (
     CURSOR_BODY,
     SECRET,
@@ -60,8 +61,7 @@ name = "default"
 def bridge(tmp_path: Path) -> Iterator[Bridge]:
     bundle = make_addons()
     with taddons.context(*bundle.all) as tctx:
-        for addon in bundle.all:
-            getattr(addon, "running", lambda: None)()
+        started(bundle.all)
         routes = tmp_path / "routes.toml"
         routes.write_text(ROUTES)
         tctx.options.update(bridge_routes=str(routes))

@@ -14,6 +14,7 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from addon.shell.addons import Addons, make_addons
 from addon.shell.notes import META_KEY
+from tests.unit.shell.started import started
 
 ALICE = "sk-alice-0123456789abcdef"
 BOB = "sk-bob-fedcba9876543210"
@@ -35,8 +36,7 @@ def bundle(
     with taddons.context(*b.all) as tctx:
         tctx.configure(b.settings, bridge_routes=str(routes))
         tctx.configure(b.client_keys, bridge_client_keys=str(keys))
-        for addon in b.all:
-            getattr(addon, "running", lambda: None)()
+        started(b.all)
         yield b, tctx, keys
 
 

@@ -22,6 +22,7 @@ from addon.shell import option_checks as options
 from addon.shell.addons import make_addons
 from addon.shell.host_filter import proxy_excludes
 from addon.shell.option_checks import check_deferred_options
+from tests.unit.shell.started import started
 
 # --------------------------------------------------------------------------- deferred --set
 
@@ -217,8 +218,7 @@ def test_once_running_a_bad_value_is_refused_and_the_old_one_kept(
     addons: tuple[Any, taddons.context],
 ) -> None:
     bundle, tctx = addons
-    for addon in bundle.all:
-        getattr(addon, "running", lambda: None)()
+    started(bundle.all)
     tctx.options.update(bridge_tool_mode="invoke")
     with pytest.raises(exceptions.OptionsError, match="bridge_tool_mode must be one of") as info:
         tctx.options.update(bridge_tool_mode="magic")

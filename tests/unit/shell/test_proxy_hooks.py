@@ -20,6 +20,7 @@ from addon.shell.addons import Addons, make_addons
 from addon.shell.notes import META_KEY
 from addon.stores.reasoning import Scope
 from tests.realdata import as_sse
+from tests.unit.shell.started import started
 
 SECRET = "sk-live-SECRET-never-log-me"
 CURSOR_BODY: dict[str, Any] = {
@@ -81,8 +82,7 @@ class Bridge:
 def bridge() -> Iterator[tuple[Bridge, taddons.context]]:
     bundle = make_addons()
     with taddons.context(*bundle.all) as tctx:
-        for addon in bundle.all:  # mitmproxy is up: a bad option is refused, not logged
-            getattr(addon, "running", lambda: None)()
+        started(bundle.all)  # mitmproxy is up: a bad option is refused, not logged
         yield Bridge(bundle), tctx
 
 
@@ -810,8 +810,7 @@ def test_what_the_routes_need_is_loaded_before_the_first_flow(tmp_path: Path) ->
     bundle = make_addons()
     with taddons.context(*bundle.all) as tctx:
         tctx.configure(bundle.settings, bridge_routes=str(routes))
-        for addon in bundle.all:
-            getattr(addon, "running", lambda: None)()
+        started(bundle.all)
         assert repair._validator_for.cache_info().currsize == 1  # argument validation
         assert "botocore.eventstream" in sys.modules  # a Kiro route's frames
 
