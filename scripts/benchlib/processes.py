@@ -39,6 +39,7 @@ def _child_env(root: Path = REPO) -> dict[str, str]:
     # and sets alike (the second bare mitmdump's column shows the noise that is left).
     env["PYTHONHASHSEED"] = "0"
     env[BENCH_KEY_ENV] = BENCH_KEY
+    env.update(POOL_KEYS)
     if root != REPO:
         # A baseline checkout (``--baseline``): its ``addon`` package ahead of the work tree's
         # editable install, which Python consults only after ``PYTHONPATH``.
@@ -140,6 +141,12 @@ BASELINE_MARK = "@"
 BENCH_KEY_ENV = "CB_BENCH_ROUTE_KEY"
 BENCH_KEY = "sk-bench-route/KEY+0123456789abcdef"
 """The key of the ``keyed`` column's route (the scripted upstream takes any key)."""
+
+POOL_KEYS = {
+    "CB_BENCH_POOL_KEY_A": "sk-bench-pool/KEY+A-0123456789abcdef",
+    "CB_BENCH_POOL_KEY_B": "sk-bench-pool/KEY+B-0123456789abcdef",
+}
+"""A key pool's variables and keys (the gateway's limits columns; the upstream takes any)."""
 
 KEYED_ROUTES = f"""
 [[routes]]
