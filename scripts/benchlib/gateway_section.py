@@ -96,7 +96,8 @@ CLIENT_KEYS = f"""
 bench = {{ key = "{CLIENT_KEY}", rpm = 1000000, tpm = 1000000000, max_parallel = 10000, \
 budget_usd = 1000000.0, budget_period = "month" }}
 """
-"""The load generator's key, with every limit: far above what a run asks, never refusing."""
+"""The load generator's key, with every limit: far above what a run asks, never refusing (one
+line: the backslash joins them, as TOML's inline tables take no line break)."""
 SLOW_REDIS = 0.005
 """Seconds the forwarder holds each of Redis's answers in the ``slow`` column."""
 STORE_PACED = 30
