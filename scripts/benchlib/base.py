@@ -14,6 +14,10 @@ REPO = Path(__file__).resolve().parents[2]
 MAIN_SCRIPT = REPO / "addon" / "main.py"
 MITMDUMP = Path(sys.executable).parent / "mitmdump"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+CLIENT_KEY = "sk-bench-client/0123456789abcdef"
+"""The key the load generator sends as an OpenAI client (``Authorization: Bearer``): on the
+gateway's columns with a client keys file, the key listed there (with limits); elsewhere the
+upstream takes it as it takes any key."""
 X = "\u00d7"
 """The multiplication sign of ratios."""
 NONE = "\u2013"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from benchlib.base import HOST
+from benchlib.base import CLIENT_KEY, HOST
 
 LONG_DESCRIPTION = (
     "Reads a file from the local filesystem. The path must be absolute or relative to "
@@ -77,7 +77,7 @@ def body_for(dialect: str, stream: bool, text: str) -> tuple[str, dict[str, str]
     headers: dict[str, str]
     doc: dict[str, Any]
     if dialect == "openai":
-        path, headers = "/v1/chat/completions", {"authorization": "Bearer sk-bench"}
+        path, headers = "/v1/chat/completions", {"authorization": f"Bearer {CLIENT_KEY}"}
         doc = {
             "model": "gpt-4.1",
             "messages": [

@@ -10,8 +10,13 @@ section 2 (OpenAI→OpenAI, Cursor's route):
 - the bridge, one worker, no HAProxy (section 2's OpenAI→OpenAI column);
 - HAProxy in front of one bridge worker;
 - HAProxy in front of two bridge workers;
-- the bridge, one worker, its store (reasoning, usage ledger, cooldowns) on a Redis of the
-  run's own (issue 43: against the in-memory column, events/s and CPU per event);
+- the bridge, one worker, its store in memory, on a route with a key pool of two keys and a
+  client keys file whose key (the one the load generator sends) has limits — rpm, tpm,
+  max_parallel and a budget, too high ever to refuse, so that every request takes the limits'
+  steps: checked, reserved, priced, settled (``POOL_ROUTES``, ``CLIENT_KEYS``);
+- the same worker with its store (reasoning, usage ledger, cooldowns, the key pool's choice and
+  the client key's counts) on a Redis of the run's own (issue 43: against the in-memory
+  column, events/s and CPU per event);
 - the same with that Redis slowed by 5 ms per answer (a delaying TCP forwarder,
   ``tests/delay_forwarder.py``): the paced runs' p99 added delay against the full-speed one's
   (``store_summary``).
@@ -29,6 +34,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -39,10 +45,18 @@ from typing import Any
 
 from gateway import HEALTH_SCRIPT, haproxy_config
 
-from benchlib.base import HOST, REPO, START_TIMEOUT, X, free_port
+from benchlib.base import CLIENT_KEY, HOST, REPO, START_TIMEOUT, X, free_port
 from benchlib.measuring import paced, unpaced_paired, warm_up
 from benchlib.plan import Plan, Progress
-from benchlib.processes import Config, Proc, Proxy, can_connect, start_proxies, start_upstream
+from benchlib.processes import (
+    POOL_KEYS,
+    Config,
+    Proc,
+    Proxy,
+    can_connect,
+    start_proxies,
+    start_upstream,
+)
 from benchlib.run import guarded, paced_capacity
 
 
@@ -55,6 +69,8 @@ class Column:
     haproxy: bool
     store: str = ""
     """``redis``: ``bridge_store`` on the run's Redis; ``slow``: through the 5 ms forwarder."""
+    limits: bool = False
+    """A key pool on the route (``POOL_ROUTES``) and the client keys file (``CLIENT_KEYS``)."""
 
 
 COLUMNS: tuple[Column, ...] = (
@@ -63,11 +79,31 @@ COLUMNS: tuple[Column, ...] = (
     Column("bridge", "bridge, 1 worker, no HAProxy", bridge=True, workers=1, haproxy=False),
     Column("haproxy_1", "HAProxy → 1 bridge worker", bridge=True, workers=1, haproxy=True),
     Column("haproxy_2", "HAProxy → 2 bridge workers", bridge=True, workers=2, haproxy=True),
-    Column("redis", "bridge, 1 worker, Redis store", True, 1, False, store="redis"),
-    Column("redis_slow", "bridge, 1 worker, Redis 5 ms late", True, 1, False, store="slow"),
+    Column("pool", "bridge, 1 worker, key pool + client key limits", True, 1, False, limits=True),
+    Column("redis", "the same, Redis store", True, 1, False, store="redis", limits=True),
+    Column("redis_slow", "the same, Redis 5 ms late", True, 1, False, store="slow", limits=True),
 )
+POOL_ROUTES = f"""
+[[routes]]
+name = "chat"
+path = "*/chat/completions"
+api_key_env = [{", ".join(f'"{name}"' for name in POOL_KEYS)}]
+price = {{input = 2.0, output = 8.0}}
+"""
+"""OpenAI→OpenAI on a key pool of two keys (so every flow goes through the relay, a key chosen
+for its conversation), priced for the client key's budget whatever the price table knows."""
+CLIENT_KEYS = f"""
+bench = {{ key = "{CLIENT_KEY}", rpm = 1000000, tpm = 1000000000, max_parallel = 10000, \
+budget_usd = 1000000.0, budget_period = "month" }}
+"""
+"""The load generator's key, with every limit: far above what a run asks, never refusing (one
+line: the backslash joins them, as TOML's inline tables take no line break)."""
 SLOW_REDIS = 0.005
 """Seconds the forwarder holds each of Redis's answers in the ``slow`` column."""
+STORE_PACED = 30
+"""Paced streams of the store's own comparison (issue 43 measured main with 30): the Redis
+column and the slowed one in turn, ``STORE_ROUNDS`` times, below saturation."""
+STORE_ROUNDS = 3
 
 GATEWAY_FULL = Plan(
     requests=0,
@@ -161,13 +197,19 @@ def running_columns(
             upstream, upstream_port = start_upstream(tmp)
             procs.append(upstream)
             stores = stack.enter_context(redis_stores(columns))
+            clients = tmp / "clients.toml"
+            clients.write_text(CLIENT_KEYS)
             configs = [
                 Config(
                     f"{c.key}.w{i}",
                     f"{c.title}, worker {i}",
                     "openai",
                     bridge=c.bridge,
-                    options=(("bridge_store", stores[c.store]),) if c.store else (),
+                    options=(
+                        *((("bridge_store", stores[c.store]),) if c.store else ()),
+                        *((("bridge_client_keys", str(clients)),) if c.limits else ()),
+                    ),
+                    routes=POOL_ROUTES if c.limits else "",
                     scripts=(HEALTH_SCRIPT,) if c.haproxy else (),
                 )
                 for c in columns
@@ -221,33 +263,43 @@ def redis_stores(columns: Sequence[Column]) -> Iterator[dict[str, str]]:
 
 
 def store_summary(results: dict[str, Any]) -> str:
-    """Issue 43's figures: the Redis column against the in-memory one (events/s, CPU per
-    event, unpaced), and the slowed Redis's paced p99 added delay against full speed's."""
+    """Issue 43's figures: the Redis column against the in-memory one with the same key pool
+    and client key limits (events/s, CPU per event, unpaced; bound: at least 0.9x, at most
+    1.11x), and the slowed Redis's paced p99 added delay against full speed's (at most 5 ms)."""
     lines = []
-    mem, red, slow = (results.get(k, {}) for k in ("bridge", "redis", "redis_slow"))
+    mem, red, slow = (results.get(k, {}) for k in ("pool", "redis", "redis_slow"))
     for key, m in mem.items():
         r = red.get(key)
         if not (key.startswith("unpaced_") and isinstance(m, dict) and isinstance(r, dict)):
             continue
         try:
-            eps = r["events_per_s"] / m["events_per_s"]
-            cpu = r["proxy_cpu_us_per_event"] / m["proxy_cpu_us_per_event"]
+            # Each column's ratio to the bare windows beside its own (the median of its pairs):
+            # the machine's drift between the two columns' windows cancels out.
+            eps = r["events_per_s_ratio"] / m["events_per_s_ratio"]
+            cpu = r["proxy_cpu_us_per_event_ratio"] / m["proxy_cpu_us_per_event_ratio"]
         except (KeyError, TypeError, ZeroDivisionError):
             continue
+        held = "holds" if eps >= 0.9 and cpu <= 1.11 else "does NOT hold"
         lines.append(
             f"- {key}: Redis store / in memory: {eps:.2f}{X} events/s, {cpu:.2f}{X} CPU per event"
+            f" (bound >= 0.9{X}, <= 1.11{X}: {held})"
         )
     for key, r in red.items():
         s = slow.get(key)
-        if not (key.startswith("paced_") and isinstance(r, dict) and isinstance(s, dict)):
+        paced_run = key.startswith("paced_") or key == "store_paced"
+        if not (paced_run and isinstance(r, dict) and isinstance(s, dict)):
             continue
         try:
             added = s["delay_p99_ms"] - r["delay_p99_ms"]
         except (KeyError, TypeError):
             continue
+        held = "holds" if added <= 5.0 else "does NOT hold"
+        if key == "store_paced":
+            key = f"paced {STORE_PACED} streams, median of {STORE_ROUNDS} rounds in turn"
         lines.append(
             f"- {key}: p99 delay {r['delay_p99_ms']:.2f} ms with Redis at full speed, "
-            f"{s['delay_p99_ms']:.2f} ms with it 5 ms late ({added:+.2f} ms)"
+            f"{s['delay_p99_ms']:.2f} ms with it 5 ms late ({added:+.2f} ms; bound +5 ms:"
+            f" {held})"
         )
     return "\n".join(lines)
 
@@ -300,7 +352,43 @@ async def measure_gateway(
                 )
     for p in proxies:
         res[p.config.key]["paced_capacity"] = paced_capacity(res[p.config.key])
+    await store_rounds(plan, upstream, proxies, res, say)
     return res
+
+
+async def store_rounds(
+    plan: Plan,
+    upstream: Proc,
+    proxies: list[Proxy],
+    res: dict[str, dict[str, Any]],
+    say: Progress,
+) -> None:
+    """``STORE_PACED`` paced streams through the Redis column and the slowed one in turn,
+    ``STORE_ROUNDS`` times (``store_paced`` in each: every run, and the median p50 / p99): the
+    difference of two p99s is read from runs seconds apart, not minutes."""
+    pair = [p for p in proxies if p.config.key in ("redis", "redis_slow")]
+    if len(pair) != 2:
+        return
+    runs: dict[str, list[dict[str, Any]]] = {p.config.key: [] for p in pair}
+    for i in range(STORE_ROUNDS):
+        for p in pair if i % 2 == 0 else pair[::-1]:
+            key = p.config.key
+            job = paced(p, upstream, STORE_PACED, plan.paced_events, plan.pace, plan.spread)
+            got: dict[str, Any] = {}
+            if r := await guarded(got, "run", job, say, f"store paced {key}"):
+                runs[key].append(r)
+                say(
+                    f"store     {key:12} K={STORE_PACED:3} round {i + 1}: delay p50"
+                    f" {r['delay_p50_ms']:6.2f} ms p99 {r['delay_p99_ms']:7.2f} ms, lost {r['lost']}"
+                )
+    for key, got_runs in runs.items():
+        if got_runs:
+            res[key]["store_paced"] = {
+                "streams": STORE_PACED,
+                "runs": got_runs,
+                "delay_p50_ms": statistics.median(r["delay_p50_ms"] for r in got_runs),
+                "delay_p99_ms": statistics.median(r["delay_p99_ms"] for r in got_runs),
+            }
 
 
 def run_gateway(

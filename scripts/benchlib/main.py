@@ -143,6 +143,7 @@ def main() -> None:
         _raise_nofile()
         say("section 2: mitmdump on 127.0.0.1 (ratio = bridge column / bare mitmdump column)")
         report["plan"] = plan.__dict__
+        load_before = _loadavg()
         with contextlib.ExitStack() as stack:
             if args.baseline:
                 try:
@@ -156,13 +157,17 @@ def main() -> None:
             report["configs"] = {c.key: c.title for c in configs}
             report["proxy"], placed = run_proxies(plan, configs, say, pinned=not args.no_pin)
         report["machine"]["placement"] = placed
+        report["machine"]["loadavg_1min"] = [load_before, _loadavg()]
+        say(f"1-minute load average {load_before} at the start, {_loadavg()} at the end")
         tables += [
             "\n### Through mitmdump on 127.0.0.1\n",
             f"Ratios in parentheses: bridge column / bare mitmdump. {os.cpu_count()} CPUs"
             f" ({placed}); CPU is shown for the proxy, the scripted upstream and the load"
             f" generator. Host: {m['cpu_model'] or 'CPU model unknown'}; a 1,000-step Python"
             f" loop takes {m['python_loop_us']:.1f} µs, a msgspec read and write of one"
-            f" stream event {m['json_event_ns']:.0f} ns.\n",
+            f" stream event {m['json_event_ns']:.0f} ns; 1-minute load average"
+            f" {load_before} at the start of this section, {m['loadavg_1min'][1]} at its end"
+            " (other work on the machine shows there).\n",
             proxy_table(plan, configs, report["proxy"]),
         ]
         if args.baseline:
