@@ -237,7 +237,8 @@ class ClientLimits(OptionChecks):
         done = Settle(held.client, a.rid, time.time(), a.period, a.period_end, sum(used), cost)
         try:
             await self._store_life.worker.call(self.store.settle, done)
-            if a.budget_nano is not None and self._metrics is not None:
+            if a.budget_nano is not None and self._metrics is not None and self._metrics.on:
+                # the remaining-budget gauge only: no store round trip without bridge_metrics
                 used_now = await self._store_life.worker.call(
                     self.store.usage, held.client, a.period, done.now
                 )
