@@ -23,8 +23,8 @@ from addon.config.routes import Route
 from addon.dialects import DIALECTS
 from addon.model import ClientError
 from addon.plan.routing import RouteMatch
-from addon.plan.values import error_bytes, short
-from addon.report.outcome import Action, FlowReport, Outcome
+from addon.plan.values import error_bytes
+from addon.report.outcome import Action, FlowReport
 
 NANO = 1_000_000_000
 """Nano-dollars per US dollar: what the stores count money in."""
@@ -358,14 +358,7 @@ def refused(given: Given, matched: RouteMatch, verdict: Verdict, model: str) -> 
     r = refusal(route, given.client, given.limits, verdict, model)
     limit = r.limit.value
     meta = {"route": route.name, "action": Action.REJECTED.value, "limit": limit}
-    line = FlowReport(
-        route.name,
-        Outcome.REJECTED,
-        client=route.client,
-        upstream=route.upstream,
-        reason=f"answered {r.status}: {short(r.message)}",
-        fields={"request": f"{short(matched.method)} {short(matched.path)}"},
-    )
+    line = matched.refused(route, r.status, r.message)
     line.fields.update(client_name=given.client, limit=limit)
     return replace(r, meta={**meta, "error": r.message}, line=line)
 

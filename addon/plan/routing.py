@@ -18,9 +18,10 @@ from addon.config.routes import Route
 from addon.plan.conditions import RequestView
 from addon.plan.count_tokens import count_route
 from addon.plan.request import route_for
-from addon.plan.values import Incoming, RouteCredentials
+from addon.plan.values import Incoming, RouteCredentials, short
 from addon.plan.wire_request import secret_values
 from addon.redact import Secrets
+from addon.report.outcome import FlowReport, Outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,18 @@ class RouteMatch:
     """The token-count route of an Anthropic ``…/count_tokens`` (``count_route``)."""
     outside: bool = False
     """mitmproxy's ``allow_hosts`` / ``ignore_hosts`` leave the request alone: no route's."""
+
+    def refused(self, route: Route, status: int, message: str) -> FlowReport:
+        """The flow line of a request the bridge answers ``status`` for ``route``: the
+        request named by its method and path alone (a query may hold a key)."""
+        return FlowReport(
+            route.name,
+            Outcome.REJECTED,
+            client=route.client,
+            upstream=route.upstream,
+            reason=f"answered {status}: {short(message)}",
+            fields={"request": f"{short(self.method)} {short(self.path)}"},
+        )
 
     def fits(self, method: str, host: str, path: str) -> bool:
         """Whether this match is the request's still (``path``: with or without its query)."""

@@ -20,8 +20,8 @@ from addon.model import ClientError
 from addon.plan.decision import Reject
 from addon.plan.model_lists import MODELS_SUFFIX, best_fit, lists_models_of
 from addon.plan.routing import RouteMatch
-from addon.plan.values import error_bytes, short
-from addon.report.outcome import Action, FlowReport, Outcome
+from addon.plan.values import error_bytes
+from addon.report.outcome import Action, FlowReport
 
 
 def sends_proxy_key(route: Route) -> bool:
@@ -203,15 +203,7 @@ def admit(
     if isinstance(found, Reject):
         r = found.route
         why = f"answered {found.status}: {found.message}"
-        report = FlowReport(
-            r.name,
-            Outcome.REJECTED,
-            client=r.client,
-            upstream=r.upstream,
-            reason=f"answered {found.status}: {short(found.message)}",
-            # a query may hold a key: the path alone
-            fields={"request": f"{short(matched.method)} {short(matched.path)}"},
-        )
+        report = matched.refused(r, found.status, found.message)
         meta = {"route": r.name, "action": Action.REJECTED.value, "error": found.message}
         return replace(g, comment=f"cursor-bridge [{r.name}]: {why}", report=report, meta=meta)
     if isinstance(found, Admitted):
