@@ -9,6 +9,7 @@ SDK's ``WebSearchTool20250305Param`` (no recording of the real Claude Code's yet
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import anthropic
 import pytest
 
+from addon.stores.ledger import Tokens, open_ledger
 from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream
 from tests.e2e.test_text_tools import openai_json
 from tests.searxng_server import ScriptedSearxng
@@ -45,13 +47,15 @@ def searxng() -> Iterator[ScriptedSearxng]:
         yield server
 
 
-def _proxy(start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedSearxng) -> Proxy:
+def _proxy(
+    start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedSearxng, **options: str
+) -> Proxy:
     routes = tmp_path / "routes.toml"
     routes.write_text(
         '[[routes]]\nname = "claude-search"\npath = "*/v1/messages"\nclient = "anthropic"\n'
         f'upstream = "openai_chat"\nsearch = {{url = "{searxng.base_url}", max_results = 5}}\n'
     )
-    return start_proxy(bridge_routes=str(routes))
+    return start_proxy(bridge_routes=str(routes), **options)
 
 
 def model(rec: Recorded) -> JSONReply:
@@ -192,3 +196,28 @@ def test_no_backend_is_todays_400_said_in_the_comment(
         )
     assert "web_search" in str(info.value)
     assert upstream.requests == []
+
+
+def test_the_ledger_counts_the_searches_and_every_calls_tokens(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    searxng: ScriptedSearxng,
+    tmp_path: Path,
+) -> None:
+    """A searched answer is one request in the usage ledger, with its searches (the
+    ``searches`` column) and the tokens of both upstream calls (50 + 50 in, 20 + 20 out)."""
+    store = tmp_path / "store.db"
+    p = _proxy(start_proxy, tmp_path, searxng, bridge_store=str(store))
+    upstream.script = model
+    _ask(p, stream=False)
+    _ask(p, stream=True)
+    ledger = open_ledger(str(store))
+    deadline = time.monotonic() + 10
+    while sum(t.requests for t in ledger.rows().values()) < 2:  # counted at each flow's end
+        assert time.monotonic() < deadline, ledger.rows()
+        time.sleep(0.05)
+    rows = ledger.rows()
+    ledger.close()
+    ((key, tokens),) = rows.items()
+    assert key.route == "claude-search"
+    assert tokens == Tokens(requests=2, input=200, output=80, searches=2)
