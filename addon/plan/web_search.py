@@ -28,6 +28,7 @@ from addon.model import (
     Text,
     Tool,
     ToolCall,
+    ToolChoice,
     ToolResult,
     Usage,
 )
@@ -239,7 +240,9 @@ class Search[T, A]:
 
 def fed_back(unified: Request, rounds: Sequence[Round]) -> Request:
     """The request that gives the model its searches' results: the first request, then per
-    round the model's text and search calls and a tool result per call."""
+    round the model's text and search calls and a tool result per call. A ``tool_choice``
+    that forced the search (Claude Code's WebSearch request names it) held for the first
+    call: from now on it is ``auto``, else the model would search until the rounds ran out."""
     messages = list(unified.messages)
     for r in rounds:
         said = tuple(p for p in r.answer.parts if isinstance(p, Text) and p.text)
@@ -248,7 +251,24 @@ def fed_back(unified: Request, rounds: Sequence[Round]) -> Request:
         messages.append(Message("assistant", said + calls))
         for s in r.searched:
             messages.append(Message("tool", (ToolResult(s.call_id, _result_text(s), s.query),)))
-    return dataclasses.replace(unified, messages=tuple(messages))
+    choice = unified.tool_choice
+    if choice is not None and _forces_search(choice, unified.tools or (), rounds):
+        choice = ToolChoice("auto")
+    return dataclasses.replace(unified, messages=tuple(messages), tool_choice=choice)
+
+
+def _forces_search(
+    choice: ToolChoice, tools: Sequence[Tool | OpaqueTool], rounds: Sequence[Round]
+) -> bool:
+    """Whether ``choice`` makes the model call the search tool: it names it, or asks for any
+    tool call where the search tool is the only tool."""
+    ids = {s.call_id for r in rounds for s in r.searched}
+    searched = {
+        p.name for r in rounds for p in r.answer.parts if isinstance(p, ToolCall) and p.id in ids
+    }
+    if choice.mode == "tool":
+        return choice.name in searched
+    return choice.mode == "required" and all(t.name in searched for t in tools)
 
 
 def _result_text(s: Searched) -> str:
