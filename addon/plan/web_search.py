@@ -22,6 +22,7 @@ from addon.model import (
     JSON,
     Message,
     Notes,
+    Opaque,
     OpaqueTool,
     Request,
     Response,
@@ -95,8 +96,36 @@ def offer_search(
     notes[f"web search: {ask.name} ({tool.type}) run by the bridge ({backend.kind})"] += 1
     # The first call asks for a whole answer: the searches run between calls, and the
     # client's stream is written from the last one (docs/tools.md#web-search).
-    searched = dataclasses.replace(req, tools=tuple(tools), stream=False, stream_explicit=True)
+    searched = dataclasses.replace(
+        req,
+        messages=_without_items(req.messages, client.name, shape.items, notes),
+        tools=tuple(tools),
+        stream=False,
+        stream_explicit=True,
+    )
     return searched, WebSearch(ask, backend)
+
+
+def _without_items(
+    messages: tuple[Message, ...], client: str, items: frozenset[str], notes: Notes
+) -> tuple[Message, ...]:
+    """The conversation without the search parts the client sent back from earlier answers
+    (the upstream cannot read them; the model's own words about the results stay); a message
+    left with no part is left out."""
+    out: list[Message] = []
+    dropped = 0
+    for m in messages:
+        parts = tuple(
+            p
+            for p in m.parts
+            if not (isinstance(p, Opaque) and p.origin == client and p.data.get("type") in items)
+        )
+        dropped += len(m.parts) - len(parts)
+        if parts or not m.parts:
+            out.append(m if len(parts) == len(m.parts) else dataclasses.replace(m, parts=parts))
+    if dropped:
+        notes[f"web search: {dropped} earlier search item(s) left out"] += 1
+    return tuple(out) if dropped else messages
 
 
 # ---------------------------------------------------------------------- the backend

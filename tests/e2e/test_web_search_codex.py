@@ -206,3 +206,33 @@ def test_a_turn_that_also_calls_codexs_tools(
     assert [c["id"] for c in fed[-2]["tool_calls"]] == ["call_s1"]
     assert fed[-1]["role"] == "tool" and fed[-1]["tool_call_id"] == "call_s1"
     assert len(upstream.requests) == 4 and len(searxng.requests) == 2
+
+
+def test_the_next_turn_carries_the_search_items_back(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    searxng: ScriptedSearxng,
+    tmp_path: Path,
+) -> None:
+    """Codex sends the answer's items back in its next turn (``store: false``): the
+    ``web_search_call`` item is left out for the chat upstream, the model's message kept."""
+    p = _proxy(start_proxy, tmp_path, searxng)
+    upstream.script = model
+    params = _params()
+    got = _client(p).responses.create(**params, stream=False)
+    upstream.requests.clear()
+    back = [item.model_dump(exclude_none=True) for item in got.output]
+    params["input"] = [
+        *params["input"],
+        *back,
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Thanks."}]},
+    ]
+    upstream.script = lambda rec: JSONReply(openai_json("You are welcome."))
+    again = _client(p).responses.create(**params, stream=False)
+    assert again.output_text == "You are welcome."
+    (sent,) = upstream.requests
+    messages = sent.json()["messages"]
+    assert messages[-2]["role"] == "assistant"
+    assert messages[-2]["content"] == [{"type": "text", "text": ANSWER}]
+    assert messages[-1]["role"] == "user"
+    assert "web_search_call" not in sent.body.decode()

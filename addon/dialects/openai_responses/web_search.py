@@ -83,4 +83,4 @@ def events(part: Opaque, index: int) -> list[Event]:
     return [RawEvent(NAME, e) for e in out]
 
 
-SEARCH = SearchShape(ask=ask, answer=answer, events=events)
+SEARCH = SearchShape(ask=ask, answer=answer, events=events, items=frozenset({"web_search_call"}))

@@ -13,6 +13,7 @@ from addon.dialects.searches import Found, Searched
 from addon.model import (
     Message,
     Notes,
+    Opaque,
     OpaqueTool,
     Request,
     Response,
@@ -115,3 +116,26 @@ def test_a_choice_that_forced_the_search_is_auto_once_it_ran() -> None:
     assert fed_back(both, rounds).tool_choice == ToolChoice("required")
     read = dataclasses.replace(both, tool_choice=ToolChoice("tool", "Read"))
     assert fed_back(read, rounds).tool_choice == ToolChoice("tool", "Read")
+
+
+def test_search_blocks_sent_back_are_left_out_for_the_upstream() -> None:
+    """An earlier answer's ``server_tool_use`` / ``web_search_tool_result`` blocks come back in
+    the history: another upstream cannot read them (OpenAI chat would refuse the parts)."""
+    use = Opaque("anthropic", {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search"})
+    result = Opaque("anthropic", {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1"})
+    history = (
+        Message("user", (Text("q"),)),
+        Message("assistant", (use, result, Text("Found it."))),
+        Message("user", (Text("more"),)),
+    )
+    notes: Notes = Counter()
+    req, search = offer_search(
+        dataclasses.replace(_request(), messages=history),
+        DIALECTS["anthropic"],
+        DIALECTS["openai_chat"],
+        BACKEND,
+        notes,
+    )
+    assert search is not None
+    assert [m.parts for m in req.messages] == [(Text("q"),), (Text("Found it."),), (Text("more"),)]
+    assert notes["web search: 2 earlier search item(s) left out"] == 1
