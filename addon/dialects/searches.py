@@ -65,3 +65,7 @@ class SearchShape:
     events: Callable[[Opaque, int], list[Event]]
     """A part ``answer`` wrote (the ``int``-th of the answer), as the stream events that carry
     it: for a whole answer sent as the client's stream."""
+    items: frozenset[str] = frozenset()
+    """The ``type``s of the search parts a client sends back in its next turns (Anthropic's
+    blocks, Responses' ``web_search_call`` items): left out for an upstream that cannot read
+    them."""

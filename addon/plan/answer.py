@@ -95,6 +95,9 @@ class AnswerState:
     """What the upstream reported of the answer the client gets (a stream's reports merged,
     ``Usage.then``; a retried answer's replace the first's), for the flow's log line and
     view; None when it reported nothing."""
+    searches: int = 0
+    """Web searches the bridge ran for this answer (``addon.plan.web_search``): the usage
+    ledger's ``searches`` column."""
 
     @classmethod
     def of(cls, plan: FlowPlan) -> AnswerState:
@@ -104,6 +107,12 @@ class AnswerState:
     def answer_notes(self, plan: FlowPlan) -> Notes:
         """What rewriting the answer changed (repairs …): the notes the request did not have."""
         return self.notes - plan.request_notes
+
+    def searched(self, answer: Response, searches: int) -> int:
+        """The answer of a flow whose web searches the bridge ran: its usage every upstream
+        call's (``web_search.shown`` adds them up), and ``searches`` counted."""
+        self.usage, self.searches = answer.usage, searches
+        return searches
 
     def saw_usage(self, usage: Usage) -> None:
         """One more usage report of the streamed answer (``CallIdStage``)."""

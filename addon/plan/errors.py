@@ -18,6 +18,7 @@ from addon.plan.values import (
     UpstreamError,
     error_bytes,
     load_json,
+    short,
 )
 from addon.stream.output import cut_message
 from addon.stream.sse import encode_pairs
@@ -162,3 +163,8 @@ def unreadable_answer(plan: FlowPlan, why: str) -> bytes:
             code="untranslatable_answer",
         ),
     )
+
+
+def unreadable_why(e: BaseException) -> str:
+    """Why an answer could not be read, for its comment line and the client's 502."""
+    return "nested too deeply" if isinstance(e, RecursionError) else short(e)

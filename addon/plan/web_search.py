@@ -22,12 +22,14 @@ from addon.model import (
     JSON,
     Message,
     Notes,
+    Opaque,
     OpaqueTool,
     Request,
     Response,
     Text,
     Tool,
     ToolCall,
+    ToolChoice,
     ToolResult,
     Usage,
 )
@@ -94,8 +96,36 @@ def offer_search(
     notes[f"web search: {ask.name} ({tool.type}) run by the bridge ({backend.kind})"] += 1
     # The first call asks for a whole answer: the searches run between calls, and the
     # client's stream is written from the last one (docs/tools.md#web-search).
-    searched = dataclasses.replace(req, tools=tuple(tools), stream=False, stream_explicit=True)
+    searched = dataclasses.replace(
+        req,
+        messages=_without_items(req.messages, client.name, shape.items, notes),
+        tools=tuple(tools),
+        stream=False,
+        stream_explicit=True,
+    )
     return searched, WebSearch(ask, backend)
+
+
+def _without_items(
+    messages: tuple[Message, ...], client: str, items: frozenset[str], notes: Notes
+) -> tuple[Message, ...]:
+    """The conversation without the search parts the client sent back from earlier answers
+    (the upstream cannot read them; the model's own words about the results stay); a message
+    left with no part is left out."""
+    out: list[Message] = []
+    dropped = 0
+    for m in messages:
+        parts = tuple(
+            p
+            for p in m.parts
+            if not (isinstance(p, Opaque) and p.origin == client and p.data.get("type") in items)
+        )
+        dropped += len(m.parts) - len(parts)
+        if parts or not m.parts:
+            out.append(m if len(parts) == len(m.parts) else dataclasses.replace(m, parts=parts))
+    if dropped:
+        notes[f"web search: {dropped} earlier search item(s) left out"] += 1
+    return tuple(out) if dropped else messages
 
 
 # ---------------------------------------------------------------------- the backend
@@ -239,7 +269,9 @@ class Search[T, A]:
 
 def fed_back(unified: Request, rounds: Sequence[Round]) -> Request:
     """The request that gives the model its searches' results: the first request, then per
-    round the model's text and search calls and a tool result per call."""
+    round the model's text and search calls and a tool result per call. A ``tool_choice``
+    that forced the search (Claude Code's WebSearch request names it) held for the first
+    call: from now on it is ``auto``, else the model would search until the rounds ran out."""
     messages = list(unified.messages)
     for r in rounds:
         said = tuple(p for p in r.answer.parts if isinstance(p, Text) and p.text)
@@ -248,7 +280,24 @@ def fed_back(unified: Request, rounds: Sequence[Round]) -> Request:
         messages.append(Message("assistant", said + calls))
         for s in r.searched:
             messages.append(Message("tool", (ToolResult(s.call_id, _result_text(s), s.query),)))
-    return dataclasses.replace(unified, messages=tuple(messages))
+    choice = unified.tool_choice
+    if choice is not None and _forces_search(choice, unified.tools or (), rounds):
+        choice = ToolChoice("auto")
+    return dataclasses.replace(unified, messages=tuple(messages), tool_choice=choice)
+
+
+def _forces_search(
+    choice: ToolChoice, tools: Sequence[Tool | OpaqueTool], rounds: Sequence[Round]
+) -> bool:
+    """Whether ``choice`` makes the model call the search tool: it names it, or asks for any
+    tool call where the search tool is the only tool."""
+    ids = {s.call_id for r in rounds for s in r.searched}
+    searched = {
+        p.name for r in rounds for p in r.answer.parts if isinstance(p, ToolCall) and p.id in ids
+    }
+    if choice.mode == "tool":
+        return choice.name in searched
+    return choice.mode == "required" and all(t.name in searched for t in tools)
 
 
 def _result_text(s: Searched) -> str:

@@ -50,6 +50,7 @@ from addon.plan.errors import (
     foreign_error,
     success_error,
     unreadable_answer,
+    unreadable_why,
     upstream_error,
 )
 from addon.plan.flow_plan import FlowPlan
@@ -320,7 +321,7 @@ def _deliver(state: AnswerState, answer: Answer, got: Seen, told: Told) -> Step:
         told.reply = Reply(got.status, got.body, ctype)
         told.lines.append(f"staged retry {stage} answered")
         if not plan.same_dialect:
-            _unreadable(told, got.status, _why(e))
+            _unreadable(told, got.status, unreadable_why(e))
         return told
     told.kept = Kept(got.body, f"staged retry {stage} answered", streamed)
     told.reply = Reply(200, body, content_type)
@@ -424,7 +425,7 @@ def _asked(state: AnswerState, answer: Answer) -> Step:
     try:
         body, ctype = client_answer(plan, state, got.body, got.content_type or "")
     except UNREADABLE as e:
-        why = _why(e)
+        why = unreadable_why(e)
         told.log(
             logging.WARNING,
             "%s: loop guard: the second answer could not be read: %s",
@@ -464,7 +465,8 @@ def _fed(state: AnswerState, answer: Answer) -> Step:
         final = ws.after(plan.client.web_search, plan.search, decoded, answer.rounds)
         if final is None:
             return _search(answer, decoded, told)
-        told.lines.append(f"web search: {ws.searches_run(answer.rounds)} run by the bridge")
+        ran = state.searched(final, ws.searches_run(answer.rounds))
+        told.lines.append(f"web search: {ran} run by the bridge")
         return _encoded(state, answer, final, got.body, told)
     except UpstreamError as e:
         return _upstream_error(told, plan, e)
@@ -568,7 +570,7 @@ def _unread(told: Told, answer: Answer, raw: bytes, e: BaseException) -> Told:
             short(message),
         )
         return told
-    why = _why(e)
+    why = unreadable_why(e)
     if not plan.same_dialect:
         return _unreadable(told, status, why)
     told.log(logging.INFO, "%s: answer passed through unchanged: %s", plan.label, why)
@@ -593,7 +595,3 @@ def _unreadable(told: Told, status: int, why: str) -> Told:
     told.lines.append(f"upstream answer (HTTP {status}) not translatable: {why} → 502")
     told.reply = Reply(502, unreadable_answer(plan, why))
     return told
-
-
-def _why(e: BaseException) -> str:
-    return "nested too deeply" if isinstance(e, RecursionError) else short(e)

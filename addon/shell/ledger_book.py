@@ -173,7 +173,7 @@ def booking(run: FlowRun, report: FlowReport, now: float) -> Booking | None:
     answered = report.status is not None and 200 <= report.status < 300
     if plan is None or not (answered or report.usage is not None):
         return None
-    return Booking(ledger_key(plan, now), Tokens.of(report.usage))
+    return Booking(ledger_key(plan, now), Tokens.of(report.usage, run.answer.searches))
 
 
 def ledger_key(plan: FlowPlan, now: float) -> LedgerKey:

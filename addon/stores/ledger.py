@@ -23,7 +23,7 @@ from addon.stores.reasoning import CANNOT_PRIVATE, Notice, StoreError, private_f
 if TYPE_CHECKING:
     from addon.stores.redis_backend import RedisBackend
 
-METRICS = ("requests", "input", "cache_read", "cache_write", "output", "reasoning")
+METRICS = ("requests", "input", "cache_read", "cache_write", "output", "reasoning", "searches")
 """What each row counts, in this order (the table's columns, the SQLite columns, the Redis
 fields' last element)."""
 DIMENSIONS = ("day", "route", "model", "key", "client", "user")
@@ -81,12 +81,16 @@ class Tokens:
     output: int = 0
     """Every answer token, reasoning included."""
     reasoning: int = 0
+    searches: int = 0
+    """Web searches the bridge ran for the answer (docs/tools.md#web-search); an upstream's
+    own searches are in its tokens, not here."""
 
     @classmethod
-    def of(cls, usage: Usage | None) -> Tokens:
-        """One request with ``usage``'s counts (what it did not report counts 0)."""
+    def of(cls, usage: Usage | None, searches: int = 0) -> Tokens:
+        """One request with ``usage``'s counts (what it did not report counts 0) and the
+        web searches the bridge ran for it."""
         if usage is None:
-            return cls(requests=1)
+            return cls(requests=1, searches=searches)
         return cls(
             1,
             usage.input_tokens or 0,
@@ -94,6 +98,7 @@ class Tokens:
             usage.cache_write_tokens or 0,
             usage.output_tokens or 0,
             usage.reasoning_tokens or 0,
+            searches,
         )
 
     def values(self) -> tuple[int, ...]:
@@ -183,6 +188,8 @@ _UPSERT = (
 )
 _BEFORE_USER = "usage_before_user"
 """The table of a ledger written before the ``user`` column, while ``_migrate`` copies it."""
+_ADD_SEARCHES = "ALTER TABLE usage ADD COLUMN searches INTEGER NOT NULL DEFAULT 0"
+"""A table written before the ``searches`` column gets it (its rows: 0 searches)."""
 MIGRATION_WAIT_MS = 10_000
 """How long opening a ledger waits for another process's migration of the same file."""
 
@@ -190,9 +197,9 @@ MIGRATION_WAIT_MS = 10_000
 class SqliteCounters:
     """One table, ``usage``, in the store's file (its own connection; WAL, as the store's):
     a row per ledger key, one upsert per flow (autocommit). A table of before the ``user``
-    column is moved to today's once, at the first open that may write (``_migrate``: its
-    rows kept, with an empty ``user``); ``writes=False`` (``scripts/usage``) reads either
-    table and changes nothing in the file."""
+    or the ``searches`` column is made today's once, at the first open that may write
+    (``_migrate``: its rows kept, with an empty ``user`` and 0 searches); ``writes=False``
+    (``scripts/usage``) reads any of them and changes nothing in the file."""
 
     def __init__(self, path: str, *, writes: bool = True) -> None:
         import sqlite3
@@ -221,21 +228,26 @@ class SqliteCounters:
     def _migrate(self) -> None:
         """A ``usage`` table of before the ``user`` column (its key: day, route, model,
         key_name, client) becomes today's in one transaction: renamed, today's created, every
-        row copied with ``user`` empty, the old one dropped. Another process opening the file
-        meanwhile waits (``MIGRATION_WAIT_MS``) and finds it done."""
+        row copied with ``user`` empty, the old one dropped; one of before the ``searches``
+        column gets it (0 in every row). Another process opening the file meanwhile waits
+        (``MIGRATION_WAIT_MS``) and finds it done."""
         columns = self._table_columns()
-        if not columns or "user" in columns:
+        if not columns or {"user", "searches"} <= columns:
             return
         db = self._db
         db.execute(f"PRAGMA busy_timeout={MIGRATION_WAIT_MS}")
         db.execute("BEGIN IMMEDIATE")
         try:
-            if "user" not in self._table_columns():  # not done by another process meanwhile
-                old = ", ".join(("day", "route", "model", "key_name", "client", *METRICS))
+            columns = self._table_columns()  # not done by another process meanwhile?
+            if "user" not in columns:
+                kept = [m for m in METRICS if m in columns]
+                old = ", ".join(("day", "route", "model", "key_name", "client", *kept))
                 db.execute(f"ALTER TABLE usage RENAME TO {_BEFORE_USER}")
                 db.execute(_SCHEMA.strip().removesuffix(";"))
                 db.execute(f"INSERT INTO usage ({old}, user) SELECT {old}, '' FROM {_BEFORE_USER}")
                 db.execute(f"DROP TABLE {_BEFORE_USER}")
+            elif "searches" not in columns:
+                db.execute(_ADD_SEARCHES)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -261,9 +273,11 @@ class SqliteCounters:
             self._columns = self._table_columns()
             if not self._columns:
                 return {}
-        user = "user" if "user" in self._columns else "''"  # a table of before the column
+        # A table of before a column: its value for every row.
+        user = "user" if "user" in self._columns else "''"
+        metrics = ", ".join(m if m in self._columns else "0" for m in METRICS)
         cursor = self._db.execute(
-            f"SELECT day, route, model, key_name, client, {user}, {', '.join(METRICS)} "
+            f"SELECT day, route, model, key_name, client, {user}, {metrics} "
             "FROM usage WHERE day >= ?",
             (since,),
         )

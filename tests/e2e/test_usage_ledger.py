@@ -129,9 +129,9 @@ def test_the_ledger_sums_what_the_upstream_reported(
     ).stdout.splitlines()
     assert out[0].startswith("day,route,model,key,client,user,requests,")
     alice = next(cells for cells in (line.split(",") for line in out) if cells[5] == "alice")
-    assert alice[4:13] == ["", "alice", "2", "40", "200", "0", "60", "20", "83%"]
+    assert alice[4:14] == ["", "alice", "2", "40", "200", "0", "60", "20", "0", "83%"]
     if genai_prices() is not None:
-        assert alice[13] != ""  # gpt-4o is priced
+        assert alice[14] != ""  # gpt-4o is priced
     text = subprocess.run(
         [sys.executable, str(ROOT / "scripts/usage.py"), "--store", str(store), "--by", "model"],
         capture_output=True,

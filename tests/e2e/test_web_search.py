@@ -4,21 +4,30 @@ docs/tools.md#web-search). A real mitmdump before a scripted OpenAI chat upstrea
 calls the ``web_search`` function tool, then answers from the results) and the scripted SearXNG
 Search API; the anthropic SDK reads the answer's ``server_tool_use`` and
 ``web_search_tool_result`` blocks, whole and streamed. The request's shape is the anthropic
-SDK's ``WebSearchTool20250305Param`` (no recording of the real Claude Code's yet)."""
+SDK's ``WebSearchTool20250305Param``; the request the real Claude Code 2.1.197 sent is replayed
+too (``tests/fixtures/claude_code_web_search``)."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 
+from addon.stores.ledger import Tokens, open_ledger
 from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream
 from tests.e2e.test_text_tools import openai_json
 from tests.searxng_server import ScriptedSearxng
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDED = (
+    ROOT / "tests/fixtures/claude_code_web_search/claude-code-2.1.197-web-search.request.json"
+)
 
 QUERY = "mitmproxy addon hooks"
 RESULTS = {
@@ -45,13 +54,15 @@ def searxng() -> Iterator[ScriptedSearxng]:
         yield server
 
 
-def _proxy(start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedSearxng) -> Proxy:
+def _proxy(
+    start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedSearxng, **options: str
+) -> Proxy:
     routes = tmp_path / "routes.toml"
     routes.write_text(
         '[[routes]]\nname = "claude-search"\npath = "*/v1/messages"\nclient = "anthropic"\n'
         f'upstream = "openai_chat"\nsearch = {{url = "{searxng.base_url}", max_results = 5}}\n'
     )
-    return start_proxy(bridge_routes=str(routes))
+    return start_proxy(bridge_routes=str(routes), **options)
 
 
 def model(rec: Recorded) -> JSONReply:
@@ -192,3 +203,107 @@ def test_no_backend_is_todays_400_said_in_the_comment(
         )
     assert "web_search" in str(info.value)
     assert upstream.requests == []
+
+
+def test_the_ledger_counts_the_searches_and_every_calls_tokens(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    searxng: ScriptedSearxng,
+    tmp_path: Path,
+) -> None:
+    """A searched answer is one request in the usage ledger, with its searches (the
+    ``searches`` column) and the tokens of both upstream calls (50 + 50 in, 20 + 20 out)."""
+    store = tmp_path / "store.db"
+    p = _proxy(start_proxy, tmp_path, searxng, bridge_store=str(store))
+    upstream.script = model
+    _ask(p, stream=False)
+    _ask(p, stream=True)
+    ledger = open_ledger(str(store))
+    deadline = time.monotonic() + 10
+    while sum(t.requests for t in ledger.rows().values()) < 2:  # counted at each flow's end
+        assert time.monotonic() < deadline, ledger.rows()
+        time.sleep(0.05)
+    rows = ledger.rows()
+    ledger.close()
+    ((key, tokens),) = rows.items()
+    assert key.route == "claude-search"
+    assert tokens == Tokens(requests=2, input=200, output=80, searches=2)
+
+
+def forced_model(rec: Recorded) -> JSONReply:
+    """A model that does what OpenAI's ``tool_choice`` says: a function named there is called,
+    whatever came before; else as ``model``."""
+    body = rec.json()
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("function", {}).get("name") == "web_search":
+        n = sum(1 for m in body["messages"] if m["role"] == "tool") + 1
+        call = {"id": f"call_s{n}", "type": "function",
+                "function": {"name": "web_search", "arguments": json.dumps({"query": QUERY})}}  # fmt: skip
+        reply = openai_json("")
+        reply["choices"][0]["message"] = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [call],
+        }
+        reply["choices"][0]["finish_reason"] = "tool_calls"
+        return JSONReply(reply)
+    return model(rec)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_claude_codes_recorded_web_search_request(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    searxng: ScriptedSearxng,
+    tmp_path: Path,
+    stream: bool,
+) -> None:
+    """The request Claude Code 2.1.197's WebSearch tool sent (recorded with the real program,
+    ``tests/fixtures/claude_code_web_search``): only the server tool, and ``tool_choice``
+    naming it. The forced choice holds for the first call only: the results are fed back with
+    ``auto``, so the model answers instead of searching until the rounds run out."""
+    recorded = json.loads(RECORDED.read_text())
+    body = recorded["body"]
+    assert body["tools"] == [{"type": "web_search_20250305", "name": "web_search", "max_uses": 8}]
+    assert body["tool_choice"] == {"type": "tool", "name": "web_search"}
+    body["stream"] = stream
+    skip = {"content-length", "host", "accept-encoding", "connection"}
+    headers = {k: v for k, v in recorded["headers"].items() if k.lower() not in skip}
+    p = _proxy(start_proxy, tmp_path, searxng)
+    upstream.script = forced_model
+    got = httpx.post(
+        p.base_url + recorded["path"],
+        content=json.dumps(body).encode(),
+        headers={**headers, "x-api-key": "sk-ant-e2e"},
+        timeout=20,
+    )
+    assert got.status_code == 200, got.text
+    if stream:
+        final = _final_of_stream(got.content)
+    else:
+        final = anthropic.types.Message.model_validate_json(got.content)
+    kinds = [b.type for b in final.content]
+    assert kinds == ["server_tool_use", "web_search_tool_result", "text"]
+    assert final.usage.server_tool_use is not None
+    assert final.usage.server_tool_use.web_search_requests == 1
+    first, second = upstream.requests
+    assert first.json()["tool_choice"] == {"type": "function", "function": {"name": "web_search"}}
+    assert second.json().get("tool_choice", "auto") == "auto"
+    assert len(searxng.requests) == 1
+
+
+def _final_of_stream(raw: bytes) -> anthropic.types.Message:
+    """The message an Anthropic stream carries, read with the anthropic SDK's accumulator."""
+    from anthropic.lib.streaming._messages import accumulate_event
+    from anthropic.types import RawMessageStreamEvent
+    from pydantic import TypeAdapter
+
+    adapter: TypeAdapter[RawMessageStreamEvent] = TypeAdapter(RawMessageStreamEvent)
+    message = None
+    bufs: dict[int, bytes] = {}
+    for line in raw.decode().splitlines():
+        if line.startswith("data: "):
+            event = adapter.validate_json(line.removeprefix("data: "))
+            message = accumulate_event(event=event, current_snapshot=message, json_bufs=bufs)
+    assert message is not None
+    return message

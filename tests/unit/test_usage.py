@@ -173,11 +173,11 @@ def test_table_and_csv() -> None:
     assert last.startswith("total")
     csv = csv_text(found, by).splitlines()
     assert csv[0] == (
-        "day,model,requests,input,cache_read,cache_write,output,reasoning,"
+        "day,model,requests,input,cache_read,cache_write,output,reasoning,searches,"
         "cache_share,cost_usd,unpriced"
     )
-    assert csv[1] == "2026-01-02,gpt-4o,1,100,300,0,50,20,75%,0.50000000,"
-    assert csv[2] == "2026-01-03,my-own-finetune-xyz,1,0,0,0,0,0,,,1"
+    assert csv[1] == "2026-01-02,gpt-4o,1,100,300,0,50,20,0,75%,0.50000000,"
+    assert csv[2] == "2026-01-03,my-own-finetune-xyz,1,0,0,0,0,0,0,,,1"
 
 
 def test_no_price_table_says_so() -> None:

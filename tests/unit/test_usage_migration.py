@@ -58,7 +58,7 @@ def usage_script(*args: str) -> list[str]:
 def csv_rows(out: list[str]) -> dict[tuple[str, ...], list[str]]:
     """CSV lines by their six labels (day, route, model, key, client, user)."""
     assert out[0].startswith("day,route,model,key,client,user,requests,")
-    return {tuple(line.split(",")[:6]): line.split(",")[6:12] for line in out[1:]}
+    return {tuple(line.split(",")[:6]): line.split(",")[6:13] for line in out[1:]}
 
 
 def test_an_sqlite_ledger_of_before_the_user_column_keeps_counting(tmp_path: Path) -> None:
@@ -149,3 +149,40 @@ def test_a_redis_field_of_either_layout_is_read(fields: int) -> None:
         rows = ledger.rows()
         ledger.close()
     assert rows == {LedgerKey("2026-02-01", *labels): Tokens(output=7)}
+
+
+USER_FIXTURE = ROOT / "tests" / "fixtures" / "usage_ledger_user"
+
+
+def test_an_sqlite_ledger_of_before_the_searches_column_keeps_counting(tmp_path: Path) -> None:
+    """Written by main's code at 6992146 (``tests/fixtures/usage_ledger_user``): read as it is
+    by ``scripts/usage`` (0 searches), given the column at the first open that writes, every
+    row kept; a flow with searches counts them."""
+    path = tmp_path / "store.db"
+    shutil.copyfile(USER_FIXTURE / "store.db", path)
+    old: Rows = {
+        LedgerKey(*row[:6]): Tokens(*row[6:])
+        for row in json.loads((USER_FIXTURE / "rows.json").read_text())
+    }
+    assert all(t.searches == 0 for t in old.values()) and "searches" not in columns(path)
+
+    shown = csv_rows(usage_script("--store", str(path), "--csv"))
+    assert shown == {(*k.labels(),): [str(n) for n in t.values()] for k, t in old.items()}
+    assert "searches" not in columns(path)  # the reader changed nothing
+
+    ledger = open_ledger(str(path))
+    assert columns(path)[-1] == "searches"
+    assert ledger.rows() == old
+    key = next(k for k in old if k.route == "search")
+    searched = Tokens.of(Usage(input_tokens=11, output_tokens=5), searches=2)
+    ledger.count(key, searched)
+    ledger.close()
+    again = open_ledger(str(path))
+    rows = again.rows()
+    again.close()
+    assert rows == {**old, key: old[key] + searched}
+    assert rows[key].searches == 2
+    header = usage_script("--store", str(path), "--csv")[0].split(",")
+    assert header[6:13] == ["requests", "input", "cache_read", "cache_write", "output",
+                            "reasoning", "searches"]  # fmt: skip
+    assert csv_rows(usage_script("--store", str(path), "--csv"))[(*key.labels(),)][6] == "2"

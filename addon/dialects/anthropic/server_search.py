@@ -100,4 +100,9 @@ def events(part: Opaque, index: int) -> list[Event]:
     return [RawEvent(NAME, start), RawEvent(NAME, {"type": "content_block_stop", "index": index})]
 
 
-SEARCH = SearchShape(ask=ask, answer=answer, events=events)
+SEARCH = SearchShape(
+    ask=ask,
+    answer=answer,
+    events=events,
+    items=frozenset({"server_tool_use", "web_search_tool_result"}),
+)

@@ -30,6 +30,7 @@ from .response import (
 from .stream import GeminiStreamDecoder
 from .stream_encode import CodeAssistStreamEncoder, GeminiStreamEncoder
 from .tokens import count_answer, count_request
+from .web_search import SEARCH
 
 TOKEN_COUNT = TokenCount(count_request, count_answer)
 
@@ -61,6 +62,7 @@ DIALECT = Dialect(
     late_signatures=True,
     schema_profile="gemini",
     token_count=TOKEN_COUNT,
+    web_search=SEARCH,
 )
 
 CODE_ASSIST_DIALECT = Dialect(
@@ -89,6 +91,7 @@ CODE_ASSIST_DIALECT = Dialect(
     late_signatures=True,
     schema_profile="gemini",
     token_count=TOKEN_COUNT,
+    web_search=SEARCH,
 )
 
 __all__ = ["CODE_ASSIST", "CODE_ASSIST_DIALECT", "DIALECT", "NAME"]

@@ -32,6 +32,7 @@ from addon.model import (
 from .errors import error_body, status_of
 from .malformed import parse_malformed as parse_malformed
 from .parts import NAME
+from .web_search import GROUNDING
 
 SIGNATURE = "thoughtSignature"
 """The wire name of a part's signature, also the key of a call's signature in its ``extra``."""
@@ -451,6 +452,7 @@ def encode_response(r: Response) -> JSON:
     same = r.origin == NAME
     writer = PartWriter(same)
     parts: list[JSON] = []
+    grounding: JSON | None = None
     for p in r.parts:
         match p:
             case Thinking(redacted=True):
@@ -461,6 +463,8 @@ def encode_response(r: Response) -> JSON:
                 parts += writer.text(p.text, p.extra)
             case ToolCall():
                 parts += writer.call(p.id, p.name, p.arguments, p.extra)
+            case Opaque() if p.origin == NAME and GROUNDING in p.data:
+                grounding = p.data[GROUNDING]  # the bridge's searches: the candidate's
             case Opaque():
                 if p.origin == NAME:
                     parts += writer.flush()
@@ -469,6 +473,8 @@ def encode_response(r: Response) -> JSON:
                 continue
     parts += writer.flush()
     candidate: JSON = {"content": {"role": "model", "parts": parts}}
+    if grounding is not None:
+        candidate[GROUNDING] = grounding
     extra = r.extra if same else {}
     flags = {NAME: {"recovered": True}} if extra.get("recovered") else {}
     candidate["finishReason"] = gemini_finish(r.finish, r.finish_raw, same, flags)

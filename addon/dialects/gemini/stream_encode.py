@@ -37,6 +37,7 @@ from .response import (
     encode_usage,
     gemini_finish,
 )
+from .web_search import GROUNDING
 
 type Out = list[tuple[str | None, str]]
 
@@ -75,6 +76,7 @@ class GeminiStreamEncoder:
         self._calls: dict[int, _Pending] = {}
         self._finish: Finish | None = None
         self._usage: Usage | None = None
+        self._grounding: JSON = {}
         self._frame: tuple[bytes, bytes] | None = None
         """A one-text-part chunk's SSE bytes before and after the text (``text_sse``); what it
         holds (envelope, wrapper) changes only at ``MessageStart``, which forgets it."""
@@ -102,9 +104,12 @@ class GeminiStreamEncoder:
         extra: JSON | None = None,
         finish: str | None = None,
         usage: JSON | None = None,
+        candidate: JSON | None = None,
     ) -> tuple[str | None, str]:
+        """One chunk; ``candidate``: fields of the candidate the encoder adds itself (the bridge's
+        searches' ``groundingMetadata``)."""
         own: JSON = extra.get(NAME, {}) if self._same and extra else {}
-        candidate: JSON = {}
+        candidate = dict(candidate or {})
         if parts:
             candidate["content"] = {"role": "model", "parts": parts}
         if finish is not None:
@@ -187,6 +192,9 @@ class GeminiStreamEncoder:
                     return [(None, _dumps(body if isinstance(body, dict) else event.raw))]
                 return [(None, _dumps(error_body(event.message, event.http_status)))]
             case RawEvent():
+                if event.origin == NAME and GROUNDING in event.data:
+                    self._grounding = event.data  # the bridge's searches: on the last chunk
+                    return []
                 if event.origin != NAME or not self._same:
                     return []
                 part = event.data.get("part")
@@ -217,7 +225,9 @@ class GeminiStreamEncoder:
             own = extra.get(NAME, {})
             candidate = {k: v for k, v in own.get("candidate", {}).items() if k != "finishMessage"}
             extra = {NAME: {**own, "candidate": candidate}}
-        out.append(self._chunk([], extra, finish=reason, usage=encode_usage(self._usage)))
+        out.append(
+            self._chunk([], extra, reason, encode_usage(self._usage), candidate=self._grounding)
+        )
         return out
 
 

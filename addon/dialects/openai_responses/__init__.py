@@ -10,6 +10,7 @@ from .response import decode_response, encode_error, encode_response, error_mess
 from .stream import OpenAIResponsesStreamDecoder
 from .stream_encode import OpenAIResponsesStreamEncoder
 from .tokens import count_answer, count_request
+from .web_search import SEARCH
 
 DIALECT = Dialect(
     name=NAME,
@@ -35,6 +36,7 @@ DIALECT = Dialect(
     cache_key=True,
     # POST /v1/responses/input_tokens: Claude Code's count_tokens, counted by the upstream.
     token_count=TokenCount(count_request, count_answer),
+    web_search=SEARCH,
 )
 
 __all__ = ["DIALECT", "NAME"]

@@ -3,17 +3,31 @@ Anthropic's shape (``addon.dialects.anthropic.server_search``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from addon.config.search_backend import SearchBackend
 from addon.dialects import DIALECTS
 from addon.dialects.anthropic.server_search import SEARCH, server_tool_id
 from addon.dialects.searches import Found, Searched
-from addon.model import Message, Notes, OpaqueTool, Request, Response, Text, Tool, ToolCall, Usage
+from addon.model import (
+    Message,
+    Notes,
+    Opaque,
+    OpaqueTool,
+    Request,
+    Response,
+    Text,
+    Tool,
+    ToolCall,
+    ToolChoice,
+    Usage,
+)
 from addon.plan.web_search import Round, WebSearch, after, fed_back, offer_search, to_run
 
 BACKEND = SearchBackend("http://127.0.0.1:8888")
 READ = Tool("Read", "Read a file", {"type": "object", "properties": {}})
+WEB = Tool("web_search", "Search the web", {"type": "object", "properties": {}})
 SERVER = {"type": "web_search_20250305", "name": "web_search", "max_uses": 2,
           "allowed_domains": ["docs.python.org"]}  # fmt: skip
 
@@ -84,3 +98,44 @@ def test_results_go_back_as_tool_results_and_the_client_sees_anthropics_blocks()
     assert body["usage"]["server_tool_use"] == {"web_search_requests": 5, "web_fetch_requests": 0}
     assert (body["usage"]["input_tokens"], body["usage"]["output_tokens"]) == (70, 13)
     assert after(SEARCH, search, last, rounds) is None  # searches again
+
+
+def test_a_choice_that_forced_the_search_is_auto_once_it_ran() -> None:
+    """Claude Code's WebSearch request names the server tool in ``tool_choice``: it held for
+    the first call; a choice of a client tool, or of any tool beside others, stays."""
+    call = ToolCall("call_1", "web_search", '{"query": "py"}')
+    first = Response("openai_chat", "x", "m", (call,), "tool_calls")
+    rounds = [Round(first, (Searched("call_1", "py"),))]
+    search_only = dataclasses.replace(
+        _request(), tools=(WEB,), tool_choice=ToolChoice("tool", "web_search")
+    )
+    assert fed_back(search_only, rounds).tool_choice == ToolChoice("auto")
+    required = dataclasses.replace(search_only, tool_choice=ToolChoice("required"))
+    assert fed_back(required, rounds).tool_choice == ToolChoice("auto")
+    both = dataclasses.replace(required, tools=(READ, WEB))
+    assert fed_back(both, rounds).tool_choice == ToolChoice("required")
+    read = dataclasses.replace(both, tool_choice=ToolChoice("tool", "Read"))
+    assert fed_back(read, rounds).tool_choice == ToolChoice("tool", "Read")
+
+
+def test_search_blocks_sent_back_are_left_out_for_the_upstream() -> None:
+    """An earlier answer's ``server_tool_use`` / ``web_search_tool_result`` blocks come back in
+    the history: another upstream cannot read them (OpenAI chat would refuse the parts)."""
+    use = Opaque("anthropic", {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search"})
+    result = Opaque("anthropic", {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1"})
+    history = (
+        Message("user", (Text("q"),)),
+        Message("assistant", (use, result, Text("Found it."))),
+        Message("user", (Text("more"),)),
+    )
+    notes: Notes = Counter()
+    req, search = offer_search(
+        dataclasses.replace(_request(), messages=history),
+        DIALECTS["anthropic"],
+        DIALECTS["openai_chat"],
+        BACKEND,
+        notes,
+    )
+    assert search is not None
+    assert [m.parts for m in req.messages] == [(Text("q"),), (Text("Found it."),), (Text("more"),)]
+    assert notes["web search: 2 earlier search item(s) left out"] == 1
