@@ -235,8 +235,21 @@ class ClientLimits(OptionChecks):
         )
         a = held.planned.ask
         done = Settle(held.client, a.rid, time.time(), a.period, a.period_end, sum(used), cost)
+        store = self.store
+        if isinstance(store, RedisLimits):
+            # with the store thread's next write: no round trip of its own; at once when a
+            # parallel slot it frees may be waited for (docs/deploy.md#limits-per-client-key)
+            client, limits = held.client, held.limits
+            told = a.budget_nano is not None and self._metrics is not None and self._metrics.on
+
+            def after(spent: int) -> None:
+                self._budget_left(client, limits, Verdict(spent_nano=spent))
+
+            worker = self._store_life.worker
+            worker.settle(store, done, after if told else None, now=limits.max_parallel is not None)
+            return
         try:
-            await self._store_life.worker.call(self.store.settle, done)
+            await self._store_life.worker.call(store.settle, done)
             if a.budget_nano is not None and self._metrics is not None and self._metrics.on:
                 # the remaining-budget gauge only: no store round trip without bridge_metrics
                 used_now = await self._store_life.worker.call(
