@@ -110,21 +110,20 @@ class StoreWorker:
         self.wake(now=True)
 
     def settle(
-        self,
-        store: Settles,
-        done: Settle,
-        after: Callable[[int], None] | None = None,
-        *,
-        now: bool = False,
-    ) -> None:
-        """A flow's reservation settled with the next write, no round trip of its own;
-        ``now``: as soon as the thread is free (a parallel slot it frees may be waited for).
-        ``after``: told the period's spend once written. Once the thread is closed: at once."""
-        was_empty = self.queue.settle(store, done, after)
+        self, store: Settles, done: Settle, *, now: bool = False
+    ) -> concurrent.futures.Future[int | None]:
+        """A flow's reservation settled with the next write, no round trip of its own (the
+        settles that waited go in one pipeline); ``now``: as soon as the thread is free (a
+        limit is near: ``addon.plan.limits.settle_at_once``). The future: done once written,
+        with the period's spend after it (None: not known, or not written: logged). Once the
+        thread is closed: written at once, where it is handed."""
+        future: concurrent.futures.Future[int | None] = concurrent.futures.Future()
+        was_empty = self.queue.settle(store, done, future.set_result)
         if self._closed:
             self._flush()
         elif now or was_empty:
             self.wake(now=now)
+        return future
 
     def submit[T](self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
         """``fn`` queued for the thread; once the thread is closed (``close``: mitmproxy's
@@ -254,12 +253,14 @@ class StoreWorker:
 
 
 def _settle_all(settles: list[Settling]) -> None:
-    """The settles that waited, each store's in one call (one pipeline). One that fails is
-    not tried again (it might count twice): its reservation expires by itself."""
+    """The settles that waited, each store's in one call (one pipeline); each one's waiter
+    told. One that fails is not tried again (it might count twice): its reservation expires
+    by itself."""
     by_store: dict[int, tuple[Settles, list[Settling]]] = {}
     for item in settles:
         by_store.setdefault(id(item[0]), (item[0], []))[1].append(item)
     for store, items in by_store.values():
+        spends: list[int | None] = [None] * len(items)
         try:
             spends = store.settle_many([done for _, done, _ in items])
         except Exception as e:
@@ -269,13 +270,9 @@ def _settle_all(settles: list[Settling]) -> None:
                 len(items),
                 clean(str(e), 300),
             )
-            continue
-        for (_, _, after), spent in zip(items, spends, strict=True):
-            if after is not None and spent is not None:
-                try:
-                    after(spent)
-                except Exception as e:
-                    log_internal_error("cursor-bridge: client limits", e)
+        for (_, _, told), spent in zip(items, spends, strict=True):
+            if told is not None:
+                told(spent)
 
 
 def _share_cools(store: ReasoningStore, batch: Batch) -> None:

@@ -4,8 +4,8 @@ estimated cost), one settles it after the answer (``settle``); ``renew`` keeps a
 worker's reservations; ``usage`` reads a client's window and period.
 
 Contract: plain values (``addon.plan.limits``' ``Ask``, ``Verdict``, ``Settle``), no
-mitmproxy, no logging; the calls block (one Redis round trip each) and are made off the event
-loop by the shell. Two backends: ``MemoryLimits`` (one worker's own, under a lock) and
+mitmproxy, no logging; the calls block (one Redis round trip each; ``settle_many``: one for
+every settle that waited) and are made off the event loop by the shell. Two backends: ``MemoryLimits`` (one worker's own, under a lock) and
 ``RedisLimits`` (Lua scripts: every worker on one Redis sees one count). How the windows are
 kept, and the bounds while Redis is lost: docs/deploy.md#limits-per-client-key."""
 
@@ -111,7 +111,9 @@ class MemoryLimits:
             if spent is not None:
                 self._held[key][ask.rid] = (ask.cost_nano, now + ask.ttl)
                 spent += ask.cost_nano
-            return Verdict(None, 0.0, spent)
+            slots = len(parallel) if ask.max_parallel is not None else None
+            used = sum(t for _, t in window.values()) if ask.tpm is not None else None
+            return Verdict(None, 0.0, spent, slots, used)
 
     def _trim(self, client: str, now: float) -> dict[str, tuple[float, int]]:
         window = self._window[client]
@@ -175,7 +177,8 @@ end
 """
 
 # ARGV: rid, rpm, tpm, max_parallel (0: none), budget (-1: none), tokens, cost, ttl ms.
-# Returns {limit ('' admitted), retry after ms, spend after the step (-1: no budget)}.
+# Returns {limit ('' admitted), retry after ms, spend after the step (-1: no budget)}, and
+# admitted: {…, parallel slots held (-1: no max_parallel), the window's tokens (-1: no tpm)}.
 _RESERVE = (
     _COMMON
     + """
@@ -228,7 +231,10 @@ if budget >= 0 then
   redis.call('PEXPIRE', KEYS[6], 2 * ttl)
   spent = spent + cost
 end
-return {'', 0, spent}
+local held, used = -1, -1
+if most > 0 then held = redis.call('ZCARD', KEYS[3]) end
+if tpm > 0 then used = sum(KEYS[2]) end
+return {'', 0, spent, held, used}
 """
 )
 
@@ -357,8 +363,13 @@ class RedisLimits:
                 with self._lock:
                     key = (ask.client, ask.period)
                     self._known[key] = spent + self._owed.get(key, 0)
+            held, used = (int(got[3]), int(got[4])) if len(got) > 4 else (-1, -1)
             return Verdict(
-                Limit(name) if name else None, wait_ms / 1000, None if spent < 0 else spent
+                Limit(name) if name else None,
+                wait_ms / 1000,
+                None if spent < 0 else spent,
+                None if held < 0 else held,
+                None if used < 0 else used,
             )
 
         return self._backend.call(shared, lambda: self._local().reserve(ask))

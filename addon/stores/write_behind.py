@@ -40,8 +40,9 @@ class Settles(Protocol):
     def settle_many(self, done: list[Settle]) -> list[int | None]: ...
 
 
-type Settling = tuple[Settles, Settle, Callable[[int], None] | None]
-"""A settle waiting: its store, the step, and what to tell of the spend after it."""
+type Settling = tuple[Settles, Settle, Callable[[int | None], None] | None]
+"""A settle waiting: its store, the step, and who to tell once written (the spend after it;
+None: not known, or not written)."""
 
 
 @dataclass(slots=True)
@@ -109,10 +110,10 @@ class WriteQueue:
             return was_empty
 
     def settle(
-        self, store: Settles, done: Settle, after: Callable[[int], None] | None = None
+        self, store: Settles, done: Settle, after: Callable[[int | None], None] | None = None
     ) -> bool:
-        """A flow's reservation to settle (``addon.shell.client_limits``); ``after``: told the
-        spend once written. As ``count`` returns."""
+        """A flow's reservation to settle (``addon.shell.client_limits``); ``after``: told
+        once written (``Settling``). As ``count`` returns."""
         with self._lock:
             was_empty = self._empty()
             self._settles.append((store, done, after))

@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,7 +23,15 @@ from addon.config.client_keys import Limits
 from addon.config.options import Settings
 from addon.config.routes import Route, TokenPrice
 from addon.dialects import ANTHROPIC
-from addon.plan.limits import NANO, Given, Planned, Settle, plan_request
+from addon.plan.limits import (
+    NANO,
+    Given,
+    Planned,
+    Settle,
+    Verdict,
+    plan_request,
+    settle_at_once,
+)
 from addon.plan.routing import match_request
 from addon.shell.client_limits import ClientLimits, Reservation
 from addon.shell.store_worker import StoreWorker
@@ -87,8 +96,11 @@ def held_flows(
     for i in range(n):
         planned = plan_request(Given("alice", limits, ROUTE, f"f{i}", time.time()), matched)
         assert isinstance(planned, Planned)
-        assert store.reserve(planned.ask).admitted
-        client_limits._held[f"f{i}"] = Reservation("alice", limits, ROUTE, planned, USED, "m")
+        verdict = store.reserve(planned.ask)
+        assert verdict.admitted
+        client_limits._held[f"f{i}"] = Reservation(
+            "alice", limits, ROUTE, planned, settle_at_once(planned.ask, verdict), USED, "m"
+        )
     return client_limits, worker, backend
 
 
@@ -117,22 +129,45 @@ def test_settles_make_no_round_trip_on_the_hooks_path_and_one_together(
     backend.close()
 
 
-def test_a_settle_that_frees_a_parallel_slot_is_written_at_once(
+def test_a_settle_near_a_limit_is_written_and_waited_for_at_once(
     server: RedisServer, trips: list[str]
 ) -> None:
+    """Two of ``max_parallel = 2`` held: the next request would wait for a slot, so the
+    settle that frees one is written before the flow's hook returns (as before the queue);
+    far from every limit, the settle waits for the next write."""
     limits = Limits(max_parallel=2, budget_usd=1.0, budget_period="total")
     gauge: list[float] = []
     client_limits, worker, backend = held_flows(server, limits, 2, gauge)
+    assert [h.at_once for h in client_limits._held.values()] == [True, True]
     raw = redis.Redis.from_url(server.url)
-    par = keys_of(PREFIX, "alice", "total")[2]
-    assert raw.zcard(par) == 2
+    par, spent = (keys_of(PREFIX, "alice", "total")[i] for i in (2, 3))
     raw.script_flush()  # a Redis that restarted: the settle script is loaded again
     asyncio.run(client_limits.settle("f0"))
-    deadline = time.monotonic() + 10  # the store thread writes as soon as it is free
-    while raw.zcard(par) != 1 or not gauge:
-        assert time.monotonic() < deadline, raw.zcard(par)
-        time.sleep(0.02)
-    assert gauge == [1.0 - (COST_NANO + client_limits._held["f1"].planned.ask.cost_nano) / NANO]
+    assert raw.zcard(par) == 1 and int(raw.get(spent) or 0) == COST_NANO
+    f1 = client_limits._held["f1"].planned.ask.cost_nano
+    assert gauge == [1.0 - (COST_NANO + f1) / NANO]  # settled + held, as the gauge says
     worker.close()
-    assert raw.zcard(par) == 1  # f1 still under way
     backend.close()
+
+    far = Limits(max_parallel=10, tpm=1_000_000, budget_usd=1.0, budget_period="total")
+    client_limits, worker, backend = held_flows(server, far, 2)
+    assert [h.at_once for h in client_limits._held.values()] == [False, False]
+    asyncio.run(client_limits.settle("f0"))
+    assert raw.zcard(par) == 2  # waits for the next write (at most a second; here: the end)
+    worker.close()
+    assert raw.zcard(par) == 1 and int(raw.get(spent) or 0) == COST_NANO
+    backend.close()
+
+
+def test_a_limit_is_near_when_one_more_request_like_it_would_be_refused() -> None:
+    matched = match_request(Settings(routes=(ROUTE,)), "POST", "h", "/v1/messages", BODY)
+    lim = Limits(max_parallel=3, tpm=10_000, budget_usd=1.0, budget_period="total")
+    planned = plan_request(Given("alice", lim, ROUTE, "f", 1.0), matched)
+    assert isinstance(planned, Planned)
+    a = planned.ask
+    far = Verdict(spent_nano=0, parallel=1, tokens=a.tokens)
+    assert not settle_at_once(a, far)
+    assert settle_at_once(a, replace(far, parallel=2))  # the last slot: the next one waits
+    assert settle_at_once(a, replace(far, tokens=10_000 - a.tokens))
+    assert settle_at_once(a, replace(far, spent_nano=NANO - a.cost_nano))
+    assert not settle_at_once(a, replace(far, spent_nano=NANO - 2 * a.cost_nano))
