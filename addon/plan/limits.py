@@ -260,10 +260,29 @@ class Verdict:
     retry_after: float = 0.0
     spent_nano: int | None = None
     """Settled spend plus the open reservations' estimates in the period; None: no budget."""
+    parallel: int | None = None
+    """Admitted: the parallel slots held with this one (None: no ``max_parallel``)."""
+    tokens: int | None = None
+    """Admitted: the ``tpm`` window's tokens with this one's estimate (None: no ``tpm``)."""
 
     @property
     def admitted(self) -> bool:
         return self.limit is None
+
+
+def settle_at_once(ask: Ask, verdict: Verdict) -> bool:
+    """Whether an admitted reservation's settle is to be written, and waited for, as soon as
+    the flow ends rather than with the store thread's next write (at most a second later):
+    when a limit is near — one more request like it would find a parallel slot, the ``tpm``
+    window or the budget full while this one is still held, and be refused until it is
+    settled. Far from every limit, a late settle refuses nothing (what it holds is freed or
+    replaced by less a second later). docs/deploy.md#limits-per-client-key."""
+    if ask.max_parallel is not None and (verdict.parallel or 0) + 1 >= ask.max_parallel:
+        return True
+    if ask.tpm is not None and (verdict.tokens or 0) + ask.tokens >= ask.tpm:
+        return True
+    budget, spent = ask.budget_nano, verdict.spent_nano
+    return budget is not None and (spent or 0) + ask.cost_nano >= budget
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,12 +8,14 @@ reported. A live worker renews its reservations; a dead one's expire by themselv
 What is reserved and refused is ``addon.plan.limits``'; the counts are the store's
 (``addon.stores.limits``: memory, or Redis shared by every worker when ``bridge_store`` is a
 Redis URL). The store steps run on the store thread (``StoreWorker.call``,
-``addon.shell.store_worker``), as every other store call: never on the event loop.
+``addon.shell.store_worker``), as every other store call: never on the event loop; a settle on
+Redis goes to its write queue (``StoreWorker.settle``), no round trip of its own.
 docs/deploy.md#limits-per-client-key."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import time
 from collections.abc import Callable
@@ -38,6 +40,7 @@ from addon.plan.limits import (
     Verdict,
     plan_request,
     reserved,
+    settle_at_once,
     used_cost,
 )
 from addon.redact import clean
@@ -63,6 +66,9 @@ class Reservation:
     limits: Limits
     route: Route
     planned: Planned
+    at_once: bool = False
+    """Its settle written and waited for as soon as the flow ends (a limit is near:
+    ``settle_at_once``), not with the store thread's next write."""
     used: tuple[int, int, int, int] | None = None
     """Uncached input, cache read, cache write, output, as the upstream reported (or what
     was delivered); None: nothing yet."""
@@ -180,7 +186,10 @@ class ClientLimits(OptionChecks):
                 self._budget_left(given.client, limits, verdict)
                 refused = reserved(given, matched, planned, verdict)
                 if refused is None:
-                    self._held[flow.id] = Reservation(given.client, limits, route, planned)
+                    at_once = settle_at_once(planned.ask, verdict)
+                    self._held[flow.id] = Reservation(
+                        given.client, limits, route, planned, at_once=at_once
+                    )
                     return
                 planned = refused
         except Exception as e:  # the store failed: the request goes on, unlimited, said once
@@ -235,8 +244,12 @@ class ClientLimits(OptionChecks):
         )
         a = held.planned.ask
         done = Settle(held.client, a.rid, time.time(), a.period, a.period_end, sum(used), cost)
+        store = self.store
+        if isinstance(store, RedisLimits):
+            await self._settle_queued(store, held, done)
+            return
         try:
-            await self._store_life.worker.call(self.store.settle, done)
+            await self._store_life.worker.call(store.settle, done)
             if a.budget_nano is not None and self._metrics is not None and self._metrics.on:
                 # the remaining-budget gauge only: no store round trip without bridge_metrics
                 used_now = await self._store_life.worker.call(
@@ -249,6 +262,23 @@ class ClientLimits(OptionChecks):
                 clean(held.client, 100),
                 clean(e, 300),
             )
+
+    async def _settle_queued(self, store: RedisLimits, held: Reservation, done: Settle) -> None:
+        """On Redis: the settle goes with the store thread's next write, no round trip of its
+        own; written and waited for at once when a limit is near (``held.at_once``)."""
+        written = self._store_life.worker.settle(store, done, now=held.at_once)
+        metrics = self._metrics
+        if held.planned.ask.budget_nano is not None and metrics is not None and metrics.on:
+            client, limits = held.client, held.limits
+
+            def told(f: concurrent.futures.Future[int | None]) -> None:
+                spent = f.result()
+                if spent is not None:
+                    self._budget_left(client, limits, Verdict(spent_nano=spent))
+
+            written.add_done_callback(told)
+        if held.at_once:
+            await asyncio.wrap_future(written)
 
     def _budget_left(self, client: str, limits: Limits, verdict: Verdict) -> None:
         if self._metrics is None or limits.budget_usd is None or verdict.spent_nano is None:

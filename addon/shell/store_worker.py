@@ -2,9 +2,9 @@
 mitmproxy's event loop, so that a slow or lost store slows no stream.
 
 - ``StoreWorker``: one thread. The hooks and the stream callable add what they learn to its
-  ``WriteQueue`` (reasoning values, usage rows, cooldowns); the thread writes it all, each kind
-  in one pipeline (one SQLite transaction), at most every ``FLUSH_EVERY`` second and at the
-  end (``close``, from the store's ``done``). ``fetch`` runs a request's prefetch there and
+  ``WriteQueue`` (reasoning values, usage rows, cooldowns, the client limits' settles:
+  ``settle``); the thread writes it all, each kind in one pipeline (one SQLite transaction),
+  at most every ``FLUSH_EVERY`` second and at the end (``close``, from the store's ``done``). ``fetch`` runs a request's prefetch there and
   waits at most ``WAIT_MOST`` for it (a circuit: after a wait ran out, no request waits until
   ``PROBE_EVERY`` has passed). ``call``: any other store step, awaited off the loop.
 - ``Prefetch``: the async request hook (before the fallbacks' and the rewrite's): what the
@@ -39,11 +39,12 @@ from addon.shell.settings import BridgeSettings
 from addon.stores.base import CONNECT_TIMEOUT, RETRY_FIRST, StoreError
 from addon.stores.prefetch import CooldownView, Fetched, restore_keys, scoped_keys
 from addon.stores.reasoning import ReasoningStore, Scope, StoreView
-from addon.stores.write_behind import FLUSH_EVERY, Batch, WriteQueue
+from addon.stores.write_behind import FLUSH_EVERY, Batch, Settles, Settling, WriteQueue
 from addon.transforms.conversation import PROCESS_SECRET
 from addon.transforms.thinking import resolve_model
 
 if TYPE_CHECKING:
+    from addon.plan.limits import Settle
     from addon.stores.ledger import UsageLedger
 
 WAIT_MOST = CONNECT_TIMEOUT
@@ -107,6 +108,22 @@ class StoreWorker:
 
     def wake_now(self) -> None:
         self.wake(now=True)
+
+    def settle(
+        self, store: Settles, done: Settle, *, now: bool = False
+    ) -> concurrent.futures.Future[int | None]:
+        """A flow's reservation settled with the next write, no round trip of its own (the
+        settles that waited go in one pipeline); ``now``: as soon as the thread is free (a
+        limit is near: ``addon.plan.limits.settle_at_once``). The future: done once written,
+        with the period's spend after it (None: not known, or not written: logged). Once the
+        thread is closed: written at once, where it is handed."""
+        future: concurrent.futures.Future[int | None] = concurrent.futures.Future()
+        was_empty = self.queue.settle(store, done, future.set_result)
+        if self._closed:
+            self._flush()
+        elif now or was_empty:
+            self.wake(now=now)
+        return future
 
     def submit[T](self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
         """``fn`` queued for the thread; once the thread is closed (``close``: mitmproxy's
@@ -203,6 +220,8 @@ class StoreWorker:
         batch = self.queue.take()
         if not batch:
             return
+        if batch.settles:
+            _settle_all(batch.settles)
         store, ledger = self.store, self.ledger
         try:
             if store is not None:
@@ -231,6 +250,29 @@ class StoreWorker:
         if not self._failing:
             self._failing = True
             log.warning("cursor-bridge: %s: not written: %s", what, clean(str(e), 300))
+
+
+def _settle_all(settles: list[Settling]) -> None:
+    """The settles that waited, each store's in one call (one pipeline); each one's waiter
+    told. One that fails is not tried again (it might count twice): its reservation expires
+    by itself."""
+    by_store: dict[int, tuple[Settles, list[Settling]]] = {}
+    for item in settles:
+        by_store.setdefault(id(item[0]), (item[0], []))[1].append(item)
+    for store, items in by_store.values():
+        spends: list[int | None] = [None] * len(items)
+        try:
+            spends = store.settle_many([done for _, done, _ in items])
+        except Exception as e:
+            log.warning(
+                "cursor-bridge: client limits: %d not settled (their reservations expire by "
+                "themselves): %s",
+                len(items),
+                clean(str(e), 300),
+            )
+        for (_, _, told), spent in zip(items, spends, strict=True):
+            if told is not None:
+                told(spent)
 
 
 def _share_cools(store: ReasoningStore, batch: Batch) -> None:

@@ -4,8 +4,8 @@ estimated cost), one settles it after the answer (``settle``); ``renew`` keeps a
 worker's reservations; ``usage`` reads a client's window and period.
 
 Contract: plain values (``addon.plan.limits``' ``Ask``, ``Verdict``, ``Settle``), no
-mitmproxy, no logging; the calls block (one Redis round trip each) and are made off the event
-loop by the shell. Two backends: ``MemoryLimits`` (one worker's own, under a lock) and
+mitmproxy, no logging; the calls block (one Redis round trip each; ``settle_many``: one for
+every settle that waited) and are made off the event loop by the shell. Two backends: ``MemoryLimits`` (one worker's own, under a lock) and
 ``RedisLimits`` (Lua scripts: every worker on one Redis sees one count). How the windows are
 kept, and the bounds while Redis is lost: docs/deploy.md#limits-per-client-key."""
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from addon.config.client_keys import Limits
@@ -111,7 +111,9 @@ class MemoryLimits:
             if spent is not None:
                 self._held[key][ask.rid] = (ask.cost_nano, now + ask.ttl)
                 spent += ask.cost_nano
-            return Verdict(None, 0.0, spent)
+            slots = len(parallel) if ask.max_parallel is not None else None
+            used = sum(t for _, t in window.values()) if ask.tpm is not None else None
+            return Verdict(None, 0.0, spent, slots, used)
 
     def _trim(self, client: str, now: float) -> dict[str, tuple[float, int]]:
         window = self._window[client]
@@ -175,7 +177,8 @@ end
 """
 
 # ARGV: rid, rpm, tpm, max_parallel (0: none), budget (-1: none), tokens, cost, ttl ms.
-# Returns {limit ('' admitted), retry after ms, spend after the step (-1: no budget)}.
+# Returns {limit ('' admitted), retry after ms, spend after the step (-1: no budget)}, and
+# admitted: {…, parallel slots held (-1: no max_parallel), the window's tokens (-1: no tpm)}.
 _RESERVE = (
     _COMMON
     + """
@@ -228,23 +231,31 @@ if budget >= 0 then
   redis.call('PEXPIRE', KEYS[6], 2 * ttl)
   spent = spent + cost
 end
-return {'', 0, spent}
+local held, used = -1, -1
+if most > 0 then held = redis.call('ZCARD', KEYS[3]) end
+if tpm > 0 then used = sum(KEYS[2]) end
+return {'', 0, spent, held, used}
 """
 )
 
 # ARGV: rid, tokens, cost, has a period ('1'/'0'), the spend's expiry (unix s, 0: none),
-# cost owed from while Redis was lost (added once, with this step). Returns the spend.
-_SETTLE = """
+# cost owed from while Redis was lost (added once, with this step). Returns {the settled
+# spend, it plus the period's open reservations} ({0, 0}: no period).
+_SETTLE = (
+    _COMMON
+    + """
 local rid = ARGV[1]
 if redis.call('ZSCORE', KEYS[1], rid) then redis.call('HSET', KEYS[2], rid, ARGV[2]) end
 redis.call('ZREM', KEYS[3], rid)
-if ARGV[4] ~= '1' then return 0 end
+if ARGV[4] ~= '1' then return {0, 0} end
 redis.call('ZREM', KEYS[5], rid)
 redis.call('HDEL', KEYS[6], rid)
 local spent = redis.call('INCRBY', KEYS[4], tonumber(ARGV[3]) + tonumber(ARGV[6]))
 if tonumber(ARGV[5]) > 0 then redis.call('EXPIREAT', KEYS[4], ARGV[5]) end
-return spent
+drop(KEYS[5], KEYS[6], now)
+return {spent, spent + sum(KEYS[6])}
 """
+)
 
 # KEYS: pairs (parallel slots, open reservations) of each reservation; ARGV: ttl ms, then
 # the rids. A slot or a reservation still there gets ``ttl`` more; one gone stays gone.
@@ -352,47 +363,83 @@ class RedisLimits:
                 with self._lock:
                     key = (ask.client, ask.period)
                     self._known[key] = spent + self._owed.get(key, 0)
+            held, used = (int(got[3]), int(got[4])) if len(got) > 4 else (-1, -1)
             return Verdict(
-                Limit(name) if name else None, wait_ms / 1000, None if spent < 0 else spent
+                Limit(name) if name else None,
+                wait_ms / 1000,
+                None if spent < 0 else spent,
+                None if held < 0 else held,
+                None if used < 0 else used,
             )
 
         return self._backend.call(shared, lambda: self._local().reserve(ask))
 
     def settle(self, done: Settle) -> None:
-        key = (done.client, done.period)
-        end = 0 if done.period_end is None else int(done.period_end) + PERIOD_KEPT
+        self.settle_many([done])
 
-        def shared() -> None:
+    def settle_many(self, done: list[Settle]) -> list[int | None]:
+        """Each settle in order, in one pipeline (one round trip; the store thread's write of
+        what waited, ``addon.stores.write_behind``). Returns each period's spend after its
+        settle, settled plus held (None: no period, or Redis away)."""
+        if not done:
+            return []
+
+        def shared() -> list[int | None]:
             with self._lock:
-                owed = self._owed.pop(key, 0)
+                owed = {(d.client, d.period): 0 for d in done if d.period}
+                for key in owed:
+                    owed[key] = self._owed.pop(key, 0)
             try:
-                spent = self._settle(
-                    keys=keys_of(self._prefix, done.client, done.period),
-                    args=[
-                        done.rid,
-                        done.tokens,
-                        done.cost_nano,
-                        "1" if done.period else "0",
-                        end,
-                        owed,
-                    ],
-                )
+                got = self._settle_pipelined(done, dict(owed))
             except Exception:
                 with self._lock:
-                    self._owed[key] = self._owed.get(key, 0) + owed
+                    for key, n in owed.items():
+                        self._owed[key] = self._owed.get(key, 0) + n
                 raise
             self._shared()
-            if done.period:
+            out: list[int | None] = []
+            for d, (settled, spent) in zip(done, got, strict=True):
+                if not d.period:
+                    out.append(None)
+                    continue
                 with self._lock:
-                    self._known[key] = int(spent)
+                    self._known[(d.client, d.period)] = int(settled)
+                out.append(int(spent))
+            return out
 
-        def local() -> None:
-            self._local().settle(done)
-            if done.period:
-                with self._lock:
-                    self._owed[key] = self._owed.get(key, 0) + done.cost_nano
+        def local() -> list[int | None]:
+            for d in done:
+                self._local().settle(d)
+                if d.period:
+                    with self._lock:
+                        key = (d.client, d.period)
+                        self._owed[key] = self._owed.get(key, 0) + d.cost_nano
+            return [None] * len(done)
 
-        self._backend.call(shared, local)
+        return self._backend.call(shared, local)
+
+    def _settle_pipelined(self, done: list[Settle], owed: dict[tuple[str, str], int]) -> list[Any]:
+        """The settle script once per settle, by ``EVALSHA`` in one pipeline (not a
+        transaction); loaded first (``SCRIPT LOAD``) for a Redis that does not know it."""
+        from redis.exceptions import NoScriptError
+
+        client = self._backend.client
+        for attempt in (1, 2):
+            pipe = client.pipeline(transaction=False)
+            first = dict(owed)  # what is owed goes with the period's first settle
+            for d in done:
+                end = 0 if d.period_end is None else int(d.period_end) + PERIOD_KEPT
+                keys = keys_of(self._prefix, d.client, d.period)
+                has = "1" if d.period else "0"
+                args = [d.rid, d.tokens, d.cost_nano, has, end, first.pop((d.client, d.period), 0)]
+                pipe.evalsha(self._settle.sha, len(keys), *keys, *args)  # type: ignore[arg-type]
+            try:
+                return list(pipe.execute())
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                client.script_load(_SETTLE)
+        raise AssertionError("unreachable")
 
     def renew(self, held: list[Held], now: float, ttl: float) -> None:
         if not held:

@@ -2,22 +2,28 @@
 until the store thread writes it (``addon.shell.store_worker``): reasoning values to keep, the
 usage ledger's rows, the fallbacks' cooldowns. The hooks only add here (a lock and a dict);
 the store thread takes it all at once (``take``): as soon as it is free when a reasoning value
-or a cooldown waits (another worker may need it for the conversation's next turn), else at
-most a second after the first row waits, and at the end.
+or a cooldown waits (another worker may need it for the conversation's next turn) or a settle
+frees a parallel slot (``urgent``), else at most a second after the first row or settle waits,
+and at the end.
 
 Contract: stdlib and the ledger's value types only; thread-safe (the event loop adds, the store
 thread takes); bounded: ``MAX_PUTS`` values and ``MAX_PUT_BYTES`` bytes (past them the oldest
 value waiting is dropped, and counted), the ledger's rows as ``MemoryCounters`` bounds them,
-one cooldown per name. What a process killed before a write loses: docs/reasoning.md#the-store-thread."""
+one cooldown per name, one settle per flow under way (never dropped: money). What a process killed before a write loses: docs/reasoning.md#the-store-thread."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from addon.stores.base import Put
 from addon.stores.ledger import LedgerKey, MemoryCounters, Rows, Tokens
+
+if TYPE_CHECKING:
+    from addon.plan.limits import Settle
 
 MAX_PUTS = 20_000
 """Reasoning values waiting at most (the store thread writes them at most a second later)."""
@@ -25,6 +31,18 @@ MAX_PUT_BYTES = 32 * 1024 * 1024
 """Their bytes at most."""
 FLUSH_EVERY = 1.0
 """Seconds between two writes of what waits, at most once each (``addon.shell.store_worker``)."""
+
+
+class Settles(Protocol):
+    """Where a settle goes (``addon.stores.limits``' ``RedisLimits``): each in order, in one
+    round trip; the spend after each (settled plus held, nano-dollars), None: not known."""
+
+    def settle_many(self, done: list[Settle]) -> list[int | None]: ...
+
+
+type Settling = tuple[Settles, Settle, Callable[[int | None], None] | None]
+"""A settle waiting: its store, the step, and who to tell once written (the spend after it;
+None: not known, or not written)."""
 
 
 @dataclass(slots=True)
@@ -35,9 +53,11 @@ class Batch:
     rows: Rows = field(default_factory=dict)
     cools: dict[str, float | None] = field(default_factory=dict)
     """Cooldown name → the wall-clock second it ends (``time.time``), None: cleared."""
+    settles: list[Settling] = field(default_factory=list)
+    """The client limits' settles, in the order the flows ended."""
 
     def __bool__(self) -> bool:
-        return bool(self.puts or self.rows or self.cools)
+        return bool(self.puts or self.rows or self.cools or self.settles)
 
 
 class WriteQueue:
@@ -49,6 +69,7 @@ class WriteQueue:
         self._bytes = 0
         self._rows = MemoryCounters()
         self._cools: dict[str, float | None] = {}
+        self._settles: list[Settling] = []
         self._max_puts, self._max_bytes = max_puts, max_bytes
         self.dropped = 0
         """Values dropped unwritten because too many waited (the store thread too slow)."""
@@ -88,6 +109,16 @@ class WriteQueue:
             self._cools[name] = until
             return was_empty
 
+    def settle(
+        self, store: Settles, done: Settle, after: Callable[[int | None], None] | None = None
+    ) -> bool:
+        """A flow's reservation to settle (``addon.shell.client_limits``); ``after``: told
+        once written (``Settling``). As ``count`` returns."""
+        with self._lock:
+            was_empty = self._empty()
+            self._settles.append((store, done, after))
+            return was_empty
+
     def pending(self, key: str) -> Put | None:
         """The value waiting under a full store key, if one does (newer than the store's)."""
         with self._lock:
@@ -101,8 +132,8 @@ class WriteQueue:
     def take(self) -> Batch:
         """Everything waiting, and none kept."""
         with self._lock:
-            batch = Batch(list(self._puts.values()), self._rows.take(), self._cools)
-            self._puts, self._bytes, self._cools = OrderedDict(), 0, {}
+            batch = Batch(list(self._puts.values()), self._rows.take(), self._cools, self._settles)
+            self._puts, self._bytes, self._cools, self._settles = OrderedDict(), 0, {}, []
             return batch
 
     def give_back(self, batch: Batch) -> None:
@@ -120,7 +151,7 @@ class WriteQueue:
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._puts) + len(self._rows) + len(self._cools)
+            return len(self._puts) + len(self._rows) + len(self._cools) + len(self._settles)
 
     def _empty(self) -> bool:
-        return not (self._puts or len(self._rows) or self._cools)
+        return not (self._puts or len(self._rows) or self._cools or self._settles)

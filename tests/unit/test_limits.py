@@ -296,6 +296,17 @@ def test_max_parallel_holds_and_a_settle_frees_the_slot(store: LimitsStore) -> N
     assert store.reserve(ask("c", 1.5, max_parallel=2)).admitted
 
 
+def test_an_admission_says_the_slots_and_tokens_held_with_it(store: LimitsStore) -> None:
+    """What ``settle_at_once`` reads: the parallel slots and the ``tpm`` window's tokens with
+    the admitted request (None for a limit the key does not set)."""
+    first = store.reserve(ask("a", 1.0, max_parallel=3, tpm=1000, tokens=40))
+    assert (first.parallel, first.tokens) == (1, 40)
+    second = store.reserve(ask("b", 1.0, max_parallel=3, tpm=1000, tokens=60))
+    assert (second.parallel, second.tokens) == (2, 100)
+    bare = store.reserve(ask("c", 1.0))
+    assert (bare.parallel, bare.tokens) == (None, None)
+
+
 def test_a_budget_admits_while_some_is_left_and_counts_each_settle_once(
     store: LimitsStore,
 ) -> None:
