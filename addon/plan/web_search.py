@@ -278,8 +278,10 @@ def fed_back(unified: Request, rounds: Sequence[Round]) -> Request:
         ids = {s.call_id for s in r.searched}
         calls = tuple(p for p in r.answer.parts if isinstance(p, ToolCall) and p.id in ids)
         messages.append(Message("assistant", said + calls))
+        names = {c.id: c.name for c in calls}
         for s in r.searched:
-            messages.append(Message("tool", (ToolResult(s.call_id, _result_text(s), s.query),)))
+            result = ToolResult(s.call_id, _result_text(s), names.get(s.call_id))
+            messages.append(Message("tool", (result,)))
     choice = unified.tool_choice
     if choice is not None and _forces_search(choice, unified.tools or (), rounds):
         choice = ToolChoice("auto")
