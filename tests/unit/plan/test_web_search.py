@@ -163,3 +163,20 @@ def test_the_results_reach_gemini_as_the_functions_response() -> None:
     assert model["parts"][0]["functionCall"]["name"] == "web_search"
     assert model["parts"][0]["thoughtSignature"] == "sig"
     assert response["parts"][0]["functionResponse"]["name"] == "web_search"
+
+
+def test_a_choice_naming_the_only_tool_is_sent_as_required() -> None:
+    """llama-server reads ``tool_choice`` only as a string (a named choice object is ``auto``
+    there): a choice of the search tool, the request's only tool, is ``required``; beside
+    other tools the name stays."""
+    search_tool = OpaqueTool("anthropic", "web_search", "web_search_20250305", SERVER)
+    alone = dataclasses.replace(
+        _request(), tools=(search_tool,), tool_choice=ToolChoice("tool", "web_search")
+    )
+    chat = DIALECTS["openai_chat"]
+    req, _ = offer_search(alone, DIALECTS["anthropic"], chat, BACKEND, Counter())
+    assert req.tool_choice == ToolChoice("required")
+    assert chat.encode_request(req, Counter())["tool_choice"] == "required"
+    beside = dataclasses.replace(alone, tools=(READ, search_tool))
+    req, _ = offer_search(beside, DIALECTS["anthropic"], chat, BACKEND, Counter())
+    assert req.tool_choice == ToolChoice("tool", "web_search")
