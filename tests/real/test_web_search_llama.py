@@ -3,13 +3,18 @@ docs/tools.md#web-search). The request Claude Code 2.1.197's WebSearch tool sent
 (``tests/fixtures/claude_code_web_search``: only the ``web_search_20250305`` server tool, and
 ``tool_choice`` naming it) goes through a real mitmdump to llama-server's OpenAI chat endpoint,
 the route naming the scripted SearXNG Search API (``tests.searxng_server``): the bridge offers
-the model a ``web_search`` function tool, the forced choice makes even the small test model
-call it (llama-server's tool-call grammar), the bridge runs the search and feeds the results
-back in a second call to llama-server, and the anthropic SDK reads the stream it answers with:
-a ``server_tool_use`` and a ``web_search_tool_result`` block, ``usage.server_tool_use``.
+the model a ``web_search`` function tool and sends the forced choice as ``required`` (the named
+object llama-server takes as ``auto``, and says so in its log), the model calls it, the bridge
+runs the search and feeds the results back in a second call to llama-server, and the anthropic
+SDK reads the answer (the stream, as recorded, and whole): a ``server_tool_use`` and a
+``web_search_tool_result`` block, ``usage.server_tool_use``.
 
-Bounded: ``max_tokens`` 64 and ``temperature`` 0 (the recording asks 32000 at 1), the bridge's
-own bound of 6 upstream calls per answer."""
+The recorded request with two earlier searches before its question, as the other real tests
+give this 135M model a history of calls (``bridge_clients.HISTORY``): without one it writes text
+however forced — llama-server's grammar for ``required`` lets text come before the call, and the
+model never gets to it within a small ``max_tokens``. Bounded: ``max_tokens`` 64 and
+``temperature`` 0 (the recording asks 32000 at 1), the bridge's own bound of 6 upstream calls
+per answer."""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
 
@@ -62,13 +68,36 @@ def bridge(llama_server: LlamaServer, searxng: ScriptedSearxng, tmp_path: Path) 
     assert "Traceback" not in log, log
 
 
-def test_claude_codes_web_search_on_llama_server(bridge: Proxy, searxng: ScriptedSearxng) -> None:
+def _earlier_searches() -> list[dict[str, Any]]:
+    """Two earlier searches as tool calls of ``web_search`` with their (empty) results."""
+    out: list[dict[str, Any]] = []
+    for i, query in enumerate(("python asyncio", "rust traits")):
+        use = {"type": "tool_use", "id": f"toolu_{i}", "name": "web_search",
+               "input": {"query": query}}  # fmt: skip
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": "[]"}
+        out += [
+            {"role": "user", "content": f"Perform a web search for the query: {query}"},
+            {"role": "assistant", "content": [use]},
+            {"role": "user", "content": [result]},
+            {"role": "assistant", "content": "No results."},
+        ]
+    return out
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_claude_codes_web_search_on_llama_server(
+    bridge: Proxy, searxng: ScriptedSearxng, llama_server: LlamaServer, stream: bool
+) -> None:
     recorded = json.loads(RECORDED.read_text())
     body = recorded["body"]
     assert body["tool_choice"] == {"type": "tool", "name": "web_search"}
     assert body["stream"] is True
+    body["stream"] = stream
     body["max_tokens"] = 64
     body["temperature"] = 0
+    body["messages"] = [*_earlier_searches(), *body["messages"]]
+    wrong_type = "Wrong type supplied for parameter 'tool_choice'"
+    warned = llama_server.log_text(1_000_000).count(wrong_type)
     skip = {"content-length", "host", "accept-encoding", "connection"}
     headers = {k: v for k, v in recorded["headers"].items() if k.lower() not in skip}
     got = httpx.post(
@@ -78,10 +107,12 @@ def test_claude_codes_web_search_on_llama_server(bridge: Proxy, searxng: Scripte
         timeout=TIMEOUT * 6,  # up to 6 calls of the model
     )
     assert got.status_code == 200, got.text[:500]
-    assert got.headers["content-type"].startswith("text/event-stream")
-    final = _final_of_stream(got.content)
+    if stream:
+        assert got.headers["content-type"].startswith("text/event-stream")
+        final = _final_of_stream(got.content)
+    else:
+        final = anthropic.types.Message.model_validate_json(got.content)
 
-    print("DEBUG", final)
     use, result = final.content[:2]
     assert use.type == "server_tool_use" and use.name == "web_search"
     assert use.id.startswith("srvtoolu_")
@@ -98,4 +129,7 @@ def test_claude_codes_web_search_on_llama_server(bridge: Proxy, searxng: Scripte
     assert kinds[: 2 * searched] == ["server_tool_use", "web_search_tool_result"] * searched
     assert final.stop_reason in ("end_turn", "max_tokens")
     assert final.usage.output_tokens > 0
+    # The forced choice reached llama-server as one it reads (a named choice object is
+    # "Wrong type supplied for parameter 'tool_choice'", taken as auto).
+    assert llama_server.log_text(1_000_000).count(wrong_type) == warned
     bridge.wait_for_log(f"web search on {searxng.base_url}: {use.input['query']}")
