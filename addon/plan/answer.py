@@ -153,7 +153,7 @@ def attach_kind(
     ctype = content_type.lower()
     sse = ctype.startswith("text/event-stream")
     json = ctype.startswith("application/json") or "+json" in ctype
-    stream = plan is not None and plan.stream
+    stream = plan is not None and plan.upstream_streams
     array = stream and plan is not None and plan.upstream_framing == "json_array" and json
     binary = (
         stream
@@ -443,7 +443,7 @@ def client_answer(
     and its content type: through the stream pipeline when it is a stream, else decoded
     and encoded. Raises as ``decode_answer`` and ``encode_answer`` do."""
     ctype = content_type.lower()
-    if plan.stream and (
+    if plan.upstream_streams and (
         not ctype.startswith("application/json") or plan.upstream_framing == "json_array"
     ):
         processor = stream_processor(plan, state, None)

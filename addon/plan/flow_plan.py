@@ -111,6 +111,13 @@ class FlowPlan:
         return self.client.name == self.upstream.name
 
     @property
+    def upstream_streams(self) -> bool:
+        """The upstream was asked for a stream: the client asked for one, and the bridge runs
+        no web search for it (a search asks for whole answers, ``offer_search``; on Gemini the
+        whole ``generateContent`` answer is JSON, not a stream's JSON array)."""
+        return self.stream and self.search is None
+
+    @property
     def loop_held(self) -> bool:
         """A stream the shell reads whole before the client gets it: the loop guard may ask
         again (``loop_fallback``), and a stream cannot wait for a second request."""

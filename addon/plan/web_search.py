@@ -100,10 +100,23 @@ def offer_search(
         req,
         messages=_without_items(req.messages, client.name, shape.items, notes),
         tools=tuple(tools),
+        tool_choice=_forced(req.tool_choice, ask.name, tools),
         stream=False,
         stream_explicit=True,
     )
     return searched, WebSearch(ask, backend)
+
+
+def _forced(
+    choice: ToolChoice | None, name: str, tools: Sequence[Tool | OpaqueTool]
+) -> ToolChoice | None:
+    """A choice naming the search tool where it is the only tool (Claude Code's WebSearch
+    request) as ``required``: the same by OpenAI's and Gemini's definitions, and llama-server
+    reads ``tool_choice`` only as a string — a named choice object it takes as ``auto`` (its log:
+    "Wrong type supplied for parameter 'tool_choice', using default value")."""
+    if choice is not None and choice.mode == "tool" and choice.name == name and len(tools) == 1:
+        return dataclasses.replace(choice, mode="required", name=None)
+    return choice
 
 
 def _without_items(
@@ -278,8 +291,10 @@ def fed_back(unified: Request, rounds: Sequence[Round]) -> Request:
         ids = {s.call_id for s in r.searched}
         calls = tuple(p for p in r.answer.parts if isinstance(p, ToolCall) and p.id in ids)
         messages.append(Message("assistant", said + calls))
+        names = {c.id: c.name for c in calls}
         for s in r.searched:
-            messages.append(Message("tool", (ToolResult(s.call_id, _result_text(s), s.query),)))
+            result = ToolResult(s.call_id, _result_text(s), names.get(s.call_id))
+            messages.append(Message("tool", (result,)))
     choice = unified.tool_choice
     if choice is not None and _forces_search(choice, unified.tools or (), rounds):
         choice = ToolChoice("auto")

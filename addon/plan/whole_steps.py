@@ -224,7 +224,7 @@ def _state_of(state: AnswerState, answer: Answer) -> At:
         return At.CUT
     if not first.ok:
         return At.REFUSED
-    held = not first.json or plan.upstream_framing == "json_array"
+    held = not first.json or (plan.upstream_streams and plan.upstream_framing == "json_array")
     if plan.loop_held and answer.can_retry and held:
         return At.HELD
     if plan.same_dialect and not first.json:

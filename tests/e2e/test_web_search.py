@@ -231,11 +231,14 @@ def test_the_ledger_counts_the_searches_and_every_calls_tokens(
 
 
 def forced_model(rec: Recorded) -> JSONReply:
-    """A model that does what OpenAI's ``tool_choice`` says: a function named there is called,
-    whatever came before; else as ``model``."""
+    """A model that does what OpenAI's ``tool_choice`` says: a function named there (or
+    ``required`` where it is the only tool) is called, whatever came before; else as
+    ``model``."""
     body = rec.json()
     choice = body.get("tool_choice")
-    if isinstance(choice, dict) and choice.get("function", {}).get("name") == "web_search":
+    named = isinstance(choice, dict) and choice.get("function", {}).get("name") == "web_search"
+    only = [t["function"]["name"] for t in body.get("tools", [])] == ["web_search"]
+    if named or (choice == "required" and only):
         n = sum(1 for m in body["messages"] if m["role"] == "tool") + 1
         call = {"id": f"call_s{n}", "type": "function",
                 "function": {"name": "web_search", "arguments": json.dumps({"query": QUERY})}}  # fmt: skip
@@ -287,7 +290,7 @@ def test_claude_codes_recorded_web_search_request(
     assert final.usage.server_tool_use is not None
     assert final.usage.server_tool_use.web_search_requests == 1
     first, second = upstream.requests
-    assert first.json()["tool_choice"] == {"type": "function", "function": {"name": "web_search"}}
+    assert first.json()["tool_choice"] == "required"  # its only tool (llama-server reads this)
     assert second.json().get("tool_choice", "auto") == "auto"
     assert len(searxng.requests) == 1
 

@@ -11,6 +11,7 @@ import pytest
 
 from addon.config.options import Settings
 from addon.config.routes import Route
+from addon.config.search_backend import SearchBackend
 from addon.plan import FlowPlan, Incoming, Rewrite, decide
 from addon.plan.answer import Attach, attach_kind, error_stream, stream_headers
 
@@ -52,6 +53,33 @@ def test_the_head_decides_how_the_body_is_read(
 ) -> None:
     plan = plan_for("openai_chat", upstream)
     assert attach_kind(plan, status, ctype, passed=False, loop_retry=False) is kind
+
+
+def test_a_searching_flow_reads_geminis_whole_json_whole() -> None:
+    """A streaming client whose web search the bridge runs asked the upstream for whole
+    answers (``:generateContent``, no ``alt=sse``): Gemini's JSON is one answer, not a
+    stream's JSON array."""
+    tool = {"type": "web_search_20250305", "name": "web_search"}
+    body = {**ASK["anthropic"][1], "model": "m", "stream": True, "tools": [tool]}
+    route = Route(
+        name="r",
+        client="anthropic",
+        upstream="gemini",
+        search=SearchBackend("http://127.0.0.1:8888"),
+    )
+    inc = Incoming("POST", "h", "/v1/messages", {}, json.dumps(body).encode())
+    d = decide(Settings(), route, inc, {"X": "k"})
+    assert isinstance(d, Rewrite), d
+    plan = d.plan
+    assert d.wire.path.endswith(":generateContent")
+    assert plan.stream and plan.search is not None and not plan.upstream_streams
+    assert attach_kind(plan, 200, "application/json", passed=False, loop_retry=False) is (
+        Attach.LEAVE
+    )
+    streaming = dataclasses.replace(plan, search=None)
+    assert attach_kind(streaming, 200, "application/json", passed=False, loop_retry=False) is (
+        Attach.REWRITE
+    )
 
 
 def test_a_flow_not_rewritten_streams_only_when_passed_through() -> None:

@@ -21,6 +21,7 @@ from addon.model import (
     Tool,
     ToolCall,
     ToolChoice,
+    ToolResult,
     Usage,
 )
 from addon.plan.web_search import Round, WebSearch, after, fed_back, offer_search, to_run
@@ -83,6 +84,9 @@ def test_results_go_back_as_tool_results_and_the_client_sees_anthropics_blocks()
     fed = fed_back(_request(), rounds)
     assert [m.role for m in fed.messages] == ["user", "assistant", "tool"]
     assert fed.messages[1].parts == (Text("Let me look."), call)
+    (result,) = fed.messages[2].parts
+    assert isinstance(result, ToolResult) and result.tool_call_id == "call_1"
+    assert result.name == "web_search"  # the function's (Gemini's functionResponse.name)
     # The last answer still asks to search when the rounds ran out: that call is left out.
     last = Response("openai_chat", "y", "m", (Text("Python."), ToolCall("z", "web_search", "{}")),
                     "tool_calls", usage=Usage(20, 3, origin="openai_chat"))  # fmt: skip
@@ -139,3 +143,40 @@ def test_search_blocks_sent_back_are_left_out_for_the_upstream() -> None:
     assert search is not None
     assert [m.parts for m in req.messages] == [(Text("q"),), (Text("Found it."),), (Text("more"),)]
     assert notes["web search: 2 earlier search item(s) left out"] == 1
+
+
+def test_the_results_reach_gemini_as_the_functions_response() -> None:
+    """Gemini pairs a ``functionResponse`` with its call by the function's name (and keeps
+    the call's ``thoughtSignature``, which Gemini 3 wants back)."""
+    part = {
+        "functionCall": {"name": "web_search", "args": {"query": "py"}},
+        "thoughtSignature": "sig",
+    }
+    first = DIALECTS["gemini"].decode_response(
+        {"candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP"}]}
+    )
+    (call,) = [p for p in first.parts if isinstance(p, ToolCall)]
+    asked = dataclasses.replace(_request(), tools=(READ, WEB))  # as ``offer_search`` left it
+    fed = fed_back(asked, [Round(first, (Searched(call.id, "py"),))])
+    body = DIALECTS["gemini"].encode_request(fed, Counter())
+    model, response = body["contents"][-2:]
+    assert model["parts"][0]["functionCall"]["name"] == "web_search"
+    assert model["parts"][0]["thoughtSignature"] == "sig"
+    assert response["parts"][0]["functionResponse"]["name"] == "web_search"
+
+
+def test_a_choice_naming_the_only_tool_is_sent_as_required() -> None:
+    """llama-server reads ``tool_choice`` only as a string (a named choice object is ``auto``
+    there): a choice of the search tool, the request's only tool, is ``required``; beside
+    other tools the name stays."""
+    search_tool = OpaqueTool("anthropic", "web_search", "web_search_20250305", SERVER)
+    alone = dataclasses.replace(
+        _request(), tools=(search_tool,), tool_choice=ToolChoice("tool", "web_search")
+    )
+    chat = DIALECTS["openai_chat"]
+    req, _ = offer_search(alone, DIALECTS["anthropic"], chat, BACKEND, Counter())
+    assert req.tool_choice == ToolChoice("required")
+    assert chat.encode_request(req, Counter())["tool_choice"] == "required"
+    beside = dataclasses.replace(alone, tools=(READ, search_tool))
+    req, _ = offer_search(beside, DIALECTS["anthropic"], chat, BACKEND, Counter())
+    assert req.tool_choice == ToolChoice("tool", "web_search")
