@@ -45,7 +45,7 @@ from addon.plan.fallback import (
 )
 from addon.plan.key_pool import has_pool, link_name, links
 from addon.report.outcome import Count
-from addon.shell.flows import Attempt, Attempts
+from addon.shell.flows import Attempt, Attempts, Flows
 from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.notes import add_notes, log, log_internal_error
 from addon.shell.option_checks import environment
@@ -170,8 +170,7 @@ class Fallbacks:
     def start(
         self, flow: http.HTTPFlow, chain: Attempts, incoming: Incoming, plan: FlowPlan
     ) -> Awaitable[None] | None:
-        """The rewrite set the flow's request for ``chain.route``: the flow's leg makes the
-        attempts (``_go``)."""
+        """The rewrite set the flow's request for ``chain.route``: its attempts (``_go``)."""
         chain.incoming = incoming
         chain.attempt = Attempt(chain.route, plan, flow.request.copy())
         return self._go(flow, chain, plan)
@@ -193,48 +192,13 @@ class Fallbacks:
         return None
 
     def _go(self, flow: http.HTTPFlow, chain: Attempts, plan: FlowPlan) -> Awaitable[None] | None:
-        """A stream: mitmproxy sends the flow to the relay, whose leg makes the attempts and
-        relays the answer as it comes. A whole answer: the leg runs here, in the request hook,
-        and the answer read whole is the flow's response (``_whole``): mitmproxy opens no
-        connection (it runs the ``responseheaders`` and ``response`` hooks for it)."""
+        """A stream: mitmproxy sends the flow to the relay; a whole answer: ``_whole``."""
         chain.token = self._flows.new_token(flow.id)
         chain.leg = lambda: self._leg(flow, chain)
         if plan.stream:
             _to_relay(flow, chain.token, self.relay.port)
             return None
-        return self._whole(flow, chain)
-
-    async def _whole(self, flow: http.HTTPFlow, chain: Attempts) -> None:
-        """The leg's answer read whole and set as the flow's response; the client hung up
-        meanwhile: the attempts are cancelled and the flow killed (nothing is sent). An answer
-        that streams though the client asked for none (SSE) goes by the relay as before: its
-        reader is ``flow.response.stream``, which mitmproxy runs only for a body it reads."""
-        leg = self._flows.take_leg(chain.token)
-        if leg is None:
-            return
-        task = asyncio.ensure_future(
-            _read_whole(leg(), functools.partial(self._flows.cut, flow.id))
-        )
-        try:
-            while not (await asyncio.wait({task}, timeout=HANG_UP_POLL))[0]:
-                if not flow.client_conn.state & ConnectionState.CAN_READ:
-                    await _cancelled(task)
-                    if flow.killable:
-                        flow.kill()  # type: ignore[no-untyped-call]  # the client is gone
-                    return
-        finally:
-            if not task.done():
-                await _cancelled(task)
-        got, body = task.result()
-        if body is None:  # a stream: the relay writes it, the flow's reader reads it
-            chain.leg = functools.partial(_ready, got)
-            _to_relay(flow, chain.token, self.relay.port)
-            return
-        headers = http.Headers([*got.headers, (b"content-length", b"%d" % len(body))])
-        reason = got.reason or _reason(got.status)
-        flow.response = http.Response(
-            b"HTTP/1.1", got.status, reason, headers, body, None, time.time(), time.time()
-        )
+        return _whole(flow, chain, self._flows, self.relay.port)
 
     # ------------------------------------------------------------------ the relay's leg
 
@@ -259,7 +223,7 @@ class Fallbacks:
                 chain.failures.append(Failure(attempt.route.name, got.reason, got.detail))
                 return self._unreachable(chain)
             chain.served = attempt
-            return self._streamed(flow, got)
+            return _streamed(got, self._settings.settings.stream_idle, self._flows, flow.id)
         while attempt is not None:
             chain.attempt, route = attempt, attempt.route
             chain.tried.append(link_name(route))
@@ -291,7 +255,7 @@ class Fallbacks:
                 last = error
             else:
                 chain.served = attempt
-                return self._streamed(flow, got)
+                return _streamed(got, self._settings.settings.stream_idle, self._flows, flow.id)
             attempt = self._next(flow, chain)
         return last if last is not None else self._unreachable(chain)
 
@@ -305,17 +269,6 @@ class Fallbacks:
             chain.failures.append(verdict.failure)
         if verdict.line is not None:
             log.log(LEVELS[verdict.line.level], "%s", verdict.line.text)
-
-    def _streamed(self, flow: http.HTTPFlow, got: Opened) -> Relayed:
-        """The answer relayed as it comes, its body's data as one chunk per upstream read
-        (``Wire.passed_to``), cut after ``bridge_stream_idle_timeout`` seconds of silence; a
-        body that breaks off is ended cleanly, its cause in the flow's record (``cut``)."""
-        got.watch(self._settings.settings.stream_idle)
-        cut = functools.partial(self._flows.cut, flow.id)
-        passed = got.rechunked_to if got.framing in ("chunked", "length") else None
-        return Relayed(
-            got.status_code, got.reason, _headers(got), got.aiter_raw(), got.aclose, passed, cut
-        )
 
     def _next(self, flow: http.HTTPFlow, chain: Attempts) -> Attempt | None:
         """The next route's attempt: the client's request decided again for it; None when no
@@ -445,6 +398,52 @@ def _back(flow: http.HTTPFlow, sent: http.Request) -> None:
     req.timestamp_start = flow.request.timestamp_start
     req.timestamp_end = flow.request.timestamp_end
     flow.request = req
+
+
+def _streamed(got: Opened, idle: float, flows: Flows, flow_id: str) -> Relayed:
+    """The answer relayed as it comes, its body's data as one chunk per upstream read
+    (``Wire.passed_to``), cut after ``idle`` seconds of silence
+    (``bridge_stream_idle_timeout``); a body that breaks off is ended cleanly, its cause in
+    the flow's record (``Flows.cut``)."""
+    got.watch(idle)
+    cut = functools.partial(flows.cut, flow_id)
+    passed = got.rechunked_to if got.framing in ("chunked", "length") else None
+    return Relayed(
+        got.status_code, got.reason, _headers(got), got.aiter_raw(), got.aclose, passed, cut
+    )
+
+
+async def _whole(flow: http.HTTPFlow, chain: Attempts, flows: Flows, port: int) -> None:
+    """A whole answer's attempts made here, in the request hook: the leg's answer read whole
+    is the flow's response, so mitmproxy opens no connection (it runs the ``responseheaders``
+    and ``response`` hooks for a response set by an addon). The client hung up meanwhile: the
+    attempts are cancelled and the flow killed (nothing is sent). An answer
+    that streams though the client asked for none (SSE) goes by the relay as before: its
+    reader is ``flow.response.stream``, which mitmproxy runs only for a body it reads."""
+    leg = flows.take_leg(chain.token)
+    if leg is None:
+        return
+    task = asyncio.ensure_future(_read_whole(leg(), functools.partial(flows.cut, flow.id)))
+    try:
+        while not (await asyncio.wait({task}, timeout=HANG_UP_POLL))[0]:
+            if not flow.client_conn.state & ConnectionState.CAN_READ:
+                await _cancelled(task)
+                if flow.killable:
+                    flow.kill()  # type: ignore[no-untyped-call]  # the client is gone
+                return
+    finally:
+        if not task.done():
+            await _cancelled(task)
+    got, body = task.result()
+    if body is None:  # a stream: the relay writes it, the flow's reader reads it
+        chain.leg = functools.partial(_ready, got)
+        _to_relay(flow, chain.token, port)
+        return
+    headers = http.Headers([*got.headers, (b"content-length", b"%d" % len(body))])
+    reason = got.reason or _reason(got.status)
+    flow.response = http.Response(
+        b"HTTP/1.1", got.status, reason, headers, body, None, time.time(), time.time()
+    )
 
 
 HANG_UP_POLL = 0.25
