@@ -1,8 +1,8 @@
 """The fallback addon: a route's ``fallback`` chain applied to a flow (``addon.plan.fallback`` rules).
 
-``request`` picks the first route not cooling down; mitmproxy sends the flow to the loopback
-relay, which makes each attempt and relays the first answer that does not fall back, as it
-streams. A relay because mitmproxy has no first-byte timeout and cannot take a request back
+``request`` picks the first route not cooling down; a stream's flow mitmproxy sends to the
+loopback relay, whose leg makes each attempt and relays the first answer that does not fall
+back, as it streams; a whole answer's leg runs in the request hook (``_whole``). A relay because mitmproxy has no first-byte timeout and cannot take a request back
 once sent. Rules and limits: docs/routes.md ("Fallbacks")."""
 
 from __future__ import annotations
