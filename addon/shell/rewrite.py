@@ -7,6 +7,7 @@ the upstream — body, path, query, headers (``Rewrite``). A bug of ours still a
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 
 from mitmproxy import http
 
@@ -56,21 +57,22 @@ class RewriteRequest:
         self.kiro = kiro
         """Reads the Kiro token file of a route (its ``request`` hook runs before ours)."""
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         """The decision (``_decided``), applied: the request, or the bridge's answer; the
-        comment and the metadata; a rewrite's run (and its relay), else the flow's line."""
+        comment and the metadata; a rewrite's run and its attempts (a whole answer's: a
+        coroutine mitmproxy awaits, ``Fallbacks.send``), else the flow's line."""
         if flow.response is not None or flow.error is not None or not flow.live:
-            return
+            return None
         started = time.perf_counter_ns()
         decided = self._decided(flow)
         if decided is None:
-            return
+            return None
         record, w, incoming, route = decided
         try:
             # Everything that could fail is done: the flow is changed only from here on.
             if w is None:
                 self.report.flows.end(flow.id)  # not this bridge's flow after all
-                return
+                return None
             req = flow.request
             if w.body is not None:
                 req.content = w.body
@@ -100,10 +102,11 @@ class RewriteRequest:
                         log.debug("%s: request: %s", plan.label, clean(line, 500))
             write_notes(flow, record.secrets, w.lines, w.meta)
             if ran is not None and w.plan is not None and incoming is not None:
-                if self.fallbacks is not None:  # a chain's attempts, or a stream: the relay
-                    self.fallbacks.send(flow, record.chain, route, incoming, w.plan)
+                sent = None
+                if self.fallbacks is not None:  # the attempts: the relay's, or here (whole)
+                    sent = self.fallbacks.send(flow, record.chain, route, incoming, w.plan)
                 ran.spent_ns += time.perf_counter_ns() - started
-                return
+                return sent
             assert w.outcome is not None
             # The flow's one line, in the format of every outcome (``FlowReport.line``).
             report = FlowReport(
@@ -118,6 +121,7 @@ class RewriteRequest:
             self.report.close(flow, report, line=True)
         except Exception as e:
             log_internal_error(f"cursor-bridge [{route.name}]: request", e)
+        return None
 
     def _decided(
         self, flow: http.HTTPFlow

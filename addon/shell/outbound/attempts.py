@@ -1,20 +1,23 @@
 """The fallback addon: a route's ``fallback`` chain applied to a flow (``addon.plan.fallback`` rules).
 
-``request`` picks the first route not cooling down; mitmproxy sends the flow to the loopback
-relay, which makes each attempt and relays the first answer that does not fall back, as it
-streams. A relay because mitmproxy has no first-byte timeout and cannot take a request back
+``request`` picks the first route not cooling down; a stream's flow mitmproxy sends to the
+loopback relay, whose leg makes each attempt and relays the first answer that does not fall
+back, as it streams; a whole answer's leg runs in the request hook (``_whole``). A relay because mitmproxy has no first-byte timeout and cannot take a request back
 once sent. Rules and limits: docs/routes.md ("Fallbacks")."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import time
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from typing import TYPE_CHECKING
 
 from mitmproxy import connection, http
+from mitmproxy.connection import ConnectionState
 
 from addon.config.routes import MAX_TIMEOUT, Route, fallback_chain
 from addon.dialects import DIALECTS
@@ -42,13 +45,13 @@ from addon.plan.fallback import (
 )
 from addon.plan.key_pool import has_pool, link_name, links
 from addon.report.outcome import Count
-from addon.shell.flows import Attempt, Attempts
+from addon.shell.flows import Attempt, Attempts, Flows
 from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.notes import add_notes, log, log_internal_error
 from addon.shell.option_checks import environment
 from addon.shell.outbound.pool_keys import LEVELS, PoolKeys
 from addon.shell.outbound.probes import KeyProbes, Target
-from addon.shell.outbound.relay import TOKEN_HEADER, Relay, Relayed, whole
+from addon.shell.outbound.relay import TOKEN_HEADER, BodyCut, Relay, Relayed, whole
 from addon.shell.outbound.retry import Retry
 from addon.shell.outbound.upstream_request import apply_rewrite, origin
 from addon.shell.reasoning_store import ReasoningStoreLife
@@ -166,31 +169,36 @@ class Fallbacks:
 
     def start(
         self, flow: http.HTTPFlow, chain: Attempts, incoming: Incoming, plan: FlowPlan
-    ) -> None:
-        """The rewrite set the flow's request for ``chain.route``: mitmproxy now sends it to
-        the relay, where the flow's leg makes the attempts."""
+    ) -> Awaitable[None] | None:
+        """The rewrite set the flow's request for ``chain.route``: its attempts (``_go``)."""
         chain.incoming = incoming
         chain.attempt = Attempt(chain.route, plan, flow.request.copy())
-        chain.token = self._flows.new_token(flow.id)
-        chain.leg = lambda: self._leg(flow, chain)
-        _to_relay(flow, chain.token, self.relay.port)
+        return self._go(flow, chain, plan)
 
     def send(
         self, flow: http.HTTPFlow, chain: Attempts | None, r: Route, inc: Incoming, plan: FlowPlan
-    ) -> None:
-        """The rewritten flow handed to the relay: its chain's attempts (``start``); or, one
-        upstream path (docs/architecture.md), a flow of a route without a chain, streamed or
-        whole, as a chain of one attempt that never falls back (``_plain``: no cooldown, no
-        first-byte timeout but the longest a route may set, any status relayed as it came)."""
+    ) -> Awaitable[None] | None:
+        """The rewritten flow's attempts: its chain's (``start``); or, one upstream path
+        (docs/architecture.md), a flow of a route without a chain, streamed or whole, as a
+        chain of one attempt that never falls back (``_plain``: no cooldown, no first-byte
+        timeout but the longest a route may set, any status relayed as it came)."""
         if chain is not None:
-            self.start(flow, chain, inc, plan)
-        elif self.retry is not None and self.relay.port:
+            return self.start(flow, chain, inc, plan)
+        if self.retry is not None and self.relay.port:
             sent = flow.request.copy()  # one copy: a chain of one writes no next request
             one = Attempts(r, (r,), sent, [], [], inc, Attempt(r, plan, sent))
-            one.token = self._flows.new_token(flow.id)
-            one.leg = lambda: self._leg(flow, one)
             self._flows.open(flow.id).chain = one
-            _to_relay(flow, one.token, self.relay.port)
+            return self._go(flow, one, plan)
+        return None
+
+    def _go(self, flow: http.HTTPFlow, chain: Attempts, plan: FlowPlan) -> Awaitable[None] | None:
+        """A stream: mitmproxy sends the flow to the relay; a whole answer: ``_whole``."""
+        chain.token = self._flows.new_token(flow.id)
+        chain.leg = lambda: self._leg(flow, chain)
+        if plan.stream:
+            _to_relay(flow, chain.token, self.relay.port)
+            return None
+        return _whole(flow, chain, self._flows, self.relay.port)
 
     # ------------------------------------------------------------------ the relay's leg
 
@@ -215,7 +223,7 @@ class Fallbacks:
                 chain.failures.append(Failure(attempt.route.name, got.reason, got.detail))
                 return self._unreachable(chain)
             chain.served = attempt
-            return self._streamed(flow, got)
+            return _streamed(got, self._settings.settings.stream_idle, self._flows, flow.id)
         while attempt is not None:
             chain.attempt, route = attempt, attempt.route
             chain.tried.append(link_name(route))
@@ -247,7 +255,7 @@ class Fallbacks:
                 last = error
             else:
                 chain.served = attempt
-                return self._streamed(flow, got)
+                return _streamed(got, self._settings.settings.stream_idle, self._flows, flow.id)
             attempt = self._next(flow, chain)
         return last if last is not None else self._unreachable(chain)
 
@@ -261,17 +269,6 @@ class Fallbacks:
             chain.failures.append(verdict.failure)
         if verdict.line is not None:
             log.log(LEVELS[verdict.line.level], "%s", verdict.line.text)
-
-    def _streamed(self, flow: http.HTTPFlow, got: Opened) -> Relayed:
-        """The answer relayed as it comes, its body's data as one chunk per upstream read
-        (``Wire.passed_to``), cut after ``bridge_stream_idle_timeout`` seconds of silence; a
-        body that breaks off is ended cleanly, its cause in the flow's record (``cut``)."""
-        got.watch(self._settings.settings.stream_idle)
-        cut = functools.partial(self._flows.cut, flow.id)
-        passed = got.rechunked_to if got.framing in ("chunked", "length") else None
-        return Relayed(
-            got.status_code, got.reason, _headers(got), got.aiter_raw(), got.aclose, passed, cut
-        )
 
     def _next(self, flow: http.HTTPFlow, chain: Attempts) -> Attempt | None:
         """The next route's attempt: the client's request decided again for it; None when no
@@ -401,6 +398,102 @@ def _back(flow: http.HTTPFlow, sent: http.Request) -> None:
     req.timestamp_start = flow.request.timestamp_start
     req.timestamp_end = flow.request.timestamp_end
     flow.request = req
+
+
+def _streamed(got: Opened, idle: float, flows: Flows, flow_id: str) -> Relayed:
+    """The answer relayed as it comes, its body's data as one chunk per upstream read
+    (``Wire.passed_to``), cut after ``idle`` seconds of silence
+    (``bridge_stream_idle_timeout``); a body that breaks off is ended cleanly, its cause in
+    the flow's record (``Flows.cut``)."""
+    got.watch(idle)
+    cut = functools.partial(flows.cut, flow_id)
+    passed = got.rechunked_to if got.framing in ("chunked", "length") else None
+    return Relayed(
+        got.status_code, got.reason, _headers(got), got.aiter_raw(), got.aclose, passed, cut
+    )
+
+
+async def _whole(flow: http.HTTPFlow, chain: Attempts, flows: Flows, port: int) -> None:
+    """A whole answer's attempts made here, in the request hook: the leg's answer read whole
+    is the flow's response, so mitmproxy opens no connection (it runs the ``responseheaders``
+    and ``response`` hooks for a response set by an addon). The client hung up meanwhile: the
+    attempts are cancelled and the flow killed (nothing is sent). An answer
+    that streams though the client asked for none (SSE) goes by the relay as before: its
+    reader is ``flow.response.stream``, which mitmproxy runs only for a body it reads."""
+    leg = flows.take_leg(chain.token)
+    if leg is None:
+        return
+    task = asyncio.ensure_future(_read_whole(leg(), functools.partial(flows.cut, flow.id)))
+    try:
+        while not (await asyncio.wait({task}, timeout=HANG_UP_POLL))[0]:
+            if not flow.client_conn.state & ConnectionState.CAN_READ:
+                await _cancelled(task)
+                if flow.killable:
+                    flow.kill()  # type: ignore[no-untyped-call]  # the client is gone
+                return
+    finally:
+        if not task.done():
+            await _cancelled(task)
+    got, body = task.result()
+    if body is None:  # a stream: the relay writes it, the flow's reader reads it
+        chain.leg = functools.partial(_ready, got)
+        _to_relay(flow, chain.token, port)
+        return
+    headers = http.Headers([*got.headers, (b"content-length", b"%d" % len(body))])
+    reason = got.reason or _reason(got.status)
+    flow.response = http.Response(
+        b"HTTP/1.1", got.status, reason, headers, body, None, time.time(), time.time()
+    )
+
+
+HANG_UP_POLL = 0.25
+"""Seconds between two looks at the client's connection while a whole answer's attempts run
+(mitmproxy tells the hook nothing of a client that hangs up)."""
+
+
+async def _read_whole(
+    leg: Awaitable[Relayed], cut: Callable[[str], None]
+) -> tuple[Relayed, bytes | None]:
+    """The leg's answer and its body read whole (None: an event stream, still to read). A body
+    that breaks off is what came, its cause the flow's (``cut``), as the relay does."""
+    got = await leg
+    if (_header(got.headers, b"content-type") or b"").lower().startswith(b"text/event-stream"):
+        return got, None
+    body = bytearray()
+    try:
+        async for piece in got.body:
+            body += piece
+    except BodyCut as e:
+        (got.cut or cut)(e.cause)
+    except Exception as e:  # the upstream's body failed mid-way: it is cut off
+        log.info("cursor-bridge: fallback: answer cut off (%s)", type(e).__name__)
+        (got.cut or cut)("upstream_cut")
+    finally:
+        await got.close()
+    return got, bytes(body)
+
+
+async def _ready(got: Relayed) -> Relayed:
+    return got
+
+
+async def _cancelled(task: asyncio.Future[tuple[Relayed, bytes | None]]) -> None:
+    """The attempts stopped; an answer that came meanwhile let go."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        got, _ = await task
+        await got.close()
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    return next((v for k, v in headers if k.lower() == name), None)
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b""
 
 
 def _headers(got: Opened) -> list[tuple[bytes, bytes]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,13 +185,23 @@ def bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bridge]:
         yield bridge
 
 
-def to_relay(bridge: Bridge, f: http.HTTPFlow) -> str:
-    """The request hooks as mitmproxy calls them; the flow leaves for the relay: plain HTTP
-    to 127.0.0.1, never through an upstream proxy, no key, no body. Its token."""
+def request_hooks(bridge: Bridge, f: http.HTTPFlow) -> Awaitable[None] | None:
+    """The request hooks as mitmproxy calls them: what the rewrite's returns (a whole
+    answer's attempts, for mitmproxy to await; None: a stream, for the relay)."""
     pending = bridge.addons.fallbacks.request(f)  # None: a plain route, no chain to pick
     if pending is not None:
         asyncio.run(pending)  # type: ignore[arg-type]
-    bridge.addons.request.request(f)
+    return bridge.addons.request.request(f)
+
+
+def to_relay(bridge: Bridge, f: http.HTTPFlow) -> str:
+    """The request hooks; a stream's flow leaves for the relay: plain HTTP to 127.0.0.1,
+    never through an upstream proxy, no key, no body. Its token."""
+    assert request_hooks(bridge, f) is None
+    return at_relay(bridge, f)
+
+
+def at_relay(bridge: Bridge, f: http.HTTPFlow) -> str:
     req = f.request
     assert (req.scheme, req.host, req.port) == ("http", "127.0.0.1", 54321)
     assert sorted(f.request.headers.keys()) == ["content-length", "host", TOKEN_HEADER]
@@ -223,17 +233,27 @@ async def _run_leg(bridge: Bridge, token: str) -> tuple[int, list[tuple[bytes, b
 
 
 def relayed(bridge: Bridge, f: http.HTTPFlow) -> None:
-    """The relay runs the flow's leg; mitmproxy reads its answer: the answer hooks in order,
-    a stream fed to the stream callable as mitmproxy feeds it."""
+    """A whole answer: the request hook runs the flow's leg and sets its response (mitmproxy
+    opens no connection); a stream: the relay runs the leg, mitmproxy reads its answer. Then
+    the answer hooks in order, a stream fed to the stream callable as mitmproxy feeds it."""
     addons = bridge.addons
-    status, headers, body = asyncio.run(_run_leg(bridge, to_relay(bridge, f)))
-    f.response = http.Response.make(status, b"", headers)
-    addons.fallbacks.responseheaders(f)
-    addons.stream.responseheaders(f)
-    stream = f.response.stream
-    if callable(stream):
-        body = b"".join([*stream(body), *stream(b"")])
-    f.response.set_content(body)
+    whole = request_hooks(bridge, f)
+    if whole is not None:
+        asyncio.run(whole)  # type: ignore[arg-type]
+        assert f.response is not None and f.request.host != "127.0.0.1"
+        assert TOKEN_HEADER not in f.request.headers
+        addons.fallbacks.responseheaders(f)
+        addons.stream.responseheaders(f)
+        assert not f.response.stream  # mitmproxy would not run it for a response set here
+    else:
+        status, headers, body = asyncio.run(_run_leg(bridge, at_relay(bridge, f)))
+        f.response = http.Response.make(status, b"", headers)
+        addons.fallbacks.responseheaders(f)
+        addons.stream.responseheaders(f)
+        stream = f.response.stream
+        if callable(stream):
+            body = b"".join([*stream(body), *stream(b"")])
+        f.response.set_content(body)
     asyncio.run(addons.answers.response(f))
     addons.report.response(f)
 
@@ -358,14 +378,14 @@ def test_no_route_reachable_is_answered_in_the_clients_dialect(bundle: Bridge) -
 def test_behind_an_upstream_proxy_the_relay_leg_is_direct_and_the_attempts_are_not(
     bundle: Bridge,
 ) -> None:
-    f = messages_flow()
+    f = messages_flow(stream=True)
     f.client_conn.proxy_mode = ProxyMode.parse("upstream:http://127.0.0.1:3128")
     to_relay(bundle, f)  # mitmproxy reaches the relay directly (``via`` None)
     assert f.client_conn.proxy_mode.type_name == "upstream"  # the attempts go through it
 
 
 def test_a_flow_that_ends_before_its_answer_shows_its_request_again(bundle: Bridge) -> None:
-    f = messages_flow()
+    f = messages_flow(stream=True)
     token = to_relay(bundle, f)
     f.error = flow_error()
     bundle.addons.fallbacks.error(f)  # the error hooks in order: the report's ends the flow

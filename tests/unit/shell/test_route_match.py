@@ -154,12 +154,19 @@ def client_flow(path: str, body: dict[str, Any], key: tuple[str, str]) -> http.H
 
 
 def chat_flow() -> http.HTTPFlow:
-    body = {"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]}
+    """A streamed request: it is handed to the relay (a whole one's attempts run in the
+    request hook itself, ``Fallbacks._whole``)."""
+    body = {"model": "gpt-x", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     return client_flow("/v1/chat/completions", body, ("authorization", f"Bearer {ALICE}"))
 
 
 def messages_flow() -> http.HTTPFlow:
-    body = {"model": MODEL, "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+    body = {
+        "model": MODEL,
+        "max_tokens": 64,
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     return client_flow("/v1/messages", body, ("x-api-key", ALICE))
 
 
