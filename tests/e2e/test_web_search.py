@@ -21,6 +21,7 @@ import pytest
 
 from addon.stores.ledger import Tokens, open_ledger
 from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream
+from tests.e2e.searching import DOCS, GITHUB, QUERY, chat_model, results, searching
 from tests.e2e.test_text_tools import openai_json
 from tests.searxng_server import ScriptedSearxng
 
@@ -29,16 +30,9 @@ RECORDED = (
     ROOT / "tests/fixtures/claude_code_web_search/claude-code-2.1.197-web-search.request.json"
 )
 
-QUERY = "mitmproxy addon hooks"
-RESULTS = {
-    QUERY: [
-        {"url": "https://docs.mitmproxy.org/stable/api/events.html", "title": "Event Hooks",
-         "content": "Addons hook into events such as request and response."},
-        {"url": "https://blocked.example/x", "title": "Blocked", "content": "never shown"},
-        {"url": "https://github.com/mitmproxy/mitmproxy", "title": "mitmproxy on GitHub",
-         "content": "An interactive TLS-capable intercepting proxy."},
-    ]
-}  # fmt: skip
+RESULTS = results(
+    DOCS, {"url": "https://blocked.example/x", "title": "Blocked", "content": "never shown"}, GITHUB
+)
 # Claude Code's WebSearch tool: its own request, carrying only the server tool.
 TOOL = {
     "type": "web_search_20250305",
@@ -65,25 +59,6 @@ def _proxy(
     return start_proxy(bridge_routes=str(routes), **options)
 
 
-def model(rec: Recorded) -> JSONReply:
-    """The upstream's model: searches first, then answers from the tool result it was given."""
-    body = rec.json()
-    last = body["messages"][-1]
-    if last["role"] != "tool":
-        call = {"id": "call_s1", "type": "function",
-                "function": {"name": "web_search", "arguments": json.dumps({"query": QUERY})}}  # fmt: skip
-        reply = openai_json("")
-        reply["choices"][0]["message"] = {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [call],
-        }
-        reply["choices"][0]["finish_reason"] = "tool_calls"
-        return JSONReply(reply)
-    found = json.loads(last["content"])
-    return JSONReply(openai_json(f"Per {found[0]['url']}: hooks are events."))
-
-
 def _ask(p: Proxy, stream: bool) -> anthropic.types.Message:
     c = anthropic.Anthropic(base_url=p.base_url, api_key="sk-ant-e2e", max_retries=0, timeout=20)
     params: dict[str, Any] = {
@@ -107,7 +82,7 @@ def test_claude_codes_web_search_runs_on_the_bridge(
     stream: bool,
 ) -> None:
     p = _proxy(start_proxy, tmp_path, searxng)
-    upstream.script = model
+    upstream.script = chat_model
     got = _ask(p, stream)
 
     use, result, text = got.content
@@ -159,16 +134,7 @@ def test_max_uses_is_honoured(
         nonlocal calls
         calls += 1
         if calls <= 2:
-            call = {"id": f"call_{calls}", "type": "function",
-                    "function": {"name": "web_search", "arguments": json.dumps({"query": QUERY})}}  # fmt: skip
-            reply = openai_json("")
-            reply["choices"][0]["message"] = {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [call],
-            }
-            reply["choices"][0]["finish_reason"] = "tool_calls"
-            return JSONReply(reply)
+            return searching(f"call_{calls}")
         return JSONReply(openai_json("done"))
 
     upstream.script = greedy
@@ -215,7 +181,7 @@ def test_the_ledger_counts_the_searches_and_every_calls_tokens(
     ``searches`` column) and the tokens of both upstream calls (50 + 50 in, 20 + 20 out)."""
     store = tmp_path / "store.db"
     p = _proxy(start_proxy, tmp_path, searxng, bridge_store=str(store))
-    upstream.script = model
+    upstream.script = chat_model
     _ask(p, stream=False)
     _ask(p, stream=True)
     ledger = open_ledger(str(store))
@@ -233,24 +199,15 @@ def test_the_ledger_counts_the_searches_and_every_calls_tokens(
 def forced_model(rec: Recorded) -> JSONReply:
     """A model that does what OpenAI's ``tool_choice`` says: a function named there (or
     ``required`` where it is the only tool) is called, whatever came before; else as
-    ``model``."""
+    ``chat_model``."""
     body = rec.json()
     choice = body.get("tool_choice")
     named = isinstance(choice, dict) and choice.get("function", {}).get("name") == "web_search"
     only = [t["function"]["name"] for t in body.get("tools", [])] == ["web_search"]
     if named or (choice == "required" and only):
         n = sum(1 for m in body["messages"] if m["role"] == "tool") + 1
-        call = {"id": f"call_s{n}", "type": "function",
-                "function": {"name": "web_search", "arguments": json.dumps({"query": QUERY})}}  # fmt: skip
-        reply = openai_json("")
-        reply["choices"][0]["message"] = {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [call],
-        }
-        reply["choices"][0]["finish_reason"] = "tool_calls"
-        return JSONReply(reply)
-    return model(rec)
+        return searching(f"call_s{n}")
+    return chat_model(rec)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])

@@ -19,22 +19,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream
-from tests.e2e.test_text_tools import openai_json
+from tests.e2e.harness import Proxy, ScriptedUpstream
+from tests.e2e.searching import ANSWER, DOCS, GITHUB, QUERY, chat_model, results
 from tests.searxng_server import ScriptedSearxng
 
 MODEL = "gemini-3.8-flash"
-QUERY = "mitmproxy addon hooks"
-RESULTS = {
-    QUERY: [
-        {"url": "https://docs.mitmproxy.org/stable/api/events.html", "title": "Event Hooks",
-         "content": "Addons hook into events such as request and response."},
-        {"url": "https://pinterest.com/pin/1", "title": "Pin", "content": "excluded"},
-        {"url": "https://github.com/mitmproxy/mitmproxy", "title": "mitmproxy on GitHub",
-         "content": "An interactive TLS-capable intercepting proxy."},
-    ]
-}  # fmt: skip
-ANSWER = "Per https://docs.mitmproxy.org/stable/api/events.html: hooks are events."
+RESULTS = results(
+    DOCS, {"url": "https://pinterest.com/pin/1", "title": "Pin", "content": "excluded"}, GITHUB
+)
 # Gemini CLI's web search request (its "web-search" model config carries the tool).
 BODY: dict[str, Any] = {
     "contents": [{"role": "user", "parts": [{"text": QUERY}]}],
@@ -56,24 +48,6 @@ def _proxy(start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedS
         f'upstream = "openai_chat"\nsearch = {{url = "{searxng.base_url}"}}\n'
     )
     return start_proxy(bridge_routes=str(routes))
-
-
-def model(rec: Recorded) -> JSONReply:
-    """The upstream's model: searches first, then answers from the tool result it was given."""
-    last = rec.json()["messages"][-1]
-    if last["role"] != "tool":
-        call = {"id": "call_s1", "type": "function",
-                "function": {"name": "web_search", "arguments": json.dumps({"query": QUERY})}}  # fmt: skip
-        reply = openai_json("")
-        reply["choices"][0]["message"] = {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [call],
-        }
-        reply["choices"][0]["finish_reason"] = "tool_calls"
-        return JSONReply(reply)
-    found = json.loads(last["content"])
-    return JSONReply(openai_json(f"Per {found[0]['url']}: hooks are events."))
 
 
 def _check_grounding(grounding: dict[str, Any]) -> None:
@@ -100,7 +74,7 @@ def test_gemini_clis_web_search_whole(
     tmp_path: Path,
 ) -> None:
     p = _proxy(start_proxy, tmp_path, searxng)
-    upstream.script = model
+    upstream.script = chat_model
     got = httpx.post(
         f"{p.base_url}/v1beta/models/{MODEL}:generateContent",
         json=_body(),
@@ -133,7 +107,7 @@ def test_gemini_clis_web_search_streamed(
     tmp_path: Path,
 ) -> None:
     p = _proxy(start_proxy, tmp_path, searxng)
-    upstream.script = model
+    upstream.script = chat_model
     got = httpx.post(
         f"{p.base_url}/v1beta/models/{MODEL}:streamGenerateContent?alt=sse",
         json=_body(),
