@@ -109,6 +109,7 @@ def make_addons() -> Addons:
         state, settings, flows, lambda: store.shared_cooling(fallbacks.cooldowns)
     )
     limits = usage.limits = ClientLimits(lambda: client_keys.keys, report, store, metrics)
+    prefetch = limits.prefetch = Prefetch(settings, store, flows)
     return Addons(
         state,
         settings,
@@ -129,6 +130,6 @@ def make_addons() -> Addons:
         usage,
         KeysOutOfFlowLine(),
         metrics,
-        Prefetch(settings, store, flows),
+        prefetch,
         Captions(settings, flows, Captioner(retry, store, usage)),
     )

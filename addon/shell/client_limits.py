@@ -32,6 +32,7 @@ from addon.plan.limits import (
     NANO,
     RENEW_EVERY,
     RESERVATION_TTL,
+    Ask,
     Given,
     Planned,
     Pricer,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from addon.shell.metrics import Metrics
     from addon.shell.reasoning_store import ReasoningStoreLife
     from addon.shell.reporter import Report
+    from addon.shell.store_worker import Prefetch
 
 
 @dataclass(slots=True)
@@ -102,6 +104,9 @@ class ClientLimits(OptionChecks):
         """``bridge_client_limits_ttl`` (declared by the client keys addon)."""
         self.settling = Settling(self)
         """Its ``response`` / ``error`` hooks, placed after the report's."""
+        self.prefetch: Prefetch | None = None
+        """The store's prefetch hook (``make_addons``): a reserve on Redis goes in its
+        pipeline."""
 
     # ------------------------------------------------------------------ the store
 
@@ -182,7 +187,7 @@ class ClientLimits(OptionChecks):
         try:
             planned = plan_request(given, matched)
             if isinstance(planned, Planned):
-                verdict = await self._store_life.worker.call(self.store.reserve, planned.ask)
+                verdict = await self._reserve(flow, planned.ask)
                 self._budget_left(given.client, limits, verdict)
                 refused = reserved(given, matched, planned, verdict)
                 if refused is None:
@@ -197,6 +202,14 @@ class ClientLimits(OptionChecks):
             return
         if planned is not None:
             self._refuse(flow, planned, given.client, started)
+
+    async def _reserve(self, flow: http.HTTPFlow, ask: Ask) -> Verdict:
+        """One step on the store thread; on Redis, in the request's prefetch pipeline (one
+        round trip before ``decide`` for both: ``Prefetch.reserve``)."""
+        store = self.store
+        if isinstance(store, RedisLimits) and self.prefetch is not None:
+            return await self.prefetch.reserve(flow, store, ask)
+        return await self._store_life.worker.call(store.reserve, ask)
 
     def _refuse(self, flow: http.HTTPFlow, refused: Refusal, client: str, started: int) -> None:
         """The refusal answered, its metadata, counters and one log line (never the key)."""

@@ -44,8 +44,9 @@ from addon.transforms.conversation import PROCESS_SECRET
 from addon.transforms.thinking import resolve_model
 
 if TYPE_CHECKING:
-    from addon.plan.limits import Settle
+    from addon.plan.limits import Ask, Settle, Verdict
     from addon.stores.ledger import UsageLedger
+    from addon.stores.limits import RedisLimits
 
 WAIT_MOST = CONNECT_TIMEOUT
 """Seconds a request waits for its prefetch at most (then goes on as if the store were lost)."""
@@ -313,6 +314,54 @@ class Prefetch:
         flows.default_store_view = life.default_view
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
+        record = self._flows.get(flow.id)
+        if record is not None and record.store_view is not None:
+            return None  # fetched already, with the client limits' reserve (``reserve``)
+        wanted = self._wanted(flow)
+        if wanted is None:
+            return None
+        store, keys, names = wanted
+        if not keys and not names and self._life.known_secret:
+            # Nothing to read (a first turn on a route without cooldowns): no hand-off.
+            self._flows.open(flow.id).store_view = self._life.view(Fetched())
+            return None
+        return self._fetch(flow.id, store, keys, names)
+
+    async def reserve(self, flow: http.HTTPFlow, limits: RedisLimits, ask: Ask) -> Verdict:
+        """The client limits' reserve on Redis (``ClientLimits.request``, which runs before
+        this hook), sent first in this request's prefetch pipeline: one round trip for both,
+        one job on the store thread, awaited in full (a wait that ran out must not lead to a
+        second reserve). What was read is kept on the flow's record; ``request`` then reads
+        nothing again. Nothing to prefetch: the reserve alone."""
+        wanted = self._wanted(flow)
+        if wanted is None:
+            return await self._life.worker.call(limits.reserve, ask)
+        store, keys, names = wanted
+        first = limits.reserve_step(ask)
+
+        def both() -> tuple[Fetched | StoreError, Verdict | Exception]:
+            try:
+                secret = store.secret
+                values, lefts, answer = store.fetch_with(keys, names, first)
+            except StoreError as e:  # the reserve's fate unknown: an expiring one at most
+                return e, e
+            got = Fetched(
+                dict(zip(keys, values, strict=True)), dict(zip(names, lefts, strict=True)), secret
+            )
+            try:
+                return got, limits.verdict(ask, answer)
+            except Exception as e:
+                return got, e
+
+        got, verdict = await self._life.worker.call(both)
+        self._flows.open(flow.id).store_view = self._life.view(got)
+        if isinstance(verdict, Exception):
+            raise verdict
+        return verdict
+
+    def _wanted(self, flow: http.HTTPFlow) -> tuple[ReasoningStore, list[str], list[str]] | None:
+        """The store and what this request's prefetch reads of it (full store keys, cooldown
+        names); None: nothing to fetch (no store doing I/O, no route, an answered flow)."""
         life = self._life
         store = life.store
         if store is None or not life.does_io or flow.response is not None:
@@ -332,11 +381,7 @@ class Prefetch:
         except Exception as e:
             log_internal_error("cursor-bridge: store prefetch", e)
             return None
-        if not keys and not names and life.known_secret:
-            # Nothing to read (a first turn on a route without cooldowns): no hand-off.
-            self._flows.open(flow.id).store_view = life.view(Fetched())
-            return None
-        return self._fetch(flow.id, store, keys, names)
+        return store, keys, names
 
     async def _fetch(
         self, flow_id: str, store: ReasoningStore, keys: list[str], names: list[str]

@@ -21,7 +21,7 @@ from addon.config.client_keys import Limits
 from addon.plan.limits import WINDOW, Ask, Limit, Settle, Verdict, period_of
 
 if TYPE_CHECKING:
-    from addon.stores.redis_backend import RedisBackend
+    from addon.stores.redis_backend import First, RedisBackend
 
 PERIOD_KEPT = 35 * 86400
 """Seconds a period's spend is kept after the period ends (``scripts/usage`` reads it)."""
@@ -344,35 +344,53 @@ class RedisLimits:
 
     def reserve(self, ask: Ask) -> Verdict:
         def shared() -> Verdict:
-            got = self._reserve(
-                keys=keys_of(self._prefix, ask.client, ask.period),
-                args=[
-                    ask.rid,
-                    ask.rpm or 0,
-                    ask.tpm or 0,
-                    ask.max_parallel or 0,
-                    -1 if ask.budget_nano is None else ask.budget_nano,
-                    ask.tokens,
-                    ask.cost_nano,
-                    int(ask.ttl * 1000),
-                ],
-            )
-            self._shared()
-            name, wait_ms, spent = _text(got[0]), int(got[1]), int(got[2])
-            if spent >= 0:
-                with self._lock:
-                    key = (ask.client, ask.period)
-                    self._known[key] = spent + self._owed.get(key, 0)
-            held, used = (int(got[3]), int(got[4])) if len(got) > 4 else (-1, -1)
-            return Verdict(
-                Limit(name) if name else None,
-                wait_ms / 1000,
-                None if spent < 0 else spent,
-                None if held < 0 else held,
-                None if used < 0 else used,
-            )
+            _, keys, args = self.reserve_step(ask)
+            return self._verdict(ask, self._reserve(keys=keys, args=args))  # type: ignore[arg-type]
 
         return self._backend.call(shared, lambda: self._local().reserve(ask))
+
+    def reserve_step(self, ask: Ask) -> First:
+        """The reserve as a script call another pipeline sends first (the request's
+        prefetch: ``RedisBackend.fetch``); its answer to ``verdict``."""
+        return (
+            self._reserve,
+            keys_of(self._prefix, ask.client, ask.period),
+            [
+                ask.rid,
+                ask.rpm or 0,
+                ask.tpm or 0,
+                ask.max_parallel or 0,
+                -1 if ask.budget_nano is None else ask.budget_nano,
+                ask.tokens,
+                ask.cost_nano,
+                int(ask.ttl * 1000),
+            ],
+        )
+
+    def verdict(self, ask: Ask, got: Any) -> Verdict:
+        """What ``reserve_step``'s answer says: None (not sent: Redis away) → reserved by
+        this worker's memory, as ``reserve`` does then; an exception: raised."""
+        if got is None:
+            return self._local().reserve(ask)
+        if isinstance(got, Exception):
+            raise got
+        return self._verdict(ask, got)
+
+    def _verdict(self, ask: Ask, got: Any) -> Verdict:
+        self._shared()
+        name, wait_ms, spent = _text(got[0]), int(got[1]), int(got[2])
+        if spent >= 0:
+            with self._lock:
+                key = (ask.client, ask.period)
+                self._known[key] = spent + self._owed.get(key, 0)
+        held, used = (int(got[3]), int(got[4])) if len(got) > 4 else (-1, -1)
+        return Verdict(
+            Limit(name) if name else None,
+            wait_ms / 1000,
+            None if spent < 0 else spent,
+            None if held < 0 else held,
+            None if used < 0 else used,
+        )
 
     def settle(self, done: Settle) -> None:
         self.settle_many([done])

@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from addon.config.options import StoreLocation
 from addon.model import JSON
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from addon.stores.redis_backend import RedisBackend
+    from addon.stores.redis_backend import First, RedisBackend
 
 DEFAULT_SIZE = 20_000
 """``bridge_store_size``: entries kept by default."""
@@ -361,14 +361,23 @@ class ReasoningStore:
         keys (``encode``'s) as stored text, and the seconds each cooldown ``names`` has left —
         Redis: in one pipelined round trip; None for a cooldown this store does not keep (not
         Redis, or Redis away: this process's table says). Raises ``StoreError``."""
+        values, lefts, _ = self.fetch_with(keys, names, None)
+        return values, lefts
+
+    def fetch_with(
+        self, keys: list[str], names: list[str], first: First | None
+    ) -> tuple[list[str | None], list[float | None], Any]:
+        """``fetch``, with ``first`` (a script call: the client limits' reserve) sent first
+        in the same Redis pipeline; its answer third (None: not sent: not Redis, or Redis
+        away; an exception: its error)."""
         with self._lock:
             self._check_open()
             now = self._now()
             redis_backend = self._redis
             if redis_backend is not None:
-                return self._guard(lambda: redis_backend.fetch(keys, now, self.ttl, names))
+                return self._guard(lambda: redis_backend.fetch(keys, now, self.ttl, names, first))
             values = self._guard(lambda: self._backend.get_many(keys, now, self.ttl))
-        return values, [None] * len(names)
+        return values, [None] * len(names), None
 
     def scoped(self, scope: Scope) -> ScopedStore:
         """A view bound to ``scope``: what capture writes to and restore reads from."""

@@ -51,6 +51,10 @@ it, then read): a Redis restarted empty gets back the secret the workers use, no
 EVICT_BATCH = 512
 """Index entries older than the TTL dropped per call at most (the rest on later calls)."""
 
+type First = tuple[Script, list[str], list[object]]
+"""A script call sent first in a prefetch's pipeline (the client limits' reserve:
+``addon.stores.limits.RedisLimits.reserve_step``): the script, its keys, its args."""
+
 _LOST = (RedisConnectionError, RedisTimeoutError)
 """Errors that mean Redis is away (refused, reset, timed out, still loading, bad password);
 any other ``RedisError`` is one command's failure: ``StoreError``."""
@@ -312,23 +316,30 @@ class RedisBackend:
         self._call(shared, lambda: self._local.put_many(items, now, bounds))
 
     def fetch(
-        self, keys: list[str], now: float, ttl: float, names: list[str]
-    ) -> tuple[list[str | None], list[float | None]]:
+        self,
+        keys: list[str],
+        now: float,
+        ttl: float,
+        names: list[str],
+        first: First | None = None,
+    ) -> tuple[list[str | None], list[float | None], Any]:
         """A request's prefetch in one pipeline (one round trip): ``get_many`` of ``keys``
-        and the seconds each cooldown of ``names`` has left. While Redis is away: ``local``'s
-        values, and None for every cooldown (this process's table says)."""
+        and the seconds each cooldown of ``names`` has left, after ``first`` (a script call
+        sent first in the same pipeline: the client limits' reserve), whose answer comes
+        third (an exception: its error; None: not sent, Redis is away). While Redis is
+        away: ``local``'s values, and None for every cooldown (this process's table says)."""
 
-        def shared() -> tuple[list[str | None], list[float | None]]:
-            got, lefts = self._pipes.fetch(keys, now, ttl, names)
+        def shared() -> tuple[list[str | None], list[float | None], Any]:
+            got, lefts, answer = self._pipes.fetch(keys, now, ttl, names, first)
             kept = self._local.count()
             values = [
                 v if v is not None else (self._local.get(k, now, ttl) if kept else None)
                 for k, v in zip(keys, got, strict=True)
             ]
-            return values, list[float | None](lefts)
+            return values, list[float | None](lefts), answer
 
-        def local() -> tuple[list[str | None], list[float | None]]:
-            return self._local.get_many(keys, now, ttl), [None] * len(names)
+        def local() -> tuple[list[str | None], list[float | None], Any]:
+            return self._local.get_many(keys, now, ttl), [None] * len(names), None
 
         return self._call(shared, local)
 
@@ -475,7 +486,8 @@ class RedisBackend:
 class _Pipelines:
     """The backend's pipelined commands: one pipeline (not a transaction) each, one round
     trip; the Lua scripts sent by ``EVALSHA``, and once (``SCRIPT LOAD``) to a Redis that does
-    not know them yet (first use, a restart), the pipeline then sent again."""
+    not know them yet (first use, a restart), then only the commands it refused sent again
+    (a script that ran, such as a reserve, never runs twice)."""
 
     def __init__(self, client: redis.Redis, scripts: dict[str, Script]) -> None:
         self._client = client
@@ -492,25 +504,32 @@ class _Pipelines:
                     args = [item.key, item.text, item.size, now, ttl, *evict]
                     self._eval(pipe, "put", [_LRU, _SIZES, _BYTES, _value(item.key)], args)
 
-        self._run(build)
+        _raised(self._run(build))
 
     def fetch(
-        self, keys: list[str], now: float, ttl: float, names: list[str]
-    ) -> tuple[list[str | None], list[float]]:
-        """The values under ``keys`` (as ``_GET_MANY``) and each cooldown's seconds left."""
+        self, keys: list[str], now: float, ttl: float, names: list[str], first: First | None
+    ) -> tuple[list[str | None], list[float], Any]:
+        """The values under ``keys`` (as ``_GET_MANY``) and each cooldown's seconds left,
+        after ``first``'s answer (returned as it came: a value, or its error)."""
 
         def build(pipe: redis.client.Pipeline) -> None:
+            if first is not None:
+                script, first_keys, first_args = first
+                pipe.evalsha(script.sha, len(first_keys), *first_keys, *first_args)  # type: ignore[arg-type]
             if keys:
                 self._eval(pipe, "get_many", [*map(_value, keys), _LRU], [now, _ms(ttl), *keys])
             for name in names:
                 pipe.pttl(_cool(name))
 
-        got = self._run(build) if keys or names else []
+        extra = [first[0]] if first is not None else []
+        got = self._run(build, extra) if keys or names or first is not None else []
+        answer = got.pop(0) if first is not None else None
+        _raised(got)
         values = (
             [bytes(v).decode("utf-8") if v is not None else None for v in got[0]] if keys else []
         )
         lefts = [max(0, int(ms)) / 1000 for ms in got[1 if keys else 0 :]]
-        return values, lefts
+        return values, lefts, answer
 
     def cool_many(self, cools: list[tuple[str, float | None]]) -> None:
         def build(pipe: redis.client.Pipeline) -> None:
@@ -520,25 +539,42 @@ class _Pipelines:
                 elif seconds > 0:
                     self._eval(pipe, "cool", [_cool(name)], [math.ceil(seconds * 1000)])
 
-        self._run(build)
+        _raised(self._run(build))
 
     def _eval(
         self, pipe: redis.client.Pipeline, name: str, keys: list[str], args: Sequence[object]
     ) -> None:
         pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)  # type: ignore[arg-type]
 
-    def _run(self, build: Callable[[redis.client.Pipeline], None]) -> list[Any]:
-        for attempt in (1, 2):
-            pipe = self._client.pipeline(transaction=False)
-            build(pipe)
-            try:
-                return list(pipe.execute())
-            except NoScriptError:
-                if attempt == 2:
-                    raise
-                for script in self._scripts.values():
-                    self._client.script_load(script.script)
-        raise AssertionError("unreachable")
+    def _run(
+        self, build: Callable[[redis.client.Pipeline], None], extra: Sequence[Script] = ()
+    ) -> list[Any]:
+        """Each command's answer, in order (an error in its place). A script Redis does not
+        know: every script loaded (``extra`` too), and only the commands refused sent again,
+        in a second pipeline: a command that ran is not run twice."""
+        pipe = self._client.pipeline(transaction=False)
+        build(pipe)
+        stack = list(pipe.command_stack)
+        got = list(pipe.execute(raise_on_error=False))
+        refused = [i for i, answer in enumerate(got) if isinstance(answer, NoScriptError)]
+        if not refused:
+            return got
+        for script in (*self._scripts.values(), *extra):
+            self._client.script_load(script.script)
+        again = self._client.pipeline(transaction=False)
+        for i in refused:
+            args, options = stack[i]
+            again.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        for i, answer in zip(refused, again.execute(raise_on_error=False), strict=True):
+            got[i] = answer
+        return got
+
+
+def _raised(got: list[Any]) -> None:
+    """The first command's error in a pipeline's answers, raised (none: nothing)."""
+    for answer in got:
+        if isinstance(answer, Exception):
+            raise answer
 
 
 def _value(key: str) -> str:

@@ -7,17 +7,21 @@ trip), at once when a parallel slot they free may be waited for. Counted on a re
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import redis
 import redis.connection
+from mitmproxy import http
+from mitmproxy.test import taddons, tflow, tutils
 
 from addon.config.client_keys import Limits
 from addon.config.options import Settings
@@ -33,12 +37,15 @@ from addon.plan.limits import (
     settle_at_once,
 )
 from addon.plan.routing import match_request
+from addon.shell.addons import Addons, make_addons
 from addon.shell.client_limits import ClientLimits, Reservation
 from addon.shell.store_worker import StoreWorker
+from addon.stores import limits as limits_scripts
 from addon.stores.limits import RedisLimits, keys_of
 from addon.stores.reasoning import memory_backend
 from addon.stores.redis_backend import PREFIX, RedisBackend
 from tests.redis_server import RedisServer, redis_server_or_skip
+from tests.unit.shell.started import started
 
 ROUTE = Route(
     "msgs",
@@ -171,3 +178,113 @@ def test_a_limit_is_near_when_one_more_request_like_it_would_be_refused() -> Non
     assert settle_at_once(a, replace(far, tokens=10_000 - a.tokens))
     assert settle_at_once(a, replace(far, spent_nano=NANO - a.cost_nano))
     assert not settle_at_once(a, replace(far, spent_nano=NANO - 2 * a.cost_nano))
+
+
+ALICE = "sk-alice-0123456789abcdef"
+KEYED = '[[routes]]\nname = "keyed"\npath = "*/chat/completions"\napi_key_env = "CB_ROUTE_KEY"\n'
+
+
+@pytest.fixture
+def gateway(
+    server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Addons]:
+    """The bridge's addons on a Redis store, a client key ``alice`` with ``max_parallel = 3``."""
+    redis.Redis.from_url(server.url).flushdb()
+    monkeypatch.setenv("CB_ROUTE_KEY", "sk-route-0123456789")
+    routes, keys = tmp_path / "routes.toml", tmp_path / "keys.toml"
+    routes.write_text(KEYED)
+    keys.write_text(f'alice = {{ key = "{ALICE}", max_parallel = 3, rpm = 100 }}\n')
+    b = make_addons()
+    with taddons.context(*b.all) as tctx:
+        tctx.configure(b.settings, bridge_routes=str(routes))
+        tctx.configure(b.store, bridge_store=server.url)
+        tctx.configure(b.client_keys, bridge_client_keys=str(keys))
+        started(b.all)
+        yield b
+        b.store.done()
+
+
+def keyed_flow(history: bool = False) -> http.HTTPFlow:
+    """A request of ``alice``'s; ``history``: a later turn (the prefetch reads its reasoning
+    values: the ``get_many`` script goes in its pipeline too)."""
+    turns = [{"role": "assistant", "content": "Hello."}, {"role": "user", "content": "go"}]
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}, *turns[: 2 * history]]}
+    req = tutils.treq(
+        host="api.example.com",
+        port=443,
+        scheme=b"https",
+        method=b"POST",
+        path=b"/v1/chat/completions",
+        headers=http.Headers(
+            ((b"content-type", b"application/json"), (b"authorization", f"Bearer {ALICE}".encode()))
+        ),
+        content=json.dumps(body).encode(),
+    )
+    return tflow.tflow(req=req)
+
+
+def until_decide(b: Addons, flow: http.HTTPFlow) -> None:
+    """Every request hook that runs before the fallbacks pick a route and ``decide`` runs,
+    in mitmproxy's order, awaited as mitmproxy awaits them."""
+
+    async def hooks() -> None:
+        for addon in b.all[: b.all.index(b.fallbacks)]:
+            hook = getattr(addon, "request", None)
+            if hook is not None:
+                waits = hook(flow)
+                if inspect.isawaitable(waits):
+                    await waits
+
+    asyncio.run(hooks())
+
+
+def test_a_request_with_limits_on_redis_makes_one_round_trip_before_decide(
+    gateway: Addons, server: RedisServer, trips: list[str]
+) -> None:
+    """The reserve goes first in the prefetch's pipeline: one round trip for the reservation,
+    the cooldowns and the reasoning values (before: the reserve's, then the prefetch's)."""
+    b = gateway
+    par = keys_of(PREFIX, "alice", "")[2]
+    raw = redis.Redis.from_url(server.url)
+    raw.ping()
+    warm = keyed_flow()  # the scripts known to Redis, the store's secret read
+    until_decide(b, warm)
+    assert warm.response is None
+    trips.clear()
+    flow = keyed_flow()
+    until_decide(b, flow)
+    assert flow.response is None  # admitted
+    assert trips == ["cursor-bridge-store"]  # one round trip, off the hooks' thread
+    record = b.report.flows.get(flow.id)
+    assert record is not None and record.store_view is not None  # the prefetch's, kept
+    assert raw.zcard(par) == 2  # both flows hold their parallel slot: each reserved once
+
+
+def test_a_redis_that_forgot_its_scripts_reserves_once(
+    gateway: Addons, server: RedisServer, trips: list[str]
+) -> None:
+    """``SCRIPT FLUSH`` (a Redis restarted) between requests, then the reserve's script alone
+    loaded again (as a reserve sent on its own loads it): the next request's pipeline runs the
+    reserve and is refused the reasoning values' script. Only what Redis refused is sent
+    again once the scripts are loaded: the reserve is not run twice (a second run counts the
+    first: the third of ``max_parallel = 3`` refused against itself)."""
+    b = gateway
+    par, win = (keys_of(PREFIX, "alice", "")[i] for i in (2, 0))
+    raw = redis.Redis.from_url(server.url)
+    for _ in range(2):
+        f = keyed_flow(history=True)
+        until_decide(b, f)
+        assert f.response is None
+    raw.script_flush()
+    raw.script_load(limits_scripts._RESERVE)
+    third = keyed_flow(history=True)
+    until_decide(b, third)
+    assert third.response is None, third.response and third.response.get_text()
+    assert raw.zcard(par) == 3 and raw.zcard(win) == 3  # each flow reserved once
+    record = b.report.flows.get(third.id)
+    assert record is not None and record.store_view is not None
+    assert record.store_view.error is None  # type: ignore[attr-defined]  # the values read
+    fourth = keyed_flow(history=True)
+    until_decide(b, fourth)  # the limit holds: no slot left for a fourth
+    assert fourth.response is not None and fourth.response.status_code == 429
+    assert raw.zcard(par) == 3
