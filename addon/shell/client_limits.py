@@ -8,8 +8,9 @@ reported. A live worker renews its reservations; a dead one's expire by themselv
 What is reserved and refused is ``addon.plan.limits``'; the counts are the store's
 (``addon.stores.limits``: memory, or Redis shared by every worker when ``bridge_store`` is a
 Redis URL). The store steps run on the store thread (``StoreWorker.call``,
-``addon.shell.store_worker``), as every other store call: never on the event loop; a settle on
-Redis goes to its write queue (``StoreWorker.settle``), no round trip of its own.
+``addon.shell.store_worker``), as every other store call: never on the event loop; a reserve on
+Redis goes first in the request's prefetch pipeline (``Prefetch.reserve``) and a settle to the
+write queue (``StoreWorker.settle``): neither makes a round trip of its own.
 docs/deploy.md#limits-per-client-key."""
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ mitmproxy's event loop, so that a slow or lost store slows no stream.
 - ``Prefetch``: the async request hook (before the fallbacks' and the rewrite's): what the
   request may need before ``decide`` — the reasoning values its history may restore, under
   every scope its route chain may send it with, and its chain's cooldowns — in one round trip,
-  kept on the flow's record (``FlowRecord.store_view``) where ``decide`` reads it.
+  kept on the flow's record (``FlowRecord.store_view``) where ``decide`` reads it. On Redis a
+  client key's reserve rides first in that pipeline (``Prefetch.reserve``, called by the client
+  limits' hook, which runs first): still one round trip before ``decide``.
 
 Why a thread and not ``redis.asyncio``: docs/architecture.md#the-store-thread."""
 

@@ -5,7 +5,8 @@ worker's reservations; ``usage`` reads a client's window and period.
 
 Contract: plain values (``addon.plan.limits``' ``Ask``, ``Verdict``, ``Settle``), no
 mitmproxy, no logging; the calls block (one Redis round trip each; ``settle_many``: one for
-every settle that waited) and are made off the event loop by the shell. Two backends: ``MemoryLimits`` (one worker's own, under a lock) and
+every settle that waited; ``reserve_step``: none of its own, sent first in a request's
+prefetch pipeline, its answer read by ``verdict``) and are made off the event loop by the shell. Two backends: ``MemoryLimits`` (one worker's own, under a lock) and
 ``RedisLimits`` (Lua scripts: every worker on one Redis sees one count). How the windows are
 kept, and the bounds while Redis is lost: docs/deploy.md#limits-per-client-key."""
 

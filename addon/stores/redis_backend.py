@@ -52,8 +52,7 @@ EVICT_BATCH = 512
 """Index entries older than the TTL dropped per call at most (the rest on later calls)."""
 
 type First = tuple[Script, list[str], list[object]]
-"""A script call sent first in a prefetch's pipeline (the client limits' reserve:
-``addon.stores.limits.RedisLimits.reserve_step``): the script, its keys, its args."""
+"""A script call, keys, args sent first in a prefetch's pipeline (``RedisLimits.reserve_step``)."""
 
 _LOST = (RedisConnectionError, RedisTimeoutError)
 """Errors that mean Redis is away (refused, reset, timed out, still loading, bad password);
@@ -323,11 +322,10 @@ class RedisBackend:
         names: list[str],
         first: First | None = None,
     ) -> tuple[list[str | None], list[float | None], Any]:
-        """A request's prefetch in one pipeline (one round trip): ``get_many`` of ``keys``
-        and the seconds each cooldown of ``names`` has left, after ``first`` (a script call
-        sent first in the same pipeline: the client limits' reserve), whose answer comes
-        third (an exception: its error; None: not sent, Redis is away). While Redis is
-        away: ``local``'s values, and None for every cooldown (this process's table says)."""
+        """A request's prefetch in one pipeline (one round trip): ``first`` (a script call:
+        the client limits' reserve; its answer third, an exception its error, None while
+        Redis is away), ``get_many`` of ``keys``, each cooldown of ``names``' seconds left.
+        While Redis is away: ``local``'s values, None for every cooldown (this process's)."""
 
         def shared() -> tuple[list[str | None], list[float | None], Any]:
             got, lefts, answer = self._pipes.fetch(keys, now, ttl, names, first)
@@ -485,9 +483,8 @@ class RedisBackend:
 
 class _Pipelines:
     """The backend's pipelined commands: one pipeline (not a transaction) each, one round
-    trip; the Lua scripts sent by ``EVALSHA``, and once (``SCRIPT LOAD``) to a Redis that does
-    not know them yet (first use, a restart), then only the commands it refused sent again
-    (a script that ran, such as a reserve, never runs twice)."""
+    trip; the Lua scripts by ``EVALSHA``, loaded (``SCRIPT LOAD``) for a Redis that does not
+    know them yet (first use, a restart): then only what it refused sent again."""
 
     def __init__(self, client: redis.Redis, scripts: dict[str, Script]) -> None:
         self._client = client
@@ -509,8 +506,7 @@ class _Pipelines:
     def fetch(
         self, keys: list[str], now: float, ttl: float, names: list[str], first: First | None
     ) -> tuple[list[str | None], list[float], Any]:
-        """The values under ``keys`` (as ``_GET_MANY``) and each cooldown's seconds left,
-        after ``first``'s answer (returned as it came: a value, or its error)."""
+        """``first``'s answer as it came, the values under ``keys``, the seconds left."""
 
         def build(pipe: redis.client.Pipeline) -> None:
             if first is not None:
@@ -549,9 +545,7 @@ class _Pipelines:
     def _run(
         self, build: Callable[[redis.client.Pipeline], None], extra: Sequence[Script] = ()
     ) -> list[Any]:
-        """Each command's answer, in order (an error in its place). A script Redis does not
-        know: every script loaded (``extra`` too), and only the commands refused sent again,
-        in a second pipeline: a command that ran is not run twice."""
+        """Each command's answer (or error); ``NOSCRIPT``: only the refused ones sent again."""
         pipe = self._client.pipeline(transaction=False)
         build(pipe)
         stack = list(pipe.command_stack)
@@ -571,7 +565,6 @@ class _Pipelines:
 
 
 def _raised(got: list[Any]) -> None:
-    """The first command's error in a pipeline's answers, raised (none: nothing)."""
     for answer in got:
         if isinstance(answer, Exception):
             raise answer
