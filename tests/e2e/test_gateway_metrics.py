@@ -21,7 +21,7 @@ import pytest
 
 from tests.e2e.gateway_run import GatewayRun, require_haproxy
 from tests.e2e.harness import JSONReply, Recorded, Reply, ScriptedUpstream, SSEReply
-from tests.e2e.test_metrics import usage_csv
+from tests.e2e.test_metrics import booked_usage_csv
 from tests.e2e.test_shared_store import PASSWORD, store_url
 from tests.e2e.test_usage_ledger import chat_answer, chat_stream
 from tests.prometheus_server import PrometheusServer, prometheus_or_skip
@@ -200,7 +200,7 @@ def _check(
 
     # Every request the ledger counts, Prometheus counts alike (per client and kind).
     prom.wait_for("sum(cursor_bridge_requests_total)", 14)
-    rows = usage_csv(url, "client,route")
+    rows = booked_usage_csv(url, "client,route", 14)
     assert sum(int(r["requests"]) for r in rows) == 14
     for row in rows:
         for kind in ("input", "output", "cache_read", "reasoning"):

@@ -58,6 +58,20 @@ def scrape(port: int) -> str:
     return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
 
 
+def booked_usage_csv(
+    url: str, by: str, requests: int, timeout: float = 15.0
+) -> list[dict[str, str]]:
+    """``usage_csv`` once the ledger holds ``requests`` requests: a worker on a shared store
+    writes its ledger rows from the store thread's queue, within a second of the flow (the
+    metrics count it at once), so a scrape may see a flow the ledger has yet to get."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = usage_csv(url, by)
+        if sum(int(r["requests"]) for r in rows) >= requests or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.2)
+
+
 def usage_csv(url: str, by: str) -> list[dict[str, str]]:
     out = subprocess.run(
         [sys.executable, str(ROOT / "scripts/usage.py"), "--store", url, "--csv", "--by", by],
@@ -178,7 +192,7 @@ def test_prometheus_sums_equal_scripts_usage_for_two_workers(
             assert len(per_worker) == 2 and all(v > 0 for _, v in per_worker)
             prom.wait_for('sum(cursor_bridge_upstream_errors_total{status="500"})', 1)
 
-            rows = usage_csv(url, "client,route")
+            rows = booked_usage_csv(url, "client,route", answered)
             assert sum(int(r["requests"]) for r in rows) == answered
             for row in rows:
                 for kind in ("input", "output", "cache_read", "cache_write", "reasoning"):
