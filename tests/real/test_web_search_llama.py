@@ -28,7 +28,8 @@ import httpx
 import pytest
 
 from tests.e2e.harness import Proxy
-from tests.e2e.test_web_search import RECORDED, _final_of_stream
+from tests.e2e.searching import CLAUDE_CODE as RECORDED
+from tests.e2e.searching import anthropic_final as _final_of_stream
 from tests.real.bridge_clients import KEY, TIMEOUT
 from tests.real.llama_cpp import LlamaServer
 from tests.searxng_server import ScriptedSearxng
