@@ -1,9 +1,12 @@
-"""Records the web search requests of the real Codex CLI and Gemini CLI (issue 44 point 1) as
-each program sends them to a local scripted upstream (no bridge in between), into
-``tests/fixtures/<client>_web_search/`` (Claude Code's is ``claude_code_web_search``):
+"""Records the web search requests of the real Claude Code, Codex CLI and Gemini CLI (issue 44
+point 1) as each program sends them to a local scripted upstream (no bridge in between), into
+``tests/fixtures/<client>_web_search/``:
 
-    .venv/bin/python -m tests.real.clients.search_requests [codex] [gemini-cli]
+    .venv/bin/python -m tests.real.clients.search_requests [claude-code] [codex] [gemini-cli]
 
+- **Claude Code**: its ``WebSearch`` tool makes a request of its own carrying Anthropic's
+  ``web_search_…`` server tool; the scripted model's main turn calls ``WebSearch``, and the
+  tool's request is recorded, answered with a text.
 - **Codex CLI**: its hosted ``web_search`` tool rides in the main turn beside its function
   tools; recorded is turn 1 of ``codex exec`` asked to search, with ``web_search = "live"`` in
   its config.toml (its setting for live searches; ``"cached"`` and ``"disabled"`` are the
@@ -42,6 +45,7 @@ from tests.e2e.harness import (
 )
 from tests.real.clients.loop import Call, answer, gemini_chunk
 from tests.real.clients.programs import REPO, Finished, Program, locate
+from tests.real.clients.test_claude_code import claude
 from tests.real.clients.test_codex import codex
 from tests.real.clients.test_gemini_cli import gemini
 
@@ -51,6 +55,8 @@ PROMPT = f"Search the web for {QUERY}."
 CODEX_CONFIG = 'web_search = "live"\n'
 SOURCES = [{"uri": "https://docs.mitmproxy.org/stable/api/events.html", "title": "Event Hooks"}]
 KEY_HEADERS = {"authorization", "x-goog-api-key", "x-api-key"}
+HEX_ID = re.compile(r"[0-9a-f]{16,}")
+"""Claude Code's ``metadata.user_id`` ids (a device id of 64 hex digits)."""
 UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 
 
@@ -102,6 +108,37 @@ def record_gemini_cli(program: Program, workdir: Path) -> Recording:
     return Recording(program, done, kept[0], how)
 
 
+def record_claude_code(program: Program, workdir: Path) -> Recording:
+    kept: list[Recorded] = []
+
+    def script(rec: Recorded) -> Reply:
+        if rec.method != "POST":
+            return JSONReply({})
+        body: Any = rec.json()
+        stream = bool(body.get("stream"))
+        if any(str(t.get("type", "")).startswith("web_search_") for t in body.get("tools") or []):
+            kept.append(rec)
+            return answer("anthropic", stream, f"Nothing found for {QUERY}.")
+        last = body["messages"][-1]["content"]
+        if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
+            return answer("anthropic", stream, "Searched.")
+        return answer("anthropic", stream, None, [Call("WebSearch", {"query": QUERY}, id="ws1")])
+
+    with ScriptedUpstream() as upstream:
+        upstream.script = script
+        done = claude(program, upstream, _project(workdir), PROMPT, allowed="WebSearch")
+    assert kept, done.describe()
+    how = (
+        f"claude -p {PROMPT!r} --output-format stream-json --verbose --allowedTools WebSearch "
+        "--max-turns 4 --model claude-sonnet-4-6, ANTHROPIC_API_KEY=<redacted> "
+        "ANTHROPIC_BASE_URL=<the scripted upstream> (nonessential traffic, telemetry, "
+        "updates and error reporting off). The scripted model's main turn called WebSearch; "
+        "the tool's own request (carrying the web_search_… server tool) is this one, answered "
+        "with a text."
+    )
+    return Recording(program, done, kept[0], how)
+
+
 def record_codex(program: Program, workdir: Path) -> Recording:
     kept: list[Recorded] = []
 
@@ -130,6 +167,7 @@ def record_codex(program: Program, workdir: Path) -> Recording:
 
 
 RECORDERS: dict[str, tuple[str, Callable[[Program, Path], Recording]]] = {
+    "claude-code": ("claude_code_web_search", record_claude_code),
     "codex": ("codex_web_search", record_codex),
     "gemini-cli": ("gemini_cli_web_search", record_gemini_cli),
 }
@@ -154,6 +192,9 @@ def sanitized(rec: Recorded, workdir: Path) -> dict[str, Any]:
         text = text.replace(folder, "/home/user")
     text = UUID.sub(lambda m: re.sub(r"[0-9a-f]", "0", m.group()), text)
     out: dict[str, Any] = json.loads(text)
+    metadata = out["body"].get("metadata")
+    if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
+        metadata["user_id"] = HEX_ID.sub(lambda m: "0" * len(m.group()), metadata["user_id"])
     return out
 
 

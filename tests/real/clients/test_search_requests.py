@@ -1,8 +1,12 @@
-"""The real Codex CLI and Gemini CLI search the web (issue 44 point 1; docs/tools.md#web-search):
-their recorded search requests (``search_requests``: ``tests/fixtures/codex_web_search``,
-``tests/fixtures/gemini_cli_web_search``) are still what they send, and each program, through a
+"""The real Claude Code, Codex CLI and Gemini CLI search the web (issue 44 point 1;
+docs/tools.md#web-search): their recorded search requests (``search_requests``:
+``tests/fixtures/<client>_web_search``) are still what they send, and each program, through a
 bridge on an OpenAI chat upstream whose route names the scripted SearXNG Search API, reads the
 answer the bridge makes of the search and shows what only the search result held.
+
+- **Claude Code**: the main turn's model calls ``WebSearch``; the tool's own request (only the
+  ``web_search_20250305`` server tool, ``tool_choice`` naming it) is answered by the bridge with
+  ``server_tool_use`` / ``web_search_tool_result`` blocks, which the tool turns into its result.
 
 - **Codex**: the main turn carries its hosted ``web_search`` tool; the bridge offers the model a
   ``web_search`` function beside Codex's tools, runs the search it calls and feeds the results
@@ -21,10 +25,11 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Proxy, Recorded, Reply, ScriptedUpstream
+from tests.e2e.harness import JSONReply, Proxy, Recorded, Reply, ScriptedUpstream
 from tests.real.clients.loop import Call, answer
 from tests.real.clients.programs import Finished, Program
 from tests.real.clients.search_requests import FIXTURES, PROMPT, QUERY, RECORDERS, sanitized
+from tests.real.clients.test_claude_code import KEY, claude, final_result
 from tests.real.clients.test_codex import agent_messages, codex
 from tests.real.clients.test_gemini_cli import assistant_text, gemini
 from tests.searxng_server import ScriptedSearxng
@@ -79,6 +84,8 @@ class ChatModel:
         self.main_turns: list[dict[str, Any]] = []
 
     def __call__(self, rec: Recorded) -> Reply:
+        if rec.method != "POST":  # Claude Code's HEAD / (its connectivity check)
+            return JSONReply({})
         body = rec.json()
         stream = bool(body.get("stream"))
         names = [t["function"]["name"] for t in body.get("tools") or []]
@@ -121,6 +128,29 @@ def _search_through_bridge(
     assert len(model.searches) == 2, context  # the search call, then the fed-back results
     assert "Traceback" not in log, context
     return done, log
+
+
+def test_claude_code_shows_a_search_result_from_a_chat_upstream(
+    program: Callable[[str], Program], project: Path, token: str
+) -> None:
+    """Claude Code's WebSearch tool reads the ``server_tool_use`` / ``web_search_tool_result``
+    blocks: the result's URL and title reach its main turn as the tool's result."""
+    found = program("claude-code")
+    model = ChatModel(token, Call("WebSearch", {"query": QUERY}, id="call_main1"))
+    done, log = _search_through_bridge(
+        "anthropic",
+        "*/v1/messages",
+        model,
+        lambda proxy: claude(found, proxy, project, PROMPT, allowed="WebSearch"),
+        project.parent,
+    )
+    assert token in final_result(done), done.describe()
+    assert [t["function"]["name"] for t in model.searches[0]["tools"]] == ["web_search"]
+    assert model.searches[0]["tool_choice"] == "required"  # its choice names the only tool
+    assert model.searches[1].get("tool_choice", "auto") == "auto"
+    told = _said(model.main_turns[-1]["messages"][-1])
+    assert token in told and f"https://example.org/{token.lower()}" in told, told
+    assert KEY not in log
 
 
 def test_codex_shows_a_search_result_from_a_chat_upstream(
