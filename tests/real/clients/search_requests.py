@@ -79,25 +79,42 @@ def _grounded(stream: bool) -> Reply:
     return SSEReply(sse_from_payloads([chunk])) if stream else JSONReply(chunk)
 
 
-def record_gemini_cli(program: Program, workdir: Path) -> Recording:
+def _recorded(
+    program: Program,
+    how: str,
+    run: Callable[[ScriptedUpstream], Finished],
+    is_search: Callable[[Any], bool],
+    reply: Callable[[Recorded, Any, bool], Reply],
+) -> Recording:
+    """``run`` the program against a scripted upstream answering each POST with ``reply(rec,
+    body, searching)``; the first request ``is_search`` finds searching is the recording."""
     kept: list[Recorded] = []
 
     def script(rec: Recorded) -> Reply:
-        if rec.method != "POST":
+        if rec.method != "POST":  # a connectivity check (HEAD /)
             return JSONReply({})
         body: Any = rec.json()
-        stream = ":streamGenerateContent" in rec.path
-        if any("googleSearch" in t for t in body.get("tools") or []):
+        searching = is_search(body)
+        if searching:
             kept.append(rec)
+        return reply(rec, body, searching)
+
+    with ScriptedUpstream() as upstream:
+        upstream.script = script
+        done = run(upstream)
+    assert kept, done.describe()
+    return Recording(program, done, kept[0], how)
+
+
+def record_gemini_cli(program: Program, workdir: Path) -> Recording:
+    def reply(rec: Recorded, body: Any, searching: bool) -> Reply:
+        stream = ":streamGenerateContent" in rec.path
+        if searching:
             return _grounded(stream)
         if any("functionResponse" in p for p in body["contents"][-1]["parts"]):
             return answer("gemini", stream, "Searched.")
         return answer("gemini", stream, None, [Call("google_web_search", {"query": QUERY})])
 
-    with ScriptedUpstream() as upstream:
-        upstream.script = script
-        done = gemini(program, upstream, _project(workdir), PROMPT)
-    assert kept, done.describe()
     how = (
         f"gemini -p {PROMPT!r} --approval-mode yolo --output-format stream-json --model "
         "gemini-2.5-flash, GEMINI_API_KEY=<redacted> GOOGLE_GEMINI_BASE_URL=<the scripted "
@@ -105,29 +122,25 @@ def record_gemini_cli(program: Program, workdir: Path) -> Recording:
         "updates off). The scripted model's main turn called google_web_search; its tool's "
         "own request is this one, answered with a text and groundingMetadata."
     )
-    return Recording(program, done, kept[0], how)
+    return _recorded(
+        program,
+        how,
+        lambda upstream: gemini(program, upstream, _project(workdir), PROMPT),
+        lambda body: any("googleSearch" in t for t in body.get("tools") or []),
+        reply,
+    )
 
 
 def record_claude_code(program: Program, workdir: Path) -> Recording:
-    kept: list[Recorded] = []
-
-    def script(rec: Recorded) -> Reply:
-        if rec.method != "POST":
-            return JSONReply({})
-        body: Any = rec.json()
+    def reply(rec: Recorded, body: Any, searching: bool) -> Reply:
         stream = bool(body.get("stream"))
-        if any(str(t.get("type", "")).startswith("web_search_") for t in body.get("tools") or []):
-            kept.append(rec)
+        if searching:
             return answer("anthropic", stream, f"Nothing found for {QUERY}.")
         last = body["messages"][-1]["content"]
         if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
             return answer("anthropic", stream, "Searched.")
         return answer("anthropic", stream, None, [Call("WebSearch", {"query": QUERY}, id="ws1")])
 
-    with ScriptedUpstream() as upstream:
-        upstream.script = script
-        done = claude(program, upstream, _project(workdir), PROMPT, allowed="WebSearch")
-    assert kept, done.describe()
     how = (
         f"claude -p {PROMPT!r} --output-format stream-json --verbose --allowedTools WebSearch "
         "--max-turns 4 --model claude-sonnet-4-6, ANTHROPIC_API_KEY=<redacted> "
@@ -136,24 +149,18 @@ def record_claude_code(program: Program, workdir: Path) -> Recording:
         "the tool's own request (carrying the web_search_… server tool) is this one, answered "
         "with a text."
     )
-    return Recording(program, done, kept[0], how)
+    return _recorded(
+        program,
+        how,
+        lambda upstream: claude(program, upstream, _project(workdir), PROMPT, "WebSearch"),
+        lambda body: any(
+            str(t.get("type", "")).startswith("web_search_") for t in body.get("tools") or []
+        ),
+        reply,
+    )
 
 
 def record_codex(program: Program, workdir: Path) -> Recording:
-    kept: list[Recorded] = []
-
-    def script(rec: Recorded) -> Reply:
-        if rec.method != "POST":
-            return JSONReply({})
-        body: Any = rec.json()
-        if any(t.get("type") == "web_search" for t in body.get("tools") or []):
-            kept.append(rec)
-        return answer("openai_responses", bool(body.get("stream")), "Searched.")
-
-    with ScriptedUpstream() as upstream:
-        upstream.script = script
-        done = codex(program, upstream, _project(workdir), PROMPT, CODEX_CONFIG)
-    assert kept, done.describe()
     how = (
         f"codex exec --skip-git-repo-check --json {PROMPT!r}, CODEX_HOME=<home>/.codex "
         'BRIDGE_KEY=<redacted> (config.toml: model = "gpt-5.5", model_provider = "bridge", '
@@ -163,7 +170,13 @@ def record_codex(program: Program, workdir: Path) -> Recording:
         "stream_max_retries = 0). Turn 1 (the main turn, carrying the hosted web_search tool "
         "beside the function tools), answered with a text."
     )
-    return Recording(program, done, kept[0], how)
+    return _recorded(
+        program,
+        how,
+        lambda upstream: codex(program, upstream, _project(workdir), PROMPT, CODEX_CONFIG),
+        lambda body: any(t.get("type") == "web_search" for t in body.get("tools") or []),
+        lambda rec, body, _: answer("openai_responses", bool(body.get("stream")), "Searched."),
+    )
 
 
 RECORDERS: dict[str, tuple[str, Callable[[Program, Path], Recording]]] = {
