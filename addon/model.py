@@ -89,13 +89,19 @@ class Text:
 
 @dataclass(frozen=True, slots=True)
 class Image:
-    """An image, as a URL (``https:`` or ``data:`` URL)."""
+    """An image, as a URL (``https:`` or ``data:`` URL), or a file the client's provider keeps
+    (``file``)."""
 
     url: str
     detail: str | None = None
     """OpenAI's ``detail`` hint (``low`` / ``high`` / ``auto``), when given."""
     extra: JSON = field(default_factory=dict)
     cache: CacheMark | None = None
+    file: str | None = None
+    """The id or URI of a file the client uploaded to its provider (a Responses
+    ``input_image``'s ``file_id``, an Anthropic ``file`` source's ``file_id``, a Gemini Files
+    API or ``gs://`` ``fileUri``): the bridge holds neither its bytes nor a URL anyone else
+    may read (``url`` is then empty, or Gemini's URI)."""
     kind: Literal["image"] = "image"
 
 

@@ -5,21 +5,29 @@ ledger books) against the bridge's own count of the same requests
 of the next request on that route and model, rounded up.
 
 Glossary: *own count* is ``estimate_request`` of the unified request; *real* is the answer's
-``Usage.prompt_tokens`` (cached tokens included: the model read them all).
+``Usage.prompt_tokens`` (cached tokens included: the model read them all); *a lesson* is one
+answer's ratio real / own.
 
-Contract: plain values, in memory, per process (each worker learns from the answers it
-relays); bounded: ``WINDOW`` ratios per route and model, ``MAX_KEYS`` routes and models (the
-one answered longest ago goes first). Used on the event loop only (not thread-safe)."""
+Contract: plain values, no I/O. ``Calibration``: this process's ratios, in memory (all there is
+with a store in memory; used on the event loop only, not thread-safe); bounded: ``WINDOW``
+ratios per route and model, ``MAX_KEYS`` routes and models (the one answered longest ago goes
+first). With a store that does I/O (SQLite, Redis) every lesson also goes to the store, shared
+by every worker on it and kept across restarts (``addon.stores.ratios``), and a count reads the
+store's ratios where its request's prefetch read them (``Shared``)."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
-from typing import Final
+from typing import Final, Protocol
 
-WINDOW: Final = 16
+from addon.stores.base import RATIOS_KEPT
+
+WINDOW: Final = RATIOS_KEPT
 """The recent answers a ratio is the median of: one odd answer (a cache, a tool-heavy turn)
 moves it little, a new system prompt moves it within a few answers."""
 MAX_KEYS: Final = 1024
@@ -35,22 +43,48 @@ class Calibrated:
     """How many answers the ratio is the median of."""
 
 
+class Scales(Protocol):
+    """What a count is scaled by: this process's ``Calibration``, or ``Shared``."""
+
+    def scale(self, route: str, model: str, own: int) -> Calibrated | None: ...
+
+
+def store_key(route: str, model: str) -> str:
+    """The one string a route and model's ratios are kept under in a store (a JSON array:
+    unambiguous whatever the names hold)."""
+    return json.dumps([route, model], separators=(",", ":"))
+
+
+def ratio_of(own: int, real: int) -> float | None:
+    """One answer's lesson: ``real / own``; None: no count of the same request."""
+    if own <= 0 or real <= 0:
+        return None
+    ratio = real / own
+    return ratio if RATIO_BOUNDS[0] <= ratio <= RATIO_BOUNDS[1] else None
+
+
+def scaled(ratios: Sequence[float], own: int, window: int = WINDOW) -> Calibrated | None:
+    """``own`` scaled by the median of the last ``window`` ``ratios``, rounded up; None: none."""
+    recent = list(ratios)[-window:]
+    if not recent:
+        return None
+    return Calibrated(max(1, math.ceil(own * median(recent))), len(recent))
+
+
 class Calibration:
-    """The ratios real / own by ``(route name, model as sent upstream)``."""
+    """The ratios real / own by ``(route name, model as sent upstream)``, this process's."""
 
     def __init__(self, window: int = WINDOW, max_keys: int = MAX_KEYS) -> None:
         self._window = window
         self._max_keys = max_keys
         self._ratios: OrderedDict[tuple[str, str], deque[float]] = OrderedDict()
 
-    def learn(self, route: str, model: str, own: int, real: int) -> None:
+    def learn(self, route: str, model: str, own: int, real: int) -> float | None:
         """One answer: the upstream counted ``real`` prompt tokens where the bridge's own
-        count of the same request was ``own``."""
-        if own <= 0 or real <= 0:
-            return
-        ratio = real / own
-        if not RATIO_BOUNDS[0] <= ratio <= RATIO_BOUNDS[1]:
-            return
+        count of the same request was ``own``. Returns the ratio learned (None: left out)."""
+        ratio = ratio_of(own, real)
+        if ratio is None:
+            return None
         key = (route, model)
         ratios = self._ratios.get(key)
         if ratios is None:
@@ -60,11 +94,33 @@ class Calibration:
         else:
             self._ratios.move_to_end(key)
         ratios.append(ratio)
+        return ratio
 
     def scale(self, route: str, model: str, own: int) -> Calibrated | None:
         """``own`` scaled by the median ratio of ``route`` and ``model``, rounded up; None:
         no answer of theirs yet."""
-        ratios = self._ratios.get((route, model))
-        if not ratios:
-            return None
-        return Calibrated(max(1, math.ceil(own * median(ratios))), len(ratios))
+        return scaled(self._ratios.get((route, model), ()), own, self._window)
+
+
+class Shared:
+    """The ratios of a store that does I/O, as one request's prefetch read them (``read``:
+    ``store_key`` → the store's ratios, oldest first; a key not read: the store did not
+    answer, and this process's ``local`` ones count), with this process's lessons not yet
+    written (``pending``) after them."""
+
+    __slots__ = ("_local", "_pending", "_read")
+
+    def __init__(
+        self,
+        local: Calibration,
+        read: Mapping[str, Sequence[float]],
+        pending: Callable[[str], Sequence[float]],
+    ) -> None:
+        self._local, self._read, self._pending = local, read, pending
+
+    def scale(self, route: str, model: str, own: int) -> Calibrated | None:
+        key = store_key(route, model)
+        stored = self._read.get(key)
+        if stored is None:
+            return self._local.scale(route, model, own)
+        return scaled([*stored, *self._pending(key)], own)

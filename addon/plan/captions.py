@@ -19,7 +19,7 @@ from addon.config.routes import GLOB_CHARS, Route, withholds_key
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import Target, WireRequest
 from addon.model import ClientError, Image, Message, Params, Request, Text, Usage
-from addon.plan.images import image_key, images_of
+from addon.plan.images import TAKES_URLS, image_key, images_of, source_of
 from addon.plan.routing import RouteMatch
 from addon.plan.values import Incoming, dump, error_bytes, load_json, short
 from addon.plan.wire_request import auth_value, read_key
@@ -52,7 +52,7 @@ class Wanted:
     vision: Route
     image: Image = field(repr=False)
     key: str
-    """``image_key``: SHA-256 of its bytes (or URL)."""
+    """``image_key``: SHA-256 of its bytes (or file id, or URL)."""
 
     @property
     def name(self) -> tuple[str, str]:
@@ -62,12 +62,23 @@ class Wanted:
 
 def wanted(chain: tuple[Route, ...], routes: tuple[Route, ...], req: Request) -> tuple[Wanted, ...]:
     """The images of ``req`` each vision route of ``chain`` (a route with ``images = false``
-    and ``vision``) must caption, each once."""
+    and ``vision``) must caption, each once; none for a route whose request is refused anyway
+    (``addon.plan.images.refusal``: a file the client uploaded, a URL where the vision
+    route's upstream takes bytes only)."""
+    images = images_of(req)
+    held = {source_of(image) for image in images}
+    if "file" in held:  # no vision route can read it: the request is refused (``refusal``)
+        return ()
     by_name = {r.name: r for r in routes}
-    visions = [by_name[r.vision] for r in chain if r.images is False and r.vision in by_name]
+    visions = [
+        by_name[r.vision]
+        for r in chain
+        if r.images is False
+        and r.vision in by_name
+        and ("url" not in held or by_name[r.vision].upstream in TAKES_URLS)
+    ]
     if not visions:
         return ()
-    images = images_of(req)
     out: dict[tuple[str, str], Wanted] = {}
     for vision in dict.fromkeys(visions):
         for image in images:

@@ -17,10 +17,10 @@ from addon.config.routes import Route, match, withholds_key
 from addon.dialects import DIALECTS, Dialect
 from addon.dialects.base import Query, Target
 from addon.model import ClientError, Request, UnsupportedShape
-from addon.plan.calibration import Calibration
+from addon.plan.calibration import Scales
 from addon.plan.conditions import RequestView
 from addon.plan.llama_count import CountLlama, llama_request
-from addon.plan.token_counter import Counted, count_calibrated
+from addon.plan.token_counter import Counted, calibration_key, count_calibrated
 from addon.plan.values import dump, load_json
 from addon.plan.wire_request import RouteKey, credentials, secret_values
 from addon.redact import Secrets
@@ -90,6 +90,18 @@ def count_route(
     return route if client.token_count_endpoint and chat.endswith(client.path) else None
 
 
+def count_calibration_key(route: Route, raw: bytes) -> str | None:
+    """The store key of the ratios a token-count request on ``route`` may be scaled by
+    (``addon.plan.calibration.store_key``: the route and the body's model as sent upstream),
+    for its prefetch to read; None: the route does not count it by the estimate."""
+    try:
+        body = load_json(raw)
+    except (ValueError, RecursionError):
+        return None
+    model = body.get("model") if isinstance(body, dict) else None
+    return calibration_key(route, model if isinstance(model, str) else None)
+
+
 def count_request(
     route: Route,
     path: str,
@@ -98,7 +110,7 @@ def count_request(
     query: Query,
     env: Mapping[str, str],
     addressed: tuple[str, int | None] | None = None,
-    calibration: Calibration | None = None,
+    calibration: Scales | None = None,
 ) -> CountLocally | CountUpstream | CountLlama | None:
     """What to do with a token-count request on ``route`` (``count_route``); None: send it
     upstream as it came (a body that is not strict JSON is not the bridge's to judge). A
@@ -121,7 +133,7 @@ def _count_request(
     query: Query,
     env: Mapping[str, str],
     withhold: bool,
-    calibration: Calibration | None,
+    calibration: Scales | None,
 ) -> CountLocally | CountUpstream | CountLlama | None:
     try:
         body = load_json(raw)

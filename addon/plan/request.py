@@ -172,7 +172,7 @@ def _decide(
         return _reject(plan, e)
     try:
         decoded = _decode(client, body, made, incoming, notes)
-        decoded = see_images(route, decoded, captions or {}, notes)
+        decoded = see_images(route, decoded, captions or {}, notes, settings.routes)
         plan = replace(
             plan,
             defaults=AnswerDefaults(decoded.model, int(clock()), new_nonce()),

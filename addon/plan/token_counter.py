@@ -16,7 +16,7 @@ from typing import Any
 from addon.config.routes import Route
 from addon.dialects import DIALECTS, OPENAI_CHAT
 from addon.model import ClientError, Request, UnsupportedShape
-from addon.plan.calibration import Calibration
+from addon.plan.calibration import Calibration, Scales, store_key
 from addon.transforms.tokenizers import TokenizerName, count_chat, tokenizer_for
 from addon.transforms.tokens import estimate_input_tokens, estimate_request
 
@@ -70,7 +70,7 @@ def count_input(route: Route | None, req: Request | None, body: Any) -> Counted:
 
 
 def count_calibrated(
-    route: Route, req: Request | None, body: Any, calibration: Calibration | None
+    route: Route, req: Request | None, body: Any, calibration: Scales | None
 ) -> Counted:
     """``count_input``, its estimate calibrated where ``calibration`` has answers of
     ``route`` and the model it sends upstream (``addon.plan.calibration``)."""
@@ -90,8 +90,20 @@ def calibrates(route: Route, model: str) -> bool:
 
 def learn_answer(
     calibration: Calibration, route: Route, req: Request, prompt_tokens: int | None
-) -> None:
+) -> tuple[str, float] | None:
     """An answered flow's prompt tokens learned against the bridge's own count of ``req`` as
-    it went upstream (its model as sent), where the route may count by the estimate."""
-    if prompt_tokens is not None and calibrates(route, req.model):
-        calibration.learn(route.name, req.model, estimate_request(req), prompt_tokens)
+    it went upstream (its model as sent), where the route may count by the estimate. Returns
+    the lesson for a store that does I/O: its ``store_key`` and ratio (None: nothing learned)."""
+    if prompt_tokens is None or not calibrates(route, req.model):
+        return None
+    ratio = calibration.learn(route.name, req.model, estimate_request(req), prompt_tokens)
+    return None if ratio is None else (store_key(route.name, req.model), ratio)
+
+
+def calibration_key(route: Route, model: str | None) -> str | None:
+    """The ``store_key`` a count of ``model`` on ``route`` is scaled by (the model as sent
+    upstream: its ``model_map``'s name); None: the route does not count it by the estimate."""
+    if model is None:
+        return None
+    sent = route.mapped_model(model) or model
+    return store_key(route.name, sent) if calibrates(route, sent) else None

@@ -69,7 +69,8 @@ class Addons:
         ``bridge_metrics`` before the settings addon checks the options given early; its
         first-token clock wraps a stream after the redaction did. A store that does I/O is
         read for the request (``prefetch``, async) before the fallbacks pick a route and the
-        request is decided (docs/architecture.md#the-store-thread). A text-only route's images
+        request is decided (docs/architecture.md#the-store-thread), and before a token count
+        is answered (the calibrated estimate's ratios). A text-only route's images
         are captioned (``captions``, async) once the route is picked, before the rewrite."""
         return [
             self.retry,
@@ -77,8 +78,8 @@ class Addons:
             self.client_keys,
             self.limits,
             self.catalogue,
-            self.count_tokens,
             self.prefetch,
+            self.count_tokens,
             self.fallbacks,
             self.kiro,
             self.captions,

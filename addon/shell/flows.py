@@ -206,6 +206,15 @@ class Flows:
             )
         return found
 
+    def counted(
+        self, flow: http.HTTPFlow, settings: Settings
+    ) -> tuple[Route | None, StoreView | None]:
+        """A token count's route (``route_match``'s ``counted``; None: not a count) and what
+        its request's prefetch read of the store (the calibrated estimate's ratios)."""
+        route = self.route_match(flow, settings).counted
+        record = self._records.get(flow.id)
+        return route, record.store_view if record is not None else None
+
     def end(self, flow_id: str) -> None:
         """The flow is over for the bridge: everything its record held is let go."""
         record = self._records.pop(flow_id, None)

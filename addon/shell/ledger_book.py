@@ -59,7 +59,8 @@ class UsageCounting:
         at once while the store thread reads a fresh one."""
         self.calibration = Calibration()
         """What the estimate learns from each booked answer (``addon.plan.calibration``):
-        the count_tokens addon scales its estimates by it."""
+        the count_tokens addon scales its estimates by it (a store that does I/O: by the
+        store's, each lesson queued for it too)."""
 
     def configure(self, updated: set[str]) -> None:
         """After the store's own ``configure`` (the addons' order): the ledger goes where
@@ -125,7 +126,12 @@ class UsageCounting:
             return
         plan = run.plan
         if plan is not None and plan.unified is not None and report.usage is not None:
-            learn_answer(self.calibration, plan.route, plan.unified, report.usage.prompt_tokens)
+            lesson = learn_answer(
+                self.calibration, plan.route, plan.unified, report.usage.prompt_tokens
+            )
+            shared = lesson is not None and self._store.does_io  # the store thread writes it
+            if shared and lesson is not None and self._store.worker.queue.learn(*lesson):
+                self._store.worker.wake()
         self.book(booked)
 
     def book(self, booked: Booking) -> None:

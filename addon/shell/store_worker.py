@@ -29,13 +29,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mitmproxy import http
 
 from addon.config.routes import Route, fallback_chain
-from addon.plan import route_for
 from addon.plan.conditions import RequestView
+from addon.plan.count_tokens import count_calibration_key
 from addon.plan.key_pool import link_name, links, revoked_mark
 from addon.plan.key_probe import probed_mark
 from addon.redact import clean
 from addon.shell.flows import Flows
-from addon.shell.host_filter import outside_proxy_hosts
 from addon.shell.notes import log, log_internal_error
 from addon.shell.settings import BridgeSettings
 from addon.stores.base import CONNECT_TIMEOUT, RETRY_FIRST, StoreError
@@ -56,6 +55,10 @@ PROBE_EVERY = RETRY_FIRST
 """Seconds no request waits for the store thread after one waited ``WAIT_MOST`` in vain."""
 DRAIN_WAIT = 10.0
 """Seconds ``close`` (mitmproxy's ``done``) waits for the last write."""
+
+type Wanted = tuple[ReasoningStore, list[str], list[str], list[str]]
+"""What a request's prefetch reads: the store, full store keys, cooldown names, the keys of
+the calibration's ratios."""
 
 _STOP = object()
 _NOW = object()
@@ -240,6 +243,7 @@ class StoreWorker:
             if store is not None:
                 store.put_many(batch.puts)
                 _share_cools(store, batch)
+                store.add_ratios(batch.ratios)
         except Exception as e:  # reasoning values lost: a later turn restores less
             self._fail("reasoning store", e)
         try:
@@ -332,12 +336,11 @@ class Prefetch:
         wanted = self._wanted(flow)
         if wanted is None:
             return None
-        store, keys, names = wanted
-        if not keys and not names and self._life.known_secret:
+        if not any(wanted[1:]) and self._life.known_secret:
             # Nothing to read (a first turn on a route without cooldowns): no hand-off.
             self._flows.open(flow.id).store_view = self._life.view(Fetched())
             return None
-        return self._fetch(flow.id, store, keys, names)
+        return self._fetch(flow.id, *wanted)
 
     async def reserve(self, flow: http.HTTPFlow, limits: RedisLimits, ask: Ask) -> Verdict:
         """The client limits' reserve on Redis (``ClientLimits.request``, which runs before
@@ -348,17 +351,20 @@ class Prefetch:
         wanted = self._wanted(flow)
         if wanted is None:
             return await self._life.worker.call(limits.reserve, ask)
-        store, keys, names = wanted
+        store, keys, names, ratios = wanted
         first = limits.reserve_step(ask)
 
         def both() -> tuple[Fetched | StoreError, Verdict | Exception]:
             try:
                 secret = store.secret
-                values, lefts, answer = store.fetch_with(keys, names, first)
+                values, lefts, answer, read = store.fetch_with(keys, names, first, ratios)
             except StoreError as e:  # the reserve's fate unknown: an expiring one at most
                 return e, e
             got = Fetched(
-                dict(zip(keys, values, strict=True)), dict(zip(names, lefts, strict=True)), secret
+                dict(zip(keys, values, strict=True)),
+                dict(zip(names, lefts, strict=True)),
+                secret,
+                read,
             )
             try:
                 return got, limits.verdict(ask, answer)
@@ -371,9 +377,10 @@ class Prefetch:
             raise verdict
         return verdict
 
-    def _wanted(self, flow: http.HTTPFlow) -> tuple[ReasoningStore, list[str], list[str]] | None:
+    def _wanted(self, flow: http.HTTPFlow) -> Wanted | None:
         """The store and what this request's prefetch reads of it (full store keys, cooldown
-        names); None: nothing to fetch (no store doing I/O, no route, an answered flow)."""
+        names, the calibration's ratios of a token count: ``count_calibration_key``); None:
+        nothing to fetch (no store doing I/O, no route, an answered flow)."""
         life = self._life
         store = life.store
         if store is None or not life.does_io or flow.response is not None:
@@ -382,27 +389,39 @@ class Prefetch:
             return None
         try:
             settings = self._settings.settings
-            req = flow.request
-            view = RequestView(req.get_content(strict=False) or b"", req.path)
-            route = route_for(settings, req.method, req.host, req.path, view)
-            if route is None or outside_proxy_hosts(flow):
+            match = self._flows.route_match(flow, settings)
+            if match.outside:
+                return None
+            if match.counted is not None:  # a token count: its ratios, nothing to restore
+                key = count_calibration_key(match.counted, match.view.body)
+                return store, [], [], [key] if key is not None else []
+            route = match.route
+            if route is None:
                 return None
             chain = fallback_chain(route, settings.routes)
-            keys = _reasoning_keys(chain, view, route, req.host, settings.models)
+            keys = _reasoning_keys(chain, match.view, route, flow.request.host, settings.models)
             names = _cooldown_names(chain) if life.cooldowns is not None else []
         except Exception as e:
             log_internal_error("cursor-bridge: store prefetch", e)
             return None
-        return store, keys, names
+        return store, keys, names, []
 
     async def _fetch(
-        self, flow_id: str, store: ReasoningStore, keys: list[str], names: list[str]
+        self,
+        flow_id: str,
+        store: ReasoningStore,
+        keys: list[str],
+        names: list[str],
+        ratios: list[str],
     ) -> None:
         def read() -> Fetched:
             secret = store.secret
-            values, lefts = store.fetch(keys, names)
+            values, lefts, _, got = store.fetch_with(keys, names, None, ratios)
             return Fetched(
-                dict(zip(keys, values, strict=True)), dict(zip(names, lefts, strict=True)), secret
+                dict(zip(keys, values, strict=True)),
+                dict(zip(names, lefts, strict=True)),
+                secret,
+                got,
             )
 
         got = await self._life.worker.fetch(read)

@@ -4,7 +4,8 @@ the upstream's own counting call, ask a llama.cpp server, or answer with an esti
 this applies the decision in ``request`` (a llama.cpp server asked through ``Retry``, on the
 bridge's upstream path) and the answer it gives for the upstream's in ``response``. Estimates
 are calibrated by the answers the usage ledger books (``Calibration``, shared with
-``addon.shell.ledger_book``). Never a host outside mitmproxy's ``allow_hosts`` /
+``addon.shell.ledger_book``; with a store that does I/O, the ratios its request's prefetch read,
+every worker's). Never a host outside mitmproxy's ``allow_hosts`` /
 ``ignore_hosts``. How it answers: docs/dialects/anthropic.md."""
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from addon.shell.notes import append_comment, log, log_internal_error
 from addon.shell.option_checks import environment
 from addon.shell.outbound.retry import Retry, RetryAnswer, upstream_proxy
 from addon.shell.settings import BridgeSettings
+from addon.stores.prefetch import PrefetchedStore
 
 
 class CountTokens:
@@ -68,7 +70,7 @@ class CountTokens:
         req = flow.request
         path = req.path.split("?", 1)[0]
         raw = req.get_content(strict=False) or b""
-        route = self._flows.route_match(flow, self._settings.settings).counted
+        route, view = self._flows.counted(flow, self._settings.settings)
         if route is None or outside_proxy_hosts(flow):
             return
         query = tuple(req.query.items(multi=True))
@@ -81,7 +83,9 @@ class CountTokens:
             query,
             environment(),
             addressed,
-            self.calibration,
+            view.calibration(self.calibration)
+            if isinstance(view, PrefetchedStore)  # the store's ratios, every worker's
+            else self.calibration,
         )
         if decision is None:
             return

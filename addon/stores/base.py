@@ -16,6 +16,11 @@ RETRY_FIRST = 1.0
 waits for a store that did not answer in time (the store thread's circuit)."""
 SECRET_BYTES = 32
 """Length of the store's secret (``ReasoningStore.secret``)."""
+RATIOS_KEPT = 16
+"""The calibrated estimate's ratios kept per route and model (``addon.plan.calibration``), in
+memory and in a store: the last ones."""
+RATIOS_TTL = 30 * 24 * 3600.0
+"""Seconds a route and model's ratios live in Redis after its last lesson."""
 
 
 class StoreError(Exception):

@@ -7,7 +7,8 @@ the stream then read and write instead of the store: no store call on the event 
   the scope's latest signature), under each scope its route chain may send it with.
 - ``PrefetchedStore`` (a ``StoreView``): its secret and scoped views that answer from what was
   fetched (a key not fetched: what this process still has waiting to write, else nothing) and
-  queue every ``put`` (``WriteQueue``) for the store thread.
+  queue every ``put`` (``WriteQueue``) for the store thread; the calibrated estimate's ratios
+  a token count read (``calibration``).
 - ``CooldownView`` (``addon.plan.fallback.Cooldowns``): the shared cooldowns as this process
   knows them — what the prefetches read from Redis, and its own, queued to be shared.
 
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from addon.model import JSON, Message, Request, Text, Thinking, ToolCall
+from addon.plan.calibration import Calibration, Shared
 from addon.plan.fallback import MemoryCooldowns
 from addon.stores.base import StoreError
 from addon.stores.reasoning import ReasoningStore, Scope, full_key, load_value
@@ -81,6 +83,8 @@ class Fetched:
     lefts: dict[str, float | None] = field(default_factory=dict)
     """Cooldown name → seconds left in Redis (None: not known there)."""
     secret: bytes | None = None
+    ratios: dict[str, list[float]] = field(default_factory=dict)
+    """The calibration's store key → its ratios as stored (a key missing: not read)."""
 
 
 class PrefetchedStore:
@@ -118,6 +122,12 @@ class PrefetchedStore:
         if waiting is not None:
             return load_value(waiting.text)
         return load_value(self._fetched.values.get(key))
+
+    def calibration(self, local: Calibration) -> Shared:
+        """What a token count is scaled by: the store's ratios as read, this process's not yet
+        written after them; ``local`` (this process's) where nothing was read."""
+        read = self._fetched.ratios if self.error is None else {}
+        return Shared(local, read, self._queue.pending_ratios)
 
     def write(self, scope: Scope, kind: str, key: str, value: JSON) -> None:
         if self._queue.put(self._store.encode(scope, kind, key, value)):

@@ -39,6 +39,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from addon.stores.redis_backend import First, RedisBackend
+    from addon.stores.sqlite_backend import SqliteBackend
 
 DEFAULT_SIZE = 20_000
 """``bridge_store_size``: entries kept by default."""
@@ -207,6 +208,7 @@ class ReasoningStore:
         self._db_errors: tuple[type[Exception], ...] = ()
         """What the backend raises when its database fails (SQLite's, Redis's; none in memory)."""
         self._redis: RedisBackend | None = None
+        self._sqlite: SqliteBackend | None = None  # the calibration's ratios have a table there
         location = store_location(path)
         self.where = f"SQLite file {path}" if path else "memory"
         """Where the values are, for a log line (a Redis URL without its password)."""
@@ -224,7 +226,7 @@ class ReasoningStore:
             from addon.stores.sqlite_backend import SqliteBackend
 
             try:
-                backend = SqliteBackend(location.target)
+                backend = self._sqlite = SqliteBackend(location.target)
             except sqlite3.Error as e:
                 raise StoreError(f"cannot open the reasoning store {path!r}: {e}") from e
         else:
@@ -361,23 +363,38 @@ class ReasoningStore:
         keys (``encode``'s) as stored text, and the seconds each cooldown ``names`` has left —
         Redis: in one pipelined round trip; None for a cooldown this store does not keep (not
         Redis, or Redis away: this process's table says). Raises ``StoreError``."""
-        values, lefts, _ = self.fetch_with(keys, names, None)
+        values, lefts, _, _ = self.fetch_with(keys, names, None)
         return values, lefts
 
     def fetch_with(
-        self, keys: list[str], names: list[str], first: First | None
-    ) -> tuple[list[str | None], list[float | None], Any]:
+        self, keys: list[str], names: list[str], first: First | None, ratios: Sequence[str] = ()
+    ) -> tuple[list[str | None], list[float | None], Any, dict[str, list[float]]]:
         """``fetch``, with ``first`` (a script call: the client limits' reserve) sent first
         in the same Redis pipeline; its answer third (None: not sent: not Redis, or Redis
-        away; an exception: its error)."""
+        away; an exception: its error); fourth the calibrated estimate's ratios under each of
+        ``ratios`` (``store_key``s; a key missing: not read: Redis away, a store in memory)."""
         with self._lock:
             self._check_open()
             now = self._now()
-            redis_backend = self._redis
+            redis_backend, sqlite = self._redis, self._sqlite
             if redis_backend is not None:
-                return self._guard(lambda: redis_backend.fetch(keys, now, self.ttl, names, first))
+                return self._guard(
+                    lambda: redis_backend.fetch(keys, now, self.ttl, names, first, ratios)
+                )
             values = self._guard(lambda: self._backend.get_many(keys, now, self.ttl))
-        return values, [None] * len(names), None
+            read = self._guard(lambda: sqlite.ratios(list(ratios))) if sqlite and ratios else {}
+        return values, [None] * len(names), None, read
+
+    def add_ratios(self, lessons: dict[str, list[float]]) -> None:
+        """The calibrated estimate's lessons (``store_key`` → ratios, oldest first) kept (SQLite,
+        Redis; in memory the process's ``Calibration`` is all). Raises ``StoreError``."""
+        if not lessons:
+            return
+        with self._lock:
+            self._check_open()
+            shared = self._redis or self._sqlite
+            if shared is not None:
+                self._guard(lambda: shared.add_ratios(lessons))
 
     def scoped(self, scope: Scope) -> ScopedStore:
         """A view bound to ``scope``: what capture writes to and restore reads from."""

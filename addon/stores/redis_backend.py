@@ -9,12 +9,10 @@ Not for Redis Cluster (the scripts name keys they build). Layout: docs/reasoning
 from __future__ import annotations
 
 import math
-import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis
@@ -27,6 +25,8 @@ from redis.retry import Retry
 
 from addon.stores.base import (
     CONNECT_TIMEOUT,
+    RATIOS_KEPT,
+    RATIOS_TTL,
     RETRY_FIRST,
     Backend,
     Bounds,
@@ -34,6 +34,7 @@ from addon.stores.base import (
     Put,
     display_url,
 )
+from addon.stores.redis_tls import TLSConnection
 
 PREFIX = "cursor-bridge:"
 """Every key the bridge writes starts with this (one Redis db may hold other things too)."""
@@ -53,6 +54,8 @@ EVICT_BATCH = 512
 
 type First = tuple[Script, list[str], list[object]]
 """A script call, keys, args sent first in a prefetch's pipeline (``RedisLimits.reserve_step``)."""
+type Read = tuple[list[str | None], list[float | None], Any, dict[str, list[float]]]
+"""What a prefetch read (``RedisBackend.fetch``)."""
 
 _LOST = (RedisConnectionError, RedisTimeoutError)
 """Errors that mean Redis is away (refused, reset, timed out, still loading, bad password);
@@ -63,7 +66,8 @@ any other ``RedisError`` is one command's failure: ``StoreError``."""
 # use and ``sizes`` / ``bytes`` their sizes and their sum, kept by the Lua scripts below (atomic
 # across workers) that enforce ``max_entries`` (least recently used first) and ``max_bytes``;
 # ``secret`` the store's secret (``SET NX``: the first worker makes it, the others read it);
-# ``cool:<route>`` a fallback cooldown (``PX`` = its length). In full:
+# ``cool:<route>`` a fallback cooldown (``PX`` = its length); ``calib:<route and model>`` a list
+# of the calibrated estimate's last ratios (``RATIOS_TTL`` after its last lesson). In full:
 # docs/reasoning.md#the-redis-backend.
 
 # KEYS: value, lru. ARGV: key, now, ttl in ms (0: none). Reading renews the TTL and the use.
@@ -171,26 +175,6 @@ end
 """
 
 _LRU, _SIZES, _BYTES, _SECRET = (PREFIX + k for k in ("lru", "sizes", "bytes", "secret"))
-
-
-class TLSConnection(redis.SSLConnection):
-    """redis-py's TLS connection, whose failed handshake says so: against a Redis that does
-    not speak TLS redis-py says only "Timeout connecting to server" (the server waits for the
-    rest of a command that is a TLS hello) or an SSL error code."""
-
-    def _wrap_socket_with_ssl(self, sock: socket.socket) -> socket.socket:
-        try:
-            return cast(socket.socket, super()._wrap_socket_with_ssl(sock))  # type: ignore[no-untyped-call]
-        except ssl.SSLCertVerificationError as e:
-            raise RedisConnectionError(
-                f"TLS handshake with {self.host}:{self.port} failed: the server's certificate "
-                f"is not trusted ({e.verify_message or e})"
-            ) from e
-        except (OSError, RedisError) as e:  # a timeout, an SSL error, a reset
-            raise RedisConnectionError(
-                f"TLS handshake with {self.host}:{self.port} failed: the server may not speak "
-                f"TLS ({str(e) or type(e).__name__})"
-            ) from e
 
 
 class RedisBackend:
@@ -314,32 +298,42 @@ class RedisBackend:
 
         self._call(shared, lambda: self._local.put_many(items, now, bounds))
 
-    def fetch(
-        self,
-        keys: list[str],
-        now: float,
-        ttl: float,
-        names: list[str],
-        first: First | None = None,
-    ) -> tuple[list[str | None], list[float | None], Any]:
+    def fetch(self, keys: list[str], now: float, ttl: float, names: list[str],
+              first: First | None = None, ratios: Sequence[str] = ()) -> Read:  # fmt: skip
         """A request's prefetch in one pipeline (one round trip): ``first`` (a script call:
         the client limits' reserve; its answer third, an exception its error, None while
-        Redis is away), ``get_many`` of ``keys``, each cooldown of ``names``' seconds left.
-        While Redis is away: ``local``'s values, None for every cooldown (this process's)."""
+        Redis is away), ``get_many`` of ``keys``, each cooldown of ``names``' seconds left,
+        the calibration's ratios under each of ``ratios`` (fourth). While Redis is away:
+        ``local``'s values, None for every cooldown, no ratios (this process's count)."""
 
-        def shared() -> tuple[list[str | None], list[float | None], Any]:
-            got, lefts, answer = self._pipes.fetch(keys, now, ttl, names, first)
+        def shared() -> Read:
+            got, lefts, answer, read = self._pipes.fetch(keys, now, ttl, names, first, ratios)
             kept = self._local.count()
             values = [
                 v if v is not None else (self._local.get(k, now, ttl) if kept else None)
                 for k, v in zip(keys, got, strict=True)
             ]
-            return values, list[float | None](lefts), answer
+            return values, list[float | None](lefts), answer, read
 
-        def local() -> tuple[list[str | None], list[float | None], Any]:
-            return self._local.get_many(keys, now, ttl), [None] * len(names), None
+        def local() -> Read:
+            return self._local.get_many(keys, now, ttl), [None] * len(names), None, {}
 
         return self._call(shared, local)
+
+    def add_ratios(self, lessons: dict[str, list[float]]) -> None:
+        """The calibration's lessons in one pipeline, each list's last ``RATIOS_KEPT`` kept
+        (``RPUSH``, ``LTRIM``); nothing while Redis is away (this process's count meanwhile)."""
+
+        def shared() -> None:
+            pipe = self._redis.pipeline(transaction=False)
+            for key, ratios in lessons.items():
+                pipe.rpush(_ratios(key), *map(repr, ratios))
+                pipe.ltrim(_ratios(key), -RATIOS_KEPT, -1)
+                pipe.pexpire(_ratios(key), _ms(RATIOS_TTL))
+            _raised(pipe.execute(raise_on_error=False))
+
+        if lessons:
+            self._call(shared, lambda: None)
 
     def cool_many(self, cools: list[tuple[str, float | None]]) -> None:
         """Cooldowns shared in one pipeline: ``(name, seconds left)`` cools (a later end
@@ -503,10 +497,9 @@ class _Pipelines:
 
         _raised(self._run(build))
 
-    def fetch(
-        self, keys: list[str], now: float, ttl: float, names: list[str], first: First | None
-    ) -> tuple[list[str | None], list[float], Any]:
-        """``first``'s answer as it came, the values under ``keys``, the seconds left."""
+    def fetch(self, keys: list[str], now: float, ttl: float, names: list[str],
+              first: First | None, ratios: Sequence[str]) -> Read:  # fmt: skip
+        """``first``'s answer as it came, the values, the seconds left, the ratios read."""
 
         def build(pipe: redis.client.Pipeline) -> None:
             if first is not None:
@@ -514,18 +507,20 @@ class _Pipelines:
                 pipe.evalsha(script.sha, len(first_keys), *first_keys, *first_args)  # type: ignore[arg-type]
             if keys:
                 self._eval(pipe, "get_many", [*map(_value, keys), _LRU], [now, _ms(ttl), *keys])
+            for key in ratios:
+                pipe.lrange(_ratios(key), 0, -1)
             for name in names:
                 pipe.pttl(_cool(name))
 
         extra = [first[0]] if first is not None else []
-        got = self._run(build, extra) if keys or names or first is not None else []
+        got = self._run(build, extra) if keys or names or ratios or first is not None else []
         answer = got.pop(0) if first is not None else None
         _raised(got)
-        values = (
-            [bytes(v).decode("utf-8") if v is not None else None for v in got[0]] if keys else []
-        )
-        lefts = [max(0, int(ms)) / 1000 for ms in got[1 if keys else 0 :]]
-        return values, lefts, answer
+        at = 1 if keys else 0
+        values = [bytes(v).decode("utf-8") if v is not None else None for v in got[0]] if at else []
+        read = {k: [float(r) for r in rs] for k, rs in zip(ratios, got[at:], strict=False)}
+        lefts: list[float | None] = [max(0, int(ms)) / 1000 for ms in got[at + len(ratios) :]]
+        return values, lefts, answer, read
 
     def cool_many(self, cools: list[tuple[str, float | None]]) -> None:
         def build(pipe: redis.client.Pipeline) -> None:
@@ -576,6 +571,10 @@ def _value(key: str) -> str:
 
 def _cool(name: str) -> str:
     return f"{PREFIX}cool:{name}"
+
+
+def _ratios(key: str) -> str:
+    return f"{PREFIX}calib:{key}"
 
 
 def _ms(seconds: float) -> int:

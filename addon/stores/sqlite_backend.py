@@ -6,10 +6,11 @@ thread (``addon.shell.store_worker``) or a test. Layout: docs/reasoning.md#the-s
 
 from __future__ import annotations
 
+import json
 import secrets
 import sqlite3
 
-from addon.stores.base import SECRET_BYTES, Bounds, Put
+from addon.stores.base import RATIOS_KEPT, SECRET_BYTES, Bounds, Put
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS reasoning (
@@ -19,6 +20,10 @@ CREATE TABLE IF NOT EXISTS reasoning (
     used  REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS reasoning_used ON reasoning (used);
+CREATE TABLE IF NOT EXISTS calibration (
+    key    TEXT PRIMARY KEY,
+    ratios TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS bridge_secret (
     id    INTEGER PRIMARY KEY CHECK (id = 1),
     value BLOB NOT NULL
@@ -160,5 +165,43 @@ class SqliteBackend:
         self._db.execute("DELETE FROM reasoning")
         self._count, self._bytes = 0, 0
 
+    def ratios(self, keys: list[str]) -> dict[str, list[float]]:
+        """The calibration's ratios kept under each of ``keys`` (none kept: an empty list)."""
+        out: dict[str, list[float]] = {}
+        for key in keys:
+            row = self._db.execute(
+                "SELECT ratios FROM calibration WHERE key = ?", (key,)
+            ).fetchone()
+            out[key] = _ratios(row[0]) if row is not None else []
+        return out
+
+    def add_ratios(self, lessons: dict[str, list[float]]) -> None:
+        """Each key's new ratios after its kept ones (the last ``RATIOS_KEPT``), in one
+        transaction that holds the file's write lock from its read (another process's lessons
+        in between are not lost)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for key, new in lessons.items():
+                kept = self.ratios([key])[key]
+                text = json.dumps([*kept, *new][-RATIOS_KEPT:])
+                self._db.execute(
+                    "INSERT OR REPLACE INTO calibration (key, ratios) VALUES (?, ?)", (key, text)
+                )
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
     def close(self) -> None:
         self._db.close()
+
+
+def _ratios(text: str) -> list[float]:
+    """A stored list of ratios read back (anything else: none)."""
+    try:
+        got = json.loads(text)
+    except ValueError:
+        return []
+    if not isinstance(got, list):
+        return []
+    return [float(r) for r in got if isinstance(r, int | float) and r > 0]

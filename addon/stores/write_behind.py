@@ -1,15 +1,16 @@
 """What the stream callable and the hooks learn for a store that does I/O (SQLite, Redis), held
 until the store thread writes it (``addon.shell.store_worker``): reasoning values to keep, the
-usage ledger's rows, the fallbacks' cooldowns. The hooks only add here (a lock and a dict);
+usage ledger's rows, the fallbacks' cooldowns, the calibrated estimate's lessons. The hooks only add here (a lock and a dict);
 the store thread takes it all at once (``take``): as soon as it is free when a reasoning value
 or a cooldown waits (another worker may need it for the conversation's next turn) or a settle
-frees a parallel slot (``urgent``), else at most a second after the first row or settle waits,
-and at the end.
+frees a parallel slot (``urgent``), else at most a second after the first row, settle or
+lesson waits, and at the end.
 
 Contract: stdlib and the ledger's value types only; thread-safe (the event loop adds, the store
 thread takes); bounded: ``MAX_PUTS`` values and ``MAX_PUT_BYTES`` bytes (past them the oldest
 value waiting is dropped, and counted), the ledger's rows as ``MemoryCounters`` bounds them,
-one cooldown per name, one settle per flow under way (never dropped: money). What a process killed before a write loses: docs/reasoning.md#the-store-thread."""
+one cooldown per name, one settle per flow under way (never dropped: money), ``RATIOS_KEPT``
+lessons of ``MAX_RATIO_KEYS`` routes and models. What a process killed before a write loses: docs/reasoning.md#the-store-thread."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from addon.stores.base import Put
+from addon.stores.base import RATIOS_KEPT, Put
 from addon.stores.ledger import LedgerKey, MemoryCounters, Rows, Tokens
 
 if TYPE_CHECKING:
@@ -29,6 +30,8 @@ MAX_PUTS = 20_000
 """Reasoning values waiting at most (the store thread writes them at most a second later)."""
 MAX_PUT_BYTES = 32 * 1024 * 1024
 """Their bytes at most."""
+MAX_RATIO_KEYS = 1024
+"""Routes and models whose calibration ratios wait at most (the oldest dropped past it)."""
 FLUSH_EVERY = 1.0
 """Seconds between two writes of what waits, at most once each (``addon.shell.store_worker``)."""
 
@@ -55,9 +58,11 @@ class Batch:
     """Cooldown name → the wall-clock second it ends (``time.time``), None: cleared."""
     settles: list[Settling] = field(default_factory=list)
     """The client limits' settles, in the order the flows ended."""
+    ratios: dict[str, list[float]] = field(default_factory=dict)
+    """The calibrated estimate's lessons: its store key → ratios, oldest first."""
 
     def __bool__(self) -> bool:
-        return bool(self.puts or self.rows or self.cools or self.settles)
+        return bool(self.puts or self.rows or self.cools or self.settles or self.ratios)
 
 
 class WriteQueue:
@@ -70,6 +75,7 @@ class WriteQueue:
         self._rows = MemoryCounters()
         self._cools: dict[str, float | None] = {}
         self._settles: list[Settling] = []
+        self._ratios: OrderedDict[str, list[float]] = OrderedDict()
         self._max_puts, self._max_bytes = max_puts, max_bytes
         self.dropped = 0
         """Values dropped unwritten because too many waited (the store thread too slow)."""
@@ -119,6 +125,22 @@ class WriteQueue:
             self._settles.append((store, done, after))
             return was_empty
 
+    def learn(self, key: str, ratio: float) -> bool:
+        """A calibration lesson to share (``addon.plan.calibration``; ``key``: its
+        ``store_key``). As ``count`` returns."""
+        with self._lock:
+            was_empty = self._empty()
+            kept = self._ratios.pop(key, [])
+            self._ratios[key] = [*kept, ratio][-RATIOS_KEPT:]
+            while len(self._ratios) > MAX_RATIO_KEYS:
+                self._ratios.popitem(last=False)
+            return was_empty
+
+    def pending_ratios(self, key: str) -> list[float]:
+        """The lessons of ``key`` waiting to be written (newer than the store's), oldest first."""
+        with self._lock:
+            return list(self._ratios.get(key, ()))
+
     def pending(self, key: str) -> Put | None:
         """The value waiting under a full store key, if one does (newer than the store's)."""
         with self._lock:
@@ -132,8 +154,15 @@ class WriteQueue:
     def take(self) -> Batch:
         """Everything waiting, and none kept."""
         with self._lock:
-            batch = Batch(list(self._puts.values()), self._rows.take(), self._cools, self._settles)
+            batch = Batch(
+                list(self._puts.values()),
+                self._rows.take(),
+                self._cools,
+                self._settles,
+                dict(self._ratios),
+            )
             self._puts, self._bytes, self._cools, self._settles = OrderedDict(), 0, {}, []
+            self._ratios = OrderedDict()
             return batch
 
     def give_back(self, batch: Batch) -> None:
@@ -151,7 +180,8 @@ class WriteQueue:
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._puts) + len(self._rows) + len(self._cools) + len(self._settles)
+            waiting = len(self._puts) + len(self._rows) + len(self._cools) + len(self._settles)
+            return waiting + len(self._ratios)
 
     def _empty(self) -> bool:
-        return not (self._puts or len(self._rows) or self._cools or self._settles)
+        return not (self._puts or len(self._rows) or self._cools or self._settles or self._ratios)

@@ -46,17 +46,36 @@ def recorded_turn(n: int, stream: bool = True) -> bytes:
     return json.dumps(body).encode()
 
 
-def routes_file(tmp_path: Path, vision_port: int, text_keys: str = "") -> Path:
-    path = tmp_path / "routes.toml"
+PATHS = {
+    "anthropic": "*/v1/messages",
+    "openai_chat": "*/chat/completions",
+    "openai_responses": "*/responses",
+    "gemini": "*/models/*:*enerateContent",
+}
+"""Where each client dialect's requests go (the text route's ``path``)."""
+CAPTIONED = 'images = false\nvision = "eyes"'
+
+
+def start(
+    start_proxy: Callable[..., Proxy],
+    tmp_path: Path,
+    vision_port: int,
+    keys: str = CAPTIONED,
+    client: str = "anthropic",
+    **options: object,
+) -> Proxy:
+    """A mitmdump whose ``client`` requests take the text route (OpenAI chat upstream;
+    ``keys``: its ``images`` and ``vision``), the vision route "eyes" at ``vision_port``."""
+    path = tmp_path / f"routes-{client}.toml"
     path.write_text(
         f"""
 [[routes]]
 name = "text"
-path = "*/v1/messages"
-client = "anthropic"
+path = "{PATHS[client]}"
+client = "{client}"
 upstream = "openai_chat"
-model_map = {{ "claude-*" = "text-only-1" }}
-{text_keys or 'images = false\nvision = "eyes"'}
+model_map = {{ "*" = "text-only-1" }}
+{keys}
 
 [[routes]]
 name = "eyes"
@@ -66,7 +85,7 @@ api_key_env = "CB_E2E_VISION_KEY"
 model_map = {{ "*" = "looker-1" }}
 """
     )
-    return path
+    return start_proxy(bridge_routes=str(path), **options)
 
 
 def chat_answer(text: str, usage: dict[str, int]) -> dict[str, Any]:
@@ -94,7 +113,9 @@ def chat_stream(text: str) -> bytes:
 
 
 @pytest.fixture
-def vision() -> Iterator[ScriptedUpstream]:
+def vision(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedUpstream]:
+    """The vision route's upstream (its key in the route's variable)."""
+    monkeypatch.setenv("CB_E2E_VISION_KEY", VISION_KEY)
     with ScriptedUpstream() as server:
         server.script = lambda rec: JSONReply(
             chat_answer(CAPTION, {"prompt_tokens": 85, "completion_tokens": 9, "total_tokens": 94})
@@ -148,12 +169,9 @@ def test_claude_codes_image_turn_reaches_the_text_route_as_a_caption(
     upstream: ScriptedUpstream,
     vision: ScriptedUpstream,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("CB_E2E_VISION_KEY", VISION_KEY)
     store = tmp_path / "store.db"
-    routes = routes_file(tmp_path, vision.port)
-    p = start_proxy(bridge_routes=str(routes), bridge_store=str(store))
+    p = start(start_proxy, tmp_path, vision.port, bridge_store=str(store))
     text_answers(upstream)
 
     def send(n: int, proxy: Proxy) -> bytes:
@@ -203,7 +221,7 @@ def test_claude_codes_image_turn_reaches_the_text_route_as_a_caption(
 
     if stream:  # a second worker on the same store: the caption from the store, no call
         p.stop()
-        other = start_proxy(bridge_routes=str(routes), bridge_store=str(store))
+        other = start(start_proxy, tmp_path, vision.port, bridge_store=str(store))
         send(3, other)
         assert len(vision.requests) == 1
         assert captioned_part(upstream.requests[-1]) == captioned_part(first)
@@ -215,10 +233,8 @@ def test_a_failing_vision_route_is_a_502_naming_it(
     upstream: ScriptedUpstream,
     vision: ScriptedUpstream,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("CB_E2E_VISION_KEY", VISION_KEY)
-    p = start_proxy(bridge_routes=str(routes_file(tmp_path, vision.port)))
+    p = start(start_proxy, tmp_path, vision.port)
     vision.script = lambda rec: JSONReply(
         {"error": {"message": "vision model overloaded", "type": "server_error"}}, status=503
     )
@@ -241,10 +257,8 @@ def test_no_vision_route_is_a_400_and_drop_sends_none(
     upstream: ScriptedUpstream,
     vision: ScriptedUpstream,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("CB_E2E_VISION_KEY", VISION_KEY)
-    p = start_proxy(bridge_routes=str(routes_file(tmp_path, vision.port, "images = false")))
+    p = start(start_proxy, tmp_path, vision.port, "images = false")
     status, _, answer = raw_request(
         p.port, "POST", "/v1/messages", recorded_turn(2, False), HEADERS, timeout=20
     )
@@ -256,7 +270,7 @@ def test_no_vision_route_is_a_400_and_drop_sends_none(
 
     dropped = tmp_path / "drop"
     dropped.mkdir()
-    q = start_proxy(bridge_routes=str(routes_file(dropped, vision.port, 'images = "drop"')))
+    q = start(start_proxy, dropped, vision.port, 'images = "drop"')
     text_answers(upstream)
     status, _, answer = raw_request(
         q.port, "POST", "/v1/messages", recorded_turn(2, False), HEADERS, timeout=20
@@ -273,16 +287,8 @@ def test_the_openai_sdks_image_is_captioned(
     upstream: ScriptedUpstream,
     vision: ScriptedUpstream,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("CB_E2E_VISION_KEY", VISION_KEY)
-    routes = tmp_path / "routes.toml"
-    routes.write_text(
-        routes_file(tmp_path, vision.port)
-        .read_text()
-        .replace('path = "*/v1/messages"\nclient = "anthropic"\n', 'path = "*/chat/completions"\n')
-    )
-    p = start_proxy(bridge_routes=str(routes))
+    p = start(start_proxy, tmp_path, vision.port, client="openai_chat")
     text_answers(upstream)
     png = json.loads(read("clients/claude-code-2.1.197-image-read-turn2.request.json"))["body"]
     data = png["messages"][2]["content"][0]["content"][0]["source"]["data"]

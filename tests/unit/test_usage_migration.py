@@ -91,7 +91,7 @@ def test_an_sqlite_ledger_of_before_the_user_column_keeps_counting(tmp_path: Pat
     assert ReasoningStore(str(path)).secret == secret  # the store's own tables untouched
     with sqlite3.connect(path) as db:
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert tables == {"usage", "reasoning", "bridge_secret"}
+    assert tables == {"usage", "reasoning", "bridge_secret", "calibration"}
 
     shown = csv_rows(usage_script("--store", str(path), "--csv"))
     assert shown[(*alice.labels(),)][0] == str(old[alice].requests + 1)

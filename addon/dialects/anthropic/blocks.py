@@ -68,7 +68,10 @@ def decode_block(where: str, block: JSON, inner: Callable[[str, Any], Part]) -> 
     mark = cache_mark(block)
     match block.get("type"):
         case "image" if isinstance(block.get("source"), dict):
-            return Image(image_source_url(block["source"]), cache=mark)
+            source = block["source"]
+            if source.get("type") == "file" and isinstance(source.get("file_id"), str):
+                return Image("", cache=mark, file=source["file_id"])  # the Files API's
+            return Image(image_source_url(source), cache=mark)
         case "tool_use":
             name = block.get("name")
             if not isinstance(name, str) or not name:

@@ -292,9 +292,11 @@ def _encode_result_part(p: Part, notes: Notes) -> JSON:
 
 
 def _encode_image(p: Image) -> JSON:
-    if p.url.startswith("data:") and ";base64," in p.url:
+    if p.file is not None and not p.url:  # a file the client uploaded to Anthropic
+        source: JSON = {"type": "file", "file_id": p.file}
+    elif p.url.startswith("data:") and ";base64," in p.url:
         media, data = p.url[5:].split(";base64,", 1)
-        source: JSON = {"type": "base64", "media_type": media, "data": data}
+        source = {"type": "base64", "media_type": media, "data": data}
     else:
         source = {"type": "url", "url": p.url}
     return {"type": "image", "source": source}

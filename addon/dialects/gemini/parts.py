@@ -187,7 +187,7 @@ def decode_part(part: Any, where: str) -> tuple[Part, Leftover]:
             left.part = rest(part, _FILE)
             left.inner = rest(ref, _FILE_INNER)
             left.mime = mime if isinstance(mime, str) else None
-            return Image(uri), left
+            return Image(uri, file=uri if provider_file(uri) else None), left
         return Opaque(NAME, part), Leftover()
     # executableCode, codeExecutionResult, a PDF/audio/video blob, videoMetadata …
     return Opaque(NAME, part), Leftover()
@@ -211,7 +211,21 @@ def _nested_images(nested: Any) -> tuple[Image, ...]:
             mime, data = get(blob, "mimeType"), get(blob, "data")
             if isinstance(mime, str) and mime.startswith("image/") and isinstance(data, str):
                 out.append(Image(f"data:{mime};base64,{data}"))
+        ref = get(p, "fileData") if isinstance(p, dict) else None
+        if isinstance(ref, dict):
+            mime, uri = get(ref, "mimeType"), get(ref, "fileUri")
+            if isinstance(uri, str) and uri and (mime is None or str(mime).startswith("image/")):
+                out.append(Image(uri, file=uri if provider_file(uri) else None))
     return tuple(out)
+
+
+def provider_file(uri: str) -> bool:
+    """Whether a ``fileUri`` names a file only Google reads with the client's key (the Files
+    API's ``…/files/…``, a ``gs://`` object), not a URL anyone may fetch."""
+    lowered = uri.lower()
+    if lowered.startswith("gs://"):
+        return True
+    return lowered.startswith("https://generativelanguage.googleapis.com/") and "/files/" in lowered
 
 
 def args_text(args: Any) -> str:

@@ -276,11 +276,16 @@ def _decode_content(i: int, content: Any, side: JSON, notes: Notes) -> tuple[lis
             parts.append(
                 Image(part["image_url"], detail=detail if isinstance(detail, str) else None)
             )
+        elif kind == "input_image" and isinstance(part.get("file_id"), str) and part["file_id"]:
+            detail = part.get("detail")
+            parts.append(
+                Image("", detail if isinstance(detail, str) else None, file=part["file_id"])
+            )
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
             notes["refusal parts → text"] += 1
             parts.append(Text(part["refusal"]))
         else:
-            # input_file, input_image by file_id, input_audio, tool_use/tool_result blocks
+            # input_file, input_audio, tool_use/tool_result blocks
             # Cursor puts in items (not modelled here), …
             if isinstance(kind, str) and kind not in PART_TYPES:
                 side.setdefault("part_types", []).append(kind)

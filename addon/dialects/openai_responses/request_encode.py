@@ -196,6 +196,9 @@ def _content_part(role: str, p: Part, notes: Notes) -> JSON:
             if role == "assistant":
                 notes["image in an assistant message dropped"] += 1
                 return {}
+            if p.file is not None and not p.url:  # a file the client uploaded to OpenAI
+                detail = {"detail": p.detail} if p.detail is not None else {}
+                return {"type": "input_image", "file_id": p.file, **detail}
             return {"type": "input_image", "image_url": p.url, "detail": p.detail or "auto"}
         case Opaque() if p.origin == NAME:
             return p.data

@@ -17,8 +17,8 @@ import pytest
 from addon.config.routes import Route
 from addon.dialects import DIALECTS
 from addon.model import Request
-from addon.plan.calibration import Calibration
-from addon.plan.count_tokens import CountLocally, count_request
+from addon.plan.calibration import Calibration, Shared, store_key
+from addon.plan.count_tokens import CountLocally, count_calibration_key, count_request
 from addon.plan.token_counter import count_calibrated, learn_answer
 from addon.transforms.tokenizers import count_chat
 from addon.transforms.tokens import estimate_input_tokens
@@ -122,3 +122,35 @@ def test_count_tokens_answers_the_calibrated_estimate_and_says_so() -> None:
     assert isinstance(got, CountLocally) and got.estimated
     assert json.loads(got.body) == {"input_tokens": 1000}
     assert "calibrated on 5 answers" in got.comment
+
+
+def test_a_lesson_and_a_counts_key_name_the_route_and_the_model_as_sent() -> None:
+    """What the store keeps a lesson under is what a count of the same model reads: the
+    route and the model as sent upstream (its ``model_map``'s name); none for tables."""
+    route = Route(
+        name="local",
+        path="*/v1/messages",
+        client="anthropic",
+        upstream="openai_chat",
+        model_map={"claude-*": "local-model"},
+    )
+    body = {"model": "claude-x", "messages": [{"role": "user", "content": "hi " * 100}]}
+    key = count_calibration_key(route, json.dumps(body).encode())
+    assert key == store_key("local", "local-model")
+    req = DIALECTS["anthropic"].decode_request({**body, "model": "local-model"}, Counter())
+    lesson = learn_answer(Calibration(), route, req, 150)
+    assert lesson is not None and lesson[0] == key and lesson[1] > 0
+    assert learn_answer(Calibration(), route, req, 10**9) is None  # no count of the same
+    assert count_calibration_key(route, b"not json") is None
+    gpt = Route(name="gpt", path="*/v1/messages", client="anthropic", upstream="openai_chat")
+    assert count_calibration_key(gpt, json.dumps({**body, "model": "gpt-4o"}).encode()) is None
+
+
+def test_shared_ratios_count_where_read_else_the_processs() -> None:
+    local = Calibration()
+    local.learn("r", "m", 10, 30)
+    shared = Shared(local, {store_key("r", "m"): [1.5]}, lambda key: [2.5])
+    got = shared.scale("r", "m", 10)
+    assert got is not None and got.tokens == 20 and got.answers == 2  # median of 1.5, 2.5
+    assert Shared(local, {}, lambda key: []).scale("r", "m", 10) == local.scale("r", "m", 10)
+    assert Shared(local, {store_key("r", "m"): []}, lambda key: []).scale("r", "m", 10) is None

@@ -231,8 +231,8 @@ def test_content_parts() -> None:
     req, notes = decode(body)
     user = req.messages[0]
     assert user.parts[:2] == (Text("look"), Image("https://x/a.png", detail="low"))
-    assert [p.data["type"] for p in user.parts[2:] if isinstance(p, Opaque)] == [
-        "input_image",
+    assert user.parts[2] == Image("", file="file-1")  # an image the client uploaded to OpenAI
+    assert [p.data["type"] for p in user.parts[3:] if isinstance(p, Opaque)] == [
         "input_file",
         "input_mystery",
     ]
