@@ -138,6 +138,28 @@ def caption_text(caption: str) -> str:
     return CAPTION_FORM.format(caption=caption)
 
 
+def foreign_files(req: Request, route: Route, client: str) -> None:
+    """``ClientError`` (400 in the client's dialect): an image given as a file the client
+    uploaded to its own provider (``Image.file``: a Responses ``file_id``, an Anthropic
+    ``file`` source, a Gemini Files API URI) on its way to another dialect's upstream, which
+    cannot read another provider's files (its encoder would send an empty image); the same
+    dialect's upstream reads it as sent."""
+    upstream = route.upstream
+    if client == upstream:
+        return
+    found = located(req)
+    for k, (image, where) in enumerate(found, 1):
+        if image.file is None:
+            continue
+        raise ClientError(
+            f"image {k} of {len(found)} in this request ({where}) is {described(image)}: "
+            f"the bridge's route '{route.name}' sends it to a {upstream} upstream, which cannot "
+            f"read a file kept by the client's provider ({client}); send the image's bytes instead (a data: URL or "
+            "base64), or set images = false with a vision route to caption it",
+            code="images_not_supported",
+        )
+
+
 def vision_of(route: Route, routes: Sequence[Route]) -> Route | None:
     """The route that captions ``route``'s images (its ``vision``), None: none."""
     return next((r for r in routes if r.name == route.vision), None) if route.vision else None

@@ -34,7 +34,7 @@ from addon.plan.caching import Seeds, cache_policy, secret_of, with_cache_key
 from addon.plan.conditions import Decoded, RequestView
 from addon.plan.decision import Decision, Pass, Reject, Rewrite
 from addon.plan.flow_plan import FlowPlan
-from addon.plan.images import Captions, see_images
+from addon.plan.images import Captions, foreign_files, see_images
 from addon.plan.values import (
     SHAPE_ERRORS,
     Incoming,
@@ -173,6 +173,7 @@ def _decide(
     try:
         decoded = _decode(client, body, made, incoming, notes)
         decoded = see_images(route, decoded, captions or {}, notes, settings.routes)
+        foreign_files(decoded, route, client.name)
         plan = replace(
             plan,
             defaults=AnswerDefaults(decoded.model, int(clock()), new_nonce()),

@@ -261,3 +261,25 @@ def test_drop_leaves_out_a_file_image_and_says_so(
         (flow,) = list(mitmio.FlowReader(f).stream())
     assert "1 image(s) left out (route: images = drop)" in flow.comment, flow.comment
     assert "1 of them a file the client uploaded to its provider (no bytes)" in flow.comment
+
+
+@pytest.mark.parametrize("client", list(FILES))
+def test_a_file_the_client_uploaded_is_a_400_on_a_route_that_sends_images_elsewhere(
+    client: str,
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    vision: ScriptedUpstream,
+    tmp_path: Path,
+) -> None:
+    """A route that sends images (no ``images`` key) to another dialect's upstream: the
+    provider's file cannot be read there (its encoder had only an empty URL to send), so the
+    client gets a 400 naming it, and no upstream is asked."""
+    p = start(start_proxy, tmp_path, vision.port, "", client)
+    path, body, headers, file_id = FILES[client]
+    status, _, answer = raw_request(p.port, "POST", path, body, headers, timeout=20)
+    assert status == 400, answer[:300]
+    message = json.dumps(json.loads(answer))
+    assert file_id in message and "uploaded to its provider" in message
+    assert "'text'" in message and "openai_chat upstream" in message
+    assert upstream.requests == [] and vision.requests == []
+    assert "Traceback" not in p.log_text()

@@ -199,3 +199,20 @@ def test_drop_leaves_out_files_and_says_so(client: str) -> None:
     assert "file-abc" not in sent and "file_011A" not in sent and "abc-123" not in sent
     assert "2 image(s) left out (route: images = drop)" in d.summary
     assert "2 of them a file the client uploaded to its provider (no bytes)" in d.summary
+
+
+@pytest.mark.parametrize("client", ["openai_responses", "anthropic", "gemini"])
+def test_a_file_image_to_another_dialects_upstream_is_a_400_and_to_its_own_is_sent(
+    client: str,
+) -> None:
+    """A route that sends images: another dialect's upstream cannot read the client's
+    provider's file (a 400 naming it, before anything is sent); the client's own dialect's
+    upstream gets the file as sent."""
+    body = file_bodies()[client]
+    d = decided(client, body, routes(client, {}), {})
+    assert isinstance(d, Reject) and d.status == 400, d
+    assert "image 1 of 2 in this request (message 1)" in d.message
+    assert "'text'" in d.message and "openai_chat upstream" in d.message
+    own = Route(name="own", path=PATHS[client][0], client=client, upstream=client)  # type: ignore[arg-type]
+    sent = decided(client, body, (own,), {})
+    assert isinstance(sent, Rewrite), sent
