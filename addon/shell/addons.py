@@ -19,6 +19,7 @@ from addon.shell.metrics import Metrics
 from addon.shell.outbound.attempts import Fallbacks
 from addon.shell.outbound.captioner import Captioner
 from addon.shell.outbound.retry import Retry
+from addon.shell.outbound.searxng import Searches
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.reporter import Report
 from addon.shell.rewrite import RewriteRequest
@@ -124,12 +125,12 @@ def make_addons() -> Addons:
         store,
         RewriteRequest(settings, store, report, kiro, fallbacks),
         StreamAttach(report, loop_retry=True),
-        Answers(report, retry),
+        Answers(report, retry, Searches(gate=limits)),
         AnswerRedaction(settings, lambda: client_keys.keys, kiro.held_tokens),
         MemoryTrim(),
         usage,
         KeysOutOfFlowLine(),
         metrics,
         prefetch,
-        Captions(settings, flows, Captioner(retry, store, usage)),
+        Captions(settings, flows, Captioner(retry, store, usage), limits.captioned),
     )

@@ -19,7 +19,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,14 +35,19 @@ from addon.plan.limits import (
     RENEW_EVERY,
     RESERVATION_TTL,
     Ask,
+    CallUse,
     Given,
     Planned,
     Pricer,
     Refusal,
     Settle,
     Verdict,
+    calls_used,
     plan_request,
     reserved,
+    search_ask,
+    search_refused,
+    search_settle,
     settle_at_once,
     used_cost,
 )
@@ -76,6 +82,8 @@ class Reservation:
     """Uncached input, cache read, cache write, output, as the upstream reported (or what
     was delivered); None: nothing yet."""
     model_used: str | None = None
+    calls: tuple[CallUse, ...] = ()
+    """The caption calls the flow needed (``captioned``): settled with it."""
 
 
 class ClientLimits(OptionChecks):
@@ -256,8 +264,12 @@ class ClientLimits(OptionChecks):
             if held.used is not None
             else 0
         )
+        tokens = sum(used)
+        if held.calls:  # its caption calls: their tokens and cost with its own
+            more, priced = calls_used(held.limits, self.pricer(), held.calls)
+            tokens, cost = tokens + more, cost + priced
         a = held.planned.ask
-        done = Settle(held.client, a.rid, time.time(), a.period, a.period_end, sum(used), cost)
+        done = Settle(held.client, a.rid, time.time(), a.period, a.period_end, tokens, cost)
         store = self.store
         if isinstance(store, RedisLimits):
             await self._settle_queued(store, held, done)
@@ -293,6 +305,66 @@ class ClientLimits(OptionChecks):
             written.add_done_callback(told)
         if held.at_once:
             await asyncio.wrap_future(written)
+
+    # ------------------------------------------------------------------ a flow's own calls
+
+    def captioned(self, flow_id: str, calls: Sequence[CallUse]) -> None:
+        """The caption calls a flow needed (``addon.shell.captions``): their tokens and cost
+        settle with the flow's reservation (``tpm``, budget); a flow without one counts none."""
+        held = self._held.get(flow_id)
+        if held is not None and calls:
+            held.calls = (*held.calls, *calls)
+
+    async def search(self, label: str, client: str | None, price: float) -> Ask | str | None:
+        """A web search the bridge is about to run for a flow of ``client``
+        (``addon.shell.outbound.searxng``): one request in the key's ``rpm`` window and
+        ``price`` in its budget, reserved by one store step (none for a key without ``rpm``
+        or budget: None). Admitted: the reservation, which ``searched`` settles once the
+        search ran; refused: the search's error code (``addon.plan.limits.SEARCH_REFUSED``),
+        with one log line naming the client key's name and the limit, and the metric."""
+        keys = self._keys()
+        limits = keys.limits_of(client) if keys is not None and client else None
+        if not client or not limits:
+            return None
+        ask = search_ask(
+            client, f"search-{uuid.uuid4().hex}", limits, price, time.time(), self._ttl
+        )
+        if ask is None:
+            return None
+        store = self.store
+        try:
+            verdict = await self._store_life.worker.call(store.reserve, ask)
+        except Exception as e:  # the store failed: the search runs, as a request would
+            log.warning("cursor-bridge: client limits: search not counted: %s", clean(e, 300))
+            return None
+        self._budget_left(client, limits, verdict)
+        code = search_refused(verdict)
+        if code is None:
+            return ask
+        limit = verdict.limit.value if verdict.limit is not None else "rpm"
+        log.info(
+            "%s: web search refused: client key %r is over its %s limit (%s)",
+            label,
+            clean(client, 100),
+            limit,
+            code,
+        )
+        if self._metrics is not None:
+            self._metrics.limited(client, limit)
+        return code
+
+    async def searched(self, ask: Ask, ran: bool) -> None:
+        """A search's reservation settled: its price spent when it ran (``search_settle``); on
+        Redis with the store thread's next write, as a flow's settle."""
+        done = search_settle(ask, time.time(), ran)
+        store = self.store
+        try:
+            if isinstance(store, RedisLimits):
+                self._store_life.worker.settle(store, done, now=True)
+            else:
+                await self._store_life.worker.call(store.settle, done)
+        except Exception as e:
+            log.warning("cursor-bridge: client limits: search not settled: %s", clean(e, 300))
 
     def _budget_left(self, client: str, limits: Limits, verdict: Verdict) -> None:
         if self._metrics is None or limits.budget_usd is None or verdict.spent_nano is None:
