@@ -354,13 +354,14 @@ class ClientLimits(OptionChecks):
         return code
 
     async def searched(self, ask: Ask, ran: bool) -> None:
-        """A search's reservation settled: its price spent when it ran (``search_settle``); on
-        Redis with the store thread's next write, as a flow's settle."""
+        """A search's reservation settled: its price spent when it ran (``search_settle``),
+        written and waited for before the answer goes on (the answer's next search reads it:
+        a spent budget refuses it, not a price still held)."""
         done = search_settle(ask, time.time(), ran)
         store = self.store
         try:
             if isinstance(store, RedisLimits):
-                self._store_life.worker.settle(store, done, now=True)
+                await asyncio.wrap_future(self._store_life.worker.settle(store, done, now=True))
             else:
                 await self._store_life.worker.call(store.settle, done)
         except Exception as e:
