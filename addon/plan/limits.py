@@ -22,6 +22,7 @@ from addon.config.client_keys import Limits, Period
 from addon.config.routes import Route
 from addon.dialects import DIALECTS
 from addon.model import ClientError
+from addon.plan.captions import caption_model
 from addon.plan.routing import RouteMatch
 from addon.plan.values import error_bytes
 from addon.report.outcome import Action, FlowReport
@@ -222,6 +223,9 @@ class Given:
     ttl: float = RESERVATION_TTL
     price: Pricer | None = None
     """The price table (read only for a key with a budget)."""
+    vision: Route | None = None
+    """The route that captions the route's images (``images = false``, ``vision``): its
+    caption calls are the flow's to pay."""
 
 
 def plan_request(given: Given, matched: RouteMatch) -> Planned | Refusal | None:
@@ -242,6 +246,11 @@ def plan_request(given: Given, matched: RouteMatch) -> Planned | Refusal | None:
     est, model = estimate(limits, route, asked, facts.input_tokens, cap, priced)
     if est is None:
         return refused(given, matched, Verdict(Limit.UNPRICED), model)
+    vision = given.vision
+    if limits.budget_usd is not None and vision is not None and facts.images:
+        seen = caption_model(vision, asked)  # its caption calls are paid too: never free
+        if usd_of(priced, vision, seen, 1, 0, 0, 1) is None:
+            return refused(given, matched, Verdict(Limit.UNPRICED), seen, vision)
     return Planned(model, est, ask_for(given.client, given.rid, limits, est, given.now, given.ttl))
 
 
@@ -336,7 +345,14 @@ class Refusal:
     """The flow's log line (``refused``): names the client key's name and the limit."""
 
 
-def refusal(route: Route, client: str, limits: Limits, verdict: Verdict, model: str) -> Refusal:
+def refusal(
+    route: Route,
+    client: str,
+    limits: Limits,
+    verdict: Verdict,
+    model: str,
+    priced: Route | None = None,
+) -> Refusal:
     """A refused request's answer in the route's client dialect. A rate (``rpm``, ``tpm``,
     ``max_parallel``): 429 with ``Retry-After`` (whole seconds, at least 1), which every
     client waits on and retries. A budget (spent, or a model nothing prices): 402 with
@@ -359,7 +375,7 @@ def refusal(route: Route, client: str, limits: Limits, verdict: Verdict, model: 
     if limit is Limit.UNPRICED:
         message = (
             f"cursor-bridge: client key {client!r} has a budget, and the model {model[:200]!r} "
-            f"has no price (not in the price table, and route {route.name!r} sets no price): "
+            f"has no price (not in the price table, and route {(priced or route).name!r} sets no price): "
             f"refused, never counted as free"
         )
     else:
@@ -373,11 +389,13 @@ def refusal(route: Route, client: str, limits: Limits, verdict: Verdict, model: 
     return Refusal(402, (("x-should-retry", "false"),), error_bytes(dialect, e), message, limit)
 
 
-def refused(given: Given, matched: RouteMatch, verdict: Verdict, model: str) -> Refusal:
+def refused(
+    given: Given, matched: RouteMatch, verdict: Verdict, model: str, priced: Route | None = None
+) -> Refusal:
     """``refusal``, with what the flow says of it: its metadata and its one log line (the
     client key's name and the limit, never the key; a path without its query)."""
     route = given.route
-    r = refusal(route, given.client, given.limits, verdict, model)
+    r = refusal(route, given.client, given.limits, verdict, model, priced)
     limit = r.limit.value
     meta = {"route": route.name, "action": Action.REJECTED.value, "limit": limit}
     line = matched.refused(route, r.status, r.message)
@@ -456,8 +474,8 @@ class CallUse:
 def calls_used(limits: Limits, price: Pricer | None, calls: tuple[CallUse, ...]) -> tuple[int, int]:
     """The tokens and cost (nano-dollars) of a flow's caption calls, settled with the flow
     (``tpm``, budget): each priced as a request of its vision route (the price table, else
-    the route's ``price``; neither: what the flow reserved is the most a budget counts for it,
-    so it adds nothing, and docs say so)."""
+    the route's ``price``; neither: nothing — ``plan_request`` refused such a flow on a key
+    with a budget before any call, so only a price lost to a reload since gets here)."""
     tokens = sum(sum(c.tokens) for c in calls)
     cost = 0
     if limits.budget_usd is not None:

@@ -109,7 +109,9 @@ def make_addons() -> Addons:
     metrics = usage.metrics = Metrics(
         state, settings, flows, lambda: store.shared_cooling(fallbacks.cooldowns)
     )
-    limits = usage.limits = ClientLimits(lambda: client_keys.keys, report, store, metrics)
+    limits = usage.limits = ClientLimits(
+        lambda: client_keys.keys, report, store, metrics, routes=lambda: settings.settings.routes
+    )
     prefetch = limits.prefetch = Prefetch(settings, store, flows)
     return Addons(
         state,

@@ -96,8 +96,11 @@ class ClientLimits(OptionChecks):
         store: ReasoningStoreLife,
         metrics: Metrics | None = None,
         price: Pricer | None = None,
+        routes: Callable[[], Sequence[Route]] = tuple,
     ) -> None:
         self._keys = keys
+        self._routes = routes
+        """The routes in use (a text-only route's ``vision`` route is priced with it)."""
         """The client keys in use (the client keys addon's)."""
         self._report = report
         self._store_life = store
@@ -192,7 +195,10 @@ class ClientLimits(OptionChecks):
             return
         started = time.perf_counter_ns()
         price = self.pricer() if limits.budget_usd is not None else None
-        given = Given(record.client_name, limits, route, flow.id, time.time(), self._ttl, price)
+        vision = _vision_of(route, self._routes) if limits.budget_usd is not None else None
+        given = Given(
+            record.client_name, limits, route, flow.id, time.time(), self._ttl, price, vision
+        )
         try:
             planned = plan_request(given, matched)
             if isinstance(planned, Planned):
@@ -316,12 +322,10 @@ class ClientLimits(OptionChecks):
             held.calls = (*held.calls, *calls)
 
     async def search(self, label: str, client: str | None, price: float) -> Ask | str | None:
-        """A web search the bridge is about to run for a flow of ``client``
-        (``addon.shell.outbound.searxng``): one request in the key's ``rpm`` window and
-        ``price`` in its budget, reserved by one store step (none for a key without ``rpm``
-        or budget: None). Admitted: the reservation, which ``searched`` settles once the
-        search ran; refused: the search's error code (``addon.plan.limits.SEARCH_REFUSED``),
-        with one log line naming the client key's name and the limit, and the metric."""
+        """A web search about to run for a flow of ``client`` (``Searches.run``): one request
+        of the key's ``rpm`` and ``price`` of its budget, reserved by one store step (a key
+        without either: None). Admitted: the reservation, for ``searched``; refused: the
+        search's error code, one log line naming the key's name and the limit, the metric."""
         keys = self._keys()
         limits = keys.limits_of(client) if keys is not None and client else None
         if not client or not limits:
@@ -381,6 +385,13 @@ class ClientLimits(OptionChecks):
         if keys is None:
             return "(no bridge_client_keys)"
         return limits_text(usage_of(self.store, keys.limits, time.time()))
+
+
+def _vision_of(route: Route, routes: Callable[[], Sequence[Route]]) -> Route | None:
+    """The route that captions ``route``'s images (``images = false``, ``vision``), if any."""
+    if route.images is not False or not route.vision:
+        return None
+    return next((r for r in routes() if r.name == route.vision), None)
 
 
 class Settling:

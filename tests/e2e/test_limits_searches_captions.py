@@ -44,12 +44,14 @@ TEAM = {
     "bob": "sk-e2e-bob-SEARCHLIM-0003",
     "carol": "sk-e2e-carol-SEARCHLIM-0004",
     "dave": "sk-e2e-dave-SEARCHLIM-0005",
+    "eve": "sk-e2e-eve-SEARCHLIM-0006",
 }
 LIMITS = {
     "alice": "rpm = 2",
     "bob": 'budget_usd = 1.0, budget_period = "total"',
     "carol": "tpm = 100",
     "dave": 'budget_usd = 1.0, budget_period = "total"',
+    "eve": 'budget_usd = 1.0, budget_period = "total"',
 }
 PRICE = 10_000.0
 """US dollars per million tokens on the text and vision routes: a caption call (85 input, 9
@@ -86,6 +88,24 @@ upstream_url = "http://127.0.0.1:{vision}/vis"
 api_key_env = "CB_E2E_SEARCHLIM_KEY"
 model_map = {{ "*" = "looker-1" }}
 price = {{ input = {price}, output = {price} }}
+
+[[routes]]
+name = "blind"
+path = "/blind/v1/messages"
+client = "anthropic"
+upstream = "openai_chat"
+upstream_path = "/v1/chat/completions"
+api_key_env = "CB_E2E_SEARCHLIM_KEY"
+price = {{ input = {price}, output = {price} }}
+images = false
+vision = "dark"
+
+[[routes]]
+name = "dark"
+path = "/vision-dark/*"
+upstream_url = "http://127.0.0.1:{vision}/vis"
+api_key_env = "CB_E2E_SEARCHLIM_KEY"
+model_map = {{ "*" = "unpriced-looker" }}
 """
 
 
@@ -260,7 +280,7 @@ def test_a_searchs_price_is_spent_from_the_budget_and_a_spent_one_refuses_the_ne
     assert "client key 'bob' is over its budget limit (unavailable)" in log
 
 
-def image_turn(p: Proxy, name: str, salt: bytes = b"") -> str:
+def image_turn(p: Proxy, name: str, salt: bytes = b"", route: str = "text") -> str:
     """An image turn; ``salt`` after the PNG's end makes other bytes: another image to caption
     (a caption is kept by the image's hash, and a kept one costs no call)."""
     turn = json.loads(read("clients/claude-code-2.1.197-image-read-turn2.request.json"))
@@ -270,7 +290,7 @@ def image_turn(p: Proxy, name: str, salt: bytes = b"") -> str:
         {"type": "text", "text": "What colour?"},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}},
     ]
-    got = claude(p, name, "text").messages.create(
+    got = claude(p, name, route).messages.create(
         model="plain-model", max_tokens=16, messages=[{"role": "user", "content": content}]
     )
     return "".join(b.text for b in got.content if b.type == "text")
@@ -315,3 +335,22 @@ def test_a_caption_calls_tokens_and_cost_settle_with_the_flow_that_needed_it(
         assert budget.value.status_code == 402
         assert len(vision.requests) == 2  # one caption call each
         no_secret(first, second)
+
+
+def test_an_image_turn_whose_captions_nothing_prices_is_refused_on_a_budget(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    vision: ScriptedUpstream,
+    setup: dict[str, str],
+) -> None:
+    """eve (a budget) sends an image turn to a text-only route whose vision route's model no
+    price table and no ``price`` prices: a 402 naming that route and model before any call —
+    a caption is never free."""
+    p = start_proxy(**setup)
+    with pytest.raises(anthropic.APIStatusError) as err:
+        image_turn(p, "eve", route="blind")
+    assert err.value.status_code == 402
+    assert "the model 'unpriced-looker' has no price" in str(err.value)
+    assert "route 'dark' sets no price" in str(err.value)
+    assert vision.requests == [] and upstream.requests == []
+    no_secret(p)

@@ -592,3 +592,48 @@ def test_a_search_takes_no_parallel_slot_and_counts_in_rpm_and_budget(store: Lim
     s4 = search_ask("bob", "s4", Limits(budget_usd=1000 / NANO, budget_period="total"), 0, 1.6)
     assert s4 is not None and store.reserve(s4).admitted  # bob's own
     assert store.usage("alice", "total", 1.6).requests == 3
+
+
+def test_an_image_turn_whose_vision_route_nothing_prices_is_refused_on_a_budget() -> None:
+    """A text-only route's image turn on a key with a budget: its caption calls are paid too,
+    so a vision model no price table and no vision route ``price`` prices is refused (402,
+    ``unpriced``, naming the vision route and its model); priced, or no image, it is
+    reserved; a key without a budget is never refused for it."""
+    text = Route(
+        "text",
+        client=ANTHROPIC,
+        path="*/v1/messages*",
+        price=TokenPrice(input=1.0, output=1.0),
+        images=False,
+        vision="eyes",
+    )
+    eyes = Route("eyes", path="/vision-only/*", model_map=(("*", "looker-1"),))
+    priced_eyes = Route(
+        "eyes", path="/vision-only/*", model_map=(("*", "looker-1"),), price=TokenPrice(1.0, 1.0)
+    )
+    s = Settings(routes=(text, eyes))
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}  # fmt: skip
+    content = [{"type": "text", "text": "colour?"}, image]
+    body = json.dumps(
+        {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": content}]}
+    ).encode()
+    matched = match_request(s, "POST", "h", "/v1/messages", body)
+    budget = Limits(budget_usd=1.0, budget_period="total")
+    got = plan_request(Given("alice", budget, text, "f", 1.0, vision=eyes), matched)
+    assert isinstance(got, Refusal) and got.status == 402 and got.limit is Limit.UNPRICED
+    assert "the model 'looker-1' has no price" in got.message
+    assert "route 'eyes' sets no price" in got.message
+    assert isinstance(
+        plan_request(Given("alice", budget, text, "f", 1.0, vision=priced_eyes), matched), Planned
+    )
+    rated = Limits(rpm=5)
+    assert isinstance(
+        plan_request(Given("alice", rated, text, "f", 1.0, vision=eyes), matched), Planned
+    )
+    plain = json.dumps(
+        {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    ).encode()
+    no_image = match_request(s, "POST", "h", "/v1/messages", plain)
+    assert isinstance(
+        plan_request(Given("alice", budget, text, "f", 1.0, vision=eyes), no_image), Planned
+    )
