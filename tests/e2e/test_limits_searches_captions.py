@@ -6,12 +6,14 @@ scripted OpenAI chat upstream whose model searches, a scripted SearXNG, and a sc
 upstream; driven by the anthropic SDK as Claude Code's WebSearch and image turns are.
 
 - Each search the bridge runs is one request in the key's ``rpm`` window: the search past it
-  is refused in the answer (``web_search_tool_result_error``, ``too_many_requests``), the
-  backend never asked, and the key's next request is a 429.
+  is refused in the answer (``web_search_tool_result_error``, ``too_many_requests``; Codex's
+  Responses: a ``web_search_call`` with ``status: "failed"``), the backend never asked, and the
+  key's next request is a 429.
 - Each search's ``price`` (``search = {…, price}``) is spent from the key's budget: the search
   once it is spent is refused (``unavailable``), and the key's next request is a 402.
 - A caption call's tokens and cost settle with the flow that needed it: a key's ``tpm`` window
-  and budget hold them (the next request refused by each), under the vision route's price."""
+  and budget hold them (the next request refused by each), under the vision route's price; a
+  vision model nothing prices is refused on a key with a budget, before any call."""
 
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ TEAM = {
     "carol": "sk-e2e-carol-SEARCHLIM-0004",
     "dave": "sk-e2e-dave-SEARCHLIM-0005",
     "eve": "sk-e2e-eve-SEARCHLIM-0006",
+    "frank": "sk-e2e-frank-SEARCHLIM-0007",
 }
 LIMITS = {
     "alice": "rpm = 2",
@@ -52,6 +55,7 @@ LIMITS = {
     "carol": "tpm = 100",
     "dave": 'budget_usd = 1.0, budget_period = "total"',
     "eve": 'budget_usd = 1.0, budget_period = "total"',
+    "frank": "rpm = 2",
 }
 PRICE = 10_000.0
 """US dollars per million tokens on the text and vision routes: a caption call (85 input, 9
@@ -68,6 +72,15 @@ api_key_env = "CB_E2E_SEARCHLIM_KEY"
 price = {{ input = 0.001, output = 0.001 }}
 reserve_max_output = 16
 search = {{ url = "{searxng}", price = 1.0 }}
+
+[[routes]]
+name = "codex"
+path = "/codex/v1/responses"
+client = "openai_responses"
+upstream = "openai_chat"
+upstream_path = "/v1/chat/completions"
+api_key_env = "CB_E2E_SEARCHLIM_KEY"
+search = {{ url = "{searxng}" }}
 
 [[routes]]
 name = "text"
@@ -354,3 +367,36 @@ def test_an_image_turn_whose_captions_nothing_prices_is_refused_on_a_budget(
     assert "route 'dark' sets no price" in str(err.value)
     assert vision.requests == [] and upstream.requests == []
     no_secret(p)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_codexs_search_past_the_rpm_is_a_failed_web_search_call(
+    start_proxy: Callable[..., Proxy],
+    searxng: ScriptedSearxng,
+    setup: dict[str, str],
+    stream: bool,
+) -> None:
+    """frank (``rpm = 2``) on Codex's recorded turn (the hosted ``web_search`` beside its
+    function tools): the second search is refused in the Responses shape — a
+    ``web_search_call`` with ``status: "failed"`` — never run."""
+    import openai
+    from openai.types.responses import ResponseFunctionWebSearch
+
+    from tests.e2e.test_web_search_codex import _params
+
+    p = start_proxy(**setup)
+    client = openai.OpenAI(
+        base_url=f"{p.base_url}/codex/v1", api_key=TEAM["frank"], max_retries=0, timeout=30
+    )
+    if stream:
+        events = list(client.responses.create(**_params(), stream=True))
+        output = [e.item for e in events if e.type == "response.output_item.done"]
+        assert events[-1].type == "response.completed"
+    else:
+        output = list(client.responses.create(**_params(), stream=False).output)
+    calls = [o for o in output if isinstance(o, ResponseFunctionWebSearch)]
+    assert [c.status for c in calls] == ["completed", "failed"]
+    assert output[-1].type == "message"
+    assert len(searxng.requests) == 1
+    log = no_secret(p)
+    assert "client key 'frank' is over its rpm limit (too_many_requests)" in log
