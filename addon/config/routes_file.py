@@ -25,7 +25,13 @@ from addon.config import expose, routes
 from addon.config import upstream_url as upstream_urls
 from addon.config.images import check_vision, image_keys
 from addon.config.routes import Route
-from addon.config.search_backend import MAX_RESULTS, MAX_SEARCH_TIMEOUT, SearchBackend, search_url
+from addon.config.search_backend import (
+    MAX_PRICE,
+    MAX_RESULTS,
+    MAX_SEARCH_TIMEOUT,
+    SearchBackend,
+    search_url,
+)
 from addon.dialects import OPENAI_CHAT, DialectName
 from addon.model import CachePolicy, CacheTTL, SchemaProfile, ToolMode
 
@@ -101,6 +107,7 @@ class SearchFields(BaseModel):
     max_results: int = Field(default=5, ge=1, le=MAX_RESULTS)
     timeout: float = Field(default=10.0, gt=0, le=MAX_SEARCH_TIMEOUT)
     key_env: str | None = None
+    price: float = Field(default=0.0, ge=0, le=MAX_PRICE)
 
     _url = field_validator("url")(search_url)
 

@@ -16,6 +16,9 @@ KINDS: tuple[str, ...] = ("searxng",)
 MAX_RESULTS = 50
 """The most results one search may give the model."""
 MAX_SEARCH_TIMEOUT = 120.0
+MAX_PRICE = 100.0
+"""US dollars one search may cost at most (``price``): a typo of a per-1,000 price stays
+within reason."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,13 +26,16 @@ class SearchBackend:
     """Where a route's searches go: ``url`` (the backend's base URL), its ``kind``, at most
     ``max_results`` results per search, ``timeout`` seconds per search, and ``key_env``: an
     environment variable whose value is sent as ``Authorization: Bearer …`` (a SearXNG behind
-    a gateway that asks for one; never logged, redacted like every key)."""
+    a gateway that asks for one; never logged, redacted like every key), and ``price``: US
+    dollars per search, counted in a client key's budget (docs/deploy.md#limits-per-client-key;
+    default 0)."""
 
     url: str
     kind: SearchKind = "searxng"
     max_results: int = 5
     timeout: float = 10.0
     key_env: str | None = None
+    price: float = 0.0
 
     def __post_init__(self) -> None:
         try:
@@ -46,6 +52,9 @@ class SearchBackend:
             raise ValueError(
                 f"search.timeout: seconds, more than 0 and at most {MAX_SEARCH_TIMEOUT:g}"
             )
+        p = self.price
+        if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p <= MAX_PRICE:
+            raise ValueError(f"search.price: US dollars per search, from 0 to {MAX_PRICE:g}")
         if self.key_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.key_env):
             raise ValueError("search.key_env: the name of an environment variable")
 

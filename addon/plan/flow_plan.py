@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from addon.config.routes import Route
@@ -95,6 +95,13 @@ class FlowPlan:
     secrets: Secrets = field(default_factory=Secrets, repr=False)
     """The flow's exact credential values: redacted from the error bodies the bridge writes
     (never in ``meta``)."""
+
+    def __post_init__(self) -> None:
+        # The client key's name reaches the plan after ``decide`` (every ``replace`` that
+        # sets it comes through here): the web search's runner reads it from ``search``.
+        search = self.search
+        if search is not None and search.client != self.client_name:
+            object.__setattr__(self, "search", replace(search, client=self.client_name))
 
     @property
     def label(self) -> str:

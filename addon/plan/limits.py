@@ -22,6 +22,7 @@ from addon.config.client_keys import Limits, Period
 from addon.config.routes import Route
 from addon.dialects import DIALECTS
 from addon.model import ClientError
+from addon.plan.captions import caption_model
 from addon.plan.routing import RouteMatch
 from addon.plan.values import error_bytes
 from addon.report.outcome import Action, FlowReport
@@ -165,6 +166,9 @@ class Ask:
     tokens: int
     cost_nano: int
     ttl: float = RESERVATION_TTL
+    slot: bool = True
+    """It takes a parallel slot (``max_parallel``); a search inside a flow does not: its flow
+    holds one already."""
 
 
 MIN_TTL, MAX_TTL = 3.0, 3600.0
@@ -219,6 +223,9 @@ class Given:
     ttl: float = RESERVATION_TTL
     price: Pricer | None = None
     """The price table (read only for a key with a budget)."""
+    vision: Route | None = None
+    """The route that captions the route's images (``images = false``, ``vision``): its
+    caption calls are the flow's to pay."""
 
 
 def plan_request(given: Given, matched: RouteMatch) -> Planned | Refusal | None:
@@ -239,6 +246,11 @@ def plan_request(given: Given, matched: RouteMatch) -> Planned | Refusal | None:
     est, model = estimate(limits, route, asked, facts.input_tokens, cap, priced)
     if est is None:
         return refused(given, matched, Verdict(Limit.UNPRICED), model)
+    vision = given.vision
+    if limits.budget_usd is not None and vision is not None and facts.images:
+        seen = caption_model(vision, asked)  # its caption calls are paid too: never free
+        if usd_of(priced, vision, seen, 1, 0, 0, 1) is None:
+            return refused(given, matched, Verdict(Limit.UNPRICED), seen, vision)
     return Planned(model, est, ask_for(given.client, given.rid, limits, est, given.now, given.ttl))
 
 
@@ -333,7 +345,14 @@ class Refusal:
     """The flow's log line (``refused``): names the client key's name and the limit."""
 
 
-def refusal(route: Route, client: str, limits: Limits, verdict: Verdict, model: str) -> Refusal:
+def refusal(
+    route: Route,
+    client: str,
+    limits: Limits,
+    verdict: Verdict,
+    model: str,
+    priced: Route | None = None,
+) -> Refusal:
     """A refused request's answer in the route's client dialect. A rate (``rpm``, ``tpm``,
     ``max_parallel``): 429 with ``Retry-After`` (whole seconds, at least 1), which every
     client waits on and retries. A budget (spent, or a model nothing prices): 402 with
@@ -356,7 +375,7 @@ def refusal(route: Route, client: str, limits: Limits, verdict: Verdict, model: 
     if limit is Limit.UNPRICED:
         message = (
             f"cursor-bridge: client key {client!r} has a budget, and the model {model[:200]!r} "
-            f"has no price (not in the price table, and route {route.name!r} sets no price): "
+            f"has no price (not in the price table, and route {(priced or route).name!r} sets no price): "
             f"refused, never counted as free"
         )
     else:
@@ -370,16 +389,100 @@ def refusal(route: Route, client: str, limits: Limits, verdict: Verdict, model: 
     return Refusal(402, (("x-should-retry", "false"),), error_bytes(dialect, e), message, limit)
 
 
-def refused(given: Given, matched: RouteMatch, verdict: Verdict, model: str) -> Refusal:
+def refused(
+    given: Given, matched: RouteMatch, verdict: Verdict, model: str, priced: Route | None = None
+) -> Refusal:
     """``refusal``, with what the flow says of it: its metadata and its one log line (the
     client key's name and the limit, never the key; a path without its query)."""
     route = given.route
-    r = refusal(route, given.client, given.limits, verdict, model)
+    r = refusal(route, given.client, given.limits, verdict, model, priced)
     limit = r.limit.value
     meta = {"route": route.name, "action": Action.REJECTED.value, "limit": limit}
     line = matched.refused(route, r.status, r.message)
     line.fields.update(client_name=given.client, limit=limit)
     return replace(r, meta={**meta, "error": r.message}, line=line)
+
+
+# --------------------------------------------------------------------------- a flow's own calls
+# The searches the bridge runs for an answer and the caption calls a text-only route needs
+# count against the client key of the flow that needed them (docs/deploy.md
+# #limits-per-client-key): a search is one request in the ``rpm`` window and its price in the
+# budget, reserved before it runs and refused (the model and the client see the search's
+# error) when the key has neither left; a caption call's tokens and cost are settled with its
+# flow's own reservation.
+
+SEARCH_REFUSED: dict[Limit, str] = {
+    Limit.RPM: "too_many_requests",
+    Limit.BUDGET_HELD: "too_many_requests",
+    Limit.BUDGET: "unavailable",
+}
+"""A refused search's error code (``Searched.error``: Anthropic's ``web_search_tool_result_error``
+codes, which Claude Code shows): a rate, ``too_many_requests``; a spent budget, ``unavailable``
+(Anthropic's list has no budget code)."""
+
+
+def search_ask(
+    client: str,
+    rid: str,
+    limits: Limits,
+    price_usd: float,
+    now: float,
+    ttl: float = RESERVATION_TTL,
+) -> Ask | None:
+    """One search the bridge is about to run for a flow of ``client``: one request in the
+    ``rpm`` window (no tokens, no parallel slot) and ``price_usd`` in the budget; None when the
+    key has neither an ``rpm`` nor a budget (nothing to count)."""
+    if limits.rpm is None and limits.budget_usd is None:
+        return None
+    est = Estimate(0, 0, nano(price_usd) if price_usd > 0 else 0)
+    ask = ask_for(
+        client,
+        rid,
+        Limits(rpm=limits.rpm, budget_usd=limits.budget_usd, budget_period=limits.budget_period),
+        est,
+        now,
+        ttl,
+    )
+    return replace(ask, slot=False)
+
+
+def search_refused(verdict: Verdict) -> str | None:
+    """The store's verdict on a search: None, it runs; else the search's error code."""
+    if verdict.admitted or verdict.limit is None:
+        return None
+    return SEARCH_REFUSED.get(verdict.limit, "too_many_requests")
+
+
+def search_settle(ask: Ask, now: float, ran: bool) -> Settle:
+    """A search's reservation settled: its price spent when the backend answered (``ran``),
+    nothing when it failed; the request stays in the ``rpm`` window either way."""
+    return Settle(
+        ask.client, ask.rid, now, ask.period, ask.period_end, 0, ask.cost_nano if ran else 0
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CallUse:
+    """A caption call a flow needed: the vision route, the model it was sent, the tokens the
+    vision upstream reported (uncached input, cache read, cache write, output)."""
+
+    route: Route
+    model: str
+    tokens: tuple[int, int, int, int]
+
+
+def calls_used(limits: Limits, price: Pricer | None, calls: tuple[CallUse, ...]) -> tuple[int, int]:
+    """The tokens and cost (nano-dollars) of a flow's caption calls, settled with the flow
+    (``tpm``, budget): each priced as a request of its vision route (the price table, else
+    the route's ``price``; neither: nothing — ``plan_request`` refused such a flow on a key
+    with a budget before any call, so only a price lost to a reload since gets here)."""
+    tokens = sum(sum(c.tokens) for c in calls)
+    cost = 0
+    if limits.budget_usd is not None:
+        for c in calls:
+            usd = usd_of(price, c.route, c.model, *c.tokens)
+            cost += nano(usd) if usd is not None else 0
+    return tokens, cost
 
 
 def _what(limit: Limit, limits: Limits) -> str:

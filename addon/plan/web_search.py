@@ -60,6 +60,9 @@ class WebSearch:
 
     ask: SearchAsk
     backend: SearchBackend
+    client: str = ""
+    """The client key's name of the flow (``FlowPlan.client_name``): whose limits each search
+    counts against (docs/deploy.md#limits-per-client-key)."""
 
     @property
     def max_uses(self) -> int:

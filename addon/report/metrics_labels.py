@@ -29,6 +29,9 @@ OTHER = "other"
 """A model (or route) the configuration does not name."""
 TOKEN_KINDS = ("input", "output", "cache_read", "cache_write", "reasoning")
 """``cursor_bridge_tokens_total``'s ``kind``: the ledger's columns of the same names."""
+CAPTION = "caption"
+"""``cursor_bridge_requests_total``'s ``outcome`` of a vision route's caption call (the
+bridge's own call for a text-only route's request, counted under the vision route)."""
 KEY_STATES = ("ready", "cooling", "revoked")
 """``cursor_bridge_key_pool_keys``'s ``state``."""
 BRIDGE_COUNTERS = {
@@ -148,6 +151,26 @@ def flow_counts(
         cost=cost if booking is not None else None,
         upstream_errors=tuple(errors),
         fallbacks=tuple((bounds.route(f.route), f.reason.name.lower()) for f in failures),
+    )
+
+
+def call_counts(
+    bounds: LabelBounds, booking: Booking, upstream: str, cost: Decimal | None
+) -> FlowCounts:
+    """What one caption call counts (``booking``: the usage ledger's row for it, under the
+    vision route; ``upstream``: that route's dialect): a request with the outcome ``caption``,
+    its tokens and cost, under the same bounded labels as a flow's."""
+    key = booking.key
+    route = bounds.route(key.route)
+    t = booking.tokens
+    return FlowCounts(
+        route=route,
+        client=bounds.client(key.client),
+        upstream=upstream or OTHER,
+        model=bounds.model(route, key.model),
+        outcome=CAPTION,
+        tokens=tuple((kind, getattr(t, kind)) for kind in TOKEN_KINDS),
+        cost=cost,
     )
 
 

@@ -19,6 +19,7 @@ from addon.shell.metrics import Metrics
 from addon.shell.outbound.attempts import Fallbacks
 from addon.shell.outbound.captioner import Captioner
 from addon.shell.outbound.retry import Retry
+from addon.shell.outbound.searxng import Searches
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.reporter import Report
 from addon.shell.rewrite import RewriteRequest
@@ -109,7 +110,9 @@ def make_addons() -> Addons:
     metrics = usage.metrics = Metrics(
         state, settings, flows, lambda: store.shared_cooling(fallbacks.cooldowns)
     )
-    limits = usage.limits = ClientLimits(lambda: client_keys.keys, report, store, metrics)
+    limits = usage.limits = ClientLimits(
+        lambda: client_keys.keys, report, store, metrics, routes=lambda: settings.settings.routes
+    )
     prefetch = limits.prefetch = Prefetch(settings, store, flows)
     return Addons(
         state,
@@ -125,12 +128,12 @@ def make_addons() -> Addons:
         store,
         RewriteRequest(settings, store, report, kiro, fallbacks),
         StreamAttach(report, loop_retry=True),
-        Answers(report, retry),
+        Answers(report, retry, Searches(gate=limits)),
         AnswerRedaction(settings, lambda: client_keys.keys, kiro.held_tokens),
         MemoryTrim(),
         usage,
         KeysOutOfFlowLine(),
         metrics,
         prefetch,
-        Captions(settings, flows, Captioner(retry, store, usage)),
+        Captions(settings, flows, Captioner(retry, store, usage), limits.captioned),
     )

@@ -5,16 +5,18 @@ Async, before the rewrite addon (after the fallbacks picked the chain's route): 
 request needs is decided from plain values (``addon.plan.captions.caption_job``) and handed to
 the captioner (``addon.shell.outbound.captioner``); its answer applied: the captions on the
 flow's record, where every ``decide`` of the flow reads them (``addon.plan.images``), or the
-client's 502 in its dialect naming the vision route."""
+client's 502 in its dialect naming the vision route. The calls the job made are handed to the
+client key's limits (``spent``: ``ClientLimits.captioned``), settled with the flow."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Sequence
 
 from mitmproxy import http
 
 from addon.plan.captions import Refusal, caption_job
+from addon.plan.limits import CallUse
 from addon.shell.flows import Flows
 from addon.shell.headers import header_map, json_response
 from addon.shell.notes import append_comment, log_internal_error
@@ -26,10 +28,18 @@ from addon.shell.settings import BridgeSettings
 class Captions:
     name = "cursor_bridge_captions"
 
-    def __init__(self, settings: BridgeSettings, flows: Flows, captioner: Captioner) -> None:
+    def __init__(
+        self,
+        settings: BridgeSettings,
+        flows: Flows,
+        captioner: Captioner,
+        spent: Callable[[str, Sequence[CallUse]], None] | None = None,
+    ) -> None:
         self._settings = settings
         self._flows = flows
         self.captioner = captioner
+        self._spent = spent
+        """Told the caption calls each flow needed (the client key's limits)."""
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         """Nothing but for a request with images on a route that captions them: then a
@@ -53,10 +63,15 @@ class Captions:
         except Exception as e:
             log_internal_error("cursor-bridge: captions", e)
             return None
-        return self._apply(flow, self.captioner.ask(job))
+        spent: list[CallUse] = []
+        return self._apply(flow, self.captioner.ask(job, spent), spent)
 
-    async def _apply(self, flow: http.HTTPFlow, asked: asyncio.Future[Answer]) -> None:
+    async def _apply(
+        self, flow: http.HTTPFlow, asked: asyncio.Future[Answer], spent: list[CallUse]
+    ) -> None:
         got = await asked
+        if spent and self._spent is not None:  # a refused job's calls cost too
+            self._spent(flow.id, spent)
         if isinstance(got, Refusal):
             flow.response = json_response(got.status, got.body)
             append_comment(flow, got.comment)

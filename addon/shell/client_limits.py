@@ -19,7 +19,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,14 +35,19 @@ from addon.plan.limits import (
     RENEW_EVERY,
     RESERVATION_TTL,
     Ask,
+    CallUse,
     Given,
     Planned,
     Pricer,
     Refusal,
     Settle,
     Verdict,
+    calls_used,
     plan_request,
     reserved,
+    search_ask,
+    search_refused,
+    search_settle,
     settle_at_once,
     used_cost,
 )
@@ -76,6 +82,8 @@ class Reservation:
     """Uncached input, cache read, cache write, output, as the upstream reported (or what
     was delivered); None: nothing yet."""
     model_used: str | None = None
+    calls: tuple[CallUse, ...] = ()
+    """The caption calls the flow needed (``captioned``): settled with it."""
 
 
 class ClientLimits(OptionChecks):
@@ -88,8 +96,11 @@ class ClientLimits(OptionChecks):
         store: ReasoningStoreLife,
         metrics: Metrics | None = None,
         price: Pricer | None = None,
+        routes: Callable[[], Sequence[Route]] = tuple,
     ) -> None:
         self._keys = keys
+        self._routes = routes
+        """The routes in use (a text-only route's ``vision`` route is priced with it)."""
         """The client keys in use (the client keys addon's)."""
         self._report = report
         self._store_life = store
@@ -184,7 +195,10 @@ class ClientLimits(OptionChecks):
             return
         started = time.perf_counter_ns()
         price = self.pricer() if limits.budget_usd is not None else None
-        given = Given(record.client_name, limits, route, flow.id, time.time(), self._ttl, price)
+        vision = _vision_of(route, self._routes) if limits.budget_usd is not None else None
+        given = Given(
+            record.client_name, limits, route, flow.id, time.time(), self._ttl, price, vision
+        )
         try:
             planned = plan_request(given, matched)
             if isinstance(planned, Planned):
@@ -256,8 +270,12 @@ class ClientLimits(OptionChecks):
             if held.used is not None
             else 0
         )
+        tokens = sum(used)
+        if held.calls:  # its caption calls: their tokens and cost with its own
+            more, priced = calls_used(held.limits, self.pricer(), held.calls)
+            tokens, cost = tokens + more, cost + priced
         a = held.planned.ask
-        done = Settle(held.client, a.rid, time.time(), a.period, a.period_end, sum(used), cost)
+        done = Settle(held.client, a.rid, time.time(), a.period, a.period_end, tokens, cost)
         store = self.store
         if isinstance(store, RedisLimits):
             await self._settle_queued(store, held, done)
@@ -294,6 +312,65 @@ class ClientLimits(OptionChecks):
         if held.at_once:
             await asyncio.wrap_future(written)
 
+    # ------------------------------------------------------------------ a flow's own calls
+
+    def captioned(self, flow_id: str, calls: Sequence[CallUse]) -> None:
+        """The caption calls a flow needed (``addon.shell.captions``): their tokens and cost
+        settle with the flow's reservation (``tpm``, budget); a flow without one counts none."""
+        held = self._held.get(flow_id)
+        if held is not None and calls:
+            held.calls = (*held.calls, *calls)
+
+    async def search(self, label: str, client: str | None, price: float) -> Ask | str | None:
+        """A web search about to run for a flow of ``client`` (``Searches.run``): one request
+        of the key's ``rpm`` and ``price`` of its budget, reserved by one store step (a key
+        without either: None). Admitted: the reservation, for ``searched``; refused: the
+        search's error code, one log line naming the key's name and the limit, the metric."""
+        keys = self._keys()
+        limits = keys.limits_of(client) if keys is not None and client else None
+        if not client or not limits:
+            return None
+        ask = search_ask(
+            client, f"search-{uuid.uuid4().hex}", limits, price, time.time(), self._ttl
+        )
+        if ask is None:
+            return None
+        store = self.store
+        try:
+            verdict = await self._store_life.worker.call(store.reserve, ask)
+        except Exception as e:  # the store failed: the search runs, as a request would
+            log.warning("cursor-bridge: client limits: search not counted: %s", clean(e, 300))
+            return None
+        self._budget_left(client, limits, verdict)
+        code = search_refused(verdict)
+        if code is None:
+            return ask
+        limit = verdict.limit.value if verdict.limit is not None else "rpm"
+        log.info(
+            "%s: web search refused: client key %r is over its %s limit (%s)",
+            label,
+            clean(client, 100),
+            limit,
+            code,
+        )
+        if self._metrics is not None:
+            self._metrics.limited(client, limit)
+        return code
+
+    async def searched(self, ask: Ask, ran: bool) -> None:
+        """A search's reservation settled: its price spent when it ran (``search_settle``),
+        written and waited for before the answer goes on (the answer's next search reads it:
+        a spent budget refuses it, not a price still held)."""
+        done = search_settle(ask, time.time(), ran)
+        store = self.store
+        try:
+            if isinstance(store, RedisLimits):
+                await asyncio.wrap_future(self._store_life.worker.settle(store, done, now=True))
+            else:
+                await self._store_life.worker.call(store.settle, done)
+        except Exception as e:
+            log.warning("cursor-bridge: client limits: search not settled: %s", clean(e, 300))
+
     def _budget_left(self, client: str, limits: Limits, verdict: Verdict) -> None:
         if self._metrics is None or limits.budget_usd is None or verdict.spent_nano is None:
             return
@@ -308,6 +385,13 @@ class ClientLimits(OptionChecks):
         if keys is None:
             return "(no bridge_client_keys)"
         return limits_text(usage_of(self.store, keys.limits, time.time()))
+
+
+def _vision_of(route: Route, routes: Callable[[], Sequence[Route]]) -> Route | None:
+    """The route that captions ``route``'s images (``images = false``, ``vision``), if any."""
+    if route.images is not False or not route.vision:
+        return None
+    return next((r for r in routes() if r.name == route.vision), None)
 
 
 class Settling:

@@ -153,6 +153,14 @@ class UsageCounting:
             self._failing = False
             log.info("cursor-bridge: usage ledger counting again")
 
+    def book_call(self, booked: Booking, upstream: str) -> None:
+        """A call the bridge made for a flow, of another route (a caption call: the vision
+        route's, ``addon.shell.outbound.captioner``): its row in the ledger, and the same
+        ``Booking`` in the metrics, so that the two cannot drift."""
+        if self.metrics is not None:
+            self.metrics.call_over(booked, upstream)
+        self.book(booked)
+
     @command.command("bridge.usage")  # type: ignore[untyped-decorator]
     def usage(self) -> str:
         """Tokens and cost by day, route, model, key name, client and user, from the usage ledger,
@@ -195,6 +203,7 @@ class FlowObserver(Protocol):
     def flow_over(
         self, flow: http.HTTPFlow | None, run: FlowRun, report: FlowReport, booking: Booking | None
     ) -> None: ...
+    def call_over(self, booking: Booking, upstream: str) -> None: ...
 
 
 class LimitsObserver(Protocol):

@@ -28,8 +28,10 @@ from addon.redact import clean
 from addon.report.counters import BridgeState
 from addon.report.metrics_labels import (
     Booking,
+    FlowCounts,
     LabelBounds,
     bridge_counters,
+    call_counts,
     flow_counts,
     key_pool_states,
 )
@@ -65,7 +67,8 @@ class BridgeMetrics:
         self.requests = Counter(
             PREFIX + "requests",
             "Routed requests by how they ended (outcome: rewritten, repaired, retried, "
-            "not_rewritten, loop_guard, rejected).",
+            "not_rewritten, loop_guard, rejected), and a vision route's caption calls "
+            "(outcome: caption).",
             ("route", "client", "upstream", "model", "outcome"),
             registry=r,
         )
@@ -81,6 +84,12 @@ class BridgeMetrics:
             "Cost in US dollars of answered requests, at the usage ledger's prices "
             "(genai-prices); a model without a price adds nothing.",
             ("route", "model", "client"),
+            registry=r,
+        )
+        self.searches = Counter(
+            PREFIX + "searches",
+            "Web searches the bridge ran for answers (the usage ledger's searches column).",
+            ("route", "client"),
             registry=r,
         )
         self.upstream_errors = Counter(
@@ -333,15 +342,9 @@ class Metrics(OptionChecks):
             failures=failures,
             served=served,
         )
-        m.requests.labels(
-            counts.route, counts.client, counts.upstream, counts.model, counts.outcome
-        ).inc()
-        for kind, n in counts.tokens:
-            m.tokens.labels(counts.route, counts.model, counts.client, kind).inc(n)
-        if counts.cost is not None:
-            m.cost.labels(counts.route, counts.model, counts.client).inc(float(counts.cost))
-        elif booking is not None:  # the series exists at 0: a panel sums what is there
-            m.cost.labels(counts.route, counts.model, counts.client).inc(0)
+        _requests(m, counts, booking is not None)
+        if booking is not None and booking.tokens.searches:
+            m.searches.labels(counts.route, counts.client).inc(booking.tokens.searches)
         for route, status in counts.upstream_errors:
             m.upstream_errors.labels(route, status).inc()
         for route, reason in counts.fallbacks:
@@ -357,6 +360,20 @@ class Metrics(OptionChecks):
                 first = resp.timestamp_start if resp.stream else (resp.timestamp_end or end)
             m.first_token.labels(counts.route).observe(max(0.0, first - started))
 
+    def call_over(self, booking: Booking, upstream: str) -> None:
+        """A caption call the bridge made for a flow (``UsageCounting.book_call``, with the
+        ``booking`` the usage ledger counts): a request, its tokens and cost under the vision
+        route. Never the flow's failure."""
+        if not self.on or self.metrics is None:
+            return
+        try:
+            settings = self._settings.settings
+            bounds = LabelBounds(settings.routes, settings.models)
+            counts = call_counts(bounds, booking, upstream, self._cost(booking))
+            _requests(self.metrics, counts, True)
+        except Exception as e:
+            log_internal_error(f"cursor-bridge [{booking.key.route}]: metrics", e)
+
     def _cost(self, booking: Booking | None) -> Any:
         if booking is None:
             return None
@@ -365,6 +382,20 @@ class Metrics(OptionChecks):
         if self._price is None:
             return None
         return self._price(booking.key.model, booking.key.day, booking.tokens)
+
+
+def _requests(m: BridgeMetrics, counts: FlowCounts, booked: bool) -> None:
+    """A request's counts: the request, its tokens, its cost (``booked``: the ledger counts it,
+    so its cost series exists, at 0 for a model without a price: a panel sums what is there)."""
+    m.requests.labels(
+        counts.route, counts.client, counts.upstream, counts.model, counts.outcome
+    ).inc()
+    for kind, n in counts.tokens:
+        m.tokens.labels(counts.route, counts.model, counts.client, kind).inc(n)
+    if counts.cost is not None:
+        m.cost.labels(counts.route, counts.model, counts.client).inc(float(counts.cost))
+    elif booked:
+        m.cost.labels(counts.route, counts.model, counts.client).inc(0)
 
 
 class FirstTokenClock:

@@ -108,7 +108,8 @@ class MemoryLimits:
                     return Verdict(Limit.BUDGET, 0.0, spent)
                 return Verdict(Limit.BUDGET_HELD, 1.0, spent)
             window[ask.rid] = (now, ask.tokens)
-            parallel[ask.rid] = now + ask.ttl
+            if ask.slot:
+                parallel[ask.rid] = now + ask.ttl
             if spent is not None:
                 self._held[key][ask.rid] = (ask.cost_nano, now + ask.ttl)
                 spent += ask.cost_nano
@@ -177,7 +178,8 @@ local function sum(h)
 end
 """
 
-# ARGV: rid, rpm, tpm, max_parallel (0: none), budget (-1: none), tokens, cost, ttl ms.
+# ARGV: rid, rpm, tpm, max_parallel (0: none), budget (-1: none), tokens, cost, ttl ms, takes
+# a parallel slot ('1'/'0': a search inside a flow does not).
 # Returns {limit ('' admitted), retry after ms, spend after the step (-1: no budget)}, and
 # admitted: {…, parallel slots held (-1: no max_parallel), the window's tokens (-1: no tpm)}.
 _RESERVE = (
@@ -223,8 +225,10 @@ redis.call('ZADD', KEYS[1], now, rid)
 redis.call('HSET', KEYS[2], rid, tokens)
 redis.call('PEXPIRE', KEYS[1], 60000 + ttl)
 redis.call('PEXPIRE', KEYS[2], 60000 + ttl)
-redis.call('ZADD', KEYS[3], now + ttl, rid)
-redis.call('PEXPIRE', KEYS[3], 2 * ttl)
+if ARGV[9] ~= '0' then
+  redis.call('ZADD', KEYS[3], now + ttl, rid)
+  redis.call('PEXPIRE', KEYS[3], 2 * ttl)
+end
 if budget >= 0 then
   redis.call('ZADD', KEYS[5], now + ttl, rid)
   redis.call('HSET', KEYS[6], rid, cost)
@@ -365,6 +369,7 @@ class RedisLimits:
                 ask.tokens,
                 ask.cost_nano,
                 int(ask.ttl * 1000),
+                "1" if ask.slot else "0",
             ],
         )
 

@@ -279,3 +279,168 @@ def test_labels_stay_bounded_and_metrics_are_not_on_the_proxys_listener(
     assert upstream.requests[-1].path == "/metrics"
     assert "cursor_bridge_" not in got.text
     assert "Traceback" not in p.log_text()
+
+
+SEARCH_AND_VISION = """
+[[routes]]
+name = "search"
+path = "/search/v1/messages"
+client = "anthropic"
+upstream = "openai_chat"
+upstream_path = "/v1/chat/completions"
+api_key_env = "CB_E2E_METRICS_KEY"
+model_map = {{ "claude-*" = "gpt-4o" }}
+search = {{ url = "{searxng}", price = 0.01 }}
+
+[[routes]]
+name = "text"
+path = "/text/v1/messages"
+client = "anthropic"
+upstream = "openai_chat"
+upstream_path = "/v1/chat/completions"
+api_key_env = "CB_E2E_METRICS_KEY"
+model_map = {{ "claude-*" = "gpt-4o" }}
+images = false
+vision = "eyes"
+
+[[routes]]
+name = "eyes"
+path = "/vision-only/*"
+upstream_url = "http://127.0.0.1:{vision}/vis"
+api_key_env = "CB_E2E_METRICS_KEY"
+model_map = {{ "*" = "gpt-4o-mini" }}
+"""
+
+
+def metric_sums(text: str, name: str, by: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+    """``/metrics``' samples of ``name`` summed by the labels ``by``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[tuple[str, ...], float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name:
+                key = tuple(s.labels[b] for b in by)
+                out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
+def test_metrics_equal_the_ledger_for_a_searching_and_a_captioned_flow(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bridge's own calls in the metrics as in the ledger: alice's Claude Code web search
+    (whole and streamed) on a chat upstream, run by the bridge on a (scripted) SearXNG, and
+    bob's image turn on a text-only route, captioned by the vision route. ``/metrics`` sums
+    by route and client — requests, tokens by kind, cost, searches — equal the usage ledger's
+    rows for the same flows: the searches under the searching route
+    (``cursor_bridge_searches_total``), the caption call under the vision route (outcome
+    ``caption``)."""
+    from addon.stores.ledger import open_ledger
+    from tests.e2e.searching import DOCS, GITHUB, QUERY, chat_model, results
+    from tests.e2e.test_text_tools import openai_json
+    from tests.e2e.test_vision import CAPTION, chat_answer
+    from tests.realdata import read
+    from tests.searxng_server import ScriptedSearxng
+
+    monkeypatch.setenv("CB_E2E_METRICS_KEY", ROUTE_KEY)
+    keys = tmp_path / "clients.toml"
+    keys.write_text("".join(f'{name} = "{key}"\n' for name, key in TEAM.items()))
+    store = tmp_path / "store.db"
+    port = free_port()
+    with ScriptedSearxng(results(DOCS, GITHUB)) as searxng, ScriptedUpstream() as vision:
+        vision.script = lambda rec: JSONReply(
+            chat_answer(CAPTION, {"prompt_tokens": 85, "completion_tokens": 9, "total_tokens": 94})
+        )
+        routes = tmp_path / "routes.toml"
+        routes.write_text(SEARCH_AND_VISION.format(searxng=searxng.base_url, vision=vision.port))
+        p = start_proxy(
+            bridge_routes=str(routes),
+            bridge_store=str(store),
+            bridge_client_keys=str(keys),
+            bridge_metrics=f"127.0.0.1:{port}",
+        )
+        p.wait_for_log(f"metrics at http://127.0.0.1:{port}/metrics")
+        upstream.script = lambda rec: (
+            chat_model(rec) if rec.json().get("tools") else JSONReply(openai_json("It is red."))
+        )
+
+        def claude(name: str, route: str) -> anthropic.Anthropic:
+            return anthropic.Anthropic(
+                base_url=f"{p.base_url}/{route}", api_key=TEAM[name], max_retries=0, timeout=20
+            )
+
+        tool: Any = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+        ask: Any = [{"role": "user", "content": f"Perform a web search for the query: {QUERY}"}]
+        whole = claude("alice", "search").messages.create(
+            model="claude-sonnet-4-6", max_tokens=200, messages=ask, tools=[tool]
+        )
+        with claude("alice", "search").messages.stream(
+            model="claude-sonnet-4-6", max_tokens=200, messages=ask, tools=[tool]
+        ) as s:
+            streamed = s.get_final_message()
+        for got in (whole, streamed):
+            assert got.usage.server_tool_use is not None
+            assert got.usage.server_tool_use.web_search_requests == 1
+        assert len(searxng.requests) == 2
+
+        turn = json.loads(read("clients/claude-code-2.1.197-image-read-turn2.request.json"))
+        data = turn["body"]["messages"][2]["content"][0]["content"][0]["source"]["data"]
+        image: Any = [
+            {"type": "text", "text": "What colour?"},
+            {
+                "type": "image",
+                "source": {"type": "base64", "media_type": "image/png", "data": data},
+            },
+        ]
+        seen = claude("bob", "text").messages.create(
+            model="claude-sonnet-4-6", max_tokens=100, messages=[{"role": "user", "content": image}]
+        )
+        assert seen.content[0].type == "text"
+        assert len(vision.requests) == 1
+        assert CAPTION in upstream.requests[-1].body.decode()
+
+        ledger = open_ledger(str(store))
+        try:
+            deadline = time.monotonic() + 15
+            while sum(t.requests for t in ledger.rows().values()) < 4:
+                assert time.monotonic() < deadline, ledger.rows()
+                time.sleep(0.1)
+            rows = list(ledger.rows().items())
+        finally:
+            ledger.close()
+        text = scrape(port)
+
+    booked: dict[tuple[str, str], Any] = {}
+    for key, tokens in rows:
+        k = (key.route, key.client or "anonymous")
+        booked[k] = booked[k] + tokens if k in booked else tokens
+    assert set(booked) == {("search", "alice"), ("text", "bob"), ("eyes", "bob")}
+    assert booked[("search", "alice")].searches == 2
+    assert booked[("eyes", "bob")].input == 85 and booked[("eyes", "bob")].output == 9
+    requests = metric_sums(text, "cursor_bridge_requests_total", ("route", "client"))
+    assert requests == {k: float(t.requests) for k, t in booked.items()}
+    outcomes = metric_sums(text, "cursor_bridge_requests_total", ("route", "outcome"))
+    assert outcomes[("eyes", "caption")] == 1
+    searches = metric_sums(text, "cursor_bridge_searches_total", ("route", "client"))
+    assert searches == {k: float(t.searches) for k, t in booked.items() if t.searches}
+    tokens = metric_sums(text, "cursor_bridge_tokens_total", ("route", "client", "kind"))
+    for (route, client), t in booked.items():
+        for kind in ("input", "output", "cache_read", "cache_write", "reasoning"):
+            assert tokens[(route, client, kind)] == getattr(t, kind), (route, client, kind)
+    price = genai_prices()
+    if price is not None:
+        cost = metric_sums(text, "cursor_bridge_cost_usd_total", ("route", "client"))
+        by_row: dict[tuple[str, str], Decimal] = {}
+        for key, t in rows:
+            k = (key.route, key.client or "anonymous")
+            by_row[k] = by_row.get(k, Decimal(0)) + (price(key.model, key.day, t) or Decimal(0))
+        assert set(cost) == set(by_row)
+        for k, usd in by_row.items():
+            assert usd > 0, k  # gpt-4o and gpt-4o-mini are priced
+            assert abs(Decimal(repr(cost[k])) - usd) < Decimal("1e-8"), (k, cost[k], usd)
+    log = p.log_text()
+    assert "Traceback" not in log
+    assert not [s for s in (ROUTE_KEY, *TEAM.values()) if s in log]

@@ -21,6 +21,7 @@ from addon.dialects import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES
 from addon.plan.limits import (
     NANO,
     Ask,
+    CallUse,
     Estimate,
     Given,
     Limit,
@@ -29,12 +30,17 @@ from addon.plan.limits import (
     Settle,
     Verdict,
     ask_for,
+    calls_used,
     estimate,
+    nano,
     output_cap,
     period_of,
     plan_request,
     refusal,
     reserved,
+    search_ask,
+    search_refused,
+    search_settle,
     used_cost,
 )
 from addon.plan.routing import match_request
@@ -517,3 +523,117 @@ def test_scripts_usage_shows_each_keys_limits_from_redis(tmp_path: object) -> No
     assert done.returncode == 0, done.stderr
     row = next(x for x in done.stdout.splitlines() if x.startswith("alice"))
     assert row.split() == ["alice", "1/10", "10/-", "0/-", period, "0.2500", "2", "1.7500"]
+
+
+# --------------------------------------------------------------------------- a flow's own calls
+
+
+def test_a_search_asks_one_request_of_the_rpm_window_and_its_price_of_the_budget() -> None:
+    """A search the bridge runs for a flow (``search_ask``): one request in the ``rpm`` window,
+    no tokens, no parallel slot (its flow holds one), the backend's price in the budget; a key
+    with neither an ``rpm`` nor a budget counts nothing."""
+    limits = Limits(rpm=5, tpm=100, max_parallel=1, budget_usd=2.0, budget_period="day")
+    a = search_ask("alice", "s1", limits, 0.01, 86400.0 * 3)
+    assert a is not None
+    assert (a.rpm, a.tpm, a.max_parallel, a.tokens, a.slot) == (5, None, None, 0, False)
+    assert a.budget_nano == 2 * NANO and a.cost_nano == NANO // 100 and a.period == "day:1970-01-04"
+    free = search_ask("alice", "s2", Limits(rpm=5), 0.0, 1.0)
+    assert free is not None and (free.budget_nano, free.cost_nano) == (None, 0)
+    assert search_ask("alice", "s3", Limits(tpm=100, max_parallel=2), 0.01, 1.0) is None
+
+
+def test_a_refused_search_is_its_dialects_error_code_and_a_settle_spends_only_what_ran() -> None:
+    assert search_refused(Verdict()) is None
+    assert search_refused(Verdict(Limit.RPM, 3.0)) == "too_many_requests"
+    assert search_refused(Verdict(Limit.BUDGET_HELD, 1.0)) == "too_many_requests"
+    assert search_refused(Verdict(Limit.BUDGET)) == "unavailable"
+    a = search_ask("alice", "s1", Limits(budget_usd=1.0, budget_period="total"), 0.5, 1.0)
+    assert a is not None
+    ran, failed = search_settle(a, 2.0, True), search_settle(a, 2.0, False)
+    assert (ran.rid, ran.tokens, ran.cost_nano, ran.period) == ("s1", 0, NANO // 2, "total")
+    assert failed.cost_nano == 0
+
+
+def test_caption_calls_settle_their_tokens_and_their_vision_routes_price() -> None:
+    """A flow's caption calls (``calls_used``): every token of each, priced as its vision
+    route's request (the table, else the route's ``price``); a key without a budget counts
+    the tokens only."""
+    calls = (
+        CallUse(PRICED, "looker-1", (85, 0, 0, 9)),  # $1 / $10 per million: 85 + 90 µ$
+        CallUse(ROUTE, "known", (1000, 0, 0, 100)),  # the table: $2 / $20 per million
+    )
+    budget = Limits(budget_usd=1.0, budget_period="total")
+    tokens, cost = calls_used(budget, table, calls)
+    assert tokens == 85 + 9 + 1000 + 100
+    assert cost == nano(175 / 1e6) + nano(4000 / 1e6)
+    assert calls_used(Limits(tpm=10_000), table, calls) == (tokens, 0)
+
+
+def test_a_search_takes_no_parallel_slot_and_counts_in_rpm_and_budget(store: LimitsStore) -> None:
+    """On both stores: the flow's reservation holds its parallel slot; a search inside it is
+    admitted beside it, takes a request of the ``rpm`` window (the next request is refused),
+    and its price is spent once settled; a spent budget refuses the next search."""
+    b = dict(budget_nano=1000, period="total")
+    assert store.reserve(ask("flow", 1.0, rpm=3, max_parallel=1, **b)).admitted
+    limits = Limits(rpm=3, max_parallel=1, budget_usd=1000 / NANO, budget_period="total")
+    s1 = search_ask("alice", "s1", limits, 600 / NANO, 1.0)
+    assert s1 is not None
+    assert store.reserve(s1).admitted
+    assert store.usage("alice", "total", 1.0).parallel == 1  # the flow's only
+    store.settle(search_settle(s1, 1.5, True))
+    assert store.usage("alice", "total", 1.5).spent_nano == 600
+    s2 = search_ask("alice", "s2", limits, 600 / NANO, 1.5)
+    assert s2 is not None
+    assert store.reserve(s2).admitted  # 600 < 1000 when asked
+    store.settle(search_settle(s2, 1.6, True))
+    s3 = search_ask("alice", "s3", limits, 600 / NANO, 1.6)
+    assert s3 is not None
+    assert store.reserve(s3).limit is Limit.RPM  # the flow and two searches: 3 requests
+    s4 = search_ask("bob", "s4", Limits(budget_usd=1000 / NANO, budget_period="total"), 0, 1.6)
+    assert s4 is not None and store.reserve(s4).admitted  # bob's own
+    assert store.usage("alice", "total", 1.6).requests == 3
+
+
+def test_an_image_turn_whose_vision_route_nothing_prices_is_refused_on_a_budget() -> None:
+    """A text-only route's image turn on a key with a budget: its caption calls are paid too,
+    so a vision model no price table and no vision route ``price`` prices is refused (402,
+    ``unpriced``, naming the vision route and its model); priced, or no image, it is
+    reserved; a key without a budget is never refused for it."""
+    text = Route(
+        "text",
+        client=ANTHROPIC,
+        path="*/v1/messages*",
+        price=TokenPrice(input=1.0, output=1.0),
+        images=False,
+        vision="eyes",
+    )
+    eyes = Route("eyes", path="/vision-only/*", model_map=(("*", "looker-1"),))
+    priced_eyes = Route(
+        "eyes", path="/vision-only/*", model_map=(("*", "looker-1"),), price=TokenPrice(1.0, 1.0)
+    )
+    s = Settings(routes=(text, eyes))
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}  # fmt: skip
+    content = [{"type": "text", "text": "colour?"}, image]
+    body = json.dumps(
+        {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": content}]}
+    ).encode()
+    matched = match_request(s, "POST", "h", "/v1/messages", body)
+    budget = Limits(budget_usd=1.0, budget_period="total")
+    got = plan_request(Given("alice", budget, text, "f", 1.0, vision=eyes), matched)
+    assert isinstance(got, Refusal) and got.status == 402 and got.limit is Limit.UNPRICED
+    assert "the model 'looker-1' has no price" in got.message
+    assert "route 'eyes' sets no price" in got.message
+    assert isinstance(
+        plan_request(Given("alice", budget, text, "f", 1.0, vision=priced_eyes), matched), Planned
+    )
+    rated = Limits(rpm=5)
+    assert isinstance(
+        plan_request(Given("alice", rated, text, "f", 1.0, vision=eyes), matched), Planned
+    )
+    plain = json.dumps(
+        {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    ).encode()
+    no_image = match_request(s, "POST", "h", "/v1/messages", plain)
+    assert isinstance(
+        plan_request(Given("alice", budget, text, "f", 1.0, vision=eyes), no_image), Planned
+    )

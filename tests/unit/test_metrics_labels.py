@@ -15,10 +15,12 @@ from addon.plan.fallback import Failure, Reason
 from addon.plan.key_pool import revoked_mark
 from addon.report.metrics_labels import (
     ANONYMOUS,
+    CAPTION,
     OTHER,
     Booking,
     LabelBounds,
     bridge_counters,
+    call_counts,
     flow_counts,
     key_pool_states,
     route_models,
@@ -176,3 +178,34 @@ def test_a_bad_bridge_metrics_names_the_option(value: str) -> None:
     with pytest.raises(ConfigError, match="bridge_metrics"):
         parse_metrics_address(value)
     assert parse_metrics_address("") is None
+
+
+def test_a_caption_call_counts_under_its_vision_route_with_bounded_labels() -> None:
+    """A caption call (``call_counts``): one request with the outcome ``caption``, the
+    ledger's tokens and cost, under the vision route; its model bounded as a flow's."""
+    eyes = Route(name="eyes", model_map=(("*", "looker-1"),))
+    bounds = LabelBounds([KEYED, eyes])
+    key = LedgerKey("2026-12-06", "eyes", "looker-1", "", "alice")
+    booked = Booking(key, Tokens(1, 85, 0, 0, 9, 0))
+    counts = call_counts(bounds, booked, "openai_chat", Decimal("0.25"))
+    assert (counts.route, counts.client, counts.model) == ("eyes", "alice", "looker-1")
+    assert (counts.upstream, counts.outcome, counts.cost) == (
+        "openai_chat",
+        CAPTION,
+        Decimal("0.25"),
+    )
+    assert dict(counts.tokens) == {
+        "input": 85,
+        "output": 9,
+        "cache_read": 0,
+        "cache_write": 0,
+        "reasoning": 0,
+    }
+    stray = Booking(LedgerKey("2026-12-06", "gone", "m" * 5000, "", None), Tokens(1))
+    other = call_counts(bounds, stray, "", None)
+    assert (other.route, other.client, other.model, other.upstream) == (
+        OTHER,
+        ANONYMOUS,
+        OTHER,
+        OTHER,
+    )

@@ -9,7 +9,9 @@ comes from this process's memory (``MEMO``, least recently used out first), else
 the vision route (the bridge's own client, ``Retry.attempt_via``: one request, read whole, the
 vision route's ``timeout``; ``PARALLEL`` calls at once in the process; one call per image
 however many requests ask for it at once; each key of a pool in turn while one is refused or
-rate-limited), kept in both and counted in the usage ledger under the vision route."""
+rate-limited), kept in both and counted in the usage ledger and the metrics under the vision
+route (``UsageCounting.book_call``); the job that made a call is told its use (``ask``'s
+``spent``), which the client key's limits settle with the flow (``ClientLimits.captioned``)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from addon.plan.captions import (
     store_scope,
     vision_failed,
 )
+from addon.plan.limits import CallUse
 from addon.report.metrics_labels import Booking
 from addon.shell.notes import log, log_internal_error
 from addon.shell.option_checks import environment
@@ -53,7 +56,7 @@ type Answer = dict[Name, str] | Refusal
 
 
 class Ledger(Protocol):
-    def book(self, booked: Booking) -> None: ...
+    def book_call(self, booked: Booking, upstream: str) -> None: ...
 
 
 class Captioner:
@@ -66,18 +69,21 @@ class Captioner:
         self._memo: OrderedDict[Name, str] = OrderedDict()
         self._asking: dict[Name, asyncio.Future[str | Caption]] = {}
         """The calls under way, by image: a second job that needs one waits for it."""
-        self._queue: asyncio.Queue[tuple[CaptionJob, asyncio.Future[Answer]]] | None = None
+        self._queue: (
+            asyncio.Queue[tuple[CaptionJob, asyncio.Future[Answer], list[CallUse]]] | None
+        ) = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._limit: asyncio.Semaphore | None = None
 
-    def ask(self, job: CaptionJob) -> asyncio.Future[Answer]:
-        """The job queued; its answer, to await."""
+    def ask(self, job: CaptionJob, spent: list[CallUse] | None = None) -> asyncio.Future[Answer]:
+        """The job queued; its answer, to await. ``spent``: told each call the job made (a
+        caption another job's call gave, or one remembered, costs it nothing)."""
         loop = asyncio.get_running_loop()
         if self._queue is None or self._limit is None:
             self._queue, self._limit = asyncio.Queue(), asyncio.Semaphore(PARALLEL)
             self._spawn(self._serve())
         future: asyncio.Future[Answer] = loop.create_future()
-        self._queue.put_nowait((job, future))
+        self._queue.put_nowait((job, future, spent if spent is not None else []))
         return future
 
     def done(self) -> None:
@@ -94,12 +100,14 @@ class Captioner:
         queue = self._queue
         assert queue is not None
         while True:
-            job, future = await queue.get()
-            self._spawn(self._answer(job, future))
+            job, future, spent = await queue.get()
+            self._spawn(self._answer(job, future, spent))
 
-    async def _answer(self, job: CaptionJob, future: asyncio.Future[Answer]) -> None:
+    async def _answer(
+        self, job: CaptionJob, future: asyncio.Future[Answer], spent: list[CallUse]
+    ) -> None:
         try:
-            answer = await self._captions(job)
+            answer = await self._captions(job, spent)
         except Exception as e:
             log_internal_error("cursor-bridge: captions", e)
             answer, _ = vision_failed(
@@ -108,13 +116,13 @@ class Captioner:
         if not future.done():
             future.set_result(answer)
 
-    async def _captions(self, job: CaptionJob) -> Answer:
+    async def _captions(self, job: CaptionJob, spent: list[CallUse]) -> Answer:
         captions = {w.name: c for w in job.wants if (c := self._remembered(w.name))}
         missing = [w for w in job.wants if w.name not in captions]
         if missing:
             captions.update(await self._stored(missing))
         asked = [w for w in job.wants if w.name not in captions]
-        got = await asyncio.gather(*(self._shared(job, w) for w in asked))
+        got = await asyncio.gather(*(self._shared(job, w, spent) for w in asked))
         for w, result in zip(asked, got, strict=True):
             if isinstance(result, str):
                 refusal, message = vision_failed(DIALECTS[job.client], w.vision.name, result)
@@ -182,7 +190,7 @@ class Captioner:
 
     # ------------------------------------------------------------------ the vision route's call
 
-    async def _shared(self, job: CaptionJob, w: Wanted) -> str | Caption:
+    async def _shared(self, job: CaptionJob, w: Wanted, spent: list[CallUse]) -> str | Caption:
         """One call per image at a time: a job that needs a caption being asked for waits for
         that call's result."""
         under_way = self._asking.get(w.name)
@@ -194,13 +202,13 @@ class Captioner:
         try:
             assert self._limit is not None
             async with self._limit:
-                result = await self._call(job, w)
+                result = await self._call(job, w, spent)
         finally:
             self._asking.pop(w.name, None)
             future.set_result(result)
         return result
 
-    async def _call(self, job: CaptionJob, w: Wanted) -> str | Caption:
+    async def _call(self, job: CaptionJob, w: Wanted, spent: list[CallUse]) -> str | Caption:
         """The vision route asked (each key of its pool in turn while one is refused or
         rate-limited); its caption kept and counted, or why there is none."""
         try:
@@ -219,13 +227,16 @@ class Captioner:
                 why = answer
                 continue
             got = read_caption(w.vision, answer.status, answer.content)
-            if self._ledger is not None and (
-                isinstance(got, Caption) or 200 <= answer.status < 300
-            ):
+            if isinstance(got, Caption) or 200 <= answer.status < 300:
                 usage = got.usage if isinstance(got, Caption) else None
                 day = time.strftime("%Y-%m-%d", time.gmtime())
                 key = LedgerKey(day, w.vision.name, call.model, call.key_name, job.client_name)
-                self._ledger.book(Booking(key, Tokens.of(usage)))
+                booked = Booking(key, Tokens.of(usage))
+                if self._ledger is not None:
+                    self._ledger.book_call(booked, w.vision.upstream)
+                t = booked.tokens
+                tokens = (t.input, t.cache_read, t.cache_write, t.output)
+                spent.append(CallUse(w.vision, call.model, tokens))
             if isinstance(got, Caption):
                 self._keep(w, got.text)
                 return got

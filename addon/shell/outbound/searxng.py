@@ -3,14 +3,20 @@ backend (``addon.config.search_backend``; SearXNG's ``/search?q=…&format=json`
 backend's timeout, read by ``addon.plan.web_search.read_searxng``. One log line per search
 naming the route, the backend's URL and the query; the backend's key (``key_env``) is sent
 as ``Authorization: Bearer`` and never written anywhere. A search that fails tells the model
-``unavailable``; it never fails the client's answer."""
+``unavailable``; it never fails the client's answer.
+
+Each search counts against the flow's client key (``gate``: ``ClientLimits.search``; docs/deploy.md
+#limits-per-client-key): one request in its ``rpm`` window and the backend's ``price`` in its
+budget, reserved before the backend is asked; a key with none left gets the search refused —
+the model is told why, and the client sees the search's error in its own dialect's shape — never
+a free search."""
 
 from __future__ import annotations
 
 import logging
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from addon.config.search_backend import SearchBackend
 from addon.dialects.searches import Searched
@@ -22,18 +28,41 @@ from addon.shell.notes import log
 if TYPE_CHECKING:
     import httpx
 
+    from addon.plan.limits import Ask
+
+
+class SearchGate(Protocol):
+    """A client key's limits, asked before each search (``ClientLimits``)."""
+
+    async def search(self, label: str, client: str | None, price: float) -> Ask | str | None: ...
+    async def searched(self, ask: Ask, ran: bool) -> None: ...
+
 
 class Searches:
     """Runs searches on a route's backend; one httpx client (no environment proxy)."""
 
     name = "cursor_bridge_searches"
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, env: Mapping[str, str] | None = None, gate: SearchGate | None = None
+    ) -> None:
         self._env = env if env is not None else os.environ
         self._client: httpx.AsyncClient | None = None
+        self.gate = gate
 
     async def run(self, label: str, search: WebSearch, call_id: str, query: str) -> Searched:
-        """One search for the model's call ``call_id``: its results, else ``unavailable``."""
+        """One search for the model's call ``call_id``: its results, else ``unavailable``;
+        counted against the flow's client key first (``gate``), its error code when refused."""
+        gate = self.gate
+        held = await gate.search(label, search.client, search.backend.price) if gate else None
+        if isinstance(held, str):  # logged by the gate, naming the client key and the limit
+            return Searched(call_id, query, error=held)
+        found = await self._run(label, search, call_id, query)
+        if gate is not None and held is not None:
+            await gate.searched(held, found.error is None)
+        return found
+
+    async def _run(self, label: str, search: WebSearch, call_id: str, query: str) -> Searched:
         import httpx
 
         backend = search.backend

@@ -10,9 +10,11 @@ import logging
 import httpx
 import pytest
 
+from addon.config.routes import Route
 from addon.config.routes_file import read_routes
 from addon.config.search_backend import SearchBackend
-from addon.dialects.searches import Found, SearchAsk
+from addon.dialects.searches import Found, SearchAsk, Searched
+from addon.plan.limits import Ask
 from addon.plan.web_search import WebSearch, allowed, read_searxng
 from addon.shell.outbound.searxng import Searches
 from tests.searxng_server import ScriptedSearxng
@@ -161,7 +163,9 @@ def test_an_unreachable_backend_is_unavailable() -> None:
         ({"url": "ftp://x"}, "routes[0].search.url: must be an http:// or https:// base URL"),
         ({"url": "http://x", "kind": "bing"}, "routes[0].search.kind: Input should be 'searxng'"),
         ({"url": "http://x", "max_results": 0}, "routes[0].search.max_results"),
-        ({"url": "http://x", "colour": 1}, "unknown key (allowed: url, kind, max_results, timeout, key_env)"),
+        ({"url": "http://x", "colour": 1}, "unknown key (allowed: url, kind, max_results, timeout, key_env, price)"),
+        ({"url": "http://x", "price": -1}, "routes[0].search.price"),
+        ({"url": "http://x", "price": "0.01"}, "routes[0].search.price"),
         ({"url": "http://x", "key_env": "1BAD"}, "search.key_env: the name of an environment variable"),
         ("http://x", 'routes[0].search: Input should be a valid dictionary (e.g. {url = "http://…"})'),
     ],
@@ -177,4 +181,65 @@ def test_a_search_table_reads_into_the_route() -> None:
         {"routes": [{"name": "r", "search": {"url": "http://127.0.0.1:8888/", "max_results": 3}}]}
     )
     assert route.search == SearchBackend("http://127.0.0.1:8888", max_results=3)
+    assert route.search.price == 0.0  # a search costs nothing unless the route says
+    (priced,) = read_routes(
+        {"routes": [{"name": "r", "search": {"url": "http://127.0.0.1:8888", "price": 0.01}}]}
+    )
+    assert priced.search is not None and priced.search.price == 0.01
     assert route.search.endpoint == "http://127.0.0.1:8888/search"
+
+
+class Gate:
+    """A client key's limits as the runner asks them (``SearchGate``): refuses with ``code``,
+    else admits and records each settle."""
+
+    def __init__(self, code: str | None = None) -> None:
+        self.code = code
+        self.asked: list[tuple[str, str | None, float]] = []
+        self.settled: list[tuple[Ask, bool]] = []
+
+    async def search(self, label: str, client: str | None, price: float) -> Ask | str | None:
+        self.asked.append((label, client, price))
+        if self.code is not None:
+            return self.code
+        return Ask("alice", "s1", 1.0, 1, None, None, None, "", None, 0, 0, slot=False)
+
+    async def searched(self, ask: Ask, ran: bool) -> None:
+        self.settled.append((ask, ran))
+
+
+def test_each_search_is_counted_against_the_flows_client_key_first() -> None:
+    """The runner asks the gate before the backend (with the flow's client key's name and the
+    backend's price): refused, the backend is never asked and the model gets the error code;
+    admitted, the search is settled as run, or as failed when the backend failed."""
+    with ScriptedSearxng(RESULTS) as server:
+        backend = SearchBackend(server.base_url, price=0.01)
+        search = WebSearch(SearchAsk("web_search", "web_search_20250305"), backend, "alice")
+        refused = Gate("too_many_requests")
+        got = _run(Searches({}, gate=refused), search, "mitmproxy addons")
+        assert got == Searched("call_1", "mitmproxy addons", error="too_many_requests")
+        assert server.requests == []
+        assert refused.asked == [("cursor-bridge [r]", "alice", 0.01)]
+        admitted = Gate()
+        got = _run(Searches({}, gate=admitted), search, "mitmproxy addons")
+        assert got.error is None and len(server.requests) == 1
+        assert [ran for _, ran in admitted.settled] == [True]
+    down = WebSearch(search.ask, SearchBackend("http://127.0.0.1:9"), "alice")
+    failed = Gate()
+    assert _run(Searches({}, gate=failed), down, "q").error == "unavailable"
+    assert [ran for _, ran in failed.settled] == [False]  # counted in rpm, its price not spent
+
+
+def test_the_plan_carries_the_client_keys_name_to_the_search() -> None:
+    """The client key's name reaches the plan after ``decide``: whatever sets it, the plan's
+    search names the same client (the runner's gate reads it there)."""
+    import dataclasses
+
+    from addon.dialects import DIALECTS
+    from addon.plan.flow_plan import FlowPlan
+
+    search = WebSearch(SearchAsk("web_search", "web_search_20250305"), SearchBackend("http://x"))
+    plan = FlowPlan(Route("r"), DIALECTS["anthropic"], DIALECTS["openai_chat"], search=search)
+    assert plan.search is not None and plan.search.client == ""
+    named = dataclasses.replace(plan, client_name="alice")
+    assert named.search is not None and named.search.client == "alice"
