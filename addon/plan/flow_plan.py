@@ -112,10 +112,11 @@ class FlowPlan:
 
     @property
     def upstream_streams(self) -> bool:
-        """The upstream was asked for a stream: the client asked for one, and the bridge runs
-        no web search for it (a search asks for whole answers, ``offer_search``; on Gemini the
-        whole ``generateContent`` answer is JSON, not a stream's JSON array)."""
-        return self.stream and self.search is None
+        """The upstream was asked for a stream: the client asked for one, and any web search
+        the bridge runs for it runs live (``WebSearch.live``; else it asks for whole answers,
+        ``offer_search``; on Gemini the whole ``generateContent`` answer is JSON, not a
+        stream's JSON array)."""
+        return self.stream and (self.search is None or self.search.live)
 
     @property
     def loop_held(self) -> bool:

@@ -19,6 +19,7 @@ from addon.shell.metrics import Metrics
 from addon.shell.outbound.attempts import Fallbacks
 from addon.shell.outbound.captioner import Captioner
 from addon.shell.outbound.retry import Retry
+from addon.shell.outbound.searxng import Searches
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.reporter import Report
 from addon.shell.rewrite import RewriteRequest
@@ -103,7 +104,8 @@ def make_addons() -> Addons:
     store = ReasoningStoreLife()
     usage = UsageCounting(store)
     report = Report(state, flows, settings, usage)
-    fallbacks = Fallbacks(settings, report, retry, store)
+    searches = Searches()
+    fallbacks = Fallbacks(settings, report, retry, store, searches=searches)
     client_keys = ClientKeysGate(settings, report)
     metrics = usage.metrics = Metrics(
         state, settings, flows, lambda: store.shared_cooling(fallbacks.cooldowns)
@@ -124,7 +126,7 @@ def make_addons() -> Addons:
         store,
         RewriteRequest(settings, store, report, kiro, fallbacks),
         StreamAttach(report, loop_retry=True),
-        Answers(report, retry),
+        Answers(report, retry, searches),
         AnswerRedaction(settings, lambda: client_keys.keys, kiro.held_tokens),
         MemoryTrim(),
         usage,

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from addon.stores.ledger import Tokens, open_ledger
-from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream
+from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream, SSEReply
 from tests.e2e.searching import DOCS, GITHUB, QUERY, chat_model, results, searching
 from tests.e2e.test_text_tools import openai_json
 from tests.searxng_server import ScriptedSearxng
@@ -106,7 +106,8 @@ def test_claude_codes_web_search_runs_on_the_bridge(
     assert searched.params == {"q": QUERY, "format": "json"}
     first, second = upstream.requests
     sent = first.json()
-    assert sent["stream"] is False  # searched between calls: whole answers upstream
+    # A streaming client's upstream streams too: the searches run between streamed calls.
+    assert sent["stream"] is stream and second.json()["stream"] is stream
     assert [t["function"]["name"] for t in sent["tools"]] == ["web_search"]
     fed = second.json()["messages"]
     assert fed[-2]["tool_calls"][0]["function"]["name"] == "web_search"
@@ -196,7 +197,7 @@ def test_the_ledger_counts_the_searches_and_every_calls_tokens(
     assert tokens == Tokens(requests=2, input=200, output=80, searches=2)
 
 
-def forced_model(rec: Recorded) -> JSONReply:
+def forced_model(rec: Recorded) -> JSONReply | SSEReply:
     """A model that does what OpenAI's ``tool_choice`` says: a function named there (or
     ``required`` where it is the only tool) is called, whatever came before; else as
     ``chat_model``."""
@@ -206,7 +207,7 @@ def forced_model(rec: Recorded) -> JSONReply:
     only = [t["function"]["name"] for t in body.get("tools", [])] == ["web_search"]
     if named or (choice == "required" and only):
         n = sum(1 for m in body["messages"] if m["role"] == "tool") + 1
-        return searching(f"call_s{n}")
+        return searching(f"call_s{n}", rec)
     return chat_model(rec)
 
 

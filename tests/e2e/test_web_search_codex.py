@@ -19,7 +19,8 @@ import openai
 import pytest
 from openai.types.responses import ResponseFunctionToolCall, ResponseFunctionWebSearch
 
-from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream
+from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream, SSEReply
+from tests.e2e.searching import chat_reply
 from tests.e2e.test_text_tools import openai_json
 from tests.realdata import FIXTURES
 from tests.searxng_server import ScriptedSearxng
@@ -72,7 +73,8 @@ def _call(name: str, args: dict[str, Any], call_id: str) -> dict[str, Any]:
             "function": {"name": name, "arguments": json.dumps(args)}}  # fmt: skip
 
 
-def _calls(*calls: dict[str, Any]) -> JSONReply:
+def _calls(rec: Recorded, *calls: dict[str, Any]) -> JSONReply | SSEReply:
+    """A chat completion calling ``calls``, whole or streamed as ``rec`` asked."""
     reply = openai_json("")
     reply["choices"][0]["message"] = {
         "role": "assistant",
@@ -80,16 +82,16 @@ def _calls(*calls: dict[str, Any]) -> JSONReply:
         "tool_calls": list(calls),
     }
     reply["choices"][0]["finish_reason"] = "tool_calls"
-    return JSONReply(reply)
+    return chat_reply(rec, reply)
 
 
-def model(rec: Recorded) -> JSONReply:
+def model(rec: Recorded) -> JSONReply | SSEReply:
     """The upstream's model: searches first, then answers from the tool result it was given."""
     last = rec.json()["messages"][-1]
     if last["role"] != "tool":
-        return _calls(_call("web_search", {"query": QUERY}, "call_s1"))
+        return _calls(rec, _call("web_search", {"query": QUERY}, "call_s1"))
     found = json.loads(last["content"])
-    return JSONReply(openai_json(f"Per {found[0]['url']}: hooks are events."))
+    return chat_reply(rec, openai_json(f"Per {found[0]['url']}: hooks are events."))
 
 
 def _client(p: Proxy) -> openai.OpenAI:
@@ -182,11 +184,11 @@ def test_a_turn_that_also_calls_codexs_tools(
     p = _proxy(start_proxy, tmp_path, searxng)
     run = _call("exec_command", {"cmd": "cat hello.txt"}, "call_x1")
 
-    def searching_and_running(rec: Recorded) -> JSONReply:
+    def searching_and_running(rec: Recorded) -> JSONReply | SSEReply:
         last = rec.json()["messages"][-1]
         if last["role"] != "tool":
-            return _calls(_call("web_search", {"query": QUERY}, "call_s1"), run)
-        return _calls(run)
+            return _calls(rec, _call("web_search", {"query": QUERY}, "call_s1"), run)
+        return _calls(rec, run)
 
     upstream.script = searching_and_running
     for stream in (False, True):

@@ -171,8 +171,10 @@ def gemini(upstream: ScriptedUpstream) -> GeminiModel:
     return script
 
 
-def _check_fed_back(script: GeminiModel, searxng: ScriptedSearxng) -> None:
-    assert script.paths == [f"/v1beta/models/{UPSTREAM_MODEL}:generateContent"] * 2
+def _check_fed_back(script: GeminiModel, searxng: ScriptedSearxng, stream: bool) -> None:
+    # A streaming client's calls stream too: the searches run live between them.
+    method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    assert script.paths == [f"/v1beta/models/{UPSTREAM_MODEL}:{method}"] * 2
     first, second = script.bodies
     assert [d["name"] for t in first["tools"] for d in t["functionDeclarations"]][-1:] == [
         "web_search"
@@ -234,7 +236,7 @@ def test_claude_codes_recorded_web_search_on_gemini(
     assert final.usage.server_tool_use.web_search_requests == 1
     assert (final.usage.input_tokens, final.usage.output_tokens) == (100, 40)  # both calls
 
-    _check_fed_back(gemini, searxng)
+    _check_fed_back(gemini, searxng, stream)
     first, second = gemini.bodies
     assert first["toolConfig"]["functionCallingConfig"]["mode"] == "ANY"
     assert second.get("toolConfig", {}).get("functionCallingConfig", {}).get("mode", "AUTO") == (
@@ -279,7 +281,7 @@ def test_codexs_recorded_web_search_on_gemini(
     assert got.status == "completed"
     assert got.usage is not None
     assert (got.usage.input_tokens, got.usage.output_tokens) == (100, 40)
-    _check_fed_back(gemini, searxng)
+    _check_fed_back(gemini, searxng, stream)
     assert "Traceback" not in p.log_text()
 
 
