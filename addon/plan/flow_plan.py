@@ -91,7 +91,8 @@ class FlowPlan:
     none is asked for or none matched: the usage ledger's client label."""
     search: WebSearch | None = None
     """The client's web search tool runs on the bridge (``addon.plan.web_search``): the model
-    got a ``web_search`` function tool instead, and its whole answers are read for calls of it."""
+    got a ``web_search`` function tool instead, and its answers are read for calls of it (whole,
+or live on the relay's leg: ``WebSearch.live``)."""
     secrets: Secrets = field(default_factory=Secrets, repr=False)
     """The flow's exact credential values: redacted from the error bodies the bridge writes
     (never in ``meta``)."""

@@ -4,8 +4,9 @@ decided with plain values: which client tool becomes the model's ``web_search`` 
 ``read_searxng``: SearXNG's Search API), which searches of an answer run (``to_run``), the
 request that feeds their results back to the model (``fed_back``), and the client's answer
 with the searches in its own dialect's shape (``shown``). The shell runs the searches
-(``addon.shell.outbound.searxng``) and sends the second request (``addon.shell.whole_answers``);
-nothing here logs or makes a call."""
+(``addon.shell.outbound.searxng``) and sends the second request (a whole answer:
+``addon.shell.whole_answers``; a stream, live: ``addon.shell.outbound.search_leg``); nothing
+here logs or makes a call."""
 
 from __future__ import annotations
 
