@@ -261,6 +261,7 @@ def _search_calls(plan: FlowPlan, state: AnswerState) -> SearchCalls | None:
         return None
 
     def ran(n: int) -> None:
+        state.notes["web search run live by the bridge"] += n - state.searches
         state.searches = n
 
     decoder = plan.upstream.stream_decoder
