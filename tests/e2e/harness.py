@@ -167,7 +167,7 @@ class SSEReply:
 
 type Reply = JSONReply | RawReply | SSEReply
 
-HOLD_TIMEOUT = 15.0
+HOLD_TIMEOUT = 20.0
 """Seconds a held ``SSEReply`` waits for its gate at most (then it goes on)."""
 
 
