@@ -252,3 +252,30 @@ def test_a_live_plans_stream_processor_reads_with_its_nonce_and_counts_the_searc
     assert state.searches == 1
     assert state.answer_notes(plan)["web search run live by the bridge"] == 1
     assert state.usage is not None and state.usage.input_tokens == 120
+
+
+@pytest.mark.parametrize("client", ["anthropic", "gemini"])
+def test_two_rounds_show_each_search_once_and_add_up_three_calls(client: str) -> None:
+    """The model searches again after the first results: two markers, three calls; each
+    search shown once (Anthropic's blocks), the grounding of both (Gemini's, on the last
+    chunk), the usage of the three calls."""
+    again = (Searched("call_s2", "mitmproxy events", (DOCS,)),)
+    middle = _body("", [_call(0, "call_s2", "web_search", {"query": "mitmproxy events"})], (60, 5))
+    p, _, ran = _processor(client)
+    body = FIRST + marker(NONCE, FOUND) + middle + marker(NONCE, again) + SECOND
+    events = _events(_run(p, body, 29))
+    assert ran == [1, 2]
+    if client == "anthropic":
+        starts = [e["content_block"] for e in events if e["type"] == "content_block_start"]
+        assert [b["type"] for b in starts] == ["text"] + [
+            "server_tool_use",
+            "web_search_tool_result",
+        ] * 2 + ["text"]
+        (delta,) = [e for e in events if e["type"] == "message_delta"]
+        assert delta["usage"]["input_tokens"] == 180
+        assert delta["usage"]["server_tool_use"]["web_search_requests"] == 2
+    else:
+        last = events[-1]
+        grounding = last["candidates"][0]["groundingMetadata"]
+        assert grounding["webSearchQueries"] == ["mitmproxy hooks", "mitmproxy events"]
+        assert last["usageMetadata"]["promptTokenCount"] == 180
