@@ -1,9 +1,13 @@
 """A scripted SearXNG Search API on 127.0.0.1 for tests (docs/tests.md).
 
-It answers ``GET``/``POST`` on ``/`` and ``/search`` as SearXNG's webapp does
-(https://docs.searxng.org/dev/search_api.html; searx/webapp.py ``search``): a ``format`` the
-instance's ``search.formats`` does not list is ``403 Forbidden``; no ``q`` is ``400`` (for a
-non-HTML format, SearXNG's ``index_error``: the format's error body ``{"error": "No query"}``);
+It answers ``GET``/``POST`` on ``/search`` as SearXNG's webapp does
+(https://docs.searxng.org/dev/search_api.html; searx/webapp.py ``search``, searx/webadapter.py):
+an unknown ``format`` is ``html``; a format the instance's ``search.formats`` does not list is
+Werkzeug's ``403 Forbidden`` page; no ``q`` is ``400`` (for a non-HTML format, SearXNG's
+``index_error``: the format's error body, ``{"error": "No query"}``; html gets the start page);
+a ``pageno``, ``safesearch``, ``time_range`` or ``timeout_limit`` its webadapter refuses is
+``400`` with ``{"error": "Invalid value \"…\" for parameter …"}``; ``/`` with a ``q`` is a
+``308`` to ``/search`` (its index does that), without one the start page;
 else ``200`` with SearXNG's JSON (``query``, ``number_of_results``, ``results`` of ``url``,
 ``title``, ``content``, ``engine``, ``publishedDate`` …, ``answers``, ``suggestions``,
 ``infoboxes``, ``unresponsive_engines``). ``results`` maps a query to its results (a query not
@@ -17,6 +21,16 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+OUTPUT_FORMATS = ("html", "csv", "json", "rss")
+"""SearXNG's formats (``searx.settings_defaults.OUTPUT_FORMATS``); an instance enables some."""
+HTML = "text/html; charset=utf-8"
+FORBIDDEN = (
+    b"<!doctype html>\n<html lang=en>\n<title>403 Forbidden</title>\n<h1>Forbidden</h1>\n"
+    b"<p>You don&#39;t have the permission to access the requested resource. It is either "
+    b"read-protected or not readable by the server.</p>\n"
+)
+"""Werkzeug's own 403 page: SearXNG answers ``flask.abort(403)`` with it."""
 
 
 @dataclass
@@ -58,15 +72,24 @@ class ScriptedSearxng:
         self.stop()
 
     def answer(self, params: dict[str, str]) -> tuple[int, str, bytes]:
-        """Status, content type and body, as SearXNG answers these parameters."""
+        """Status, content type and body, as SearXNG's ``/search`` answers these parameters."""
         fmt = params.get("format", "html")
+        if fmt not in OUTPUT_FORMATS:  # an unknown format is html
+            fmt = "html"
         if fmt not in self.formats:
-            return 403, "text/html; charset=utf-8", b"<!doctype html><title>403 Forbidden</title>"
+            return 403, HTML, FORBIDDEN
         query = params.get("q", "")
         if not query:
             if fmt == "html":
-                return 200, "text/html; charset=utf-8", b"<!doctype html><title>SearXNG</title>"
-            return 400, "application/json", json.dumps({"error": "No query"}).encode()
+                return 200, HTML, b"<!doctype html><title>SearXNG</title>"
+            return _error(fmt, "No query")
+        wrong = _wrong_parameter(params)
+        if wrong is not None:
+            return _error(fmt, wrong)
+        if fmt != "json":  # a results page, a CSV or an RSS feed: not what the bridge reads
+            kinds = {"html": HTML, "csv": "text/csv; charset=utf-8", "rss": "application/rss+xml"}
+            listed = "\n".join(r["url"] for r in self.results.get(query, []))
+            return 200, kinds[fmt], listed.encode()
         found = [
             {
                 "template": "default.html",
@@ -94,6 +117,43 @@ class ScriptedSearxng:
         return 200, "application/json", json.dumps(body).encode()
 
 
+def _wrong_parameter(params: dict[str, str]) -> str | None:
+    """SearXNG's ``SearxParameterException`` message for a parameter its webadapter refuses
+    (``parse_pageno``, ``parse_safesearch``, ``parse_time_range``, ``parse_timeout``), or None."""
+    checks = {
+        "pageno": lambda v: v.isdigit() and int(v) >= 1,
+        "safesearch": lambda v: v.isdigit() and 0 <= int(v) <= 2,
+        "time_range": lambda v: v in ("", "None", "day", "week", "month", "year"),
+        "timeout_limit": lambda v: v in ("", "None") or _is_float(v),
+    }
+    for name, ok in checks.items():
+        value = params.get(name)
+        if value is not None and not ok(value):
+            return (
+                f"Empty {name} parameter"
+                if value == ""
+                else (f'Invalid value "{value}" for parameter {name}')
+            )
+    return None
+
+
+def _is_float(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _error(fmt: str, message: str) -> tuple[int, str, bytes]:
+    """SearXNG's ``index_error`` with a 400: the format's error body (the page for html)."""
+    if fmt == "json":
+        return 400, "application/json", json.dumps({"error": message}).encode()
+    if fmt == "html":
+        return 400, HTML, b"<!doctype html><title>SearXNG</title><p>search error</p>"
+    return 400, "text/plain; charset=utf-8", f"error,{message}".encode()
+
+
 def _handler(server: ScriptedSearxng) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:
@@ -108,11 +168,19 @@ def _handler(server: ScriptedSearxng) -> type[BaseHTTPRequestHandler]:
             params = {k: v[-1] for k, v in parse_qs(raw, keep_blank_values=True).items()}
             headers = {k.lower(): v for k, v in self.headers.items()}
             server.requests.append(SearxngRequest(method, split.path, params, headers))
-            if split.path not in ("/", "/search"):
-                status, ctype, body = 404, "text/html", b"<title>404 Not Found</title>"
-            else:
+            location = None
+            if split.path == "/" and params.get("q"):  # SearXNG's index sends a search on
+                status, ctype, body = 308, HTML, b""
+                location = "/search" + (f"?{split.query}" if split.query else "")
+            elif split.path == "/":
+                status, ctype, body = 200, HTML, b"<!doctype html><title>SearXNG</title>"
+            elif split.path == "/search":
                 status, ctype, body = server.answer(params)
+            else:
+                status, ctype, body = 404, HTML, b"<title>404 Not Found</title>"
             self.send_response(status)
+            if location is not None:
+                self.send_header("location", location)
             self.send_header("content-type", ctype)
             self.send_header("content-length", str(len(body)))
             self.end_headers()

@@ -7,6 +7,7 @@ until the ledger answers again). What is counted and how: docs/observability.md#
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from typing import Protocol
@@ -24,8 +25,15 @@ from addon.report.usage_table import genai_prices, lines, table_text
 from addon.shell.flows import FlowRun
 from addon.shell.notes import log
 from addon.shell.reasoning_store import ReasoningStoreLife
-from addon.shell.store_worker import DRAIN_WAIT
-from addon.stores.ledger import DIMENSIONS, LedgerKey, Tokens, UsageLedger, open_ledger, user_label
+from addon.stores.ledger import (
+    DIMENSIONS,
+    LedgerKey,
+    Rows,
+    Tokens,
+    UsageLedger,
+    open_ledger,
+    user_label,
+)
 from addon.stores.reasoning import Notice, StoreError
 
 
@@ -46,6 +54,9 @@ class UsageCounting:
         self.limits: LimitsObserver | None = None
         """The client keys' limits (``addon.shell.client_limits``): a reservation settled
         with the same usage."""
+        self._last: tuple[float, str] | None = None
+        """The last ``bridge.usage`` table read (when, the text): what the next command shows
+        at once while the store thread reads a fresh one."""
         self.calibration = Calibration()
         """What the estimate learns from each booked answer (``addon.plan.calibration``):
         the count_tokens addon scales its estimates by it."""
@@ -138,21 +149,40 @@ class UsageCounting:
 
     @command.command("bridge.usage")  # type: ignore[untyped-decorator]
     def usage(self) -> str:
-        """Tokens and cost by day, route, model, key name, client and user, from the usage ledger
-        (also logged; ``scripts/usage`` says the same and groups as asked)."""
-        price = genai_prices()
+        """Tokens and cost by day, route, model, key name, client and user, from the usage ledger,
+        and each client key's limits (also logged; ``scripts/usage`` says the same and groups as
+        asked). A ledger in a file or Redis is read on the store thread, never on the event loop
+        (a command runs there): the command answers at once with the last table read, and the
+        fresh one follows in the log once the store answered."""
         ledger = self._current()
-        if ledger.in_memory:
-            rows = ledger.rows()
-        else:  # on the store thread, after what waits (an operator's command: it may wait)
-            worker = self._store.worker
-            worker.drain()
-            rows = worker.submit(ledger.rows).result(DRAIN_WAIT)
+        if ledger.in_memory and not self._store.does_io:
+            return self._told(self._table(ledger.rows()))
+        read = self._store.worker.submit_after_writes(lambda: self._table(ledger.rows()))
+        read.add_done_callback(self._read)
+        last = self._last
+        if last is None:
+            return "usage: reading the ledger on the store thread; the table follows in the log"
+        when = time.strftime("%H:%M:%S UTC", time.gmtime(last[0]))
+        return f"usage as read at {when} (a fresh table follows in the log):\n{last[1]}"
+
+    def _table(self, rows: Rows) -> str:
+        price = genai_prices()
         text = table_text(lines(rows, DIMENSIONS, price), DIMENSIONS, price)
         if self.limits is not None:
             text += "\n\nclient keys' limits\n" + self.limits.limits_text()
+        return text
+
+    def _told(self, text: str) -> str:
+        self._last = (time.time(), text)
         log.info("cursor-bridge: usage\n%s", text)
         return text
+
+    def _read(self, read: concurrent.futures.Future[str]) -> None:
+        """The store thread read the table (``usage``): logged, and kept for the next command."""
+        try:
+            self._told(read.result())
+        except Exception as e:  # a lost store: one line, never a traceback
+            log.warning("cursor-bridge: usage not read: %s", clean(short(e), 300))
 
 
 class FlowObserver(Protocol):

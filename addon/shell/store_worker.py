@@ -139,6 +139,16 @@ class StoreWorker:
         self._started()
         return job.future
 
+    def submit_after_writes[T](self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """``fn`` on the store thread once what waits to be written is written (a read of the
+        ledger that must hold every flow counted so far: ``bridge.usage``)."""
+
+        def written_then() -> T:
+            self._flush()
+            return fn()
+
+        return self.submit(written_then)
+
     def call[T](self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
         """``await worker.call(fn, *args)``: ``fn(*args)`` on the store thread, after what is
         already queued there; its result or its exception. No wait bound: the caller's."""

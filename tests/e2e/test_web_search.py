@@ -4,8 +4,8 @@ docs/tools.md#web-search). A real mitmdump before a scripted OpenAI chat upstrea
 calls the ``web_search`` function tool, then answers from the results) and the scripted SearXNG
 Search API; the anthropic SDK reads the answer's ``server_tool_use`` and
 ``web_search_tool_result`` blocks, whole and streamed. The request's shape is the anthropic
-SDK's ``WebSearchTool20250305Param``; the request the real Claude Code 2.1.197 sent is replayed
-too (``tests/fixtures/claude_code_web_search``)."""
+SDK's ``WebSearchTool20250305Param``, with ``blocked_domains``; the request the real Claude Code
+2.1.197 sent is replayed on every upstream in ``test_web_search_clients.py``."""
 
 from __future__ import annotations
 
@@ -16,19 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import pytest
 
 from addon.stores.ledger import Tokens, open_ledger
-from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream, SSEReply
-from tests.e2e.searching import DOCS, GITHUB, QUERY, chat_model, chat_reply, results, searching
-from tests.e2e.test_text_tools import openai_json
-from tests.searxng_server import ScriptedSearxng
-
-ROOT = Path(__file__).resolve().parents[2]
-RECORDED = (
-    ROOT / "tests/fixtures/claude_code_web_search/claude-code-2.1.197-web-search.request.json"
+from tests.e2e.harness import Proxy, Recorded, Reply, ScriptedUpstream
+from tests.e2e.searching import (
+    DOCS,
+    GITHUB,
+    QUERY,
+    chat_model,
+    chat_reply,
+    results,
+    searching,
 )
+from tests.searxng_server import ScriptedSearxng
 
 RESULTS = results(
     DOCS, {"url": "https://blocked.example/x", "title": "Blocked", "content": "never shown"}, GITHUB
@@ -106,7 +107,7 @@ def test_claude_codes_web_search_runs_on_the_bridge(
     assert searched.params == {"q": QUERY, "format": "json"}
     first, second = upstream.requests
     sent = first.json()
-    # A streaming client's upstream streams too: the searches run between streamed calls.
+    # A streaming client's upstream streams too: the searches run live between its calls.
     assert sent["stream"] is stream and second.json()["stream"] is stream
     assert [t["function"]["name"] for t in sent["tools"]] == ["web_search"]
     fed = second.json()["messages"]
@@ -134,12 +135,13 @@ def test_max_uses_is_honoured(
     p = _proxy(start_proxy, tmp_path, searxng)
     calls = 0
 
-    def greedy(rec: Recorded) -> JSONReply | SSEReply:
+    def greedy(rec: Recorded) -> Reply:
         nonlocal calls
         calls += 1
+        streams = bool(rec.json().get("stream"))
         if calls <= 2:
-            return searching(f"call_{calls}", rec)
-        return chat_reply(rec, openai_json("done"))
+            return searching(f"call_{calls}", streams)
+        return chat_reply({"content": "done"}, streams)
 
     upstream.script = greedy
     c = anthropic.Anthropic(base_url=p.base_url, api_key="sk-ant-e2e", max_retries=0, timeout=20)
@@ -204,76 +206,3 @@ def test_the_ledger_counts_the_searches_and_every_calls_tokens(
     ((key, tokens),) = rows.items()
     assert key.route == "claude-search"
     assert tokens == Tokens(requests=2, input=200, output=80, searches=2)
-
-
-def forced_model(rec: Recorded) -> JSONReply | SSEReply:
-    """A model that does what OpenAI's ``tool_choice`` says: a function named there (or
-    ``required`` where it is the only tool) is called, whatever came before; else as
-    ``chat_model``."""
-    body = rec.json()
-    choice = body.get("tool_choice")
-    named = isinstance(choice, dict) and choice.get("function", {}).get("name") == "web_search"
-    only = [t["function"]["name"] for t in body.get("tools", [])] == ["web_search"]
-    if named or (choice == "required" and only):
-        n = sum(1 for m in body["messages"] if m["role"] == "tool") + 1
-        return searching(f"call_s{n}", rec)
-    return chat_model(rec)
-
-
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_claude_codes_recorded_web_search_request(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    searxng: ScriptedSearxng,
-    tmp_path: Path,
-    stream: bool,
-) -> None:
-    """The request Claude Code 2.1.197's WebSearch tool sent (recorded with the real program,
-    ``tests/fixtures/claude_code_web_search``): only the server tool, and ``tool_choice``
-    naming it. The forced choice holds for the first call only: the results are fed back with
-    ``auto``, so the model answers instead of searching until the rounds run out."""
-    recorded = json.loads(RECORDED.read_text())
-    body = recorded["body"]
-    assert body["tools"] == [{"type": "web_search_20250305", "name": "web_search", "max_uses": 8}]
-    assert body["tool_choice"] == {"type": "tool", "name": "web_search"}
-    body["stream"] = stream
-    skip = {"content-length", "host", "accept-encoding", "connection"}
-    headers = {k: v for k, v in recorded["headers"].items() if k.lower() not in skip}
-    p = _proxy(start_proxy, tmp_path, searxng)
-    upstream.script = forced_model
-    got = httpx.post(
-        p.base_url + recorded["path"],
-        content=json.dumps(body).encode(),
-        headers={**headers, "x-api-key": "sk-ant-e2e"},
-        timeout=20,
-    )
-    assert got.status_code == 200, got.text
-    if stream:
-        final = _final_of_stream(got.content)
-    else:
-        final = anthropic.types.Message.model_validate_json(got.content)
-    kinds = [b.type for b in final.content]
-    assert kinds == ["server_tool_use", "web_search_tool_result", "text"]
-    assert final.usage.server_tool_use is not None
-    assert final.usage.server_tool_use.web_search_requests == 1
-    first, second = upstream.requests
-    assert first.json()["tool_choice"] == "required"  # its only tool (llama-server reads this)
-    assert second.json().get("tool_choice", "auto") == "auto"
-    assert len(searxng.requests) == 1
-
-
-def _final_of_stream(raw: bytes) -> anthropic.types.Message:
-    """The message an Anthropic stream carries, read with the anthropic SDK's accumulator."""
-    from anthropic.lib.streaming._messages import accumulate_event
-    from anthropic.types import RawMessageStreamEvent
-    from pydantic import TypeAdapter
-
-    adapter: TypeAdapter[RawMessageStreamEvent] = TypeAdapter(RawMessageStreamEvent)
-    message = None
-    bufs: dict[int, bytes] = {}
-    for line in raw.decode().splitlines():
-        if line.startswith("data: "):
-            event = adapter.validate_json(line.removeprefix("data: "))
-            message = accumulate_event(event=event, current_snapshot=message, json_bufs=bufs)
-    assert message is not None
-    return message

@@ -1,8 +1,8 @@
 """End to end: Codex CLI's hosted ``web_search`` tool (beside its function tools in the main
 turn) on an OpenAI chat upstream that cannot run it, the route naming a SearXNG backend (issue
 44 point 1; docs/tools.md#web-search). The recorded Codex 0.169 request
-(``../shared/fixtures/real/clients/codex-0.169.0-responses-gpt-5.5-turn1.request.json``, which
-carries ``{"type": "web_search", …}``) goes through a real mitmdump to a scripted chat upstream
+(``tests/fixtures/codex_web_search``, recorded with ``web_search = "live"``: it carries
+``{"type": "web_search", …}`` beside Codex's function tools) goes through a real mitmdump to a scripted chat upstream
 (its model calls the ``web_search`` function tool, then answers from the results) and the
 scripted SearXNG Search API; the openai SDK reads the answer's ``web_search_call`` items
 (``ResponseFunctionWebSearch``), whole, as ``responses.create(stream=True)``'s events and as
@@ -19,22 +19,25 @@ import openai
 import pytest
 from openai.types.responses import ResponseFunctionToolCall, ResponseFunctionWebSearch
 
-from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream, SSEReply
-from tests.e2e.searching import chat_reply
+from tests.e2e.harness import JSONReply, Proxy, Recorded, Reply, ScriptedUpstream
+from tests.e2e.searching import (
+    ANSWER,
+    CODEX,
+    DOCS,
+    QUERY,
+    chat_model,
+    chat_reply,
+    codex_params,
+    recorded,
+    results,
+    web_search_call,
+)
 from tests.e2e.test_text_tools import openai_json
-from tests.realdata import FIXTURES
 from tests.searxng_server import ScriptedSearxng
 
-RECORDED = FIXTURES / "clients" / "codex-0.169.0-responses-gpt-5.5-turn1.request.json"
-QUERY = "mitmproxy addon hooks"
-RESULTS = {
-    QUERY: [
-        {"url": "https://docs.mitmproxy.org/stable/api/events.html", "title": "Event Hooks",
-         "content": "Addons hook into events such as request and response."},
-        {"url": "https://elsewhere.example/x", "title": "Elsewhere", "content": "not allowed"},
-    ]
-}  # fmt: skip
-ANSWER = "Per https://docs.mitmproxy.org/stable/api/events.html: hooks are events."
+RESULTS = results(
+    DOCS, {"url": "https://elsewhere.example/x", "title": "Elsewhere", "content": "not allowed"}
+)
 
 
 @pytest.fixture
@@ -56,16 +59,14 @@ def _proxy(start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedS
 def _params(allowed: list[str] | None = None) -> dict[str, Any]:
     """The recorded Codex request as the openai SDK's arguments (``stream`` set by the test);
     the web_search tool as recorded, with ``filters.allowed_domains`` where given."""
-    body = json.loads(RECORDED.read_text())["body"]
+    body = recorded(CODEX)[2]
     assert {"type": "web_search", "external_web_access": True,
             "search_content_types": ["text", "image"]} in body["tools"]  # fmt: skip
     if allowed is not None:
         for t in body["tools"]:
             if t["type"] == "web_search":
                 t["filters"] = {"allowed_domains": allowed}
-    body.pop("stream")
-    client_metadata = body.pop("client_metadata")
-    return {**body, "extra_body": {"client_metadata": client_metadata}}
+    return codex_params(body)
 
 
 def _call(name: str, args: dict[str, Any], call_id: str) -> dict[str, Any]:
@@ -73,25 +74,9 @@ def _call(name: str, args: dict[str, Any], call_id: str) -> dict[str, Any]:
             "function": {"name": name, "arguments": json.dumps(args)}}  # fmt: skip
 
 
-def _calls(rec: Recorded, *calls: dict[str, Any]) -> JSONReply | SSEReply:
-    """A chat completion calling ``calls``, whole or streamed as ``rec`` asked."""
-    reply = openai_json("")
-    reply["choices"][0]["message"] = {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": list(calls),
-    }
-    reply["choices"][0]["finish_reason"] = "tool_calls"
-    return chat_reply(rec, reply)
-
-
-def model(rec: Recorded) -> JSONReply | SSEReply:
-    """The upstream's model: searches first, then answers from the tool result it was given."""
-    last = rec.json()["messages"][-1]
-    if last["role"] != "tool":
-        return _calls(rec, _call("web_search", {"query": QUERY}, "call_s1"))
-    found = json.loads(last["content"])
-    return chat_reply(rec, openai_json(f"Per {found[0]['url']}: hooks are events."))
+def _calls(*calls: dict[str, Any], stream: bool = False) -> Reply:
+    """A chat completion calling ``calls``, whole or streamed (as the request asked)."""
+    return chat_reply({"content": None, "tool_calls": list(calls)}, stream)
 
 
 def _client(p: Proxy) -> openai.OpenAI:
@@ -105,7 +90,7 @@ def test_codexs_web_search_whole(
     tmp_path: Path,
 ) -> None:
     p = _proxy(start_proxy, tmp_path, searxng)
-    upstream.script = model
+    upstream.script = chat_model
     got = _client(p).responses.create(**_params(allowed=["mitmproxy.org"]), stream=False)
 
     search, message = got.output
@@ -140,7 +125,7 @@ def test_codexs_web_search_streamed(
     tmp_path: Path,
 ) -> None:
     p = _proxy(start_proxy, tmp_path, searxng)
-    upstream.script = model
+    upstream.script = chat_model
     events = list(_client(p).responses.create(**_params(), stream=True))
     kinds = [e.type for e in events]
     assert kinds[:2] == ["response.created", "response.in_progress"]
@@ -184,11 +169,11 @@ def test_a_turn_that_also_calls_codexs_tools(
     p = _proxy(start_proxy, tmp_path, searxng)
     run = _call("exec_command", {"cmd": "cat hello.txt"}, "call_x1")
 
-    def searching_and_running(rec: Recorded) -> JSONReply | SSEReply:
+    def searching_and_running(rec: Recorded) -> Reply:
         last = rec.json()["messages"][-1]
         if last["role"] != "tool":
-            return _calls(rec, _call("web_search", {"query": QUERY}, "call_s1"), run)
-        return _calls(rec, run)
+            return _calls(web_search_call(), run, stream=bool(rec.json().get("stream")))
+        return _calls(run, stream=bool(rec.json().get("stream")))
 
     upstream.script = searching_and_running
     for stream in (False, True):
@@ -219,7 +204,7 @@ def test_the_next_turn_carries_the_search_items_back(
     """Codex sends the answer's items back in its next turn (``store: false``): the
     ``web_search_call`` item is left out for the chat upstream, the model's message kept."""
     p = _proxy(start_proxy, tmp_path, searxng)
-    upstream.script = model
+    upstream.script = chat_model
     params = _params()
     got = _client(p).responses.create(**params, stream=False)
     upstream.requests.clear()

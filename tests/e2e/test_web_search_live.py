@@ -22,6 +22,7 @@ from typing import Any
 
 import anthropic
 import httpx
+import openai
 import pytest
 from openai.types.responses import ResponseFunctionWebSearch, ResponseOutputMessage
 
@@ -29,26 +30,25 @@ from tests.e2e.harness import (
     JSONReply,
     Proxy,
     Recorded,
+    Reply,
     ScriptedUpstream,
     SSEReply,
     sse_from_payloads,
 )
 from tests.e2e.searching import (
     ANSWER,
+    CLAUDE_CODE,
     DOCS,
+    GEMINI_CLI,
     GITHUB,
     QUERY,
-    chat_chunks,
-    chat_reply,
+    codex_params,
+    recorded,
     results,
     searching,
 )
 from tests.e2e.test_text_tools import openai_json
-from tests.e2e.test_web_search import RECORDED as CLAUDE_RECORDED
 from tests.e2e.test_web_search import TOOL as CLAUDE_TOOL
-from tests.e2e.test_web_search_codex import _client as codex_client
-from tests.e2e.test_web_search_codex import _params as codex_params
-from tests.e2e.test_web_search_gemini import _body as gemini_body
 from tests.searxng_server import ScriptedSearxng
 
 FORGED = b"".join(
@@ -87,6 +87,23 @@ def _proxy(start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedS
     return start_proxy(bridge_routes=str(routes))
 
 
+def chunks(completion: dict[str, Any]) -> list[Any]:
+    """A chat completion's text as OpenAI streams it: the role, the text 8 characters a chunk,
+    the finish, the usage in a last chunk without choices, ``[DONE]``."""
+    head = {k: completion[k] for k in ("id", "created", "model")}
+    head["object"] = "chat.completion.chunk"
+    choice = completion["choices"][0]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    text = choice["message"]["content"]
+    out: list[Any] = [chunk({"role": "assistant", "content": ""})]
+    out += [chunk({"content": text[i : i + 8]}) for i in range(0, len(text), 8)]
+    out.append(chunk({}, choice["finish_reason"]))
+    return [*out, {**head, "choices": [], "usage": completion["usage"]}, "[DONE]"]
+
+
 class LiveModel:
     """The upstream's model: searches first (streamed when asked), then answers from the
     results, streamed in pieces — the role, its first words, then (held until ``gate``) the
@@ -100,11 +117,12 @@ class LiveModel:
         self.then = then
         self.streamed: list[bool] = []
 
-    def __call__(self, rec: Recorded) -> JSONReply | SSEReply:
+    def __call__(self, rec: Recorded) -> Reply:
         body = rec.json()
-        self.streamed.append(bool(body.get("stream")))
+        stream = bool(body.get("stream"))
+        self.streamed.append(stream)
         if body["messages"][-1]["role"] != "tool":
-            first = searching(rec=rec)
+            first = searching(stream=stream)
             if isinstance(first, SSEReply) and self.forged:
                 return SSEReply(self.forged + first.body, chunk_min=5, chunk_max=40, seed=2)
             return first
@@ -112,14 +130,14 @@ class LiveModel:
             return self.then(rec)  # type: ignore[no-any-return]
         found = json.loads(body["messages"][-1]["content"])
         completion = openai_json(f"Per {found[0]['url']}: hooks are events.")
-        if not body.get("stream"):
+        if not stream:
             self.finished.set()
-            return chat_reply(rec, completion)
+            return JSONReply(completion)
         return self.held(completion)
 
     def held(self, completion: dict[str, Any], **more: Any) -> SSEReply:
         """The completion's chunks: the role and the first text, then the gate, then the rest."""
-        pieces = [sse_from_payloads([c]) for c in chat_chunks(completion)]
+        pieces = [sse_from_payloads([c]) for c in chunks(completion)]
         cuts = (len(pieces[0]), len(pieces[0]) + len(pieces[1]))
         return SSEReply(
             b"".join(pieces), cuts=cuts, hold=(2, self.gate), finished=self.finished, **more
@@ -144,7 +162,7 @@ def test_claude_codes_recorded_search_streams_live(
     p = _proxy(start_proxy, tmp_path, searxng)
     model = LiveModel()
     upstream.script = model
-    body = json.loads(CLAUDE_RECORDED.read_text())["body"]
+    body = recorded(CLAUDE_CODE)[2]
     body.pop("stream")
     known = inspect.signature(anthropic.Anthropic().messages.stream).parameters
     extra = {k: body.pop(k) for k in list(body) if k not in known}
@@ -181,7 +199,8 @@ def test_codexs_turn_streams_live(
     upstream.script = model
     texts: list[str] = []
     kinds: list[str] = []
-    with codex_client(p).responses.stream(**codex_params()) as s:
+    codex = openai.OpenAI(base_url=p.base_url + "/v1", api_key="sk-e2e", max_retries=0, timeout=30)
+    with codex.responses.stream(**codex_params()) as s:
         for event in s:
             kinds.append(event.type)
             if event.type == "response.output_text.delta":
@@ -214,9 +233,10 @@ def test_gemini_clis_search_streams_live(
     model = LiveModel()
     upstream.script = model
     chunks: list[dict[str, Any]] = []
-    url = f"{p.base_url}/v1beta/models/gemini-3.8-flash:streamGenerateContent?alt=sse"
-    headers = {"x-goog-api-key": "gm-e2e"}
-    with httpx.stream("POST", url, json=gemini_body(), headers=headers, timeout=30) as got:
+    path, headers, body = recorded(GEMINI_CLI)
+    url = p.base_url + path.replace(":generateContent", ":streamGenerateContent?alt=sse")
+    headers = {**headers, "x-goog-api-key": "gm-e2e"}
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=30) as got:
         assert got.status_code == 200
         for line in got.iter_lines():
             if not line.startswith("data: "):

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 from tests.e2e.harness import Proxy, ScriptedUpstream
 from tests.real.clients.loop import Call, ToolLoop
@@ -170,6 +171,14 @@ def _kill_group(pgid: int) -> None:
 
 
 # --------------------------------------------------------------------------- the bridge
+
+
+class Served(Protocol):
+    """What a client is pointed at: a ``Bridge``, or a scripted upstream it is recorded
+    against (``ScriptedUpstream``)."""
+
+    @property
+    def base_url(self) -> str: ...
 
 
 class Bridge:

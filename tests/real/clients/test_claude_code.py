@@ -23,9 +23,9 @@ from tests.e2e.harness import JSONReply, Reply, SSEReply, sse_from_payloads
 from tests.real.clients.loop import UPSTREAMS, Call, CutOnce, ToolLoop, gemini_chunk
 from tests.real.clients.programs import (
     Agent,
-    Bridge,
     Finished,
     Program,
+    Served,
     ThroughBridge,
     base_env,
     notes,
@@ -37,7 +37,10 @@ from tests.real.clients.wrapped import WRAPPED, loop_for
 KEY = "sk-ant-real-client-test-key"
 
 
-def claude(program: Program, bridge: Bridge, project: Path, prompt: str) -> Finished:
+def claude(
+    program: Program, bridge: Served, project: Path, prompt: str, allowed: str = "Read"
+) -> Finished:
+    """Claude Code against ``bridge``, allowed the tool ``allowed`` (``Read`` in the loops)."""
     home = project.parent / "home"
     env = base_env(home) | {
         "ANTHROPIC_BASE_URL": bridge.base_url,
@@ -57,7 +60,7 @@ def claude(program: Program, bridge: Bridge, project: Path, prompt: str) -> Fini
         "stream-json",
         "--verbose",
         "--allowedTools",
-        "Read",
+        allowed,
         "--max-turns",
         "4",
         "--model",

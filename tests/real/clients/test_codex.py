@@ -23,9 +23,9 @@ import pytest
 from tests.real.clients.loop import UPSTREAMS, Call, CutOnce, ToolLoop
 from tests.real.clients.programs import (
     Agent,
-    Bridge,
     Finished,
     Program,
+    Served,
     ThroughBridge,
     base_env,
     notes,
@@ -37,7 +37,10 @@ from tests.real.clients.wrapped import WRAPPED, loop_for
 KEY = "sk-real-client-codex-key"
 
 
-def codex(program: Program, bridge: Bridge, project: Path, prompt: str) -> Finished:
+def codex(
+    program: Program, bridge: Served, project: Path, prompt: str, config: str = ""
+) -> Finished:
+    """Codex against ``bridge``; ``config``: top-level config.toml lines added to the test's."""
     home = project.parent / "home"
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True, exist_ok=True)
@@ -48,7 +51,7 @@ model_provider = "bridge"
 approval_policy = "never"
 sandbox_mode = "danger-full-access"
 check_for_update_on_startup = false
-
+{config}
 [analytics]
 enabled = false
 

@@ -20,9 +20,9 @@ import pytest
 from tests.real.clients.loop import UPSTREAMS, Call, ToolLoop
 from tests.real.clients.programs import (
     Agent,
-    Bridge,
     Finished,
     Program,
+    Served,
     ThroughBridge,
     base_env,
     notes,
@@ -34,7 +34,7 @@ from tests.real.clients.wrapped import WRAPPED, loop_for
 KEY = "real-client-gemini-key"
 
 
-def gemini(program: Program, bridge: Bridge, project: Path, prompt: str) -> Finished:
+def gemini(program: Program, bridge: Served, project: Path, prompt: str) -> Finished:
     home = project.parent / "home"
     settings = {
         "security": {"auth": {"selectedType": "gemini-api-key"}},

@@ -4,8 +4,10 @@ Search API (``tests.searxng_server``: it refuses what SearXNG refuses), and the 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
+import httpx
 import pytest
 
 from addon.config.routes_file import read_routes
@@ -104,6 +106,35 @@ def test_the_scripted_server_refuses_what_searxng_refuses() -> None:
     assert read_searxng(400, b'{"error": "No query"}', ask, 5) == 'HTTP 400: {"error": "No query"}'
     assert read_searxng(200, b"<html>", ask, 5) != ()
     assert read_searxng(200, b'{"results": "no"}', ask, 5) == "no results list in the answer"
+
+
+def test_the_scripted_server_answers_as_searxngs_webapp() -> None:
+    """searx/webapp.py ``search`` and ``index``, searx/webadapter.py: an unknown format is
+    html; a disabled one Werkzeug's 403 page; a parameter the webadapter refuses a 400 in the
+    format's error body; ``/`` with a query a 308 to ``/search``."""
+    with ScriptedSearxng(RESULTS) as server:
+        assert server.answer({"q": "x", "format": "bogus"})[:2] == (200, "text/html; charset=utf-8")
+        for params, message in [
+            ({"pageno": "0"}, 'Invalid value "0" for parameter pageno'),
+            ({"pageno": ""}, "Empty pageno parameter"),
+            ({"safesearch": "3"}, 'Invalid value "3" for parameter safesearch'),
+            ({"time_range": "decade"}, 'Invalid value "decade" for parameter time_range'),
+            ({"timeout_limit": "soon"}, 'Invalid value "soon" for parameter timeout_limit'),
+        ]:
+            status, ctype, body = server.answer({"q": "x", "format": "json", **params})
+            assert (status, ctype) == (400, "application/json")
+            assert json.loads(body) == {"error": message}
+        ok = {"q": "x", "format": "json", "pageno": "2", "safesearch": "1", "time_range": "week"}
+        assert server.answer(ok)[0] == 200
+        with httpx.Client(base_url=server.base_url, timeout=10) as http:
+            moved = http.get("/", params={"q": "x", "format": "json"})
+            assert moved.status_code == 308
+            assert moved.headers["location"] == "/search?q=x&format=json"
+            assert http.get("/").status_code == 200
+    with ScriptedSearxng(RESULTS, formats=("html",)) as server:
+        status, ctype, body = server.answer({"q": "x", "format": "json"})
+        assert (status, ctype) == (403, "text/html; charset=utf-8")
+        assert b"<title>403 Forbidden</title>" in body
 
 
 def test_the_backends_key_is_sent_and_never_logged(caplog: pytest.LogCaptureFixture) -> None:
