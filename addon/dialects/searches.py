@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from addon.model import Event, Opaque, OpaqueTool, Response
+from addon.model import Event, Opaque, OpaqueTool, Response, Usage
 
 SEARCH_TOOL = "web_search"
 """The function tool the model is offered in place of the client's search tool."""
@@ -69,3 +69,23 @@ class SearchShape:
     """The ``type``s of the search parts a client sends back in its next turns (Anthropic's
     blocks, Responses' ``web_search_call`` items): left out for an upstream that cannot read
     them."""
+
+
+def summed(usages: Sequence[Usage | None]) -> Usage | None:
+    """The usage of every upstream call of one answer added up (None: none said any)."""
+    known = [u for u in usages if u is not None]
+    if not known:
+        return None
+
+    def total(name: str) -> int | None:
+        values = [getattr(u, name) for u in known if getattr(u, name) is not None]
+        return sum(values) if values else None
+
+    return Usage(
+        input_tokens=total("input_tokens"),
+        output_tokens=total("output_tokens"),
+        cache_read_tokens=total("cache_read_tokens"),
+        cache_write_tokens=total("cache_write_tokens"),
+        reasoning_tokens=total("reasoning_tokens"),
+        origin=known[-1].origin,
+    )

@@ -44,6 +44,7 @@ from addon.stream.foreign import not_a_stream, quote
 from addon.stream.guard_stage import LoopGuardStage
 from addon.stream.hold_calls import RepairStage
 from addon.stream.processor import StreamProcessor
+from addon.stream.second_call import SearchCalls
 from addon.stream.stages import (
     AnswerModelStage,
     CallIdStage,
@@ -223,8 +224,9 @@ def stream_processor(
     its body is not the stream its framing promised). Raises ``UnsupportedEncoding``."""
     decompressor = make_decompressor(content_encoding)
     state.usage = None  # a new answer: its own reports only
+    calls = _search_calls(plan, state)
     state.processor = StreamProcessor(
-        plan.upstream.stream_decoder(),
+        calls or plan.upstream.stream_decoder(),
         plan.client.stream_encoder(plan.defaults),
         stages=_stages(plan, state),
         decompressor=decompressor,
@@ -246,7 +248,24 @@ def stream_processor(
         fast=plan.fast_path,
     )
     state.head = (status, content_type)
+    if calls is not None:
+        calls.moves = (state.processor.second_call, state.processor.second_call_ended)
     return state.processor
+
+
+def _search_calls(plan: FlowPlan, state: AnswerState) -> SearchCalls | None:
+    """The decoder of a stream whose web searches the relay's leg runs between its upstream
+    calls (``WebSearch.live``): one body of several calls, read as one answer."""
+    search, shape = plan.search, plan.client.web_search
+    if search is None or not search.live or shape is None:
+        return None
+
+    def ran(n: int) -> None:
+        state.notes["web search run live by the bridge"] += n - state.searches
+        state.searches = n
+
+    decoder = plan.upstream.stream_decoder
+    return SearchCalls(decoder, search.ask.name, search.nonce, shape, plan.client.name, ran)
 
 
 def _stages(plan: FlowPlan, state: AnswerState) -> list[Stage]:

@@ -91,7 +91,8 @@ class FlowPlan:
     none is asked for or none matched: the usage ledger's client label."""
     search: WebSearch | None = None
     """The client's web search tool runs on the bridge (``addon.plan.web_search``): the model
-    got a ``web_search`` function tool instead, and its whole answers are read for calls of it."""
+    got a ``web_search`` function tool instead, and its answers are read for calls of it (whole,
+or live on the relay's leg: ``WebSearch.live``)."""
     secrets: Secrets = field(default_factory=Secrets, repr=False)
     """The flow's exact credential values: redacted from the error bodies the bridge writes
     (never in ``meta``)."""
@@ -119,10 +120,11 @@ class FlowPlan:
 
     @property
     def upstream_streams(self) -> bool:
-        """The upstream was asked for a stream: the client asked for one, and the bridge runs
-        no web search for it (a search asks for whole answers, ``offer_search``; on Gemini the
-        whole ``generateContent`` answer is JSON, not a stream's JSON array)."""
-        return self.stream and self.search is None
+        """The upstream was asked for a stream: the client asked for one, and any web search
+        the bridge runs for it runs live (``WebSearch.live``; else it asks for whole answers,
+        ``offer_search``; on Gemini the whole ``generateContent`` answer is JSON, not a
+        stream's JSON array)."""
+        return self.stream and (self.search is None or self.search.live)
 
     @property
     def loop_held(self) -> bool:

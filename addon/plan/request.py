@@ -182,6 +182,7 @@ def _decide(
         unified, plan = transform(decoded, plan, settings, notes)
         wire_for = _wire_maker(route, client, upstream, incoming, route_key)
         wire = wire_for(unified, notes)
+        unified, plan, wire = _live_search(unified, plan, wire, wire_for)
         invoke = _invoke_maker(decoded, settings, wire_for) if plan.loop_fallback else None
         plan = replace(
             plan,
@@ -202,13 +203,29 @@ def _decide(
     summary = describe(notes) or "no changes needed"
     plan = replace(
         plan,
-        # A search asks the upstream for whole answers; the client gets the stream it asked.
+        # A search not live asks for whole answers; the client gets the stream it asked.
         stream=decoded.stream if plan.search is not None else unified.stream,
         upstream_framing=upstream.framing_for(wire.query),
         client_framing=client.framing_for(incoming.query),
         request_notes=Counter(notes),
     )
     return Rewrite(plan, wire, summary, incoming.body, encoded)
+
+
+def _live_search(
+    unified: Request,
+    plan: FlowPlan,
+    wire: WireRequest,
+    wire_for: Callable[[Request, Notes], WireRequest],
+) -> tuple[Request, FlowPlan, WireRequest]:
+    """A web search runs live only on an SSE stream, which carries the relay's leg's marker
+    (Kiro's frames cannot): elsewhere its upstream calls are whole (``WebSearch.live``)."""
+    search = plan.search
+    if search is None or not search.live or plan.upstream.framing_for(wire.query) == "sse":
+        return unified, plan, wire
+    unified = dataclasses.replace(unified, stream=False)
+    plan = replace(plan, search=replace(search, live=False, nonce=""))
+    return unified, plan, wire_for(unified, Counter())
 
 
 def _decode(

@@ -4,8 +4,9 @@ decided with plain values: which client tool becomes the model's ``web_search`` 
 ``read_searxng``: SearXNG's Search API), which searches of an answer run (``to_run``), the
 request that feeds their results back to the model (``fed_back``), and the client's answer
 with the searches in its own dialect's shape (``shown``). The shell runs the searches
-(``addon.shell.outbound.searxng``) and sends the second request (``addon.shell.whole_answers``);
-nothing here logs or makes a call."""
+(``addon.shell.outbound.searxng``) and sends the second request (a whole answer:
+``addon.shell.whole_answers``; a stream, live: ``addon.shell.outbound.search_leg``); nothing
+here logs or makes a call."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from urllib.parse import urlsplit
 
 from addon.config.search_backend import SearchBackend
 from addon.dialects import Dialect
-from addon.dialects.searches import SEARCH_TOOL, Found, SearchAsk, Searched, SearchShape
+from addon.dialects.searches import SEARCH_TOOL, Found, SearchAsk, Searched, SearchShape, summed
 from addon.model import (
     JSON,
     Message,
@@ -31,7 +32,7 @@ from addon.model import (
     ToolCall,
     ToolChoice,
     ToolResult,
-    Usage,
+    new_nonce,
 )
 from addon.plan.values import load_json, short
 
@@ -63,6 +64,12 @@ class WebSearch:
     client: str = ""
     """The client key's name of the flow (``FlowPlan.client_name``): whose limits each search
     counts against (docs/deploy.md#limits-per-client-key)."""
+    live: bool = False
+    """The client streams and so does the upstream: the relay's leg runs the searches between
+    streamed calls and the client's stream goes on live (``addon.stream.second_call``); else
+    the upstream is asked for whole answers and the client's stream is written at the end."""
+    nonce: str = ""
+    """The flow's own: the leg's marker carries it, the stream processor shows no other."""
 
     @property
     def max_uses(self) -> int:
@@ -97,17 +104,18 @@ def offer_search(
     tools = list(req.tools)
     tools[i] = dataclasses.replace(_TOOL, name=ask.name) if ask.name != SEARCH_TOOL else _TOOL
     notes[f"web search: {ask.name} ({tool.type}) run by the bridge ({backend.kind})"] += 1
-    # The first call asks for a whole answer: the searches run between calls, and the
-    # client's stream is written from the last one (docs/tools.md#web-search).
+    # A streaming client's upstream streams too: the relay's leg runs the searches between
+    # streamed calls (``live``); a whole answer's calls are whole (docs/tools.md#web-search).
     searched = dataclasses.replace(
         req,
         messages=_without_items(req.messages, client.name, shape.items, notes),
         tools=tuple(tools),
         tool_choice=_forced(req.tool_choice, ask.name, tools),
-        stream=False,
+        stream=req.stream,
         stream_explicit=True,
     )
-    return searched, WebSearch(ask, backend)
+    nonce = new_nonce() if req.stream else ""
+    return searched, WebSearch(ask, backend, live=req.stream, nonce=nonce)
 
 
 def _forced(
@@ -341,9 +349,15 @@ def after(
     """None: the answer searches again (fewer than ``MAX_ROUNDS`` upstream calls so far); else
     the client's answer (``shown``)."""
     assert shape is not None and search is not None  # a plan that searches
-    if search_calls(search, answer) and len(rounds) + 1 < MAX_ROUNDS:
+    if searches_again(search, answer, rounds):
         return None
     return shown(shape, search, answer, rounds)
+
+
+def searches_again(search: WebSearch, answer: Response, rounds: Sequence[Round]) -> bool:
+    """The answer called the search tool and another upstream call may follow (fewer than
+    ``MAX_ROUNDS`` so far): its searches run and their results are fed back."""
+    return bool(search_calls(search, answer)) and len(rounds) + 1 < MAX_ROUNDS
 
 
 def shown(
@@ -359,27 +373,8 @@ def shown(
     finish = last.finish
     if left and not any(isinstance(p, ToolCall) for p in parts):
         finish = "stop"
-    usage = _summed([r.answer.usage for r in rounds] + [last.usage])
+    usage = summed([r.answer.usage for r in rounds] + [last.usage])
     answer = dataclasses.replace(
         last, parts=(*before, *parts), usage=usage, finish=finish, finish_raw=None
     )
     return shape.answer(answer, searched)
-
-
-def _summed(usages: Sequence[Usage | None]) -> Usage | None:
-    known = [u for u in usages if u is not None]
-    if not known:
-        return None
-
-    def total(name: str) -> int | None:
-        values = [getattr(u, name) for u in known if getattr(u, name) is not None]
-        return sum(values) if values else None
-
-    return Usage(
-        input_tokens=total("input_tokens"),
-        output_tokens=total("output_tokens"),
-        cache_read_tokens=total("cache_read_tokens"),
-        cache_write_tokens=total("cache_write_tokens"),
-        reasoning_tokens=total("reasoning_tokens"),
-        origin=known[-1].origin,
-    )

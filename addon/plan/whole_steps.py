@@ -450,7 +450,9 @@ def _searched(state: AnswerState, answer: Answer) -> Step:
     """The searches ran: the conversation with their results, sent to the upstream."""
     plan = answer.plan
     assert plan.unified is not None and plan.encode_stage is not None
-    body = plan.encode_stage(ws.fed_back(plan.unified, answer.rounds))
+    # A live search whose upstream answered whole (it ignored ``stream``): whole calls on.
+    fed = dataclasses.replace(ws.fed_back(plan.unified, answer.rounds), stream=False)
+    body = plan.encode_stage(fed)
     then = dataclasses.replace(answer, at=At.FED, seen=None)
     return Send(Told(plan), body, "web search: results fed back", then)
 

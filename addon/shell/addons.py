@@ -105,7 +105,8 @@ def make_addons() -> Addons:
     store = ReasoningStoreLife()
     usage = UsageCounting(store)
     report = Report(state, flows, settings, usage)
-    fallbacks = Fallbacks(settings, report, retry, store)
+    searches = Searches()
+    fallbacks = Fallbacks(settings, report, retry, store, searches=searches)
     client_keys = ClientKeysGate(settings, report)
     metrics = usage.metrics = Metrics(
         state, settings, flows, lambda: store.shared_cooling(fallbacks.cooldowns)
@@ -114,6 +115,7 @@ def make_addons() -> Addons:
         lambda: client_keys.keys, report, store, metrics, routes=lambda: settings.settings.routes
     )
     prefetch = limits.prefetch = Prefetch(settings, store, flows)
+    searches.gate = limits  # each search, whole or live, counts against the flow's client key
     return Addons(
         state,
         settings,
@@ -128,7 +130,7 @@ def make_addons() -> Addons:
         store,
         RewriteRequest(settings, store, report, kiro, fallbacks),
         StreamAttach(report, loop_retry=True),
-        Answers(report, retry, Searches(gate=limits)),
+        Answers(report, retry, searches),
         AnswerRedaction(settings, lambda: client_keys.keys, kiro.held_tokens),
         MemoryTrim(),
         usage,

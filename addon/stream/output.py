@@ -187,6 +187,10 @@ def feed_all(stage: Stage, events: list[Event]) -> list[Event]:
 
 def cut_message(cause: str) -> str:
     """What the client's error says of a body the upstream broke off with ``cause``."""
-    how = {"upstream_reset": "reset the connection", "upstream_idle": "sent nothing for too long"}
+    how = {
+        "upstream_reset": "reset the connection",
+        "upstream_idle": "sent nothing for too long",
+        "search_call_failed": "failed the call with the web search's results",
+    }
     what = how.get(cause, "closed the connection")
     return f"cursor-bridge: the upstream {what} before the stream's end ({cause})"

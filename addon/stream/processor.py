@@ -7,12 +7,12 @@ nothing is ready; ``finish()`` is idempotent; ``upstream_cut(cause)`` ends the c
 with its dialect's error (idempotent, nothing after ``finish``); ``abort(why)`` is the shell's
 way out. What the stream does with the next bytes, at the body's end, when the upstream breaks
 off or sends an error, follows its ``State`` alone, by one table (``ROWS``, at the end of the
-class, and ``TRANSITIONS``): later work adds rows, not places. A failed stream stays so."""
+class, and ``TRANSITIONS``, ``addon.stream.states``): later work adds rows, not places. A
+failed stream stays so."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from enum import Enum
 from typing import NamedTuple
 
 from addon.dialects.base import Framing, StreamDecoder, StreamEncoder
@@ -25,86 +25,31 @@ from addon.stream.output import Output, cut_message
 from addon.stream.readers import NOT_A_STREAM, BodyReader, WholeBody, reader_for
 from addon.stream.reading import Decoding, Failure, Foreign
 from addon.stream.stages import Stage
-
-
-class State(Enum):
-    """Where one stream is; its row of ``ROWS`` says what the stream does there."""
-
-    READING = "reading"
-    """The body is read as a stream (its framing's reader), the bytes so far ending inside an
-    event (or no read route to track)."""
-    BETWEEN = "between"
-    """The same, the bytes so far ending where an event does: the stream's fast route may take
-    the next read (``addon.stream.fastpath``)."""
-    COLLECTING = "collecting"
-    """Another dialect's body that is not a stream: a read is kept (bounded) to be read whole
-    at the end (``whole``)."""
-    PASSTHROUGH = "passthrough"
-    """A client of the upstream's dialect after a failure: a read goes out as it came."""
-    SECOND_CALL = "second_call"
-    """A second upstream call inside this answer (a search the bridge runs for the model):
-    the first body's reader holds its tail while the second body is read into the same
-    client stream. A placeholder that issue 44 fills: today a read here is held back (none
-    comes: nothing enters this state but ``second_call``)."""
-    STOPPED = "stopped"
-    """The client's stream was ended with an error event: a read is dropped."""
-    DONE = "done"
-    """The body ended (``finish``): a read fed after it goes out as it came."""
-    PASSED = "passed"
-    """The body ended while passing through: a read goes out as it came."""
-
-
-class Input(Enum):
-    """What moves a stream from one ``State`` to another."""
-
-    BOUNDARY = "a read that ends where an event does"
-    INSIDE = "a read that ends inside an event"
-    FOREIGN = "a body that is not a stream, on another dialect"
-    RAW = "a failure a client of the upstream's dialect gets the rest raw after"
-    STOP = "a failure on another dialect or on binary frames: the client's stream ends"
-    END = "the body's end (finish)"
-    ERROR = "an error event the client got from the upstream's stream (written by its encoder)"
-    CUT = "the upstream's body broke off: the connection closed mid-body (upstream_cut)"
-    RESET = "the upstream reset the connection or its HTTP/2 stream (upstream_reset)"
-    IDLE = "the upstream sent nothing for the idle timeout (upstream_idle)"
-    CALL = "a second upstream call starts inside this answer (second_call)"
-    CALLED = "that second call's body ended: the first body is read on (second_call_ended)"
-
-
-READING, BETWEEN, COLLECTING = State.READING, State.BETWEEN, State.COLLECTING
-PASSTHROUGH, SECOND_CALL = State.PASSTHROUGH, State.SECOND_CALL
-STOPPED, DONE, PASSED = State.STOPPED, State.DONE, State.PASSED
-BOUNDARY, INSIDE, FOREIGN = Input.BOUNDARY, Input.INSIDE, Input.FOREIGN
-RAW, STOP, END, ERROR = Input.RAW, Input.STOP, Input.END, Input.ERROR
-CUT, RESET, IDLE, CALL, CALLED = Input.CUT, Input.RESET, Input.IDLE, Input.CALL, Input.CALLED
-
-# The transitions: the state an input leads to from each state (None: refused, it cannot happen
-# there: ``StreamStateError``). The endings (END, ERROR, CUT, RESET, IDLE): from any state, once.
-# fmt: off
-_INPUTS =       (BOUNDARY, INSIDE,  FOREIGN,    RAW,         STOP,    END,    ERROR,       CUT,     RESET,   IDLE,    CALL,        CALLED)
-_NEXT = {
-    READING:     (BETWEEN, READING, COLLECTING, PASSTHROUGH, STOPPED, DONE,   READING,     STOPPED, STOPPED, STOPPED, SECOND_CALL, None),
-    BETWEEN:     (BETWEEN, READING, COLLECTING, PASSTHROUGH, STOPPED, DONE,   BETWEEN,     STOPPED, STOPPED, STOPPED, SECOND_CALL, None),
-    COLLECTING:  (None,    None,    None,       None,        STOPPED, DONE,   COLLECTING,  STOPPED, STOPPED, STOPPED, None,        None),
-    PASSTHROUGH: (None,    None,    None,       PASSTHROUGH, None,    PASSED, PASSTHROUGH, STOPPED, STOPPED, STOPPED, None,        None),
-    SECOND_CALL: (None,    None,    None,       PASSTHROUGH, STOPPED, DONE,   SECOND_CALL, STOPPED, STOPPED, STOPPED, None,        READING),
-    STOPPED:     (None,    None,    None,       None,        STOPPED, STOPPED, STOPPED,    STOPPED, STOPPED, STOPPED, None,        None),
-    DONE:        (None,    None,    None,       PASSED,      STOPPED, DONE,   DONE,        DONE,    DONE,    DONE,    None,        None),
-    PASSED:      (None,    None,    None,       PASSED,      None,    PASSED, PASSED,      PASSED,  PASSED,  PASSED,  None,        None),
-}
-# fmt: on
-TRANSITIONS: dict[State, dict[Input, State]] = {
-    state: {i: s for i, s in zip(_INPUTS, row, strict=True) if s is not None}
-    for state, row in _NEXT.items()
-}
-
-CUT_CAUSES = {"upstream_cut": CUT, "upstream_reset": RESET, "upstream_idle": IDLE}
-"""The causes the shell names (``upstream_cut``) and the input each is; any other is a cut."""
-
-
-class StreamStateError(RuntimeError):
-    """An input the stream's state cannot take: a bug of ours (the shell's failure policy)."""
-
+from addon.stream.states import (
+    BETWEEN,
+    BOUNDARY,
+    CALL,
+    CALLED,
+    COLLECTING,
+    CUT,
+    CUT_CAUSES,
+    DONE,
+    END,
+    ERROR,
+    FOREIGN,
+    INSIDE,
+    PASSED,
+    PASSTHROUGH,
+    RAW,
+    READING,
+    SECOND_CALL,
+    STOP,
+    STOPPED,
+    TRANSITIONS,
+    Input,
+    State,
+    StreamStateError,
+)
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 """Default bound of one line, one event's data, one JSON-array item, a non-stream body."""
@@ -325,17 +270,18 @@ class StreamProcessor(StreamFacts):
         self._to(CUT_CAUSES.get(cause, CUT))
         return ROWS[state].cut(self, cause)
 
-    def second_call(self) -> list[bytes]:
-        """A second upstream call starts inside this answer (a search the bridge runs for the
-        model): ``SECOND_CALL`` holds the first body's tail. A placeholder row that issue 44
-        fills: today a move and nothing written."""
-        self._to(CALL)
-        return []
+    def second_call(self) -> None:
+        """The upstream's stream ended with a call of the bridge's web search tool (the
+        decoder, ``addon.stream.second_call``, held its ending): ``SECOND_CALL`` until the
+        relay's leg's marker comes with the next call's body, or the body ends. A stream that
+        failed already (passing raw, stopped) stays where it is."""
+        if CALL in TRANSITIONS[self.state]:
+            self._to(CALL)
 
-    def second_call_ended(self) -> list[bytes]:
-        """That second call's body ended: the first body is read on (``READING``)."""
-        self._to(CALLED)
-        return []
+    def second_call_ended(self) -> None:
+        """The leg's marker came: the next upstream call's body is read (``READING``)."""
+        if CALLED in TRANSITIONS[self.state]:
+            self._to(CALLED)
 
     def abort(self, why: str) -> list[bytes]:
         """The shell's way out when the processor itself failed: a same-dialect stream passes
@@ -378,6 +324,12 @@ class StreamProcessor(StreamFacts):
             if at is not (state is BETWEEN):
                 self._to(BOUNDARY if at else INSIDE)
         return found
+
+    def _read_call(self, chunk: bytes) -> list[bytes]:
+        """read (SECOND_CALL): the body's reader, untracked — the leg's marker and the next
+        call's events must reach the decoder, no fast route takes a read."""
+        found = self._body_reader.feed(chunk)
+        return found if isinstance(found, list) else self._settle(found)
 
     def _tail(self) -> bytes:
         """The decompressor's last bytes, at the body's end."""
@@ -538,12 +490,6 @@ def _drop(_: StreamProcessor, chunk: bytes) -> list[bytes]:
     return []
 
 
-def _hold(_: StreamProcessor, chunk: bytes) -> list[bytes]:
-    """read (SECOND_CALL): the first body's bytes held back while the second call's are
-    read (issue 44); today nothing is held: nothing enters the state with a body."""
-    return []
-
-
 def _ended(_: StreamProcessor) -> list[bytes]:
     """end (STOPPED, DONE, PASSED): nothing more (``finish`` is idempotent)."""
     return []
@@ -591,7 +537,7 @@ ROWS: dict[State, Row] = {
     BETWEEN:     Row(True,  _P._read_body, _P._end_body,    _cut_off,   _noted, _decoder_ended),
     COLLECTING:  Row(False, _collect,      _end_collected,  _cut_off,   _noted, _not_ended),
     PASSTHROUGH: Row(False, _pass,         _end_passing,    _cut_off,   _noted, _not_ended),
-    SECOND_CALL: Row(False, _hold,         _P._end_body,    _cut_off,   _noted, _not_ended),
+    SECOND_CALL: Row(False, _P._read_call, _P._end_body,    _cut_off,   _noted, _not_ended),
     STOPPED:     Row(False, _drop,         _ended,          _cut_after, _ours,  _ended_cleanly),
     DONE:        Row(False, _pass,         _ended,          _cut_after, _noted, _ended_cleanly),
     PASSED:      Row(False, _pass,         _ended,          _cut_after, _noted, _ended_cleanly),

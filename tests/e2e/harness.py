@@ -139,6 +139,11 @@ class SSEReply:
     abort: bool = False
     """After the pieces, the connection closed without the last chunk: the body broken off
     (issue 42), as an upstream restart or a balancer's timeout does."""
+    hold: tuple[int, threading.Event] | None = None
+    """``(n, gate)``: before piece ``n`` the upstream waits (at most ``HOLD_TIMEOUT`` s) for the
+    gate a test sets once its client got the pieces before: what proves a stream live."""
+    finished: threading.Event | None = None
+    """Set once the body's end is written (or it is broken off)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.chunk_min <= self.chunk_max:
@@ -161,6 +166,9 @@ class SSEReply:
 
 
 type Reply = JSONReply | RawReply | SSEReply
+
+HOLD_TIMEOUT = 20.0
+"""Seconds a held ``SSEReply`` waits for its gate at most (then it goes on)."""
 
 
 def not_scripted(rec: Recorded) -> Reply:
@@ -376,6 +384,8 @@ def _make_handler(upstream: ScriptedUpstream) -> type[BaseHTTPRequestHandler]:
             for i, piece in enumerate(reply.pieces()):
                 if i and reply.delay:
                     time.sleep(reply.delay)
+                if reply.hold is not None and i == reply.hold[0]:
+                    reply.hold[1].wait(HOLD_TIMEOUT)
                 if compressor is not None:
                     piece = compressor.compress(piece) + compressor.flush(zlib.Z_SYNC_FLUSH)
                 self._chunk(piece)
@@ -385,11 +395,15 @@ def _make_handler(upstream: ScriptedUpstream) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 self.wfile.flush()
                 self.connection.shutdown(socket.SHUT_RDWR)
+                if reply.finished is not None:
+                    reply.finished.set()
                 return
             if reply.linger:
                 time.sleep(reply.linger)
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+            if reply.finished is not None:
+                reply.finished.set()
 
         def _chunk(self, data: bytes) -> None:
             if data:

@@ -19,9 +19,16 @@ import anthropic
 import pytest
 
 from addon.stores.ledger import Tokens, open_ledger
-from tests.e2e.harness import JSONReply, Proxy, Recorded, Reply, ScriptedUpstream
-from tests.e2e.searching import DOCS, GITHUB, QUERY, chat_model, results, searching
-from tests.e2e.test_text_tools import openai_json
+from tests.e2e.harness import Proxy, Recorded, Reply, ScriptedUpstream
+from tests.e2e.searching import (
+    DOCS,
+    GITHUB,
+    QUERY,
+    chat_model,
+    chat_reply,
+    results,
+    searching,
+)
 from tests.searxng_server import ScriptedSearxng
 
 RESULTS = results(
@@ -100,7 +107,8 @@ def test_claude_codes_web_search_runs_on_the_bridge(
     assert searched.params == {"q": QUERY, "format": "json"}
     first, second = upstream.requests
     sent = first.json()
-    assert sent["stream"] is False  # searched between calls: whole answers upstream
+    # A streaming client's upstream streams too: the searches run live between its calls.
+    assert sent["stream"] is stream and second.json()["stream"] is stream
     assert [t["function"]["name"] for t in sent["tools"]] == ["web_search"]
     fed = second.json()["messages"]
     assert fed[-2]["tool_calls"][0]["function"]["name"] == "web_search"
@@ -113,32 +121,41 @@ def test_claude_codes_web_search_runs_on_the_bridge(
     p.wait_for_log(rf"web search on {searxng.base_url}: {QUERY}")
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_max_uses_is_honoured(
     start_proxy: Callable[..., Proxy],
     upstream: ScriptedUpstream,
     searxng: ScriptedSearxng,
     tmp_path: Path,
+    stream: bool,
 ) -> None:
     """A model that searches past ``max_uses`` is told ``max_uses_exceeded``; the client sees it
-    as Anthropic's error block, and the backend is asked only ``max_uses`` times."""
+    as Anthropic's error block, and the backend is asked only ``max_uses`` times (streamed:
+    live, three streamed calls)."""
     p = _proxy(start_proxy, tmp_path, searxng)
     calls = 0
 
     def greedy(rec: Recorded) -> Reply:
         nonlocal calls
         calls += 1
+        streams = bool(rec.json().get("stream"))
         if calls <= 2:
-            return searching(f"call_{calls}")
-        return JSONReply(openai_json("done"))
+            return searching(f"call_{calls}", streams)
+        return chat_reply({"content": "done"}, streams)
 
     upstream.script = greedy
     c = anthropic.Anthropic(base_url=p.base_url, api_key="sk-ant-e2e", max_retries=0, timeout=20)
-    got = c.messages.create(
-        model="claude-sonnet-4-6",
-        max_tokens=100,
-        messages=[{"role": "user", "content": "search twice"}],
-        tools=[{**TOOL, "max_uses": 1}],  # type: ignore[list-item]
-    )
+    params: dict[str, Any] = {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "search twice"}],
+        "tools": [{**TOOL, "max_uses": 1}],
+    }
+    if stream:
+        with c.messages.stream(**params) as s:
+            got = s.get_final_message()
+    else:
+        got = c.messages.create(**params)
     kinds = [b.type for b in got.content]
     assert kinds == ["server_tool_use", "web_search_tool_result"] * 2 + ["text"]
     second = got.content[3]
@@ -148,6 +165,7 @@ def test_max_uses_is_honoured(
     assert got.usage.server_tool_use is not None
     assert got.usage.server_tool_use.web_search_requests == 1
     assert len(searxng.requests) == 1 and len(upstream.requests) == 3
+    assert all(r.json()["stream"] is stream for r in upstream.requests)
 
 
 def test_no_backend_is_todays_400_said_in_the_comment(

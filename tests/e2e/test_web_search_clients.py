@@ -85,6 +85,8 @@ def test_a_recorded_search_on_a_chat_upstream(
     (searched,) = searxng.requests
     assert searched.params == {"q": QUERY, "format": "json"}
     first, second = (r.json() for r in upstream.requests)
+    # A streaming client's calls stream too: the searches run live between them.
+    assert first.get("stream", False) is stream and second.get("stream", False) is stream
     names = [t["function"]["name"] for t in first["tools"]]
     assert names[-1] == "web_search"  # in its place: last in each recorded tool list
     assert ("exec_command" in names) == (client == "codex")  # beside Codex's tools
@@ -125,6 +127,7 @@ def test_a_recorded_search_on_a_gemini_upstream(
         assert searxng.requests == []
     else:
         model.check_fed_back(URLS)
+        assert [":streamGenerateContent?alt=sse" in path for path in model.paths] == [stream] * 2
         (searched,) = searxng.requests
         assert searched.params == {"q": QUERY, "format": "json"}
         first, second = model.bodies

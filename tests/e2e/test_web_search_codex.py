@@ -74,8 +74,9 @@ def _call(name: str, args: dict[str, Any], call_id: str) -> dict[str, Any]:
             "function": {"name": name, "arguments": json.dumps(args)}}  # fmt: skip
 
 
-def _calls(*calls: dict[str, Any]) -> Reply:
-    return chat_reply({"content": None, "tool_calls": list(calls)})
+def _calls(*calls: dict[str, Any], stream: bool = False) -> Reply:
+    """A chat completion calling ``calls``, whole or streamed (as the request asked)."""
+    return chat_reply({"content": None, "tool_calls": list(calls)}, stream)
 
 
 def _client(p: Proxy) -> openai.OpenAI:
@@ -171,8 +172,8 @@ def test_a_turn_that_also_calls_codexs_tools(
     def searching_and_running(rec: Recorded) -> Reply:
         last = rec.json()["messages"][-1]
         if last["role"] != "tool":
-            return _calls(web_search_call(), run)
-        return _calls(run)
+            return _calls(web_search_call(), run, stream=bool(rec.json().get("stream")))
+        return _calls(run, stream=bool(rec.json().get("stream")))
 
     upstream.script = searching_and_running
     for stream in (False, True):

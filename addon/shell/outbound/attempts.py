@@ -53,6 +53,8 @@ from addon.shell.outbound.pool_keys import LEVELS, PoolKeys
 from addon.shell.outbound.probes import KeyProbes, Target
 from addon.shell.outbound.relay import TOKEN_HEADER, BodyCut, Relay, Relayed, whole
 from addon.shell.outbound.retry import Retry
+from addon.shell.outbound.search_leg import SearchLeg
+from addon.shell.outbound.searxng import Searches
 from addon.shell.outbound.upstream_request import apply_rewrite, origin
 from addon.shell.reasoning_store import ReasoningStoreLife
 from addon.shell.reporter import Report
@@ -83,6 +85,7 @@ class Fallbacks:
         retry: Retry | None,
         store: ReasoningStoreLife,
         clock: Callable[[], float] = time.time,
+        searches: Searches | None = None,
     ) -> None:
         self._settings = settings
         self.report = report
@@ -97,6 +100,8 @@ class Fallbacks:
         self._clock = clock
         self.relay = Relay(self._flows.take_leg)
         """Started with the first chain; a token's leg is its flow record's."""
+        self.search_leg = SearchLeg(retry, searches or Searches()) if retry is not None else None
+        """A streaming client's web searches run between streamed calls (``search_leg``)."""
         self.keys = PoolKeys(settings, KeyProbes(lambda: self.retry, environment), self)
         """A pool's keys refused, probed and rechecked (``addon.shell.outbound.pool_keys``)."""
 
@@ -223,7 +228,7 @@ class Fallbacks:
                 chain.failures.append(Failure(attempt.route.name, got.reason, got.detail))
                 return self._unreachable(chain)
             chain.served = attempt
-            return _streamed(got, self._settings.settings.stream_idle, self._flows, flow.id)
+            return _answer(self, flow, attempt, got, MAX_TIMEOUT)
         while attempt is not None:
             chain.attempt, route = attempt, attempt.route
             chain.tried.append(link_name(route))
@@ -255,7 +260,7 @@ class Fallbacks:
                 last = error
             else:
                 chain.served = attempt
-                return _streamed(got, self._settings.settings.stream_idle, self._flows, flow.id)
+                return _answer(self, flow, attempt, got, route.timeout)
             attempt = self._next(flow, chain)
         return last if last is not None else self._unreachable(chain)
 
@@ -398,6 +403,19 @@ def _back(flow: http.HTTPFlow, sent: http.Request) -> None:
     req.timestamp_start = flow.request.timestamp_start
     req.timestamp_end = flow.request.timestamp_end
     flow.request = req
+
+
+def _answer(
+    fallbacks: Fallbacks, flow: http.HTTPFlow, attempt: Attempt, got: Opened, timeout: float
+) -> Relayed:
+    """The answer relayed as it comes (``_streamed``); a web search run live: with its next
+    calls (``SearchLeg``, each within ``timeout``)."""
+    idle, flows = fallbacks._settings.settings.stream_idle, fallbacks._flows
+    relayed = _streamed(got, idle, flows, flow.id)
+    if fallbacks.search_leg is None:
+        return relayed
+    streamed = functools.partial(_streamed, idle=idle, flows=flows, flow_id=flow.id)
+    return fallbacks.search_leg.relayed(flow, attempt, relayed, timeout, streamed)
 
 
 def _streamed(got: Opened, idle: float, flows: Flows, flow_id: str) -> Relayed:

@@ -55,10 +55,11 @@ def test_the_head_decides_how_the_body_is_read(
     assert attach_kind(plan, status, ctype, passed=False, loop_retry=False) is kind
 
 
-def test_a_searching_flow_reads_geminis_whole_json_whole() -> None:
-    """A streaming client whose web search the bridge runs asked the upstream for whole
-    answers (``:generateContent``, no ``alt=sse``): Gemini's JSON is one answer, not a
-    stream's JSON array."""
+def test_a_searching_flow_streams_live_and_reads_geminis_whole_json_whole() -> None:
+    """A streaming client whose web search the bridge runs asks Gemini for a stream
+    (``:streamGenerateContent?alt=sse``): the searches run live between streamed calls, under a
+    nonce of the flow's (issue 44). A search not live asked for whole answers: Gemini's JSON is
+    one answer, not a stream's JSON array."""
     tool = {"type": "web_search_20250305", "name": "web_search"}
     body = {**ASK["anthropic"][1], "model": "m", "stream": True, "tools": [tool]}
     route = Route(
@@ -71,13 +72,17 @@ def test_a_searching_flow_reads_geminis_whole_json_whole() -> None:
     d = decide(Settings(), route, inc, {"X": "k"})
     assert isinstance(d, Rewrite), d
     plan = d.plan
-    assert d.wire.path.endswith(":generateContent")
-    assert plan.stream and plan.search is not None and not plan.upstream_streams
-    assert attach_kind(plan, 200, "application/json", passed=False, loop_retry=False) is (
+    assert d.wire.path.endswith(":streamGenerateContent") and ("alt", "sse") in d.wire.query
+    assert plan.search is not None and plan.search.live and len(plan.search.nonce) >= 16
+    assert plan.stream and plan.upstream_streams and plan.upstream_framing == "sse"
+    assert attach_kind(plan, 200, SSE, passed=False, loop_retry=False) is Attach.REWRITE
+    whole = dataclasses.replace(plan, search=dataclasses.replace(plan.search, live=False))
+    assert not whole.upstream_streams
+    assert attach_kind(whole, 200, "application/json", passed=False, loop_retry=False) is (
         Attach.LEAVE
     )
-    streaming = dataclasses.replace(plan, search=None)
-    assert attach_kind(streaming, 200, "application/json", passed=False, loop_retry=False) is (
+    array = dataclasses.replace(plan, search=None, upstream_framing="json_array")
+    assert attach_kind(array, 200, "application/json", passed=False, loop_retry=False) is (
         Attach.REWRITE
     )
 

@@ -47,7 +47,18 @@ def test_the_server_tool_becomes_a_function_tool_in_its_place() -> None:
     assert search.ask.allowed_domains == ("docs.python.org",)
     assert req.tools is not None and [t.name for t in req.tools] == ["Read", "web_search"]
     assert isinstance(req.tools[1], Tool) and req.tools[1].parameters["required"] == ["query"]
-    assert req.stream is False and req.stream_explicit
+    # A streaming client's upstream streams: the searches run live (``live``, the nonce).
+    assert req.stream is True and req.stream_explicit
+    assert search.live and search.nonce
+    whole, searched = offer_search(
+        dataclasses.replace(_request(), stream=False),
+        DIALECTS["anthropic"],
+        DIALECTS["openai_chat"],
+        BACKEND,
+        Counter(),
+    )
+    assert whole.stream is False and searched is not None and not searched.live
+    assert not searched.nonce
     assert list(notes) == [
         "web search: web_search (web_search_20250305) run by the bridge (searxng)"
     ]

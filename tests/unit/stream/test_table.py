@@ -19,8 +19,6 @@ from addon.plan import Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, stream_processor
 from addon.stream.fastpath import Reader
 from addon.stream.processor import (
-    _INPUTS,
-    _NEXT,
     CUT_CAUSES,
     ROWS,
     TRANSITIONS,
@@ -30,6 +28,7 @@ from addon.stream.processor import (
     StreamStateError,
 )
 from addon.stream.stages import PASSES_TEXT, TextLane
+from addon.stream.states import _INPUTS, _NEXT
 
 CLIENTS = ("openai_chat", "anthropic", "openai_responses", "gemini")
 ENDINGS = (Input.END, Input.ERROR, Input.CUT, Input.RESET, Input.IDLE)
@@ -364,24 +363,34 @@ def test_a_body_that_ends_before_its_stream_does_is_noted_at_the_end() -> None:
 # ---------------------------------------------------------------------- the second call
 
 
-def test_the_second_call_row_is_a_placeholder_move_and_back() -> None:
-    """A second upstream call inside one answer (issue 44): READING/BETWEEN → SECOND_CALL →
-    READING, each a move and nothing written; its reads are held (none come today)."""
+def test_the_second_call_row_reads_on_and_its_moves_are_the_tables() -> None:
+    """A live web search's second call (issue 44, ``addon.stream.second_call``): READING /
+    BETWEEN → SECOND_CALL (the upstream's stream ended with a search call) → READING (the leg's
+    marker); a read in SECOND_CALL goes to the body's reader the general way (the marker must
+    reach the decoder), never a fast route; a move the state cannot take is ignored (a stream
+    that failed stays so)."""
     p = _from_openai("anthropic")
     chunks = _stream(["Hi ", "there "])
     for chunk in chunks:
         p.feed(chunk)
     assert p.state is State.BETWEEN
-    assert p.second_call() == []
-    assert p.state is State.SECOND_CALL
-    assert p.feed(chunks[1]) == []
-    assert p.second_call_ended() == []
+    p.second_call()
+    assert p.state is State.SECOND_CALL and not ROWS[State.SECOND_CALL].fast
+    assert b"text_delta" in b"".join(p.feed(_CHUNK % b'"more"'))  # read, not held
+    assert not p.upstream_ended()  # a next call may follow: not known to have ended
+    p.second_call_ended()
+    assert p.state is State.READING
+    p.second_call_ended()  # not from READING: ignored
     assert p.state is State.READING
     with pytest.raises(StreamStateError):
-        p.second_call_ended()
+        p._to(Input.CALLED)
     p.feed(b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n')
     out = b"".join(p.feed(b"data: [DONE]\n\n")) + b"".join(p.finish())
     assert b"message_stop" in out
+    stopped = _at(State.STOPPED, "anthropic")
+    assert stopped is not None
+    stopped.second_call()
+    assert stopped.state is State.STOPPED
 
 
 # ---------------------------------------------------------------------- one reader
