@@ -10,7 +10,8 @@ mitmproxy's event loop, so that a slow or lost store slows no stream.
 - ``Prefetch``: the async request hook (before the fallbacks' and the rewrite's): what the
   request may need before ``decide`` — the reasoning values its history may restore, under
   every scope its route chain may send it with, and its chain's cooldowns — in one round trip,
-  kept on the flow's record (``FlowRecord.store_view``) where ``decide`` reads it. On Redis a
+  kept on the flow's record (``FlowRecord.store_view``) where ``decide`` reads it. The
+  prefetches queued together on the thread (requests that came at once) go in one pipeline. On Redis a
   client key's reserve rides first in that pipeline (``Prefetch.reserve``, called by the client
   limits' hook, which runs first): still one round trip before ``decide``.
 
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from addon.plan.limits import Ask, Settle, Verdict
     from addon.stores.ledger import UsageLedger
     from addon.stores.limits import RedisLimits
+    from addon.stores.redis_backend import FetchAsk, Read
 
 WAIT_MOST = CONNECT_TIMEOUT
 """Seconds a request waits for its prefetch at most (then goes on as if the store were lost)."""
@@ -78,6 +80,42 @@ class _Job:
             self.future.set_result(self.fn())
         except BaseException as e:
             self.future.set_exception(e)
+
+
+class _Fetch(_Job):
+    """A request's prefetch (``StoreWorker.submit_fetch``): run together with the prefetches
+    queued right behind it, in one pipeline (``ReasoningStore.fetch_many``), then ``then``
+    on what it read, on the store thread."""
+
+    __slots__ = ("ask", "store", "then")
+
+    def __init__(
+        self, store: ReasoningStore, ask: FetchAsk, then: Callable[[Read | StoreError], Any]
+    ) -> None:
+        super().__init__(lambda: then(store.fetch_many([ask])[0]))
+        self.store, self.ask, self.then = store, ask, then
+
+
+FETCH_BATCH = 64
+"""Prefetches sent in one pipeline at most (those queued together on the store thread)."""
+
+
+def _fetch_together(batch: list[_Fetch]) -> None:
+    """Each prefetch's read in one round trip, then each one's ``then`` (its own error its own)."""
+    live = [job for job in batch if job.future.set_running_or_notify_cancel()]
+    if not live:
+        return
+    try:
+        reads = live[0].store.fetch_many([job.ask for job in live])
+    except BaseException as e:
+        for job in live:
+            job.future.set_exception(e)
+        return
+    for job, read in zip(live, reads, strict=True):
+        try:
+            job.future.set_result(job.then(read))
+        except BaseException as e:
+            job.future.set_exception(e)
 
 
 class StoreWorker:
@@ -134,7 +172,16 @@ class StoreWorker:
     def submit[T](self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
         """``fn`` queued for the thread; once the thread is closed (``close``: mitmproxy's
         ``done``), run at once where it is handed, so that no caller waits for it forever."""
-        job = _Job(fn)
+        return self._submitted(_Job(fn))
+
+    def submit_fetch[T](
+        self, store: ReasoningStore, ask: FetchAsk, then: Callable[[Read | StoreError], T]
+    ) -> concurrent.futures.Future[T]:
+        """A request's prefetch (``ask``) queued for the thread, ``then(what it read)`` run
+        there: the prefetches queued together go in one pipeline (one round trip for all)."""
+        return self._submitted(_Fetch(store, ask, then))
+
+    def _submitted(self, job: _Job) -> concurrent.futures.Future[Any]:
         if self._closed:
             job.run()
             return job.future
@@ -161,9 +208,15 @@ class StoreWorker:
         """``fn()`` on the store thread, waited for at most ``wait_most`` seconds; the
         ``StoreError`` to note when it failed, ran out of time or the circuit is open (a wait
         ran out less than ``probe_every`` ago: nothing is waited for until then)."""
+        return await self.bounded(lambda: self.submit(fn))
+
+    async def bounded[T](
+        self, submit: Callable[[], concurrent.futures.Future[T]]
+    ) -> T | StoreError:
+        """What ``submit`` queued, waited for as ``fetch`` says."""
         if time.monotonic() < self._circuit_until:
             return StoreError("the store did not answer in time: not asked until it may again")
-        future = self.submit(fn)
+        future = submit()
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), self.wait_most)
         except TimeoutError:
@@ -214,22 +267,44 @@ class StoreWorker:
 
     def _run(self) -> None:
         last = time.monotonic()
+        taken: object = None
         while True:
-            wait = None
-            if len(self.queue):
-                wait = max(0.0, last + self.flush_every - time.monotonic())
-            try:
-                item = self._jobs.get(timeout=wait)
-            except queue.Empty:
-                item = None
+            if taken is not None:
+                item, taken = taken, None
+            else:
+                wait = None
+                if len(self.queue):
+                    wait = max(0.0, last + self.flush_every - time.monotonic())
+                try:
+                    item = self._jobs.get(timeout=wait)
+                except queue.Empty:
+                    item = None
             if item is _STOP:
                 self._flush()
                 return
-            if isinstance(item, _Job):
+            if isinstance(item, _Fetch):
+                taken = self._fetches(item)
+            elif isinstance(item, _Job):
                 item.run()
             if len(self.queue) and (item is _NOW or time.monotonic() - last >= self.flush_every):
                 self._flush()
                 last = time.monotonic()
+
+    def _fetches(self, first: _Fetch) -> object:
+        """``first`` with the prefetches queued right behind it on the same store, in one
+        round trip; the next other item taken off the queue (to run next, in its turn)."""
+        batch, taken = [first], None
+        while len(batch) < FETCH_BATCH:
+            try:
+                item = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if not isinstance(item, _Fetch) or item.store is not first.store:
+                taken = item
+                break
+            batch.append(item)
+        _fetch_together(batch)
+        return taken
 
     def _flush(self) -> None:
         """Everything waiting, written: each kind in one call (one pipeline, one transaction)."""
@@ -354,10 +429,12 @@ class Prefetch:
         store, keys, names, ratios = wanted
         first = limits.reserve_step(ask)
 
-        def both() -> tuple[Fetched | StoreError, Verdict | Exception]:
+        def both(fetched: Read | StoreError) -> tuple[Fetched | StoreError, Verdict | Exception]:
             try:
+                if isinstance(fetched, StoreError):
+                    raise fetched
                 secret = store.secret
-                values, lefts, answer, read = store.fetch_with(keys, names, first, ratios)
+                values, lefts, answer, read = fetched
             except StoreError as e:  # the reserve's fate unknown: an expiring one at most
                 return e, e
             got = Fetched(
@@ -371,7 +448,9 @@ class Prefetch:
             except Exception as e:
                 return got, e
 
-        got, verdict = await self._life.worker.call(both)
+        ask_both = (keys, names, first, ratios)
+        submitted = self._life.worker.submit_fetch(store, ask_both, both)
+        got, verdict = await asyncio.wrap_future(submitted)
         self._flows.open(flow.id).store_view = self._life.view(got)
         if isinstance(verdict, Exception):
             raise verdict
@@ -414,9 +493,11 @@ class Prefetch:
         names: list[str],
         ratios: list[str],
     ) -> None:
-        def read() -> Fetched:
+        def read(fetched: Read | StoreError) -> Fetched:
+            if isinstance(fetched, StoreError):
+                raise fetched
             secret = store.secret
-            values, lefts, _, got = store.fetch_with(keys, names, None, ratios)
+            values, lefts, _, got = fetched
             return Fetched(
                 dict(zip(keys, values, strict=True)),
                 dict(zip(names, lefts, strict=True)),
@@ -424,7 +505,8 @@ class Prefetch:
                 got,
             )
 
-        got = await self._life.worker.fetch(read)
+        worker, ask = self._life.worker, (keys, names, None, ratios)
+        got = await worker.bounded(lambda: worker.submit_fetch(store, ask, read))
         self._flows.open(flow_id).store_view = self._life.view(got)
 
 

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from addon.stores.redis_backend import First, RedisBackend
+    from addon.stores.redis_backend import FetchAsk, First, Read, RedisBackend
     from addon.stores.sqlite_backend import SqliteBackend
 
 DEFAULT_SIZE = 20_000
@@ -215,20 +215,12 @@ class ReasoningStore:
         tell = notify or (lambda _: None)
         backend: Backend
         if location.kind == "redis":
-            backend = self._redis = self._open_redis(location, tell)
-            self.where = f"Redis {backend.where}"
+            self._redis, self._db_errors = _open_redis(location, tell)
+            backend = self._redis
+            self.where = f"Redis {self._redis.where}"
         elif location.kind == "sqlite":
-            import sqlite3
-
-            self._db_errors = (sqlite3.Error,)
-            if changed := private_file(location.target):
-                tell(Notice(f"reasoning store: {changed}", changed.endswith(CANNOT_PRIVATE)))
-            from addon.stores.sqlite_backend import SqliteBackend
-
-            try:
-                backend = self._sqlite = SqliteBackend(location.target)
-            except sqlite3.Error as e:
-                raise StoreError(f"cannot open the reasoning store {path!r}: {e}") from e
+            self._sqlite, self._db_errors = _open_sqlite(location, path, tell)
+            backend = self._sqlite
         else:
             backend = _Memory()
         self._backend = backend
@@ -270,26 +262,6 @@ class ReasoningStore:
     @property
     def _bounds(self) -> Bounds:
         return Bounds(self.max_entries, self.max_bytes, self.ttl)
-
-    @classmethod
-    def from_options(
-        cls,
-        bridge_store: str,
-        bridge_store_size: int,
-        bridge_store_ttl: float,
-        *,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        clock: Callable[[], float] = time.time,
-    ) -> ReasoningStore:
-        """The store the options ask for: ``bridge_store`` empty → in memory, else an SQLite
-        file at that path; ``bridge_store_size`` entries; ``bridge_store_ttl`` seconds."""
-        return cls(
-            bridge_store.strip(),
-            max_entries=bridge_store_size,
-            max_bytes=max_bytes,
-            ttl=bridge_store_ttl,
-            clock=clock,
-        )
 
     # ------------------------------------------------------------------ values
 
@@ -373,16 +345,39 @@ class ReasoningStore:
         in the same Redis pipeline; its answer third (None: not sent: not Redis, or Redis
         away; an exception: its error); fourth the calibrated estimate's ratios under each of
         ``ratios`` (``store_key``s; a key missing: not read: Redis away, a store in memory)."""
+        (read,) = self.fetch_many([(keys, names, first, ratios)])
+        if isinstance(read, StoreError):
+            raise read
+        return read
+
+    def fetch_many(self, asks: Sequence[FetchAsk]) -> list[Read | StoreError]:
+        """Several requests' ``fetch_with`` at once: on Redis in one pipeline (one round trip
+        for the requests that waited together on the store thread); an ask's own error its
+        ``StoreError``, a failed call every ask's."""
         with self._lock:
-            self._check_open()
-            now = self._now()
-            redis_backend, sqlite = self._redis, self._sqlite
-            if redis_backend is not None:
-                return self._guard(
-                    lambda: redis_backend.fetch(keys, now, self.ttl, names, first, ratios)
-                )
+            try:
+                self._check_open()
+                now = self._now()
+                if (shared := self._redis) is None:
+                    return [self._read_here(now, k, n, r) for k, n, _, r in asks]
+                reads = self._guard(lambda: shared.fetch_many(asks, now, self.ttl))
+            except StoreError as e:
+                return [e] * len(asks)
+        return [
+            StoreError(f"reasoning store ({self.where}): {r}") if isinstance(r, Exception) else r
+            for r in reads
+        ]
+
+    def _read_here(
+        self, now: float, keys: list[str], names: list[str], ratios: Sequence[str]
+    ) -> Read | StoreError:
+        """``fetch_with`` of a store in memory or SQLite (no cooldowns kept, no ``first``)."""
+        sqlite = self._sqlite
+        try:
             values = self._guard(lambda: self._backend.get_many(keys, now, self.ttl))
             read = self._guard(lambda: sqlite.ratios(list(ratios))) if sqlite and ratios else {}
+        except StoreError as e:
+            return e
         return values, [None] * len(names), None, read
 
     def add_ratios(self, lessons: dict[str, list[float]]) -> None:
@@ -472,6 +467,42 @@ class ReasoningStore:
             return op()
         except self._db_errors as e:
             raise StoreError(f"reasoning store ({self.where}): {e}") from e
+
+
+def _open_redis(
+    at: StoreLocation, notify: Callable[[Notice], None]
+) -> tuple[RedisBackend, tuple[type[Exception], ...]]:
+    """A Redis store's backend, and the errors that mean its database failed."""
+    try:
+        import redis
+
+        from addon.stores.redis_backend import RedisBackend
+    except ImportError:
+        raise StoreError(
+            "a Redis store needs the redis package: pip install 'cursor-bridge[redis]'"
+        ) from None
+    try:
+        return RedisBackend(at.target, _Memory(), notify, where=at.shown), (redis.RedisError,)
+    except (ValueError, TypeError) as e:  # TypeError: a query parameter redis-py lacks
+        raise StoreError(f"{at.shown} is not a Redis URL redis-py reads: {e}") from e
+    except redis.RedisError as e:  # it answered, but not as Redis does
+        raise StoreError(f"cannot open the reasoning store {at.shown}: {e}") from e
+
+
+def _open_sqlite(
+    at: StoreLocation, path: str, tell: Callable[[Notice], None]
+) -> tuple[SqliteBackend, tuple[type[Exception], ...]]:
+    """An SQLite store's backend (its file made its owner's only), and its errors."""
+    import sqlite3
+
+    if changed := private_file(at.target):
+        tell(Notice(f"reasoning store: {changed}", changed.endswith(CANNOT_PRIVATE)))
+    from addon.stores.sqlite_backend import SqliteBackend
+
+    try:
+        return SqliteBackend(at.target), (sqlite3.Error,)
+    except sqlite3.Error as e:
+        raise StoreError(f"cannot open the reasoning store {path!r}: {e}") from e
 
 
 class ScopedStore:

@@ -34,10 +34,10 @@ from addon.stores.base import (
     Put,
     display_url,
 )
+from addon.stores.redis_scripts import PREFIX, SCRIPTS
 from addon.stores.redis_tls import TLSConnection
 
-PREFIX = "cursor-bridge:"
-"""Every key the bridge writes starts with this (one Redis db may hold other things too)."""
+__all__ = ["PREFIX", "FetchAsk", "First", "Read", "RedisBackend"]
 TIMEOUT = 0.25
 """Seconds a command waits for Redis's answer; ``CONNECT_TIMEOUT`` for a connection. A call
 that runs out of either counts as Redis lost (``?socket_timeout=`` / ``?socket_connect_timeout=``
@@ -56,123 +56,12 @@ type First = tuple[Script, list[str], list[object]]
 """A script call, keys, args sent first in a prefetch's pipeline (``RedisLimits.reserve_step``)."""
 type Read = tuple[list[str | None], list[float | None], Any, dict[str, list[float]]]
 """What a prefetch read (``RedisBackend.fetch``)."""
+type FetchAsk = tuple[list[str], list[str], First | None, Sequence[str]]
+"""One request's prefetch: full store keys, cooldown names, ``first``, the ratios' keys."""
 
 _LOST = (RedisConnectionError, RedisTimeoutError)
 """Errors that mean Redis is away (refused, reset, timed out, still loading, bad password);
 any other ``RedisError`` is one command's failure: ``StoreError``."""
-
-# Layout under ``PREFIX`` (db from the URL): ``r:<key>`` the value (``PX`` = the TTL, renewed
-# on every use: Redis's own expiry is the sliding TTL); ``lru`` a sorted set of keys by last
-# use and ``sizes`` / ``bytes`` their sizes and their sum, kept by the Lua scripts below (atomic
-# across workers) that enforce ``max_entries`` (least recently used first) and ``max_bytes``;
-# ``secret`` the store's secret (``SET NX``: the first worker makes it, the others read it);
-# ``cool:<route>`` a fallback cooldown (``PX`` = its length); ``calib:<route and model>`` a list
-# of the calibrated estimate's last ratios (``RATIOS_TTL`` after its last lesson). In full:
-# docs/reasoning.md#the-redis-backend.
-
-# KEYS: value, lru. ARGV: key, now, ttl in ms (0: none). Reading renews the TTL and the use.
-_GET = """
-local v
-if tonumber(ARGV[3]) > 0 then
-  v = redis.call('GETEX', KEYS[1], 'PX', ARGV[3])
-else
-  v = redis.call('GET', KEYS[1])
-end
-if v then
-  redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[1])
-end
-return v
-"""
-
-# KEYS: the values, then lru. ARGV: now, ttl in ms, then the keys. As _GET for each key, in one
-# command: one round trip, and redis-py packs one command, not one per key.
-_GET_MANY = """
-local lru, now, ttl = KEYS[#KEYS], ARGV[1], tonumber(ARGV[2])
-local out = {}
-for i = 1, #KEYS - 1 do
-  local v
-  if ttl > 0 then
-    v = redis.call('GETEX', KEYS[i], 'PX', ARGV[2])
-  else
-    v = redis.call('GET', KEYS[i])
-  end
-  if v then
-    redis.call('ZADD', lru, 'XX', now, ARGV[i + 2])
-  end
-  out[i] = v or false
-end
-return out
-"""
-
-# Shared by the scripts that drop entries. KEYS[1..3]: lru, sizes, bytes.
-_DROP = f"""
-local function drop(member)
-  redis.call('DEL', '{PREFIX}r:' .. member)
-  redis.call('ZREM', KEYS[1], member)
-  local size = redis.call('HGET', KEYS[2], member)
-  if size then
-    redis.call('HDEL', KEYS[2], member)
-    redis.call('DECRBY', KEYS[3], size)
-  end
-end
-"""
-
-# ARGV (from ARGV[base]): cutoff ('' : no TTL), max_entries, max_bytes, batch.
-_EVICT = """
-local function evict(base)
-  local cutoff, most, most_bytes = ARGV[base], tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2])
-  if cutoff ~= '' then
-    for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff, 'LIMIT', 0, ARGV[base + 3])) do
-      drop(m)
-    end
-  end
-  while true do
-    local n = redis.call('ZCARD', KEYS[1])
-    local b = tonumber(redis.call('GET', KEYS[3]) or '0')
-    if n <= most and b <= most_bytes then return end
-    if n == 0 then
-      redis.call('SET', KEYS[3], 0)
-      return
-    end
-    local k = 1
-    if n > most then k = math.min(n - most, 512) end
-    for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, k - 1)) do
-      drop(m)
-    end
-  end
-end
-"""
-
-# KEYS: lru, sizes, bytes, value. ARGV: key, text, size, now, ttl ms, then evict's.
-_PUT = (
-    _DROP
-    + _EVICT
-    + """
-if tonumber(ARGV[5]) > 0 then
-  redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[5])
-else
-  redis.call('SET', KEYS[4], ARGV[2])
-end
-local old = redis.call('HGET', KEYS[2], ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-redis.call('INCRBY', KEYS[3], tonumber(ARGV[3]) - (tonumber(old) or 0))
-redis.call('ZADD', KEYS[1], ARGV[4], ARGV[1])
-evict(6)
-"""
-)
-
-# KEYS: lru, sizes, bytes. ARGV: evict's.
-_EVICT_ONLY = _DROP + _EVICT + "evict(1)\n"
-
-# KEYS: lru, sizes, bytes. ARGV: key.
-_DELETE = _DROP + "drop(ARGV[1])\n"
-
-# KEYS: cooldown. ARGV: ms. A later end already set is kept.
-_COOL = """
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
-end
-"""
 
 _LRU, _SIZES, _BYTES, _SECRET = (PREFIX + k for k in ("lru", "sizes", "bytes", "secret"))
 
@@ -217,17 +106,7 @@ class RedisBackend:
         self._local = local
         self._notify = notify
         self._retry = retry or (RETRY_FIRST, RETRY_MOST)
-        self._scripts = {
-            name: self._redis.register_script(text)
-            for name, text in (
-                ("get", _GET),
-                ("get_many", _GET_MANY),
-                ("put", _PUT),
-                ("evict", _EVICT_ONLY),
-                ("delete", _DELETE),
-                ("cool", _COOL),
-            )
-        }
+        self._scripts = {name: self._redis.register_script(text) for name, text in SCRIPTS.items()}
         self._pipes = _Pipelines(self._redis, self._scripts)
         self._state = threading.Lock()
         self._up = True
@@ -300,23 +179,37 @@ class RedisBackend:
 
     def fetch(self, keys: list[str], now: float, ttl: float, names: list[str],
               first: First | None = None, ratios: Sequence[str] = ()) -> Read:  # fmt: skip
-        """A request's prefetch in one pipeline (one round trip): ``first`` (a script call:
-        the client limits' reserve; its answer third, an exception its error, None while
-        Redis is away), ``get_many`` of ``keys``, each cooldown of ``names``' seconds left,
-        the calibration's ratios under each of ``ratios`` (fourth). While Redis is away:
-        ``local``'s values, None for every cooldown, no ratios (this process's count)."""
+        """A request's prefetch in one round trip (``fetch_many``'s one ask): ``first``'s answer
+        third (the client limits' reserve; None while Redis is away), ``keys``' values, the
+        seconds ``names``' cooldowns have left, ``ratios``' lists (fourth)."""
+        (read,) = self.fetch_many([(keys, names, first, ratios)], now, ttl)
+        if isinstance(read, Exception):
+            raise read
+        return read
 
-        def shared() -> Read:
-            got, lefts, answer, read = self._pipes.fetch(keys, now, ttl, names, first, ratios)
-            kept = self._local.count()
-            values = [
-                v if v is not None else (self._local.get(k, now, ttl) if kept else None)
-                for k, v in zip(keys, got, strict=True)
+    def fetch_many(
+        self, asks: Sequence[FetchAsk], now: float, ttl: float
+    ) -> list[Read | Exception]:
+        """Several requests' prefetches (``fetch``'s each) in ONE pipeline: one round trip for
+        the requests that waited together on the store thread (``StoreWorker``); an ask whose
+        own reads Redis refused gets the error."""
+
+        def shared() -> list[Read | Exception]:
+            reads = self._pipes.fetch_many(asks, now, ttl)
+            if not self._local.count():
+                return reads
+            return [
+                read
+                if isinstance(read, Exception)
+                else _filled(self._local, ask[0], read, now, ttl)
+                for ask, read in zip(asks, reads, strict=True)
             ]
-            return values, list[float | None](lefts), answer, read
 
-        def local() -> Read:
-            return self._local.get_many(keys, now, ttl), [None] * len(names), None, {}
+        def local() -> list[Read | Exception]:
+            return [
+                (self._local.get_many(keys, now, ttl), [None] * len(names), None, {})
+                for keys, names, _, _ in asks
+            ]
 
         return self._call(shared, local)
 
@@ -497,30 +390,49 @@ class _Pipelines:
 
         _raised(self._run(build))
 
-    def fetch(self, keys: list[str], now: float, ttl: float, names: list[str],
-              first: First | None, ratios: Sequence[str]) -> Read:  # fmt: skip
-        """``first``'s answer as it came, the values, the seconds left, the ratios read."""
+    def fetch_many(
+        self, asks: Sequence[FetchAsk], now: float, ttl: float
+    ) -> list[Read | Exception]:
+        """Each ask's ``fetch``, all in one pipeline (one round trip); an ask whose own reads
+        failed gets the error (its ``first``'s answer, a refused reserve's too, kept as it
+        came)."""
 
         def build(pipe: redis.client.Pipeline) -> None:
-            if first is not None:
-                script, first_keys, first_args = first
-                pipe.evalsha(script.sha, len(first_keys), *first_keys, *first_args)  # type: ignore[arg-type]
-            if keys:
-                self._eval(pipe, "get_many", [*map(_value, keys), _LRU], [now, _ms(ttl), *keys])
-            for key in ratios:
-                pipe.lrange(_ratios(key), 0, -1)
-            for name in names:
-                pipe.pttl(_cool(name))
+            for keys, names, first, ratios in asks:
+                if first is not None:
+                    script, first_keys, first_args = first
+                    pipe.evalsha(script.sha, len(first_keys), *first_keys, *first_args)  # type: ignore[arg-type]
+                if keys:
+                    self._eval(pipe, "get_many", [*map(_value, keys), _LRU], [now, _ms(ttl), *keys])
+                for key in ratios:
+                    pipe.lrange(_ratios(key), 0, -1)
+                for name in names:
+                    pipe.pttl(_cool(name))
 
-        extra = [first[0]] if first is not None else []
-        got = self._run(build, extra) if keys or names or ratios or first is not None else []
-        answer = got.pop(0) if first is not None else None
-        _raised(got)
-        at = 1 if keys else 0
-        values = [bytes(v).decode("utf-8") if v is not None else None for v in got[0]] if at else []
-        read = {k: [float(r) for r in rs] for k, rs in zip(ratios, got[at:], strict=False)}
-        lefts: list[float | None] = [max(0, int(ms)) / 1000 for ms in got[at + len(ratios) :]]
-        return values, lefts, answer, read
+        extra = list({id(a[2][0]): a[2][0] for a in asks if a[2] is not None}.values())
+        sent = sum((f is not None) + bool(k) + len(r) + len(n) for k, n, f, r in asks)
+        got = self._run(build, extra) if sent else []
+        reads: list[Read | Exception] = []
+        at = 0
+        for keys, names, first, ratios in asks:
+            answer = got[at] if first is not None else None
+            at += first is not None
+            mine = got[at : at + bool(keys) + len(ratios) + len(names)]
+            at += len(mine)
+            error = next((a for a in mine if isinstance(a, Exception)), None)
+            if error is not None:
+                reads.append(error)
+                continue
+            rest = mine[1:] if keys else mine
+            values = (
+                [bytes(v).decode("utf-8") if v is not None else None for v in mine[0]]
+                if keys
+                else []
+            )
+            read = {k: [float(r) for r in rs] for k, rs in zip(ratios, rest, strict=False)}
+            lefts: list[float | None] = [max(0, int(ms)) / 1000 for ms in rest[len(ratios) :]]
+            reads.append((values, lefts, answer, read))
+        return reads
 
     def cool_many(self, cools: list[tuple[str, float | None]]) -> None:
         def build(pipe: redis.client.Pipeline) -> None:
@@ -557,6 +469,15 @@ class _Pipelines:
         for i, answer in zip(refused, again.execute(raise_on_error=False), strict=True):
             got[i] = answer
         return got
+
+
+def _filled(local: Backend, keys: list[str], read: Read, now: float, ttl: float) -> Read:
+    """What Redis missed, from this process's memory (values kept while Redis was away)."""
+    got, lefts, answer, ratios = read
+    values = [
+        v if v is not None else local.get(k, now, ttl) for k, v in zip(keys, got, strict=True)
+    ]
+    return values, lefts, answer, ratios
 
 
 def _raised(got: list[Any]) -> None:

@@ -211,11 +211,11 @@ def test_bad_bounds_are_refused() -> None:
         ReasoningStore(ttl=-1)
 
 
-def test_from_options_and_defaults(tmp_path: Path) -> None:
-    mem = ReasoningStore.from_options("", 10, 60)
+def test_bounds_and_defaults(tmp_path: Path) -> None:
+    mem = ReasoningStore("", max_entries=10, ttl=60)
     assert (mem.path, mem.max_entries, mem.ttl, mem.max_bytes) == ("", 10, 60.0, DEFAULT_MAX_BYTES)
     path = tmp_path / "s.db"
-    disk = ReasoningStore.from_options(f" {path} ", 5, 0, max_bytes=1000)
+    disk = ReasoningStore(str(path), max_entries=5, ttl=0, max_bytes=1000)
     assert (disk.path, disk.max_entries, disk.ttl, disk.max_bytes) == (str(path), 5, 0.0, 1000)
     assert path.exists()
     disk.close()

@@ -288,3 +288,52 @@ def test_a_redis_that_forgot_its_scripts_reserves_once(
     until_decide(b, fourth)  # the limit holds: no slot left for a fourth
     assert fourth.response is not None and fourth.response.status_code == 429
     assert raw.zcard(par) == 3
+
+
+def test_requests_that_wait_together_share_one_round_trip(
+    gateway: Addons, server: RedisServer, trips: list[str]
+) -> None:
+    """Prefetches queued together on the store thread (requests that came at once, the
+    thread busy meanwhile) go in one pipeline: one round trip for all of them, each flow
+    reading its own reservation and values (before: one round trip each)."""
+    b = gateway
+    par = keys_of(PREFIX, "alice", "")[2]
+    raw = redis.Redis.from_url(server.url)
+    warm = keyed_flow(history=True)  # the scripts known to Redis, the store's secret read
+    until_decide(b, warm)
+    worker = b.store.worker
+    busy, free = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        busy.set()
+        assert free.wait(10)
+
+    held = worker.submit(hold)
+    assert busy.wait(10)
+    trips.clear()
+    flows = [keyed_flow(history=True) for _ in range(2)]
+
+    async def both() -> None:
+        async def one(flow: http.HTTPFlow) -> None:
+            for addon in b.all[: b.all.index(b.fallbacks)]:
+                hook = getattr(addon, "request", None)
+                waits = hook(flow) if hook is not None else None
+                if inspect.isawaitable(waits):
+                    await waits
+
+        tasks = [asyncio.ensure_future(one(f)) for f in flows]
+        for _ in range(200):  # both prefetches queued behind the held job (bounded)
+            if worker._jobs.qsize() >= 2:
+                break
+            await asyncio.sleep(0.01)
+        free.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(both())
+    held.result(10)
+    assert trips == ["cursor-bridge-store"]  # one pipeline for both requests
+    for flow in flows:
+        assert flow.response is None  # each admitted by its own reserve
+        record = b.report.flows.get(flow.id)
+        assert record is not None and record.store_view is not None
+    assert raw.zcard(par) == 3  # the warm flow's slot and one for each
