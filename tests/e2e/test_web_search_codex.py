@@ -184,7 +184,7 @@ def test_a_turn_that_also_calls_codexs_tools(
 
 
 def test_the_next_turn_carries_the_search_items_back(
-    bridge: Proxy, upstream: ScriptedUpstream, searxng: ScriptedSearxng
+    bridge: Proxy, upstream: ScriptedUpstream
 ) -> None:
     """Codex sends the answer's items back in its next turn (``store: false``): the
     ``web_search_call`` item is left out for the chat upstream, the model's message kept."""
