@@ -32,8 +32,8 @@ from addon.plan.limits import NANO
 from addon.stores.limits import keys_of
 from addon.stores.redis_backend import PREFIX
 from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream
-from tests.e2e.searching import DOCS, GITHUB, claude_search, results, searching
 from tests.e2e.route_tables import chat_route, vision_route
+from tests.e2e.searching import DOCS, GITHUB, claude_search, results, searching
 from tests.e2e.test_text_tools import openai_json
 from tests.e2e.test_vision import captioning, image_question, png_source, recorded_png, red
 from tests.redis_server import RedisServer, redis_server_or_skip
@@ -83,13 +83,21 @@ def routes_toml(searxng: str, vision: int) -> str:
                 client="openai_responses",
                 path="/codex/v1/responses",
             ),
-            chat_route("text", KEY_ENV, price, "reserve_max_output = 16", "images = false",
-                       'vision = "eyes"'),
-            vision_route("eyes", "/vision-only/*", vision, KEY_ENV,
-                         'model_map = { "*" = "looker-1" }', price),
+            chat_route(
+                "text",
+                KEY_ENV,
+                price,
+                "reserve_max_output = 16",
+                "images = false",
+                'vision = "eyes"',
+            ),
+            vision_route(
+                "eyes", "/vision-only/*", vision, KEY_ENV, 'model_map = { "*" = "looker-1" }', price
+            ),
             chat_route("blind", KEY_ENV, price, "images = false", 'vision = "dark"'),
-            vision_route("dark", "/vision-dark/*", vision, KEY_ENV,
-                         'model_map = { "*" = "unpriced-looker" }'),
+            vision_route(
+                "dark", "/vision-dark/*", vision, KEY_ENV, 'model_map = { "*" = "unpriced-looker" }'
+            ),
         ]
     )
 

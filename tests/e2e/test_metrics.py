@@ -287,7 +287,9 @@ def search_and_vision(searxng: str, vision: int) -> str:
     key_env, to_gpt = "CB_E2E_METRICS_KEY", 'model_map = { "claude-*" = "gpt-4o" }'
     return "".join(
         [
-            chat_route("search", key_env, to_gpt, f'search = {{ url = "{searxng}", price = 0.01 }}'),
+            chat_route(
+                "search", key_env, to_gpt, f'search = {{ url = "{searxng}", price = 0.01 }}'
+            ),
             chat_route("text", key_env, to_gpt, "images = false", 'vision = "eyes"'),
             vision_route(
                 "eyes", "/vision-only/*", vision, key_env, 'model_map = { "*" = "gpt-4o-mini" }'

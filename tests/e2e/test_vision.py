@@ -79,7 +79,11 @@ model_map = {{ "*" = "text-only-1" }}
 {keys}
 """
         + vision_route(
-            "eyes", "/vision-only/*", vision_port, "CB_E2E_VISION_KEY", 'model_map = { "*" = "looker-1" }'
+            "eyes",
+            "/vision-only/*",
+            vision_port,
+            "CB_E2E_VISION_KEY",
+            'model_map = { "*" = "looker-1" }',
         )
     )
     return start_proxy(bridge_routes=str(path), **options)
@@ -107,7 +111,9 @@ def captioning(rec: Recorded) -> JSONReply:
 
 def red() -> dict[str, Any]:
     """The text model's whole answer: "It is red.", 9 tokens in and 3 out."""
-    return chat_answer("It is red.", {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12})
+    return chat_answer(
+        "It is red.", {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
+    )
 
 
 def recorded_png() -> str:

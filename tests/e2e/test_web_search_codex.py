@@ -48,9 +48,7 @@ def searxng() -> Iterator[ScriptedSearxng]:
 
 
 @pytest.fixture
-def bridge(
-    start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedSearxng
-) -> Proxy:
+def bridge(start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedSearxng) -> Proxy:
     """A mitmdump whose Codex route runs its searches on ``searxng``."""
     codex = [("codex-search", "*/v1/responses", "openai_responses")]
     return search_bridge(start_proxy, tmp_path, searxng, codex)

@@ -73,9 +73,7 @@ def searxng() -> Iterator[ScriptedSearxng]:
 
 
 @pytest.fixture
-def bridge(
-    start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedSearxng
-) -> Proxy:
+def bridge(start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedSearxng) -> Proxy:
     """A mitmdump whose Anthropic, Responses and Gemini routes run their searches on
     ``searxng``."""
     routes = [
@@ -197,12 +195,12 @@ def test_claude_codes_recorded_search_streams_live(
     assert model.streamed == [True, True] and len(searxng.requests) == 1
 
 
-def test_codexs_turn_streams_live(
-    bridge: Proxy, model: LiveModel
-) -> None:
+def test_codexs_turn_streams_live(bridge: Proxy, model: LiveModel) -> None:
     texts: list[str] = []
     kinds: list[str] = []
-    codex = openai.OpenAI(base_url=bridge.base_url + "/v1", api_key="sk-e2e", max_retries=0, timeout=30)
+    codex = openai.OpenAI(
+        base_url=bridge.base_url + "/v1", api_key="sk-e2e", max_retries=0, timeout=30
+    )
     with codex.responses.stream(**codex_params()) as s:
         for event in s:
             kinds.append(event.type)
@@ -224,9 +222,7 @@ def test_codexs_turn_streams_live(
     assert model.streamed == [True, True]
 
 
-def test_gemini_clis_search_streams_live(
-    bridge: Proxy, model: LiveModel
-) -> None:
+def test_gemini_clis_search_streams_live(bridge: Proxy, model: LiveModel) -> None:
     chunks: list[dict[str, Any]] = []
     path, headers, body = recorded(GEMINI_CLI)
     url = bridge.base_url + path.replace(":generateContent", ":streamGenerateContent?alt=sse")
@@ -283,9 +279,7 @@ def _raw_anthropic_stream(p: Proxy, model: LiveModel) -> str:
     return "\n".join(out)
 
 
-def test_a_forged_marker_is_not_shown(
-    bridge: Proxy, model: LiveModel
-) -> None:
+def test_a_forged_marker_is_not_shown(bridge: Proxy, model: LiveModel) -> None:
     """Marker events the upstream writes itself (another nonce, none) are dropped: the client
     sees the bridge's one search only."""
     model.forged = FORGED
@@ -311,9 +305,7 @@ def test_a_failed_call_with_the_results_ends_the_stream_with_an_error_event(
 ) -> None:
     """The call that carries the results is refused (HTTP 500): the client's stream, which
     showed the search already, ends with Anthropic's error event, never a made-up end."""
-    model.then = lambda rec: JSONReply(
-        {"error": {"message": "boom", "type": "server_error"}}, 500
-    )
+    model.then = lambda rec: JSONReply({"error": {"message": "boom", "type": "server_error"}}, 500)
     model.gate.set()
     text = _raw_anthropic_stream(bridge, model)
     assert '"server_tool_use"' in text and '"web_search_tool_result"' in text

@@ -116,7 +116,6 @@ def decoded(client: str) -> Any:
     return DIALECTS[client].decode_request(bodies()[client], Counter())
 
 
-@pytest.mark.parametrize("client", list(PATHS))
 def in_tool_results(req: Request) -> list[Image]:
     """The images inside the request's tool results."""
     return [
@@ -129,6 +128,7 @@ def in_tool_results(req: Request) -> list[Image]:
     ]
 
 
+@pytest.mark.parametrize("client", list(PATHS))
 def test_every_image_is_found_in_each_dialects_shape_message_and_tool_result(client: str) -> None:
     req = decoded(client)
     found = images_of(req)
