@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,9 +22,10 @@ from anthropic.types import RawMessageStreamEvent
 from openai.types.responses import Response, ResponseFunctionWebSearch
 from pydantic import TypeAdapter
 
-from tests.e2e.harness import JSONReply, Recorded, Reply, SSEReply, sse_from_payloads
+from tests.e2e.harness import JSONReply, Proxy, Recorded, Reply, SSEReply, sse_from_payloads
 from tests.e2e.test_codex_tools import GEMINI_DECLARATION_KEYS, GEMINI_TOOL_KEYS
 from tests.e2e.test_text_tools import openai_json
+from tests.searxng_server import ScriptedSearxng
 
 QUERY = "mitmproxy addon hooks"
 DOCS = {
@@ -43,6 +44,52 @@ ANSWER = f"Per {DOCS['url']}: hooks are events."
 def results(*found: dict[str, str]) -> dict[str, list[dict[str, str]]]:
     """SearXNG's results for ``QUERY``: ``found``, in order."""
     return {QUERY: list(found)}
+
+
+def search_bridge(
+    start_proxy: Callable[..., Proxy],
+    tmp_path: Path,
+    searxng: ScriptedSearxng,
+    routes: Iterable[tuple[str, str, str]],
+    upstream: str = "openai_chat",
+    keys: str = "",
+    search: str = "",
+    **options: object,
+) -> Proxy:
+    """A mitmdump with a search route each ``(name, path glob, client dialect)`` of ``routes``,
+    on ``upstream`` (``keys``: more route keys, a line each), running its searches on
+    ``searxng`` (``search``: more keys of the ``search`` table, after a comma)."""
+    table = f'search = {{url = "{searxng.base_url}"{search}}}\n'
+    path = tmp_path / "routes.toml"
+    path.write_text(
+        "".join(
+            f'[[routes]]\nname = "{name}"\npath = "{glob}"\nclient = "{client}"\n'
+            f'upstream = "{upstream}"\n{table}{keys}'
+            for name, glob, client in routes
+        )
+    )
+    return start_proxy(bridge_routes=str(path), **options)
+
+
+SEARCH_TURN = [{"role": "user", "content": f"Perform a web search for the query: {QUERY}"}]
+"""Claude Code's WebSearch tool's one message."""
+
+
+def claude_search(
+    c: anthropic.Anthropic,
+    stream: bool,
+    tool: dict[str, Any],
+    model: str = "claude-sonnet-4-6",
+    max_tokens: int = 1024,
+) -> anthropic.types.Message:
+    """Claude Code's WebSearch request (``SEARCH_TURN``, the server ``tool`` only), whole or
+    streamed, as the anthropic SDK reads its answer."""
+    params: Any = {"model": model, "max_tokens": max_tokens, "messages": SEARCH_TURN}
+    params["tools"] = [tool]
+    if stream:
+        with c.messages.stream(**params) as s:
+            return s.get_final_message()
+    return c.messages.create(**params)
 
 
 # --------------------------------------------------------------------------- the recordings

@@ -18,7 +18,6 @@ upstream; driven by the anthropic SDK as Claude Code's WebSearch and image turns
 from __future__ import annotations
 
 import base64
-import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,10 +32,10 @@ from addon.plan.limits import NANO
 from addon.stores.limits import keys_of
 from addon.stores.redis_backend import PREFIX
 from tests.e2e.harness import JSONReply, Proxy, Recorded, ScriptedUpstream
-from tests.e2e.searching import DOCS, GITHUB, QUERY, results, searching
+from tests.e2e.route_tables import chat_route, vision_route
+from tests.e2e.searching import DOCS, GITHUB, claude_search, results, searching
 from tests.e2e.test_text_tools import openai_json
-from tests.e2e.test_vision import CAPTION, chat_answer
-from tests.realdata import read
+from tests.e2e.test_vision import captioning, image_question, png_source, recorded_png, red
 from tests.redis_server import RedisServer, redis_server_or_skip
 from tests.searxng_server import ScriptedSearxng
 
@@ -61,65 +60,46 @@ PRICE = 10_000.0
 """US dollars per million tokens on the text and vision routes: a caption call (85 input, 9
 output tokens) costs $0.94, the text answer (9 input, 3 output) $0.12."""
 
-ROUTES = """
-[[routes]]
-name = "search"
-path = "/search/v1/messages"
-client = "anthropic"
-upstream = "openai_chat"
-upstream_path = "/v1/chat/completions"
-api_key_env = "CB_E2E_SEARCHLIM_KEY"
-price = {{ input = 0.001, output = 0.001 }}
-reserve_max_output = 16
-search = {{ url = "{searxng}", price = 1.0 }}
+KEY_ENV = "CB_E2E_SEARCHLIM_KEY"
 
-[[routes]]
-name = "codex"
-path = "/codex/v1/responses"
-client = "openai_responses"
-upstream = "openai_chat"
-upstream_path = "/v1/chat/completions"
-api_key_env = "CB_E2E_SEARCHLIM_KEY"
-search = {{ url = "{searxng}" }}
 
-[[routes]]
-name = "text"
-path = "/text/v1/messages"
-client = "anthropic"
-upstream = "openai_chat"
-upstream_path = "/v1/chat/completions"
-api_key_env = "CB_E2E_SEARCHLIM_KEY"
-price = {{ input = {price}, output = {price} }}
-reserve_max_output = 16
-images = false
-vision = "eyes"
-
-[[routes]]
-name = "eyes"
-path = "/vision-only/*"
-upstream_url = "http://127.0.0.1:{vision}/vis"
-api_key_env = "CB_E2E_SEARCHLIM_KEY"
-model_map = {{ "*" = "looker-1" }}
-price = {{ input = {price}, output = {price} }}
-
-[[routes]]
-name = "blind"
-path = "/blind/v1/messages"
-client = "anthropic"
-upstream = "openai_chat"
-upstream_path = "/v1/chat/completions"
-api_key_env = "CB_E2E_SEARCHLIM_KEY"
-price = {{ input = {price}, output = {price} }}
-images = false
-vision = "dark"
-
-[[routes]]
-name = "dark"
-path = "/vision-dark/*"
-upstream_url = "http://127.0.0.1:{vision}/vis"
-api_key_env = "CB_E2E_SEARCHLIM_KEY"
-model_map = {{ "*" = "unpriced-looker" }}
-"""
+def routes_toml(searxng: str, vision: int) -> str:
+    """A searching route (a search costs $1) and Codex's; a text-only route captioned by a
+    priced vision route; one captioned by a vision route nothing prices."""
+    price = f"price = {{ input = {PRICE}, output = {PRICE} }}"
+    return "".join(
+        [
+            chat_route(
+                "search",
+                KEY_ENV,
+                "price = { input = 0.001, output = 0.001 }",
+                "reserve_max_output = 16",
+                f'search = {{ url = "{searxng}", price = 1.0 }}',
+            ),
+            chat_route(
+                "codex",
+                KEY_ENV,
+                f'search = {{ url = "{searxng}" }}',
+                client="openai_responses",
+                path="/codex/v1/responses",
+            ),
+            chat_route(
+                "text",
+                KEY_ENV,
+                price,
+                "reserve_max_output = 16",
+                "images = false",
+                'vision = "eyes"',
+            ),
+            vision_route(
+                "eyes", "/vision-only/*", vision, KEY_ENV, 'model_map = { "*" = "looker-1" }', price
+            ),
+            chat_route("blind", KEY_ENV, price, "images = false", 'vision = "dark"'),
+            vision_route(
+                "dark", "/vision-dark/*", vision, KEY_ENV, 'model_map = { "*" = "unpriced-looker" }'
+            ),
+        ]
+    )
 
 
 def model(rec: Recorded) -> JSONReply:
@@ -127,11 +107,7 @@ def model(rec: Recorded) -> JSONReply:
     answers with what the second search said; without, a short answer (9 input, 3 output)."""
     body = rec.json()
     if not body.get("tools"):
-        return JSONReply(
-            chat_answer(
-                "It is red.", {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
-            )
-        )
+        return JSONReply(red())
     fed = [m for m in body["messages"] if m["role"] == "tool"]
     if len(fed) < 2:
         return searching(f"call_s{len(fed) + 1}")
@@ -147,9 +123,7 @@ def searxng() -> Iterator[ScriptedSearxng]:
 @pytest.fixture
 def vision() -> Iterator[ScriptedUpstream]:
     with ScriptedUpstream() as server:
-        server.script = lambda rec: JSONReply(
-            chat_answer(CAPTION, {"prompt_tokens": 85, "completion_tokens": 9, "total_tokens": 94})
-        )
+        server.script = captioning
         yield server
 
 
@@ -180,9 +154,9 @@ def setup(
     searxng: ScriptedSearxng,
     vision: ScriptedUpstream,
 ) -> dict[str, str]:
-    monkeypatch.setenv("CB_E2E_SEARCHLIM_KEY", ROUTE_KEY)
+    monkeypatch.setenv(KEY_ENV, ROUTE_KEY)
     routes, keys = tmp_path / "routes.toml", tmp_path / "keys.toml"
-    routes.write_text(ROUTES.format(searxng=searxng.base_url, vision=vision.port, price=PRICE))
+    routes.write_text(routes_toml(searxng.base_url, vision.port))
     keys.write_text("".join(f'{n} = {{ key = "{k}", {LIMITS[n]} }}\n' for n, k in TEAM.items()))
     upstream.script = model
     return {"bridge_routes": str(routes), "bridge_client_keys": str(keys)}
@@ -196,17 +170,8 @@ def claude(p: Proxy, name: str, route: str) -> anthropic.Anthropic:
 
 def search(p: Proxy, name: str, stream: bool) -> anthropic.types.Message:
     """Claude Code's WebSearch request: the server tool only."""
-    params: Any = {
-        "model": "plain-model",
-        "max_tokens": 64,
-        "messages": [{"role": "user", "content": f"Perform a web search for the query: {QUERY}"}],
-        "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 5}],
-    }
-    c = claude(p, name, "search")
-    if stream:
-        with c.messages.stream(**params) as s:
-            return s.get_final_message()
-    return c.messages.create(**params)
+    tool = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
+    return claude_search(claude(p, name, "search"), stream, tool, "plain-model", 64)
 
 
 def hello(p: Proxy, name: str, route: str = "search") -> str:
@@ -296,13 +261,8 @@ def test_a_searchs_price_is_spent_from_the_budget_and_a_spent_one_refuses_the_ne
 def image_turn(p: Proxy, name: str, salt: bytes = b"", route: str = "text") -> str:
     """An image turn; ``salt`` after the PNG's end makes other bytes: another image to caption
     (a caption is kept by the image's hash, and a kept one costs no call)."""
-    turn = json.loads(read("clients/claude-code-2.1.197-image-read-turn2.request.json"))
-    data = turn["body"]["messages"][2]["content"][0]["content"][0]["source"]["data"]
-    data = base64.b64encode(base64.b64decode(data) + salt).decode()
-    content: Any = [
-        {"type": "text", "text": "What colour?"},
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}},
-    ]
+    data = base64.b64encode(base64.b64decode(recorded_png()) + salt).decode()
+    content = image_question(png_source(data))
     got = claude(p, name, route).messages.create(
         model="plain-model", max_tokens=16, messages=[{"role": "user", "content": content}]
     )

@@ -25,6 +25,7 @@ import pytest
 
 from addon.report.usage_table import genai_prices
 from tests.e2e.harness import JSONReply, Proxy, ScriptedUpstream, SSEReply, free_port
+from tests.e2e.route_tables import chat_route, vision_route
 from tests.e2e.test_shared_store import PASSWORD, store_url
 from tests.e2e.test_usage_ledger import USAGE, chat_answer, chat_stream
 from tests.prometheus_server import PrometheusServer, prometheus_or_skip
@@ -281,35 +282,20 @@ def test_labels_stay_bounded_and_metrics_are_not_on_the_proxys_listener(
     assert "Traceback" not in p.log_text()
 
 
-SEARCH_AND_VISION = """
-[[routes]]
-name = "search"
-path = "/search/v1/messages"
-client = "anthropic"
-upstream = "openai_chat"
-upstream_path = "/v1/chat/completions"
-api_key_env = "CB_E2E_METRICS_KEY"
-model_map = {{ "claude-*" = "gpt-4o" }}
-search = {{ url = "{searxng}", price = 0.01 }}
-
-[[routes]]
-name = "text"
-path = "/text/v1/messages"
-client = "anthropic"
-upstream = "openai_chat"
-upstream_path = "/v1/chat/completions"
-api_key_env = "CB_E2E_METRICS_KEY"
-model_map = {{ "claude-*" = "gpt-4o" }}
-images = false
-vision = "eyes"
-
-[[routes]]
-name = "eyes"
-path = "/vision-only/*"
-upstream_url = "http://127.0.0.1:{vision}/vis"
-api_key_env = "CB_E2E_METRICS_KEY"
-model_map = {{ "*" = "gpt-4o-mini" }}
-"""
+def search_and_vision(searxng: str, vision: int) -> str:
+    """A searching route; a text-only route captioned by the vision route "eyes"."""
+    key_env, to_gpt = "CB_E2E_METRICS_KEY", 'model_map = { "claude-*" = "gpt-4o" }'
+    return "".join(
+        [
+            chat_route(
+                "search", key_env, to_gpt, f'search = {{ url = "{searxng}", price = 0.01 }}'
+            ),
+            chat_route("text", key_env, to_gpt, "images = false", 'vision = "eyes"'),
+            vision_route(
+                "eyes", "/vision-only/*", vision, key_env, 'model_map = { "*" = "gpt-4o-mini" }'
+            ),
+        ]
+    )
 
 
 def metric_sums(text: str, name: str, by: tuple[str, ...]) -> dict[tuple[str, ...], float]:
@@ -339,10 +325,9 @@ def test_metrics_equal_the_ledger_for_a_searching_and_a_captioned_flow(
     (``cursor_bridge_searches_total``), the caption call under the vision route (outcome
     ``caption``)."""
     from addon.stores.ledger import open_ledger
-    from tests.e2e.searching import DOCS, GITHUB, QUERY, chat_model, results
+    from tests.e2e.searching import DOCS, GITHUB, chat_model, claude_search, results
     from tests.e2e.test_text_tools import openai_json
-    from tests.e2e.test_vision import CAPTION, chat_answer
-    from tests.realdata import read
+    from tests.e2e.test_vision import CAPTION, captioning, image_question, png_source, recorded_png
     from tests.searxng_server import ScriptedSearxng
 
     monkeypatch.setenv("CB_E2E_METRICS_KEY", ROUTE_KEY)
@@ -351,11 +336,9 @@ def test_metrics_equal_the_ledger_for_a_searching_and_a_captioned_flow(
     store = tmp_path / "store.db"
     port = free_port()
     with ScriptedSearxng(results(DOCS, GITHUB)) as searxng, ScriptedUpstream() as vision:
-        vision.script = lambda rec: JSONReply(
-            chat_answer(CAPTION, {"prompt_tokens": 85, "completion_tokens": 9, "total_tokens": 94})
-        )
+        vision.script = captioning
         routes = tmp_path / "routes.toml"
-        routes.write_text(SEARCH_AND_VISION.format(searxng=searxng.base_url, vision=vision.port))
+        routes.write_text(search_and_vision(searxng.base_url, vision.port))
         p = start_proxy(
             bridge_routes=str(routes),
             bridge_store=str(store),
@@ -372,29 +355,17 @@ def test_metrics_equal_the_ledger_for_a_searching_and_a_captioned_flow(
                 base_url=f"{p.base_url}/{route}", api_key=TEAM[name], max_retries=0, timeout=20
             )
 
-        tool: Any = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
-        ask: Any = [{"role": "user", "content": f"Perform a web search for the query: {QUERY}"}]
-        whole = claude("alice", "search").messages.create(
-            model="claude-sonnet-4-6", max_tokens=200, messages=ask, tools=[tool]
+        tool = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+        whole, streamed = (
+            claude_search(claude("alice", "search"), stream, tool, max_tokens=200)
+            for stream in (False, True)
         )
-        with claude("alice", "search").messages.stream(
-            model="claude-sonnet-4-6", max_tokens=200, messages=ask, tools=[tool]
-        ) as s:
-            streamed = s.get_final_message()
         for got in (whole, streamed):
             assert got.usage.server_tool_use is not None
             assert got.usage.server_tool_use.web_search_requests == 1
         assert len(searxng.requests) == 2
 
-        turn = json.loads(read("clients/claude-code-2.1.197-image-read-turn2.request.json"))
-        data = turn["body"]["messages"][2]["content"][0]["content"][0]["source"]["data"]
-        image: Any = [
-            {"type": "text", "text": "What colour?"},
-            {
-                "type": "image",
-                "source": {"type": "base64", "media_type": "image/png", "data": data},
-            },
-        ]
+        image = image_question(png_source(recorded_png()))
         seen = claude("bob", "text").messages.create(
             model="claude-sonnet-4-6", max_tokens=100, messages=[{"role": "user", "content": image}]
         )

@@ -33,6 +33,7 @@ from tests.e2e.harness import (
     sse_from_payloads,
     stream_request,
 )
+from tests.e2e.route_tables import vision_route
 from tests.realdata import read
 
 VISION_KEY = "sk-e2e-vision-key-0123456789abcdef"
@@ -76,14 +77,14 @@ client = "{client}"
 upstream = "openai_chat"
 model_map = {{ "*" = "text-only-1" }}
 {keys}
-
-[[routes]]
-name = "eyes"
-path = "/vision-only/*"
-upstream_url = "http://127.0.0.1:{vision_port}/vis"
-api_key_env = "CB_E2E_VISION_KEY"
-model_map = {{ "*" = "looker-1" }}
 """
+        + vision_route(
+            "eyes",
+            "/vision-only/*",
+            vision_port,
+            "CB_E2E_VISION_KEY",
+            'model_map = { "*" = "looker-1" }',
+        )
     )
     return start_proxy(bridge_routes=str(path), **options)
 
@@ -99,6 +100,46 @@ def chat_answer(text: str, usage: dict[str, int]) -> dict[str, Any]:
         ],
         "usage": usage,
     }
+
+
+def captioning(rec: Recorded) -> JSONReply:
+    """The vision model's answer: the caption, 85 tokens in and 9 out."""
+    return JSONReply(
+        chat_answer(CAPTION, {"prompt_tokens": 85, "completion_tokens": 9, "total_tokens": 94})
+    )
+
+
+def red() -> dict[str, Any]:
+    """The text model's whole answer: "It is red.", 9 tokens in and 3 out."""
+    return chat_answer(
+        "It is red.", {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
+    )
+
+
+def recorded_png() -> str:
+    """The base64 PNG of Claude Code's recorded image turn (its ``Read`` tool's result)."""
+    turn = json.loads(read("clients/claude-code-2.1.197-image-read-turn2.request.json"))["body"]
+    return str(turn["messages"][2]["content"][0]["content"][0]["source"]["data"])
+
+
+def image_question(image: dict[str, Any]) -> list[Any]:
+    """A user turn's content asking the colour of ``image`` (an Anthropic or OpenAI image part)."""
+    return [{"type": "text", "text": "What colour?"}, image]
+
+
+def png_source(data: str) -> dict[str, Any]:
+    """An Anthropic ``image`` block of the base64 PNG ``data``."""
+    return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+
+
+def openai_client(p: Proxy, key: str) -> openai.OpenAI:
+    """The openai SDK on ``p``'s ``/v1``, no retries."""
+    return openai.OpenAI(base_url=f"{p.base_url}/v1", api_key=key, max_retries=0, timeout=20)
+
+
+def image_url(url: str) -> dict[str, Any]:
+    """An OpenAI chat ``image_url`` part of ``url``."""
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def chat_stream(text: str) -> bytes:
@@ -117,9 +158,7 @@ def vision(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedUpstream]:
     """The vision route's upstream (its key in the route's variable)."""
     monkeypatch.setenv("CB_E2E_VISION_KEY", VISION_KEY)
     with ScriptedUpstream() as server:
-        server.script = lambda rec: JSONReply(
-            chat_answer(CAPTION, {"prompt_tokens": 85, "completion_tokens": 9, "total_tokens": 94})
-        )
+        server.script = captioning
         yield server
         assert not server.errors and not server.violations, (server.errors, server.violations)
 
@@ -128,13 +167,26 @@ def text_answers(upstream: ScriptedUpstream) -> None:
     def answer(rec: Recorded) -> Any:
         if rec.json().get("stream"):
             return SSEReply(chat_stream("It is red."), chunk_min=1, chunk_max=9, seed=5)
-        return JSONReply(
-            chat_answer(
-                "It is red.", {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
-            )
-        )
+        return JSONReply(red())
 
     upstream.script = answer
+
+
+@pytest.fixture
+def bridge(
+    start_proxy: Callable[..., Proxy],
+    tmp_path: Path,
+    upstream: ScriptedUpstream,
+    vision: ScriptedUpstream,
+) -> Callable[..., Proxy]:
+    """``start`` (``keys``, ``client``, options) before this test's upstreams: the text route's
+    answers "It is red." (``text_answers``), the vision route's is ``vision``."""
+    text_answers(upstream)
+
+    def started(keys: str = CAPTIONED, client: str = "anthropic", **options: object) -> Proxy:
+        return start(start_proxy, tmp_path, vision.port, keys, client, **options)
+
+    return started
 
 
 def captioned_part(rec: Recorded) -> str:
@@ -165,14 +217,13 @@ def wait_for_ledger(store: Path, route: str) -> Any:
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
 def test_claude_codes_image_turn_reaches_the_text_route_as_a_caption(
     stream: bool,
-    start_proxy: Callable[..., Proxy],
+    bridge: Callable[..., Proxy],
     upstream: ScriptedUpstream,
     vision: ScriptedUpstream,
     tmp_path: Path,
 ) -> None:
     store = tmp_path / "store.db"
-    p = start(start_proxy, tmp_path, vision.port, bridge_store=str(store))
-    text_answers(upstream)
+    p = bridge(bridge_store=str(store))
 
     def send(n: int, proxy: Proxy) -> bytes:
         body = recorded_turn(n, stream)
@@ -198,9 +249,7 @@ def test_claude_codes_image_turn_reaches_the_text_route_as_a_caption(
     sent = asked.json()
     assert sent["model"] == "looker-1" and not sent.get("stream")
     image = sent["messages"][0]["content"][1]
-    recorded = json.loads(read("clients/claude-code-2.1.197-image-read-turn2.request.json"))["body"]
-    data = recorded["messages"][2]["content"][0]["content"][0]["source"]["data"]
-    assert image == {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}
+    assert image == image_url(f"data:image/png;base64,{recorded_png()}")
 
     (first,) = upstream.requests
     no_image(first)
@@ -221,7 +270,7 @@ def test_claude_codes_image_turn_reaches_the_text_route_as_a_caption(
 
     if stream:  # a second worker on the same store: the caption from the store, no call
         p.stop()
-        other = start(start_proxy, tmp_path, vision.port, bridge_store=str(store))
+        other = bridge(bridge_store=str(store))
         send(3, other)
         assert len(vision.requests) == 1
         assert captioned_part(upstream.requests[-1]) == captioned_part(first)
@@ -229,12 +278,9 @@ def test_claude_codes_image_turn_reaches_the_text_route_as_a_caption(
 
 
 def test_a_failing_vision_route_is_a_502_naming_it(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    vision: ScriptedUpstream,
-    tmp_path: Path,
+    bridge: Callable[..., Proxy], upstream: ScriptedUpstream, vision: ScriptedUpstream
 ) -> None:
-    p = start(start_proxy, tmp_path, vision.port)
+    p = bridge()
     vision.script = lambda rec: JSONReply(
         {"error": {"message": "vision model overloaded", "type": "server_error"}}, status=503
     )
@@ -283,22 +329,11 @@ def test_no_vision_route_is_a_400_and_drop_sends_none(
 
 
 def test_the_openai_sdks_image_is_captioned(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    vision: ScriptedUpstream,
-    tmp_path: Path,
+    bridge: Callable[..., Proxy], upstream: ScriptedUpstream, vision: ScriptedUpstream
 ) -> None:
-    p = start(start_proxy, tmp_path, vision.port, client="openai_chat")
-    text_answers(upstream)
-    png = json.loads(read("clients/claude-code-2.1.197-image-read-turn2.request.json"))["body"]
-    data = png["messages"][2]["content"][0]["content"][0]["source"]["data"]
-    client = openai.OpenAI(
-        base_url=f"{p.base_url}/v1", api_key="sk-client", max_retries=0, timeout=20
-    )
-    content: Any = [
-        {"type": "text", "text": "What colour?"},
-        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}},
-    ]
+    p = bridge(client="openai_chat")
+    client = openai_client(p, "sk-client")
+    content = image_question(image_url(f"data:image/png;base64,{recorded_png()}"))
     with client.chat.completions.create(
         model="claude-x", messages=[{"role": "user", "content": content}], stream=True
     ) as s:

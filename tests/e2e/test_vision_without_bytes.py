@@ -20,14 +20,22 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import openai
 import pytest
 from mitmproxy import io as mitmio
 
 from tests.e2e.harness import Proxy, ScriptedUpstream, raw_request
-from tests.e2e.test_vision import CAPTION, VISION_KEY, no_image, start, text_answers, vision
+from tests.e2e.test_vision import (
+    CAPTION,
+    VISION_KEY,
+    bridge,
+    image_question,
+    image_url,
+    no_image,
+    openai_client,
+    vision,
+)
 
-__all__ = ["vision"]  # the vision route's upstream (a fixture)
+__all__ = ["bridge", "vision"]  # fixtures: the bridge before both upstreams, the vision one
 
 IMAGE_URL = "https://images.example.com/shots/red-square.png?X-Amz-Signature=s3cr3tsig"
 
@@ -36,23 +44,16 @@ def captioned_url(vision: ScriptedUpstream) -> None:
     """The vision route was asked once, with the URL as the client gave it."""
     (asked,) = vision.requests
     image = asked.json()["messages"][0]["content"][1]
-    assert image == {"type": "image_url", "image_url": {"url": IMAGE_URL}}
+    assert image == image_url(IMAGE_URL)
     assert asked.headers["authorization"] == f"Bearer {VISION_KEY}"
 
 
 def test_a_url_in_an_openai_chat_request_goes_to_the_vision_route_as_a_url(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    vision: ScriptedUpstream,
-    tmp_path: Path,
+    bridge: Callable[..., Proxy], upstream: ScriptedUpstream, vision: ScriptedUpstream
 ) -> None:
-    p = start(start_proxy, tmp_path, vision.port, client="openai_chat")
-    text_answers(upstream)
-    client = openai.OpenAI(base_url=f"{p.base_url}/v1", api_key="sk-c", max_retries=0, timeout=20)
-    content: Any = [
-        {"type": "text", "text": "What colour?"},
-        {"type": "image_url", "image_url": {"url": IMAGE_URL}},
-    ]
+    p = bridge(client="openai_chat")
+    client = openai_client(p, "sk-c")
+    content = image_question(image_url(IMAGE_URL))
     for _ in range(2):  # the second turn: the caption kept by the URL, no second call
         got = client.chat.completions.create(
             model="claude-x", messages=[{"role": "user", "content": content}]
@@ -66,13 +67,9 @@ def test_a_url_in_an_openai_chat_request_goes_to_the_vision_route_as_a_url(
 
 
 def test_a_url_source_of_an_anthropic_client_is_captioned_by_its_url(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    vision: ScriptedUpstream,
-    tmp_path: Path,
+    bridge: Callable[..., Proxy], upstream: ScriptedUpstream, vision: ScriptedUpstream
 ) -> None:
-    p = start(start_proxy, tmp_path, vision.port, client="anthropic")
-    text_answers(upstream)
+    p = bridge(client="anthropic")
     client = anthropic.Anthropic(base_url=p.base_url, api_key="sk-ant-c", max_retries=0, timeout=20)
     got = client.messages.create(
         model="claude-x",
@@ -95,13 +92,9 @@ def test_a_url_source_of_an_anthropic_client_is_captioned_by_its_url(
 
 
 def test_a_gemini_tool_results_url_image_is_captioned_not_left_out(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    vision: ScriptedUpstream,
-    tmp_path: Path,
+    bridge: Callable[..., Proxy], upstream: ScriptedUpstream, vision: ScriptedUpstream
 ) -> None:
-    p = start(start_proxy, tmp_path, vision.port, client="gemini")
-    text_answers(upstream)
+    p = bridge(client="gemini")
     body = {
         "contents": [
             {"role": "user", "parts": [{"text": "Open the screenshot."}]},
@@ -210,21 +203,40 @@ FILES: dict[str, tuple[str, bytes, dict[str, str], str]] = {
 }
 
 
+def send_file(p: Proxy, client: str) -> tuple[int, bytes]:
+    """``client``'s request with its uploaded file (``FILES``) through ``p``: status, body."""
+    path, body, headers, _ = FILES[client]
+    status, _, answer = raw_request(p.port, "POST", path, body, headers, timeout=20)
+    return status, answer
+
+
+def refused_naming_the_file(
+    p: Proxy, client: str, upstream: ScriptedUpstream, vision: ScriptedUpstream
+) -> dict[str, Any]:
+    """``client``'s file request is a 400 naming the file as uploaded to its provider, no
+    upstream asked, no traceback: the error as the client got it."""
+    file_id = FILES[client][3]
+    status, answer = send_file(p, client)
+    assert status == 400, answer[:300]
+    error: dict[str, Any] = json.loads(answer)
+    message = json.dumps(error)
+    assert file_id in message and "uploaded to its provider" in message
+    assert upstream.requests == [] and vision.requests == []
+    assert "Traceback" not in p.log_text()
+    return error
+
+
 @pytest.mark.parametrize("keys", ['images = false\nvision = "eyes"', "images = false"])
 @pytest.mark.parametrize("client", list(FILES))
 def test_a_file_the_client_uploaded_is_a_400_in_its_dialect_naming_it(
     client: str,
     keys: str,
-    start_proxy: Callable[..., Proxy],
+    bridge: Callable[..., Proxy],
     upstream: ScriptedUpstream,
     vision: ScriptedUpstream,
-    tmp_path: Path,
 ) -> None:
-    p = start(start_proxy, tmp_path, vision.port, keys, client)
-    path, body, headers, file_id = FILES[client]
-    status, _, answer = raw_request(p.port, "POST", path, body, headers, timeout=20)
-    assert status == 400, answer[:300]
-    error = json.loads(answer)
+    p = bridge(keys, client)
+    error = refused_naming_the_file(p, client, upstream, vision)
     message = json.dumps(error)
     if client == "anthropic":
         assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
@@ -232,25 +244,21 @@ def test_a_file_the_client_uploaded_is_a_400_in_its_dialect_naming_it(
         assert error["error"]["status"] == "INVALID_ARGUMENT" and error["error"]["code"] == 400
     else:
         assert error["error"]["type"] == "invalid_request_error"
-    assert file_id in message and "uploaded to its provider" in message
     assert "image 1 of 1" in message and "'text'" in message
-    assert upstream.requests == [] and vision.requests == []
-    assert "Traceback" not in p.log_text()
 
 
 @pytest.mark.parametrize("client", list(FILES))
 def test_drop_leaves_out_a_file_image_and_says_so(
     client: str,
-    start_proxy: Callable[..., Proxy],
+    bridge: Callable[..., Proxy],
     upstream: ScriptedUpstream,
     vision: ScriptedUpstream,
     tmp_path: Path,
 ) -> None:
     saved = tmp_path / "flows"
-    p = start(start_proxy, tmp_path, vision.port, 'images = "drop"', client, save_stream_file=saved)
-    text_answers(upstream)
-    path, body, headers, file_id = FILES[client]
-    status, _, answer = raw_request(p.port, "POST", path, body, headers, timeout=20)
+    p = bridge('images = "drop"', client, save_stream_file=saved)
+    file_id = FILES[client][3]
+    status, answer = send_file(p, client)
     assert status == 200, answer[:300]
     (rec,) = upstream.requests
     no_image(rec)
@@ -266,20 +274,13 @@ def test_drop_leaves_out_a_file_image_and_says_so(
 @pytest.mark.parametrize("client", list(FILES))
 def test_a_file_the_client_uploaded_is_a_400_on_a_route_that_sends_images_elsewhere(
     client: str,
-    start_proxy: Callable[..., Proxy],
+    bridge: Callable[..., Proxy],
     upstream: ScriptedUpstream,
     vision: ScriptedUpstream,
-    tmp_path: Path,
 ) -> None:
     """A route that sends images (no ``images`` key) to another dialect's upstream: the
     provider's file cannot be read there (its encoder had only an empty URL to send), so the
     client gets a 400 naming it, and no upstream is asked."""
-    p = start(start_proxy, tmp_path, vision.port, "", client)
-    path, body, headers, file_id = FILES[client]
-    status, _, answer = raw_request(p.port, "POST", path, body, headers, timeout=20)
-    assert status == 400, answer[:300]
-    message = json.dumps(json.loads(answer))
-    assert file_id in message and "uploaded to its provider" in message
+    p = bridge("", client)
+    message = json.dumps(refused_naming_the_file(p, client, upstream, vision))
     assert "'text'" in message and "openai_chat upstream" in message
-    assert upstream.requests == [] and vision.requests == []
-    assert "Traceback" not in p.log_text()

@@ -26,7 +26,9 @@ from tests.e2e.searching import (
     QUERY,
     chat_model,
     chat_reply,
+    claude_search,
     results,
+    search_bridge,
     searching,
 )
 from tests.searxng_server import ScriptedSearxng
@@ -52,26 +54,15 @@ def searxng() -> Iterator[ScriptedSearxng]:
 def _proxy(
     start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedSearxng, **options: str
 ) -> Proxy:
-    routes = tmp_path / "routes.toml"
-    routes.write_text(
-        '[[routes]]\nname = "claude-search"\npath = "*/v1/messages"\nclient = "anthropic"\n'
-        f'upstream = "openai_chat"\nsearch = {{url = "{searxng.base_url}", max_results = 5}}\n'
+    claude = [("claude-search", "*/v1/messages", "anthropic")]
+    return search_bridge(
+        start_proxy, tmp_path, searxng, claude, search=", max_results = 5", **options
     )
-    return start_proxy(bridge_routes=str(routes), **options)
 
 
 def _ask(p: Proxy, stream: bool) -> anthropic.types.Message:
     c = anthropic.Anthropic(base_url=p.base_url, api_key="sk-ant-e2e", max_retries=0, timeout=20)
-    params: dict[str, Any] = {
-        "model": "claude-sonnet-4-6",
-        "max_tokens": 1024,
-        "messages": [{"role": "user", "content": f"Perform a web search for the query: {QUERY}"}],
-        "tools": [TOOL],
-    }
-    if stream:
-        with c.messages.stream(**params) as s:
-            return s.get_final_message()
-    return c.messages.create(**params)
+    return claude_search(c, stream, TOOL)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])

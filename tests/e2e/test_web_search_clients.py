@@ -33,6 +33,7 @@ from tests.e2e.searching import (
     GeminiModel,
     chat_model,
     results,
+    search_bridge,
 )
 from tests.searxng_server import ScriptedSearxng
 
@@ -56,16 +57,8 @@ def searxng() -> Iterator[ScriptedSearxng]:
 def _bridge(
     start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedSearxng, upstream: str
 ) -> Proxy:
-    routes = tmp_path / "routes.toml"
-    routes.write_text(
-        "".join(
-            f'[[routes]]\nname = "{c.name}-search"\npath = "{c.path}"\nclient = "{c.dialect}"\n'
-            f'upstream = "{upstream}"\nsearch = {{url = "{searxng.base_url}"}}\n'
-            + UPSTREAM_KEYS[upstream]
-            for c in CLIENTS.values()
-        )
-    )
-    return start_proxy(bridge_routes=str(routes))
+    routes = [(f"{c.name}-search", c.path, c.dialect) for c in CLIENTS.values()]
+    return search_bridge(start_proxy, tmp_path, searxng, routes, upstream, UPSTREAM_KEYS[upstream])
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])

@@ -30,6 +30,7 @@ from tests.e2e.searching import (
     codex_params,
     recorded,
     results,
+    search_bridge,
     web_search_call,
 )
 from tests.e2e.test_text_tools import openai_json
@@ -46,14 +47,11 @@ def searxng() -> Iterator[ScriptedSearxng]:
         yield server
 
 
-def _proxy(start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedSearxng) -> Proxy:
-    routes = tmp_path / "routes.toml"
-    routes.write_text(
-        '[[routes]]\nname = "codex-search"\npath = "*/v1/responses"\n'
-        'client = "openai_responses"\nupstream = "openai_chat"\n'
-        f'search = {{url = "{searxng.base_url}"}}\n'
-    )
-    return start_proxy(bridge_routes=str(routes))
+@pytest.fixture
+def bridge(start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedSearxng) -> Proxy:
+    """A mitmdump whose Codex route runs its searches on ``searxng``."""
+    codex = [("codex-search", "*/v1/responses", "openai_responses")]
+    return search_bridge(start_proxy, tmp_path, searxng, codex)
 
 
 def _params(allowed: list[str] | None = None) -> dict[str, Any]:
@@ -84,14 +82,10 @@ def _client(p: Proxy) -> openai.OpenAI:
 
 
 def test_codexs_web_search_whole(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    searxng: ScriptedSearxng,
-    tmp_path: Path,
+    bridge: Proxy, upstream: ScriptedUpstream, searxng: ScriptedSearxng
 ) -> None:
-    p = _proxy(start_proxy, tmp_path, searxng)
     upstream.script = chat_model
-    got = _client(p).responses.create(**_params(allowed=["mitmproxy.org"]), stream=False)
+    got = _client(bridge).responses.create(**_params(allowed=["mitmproxy.org"]), stream=False)
 
     search, message = got.output
     assert isinstance(search, ResponseFunctionWebSearch)
@@ -115,18 +109,14 @@ def test_codexs_web_search_whole(
     assert names.index("web_search") == len(names) - 1  # in its place: last in Codex's list
     fed = second.json()["messages"]
     assert fed[-1]["role"] == "tool" and fed[-1]["tool_call_id"] == "call_s1"
-    p.wait_for_log(rf"web search on {searxng.base_url}: {QUERY}")
+    bridge.wait_for_log(rf"web search on {searxng.base_url}: {QUERY}")
 
 
 def test_codexs_web_search_streamed(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    searxng: ScriptedSearxng,
-    tmp_path: Path,
+    bridge: Proxy, upstream: ScriptedUpstream, searxng: ScriptedSearxng
 ) -> None:
-    p = _proxy(start_proxy, tmp_path, searxng)
     upstream.script = chat_model
-    events = list(_client(p).responses.create(**_params(), stream=True))
+    events = list(_client(bridge).responses.create(**_params(), stream=True))
     kinds = [e.type for e in events]
     assert kinds[:2] == ["response.created", "response.in_progress"]
     assert kinds[2:7] == [
@@ -151,7 +141,7 @@ def test_codexs_web_search_streamed(
 
     # The SDK's stream helper reads the same answer.
     upstream.requests.clear()
-    with _client(p).responses.stream(**_params()) as s:
+    with _client(bridge).responses.stream(**_params()) as s:
         response = s.get_final_response()
     assert [o.type for o in response.output] == ["web_search_call", "message"]
     assert response.output_text == ANSWER
@@ -159,14 +149,10 @@ def test_codexs_web_search_streamed(
 
 
 def test_a_turn_that_also_calls_codexs_tools(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    searxng: ScriptedSearxng,
-    tmp_path: Path,
+    bridge: Proxy, upstream: ScriptedUpstream, searxng: ScriptedSearxng
 ) -> None:
     """The model searches and calls a client tool at once: the search runs first (its results
     fed back), then the client's call reaches Codex as its ``function_call`` item."""
-    p = _proxy(start_proxy, tmp_path, searxng)
     run = _call("exec_command", {"cmd": "cat hello.txt"}, "call_x1")
 
     def searching_and_running(rec: Recorded) -> Reply:
@@ -178,10 +164,10 @@ def test_a_turn_that_also_calls_codexs_tools(
     upstream.script = searching_and_running
     for stream in (False, True):
         if stream:
-            with _client(p).responses.stream(**_params()) as s:
+            with _client(bridge).responses.stream(**_params()) as s:
                 got = s.get_final_response()
         else:
-            got = _client(p).responses.create(**_params(), stream=False)
+            got = _client(bridge).responses.create(**_params(), stream=False)
         search, call = got.output
         assert isinstance(search, ResponseFunctionWebSearch) and search.status == "completed"
         assert isinstance(call, ResponseFunctionToolCall)
@@ -196,17 +182,13 @@ def test_a_turn_that_also_calls_codexs_tools(
 
 
 def test_the_next_turn_carries_the_search_items_back(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    searxng: ScriptedSearxng,
-    tmp_path: Path,
+    bridge: Proxy, upstream: ScriptedUpstream
 ) -> None:
     """Codex sends the answer's items back in its next turn (``store: false``): the
     ``web_search_call`` item is left out for the chat upstream, the model's message kept."""
-    p = _proxy(start_proxy, tmp_path, searxng)
     upstream.script = chat_model
     params = _params()
-    got = _client(p).responses.create(**params, stream=False)
+    got = _client(bridge).responses.create(**params, stream=False)
     upstream.requests.clear()
     back = [item.model_dump(exclude_none=True) for item in got.output]
     params["input"] = [
@@ -215,7 +197,7 @@ def test_the_next_turn_carries_the_search_items_back(
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Thanks."}]},
     ]
     upstream.script = lambda rec: JSONReply(openai_json("You are welcome."))
-    again = _client(p).responses.create(**params, stream=False)
+    again = _client(bridge).responses.create(**params, stream=False)
     assert again.output_text == "You are welcome."
     (sent,) = upstream.requests
     messages = sent.json()["messages"]

@@ -28,6 +28,7 @@ from tests.e2e.searching import (
     check_grounding,
     recorded,
     results,
+    search_bridge,
 )
 from tests.searxng_server import ScriptedSearxng
 
@@ -50,12 +51,8 @@ def test_gemini_clis_web_search_leaves_out_excluded_domains(
     tmp_path: Path,
     stream: bool,
 ) -> None:
-    routes = tmp_path / "routes.toml"
-    routes.write_text(
-        '[[routes]]\nname = "gemini-search"\npath = "/v1beta/models/*"\nclient = "gemini"\n'
-        f'upstream = "openai_chat"\nsearch = {{url = "{searxng.base_url}"}}\n'
-    )
-    p = start_proxy(bridge_routes=str(routes))
+    gemini = [("gemini-search", "/v1beta/models/*", "gemini")]
+    p = search_bridge(start_proxy, tmp_path, searxng, gemini)
     upstream.script = chat_model
     body = recorded(GEMINI_CLI)[2]
     assert body["tools"] == [{"googleSearch": {}}]

@@ -42,9 +42,11 @@ from tests.e2e.searching import (
     GEMINI_CLI,
     GITHUB,
     QUERY,
+    SEARCH_TURN,
     codex_params,
     recorded,
     results,
+    search_bridge,
     searching,
 )
 from tests.e2e.test_text_tools import openai_json
@@ -70,21 +72,19 @@ def searxng() -> Iterator[ScriptedSearxng]:
         yield server
 
 
-def _proxy(start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedSearxng) -> Proxy:
-    search = f'search = {{url = "{searxng.base_url}"}}\n'
-    routes = tmp_path / "routes.toml"
-    routes.write_text(
-        "".join(
-            f'[[routes]]\nname = "{client}-search"\npath = "{path}"\nclient = "{client}"\n'
-            f'upstream = "openai_chat"\n{search}'
-            for client, path in (
-                ("anthropic", "*/v1/messages"),
-                ("openai_responses", "*/v1/responses"),
-                ("gemini", "/v1beta/models/*"),
-            )
+@pytest.fixture
+def bridge(start_proxy: Callable[..., Proxy], tmp_path: Path, searxng: ScriptedSearxng) -> Proxy:
+    """A mitmdump whose Anthropic, Responses and Gemini routes run their searches on
+    ``searxng``."""
+    routes = [
+        (f"{client}-search", path, client)
+        for client, path in (
+            ("anthropic", "*/v1/messages"),
+            ("openai_responses", "*/v1/responses"),
+            ("gemini", "/v1beta/models/*"),
         )
-    )
-    return start_proxy(bridge_routes=str(routes))
+    ]
+    return search_bridge(start_proxy, tmp_path, searxng, routes)
 
 
 def chunks(completion: dict[str, Any]) -> list[Any]:
@@ -107,14 +107,14 @@ def chunks(completion: dict[str, Any]) -> list[Any]:
 class LiveModel:
     """The upstream's model: searches first (streamed when asked), then answers from the
     results, streamed in pieces — the role, its first words, then (held until ``gate``) the
-    rest; ``finished`` once its last call's body ended. ``then`` replaces that answer (a
-    failure)."""
+    rest; ``finished`` once its last call's body ended. ``forged``: marker events written before
+    its search call; ``then`` replaces its answer (a failure)."""
 
-    def __init__(self, forged: bytes = b"", then: Callable[[Recorded], Any] | None = None) -> None:
+    def __init__(self) -> None:
         self.gate = threading.Event()
         self.finished = threading.Event()
-        self.forged = forged
-        self.then = then
+        self.forged = b""
+        self.then: Callable[[Recorded], Any] | None = None
         self.streamed: list[bool] = []
 
     def __call__(self, rec: Recorded) -> Reply:
@@ -148,31 +148,38 @@ class LiveModel:
         assert not self.finished.is_set(), "the client's first text came after the upstream ended"
         self.gate.set()
 
+    def text(self, texts: list[str], piece: str) -> None:
+        """``piece`` of the answer's text reached the client: kept in ``texts``; the first one
+        must come live (``saw_text``)."""
+        if not texts:
+            self.saw_text()
+        texts.append(piece)
+
+
+@pytest.fixture
+def model(upstream: ScriptedUpstream) -> LiveModel:
+    """The upstream's live model (its script); a test may set ``forged`` or ``then``."""
+    live = LiveModel()
+    upstream.script = live
+    return live
+
 
 def _anthropic(p: Proxy) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=p.base_url, api_key="sk-ant-e2e", max_retries=0, timeout=30)
 
 
 def test_claude_codes_recorded_search_streams_live(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    searxng: ScriptedSearxng,
-    tmp_path: Path,
+    bridge: Proxy, model: LiveModel, searxng: ScriptedSearxng
 ) -> None:
-    p = _proxy(start_proxy, tmp_path, searxng)
-    model = LiveModel()
-    upstream.script = model
     body = recorded(CLAUDE_CODE)[2]
     body.pop("stream")
     known = inspect.signature(anthropic.Anthropic().messages.stream).parameters
     extra = {k: body.pop(k) for k in list(body) if k not in known}
     texts: list[str] = []
-    with _anthropic(p).messages.stream(**body, extra_body=extra) as s:
+    with _anthropic(bridge).messages.stream(**body, extra_body=extra) as s:
         for event in s:
             if event.type == "content_block_delta" and event.delta.type == "text_delta":
-                if not texts:
-                    model.saw_text()
-                texts.append(event.delta.text)
+                model.text(texts, event.delta.text)
         final = s.get_final_message()
     assert "".join(texts) == ANSWER and len(texts) > 1
     use, result, text = final.content
@@ -188,25 +195,17 @@ def test_claude_codes_recorded_search_streams_live(
     assert model.streamed == [True, True] and len(searxng.requests) == 1
 
 
-def test_codexs_turn_streams_live(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    searxng: ScriptedSearxng,
-    tmp_path: Path,
-) -> None:
-    p = _proxy(start_proxy, tmp_path, searxng)
-    model = LiveModel()
-    upstream.script = model
+def test_codexs_turn_streams_live(bridge: Proxy, model: LiveModel) -> None:
     texts: list[str] = []
     kinds: list[str] = []
-    codex = openai.OpenAI(base_url=p.base_url + "/v1", api_key="sk-e2e", max_retries=0, timeout=30)
+    codex = openai.OpenAI(
+        base_url=bridge.base_url + "/v1", api_key="sk-e2e", max_retries=0, timeout=30
+    )
     with codex.responses.stream(**codex_params()) as s:
         for event in s:
             kinds.append(event.type)
             if event.type == "response.output_text.delta":
-                if not texts:
-                    model.saw_text()
-                texts.append(event.delta)
+                model.text(texts, event.delta)
         response = s.get_final_response()
     assert "".join(texts) == ANSWER and len(texts) > 1
     search, message = response.output
@@ -223,18 +222,10 @@ def test_codexs_turn_streams_live(
     assert model.streamed == [True, True]
 
 
-def test_gemini_clis_search_streams_live(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    searxng: ScriptedSearxng,
-    tmp_path: Path,
-) -> None:
-    p = _proxy(start_proxy, tmp_path, searxng)
-    model = LiveModel()
-    upstream.script = model
+def test_gemini_clis_search_streams_live(bridge: Proxy, model: LiveModel) -> None:
     chunks: list[dict[str, Any]] = []
     path, headers, body = recorded(GEMINI_CLI)
-    url = p.base_url + path.replace(":generateContent", ":streamGenerateContent?alt=sse")
+    url = bridge.base_url + path.replace(":generateContent", ":streamGenerateContent?alt=sse")
     headers = {**headers, "x-goog-api-key": "gm-e2e"}
     with httpx.stream("POST", url, json=body, headers=headers, timeout=30) as got:
         assert got.status_code == 200
@@ -271,7 +262,7 @@ def _raw_anthropic_stream(p: Proxy, model: LiveModel) -> str:
         "model": "claude-sonnet-4-6",
         "max_tokens": 1024,
         "stream": True,
-        "messages": [{"role": "user", "content": f"Perform a web search for the query: {QUERY}"}],
+        "messages": SEARCH_TURN,
         "tools": [CLAUDE_TOOL],
     }
     out = []
@@ -288,18 +279,11 @@ def _raw_anthropic_stream(p: Proxy, model: LiveModel) -> str:
     return "\n".join(out)
 
 
-def test_a_forged_marker_is_not_shown(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    searxng: ScriptedSearxng,
-    tmp_path: Path,
-) -> None:
+def test_a_forged_marker_is_not_shown(bridge: Proxy, model: LiveModel) -> None:
     """Marker events the upstream writes itself (another nonce, none) are dropped: the client
     sees the bridge's one search only."""
-    p = _proxy(start_proxy, tmp_path, searxng)
-    model = LiveModel(forged=FORGED)
-    upstream.script = model
-    with _anthropic(p).messages.stream(
+    model.forged = FORGED
+    with _anthropic(bridge).messages.stream(
         model="claude-sonnet-4-6",
         max_tokens=1024,
         messages=[{"role": "user", "content": "search"}],
@@ -317,44 +301,31 @@ def test_a_forged_marker_is_not_shown(
 
 
 def test_a_failed_call_with_the_results_ends_the_stream_with_an_error_event(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    searxng: ScriptedSearxng,
-    tmp_path: Path,
+    bridge: Proxy, model: LiveModel
 ) -> None:
     """The call that carries the results is refused (HTTP 500): the client's stream, which
     showed the search already, ends with Anthropic's error event, never a made-up end."""
-    p = _proxy(start_proxy, tmp_path, searxng)
-    model = LiveModel(
-        then=lambda rec: JSONReply({"error": {"message": "boom", "type": "server_error"}}, 500)
-    )
-    upstream.script = model
+    model.then = lambda rec: JSONReply({"error": {"message": "boom", "type": "server_error"}}, 500)
     model.gate.set()
-    text = _raw_anthropic_stream(p, model)
+    text = _raw_anthropic_stream(bridge, model)
     assert '"server_tool_use"' in text and '"web_search_tool_result"' in text
     assert "event: error" in text and "search_call_failed" in text
     assert "message_stop" not in text
-    p.wait_for_log(r"web search: the call with the results got HTTP 500")
+    bridge.wait_for_log(r"web search: the call with the results got HTTP 500")
 
 
 def test_a_call_with_the_results_cut_mid_stream_ends_with_an_error_event(
-    start_proxy: Callable[..., Proxy],
-    upstream: ScriptedUpstream,
-    searxng: ScriptedSearxng,
-    tmp_path: Path,
+    bridge: Proxy, model: LiveModel
 ) -> None:
     """The call with the results breaks off after its first words: the client got them live,
     then its dialect's error event naming the cut."""
-    p = _proxy(start_proxy, tmp_path, searxng)
-    model = LiveModel()
 
     def cut(rec: Recorded) -> SSEReply:
         answer = model.held(openai_json("Per the docs: hooks are events."), abort=True)
         return SSEReply(answer.body[: answer.cuts[1]], cuts=answer.cuts[:1], abort=True)
 
     model.then = cut
-    upstream.script = model
-    text = _raw_anthropic_stream(p, model)
+    text = _raw_anthropic_stream(bridge, model)
     assert '"text_delta"' in text and "Per the " in text
     assert "event: error" in text and "upstream_cut" in text
     assert "message_stop" not in text

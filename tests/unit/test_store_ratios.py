@@ -20,6 +20,7 @@ from addon.stores.prefetch import Fetched, PrefetchedStore
 from addon.stores.reasoning import ReasoningStore
 from addon.stores.write_behind import WriteQueue
 from tests.redis_server import RedisServer, redis_server_or_skip
+from tests.unit.test_store_redis import count_pipelines
 
 KEY = store_key("local", "local-model")
 OTHER = store_key("local", "other-model")
@@ -61,14 +62,7 @@ def test_two_workers_on_one_redis_share_the_ratios_in_the_prefetch_pipeline(
     try:
         first.add_ratios({KEY: [1.25] * (RATIOS_KEPT + 3)})
         first.add_ratios({KEY: [2.0]})
-        sent: list[int] = []
-        execute = redis.client.Pipeline.execute
-
-        def counted(pipe: redis.client.Pipeline, raise_on_error: bool = True) -> list[object]:
-            sent.append(len(pipe.command_stack))
-            return execute(pipe, raise_on_error)
-
-        monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+        sent = count_pipelines(monkeypatch)
         values, lefts, _, read = second.fetch_with([], ["r"], None, [KEY, OTHER])
         assert values == []
         assert read == {KEY: [1.25] * (RATIOS_KEPT - 1) + [2.0], OTHER: []}

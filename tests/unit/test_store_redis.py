@@ -58,6 +58,19 @@ def raw(server: RedisServer) -> redis.Redis:
     return redis.Redis.from_url(server.url)
 
 
+def count_pipelines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, how many commands each Redis pipeline sent held (a list that grows)."""
+    sent: list[int] = []
+    execute = redis.client.Pipeline.execute
+
+    def counted(pipe: redis.client.Pipeline, raise_on_error: bool = True) -> list[object]:
+        sent.append(len(pipe.command_stack))
+        return execute(pipe, raise_on_error)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    return sent
+
+
 def wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -214,14 +227,7 @@ def test_a_prefetch_reads_values_and_cooldowns_in_one_round_trip(
     a.fetch(keys, ["r"])  # the first sends Redis the scripts it does not know yet
     raw = redis.Redis.from_url(server.url)
     raw.config_resetstat()
-    sent: list[int] = []
-    execute = redis.client.Pipeline.execute
-
-    def counted(pipe: redis.client.Pipeline, raise_on_error: bool = True) -> list[object]:
-        sent.append(len(pipe.command_stack))
-        return execute(pipe, raise_on_error)
-
-    monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    sent = count_pipelines(monkeypatch)
     values, lefts = a.fetch(keys, ["r", "s"])
     assert values[0] is not None and '"n":1' in values[0] and values[1] is None
     assert lefts[0] is not None and lefts[0] > 9 and lefts[1] == 0

@@ -24,7 +24,7 @@ from addon.config.options import Settings
 from addon.config.routes import Route, When
 from addon.config.routes_file import read_routes
 from addon.dialects import DIALECTS
-from addon.model import ClientError, Image, ToolResult
+from addon.model import ClientError, Image, Request, ToolResult
 from addon.plan import Incoming, Reject, Rewrite, decide, route_for
 from addon.plan.captions import CAPTION_PROMPT, Caption, caption_calls, read_caption, wanted
 from addon.plan.images import image_key, images_of
@@ -116,14 +116,9 @@ def decoded(client: str) -> Any:
     return DIALECTS[client].decode_request(bodies()[client], Counter())
 
 
-@pytest.mark.parametrize("client", list(PATHS))
-def test_every_image_is_found_in_each_dialects_shape_message_and_tool_result(client: str) -> None:
-    req = decoded(client)
-    found = images_of(req)
-    keys = [image_key(i) for i in found]
-    assert HASH in keys  # the PNG, by the hash of its bytes whatever the dialect's shape
-    assert len(found) == 2
-    in_results = [
+def in_tool_results(req: Request) -> list[Image]:
+    """The images inside the request's tool results."""
+    return [
         q
         for m in req.messages
         for p in m.parts
@@ -131,6 +126,16 @@ def test_every_image_is_found_in_each_dialects_shape_message_and_tool_result(cli
         for q in p.content
         if isinstance(q, Image)
     ]
+
+
+@pytest.mark.parametrize("client", list(PATHS))
+def test_every_image_is_found_in_each_dialects_shape_message_and_tool_result(client: str) -> None:
+    req = decoded(client)
+    found = images_of(req)
+    keys = [image_key(i) for i in found]
+    assert HASH in keys  # the PNG, by the hash of its bytes whatever the dialect's shape
+    assert len(found) == 2
+    in_results = in_tool_results(req)
     assert bool(in_results) == (client != "openai_chat")
 
 

@@ -23,11 +23,11 @@ import pytest
 from addon.config.options import Settings
 from addon.config.routes import Route
 from addon.dialects import DIALECTS
-from addon.model import ClientError, Image, ToolResult
+from addon.model import ClientError
 from addon.plan import Incoming, Reject, Rewrite, decide
 from addon.plan.captions import wanted
 from addon.plan.images import image_key, images_of, source_of
-from tests.unit.plan.test_images import DATA_URL, PATHS
+from tests.unit.plan.test_images import DATA_URL, PATHS, in_tool_results
 
 URL = "https://images.example.com/red.png?sig=s3cr3t"
 URL_KEY = hashlib.sha256(URL.encode()).hexdigest()
@@ -98,14 +98,7 @@ def test_a_file_image_is_found_as_a_file_in_a_message_and_a_tool_result(client: 
     req = DIALECTS[client].decode_request(file_bodies()[client], Counter())
     found = images_of(req)
     assert len(found) == 2 and all(source_of(i) == "file" for i in found)
-    in_results = [
-        q
-        for m in req.messages
-        for p in m.parts
-        if isinstance(p, ToolResult) and not isinstance(p.content, str)
-        for q in p.content
-        if isinstance(q, Image)
-    ]
+    in_results = in_tool_results(req)
     assert len(in_results) == 1
     assert image_key(found[0]) == hashlib.sha256(f"file:{found[0].file}".encode()).hexdigest()
 

@@ -24,14 +24,24 @@ ASK = {
 }
 
 
-def plan_for(client: str, upstream: str) -> FlowPlan:
+def decided(client: str, upstream: str, search: bool = False) -> Rewrite:
+    """The decision on ``client``'s streaming request (``ASK``) on a route to ``upstream``; with
+    ``search``, the request offers Anthropic's web search tool, the route runs it on SearXNG."""
     path, body = ASK[client]
     body = {**body, "model": "m", "stream": True}
-    route = Route(name="r", client=client, upstream=upstream)
+    backend = None
+    if search:
+        body["tools"] = [{"type": "web_search_20250305", "name": "web_search"}]
+        backend = SearchBackend("http://127.0.0.1:8888")
+    route = Route(name="r", client=client, upstream=upstream, search=backend)
     inc = Incoming("POST", "h", path, {}, json.dumps(body).encode())
     d = decide(Settings(), route, inc, {"X": "k"})
     assert isinstance(d, Rewrite), d
-    return d.plan
+    return d
+
+
+def plan_for(client: str, upstream: str) -> FlowPlan:
+    return decided(client, upstream).plan
 
 
 SSE = "text/event-stream; charset=utf-8"
@@ -60,17 +70,7 @@ def test_a_searching_flow_streams_live_and_reads_geminis_whole_json_whole() -> N
     (``:streamGenerateContent?alt=sse``): the searches run live between streamed calls, under a
     nonce of the flow's (issue 44). A search not live asked for whole answers: Gemini's JSON is
     one answer, not a stream's JSON array."""
-    tool = {"type": "web_search_20250305", "name": "web_search"}
-    body = {**ASK["anthropic"][1], "model": "m", "stream": True, "tools": [tool]}
-    route = Route(
-        name="r",
-        client="anthropic",
-        upstream="gemini",
-        search=SearchBackend("http://127.0.0.1:8888"),
-    )
-    inc = Incoming("POST", "h", "/v1/messages", {}, json.dumps(body).encode())
-    d = decide(Settings(), route, inc, {"X": "k"})
-    assert isinstance(d, Rewrite), d
+    d = decided("anthropic", "gemini", search=True)
     plan = d.plan
     assert d.wire.path.endswith(":streamGenerateContent") and ("alt", "sse") in d.wire.query
     assert plan.search is not None and plan.search.live and len(plan.search.nonce) >= 16

@@ -11,16 +11,13 @@ from typing import Any
 
 import pytest
 
-from addon.config.options import Settings
-from addon.config.routes import Route
-from addon.config.search_backend import SearchBackend
 from addon.dialects import DIALECTS
 from addon.dialects.searches import Found, Searched
 from addon.model import ToolCall
-from addon.plan import Incoming, Rewrite, decide
 from addon.plan.answer import AnswerState, stream_processor
 from addon.stream.processor import State, StreamProcessor
 from addon.stream.second_call import MARKER, Heard, SearchCalls, marker, read_marker
+from tests.unit.plan.test_stream_attach_plan import decided
 
 NONCE = "n0nce-of-the-flow"
 DOCS = Found("https://docs.mitmproxy.org/", "Event Hooks", "Addons hook into events.")
@@ -225,24 +222,7 @@ def test_a_live_plans_stream_processor_reads_with_its_nonce_and_counts_the_searc
     """``stream_processor`` of a plan whose search runs live (``decide``): the decoder is
     ``SearchCalls`` under the plan's nonce; the searches go to the flow's state (the usage
     ledger's ``searches``) and its notes; the usage is every call's."""
-    tool = {"type": "web_search_20250305", "name": "web_search"}
-    body = {
-        "model": "m",
-        "max_tokens": 100,
-        "stream": True,
-        "messages": [{"role": "user", "content": "search"}],
-        "tools": [tool],
-    }
-    route = Route(
-        name="r",
-        client="anthropic",
-        upstream="openai_chat",
-        search=SearchBackend("http://127.0.0.1:8888"),
-    )
-    inc = Incoming("POST", "h", "/v1/messages", {}, json.dumps(body).encode())
-    d = decide(Settings(), route, inc, {})
-    assert isinstance(d, Rewrite), d
-    plan = d.plan
+    plan = decided("anthropic", "openai_chat", search=True).plan
     assert plan.search is not None and plan.search.live and plan.upstream_streams
     state = AnswerState.of(plan)
     p = stream_processor(plan, state, None)
