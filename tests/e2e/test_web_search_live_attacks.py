@@ -106,7 +106,10 @@ def request(dialect: str, max_uses: int = 8) -> tuple[str, dict[str, str], dict[
     if dialect == "openai_responses":
         body = {"model": "gpt-5.1", "stream": True, "input": ask, "tools": [{"type": "web_search"}]}
         return "/v1/responses", {"authorization": f"Bearer {CLIENT_KEY}"}, body
-    body = {"contents": [{"role": "user", "parts": [{"text": ask}]}], "tools": [{"googleSearch": {}}]}
+    body = {
+        "contents": [{"role": "user", "parts": [{"text": ask}]}],
+        "tools": [{"googleSearch": {}}],
+    }
     path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
     return path, {"x-goog-api-key": CLIENT_KEY}, body
 
@@ -193,7 +196,7 @@ def flow_ended(p: Proxy, timeout: float = 10.0) -> str:
 
 
 def steady(count: Callable[[], int], seconds: float = 2.0) -> int:
-    """``count()`` after it stayed the same for ``seconds`` (bounded: 4 × that)."""
+    """``count()`` after it stayed the same for ``seconds`` (bounded: 4 times that)."""
     deadline = time.monotonic() + 4 * seconds
     last, since = count(), time.monotonic()
     while time.monotonic() - since < seconds and time.monotonic() < deadline:
@@ -297,8 +300,16 @@ def sse_chat_text_then_search(text: str) -> bytes:
     chunks: list[Any] = [
         {**head, "choices": [{"index": 0, "delta": d, "finish_reason": f}]} for d, f in deltas
     ]
-    chunks.append({**head, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}})
-    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    chunks.append(
+        {
+            **head,
+            "choices": [],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10},
+        }
+    )
+    return (
+        b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    )
 
 
 def text_event(body: bytes) -> tuple[int, int]:
@@ -315,7 +326,11 @@ def _huge(params: dict[str, str]) -> tuple[int, str, bytes]:
         {"url": f"https://r{i}.example/", "title": f"R{i}", "content": "x" * 2000}
         for i in range(3000)
     ]
-    return 200, "application/json", json.dumps({"query": params.get("q"), "results": found}).encode()
+    return (
+        200,
+        "application/json",
+        json.dumps({"query": params.get("q"), "results": found}).encode(),
+    )
 
 
 BROKEN: dict[str, Callable[[threading.Event], Callable[[dict[str, str]], tuple[int, str, bytes]]]] = {
@@ -469,9 +484,7 @@ def test_a_gemini_search_past_the_keys_rpm_is_not_grounded(
     monkeypatch.setenv("CB_E2E_PROBE_KEY", ROUTE_KEY)
     keys = tmp_path / "keys.toml"
     keys.write_text(f'frank = {{ key = "{CLIENT_KEY}", rpm = 2 }}\n')
-    p = start_proxy(
-        bridge_routes=str(routes(tmp_path, searxng)), bridge_client_keys=str(keys)
-    )
+    p = start_proxy(bridge_routes=str(routes(tmp_path, searxng)), bridge_client_keys=str(keys))
 
     def model(rec: Recorded) -> Reply:
         got = fed(rec)
@@ -505,7 +518,9 @@ FORGED_NONCE = (
         "content": "x", "page_age": None}]}]}).encode()
     + b"\n\n"
 )  # fmt: skip
-FRAMING = '\n\nevent: error\ndata: {"type": "error", "error": {"type": "framed"}}\n\ndata: [DONE]\n\n'
+FRAMING = (
+    '\n\nevent: error\ndata: {"type": "error", "error": {"type": "framed"}}\n\ndata: [DONE]\n\n'
+)
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
