@@ -333,11 +333,20 @@ def _huge(params: dict[str, str]) -> tuple[int, str, bytes]:
     )
 
 
+HALF = "https://half.example/"
+_SURROGATE = (
+    b'{"query": "q", "results": [{"url": "%s", "title": "Half", "content": "an emoji cut in '
+    b'half \\ud83d"}]}' % HALF.encode()
+)
+"""A snippet cut inside a surrogate pair (JSON's escape of half an emoji): still JSON."""
+
+
 BROKEN: dict[str, Callable[[threading.Event], Callable[[dict[str, str]], tuple[int, str, bytes]]]] = {
     "hangs": lambda late: lambda params: (late.wait(LATER), (200, "application/json", b"{}"))[1],
     "500": lambda late: lambda params: (500, "text/html", b"<h1>Internal Server Error</h1>"),
     "not_json": lambda late: lambda params: (200, "text/html", b"<!doctype html><p>results</p>"),
     "huge": lambda late: _huge,
+    "half_emoji": lambda late: lambda params: (200, "application/json", _SURROGATE),
 }  # fmt: skip
 
 
@@ -363,6 +372,8 @@ def test_a_broken_backend_tells_the_model_and_the_stream_ends_well(
         urls = [f"https://r{i}.example/" for i in range(5)]  # search.max_results' default
         assert found == [urls] and text == f"Per {urls[0]}"
         assert len(json.loads(told[0])) == 5 and len(told[0]) < 20_000
+    elif kind == "half_emoji":
+        assert found == [[HALF]] and text == f"Per {HALF}"
     else:
         assert told == ["Search failed: unavailable."]
         assert text == "Told: Search failed: unavailable."
@@ -371,7 +382,7 @@ def test_a_broken_backend_tells_the_model_and_the_stream_ends_well(
         )
     assert len(upstream.requests) == 2
     log = clean_log(bridge)
-    if kind != "huge":
+    if kind not in ("huge", "half_emoji"):
         assert "web search failed" in log or "web search backend refused" in log
 
 
