@@ -576,3 +576,74 @@ def test_forged_markers_sse_framing_and_keys_in_results_neither_break_nor_leak(
             assert ROUTE_KEY not in base64.b64decode(r.encrypted_content).decode()
             assert ROUTE_KEY not in r.title
     clean_log(bridge)
+
+
+def test_the_routes_key_in_results_is_redacted_in_a_whole_anthropic_answer_too(
+    bridge: Proxy, upstream: ScriptedUpstream, searxng: ScriptedSearxng
+) -> None:
+    """The whole path runs the same searches (``addon.shell.whole_answers``): the key a result
+    quotes is not in the base64 ``encrypted_content`` of a whole answer either."""
+    searxng.results = {QUERY: [{"url": DOCS["url"], "title": "T", "content": f"k {ROUTE_KEY}"}]}
+    upstream.script = lambda rec: searching() if not fed(rec) else chat_reply({"content": "Done."})
+    path, headers, body = request("anthropic")
+    body["stream"] = False
+    got = httpx.post(bridge.base_url + path, json=body, headers=headers, timeout=30)
+    assert got.status_code == 200, got.text
+    (result,) = [b for b in got.json()["content"] if b["type"] == "web_search_tool_result"]
+    (found,) = result["content"]
+    assert base64.b64decode(found["encrypted_content"]).decode() == "k [REDACTED]"
+    clean_log(bridge)
+
+
+def test_a_search_dropped_by_a_hang_up_is_spent_from_the_keys_budget(
+    start_proxy: Callable[..., Proxy],
+    upstream: ScriptedUpstream,
+    searxng: ScriptedSearxng,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A key whose budget is one search's price: its client hangs up while the backend holds
+    that search. The backend was asked, so the search is spent (never a free search): the
+    key's next request is a 402."""
+    monkeypatch.setenv("CB_E2E_PROBE_KEY", ROUTE_KEY)
+    keys = tmp_path / "keys.toml"
+    keys.write_text(
+        f'bob = {{ key = "{CLIENT_KEY}", budget_usd = 1.0, budget_period = "total" }}\n'
+    )
+    path = routes(tmp_path, searxng, ", price = 1.0")
+    text = path.read_text().replace(
+        'api_key_env = "CB_E2E_PROBE_KEY"',
+        'api_key_env = "CB_E2E_PROBE_KEY"\nprice = { input = 0.001, output = 0.001 }',
+    )
+    path.write_text(text)
+    p = start_proxy(bridge_routes=str(path), bridge_client_keys=str(keys))
+    release = threading.Event()
+    plain = searxng.answer
+    searxng.reply = lambda params: (release.wait(LATER), plain(params))[1]
+    upstream.script = answers
+    url, headers, body = request("anthropic")
+    try:
+        with (
+            httpx.Client(timeout=30) as client,
+            client.stream("POST", p.base_url + url, json=body, headers=headers) as got,
+        ):
+            assert got.status_code == 200
+            deadline = time.monotonic() + LATER
+            while not searxng.requests:
+                assert time.monotonic() < deadline, "no search reached the backend"
+                time.sleep(0.02)
+        time.sleep(0.5)
+    finally:
+        release.set()
+    flow_ended(p)
+    body["stream"] = False
+    deadline = time.monotonic() + LATER
+    while True:  # the settle is written as the dropped search ends (bounded)
+        again = httpx.post(p.base_url + url, json=body, headers=headers, timeout=30)
+        if again.status_code == 402 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert again.status_code == 402, again.text
+    assert "has spent its budget" in again.text
+    assert len(upstream.requests) == 1
+    clean_log(p)
