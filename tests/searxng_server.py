@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -46,6 +47,9 @@ class ScriptedSearxng:
     results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     formats: tuple[str, ...] = ("html", "json")
     requests: list[SearxngRequest] = field(default_factory=list)
+    reply: Callable[[dict[str, str]], tuple[int, str, bytes]] | None = None
+    """Answers ``/search`` in place of ``answer`` (a broken or slow backend); it may block
+    (bounded) on an event the test sets."""
     _server: ThreadingHTTPServer | None = None
 
     @property
@@ -175,7 +179,8 @@ def _handler(server: ScriptedSearxng) -> type[BaseHTTPRequestHandler]:
             elif split.path == "/":
                 status, ctype, body = 200, HTML, b"<!doctype html><title>SearXNG</title>"
             elif split.path == "/search":
-                status, ctype, body = server.answer(params)
+                answer = server.reply or server.answer
+                status, ctype, body = answer(params)
             else:
                 status, ctype, body = 404, HTML, b"<title>404 Not Found</title>"
             self.send_response(status)

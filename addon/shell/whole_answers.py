@@ -99,7 +99,9 @@ class Answers:
         found = []
         for call, run in zip(step.calls, step.runs, strict=True):
             if isinstance(run, str):
-                found.append(await self.searches.run(plan.label, plan.search, call.id, run))
+                found.append(
+                    await self.searches.run(plan.label, plan.search, call.id, run, plan.secrets)
+                )
             else:
                 found.append(run)
         return searched(step, found)

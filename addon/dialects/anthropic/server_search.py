@@ -65,8 +65,9 @@ def blocks(s: Searched) -> tuple[JSON, JSON]:
                 "type": "web_search_result",
                 "url": f.url,
                 "title": f.title,
-                # Anthropic's is opaque to clients; the bridge's carries the snippet.
-                "encrypted_content": base64.b64encode(f.content.encode()).decode(),
+                # Anthropic's is opaque to clients; the bridge's carries the snippet (as UTF-8:
+                # half an emoji, a lone surrogate a backend's JSON may hold, becomes "?").
+                "encrypted_content": base64.b64encode(f.content.encode(errors="replace")).decode(),
                 "page_age": f.page_age,
             }
             for f in s.results

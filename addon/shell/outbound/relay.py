@@ -196,10 +196,32 @@ async def _write(
 async def _body(
     relayed: Relayed, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, chunked: bool
 ) -> bool:
-    """The body written; True when ``passed`` wrote it whole, its end included."""
+    """The body written; True when ``passed`` wrote it whole, its end included. mitmproxy
+    closing the connection (its client hung up) stops the body where it waits — an upstream
+    read, a web search, the call after it (``search_leg``) — not at its next piece."""
     if relayed.passed is not None:
         await relayed.passed(reader, writer)
         return True
+    pieces = asyncio.ensure_future(_pieces(relayed, reader, writer, chunked))
+    gone = asyncio.ensure_future(reader.read(1))
+    try:
+        await asyncio.wait({pieces, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await stop_reading(gone)
+        if not pieces.done():
+            pieces.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pieces
+    if pieces.cancelled():
+        raise ConnectionResetError("mitmproxy closed the relay's connection")
+    pieces.result()
+    return False
+
+
+async def _pieces(
+    relayed: Relayed, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, chunked: bool
+) -> None:
+    """The body's pieces written as they come (``_body``)."""
     pending: list[bytes] = []
     held = 0
 
@@ -226,7 +248,6 @@ async def _body(
                 await writer.drain()
     finally:
         flush()  # what came before a failure still goes (the cut follows it)
-    return False
 
 
 def _reason(status: int) -> bytes:

@@ -112,7 +112,7 @@ class SearchLeg:
             found: list[Searched] = []
             for call, run in zip(step.calls, step.runs, strict=True):
                 if isinstance(run, str):
-                    run = await self.searches.run(plan.label, search, call.id, run)
+                    run = await self.searches.run(plan.label, search, call.id, run, plan.secrets)
                 found.append(run)
             rounds.append(Round(answer, tuple(found)))
             yield marker(search.nonce, found)

@@ -9,20 +9,25 @@ Each search counts against the flow's client key (``gate``: ``ClientLimits.searc
 #limits-per-client-key): one request in its ``rpm`` window and the backend's ``price`` in its
 budget, reserved before the backend is asked; a key with none left gets the search refused —
 the model is told why, and the client sees the search's error in its own dialect's shape — never
-a free search."""
+a free search (a search the client's hang-up stops is settled as run: the backend was asked).
+
+The results are shown with the flow's keys redacted (``secrets``): a page that quotes one would
+reach the client where no answer redaction sees it (Anthropic's base64 ``encrypted_content``)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from addon.config.search_backend import SearchBackend
-from addon.dialects.searches import Searched
+from addon.dialects.searches import Found, Searched
 from addon.plan import short
 from addon.plan.web_search import WebSearch, read_searxng, searxng_request
-from addon.redact import redact, redact_exact
+from addon.redact import NO_SECRETS, Secrets, redact, redact_exact
 from addon.shell.notes import log
 
 if TYPE_CHECKING:
@@ -50,17 +55,32 @@ class Searches:
         self._client: httpx.AsyncClient | None = None
         self.gate = gate
 
-    async def run(self, label: str, search: WebSearch, call_id: str, query: str) -> Searched:
-        """One search for the model's call ``call_id``: its results, else ``unavailable``;
-        counted against the flow's client key first (``gate``), its error code when refused."""
+    async def run(
+        self,
+        label: str,
+        search: WebSearch,
+        call_id: str,
+        query: str,
+        secrets: Secrets = NO_SECRETS,
+    ) -> Searched:
+        """One search for the model's call ``call_id``: its results (``secrets``, the flow's
+        keys, redacted in them), else ``unavailable``; counted against the flow's client key
+        first (``gate``), its error code when refused."""
         gate = self.gate
         held = await gate.search(label, search.client, search.backend.price) if gate else None
         if isinstance(held, str):  # logged by the gate, naming the client key and the limit
             return Searched(call_id, query, error=held)
-        found = await self._run(label, search, call_id, query)
+        try:
+            found = await self._run(label, search, call_id, query)
+        except asyncio.CancelledError:  # the client hung up: the backend was asked all the same
+            if gate is not None and held is not None:
+                await gate.searched(held, True)
+            raise
         if gate is not None and held is not None:
             await gate.searched(held, found.error is None)
-        return found
+        if not secrets or not found.results:
+            return found
+        return dataclasses.replace(found, results=tuple(_hidden(f, secrets) for f in found.results))
 
     async def _run(self, label: str, search: WebSearch, call_id: str, query: str) -> Searched:
         import httpx
@@ -116,3 +136,10 @@ class Searches:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
+
+
+def _hidden(found: Found, secrets: Secrets) -> Found:
+    """A result with every form of the flow's keys replaced."""
+    return dataclasses.replace(
+        found, url=secrets(found.url), title=secrets(found.title), content=secrets(found.content)
+    )
