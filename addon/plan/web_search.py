@@ -40,6 +40,10 @@ MAX_SEARCHES = 5
 """Searches in one answer when the client's tool names no ``max_uses``: a model that keeps
 searching gets ``max_uses_exceeded`` after these, and answers with what it found."""
 
+MAX_URL, MAX_TITLE, MAX_SNIPPET = 2048, 300, 2000
+"""A result's URL longer than this is left out; its title and snippet are cut to these (a
+backend's 10 MB snippet never reaches the model or the client)."""
+
 MAX_ROUNDS = 6
 """Upstream calls one answer makes at most (the first included): each round's searches are
 fed back in the next; the last round's answer is the client's whatever it asks."""
@@ -183,18 +187,25 @@ def read_searxng(status: int, body: bytes, ask: SearchAsk, cap: int) -> tuple[Fo
         url, title, content = r.get("url"), r.get("title"), r.get("content")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             continue
+        if len(url) > MAX_URL:
+            continue
         if not allowed(url, ask) or any(f.url == url for f in out):
             continue
         age = r.get("publishedDate")
         out.append(
             Found(
                 url,
-                title if isinstance(title, str) and title else url,
-                content if isinstance(content, str) else "",
-                age if isinstance(age, str) and age else None,
+                _cut(title, MAX_TITLE) if isinstance(title, str) and title else url,
+                _cut(content, MAX_SNIPPET) if isinstance(content, str) else "",
+                _cut(age, 64) if isinstance(age, str) and age else None,
             )
         )
     return tuple(out)
+
+
+def _cut(text: str, most: int) -> str:
+    """``text`` at most ``most`` characters, an ellipsis where it was cut."""
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def allowed(url: str, ask: SearchAsk) -> bool:

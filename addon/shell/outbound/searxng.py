@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from addon.config.search_backend import SearchBackend
 from addon.dialects.searches import Found, Searched
@@ -34,6 +34,11 @@ if TYPE_CHECKING:
     import httpx
 
     from addon.plan.limits import Ask
+
+
+MAX_ANSWER = 16 * 1024 * 1024
+"""Bytes of a backend's answer read at most: more is refused (the model told ``unavailable``),
+not buffered."""
 
 
 class SearchGate(Protocol):
@@ -97,17 +102,34 @@ class Searches:
             return redact(redact_exact(text, [key]) if key else text)
 
         try:
-            got = await self._http().get(
-                url, params=params, headers=headers, timeout=backend.timeout
-            )
-        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as e:
-            log.warning("%s: web search failed: %s", label, clean(short(e) or type(e).__name__))
+            async with asyncio.timeout(backend.timeout):  # the whole answer, not each read
+                status, body = await self._get(url, params, headers, backend.timeout)
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError, TimeoutError) as e:
+            why = "no answer in the timeout" if isinstance(e, TimeoutError) else short(e)
+            log.warning("%s: web search failed: %s", label, clean(why or type(e).__name__))
             return Searched(call_id, query, error="unavailable")
-        found = read_searxng(got.status_code, got.content, search.ask, backend.max_results)
+        if body is None:
+            log.warning("%s: web search backend's answer is over %d bytes", label, MAX_ANSWER)
+            return Searched(call_id, query, error="unavailable")
+        found = read_searxng(status, body, search.ask, backend.max_results)
         if isinstance(found, str):
             log.warning("%s: web search backend refused: %s", label, clean(found))
             return Searched(call_id, query, error="unavailable")
         return Searched(call_id, query, found)
+
+    async def _get(
+        self, url: str, params: Any, headers: dict[str, str], timeout: float
+    ) -> tuple[int, bytes | None]:
+        """The backend's status and body; None: the body passed ``MAX_ANSWER`` (not read on)."""
+        async with self._http().stream(
+            "GET", url, params=params, headers=headers, timeout=timeout
+        ) as got:
+            body = bytearray()
+            async for piece in got.aiter_bytes():
+                body += piece
+                if len(body) > MAX_ANSWER:
+                    return got.status_code, None
+            return got.status_code, bytes(body)
 
     def _headers(self, label: str, backend: SearchBackend) -> dict[str, str] | None:
         headers = {"accept": "application/json"}

@@ -243,3 +243,35 @@ def test_the_plan_carries_the_client_keys_name_to_the_search() -> None:
     assert plan.search is not None and plan.search.client == ""
     named = dataclasses.replace(plan, client_name="alice")
     assert named.search is not None and named.search.client == "alice"
+
+
+def test_an_answer_past_the_bound_is_not_buffered_and_fields_are_cut(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A backend's answer over ``MAX_ANSWER`` bytes is refused (the model told
+    ``unavailable``, one log line), not read whole; within it, a result's title and snippet
+    are cut and a URL too long to be one is left out: a 1 MB snippet never reaches the model."""
+    from addon.plan.web_search import MAX_SNIPPET, MAX_TITLE
+    from addon.shell.outbound.searxng import MAX_ANSWER
+
+    huge = json.dumps(
+        {"results": [{"url": "https://a.example/", "content": "x" * (MAX_ANSWER + 1)}]}
+    )
+    with ScriptedSearxng(RESULTS) as server, caplog.at_level(logging.INFO, "cursor_bridge"):
+        server.reply = lambda _params: (200, "application/json", huge.encode())
+        got = _run(Searches({}), _search(server), "anything")
+    assert got.error == "unavailable" and got.results == ()
+    assert any(f"over {MAX_ANSWER} bytes" in r.getMessage() for r in caplog.records)
+    long = {
+        "results": [
+            {"url": "https://b.example/" + "p" * 5000, "title": "too long a URL", "content": "u"},
+            {"url": "https://c.example/", "title": "t" * 1000, "content": "s" * 1_000_000},
+        ]
+    }
+    with ScriptedSearxng(RESULTS) as server:
+        server.reply = lambda _params: (200, "application/json", json.dumps(long).encode())
+        got = _run(Searches({}), _search(server), "anything")
+    (found,) = got.results
+    assert found.url == "https://c.example/"
+    assert len(found.title) == MAX_TITLE and found.title.endswith("…")
+    assert len(found.content) == MAX_SNIPPET and found.content.endswith("…")
