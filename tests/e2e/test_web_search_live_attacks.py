@@ -230,20 +230,7 @@ def test_a_client_that_hangs_up_while_the_bridge_searches_stops_the_round(
     }]}, stream=True)  # fmt: skip
     upstream.script = lambda rec: two if not fed(rec) else answers(rec)
     path, headers, body = request(dialect)
-    try:
-        with (
-            httpx.Client(timeout=30) as client,
-            client.stream("POST", bridge.base_url + path, json=body, headers=headers) as got,
-        ):
-            assert got.status_code == 200
-            deadline = time.monotonic() + LATER
-            while not searxng.requests:
-                assert time.monotonic() < deadline, "no search reached the backend"
-                time.sleep(0.02)
-        # the client's connection is closed here, the backend still holds the search
-        time.sleep(0.5)
-    finally:
-        release.set()
+    hang_up_while_searching(bridge.base_url + path, body, headers, searxng, release)
     assert steady(lambda: len(searxng.requests) + len(upstream.requests)) == 2
     assert [r.params["q"] for r in searxng.requests] == [QUERY]
     assert len(upstream.requests) == 1
@@ -316,6 +303,31 @@ def text_event(body: bytes) -> tuple[int, int]:
     """Where the text's event starts and ends in ``sse_chat_text_then_search``'s body."""
     start = body.index(b"\n\n") + 2
     return start, body.index(b"\n\n", start) + 2
+
+
+def hang_up_while_searching(
+    url: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    searxng: ScriptedSearxng,
+    release: threading.Event,
+) -> None:
+    """A streaming request whose client hangs up once a search reached the backend (which
+    holds it until ``release``); released half a second after the hang-up."""
+    try:
+        with (
+            httpx.Client(timeout=30) as client,
+            client.stream("POST", url, json=body, headers=headers) as got,
+        ):
+            assert got.status_code == 200
+            deadline = time.monotonic() + LATER
+            while not searxng.requests:
+                assert time.monotonic() < deadline, "no search reached the backend"
+                time.sleep(0.02)
+        # the client's connection is closed here, the backend still holds the search
+        time.sleep(0.5)
+    finally:
+        release.set()
 
 
 # --------------------------------------------------------------------------- (2) the backend
@@ -622,19 +634,7 @@ def test_a_search_dropped_by_a_hang_up_is_spent_from_the_keys_budget(
     searxng.reply = lambda params: (release.wait(LATER), plain(params))[1]
     upstream.script = answers
     url, headers, body = request("anthropic")
-    try:
-        with (
-            httpx.Client(timeout=30) as client,
-            client.stream("POST", p.base_url + url, json=body, headers=headers) as got,
-        ):
-            assert got.status_code == 200
-            deadline = time.monotonic() + LATER
-            while not searxng.requests:
-                assert time.monotonic() < deadline, "no search reached the backend"
-                time.sleep(0.02)
-        time.sleep(0.5)
-    finally:
-        release.set()
+    hang_up_while_searching(p.base_url + url, body, headers, searxng, release)
     flow_ended(p)
     body["stream"] = False
     deadline = time.monotonic() + LATER
